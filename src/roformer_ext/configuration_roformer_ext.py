@@ -1,0 +1,149 @@
+"""RoFormerExt configuration: BERT sizes, RoFormer-V2 switches and a pluggable rope_parameters dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers.configuration_utils import PreTrainedConfig
+
+from .positions import registered_position_schemes
+from .rope import AXIS_ALLOCATIONS, PAIR_LAYOUTS, registered_rotary_kinds
+
+#: The keys we add to transformers' rope_parameters; its validators must not warn about them.
+ROPE_LAYOUT_KEYS = {"pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme"}
+
+DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
+    "rope_type": "default",
+    "rope_theta": 10000.0,
+    "pair_layout": "interleaved",
+    "axes": 1,
+    "axis_allocation": "interleaved",
+    "position_scheme": "rope_1d",
+}
+
+NORM_TYPES = ("layer_norm", "rms_scale_free")
+ATTENTION_TYPES = ("softmax", "linear")
+POOLER_ACTIVATIONS = ("tanh", "linear", None)
+MULTIPLE_CHOICE_POOLINGS = ("first", "last")
+
+
+class RoFormerExtConfig(PreTrainedConfig):
+    r"""Configuration of the RoFormerExt model family.
+
+    The BERT-style sizes follow transformers' `RoFormerConfig`; the extra fields cover RoFormer-V2
+    (`use_bias=False`, `norm_type="rms_scale_free"`), RoFormer-Sim (`pooler_activation="linear"`), linear
+    attention and the multi-axis RoPE of the vision-text models. Nothing position-related is stored in the
+    weights, so `max_position_embeddings` is informational only (there is no length cap).
+
+    `rope_parameters` keys: `rope_type` (a registered rotary kind: "default" or one of transformers'
+    scaling types), `rope_theta`, `pair_layout` ("interleaved" as the original RoFormer, or "half"),
+    `axes` (1 text, 2 image, 3 video), `axis_allocation` ("interleaved" | "sections" | "split"),
+    `mrope_section` (for "sections"), `position_scheme` (rope_1d | rope_2d_rows | rope_tie | rope_tie_v2 | mrope).
+
+    Example:
+    ```python
+    >>> from roformer_ext import RoFormerExtConfig, RoFormerExtModel
+    >>> config = RoFormerExtConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    >>> model = RoFormerExtModel(config)
+    ```
+    """
+
+    model_type = "roformer_ext"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    ignore_keys_at_rope_validation = ROPE_LAYOUT_KEYS
+
+    vocab_size: int = 50000
+    hidden_size: int = 768
+    embedding_size: int | None = None
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 1536
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    use_bias: bool = True
+    norm_type: str = "layer_norm"
+    mlm_head_transform: bool | None = None
+    rotary_value: bool = False
+    attention_type: str = "softmax"
+    pooler_activation: str | None = None
+    multiple_choice_pooling: str = "first"
+    classifier_dropout: float | None = None
+    rope_parameters: dict | None = None
+    is_decoder: bool = False
+    use_cache: bool = True
+    tie_word_embeddings: bool = True
+    image_token_id: int | None = None
+    video_token_id: int | None = None
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    num_channels: int = 3
+
+    def __post_init__(self, **kwargs):
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
+        if self.mlm_head_transform is None:
+            self.mlm_head_transform = self.norm_type == "layer_norm"
+        self.rope_parameters = {**DEFAULT_ROPE_PARAMETERS, **(self.rope_parameters or {})}
+        super().__post_init__(**kwargs)
+        self._check_fields()
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def _check_fields(self) -> None:
+        """Fail at construction, with the fix in the message, rather than deep inside a forward pass."""
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads}); change one of them."
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions, so the head dim must be even; got hidden_size "
+                f"{self.hidden_size} / {self.num_attention_heads} heads = {self.head_dim}. Pick sizes with an even quotient."
+            )
+        _check_choice("norm_type", self.norm_type, NORM_TYPES)
+        _check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
+        _check_choice("pooler_activation", self.pooler_activation, POOLER_ACTIVATIONS)
+        _check_choice("multiple_choice_pooling", self.multiple_choice_pooling, MULTIPLE_CHOICE_POOLINGS)
+        rope = self.rope_parameters
+        _check_choice("rope_parameters['rope_type']", rope["rope_type"], registered_rotary_kinds())
+        _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())
+        _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
+        _check_choice("rope_parameters['axis_allocation']", rope["axis_allocation"], AXIS_ALLOCATIONS)
+        axes, pairs = int(rope["axes"]), self.head_dim // 2
+        if axes < 1:
+            raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3, got {axes}.")
+        allocation = rope["axis_allocation"]
+        if allocation == "sections":
+            section = rope.get("mrope_section")
+            if section is None or len(section) != axes or sum(section) != pairs:
+                raise ValueError(
+                    f"axis_allocation 'sections' needs rope_parameters['mrope_section'] with {axes} entries "
+                    f"summing to head_dim // 2 = {pairs}; got {section}."
+                )
+        elif allocation == "split" and pairs % axes:
+            raise ValueError(
+                f"axis_allocation 'split' gives each of the {axes} axes an equal share of the {pairs} frequency "
+                f"pairs; {pairs} is not divisible by {axes}. Change the head dim or use 'interleaved'."
+            )
+        elif pairs < axes:
+            raise ValueError(f"head_dim // 2 = {pairs} frequency pairs cannot cover {axes} axes.")
+
+
+def _check_choice(name: str, value: Any, allowed) -> None:
+    if value not in allowed:
+        names = ", ".join(repr(a) for a in allowed)
+        raise ValueError(f"Unknown {name} {value!r}. Registered choices: {names}.")
+
+
+__all__ = ["RoFormerExtConfig"]

@@ -1,0 +1,202 @@
+"""Pluggable rotary position embeddings (RoPE) for RoFormerExt.
+
+The model asks a *rotary kind* (selected by `config.rope_parameters["rope_type"]`) for `(cos, sin)` once per
+forward, from float position ids of shape `(axes, batch, seq)`, and every layer rotates its queries and keys with
+`apply_rotary`. A kind only has to produce one inverse frequency per rotated pair; how the pairs are laid out in
+the head (`pair_layout`) and which position axis drives each pair (`axis_allocation`) are shared machinery here.
+
+Built-in kinds: "default" (θ_i = base^(-2i/d), as RoFormer) and every scaling type of
+`transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS` (linear, dynamic, yarn, longrope, llama3, ...).
+Add your own with `@register_rotary_embedding("name")` on a `RotaryEmbedding` subclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
+
+PAIR_LAYOUTS = ("interleaved", "half")
+AXIS_ALLOCATIONS = ("interleaved", "sections", "split")
+
+_ROTARY_KINDS: dict[str, type[RotaryEmbedding]] = {}
+
+
+def register_rotary_embedding(name: str) -> Callable[[type[RotaryEmbedding]], type[RotaryEmbedding]]:
+    """Register a `RotaryEmbedding` subclass under `name`, so `rope_parameters={"rope_type": name}` selects it.
+
+    Our registry is separate from transformers' `ROPE_INIT_FUNCTIONS`, which we never modify.
+    """
+
+    def decorator(cls: type[RotaryEmbedding]) -> type[RotaryEmbedding]:
+        if not (isinstance(cls, type) and issubclass(cls, RotaryEmbedding)):
+            raise TypeError(f"register_rotary_embedding({name!r}) expects a RotaryEmbedding subclass, got {cls!r}.")
+        _ROTARY_KINDS[name] = cls
+        return cls
+
+    return decorator
+
+
+def registered_rotary_kinds() -> tuple[str, ...]:
+    """Names accepted as `rope_parameters["rope_type"]`."""
+    return tuple(sorted(_ROTARY_KINDS))
+
+
+def rotary_embedding_class(rope_type: str) -> type[RotaryEmbedding]:
+    try:
+        return _ROTARY_KINDS[rope_type]
+    except KeyError:
+        raise ValueError(
+            f"Unknown rotary kind {rope_type!r}. Registered kinds: {', '.join(registered_rotary_kinds())}. "
+            "Register a new one with roformer_ext.register_rotary_embedding(name)."
+        ) from None
+
+
+class _HeadDimView:
+    """Config proxy with another head_dim: transformers' frequency functions read it from the config."""
+
+    def __init__(self, config: Any, head_dim: int) -> None:
+        self._config, self.head_dim = config, head_dim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
+
+
+def axis_of_pair(num_pairs: int, axes: int, allocation: str, mrope_section: list[int] | None = None) -> torch.Tensor:
+    """For each frequency pair, the index of the position axis that drives it.
+
+    interleaved: θ0→axis 0, θ1→axis 1, ... (RoPE-Tie, Qwen3-VL); sections: contiguous bands of
+    `mrope_section` (Qwen2-VL); split: equal contiguous halves/thirds, each with its own full θ set (RoPE-2D).
+    """
+    if allocation == "interleaved":
+        return torch.arange(num_pairs) % axes
+    if allocation == "sections":
+        return torch.repeat_interleave(torch.arange(axes), torch.tensor(list(mrope_section)))
+    if allocation == "split":
+        return torch.repeat_interleave(torch.arange(axes), num_pairs // axes)
+    raise ValueError(f"Unknown axis_allocation {allocation!r}; choose one of {', '.join(AXIS_ALLOCATIONS)}.")
+
+
+class RotaryEmbedding(nn.Module):
+    """Turns position ids into the `(cos, sin)` every attention layer uses.
+
+    Subclasses change `compute_inv_freq` (or `angles`) only. Buffers are non-persistent: nothing about positions
+    is saved in a checkpoint, and there is no length cap.
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        rope = config.rope_parameters
+        self.rope_type: str = rope["rope_type"]
+        self.pair_layout: str = rope.get("pair_layout", "interleaved")
+        self.axes: int = int(rope.get("axes", 1))
+        self.head_dim: int = config.hidden_size // config.num_attention_heads
+        allocation = rope.get("axis_allocation", "interleaved")
+        self.split_axes = self.axes if allocation == "split" else 1
+        # transformers' dynamic/longrope updates re-read frequencies through self.config.
+        self.config = config if self.split_axes == 1 else _HeadDimView(config, self.head_dim // self.split_axes)
+        self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
+        inv_freq, self.attention_scaling = self.compute_inv_freq(self.config)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
+        axis = axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section"))
+        self.register_buffer("axis_of_pair", axis, persistent=False)
+
+    def compute_inv_freq(self, config: Any) -> tuple[torch.Tensor, float]:
+        """Inverse frequencies of one axis group, and the cos/sin scaling factor (1.0 unless yarn/longrope)."""
+        if self.rope_type in ROPE_INIT_FUNCTIONS:
+            return ROPE_INIT_FUNCTIONS[self.rope_type](config, None)
+        base, dim = config.rope_parameters["rope_theta"], config.head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        return inv_freq, 1.0
+
+    @torch.no_grad()
+    def reset_frequencies(self) -> None:
+        """Recompute the buffers: `from_pretrained` and meta-device init leave non-persistent buffers empty."""
+        inv_freq, self.attention_scaling = self.compute_inv_freq(self.config)
+        self.inv_freq.copy_(inv_freq)
+        self.original_inv_freq.copy_(inv_freq)
+        rope = self.config.rope_parameters
+        allocation = rope.get("axis_allocation", "interleaved")
+        self.axis_of_pair.copy_(axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section")))
+
+    def pair_frequencies(self) -> torch.Tensor:
+        """One inverse frequency per rotated pair (head_dim // 2,), after the split allocation is applied."""
+        return self.inv_freq.repeat(self.split_axes)
+
+    def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """Angle of each pair: position on its axis × its frequency. (axes, b, s) -> (b, s, head_dim // 2)."""
+        freqs = self.pair_frequencies().float()
+        if self.axes == 1:
+            return position_ids[0].float()[..., None] * freqs
+        # Pick, for every pair, the position of the axis that drives it: (b, s, pairs).
+        positions = position_ids.float().permute(1, 2, 0)[..., self.axis_of_pair]
+        return positions * freqs
+
+    def normalize_position_ids(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """Accept (b, s) for text or (axes, b, s); text positions are repeated on every axis."""
+        if position_ids.dim() == 2:
+            return position_ids.unsqueeze(0).expand(self.axes, *position_ids.shape)
+        if position_ids.dim() == 3 and position_ids.shape[0] in (1, self.axes):
+            return position_ids.expand(self.axes, *position_ids.shape[1:])
+        raise ValueError(
+            f"position_ids must have shape (batch, seq) or ({self.axes}, batch, seq) for a rotary with "
+            f"{self.axes} axes; got {tuple(position_ids.shape)}."
+        )
+
+    @torch.no_grad()
+    @dynamic_rope_update
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of shape (batch, 1, seq, head_dim), laid out for `pair_layout`, in x's dtype."""
+        angles = self.angles(self.normalize_position_ids(position_ids))
+        if self.pair_layout == "half":
+            angles = torch.cat((angles, angles), dim=-1)
+        else:
+            angles = torch.repeat_interleave(angles, 2, dim=-1)
+        cos = angles.cos() * self.attention_scaling
+        sin = angles.sin() * self.attention_scaling
+        return cos.unsqueeze(1).to(x.dtype), sin.unsqueeze(1).to(x.dtype)
+
+
+for _name in ("default", *ROPE_INIT_FUNCTIONS):
+    register_rotary_embedding(_name)(RotaryEmbedding)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Pairs (i, i + d/2): (x1, x2) -> (-x2, x1)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """Pairs (2i, 2i+1): (x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...)."""
+    pairs = x.unflatten(-1, (-1, 2))
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
+    """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin broadcast over heads."""
+    rotated = rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)
+    return x * cos + rotated * sin
+
+
+def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
+    """Index that reorders one head's dims from (0,1),(2,3),... pairs to (i, i+d/2) pairs.
+
+    Applying it to the q/k projection rows of every head (and v / output columns when rotary_value is on) turns an
+    interleaved checkpoint into a half-layout one that computes exactly the same function.
+    """
+    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+
+
+__all__ = [
+    "RotaryEmbedding",
+    "apply_rotary",
+    "interleaved_to_half_permutation",
+    "register_rotary_embedding",
+    "registered_rotary_kinds",
+    "rotary_embedding_class",
+]

@@ -1,0 +1,47 @@
+"""Shared test setup: offline hub, tiny configs (hidden 32, 2 layers, 4 heads, vocab 99)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
+from roformer_ext import RoFormerExtConfig  # noqa: E402
+
+
+def tiny_config(**overrides) -> RoFormerExtConfig:
+    """The smallest config that still has several heads, layers and both pair positions per head."""
+    values = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        type_vocab_size=2,
+    )
+    values.update(overrides)
+    return RoFormerExtConfig(**values)
+
+
+@pytest.fixture
+def config() -> RoFormerExtConfig:
+    return tiny_config()
+
+
+def random_inputs(batch: int = 3, seq: int = 11, vocab: int = 99, seed: int = 0, pad_last: bool = True):
+    """input_ids, attention_mask (rows right-padded by different amounts), token_type_ids."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab, (batch, seq), generator=generator)
+    attention_mask = torch.ones(batch, seq, dtype=torch.long)
+    if pad_last:
+        for row in range(1, batch):
+            attention_mask[row, seq - 2 * row :] = 0
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, seq // 2 :] = 1
+    return input_ids, attention_mask, token_type_ids

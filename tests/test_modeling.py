@@ -1,0 +1,255 @@
+"""Common model checks (our stand-in for transformers' ModelTesterMixin, which is not in the wheel)."""
+
+import copy
+
+import pytest
+import torch
+from conftest import random_inputs, tiny_config
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForMultipleChoice,
+    RoFormerExtForQuestionAnswering,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtForTokenClassification,
+    RoFormerExtModel,
+)
+
+ATOL = 1e-5
+HEADS = [
+    RoFormerExtModel,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtForTokenClassification,
+    RoFormerExtForQuestionAnswering,
+]
+
+
+def build(model_class, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return model_class(tiny_config(**overrides)).eval()
+
+
+def main_output(output) -> torch.Tensor:
+    for name in ("logits", "start_logits", "last_hidden_state"):
+        if getattr(output, name, None) is not None:
+            return getattr(output, name)
+    raise AssertionError(output)
+
+
+@pytest.mark.parametrize("model_class", HEADS)
+def test_save_load_round_trip_is_exact(model_class, tmp_path):
+    model = build(model_class, pooler_activation="tanh")
+    input_ids, attention_mask, token_type_ids = random_inputs()
+    with torch.no_grad():
+        before = main_output(model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    reloaded = model_class.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        after = main_output(reloaded(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
+    assert torch.equal(before, after)
+
+
+def test_nothing_position_related_in_checkpoint(tmp_path):
+    build(RoFormerExtForMaskedLM).save_pretrained(tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        keys = list(f.keys())
+    assert not [k for k in keys if "freq" in k or "position" in k or "rotary" in k]
+
+
+def test_meta_device_init_restores_rotary_buffers(tmp_path):
+    model = build(RoFormerExtModel)
+    model.save_pretrained(tmp_path)
+    with torch.device("meta"):
+        RoFormerExtModel(tiny_config())  # must not crash on the meta device
+    reloaded = RoFormerExtModel.from_pretrained(tmp_path)
+    rotary = reloaded.rotary_emb
+    expected = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+    assert torch.allclose(rotary.inv_freq, expected)
+    assert torch.equal(rotary.original_inv_freq, rotary.inv_freq)
+    assert torch.equal(rotary.axis_of_pair, torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_eager_sdpa_flex_agree(padded):
+    input_ids, attention_mask, token_type_ids = random_inputs(pad_last=padded)
+    outputs = {}
+    for implementation in ("eager", "sdpa", "flex_attention"):
+        model = build(RoFormerExtModel)
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            out = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        outputs[implementation] = out * attention_mask[..., None]
+    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], atol=ATOL, rtol=0)
+
+
+def test_encoder_attention_is_not_causal():
+    model = build(RoFormerExtModel)
+    input_ids, _, _ = random_inputs(batch=1, pad_last=False)
+    changed = input_ids.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % 99
+    with torch.no_grad():
+        first = model(input_ids).last_hidden_state[0, 0]
+        second = model(changed).last_hidden_state[0, 0]
+    assert not torch.allclose(first, second)  # token 0 sees the last token
+
+
+@pytest.mark.parametrize("model_class", HEADS)
+def test_batched_equals_one_by_one(model_class):
+    model = build(model_class)
+    input_ids, attention_mask, token_type_ids = random_inputs()
+    with torch.no_grad():
+        batched = main_output(model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
+        for row in range(input_ids.shape[0]):
+            length = int(attention_mask[row].sum())
+            single = main_output(
+                model(input_ids[row : row + 1, :length], token_type_ids=token_type_ids[row : row + 1, :length])
+            )
+            if batched.dim() >= 3 or model_class is RoFormerExtForQuestionAnswering:
+                torch.testing.assert_close(batched[row : row + 1, :length], single, atol=ATOL, rtol=0)
+            else:
+                torch.testing.assert_close(batched[row : row + 1], single, atol=ATOL, rtol=0)
+
+
+def test_gradient_checkpointing_gives_same_gradients():
+    input_ids, attention_mask, token_type_ids = random_inputs()
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    grads = []
+    for checkpointing in (False, True):
+        model = build(RoFormerExtForMaskedLM).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        loss = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels).loss
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=0)
+
+
+def test_torch_compile_fullgraph_forward():
+    model = build(RoFormerExtModel)
+    input_ids, attention_mask, _ = random_inputs(pad_last=False)
+    with torch.no_grad():
+        expected = model(input_ids).last_hidden_state
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        actual = compiled(input_ids).last_hidden_state
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
+
+
+def test_generate_with_cache_equals_without():
+    model = build(RoFormerExtForCausalLM)
+    input_ids, _, _ = random_inputs(batch=2, seq=6, pad_last=False)
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with_cache = model.generate(input_ids, use_cache=True, **kwargs)
+    without_cache = model.generate(input_ids, use_cache=False, **kwargs)
+    assert torch.equal(with_cache, without_cache)
+    assert with_cache.shape == (2, 14)
+
+
+def test_generate_with_left_padding_matches_unpadded():
+    model = build(RoFormerExtForCausalLM)
+    prompt = torch.tensor([[7, 8, 9, 10]])
+    padded = torch.tensor([[0, 0, 7, 8, 9, 10]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    alone = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+    left = model.generate(padded, attention_mask=mask, **kwargs)
+    assert torch.equal(alone[0, 4:], left[0, 6:])
+
+
+def test_causal_lm_is_causal():
+    model = build(RoFormerExtForCausalLM)
+    input_ids, _, _ = random_inputs(batch=1, pad_last=False)
+    changed = input_ids.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % 99
+    with torch.no_grad():
+        assert torch.equal(model(input_ids).logits[0, :-1], model(changed).logits[0, :-1])
+
+
+def test_long_input_runs_past_max_position_embeddings():
+    model = build(RoFormerExtModel, max_position_embeddings=512)
+    input_ids = torch.randint(5, 99, (1, 8192))
+    with torch.no_grad():
+        out = model(input_ids).last_hidden_state
+    assert out.shape == (1, 8192, 32) and torch.isfinite(out).all()
+
+
+def test_float_position_ids_and_explicit_positions_match_default():
+    model = build(RoFormerExtModel)
+    input_ids, _, _ = random_inputs(batch=2, pad_last=False)
+    positions = torch.arange(input_ids.shape[1]).expand(2, -1)
+    with torch.no_grad():
+        default = model(input_ids).last_hidden_state
+        explicit = model(input_ids, position_ids=positions.float()).last_hidden_state
+        shifted = model(input_ids, position_ids=positions.float() + 17.5).last_hidden_state
+    torch.testing.assert_close(default, explicit, atol=ATOL, rtol=0)
+    torch.testing.assert_close(default, shifted, atol=1e-4, rtol=0)  # RoPE: only differences matter
+
+
+def test_four_d_mask_equals_two_d_mask():
+    model = build(RoFormerExtModel)
+    input_ids, attention_mask, _ = random_inputs()
+    four_d = attention_mask[:, None, None, :].bool().expand(-1, 1, input_ids.shape[1], -1)
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            two = model(input_ids, attention_mask=attention_mask).last_hidden_state
+            four = model(input_ids, attention_mask=four_d).last_hidden_state
+        torch.testing.assert_close(two * attention_mask[..., None], four * attention_mask[..., None])
+
+
+def test_output_hidden_states_and_attentions():
+    model = build(RoFormerExtModel)
+    model.set_attn_implementation("eager")
+    input_ids, attention_mask, _ = random_inputs()
+    out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    assert out.attentions[0].shape == (3, 4, 11, 11)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+
+
+def test_multiple_choice_shapes_and_loss():
+    model = build(RoFormerExtForMultipleChoice)
+    input_ids = torch.randint(5, 99, (2, 3, 7))
+    out = model(input_ids, labels=torch.tensor([0, 2]))
+    assert out.logits.shape == (2, 3) and out.loss.ndim == 0
+
+
+def test_tied_weights_and_v2_head():
+    model = build(RoFormerExtForMaskedLM, use_bias=False, norm_type="rms_scale_free")
+    assert model.lm_head.decoder.weight is model.roformer.embeddings.word_embeddings.weight
+    assert model.lm_head.transform is None and model.lm_head.bias is None
+    assert not [n for n, _ in model.named_parameters() if n.endswith("bias")]
+    assert not [n for n, _ in model.named_parameters() if "norm" in n]
+
+
+def test_embedding_size_differs_from_hidden():
+    model = build(RoFormerExtForMaskedLM, embedding_size=16)
+    assert model.roformer.embeddings.projection.weight.shape == (32, 16)
+    input_ids, attention_mask, _ = random_inputs()
+    assert model(input_ids, attention_mask=attention_mask).logits.shape == (3, 11, 99)
+
+
+def test_rotary_value_changes_outputs_but_keeps_shift_invariance():
+    plain = build(RoFormerExtModel)
+    rotated = build(RoFormerExtModel, rotary_value=True)
+    input_ids, _, _ = random_inputs(batch=1, pad_last=False)
+    with torch.no_grad():
+        assert not torch.allclose(plain(input_ids).last_hidden_state, rotated(input_ids).last_hidden_state)
+
+
+def test_deepcopy_and_half_layout_model_runs():
+    model = build(RoFormerExtModel, rope_parameters={"pair_layout": "half"})
+    clone = copy.deepcopy(model)
+    input_ids, attention_mask, _ = random_inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(input_ids, attention_mask=attention_mask).last_hidden_state,
+            clone(input_ids, attention_mask=attention_mask).last_hidden_state,
+        )
