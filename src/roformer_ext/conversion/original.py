@@ -1,0 +1,446 @@
+"""Convert the original RoFormer releases (bert4keras TF checkpoints) into roformer-ext folders.
+
+The ZhuiyiTechnology releases (RoFormer v1 word/char, RoFormer-Sim, RoFormer-GPT, RoFormer-V2) are TF
+checkpoints with BERT variable names written by bert4keras. Conversion is an explicit name map with every
+shape checked, plus a config that keeps what bert4keras computes: exact erf gelu, norm epsilon 1e-7, the
+parameter-free RMS norm and bias-free layers of V2, and the pooler's activation (not stored anywhere).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import CheckpointConversionError
+from .output_folder import output_folder
+from .tf_checkpoint import TFCheckpointReader
+
+VARIANTS = ("v1", "sim", "gpt", "v2")
+POOLER_ACTIVATIONS = ("linear", "tanh")
+
+#: Optimizer state and bookkeeping that training checkpoints may carry next to the weights.
+_IGNORED = re.compile(
+    r"(^|/)(global_step|_CHECKPOINTABLE_OBJECT_GRAPH|beta1_power|beta2_power|good_steps|loss_scale)$"
+    r"|/(adam_m|adam_v|Adam|Adam_1|lamb_m|lamb_v|Momentum|accumulator)(_\d+)?$"
+)
+
+#: bert4keras activation names -> transformers ACT2FN names.
+_ACTIVATIONS = {"gelu": "gelu", "gelu_erf": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu", "tanh": "tanh"}
+
+
+@dataclass(frozen=True)
+class VariableSpec:
+    """One checkpoint variable and where it goes: Dense kernels are [in, out], torch Linear weights [out, in]."""
+
+    tf_name: str
+    torch_key: str
+    tf_shape: tuple[int, ...]
+    transpose: bool = False
+
+
+@dataclass
+class ConversionPlan:
+    """Everything decided before any weight is read: variant, architecture, config and the variable map."""
+
+    variant: str
+    architecture: str
+    config_kwargs: dict[str, Any]
+    specs: list[VariableSpec]
+    ignored: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ detection
+def _is_ignored(name: str) -> bool:
+    return bool(_IGNORED.search(name))
+
+
+def detect_variant(variables: Mapping[str, tuple[int, ...]]) -> str:
+    """"v2" (no biases, no norm parameters, no `cls/` head), "sim" (v1 + pooler) or "v1"; gpt is never guessed.
+
+    Raises CheckpointConversionError when the variables fit none of them.
+    """
+    names = {n for n in variables if not _is_ignored(n)}
+    needed = ("bert/embeddings/word_embeddings", "bert/encoder/layer_0/attention/self/query/kernel")
+    if not all(n in names for n in needed):
+        sample = ", ".join(sorted(names)[:8]) or "(none)"
+        raise CheckpointConversionError(
+            f"Unknown checkpoint variant: no {' / '.join(needed)}, so this is not a bert4keras RoFormer "
+            f"checkpoint (first variables: {sample}). Supported variants: {', '.join(VARIANTS)}."
+        )
+    has_norm = any("LayerNorm" in n for n in names)
+    has_bias = any(n.endswith(("/bias", "/beta", "output_bias")) for n in names)
+    has_head = any(n.startswith("cls/") for n in names)
+    if not (has_norm or has_bias or has_head):
+        return "v2"
+    if has_norm and has_bias:
+        return "sim" if "bert/pooler/dense/kernel" in names else "v1"
+    raise CheckpointConversionError(
+        "Unknown checkpoint variant: it has "
+        f"{'norm parameters' if has_norm else 'no norm parameters'} and {'biases' if has_bias else 'no biases'}, "
+        "but RoFormer v1/Sim/GPT have both and RoFormer-V2 neither. Pass --variant to force one; the "
+        "mismatching variables will then be listed."
+    )
+
+
+# ---------------------------------------------------------------------------------------- variables
+def _dense(tf_prefix: str, key_prefix: str, shape_in_out: tuple[int, int], bias: bool) -> list[VariableSpec]:
+    specs = [VariableSpec(f"{tf_prefix}/kernel", f"{key_prefix}.weight", shape_in_out, transpose=True)]
+    if bias:
+        specs.append(VariableSpec(f"{tf_prefix}/bias", f"{key_prefix}.bias", (shape_in_out[1],)))
+    return specs
+
+
+def _norm(tf_prefix: str, key_prefix: str, size: int) -> list[VariableSpec]:
+    return [
+        VariableSpec(f"{tf_prefix}/gamma", f"{key_prefix}.weight", (size,)),
+        VariableSpec(f"{tf_prefix}/beta", f"{key_prefix}.bias", (size,)),
+    ]
+
+
+def map_original_variables(
+    bert_config: Mapping[str, Any], variant: str, with_pooler: bool, with_mlm_head: bool
+) -> list[VariableSpec]:
+    """The variables a bert4keras RoFormer of this config and variant has, keyed as RoFormerExtForMaskedLM."""
+    v1 = variant != "v2"
+    size = _sizes(bert_config)
+    vocab, emb, hidden, inter = size["vocab_size"], size["embedding_size"], size["hidden_size"], size["intermediate_size"]
+    specs = [
+        VariableSpec("bert/embeddings/word_embeddings", "roformer.embeddings.word_embeddings.weight", (vocab, emb)),
+        VariableSpec(
+            "bert/embeddings/token_type_embeddings",
+            "roformer.embeddings.token_type_embeddings.weight",
+            (size["type_vocab_size"], emb),
+        ),
+    ]
+    if v1:
+        specs += _norm("bert/embeddings/LayerNorm", "roformer.embeddings.norm", emb)
+    if emb != hidden:
+        specs += _dense("bert/encoder/embedding_hidden_mapping_in", "roformer.embeddings.projection", (emb, hidden), v1)
+    for i in range(size["num_hidden_layers"]):
+        tf, pt = f"bert/encoder/layer_{i}", f"roformer.layers.{i}"
+        for part in ("query", "key", "value"):
+            specs += _dense(f"{tf}/attention/self/{part}", f"{pt}.attention.{part}", (hidden, hidden), v1)
+        specs += _dense(f"{tf}/attention/output/dense", f"{pt}.attention.output", (hidden, hidden), v1)
+        specs += _dense(f"{tf}/intermediate/dense", f"{pt}.feed_forward.intermediate", (hidden, inter), v1)
+        specs += _dense(f"{tf}/output/dense", f"{pt}.feed_forward.output", (inter, hidden), v1)
+        if v1:
+            specs += _norm(f"{tf}/attention/output/LayerNorm", f"{pt}.attention_norm", hidden)
+            specs += _norm(f"{tf}/output/LayerNorm", f"{pt}.output_norm", hidden)
+    if with_pooler:
+        specs += _dense("bert/pooler/dense", "roformer.pooler.dense", (hidden, hidden), v1)
+    if with_mlm_head and v1:  # V2's head is the tied embedding alone: nothing stored
+        specs += _dense("cls/predictions/transform/dense", "lm_head.transform.dense", (hidden, emb), True)
+        specs += _norm("cls/predictions/transform/LayerNorm", "lm_head.transform.norm", emb)
+        specs.append(VariableSpec("cls/predictions/output_bias", "lm_head.bias", (vocab,)))
+    return specs
+
+
+def _check_variables(variables: Mapping[str, tuple[int, ...]], specs: list[VariableSpec], variant: str) -> None:
+    """One error listing every missing, unexpected and mis-shaped variable, so a user fixes them in one go."""
+    expected = {s.tf_name: s.tf_shape for s in specs}
+    present = {n: tuple(s) for n, s in variables.items() if not _is_ignored(n)}
+    missing = sorted(set(expected) - set(present))
+    unexpected = sorted(set(present) - set(expected))
+    misshaped = sorted(n for n in set(expected) & set(present) if expected[n] != present[n])
+    if not (missing or unexpected or misshaped):
+        return
+    lines = [f"The checkpoint does not match a RoFormer {variant} of its bert_config.json:"]
+    lines += [f"  missing variable {n} (expected shape {list(expected[n])})" for n in missing]
+    lines += [f"  unexpected variable {n} (shape {list(present[n])})" for n in unexpected]
+    lines += [f"  variable {n} has shape {list(present[n])}, expected {list(expected[n])}" for n in misshaped]
+    lines.append("Check that bert_config.json belongs to this checkpoint, or pass --variant (v1, sim, gpt, v2).")
+    raise CheckpointConversionError("\n".join(lines))
+
+
+# ------------------------------------------------------------------------------------------- config
+def _sizes(bert_config: Mapping[str, Any]) -> dict[str, int]:
+    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    missing = [k for k in required if k not in bert_config]
+    if missing:
+        raise CheckpointConversionError(f"bert_config.json lacks {', '.join(missing)}.")
+    sizes = {k: int(bert_config[k]) for k in required}
+    sizes["embedding_size"] = int(bert_config.get("embedding_size") or sizes["hidden_size"])
+    sizes["type_vocab_size"] = int(bert_config.get("type_vocab_size", 2))
+    return sizes
+
+
+def original_config_kwargs(
+    bert_config: Mapping[str, Any], variant: str, pooler_activation: str | None, pad_token_id: int = 0
+) -> dict[str, Any]:
+    """RoFormerExtConfig keyword arguments that reproduce what bert4keras computes for this variant."""
+    v2 = variant == "v2"
+    act = str(bert_config.get("hidden_act", "gelu"))
+    if act not in _ACTIVATIONS:
+        raise CheckpointConversionError(f"Unsupported hidden_act {act!r} in bert_config.json (known: {', '.join(_ACTIVATIONS)}).")
+    if v2 and _sizes(bert_config)["embedding_size"] != bert_config["hidden_size"]:
+        raise CheckpointConversionError(
+            "RoFormer-V2 with embedding_size != hidden_size cannot be converted faithfully: bert4keras adds an "
+            "'Output-Mapping' layer to its MLM head that is never saved in the checkpoint."
+        )
+    return {
+        **_sizes(bert_config),
+        "hidden_act": _ACTIVATIONS[act],
+        "hidden_dropout_prob": float(bert_config.get("hidden_dropout_prob", 0.1)),
+        "attention_probs_dropout_prob": float(bert_config.get("attention_probs_dropout_prob", 0.1)),
+        "max_position_embeddings": int(bert_config.get("max_position_embeddings", 512)),
+        "initializer_range": float(bert_config.get("initializer_range", 0.02)),
+        "layer_norm_eps": 1e-7,  # keras' K.epsilon(), which bert4keras uses for every norm of the encoder
+        "pad_token_id": pad_token_id,
+        "use_bias": not v2,
+        "norm_type": "rms_scale_free" if v2 else "layer_norm",
+        "mlm_head_transform": not v2,
+        "rotary_value": False,
+        "attention_type": "softmax",
+        "pooler_activation": pooler_activation,
+        "is_decoder": variant == "gpt",
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "pair_layout": "interleaved",
+            "axes": 1,
+            "axis_allocation": "interleaved",
+            "position_scheme": "rope_1d",
+        },
+    }
+
+
+def plan_conversion(
+    variables: Mapping[str, tuple[int, ...]],
+    bert_config: Mapping[str, Any],
+    variant: str | None = None,
+    pooler_activation: str | None = None,
+    pad_token_id: int = 0,
+) -> ConversionPlan:
+    """Decide variant, architecture, config and variable map, checking the checkpoint against them."""
+    if variant is not None and variant not in VARIANTS:
+        raise CheckpointConversionError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
+    if pooler_activation is not None and pooler_activation not in POOLER_ACTIVATIONS:
+        raise CheckpointConversionError(
+            f"Unknown pooler activation {pooler_activation!r}; choose one of {', '.join(POOLER_ACTIVATIONS)}."
+        )
+    variant = variant or detect_variant(variables)
+    has_pooler = "bert/pooler/dense/kernel" in variables or variant == "sim"
+    has_head = variant in ("v2", "gpt") or any(n.startswith("cls/") for n in variables)
+    if pooler_activation is not None and not has_pooler:
+        raise CheckpointConversionError(
+            "--pooler-activation was given but the checkpoint has no pooler (bert/pooler/dense); leave it out."
+        )
+    if has_pooler and pooler_activation is None:
+        pooler_activation = "linear" if variant == "sim" else "tanh"  # RoFormer-Sim's pooler is linear
+    specs = map_original_variables(bert_config, variant, has_pooler, has_head)
+    _check_variables(variables, specs, variant)
+    architecture = (
+        "RoFormerExtForCausalLM" if variant == "gpt" else "RoFormerExtForMaskedLM" if has_head else "RoFormerExtModel"
+    )
+    return ConversionPlan(
+        variant=variant,
+        architecture=architecture,
+        config_kwargs=original_config_kwargs(bert_config, variant, pooler_activation if has_pooler else None, pad_token_id),
+        specs=specs,
+        ignored=sorted(n for n in variables if _is_ignored(n)),
+    )
+
+
+def load_state_dict(reader: TFCheckpointReader, specs: list[VariableSpec]) -> dict[str, np.ndarray]:
+    """Read and transpose every mapped variable (float32), keyed as RoFormerExtForMaskedLM."""
+    state = {}
+    for spec in specs:
+        array = reader.get_tensor(spec.tf_name).astype(np.float32, copy=False)
+        state[spec.torch_key] = np.ascontiguousarray(array.T if spec.transpose else array)
+    return state
+
+
+# -------------------------------------------------------------------------------------- source files
+def _read_bert_config(src: Path) -> dict[str, Any]:
+    path = src / "bert_config.json"
+    if not path.is_file():
+        raise CheckpointConversionError(f"Missing {path}: an original release folder holds bert_config.json, bert_model.ckpt.* and vocab.txt.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CheckpointConversionError(f"{path} is not valid JSON: {err}.") from None
+
+
+def _read_vocab(src: Path) -> list[str]:
+    path = src / "vocab.txt"
+    if not path.is_file():
+        raise CheckpointConversionError(f"Missing {path}: the tokenizer vocabulary is needed for the converted folder.")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+# ------------------------------------------------------------------------------------------- output
+def _tokenizer(vocab_file: Path):
+    """The package's tokenizer when present, else transformers' BERT tokenizer (the same WordPiece on chars)."""
+    try:
+        from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
+    except ImportError:
+        from transformers import BertTokenizerFast
+
+        return BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
+    return RoFormerExtTokenizerFast.from_vocab_file(vocab_file, segmenter="auto", do_lower_case=True)  # jieba for word vocabs
+
+
+def save_converted(folder: Path, plan: ConversionPlan, state: Mapping[str, np.ndarray], vocab_file: Path, readme: str) -> None:
+    """Build the planned model, load `state` strictly, and write model, tokenizer, vocab.txt and README.md."""
+    import shutil
+
+    import torch
+
+    # importing the package registers the Auto classes, so save_pretrained writes auto_map
+    from .. import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
+
+    classes = (RoFormerExtModel, RoFormerExtForMaskedLM, RoFormerExtForCausalLM)
+    model_class = {c.__name__: c for c in classes}[plan.architecture]
+    model = model_class(RoFormerExtConfig(**plan.config_kwargs)).eval()
+    strip = "roformer." if model_class is RoFormerExtModel else ""
+    tensors = {k.removeprefix(strip): torch.from_numpy(np.array(v)) for k, v in state.items()}
+    try:
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+    except RuntimeError as err:
+        raise CheckpointConversionError(f"The converted weights do not fit {plan.architecture}: {err}") from None
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    if set(missing) - tied:
+        raise CheckpointConversionError(
+            f"{plan.architecture} expects weights the checkpoint map does not give: {sorted(set(missing) - tied)}."
+        )
+    model.save_pretrained(folder)
+    if unexpected:  # weights this architecture does not hold (e.g. a pooler next to an MLM head): keep them in
+        _add_to_safetensors(folder, {k: tensors[k] for k in unexpected})  # the file so AutoModel loads them
+    _tokenizer(vocab_file).save_pretrained(folder)
+    shutil.copyfile(vocab_file, folder / "vocab.txt")
+    (folder / "README.md").write_text(readme, encoding="utf-8")
+
+
+def _add_to_safetensors(folder: Path, extra: Mapping[str, Any]) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        raise CheckpointConversionError(f"Expected a single {path} to add {sorted(extra)} to; found a sharded save.")
+    tensors = load_file(path)
+    tensors.update({k: v.contiguous() for k, v in extra.items()})
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+# -------------------------------------------------------------------------------------------- main
+def convert_original_checkpoint(
+    src: str | Path,
+    out: str | Path,
+    variant: str | None = None,
+    pooler_activation: str | None = None,
+    force: bool = False,
+    command: str | None = None,
+) -> Path:
+    """Convert an original RoFormer release folder `src` into a roformer-ext folder `out`; return `out`.
+
+    `variant` (v1 | sim | gpt | v2) is detected when None (gpt must be asked for). `pooler_activation`
+    defaults to "linear" for RoFormer-Sim and "tanh" for another checkpoint with a pooler. Nothing is left at
+    `out` when anything fails; an existing `out` is refused unless `force`.
+    """
+    src, out = Path(src), Path(out)
+    if not src.is_dir():
+        raise CheckpointConversionError(f"Source folder {src} does not exist.")
+    with output_folder(out, force=force) as tmp:
+        bert_config = _read_bert_config(src)
+        vocab = _read_vocab(src)
+        reader = TFCheckpointReader(src)
+        pad_id = vocab.index("[PAD]") if "[PAD]" in vocab else 0
+        plan = plan_conversion(reader.variables, bert_config, variant, pooler_activation, pad_id)
+        if len(vocab) != plan.config_kwargs["vocab_size"]:
+            raise CheckpointConversionError(
+                f"vocab.txt has {len(vocab)} entries but bert_config.json says vocab_size {plan.config_kwargs['vocab_size']}."
+            )
+        state = load_state_dict(reader, plan.specs)
+        if command is None:
+            command = _command(src, out, variant, pooler_activation, force)
+        save_converted(tmp, plan, state, src / "vocab.txt", model_card(src, plan, command))
+    return out
+
+
+def _command(src: Path, out: Path, variant: str | None, pooler: str | None, force: bool) -> str:
+    args = ["roformer-ext-convert", "original", str(src), str(out)]
+    args += ["--variant", variant] if variant else []
+    args += ["--pooler-activation", pooler] if pooler else []
+    args += ["--force"] if force else []
+    return shlex.join(args)
+
+
+_CITATION = """@article{su2021roformer,
+  title   = {RoFormer: Enhanced Transformer with Rotary Position Embedding},
+  author  = {Su, Jianlin and Lu, Yu and Pan, Shengfeng and Murtadha, Ahmed and Wen, Bo and Liu, Yunfeng},
+  journal = {arXiv preprint arXiv:2104.09864},
+  year    = {2021}
+}"""
+
+_VARIANT_TEXT = {
+    "v1": "RoFormer (v1): post-norm BERT layout with biases and LayerNorm, rotary position embedding, MLM head.",
+    "sim": "RoFormer-Sim: RoFormer v1 plus a pooler on [CLS] (linear in the original) for sentence similarity; "
+    "use `roformer_ext.unilm_attention_mask` for its seq2seq (UniLM) generation.",
+    "gpt": "RoFormer-GPT: RoFormer v1 weights used as a causal language model (the v1 MLM head is the LM head).",
+    "v2": "RoFormer-V2: no biases, parameter-free RMS norm, MLM head = tied embeddings.",
+}
+
+
+def model_card(src: Path, plan: ConversionPlan, command: str) -> str:
+    """A short README.md: where the weights come from, how they were converted and what was kept."""
+    cfg = plan.config_kwargs
+    pooler = f"pooler activation `{cfg['pooler_activation']}`" if cfg["pooler_activation"] else "no pooler"
+    return f"""---
+library_name: transformers
+language: zh
+tags:
+- roformer
+- roformer-ext
+---
+
+# {src.name} (roformer-ext)
+
+Converted from the original release `{src.name}` (bert4keras TF checkpoint, ZhuiyiTechnology) with roformer-ext.
+
+- Variant: **{plan.variant}** — {_VARIANT_TEXT[plan.variant]}
+- Architecture: `{plan.architecture}`; {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']},
+  {cfg['num_attention_heads']} heads, embedding {cfg['embedding_size']}, vocab {cfg['vocab_size']}; {pooler}.
+- Kept from the original: activation `{cfg['hidden_act']}` (`gelu` is the exact erf gelu), norm epsilon 1e-7,
+  interleaved rotary pairs with base 10000.
+
+Made with:
+
+```bash
+{command}
+```
+
+```python
+import roformer_ext  # registers the Auto classes (or pass trust_remote_code=True)
+from transformers import AutoModel, AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
+model = AutoModel.from_pretrained("path/to/this/folder")
+```
+
+## Citation
+
+```bibtex
+{_CITATION}
+```
+"""
+
+
+__all__ = [
+    "POOLER_ACTIVATIONS",
+    "VARIANTS",
+    "ConversionPlan",
+    "VariableSpec",
+    "convert_original_checkpoint",
+    "detect_variant",
+    "load_state_dict",
+    "map_original_variables",
+    "model_card",
+    "original_config_kwargs",
+    "plan_conversion",
+]

@@ -1,0 +1,483 @@
+"""Read (and, for tests, write) TensorFlow V2-format checkpoints without TensorFlow.
+
+A checkpoint `PREFIX` is `PREFIX.index` plus data shards `PREFIX.data-0000i-of-0000n`. The index is a
+LevelDB-style SSTable: data blocks of prefix-compressed (key, value) entries, an index block of block
+handles and a 48-byte footer ending in a magic number; every block carries a masked crc32c. Its key ""
+holds a `BundleHeaderProto`; every other key is a variable name whose value is a `BundleEntryProto`
+(dtype, shape, shard_id, offset, size, crc32c) locating the raw little-endian bytes in a data shard.
+Only what the RoFormer releases need is supported: uncompressed blocks and whole (unpartitioned) numeric
+tensors. Everything is checked (block and tensor checksums, bounds, sizes), so a damaged download fails
+with a message that names the file and the variable instead of producing a silently wrong model.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import CheckpointConversionError
+
+
+class TFCheckpointError(CheckpointConversionError):
+    """The checkpoint files are missing, truncated, corrupted or use a feature this reader does not support."""
+
+
+class _FormatError(Exception):
+    """Internal: malformed bytes; the reader re-raises it as TFCheckpointError with the file name."""
+
+
+# --------------------------------------------------------------------------------------------- crc32c
+# Castagnoli CRC, vectorised with numpy: the buffer is cut into N equal chunks whose CRCs advance together
+# one byte per step, then merged pairwise. Merging works because the CRC register is linear over GF(2): the
+# register after `A || B` equals Z_|B|(register after A) xor crc_from_zero(B), Z_n being "feed n zero bytes".
+
+_CRC_POLY = 0x82F63B78
+_CRC_MASK_DELTA = 0xA282EAD8
+
+
+def _crc_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(_CRC_POLY), table >> 1).astype(np.uint32)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def _apply_op(op: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Apply a GF(2)-linear map given by the images of the 32 bits (op[i] = map(1 << i)) to every x."""
+    out = np.zeros_like(x)
+    for bit in range(32):
+        out ^= op[bit] * ((x >> np.uint32(bit)) & np.uint32(1))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros_op(log2_n: int) -> np.ndarray:
+    """The map Z_n (n = 2**log2_n): the CRC register after feeding n zero bytes, as 32 bit images."""
+    if log2_n == 0:
+        reg = np.uint32(1) << np.arange(32, dtype=np.uint32)
+        return (_CRC_TABLE[reg & np.uint32(0xFF)] ^ (reg >> np.uint32(8))).astype(np.uint32)
+    half = _zeros_op(log2_n - 1)
+    return _apply_op(half, half)
+
+
+def _feed_zeros(register: int, n: int) -> int:
+    reg = np.array([register], dtype=np.uint32)
+    for bit in range(n.bit_length()):
+        if n >> bit & 1:
+            reg = _apply_op(_zeros_op(bit), reg)
+    return int(reg[0])
+
+
+def crc32c(data: bytes | bytearray | memoryview | np.ndarray) -> int:
+    """CRC-32C (Castagnoli) of `data`, as TensorFlow and LevelDB compute it (unmasked)."""
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+    n = buf.size
+    log2_chunk = min(10, max(0, (n.bit_length() - 1) // 2))  # chunks of about sqrt(n) bytes, at most 1 KiB
+    chunk = 1 << log2_chunk
+    head = (-n) % chunk
+    if head:  # leading zero bytes fed to a zero register leave it zero, so padding in front is free
+        buf = np.concatenate([np.zeros(head, dtype=np.uint8), buf])
+    columns = np.ascontiguousarray(buf.reshape(-1, chunk).T)  # (chunk, n_chunks)
+    regs = np.zeros(columns.shape[1], dtype=np.uint32)
+    for row in columns:
+        regs = _CRC_TABLE[(regs ^ row) & np.uint32(0xFF)] ^ (regs >> np.uint32(8))
+    level = log2_chunk
+    while regs.size > 1:
+        if regs.size % 2:
+            regs = np.concatenate([np.zeros(1, dtype=np.uint32), regs])
+        regs = _apply_op(_zeros_op(level), regs[0::2]) ^ regs[1::2]
+        level += 1
+    raw = int(regs[0]) if n else 0
+    return (_feed_zeros(0xFFFFFFFF, n) ^ raw) ^ 0xFFFFFFFF
+
+
+def mask_crc(crc: int) -> int:
+    """LevelDB / TF store CRCs rotated and offset so that a CRC of data containing CRCs stays well spread."""
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
+
+# ------------------------------------------------------------------------------------- protobuf wire
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise _FormatError("varint runs past the end of its buffer")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _FormatError("varint longer than 10 bytes")
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _proto_fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """Yield (field number, value) of a serialized protobuf message; enough of the wire format for bundles."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos)
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            if pos + width > len(buf):
+                raise _FormatError("fixed-width protobuf field runs past the end")
+            value, pos = int.from_bytes(buf[pos : pos + width], "little"), pos + width
+        elif wire == 2:
+            length, pos = _read_varint(buf, pos)
+            if pos + length > len(buf):
+                raise _FormatError("length-delimited protobuf field runs past the end")
+            value, pos = bytes(buf[pos : pos + length]), pos + length
+        else:
+            raise _FormatError(f"unsupported protobuf wire type {wire}")
+        yield number, value
+
+
+# ------------------------------------------------------------------------------------------ SSTable
+_TABLE_MAGIC = 0xDB4775248B80FB57
+_FOOTER_SIZE = 48  # two block handles padded to 40 bytes + 8-byte magic
+_BLOCK_TRAILER = 5  # compression type byte + masked crc32c
+
+
+def _read_block(raw: bytes, offset: int, size: int) -> bytes:
+    end = offset + size + _BLOCK_TRAILER
+    if end > len(raw):
+        raise _FormatError(f"block at offset {offset} (size {size}) runs past the end of the file ({len(raw)} bytes)")
+    contents, kind = raw[offset : offset + size], raw[offset + size]
+    stored = int.from_bytes(raw[offset + size + 1 : end], "little")
+    if mask_crc(crc32c(raw[offset : offset + size + 1])) != stored:
+        raise _FormatError(f"checksum mismatch in the block at offset {offset}")
+    if kind != 0:
+        raise _FormatError(f"block at offset {offset} is compressed (type {kind}); only uncompressed tables are supported")
+    return contents
+
+
+def _block_entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
+    if len(block) < 4:
+        raise _FormatError("block shorter than its restart count")
+    num_restarts = int.from_bytes(block[-4:], "little")
+    limit = len(block) - 4 - 4 * num_restarts
+    if limit < 0:
+        raise _FormatError("block restart array larger than the block")
+    pos, key = 0, b""
+    while pos < limit:
+        shared, pos = _read_varint(block, pos)
+        unshared, pos = _read_varint(block, pos)
+        value_len, pos = _read_varint(block, pos)
+        if shared > len(key) or pos + unshared + value_len > limit:
+            raise _FormatError("block entry runs past the end of its block")
+        key = key[:shared] + block[pos : pos + unshared]
+        pos += unshared
+        yield key, block[pos : pos + value_len]
+        pos += value_len
+
+
+def _handle(value: bytes) -> tuple[int, int]:
+    offset, pos = _read_varint(value, 0)
+    size, _ = _read_varint(value, pos)
+    return offset, size
+
+
+def _read_table(raw: bytes) -> list[tuple[bytes, bytes]]:
+    if len(raw) < _FOOTER_SIZE:
+        raise _FormatError(f"file is {len(raw)} bytes, shorter than the {_FOOTER_SIZE}-byte table footer")
+    footer = raw[-_FOOTER_SIZE:]
+    if int.from_bytes(footer[-8:], "little") != _TABLE_MAGIC:
+        raise _FormatError("bad table magic number (not a TF checkpoint index, or truncated)")
+    meta_offset, pos = _read_varint(footer, 0)
+    meta_size, pos = _read_varint(footer, pos)
+    index_offset, pos = _read_varint(footer, pos)
+    index_size, _ = _read_varint(footer, pos)
+    _read_block(raw, meta_offset, meta_size)  # TF stores nothing there; checked only to catch a damaged footer
+    entries: list[tuple[bytes, bytes]] = []
+    for _, handle in _block_entries(_read_block(raw, index_offset, index_size)):
+        entries.extend(_block_entries(_read_block(raw, *_handle(handle))))
+    return entries
+
+
+def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
+    body, restarts = bytearray(), []
+    for key, value in entries:  # a restart at every entry: no prefix sharing, simplest valid layout
+        restarts.append(len(body))
+        body += _varint(0) + _varint(len(key)) + _varint(len(value)) + key + value
+    restarts = restarts or [0]
+    body += b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
+    return bytes(body)
+
+
+def _append_block(out: bytearray, block: bytes) -> bytes:
+    handle = _varint(len(out)) + _varint(len(block))
+    out += block + b"\x00" + mask_crc(crc32c(block + b"\x00")).to_bytes(4, "little")
+    return handle
+
+
+def _build_table(entries: list[tuple[bytes, bytes]]) -> bytes:
+    out = bytearray()
+    data_handle = _append_block(out, _block(entries))
+    meta_handle = _append_block(out, _block([]))
+    index_handle = _append_block(out, _block([(entries[-1][0], data_handle)] if entries else []))
+    footer = (meta_handle + index_handle).ljust(_FOOTER_SIZE - 8, b"\x00")
+    return bytes(out + footer + _TABLE_MAGIC.to_bytes(8, "little"))
+
+
+# ------------------------------------------------------------------------------------------- bundle
+#: TF DataType enum -> numpy dtype. bfloat16 (14) is read as float32 (numpy has no bfloat16).
+_DTYPES: dict[int, tuple[str, np.dtype]] = {
+    1: ("float32", np.dtype("<f4")),
+    2: ("float64", np.dtype("<f8")),
+    3: ("int32", np.dtype("<i4")),
+    4: ("uint8", np.dtype("u1")),
+    5: ("int16", np.dtype("<i2")),
+    6: ("int8", np.dtype("i1")),
+    9: ("int64", np.dtype("<i8")),
+    10: ("bool", np.dtype("?")),
+    14: ("bfloat16", np.dtype("<u2")),
+    17: ("uint16", np.dtype("<u2")),
+    19: ("float16", np.dtype("<f2")),
+    22: ("uint32", np.dtype("<u4")),
+    23: ("uint64", np.dtype("<u8")),
+}
+_DTYPE_NAMES = {1: "float32", 7: "string", 8: "complex64", 18: "complex128", 20: "resource", 21: "variant"}
+_WRITE_CODES = {dtype.str: code for code, (name, dtype) in _DTYPES.items() if name != "bfloat16"}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one variable lives: what a BundleEntryProto says about it."""
+
+    name: str
+    dtype_code: int
+    shape: tuple[int, ...]
+    shard_id: int = 0
+    offset: int = 0
+    size: int = 0
+    masked_crc32c: int | None = None
+    partitioned: bool = False
+
+    @property
+    def dtype_name(self) -> str:
+        return _DTYPES[self.dtype_code][0] if self.dtype_code in _DTYPES else _DTYPE_NAMES.get(self.dtype_code, f"dtype #{self.dtype_code}")
+
+
+def _parse_shape(buf: bytes) -> tuple[int, ...]:
+    dims = []
+    for number, value in _proto_fields(buf):
+        if number == 2:
+            size = dict(_proto_fields(value)).get(1, 0)
+            dims.append(_signed64(size))
+        elif number == 3 and value:
+            raise _FormatError("tensor of unknown rank")
+    return tuple(dims)
+
+
+def _parse_entry(name: str, buf: bytes) -> TensorEntry:
+    fields: dict[str, object] = {"shape": ()}
+    for number, value in _proto_fields(buf):
+        if number == 1:
+            fields["dtype_code"] = value
+        elif number == 2:
+            fields["shape"] = _parse_shape(value)
+        elif number == 3:
+            fields["shard_id"] = value
+        elif number == 4:
+            fields["offset"] = _signed64(value)
+        elif number == 5:
+            fields["size"] = _signed64(value)
+        elif number == 6:
+            fields["masked_crc32c"] = value
+        elif number == 7:
+            fields["partitioned"] = True
+    return TensorEntry(name=name, dtype_code=int(fields.pop("dtype_code", 0)), **fields)
+
+
+def _entry_bytes(entry: TensorEntry) -> bytes:
+    shape = b"".join(b"\x12" + _varint(len(d)) + d for d in (b"\x08" + _varint(n) for n in entry.shape))
+    out = b"\x08" + _varint(entry.dtype_code) + b"\x12" + _varint(len(shape)) + shape
+    if entry.offset:
+        out += b"\x20" + _varint(entry.offset)
+    if entry.size:
+        out += b"\x28" + _varint(entry.size)
+    return out + b"\x35" + int(entry.masked_crc32c).to_bytes(4, "little")
+
+
+# ------------------------------------------------------------------------------------------- reader
+def _state_file_prefix(folder: Path) -> Path | None:
+    """The prefix named by a `checkpoint` state file; absolute paths from the training machine fall back to the folder."""
+    state = folder / "checkpoint"
+    if not state.is_file():
+        return None
+    for line in state.read_text(encoding="utf-8", errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model_checkpoint_path":
+            named = Path(value.strip().strip('"'))
+            for candidate in (named, folder / named, folder / named.name):
+                if Path(f"{candidate}.index").is_file():
+                    return candidate
+    return None
+
+
+def resolve_checkpoint_prefix(path: str | os.PathLike) -> Path:
+    """Accept a folder, a prefix (`.../bert_model.ckpt`) or the `.index` file itself; return the prefix."""
+    path = Path(path)
+    if path.suffix == ".index" and path.is_file():
+        return path.with_suffix("")
+    if path.is_dir():
+        prefix = _state_file_prefix(path)
+        if prefix is not None:
+            return prefix
+        indexes = sorted(path.glob("*.index"))
+        if len(indexes) == 1:
+            return indexes[0].with_suffix("")
+        if not indexes:
+            raise TFCheckpointError(f"No TF checkpoint in {path}: expected a `*.index` file (e.g. bert_model.ckpt.index).")
+        names = ", ".join(p.name for p in indexes)
+        raise TFCheckpointError(f"Several checkpoints in {path} ({names}); pass the prefix of the one to read.")
+    if Path(f"{path}.index").is_file():
+        return path
+    raise TFCheckpointError(f"Missing checkpoint index {path}.index (no such file or folder {path}).")
+
+
+class TFCheckpointReader:
+    """Random access to the variables of one TF V2 checkpoint, as numpy arrays.
+
+    `variables` maps each name to its shape (like `tf.train.list_variables`); `get_tensor(name)` reads one
+    (like `tf.train.load_variable`), checking bounds, size and the stored crc32c.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.prefix = resolve_checkpoint_prefix(path)
+        self.index_path = Path(f"{self.prefix}.index")
+        try:
+            table = _read_table(self.index_path.read_bytes())
+            header = dict(_proto_fields(table[0][1])) if table and table[0][0] == b"" else None
+            if header is None:
+                raise _FormatError("no bundle header entry (empty key)")
+            self.num_shards = int(header.get(1, 1))
+            self.big_endian = int(header.get(2, 0)) == 1
+            self._entries = {k.decode("utf-8"): _parse_entry(k.decode("utf-8"), v) for k, v in table[1:]}
+        except (_FormatError, UnicodeDecodeError) as err:
+            raise TFCheckpointError(f"Corrupted checkpoint index {self.index_path}: {err}.") from None
+        self.shard_paths = [Path(f"{self.prefix}.data-{i:05d}-of-{self.num_shards:05d}") for i in range(self.num_shards)]
+        missing = [str(p) for p in self.shard_paths if not p.is_file()]
+        if missing:
+            raise TFCheckpointError(f"Missing checkpoint data shard(s): {', '.join(missing)}.")
+
+    @property
+    def variables(self) -> dict[str, tuple[int, ...]]:
+        return {name: entry.shape for name, entry in sorted(self._entries.items())}
+
+    def entry(self, name: str) -> TensorEntry:
+        if name not in self._entries:
+            raise TFCheckpointError(f"Variable {name!r} is not in checkpoint {self.prefix}.")
+        return self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get_tensor(self, name: str, verify_checksum: bool = True) -> np.ndarray:
+        """Read one variable; bfloat16 comes back as float32."""
+        entry = self.entry(name)
+        if entry.partitioned:
+            raise TFCheckpointError(f"Variable {name!r} is partitioned into slices, which this reader does not support.")
+        if entry.dtype_code not in _DTYPES:
+            raise TFCheckpointError(f"Variable {name!r} has unsupported dtype {entry.dtype_name}.")
+        if not 0 <= entry.shard_id < self.num_shards:
+            raise TFCheckpointError(f"Corrupted checkpoint index {self.index_path}: {name!r} points to shard {entry.shard_id} of {self.num_shards}.")
+        dtype_name, dtype = _DTYPES[entry.dtype_code]
+        expected = int(np.prod(entry.shape, dtype=np.int64)) * dtype.itemsize
+        if entry.size != expected or entry.offset < 0 or any(d < 0 for d in entry.shape):
+            raise TFCheckpointError(
+                f"Corrupted checkpoint index {self.index_path}: {name!r} ({dtype_name}, shape {list(entry.shape)}) "
+                f"should take {expected} bytes but the index says {entry.size} at offset {entry.offset}."
+            )
+        shard = self.shard_paths[entry.shard_id]
+        with open(shard, "rb") as handle:
+            handle.seek(entry.offset)
+            raw = handle.read(entry.size)
+        if len(raw) != entry.size:
+            raise TFCheckpointError(
+                f"Truncated checkpoint data {shard}: {name!r} needs bytes [{entry.offset}, {entry.offset + entry.size}) "
+                f"but the file has {shard.stat().st_size} bytes. Download it again."
+            )
+        if verify_checksum and entry.masked_crc32c is not None and mask_crc(crc32c(raw)) != entry.masked_crc32c:
+            raise TFCheckpointError(f"Corrupted checkpoint data {shard}: checksum mismatch for {name!r}. Download it again.")
+        array = np.frombuffer(raw, dtype=dtype.newbyteorder(">") if self.big_endian else dtype).reshape(entry.shape)
+        if dtype_name == "bfloat16":
+            return (array.astype(np.uint32) << 16).view(np.float32)
+        return array.astype(dtype.newbyteorder("="), copy=True)
+
+
+def read_tf_checkpoint(path: str | os.PathLike, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Every variable (or those in `names`) of a TF checkpoint as numpy arrays."""
+    reader = TFCheckpointReader(path)
+    return {name: reader.get_tensor(name) for name in (names if names is not None else list(reader))}
+
+
+def write_tf_checkpoint(prefix: str | os.PathLike, tensors: Mapping[str, np.ndarray]) -> Path:
+    """Write `tensors` as a single-shard TF V2 checkpoint at `prefix` (plus a `checkpoint` state file).
+
+    Exists so tests can build checkpoints of any layout; the format matches what TensorFlow writes.
+    """
+    prefix = Path(prefix)
+    data, entries = bytearray(), []
+    for name in sorted(tensors, key=lambda n: n.encode("utf-8")):
+        array = np.asarray(tensors[name])  # tobytes() below is C order whatever the strides
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        code = _WRITE_CODES.get(little.dtype.str)
+        if code is None:
+            raise TFCheckpointError(f"Cannot write {name!r}: dtype {array.dtype} has no TF checkpoint code here.")
+        raw = little.tobytes()
+        entry = TensorEntry(name, code, tuple(array.shape), 0, len(data), len(raw), mask_crc(crc32c(raw)))
+        entries.append((name.encode("utf-8"), _entry_bytes(entry)))
+        data += raw
+    header = b"\x08\x01" + b"\x1a\x02\x08\x01"  # num_shards 1, little endian (default), version {producer: 1}
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{prefix}.index").write_bytes(_build_table([(b"", header), *entries]))
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+    (prefix.parent / "checkpoint").write_text(
+        f'model_checkpoint_path: "{prefix.name}"\nall_model_checkpoint_paths: "{prefix.name}"\n', encoding="utf-8"
+    )
+    return prefix
+
+
+__all__ = [
+    "TFCheckpointError",
+    "TFCheckpointReader",
+    "TensorEntry",
+    "crc32c",
+    "mask_crc",
+    "read_tf_checkpoint",
+    "resolve_checkpoint_prefix",
+    "write_tf_checkpoint",
+]

@@ -1,0 +1,230 @@
+"""Our TF-checkpoint reader: the real files TensorFlow wrote, round trips through our writer, and damaged copies."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roformer_ext.conversion import CheckpointConversionError
+from roformer_ext.conversion.tf_checkpoint import (
+    TFCheckpointError,
+    TFCheckpointReader,
+    crc32c,
+    read_tf_checkpoint,
+    resolve_checkpoint_prefix,
+    write_tf_checkpoint,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"
+VARIABLE_COUNTS = {"roformer_v1": 41, "roformer_v2": 14, "roformer_sim": 43, "roformer_sim_ft": 38}
+DATA = "bert_model.ckpt.data-00000-of-00001"
+INDEX = "bert_model.ckpt.index"
+
+
+def slow_crc32c(data: bytes) -> int:
+    """Bit-by-bit definition, to check the vectorised one against."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def copy_fixture(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    for path in target.iterdir():
+        path.chmod(0o644)
+    return target
+
+
+# ------------------------------------------------------------------------------------------- crc32c
+def test_crc32c_known_values():
+    assert crc32c(b"") == 0
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720 test vectors
+    assert crc32c(b"\xff" * 32) == 0x62A8AB43
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=0, max_size=3000))
+def test_crc32c_matches_bitwise_definition(data):
+    assert crc32c(data) == slow_crc32c(data)
+    assert crc32c(np.frombuffer(data, dtype=np.uint8)) == slow_crc32c(data)
+
+
+# ------------------------------------------------------------------------------------ real fixtures
+@pytest.mark.parametrize("name", sorted(VARIABLE_COUNTS))
+def test_reads_tensorflow_written_fixture(name):
+    reader = TFCheckpointReader(FIXTURES / name)
+    assert len(reader) == VARIABLE_COUNTS[name]
+    variables = reader.variables
+    assert variables["bert/embeddings/word_embeddings"] == (128, 64)
+    assert variables["bert/encoder/layer_1/intermediate/dense/kernel"] == (64, 128)
+    assert variables["bert/encoder/layer_1/output/dense/kernel"] == (128, 64)
+    for variable in reader:  # every stored crc32c verified
+        array = reader.get_tensor(variable)
+        assert array.dtype == np.float32 and array.shape == variables[variable]
+        assert np.isfinite(array).all()
+
+
+def test_fixture_values_follow_the_generator_recipe():
+    """gamma = 1 + 0.2 N(0, 1) and beta = 0.2 N(0, 1): means near 1 and 0 show gamma/beta are not swapped."""
+    tensors = read_tf_checkpoint(FIXTURES / "roformer_v1")
+    assert abs(tensors["bert/embeddings/LayerNorm/gamma"].mean() - 1) < 0.1
+    assert abs(tensors["bert/embeddings/LayerNorm/beta"].mean()) < 0.1
+
+
+def test_prefix_forms_resolve_to_the_same_checkpoint(tmp_path):
+    folder = FIXTURES / "roformer_v2"
+    prefix = folder / "bert_model.ckpt"
+    assert resolve_checkpoint_prefix(folder) == prefix
+    assert resolve_checkpoint_prefix(prefix) == prefix
+    assert resolve_checkpoint_prefix(folder / INDEX) == prefix
+    # a `checkpoint` state file with the absolute path of the training machine, or none at all
+    moved = copy_fixture("roformer_v2", tmp_path)
+    (moved / "checkpoint").write_text('model_checkpoint_path: "/data/train/bert_model.ckpt"\n')
+    assert resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
+    (moved / "checkpoint").unlink()
+    assert resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None,
+    reason="tensorflow is not installed (the only reason this cross-check is skipped)",
+)
+@pytest.mark.parametrize("name", sorted(VARIABLE_COUNTS))
+def test_matches_tensorflow_reader(name, tmp_path):
+    import tensorflow as tf
+
+    ours = TFCheckpointReader(FIXTURES / name)
+    prefix = str(FIXTURES / name / "bert_model.ckpt")
+    assert dict(tf.train.list_variables(prefix)) == {k: list(v) for k, v in ours.variables.items()}
+    for variable in ours:
+        np.testing.assert_array_equal(ours.get_tensor(variable), tf.train.load_variable(prefix, variable))
+    # and TensorFlow reads what our writer writes
+    written = write_tf_checkpoint(tmp_path / "model.ckpt", {"a": np.arange(6, dtype=np.int64).reshape(2, 3)})
+    np.testing.assert_array_equal(tf.train.load_variable(str(written), "a"), np.arange(6).reshape(2, 3))
+
+
+# ----------------------------------------------------------------------------------- writer round trip
+DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_]
+
+
+@st.composite
+def tensor_dicts(draw):
+    names = draw(
+        st.lists(st.text("abcxyz_/0123456789", min_size=1, max_size=12), min_size=1, max_size=6, unique=True)
+    )
+    tensors = {}
+    for name in names:
+        dtype = draw(st.sampled_from(DTYPES))
+        shape = tuple(draw(st.lists(st.integers(0, 5), max_size=3)))
+        seed = draw(st.integers(0, 2**31))
+        values = np.random.default_rng(seed).normal(size=shape) * 50
+        tensors[name] = values.astype(dtype)
+    return tensors
+
+
+@settings(max_examples=40, deadline=None)
+@given(tensor_dicts())
+def test_write_read_round_trip(tensors):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        write_tf_checkpoint(Path(folder) / "model.ckpt", tensors)
+        back = read_tf_checkpoint(folder)
+    assert sorted(back) == sorted(tensors)
+    for name, array in tensors.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+        np.testing.assert_array_equal(back[name], array)
+
+
+def test_round_trip_of_a_fixture_is_exact(tmp_path):
+    original = read_tf_checkpoint(FIXTURES / "roformer_sim")
+    write_tf_checkpoint(tmp_path / "bert_model.ckpt", original)
+    back = read_tf_checkpoint(tmp_path)
+    assert all(np.array_equal(back[k], v) for k, v in original.items()) and back.keys() == original.keys()
+
+
+# ------------------------------------------------------------------------------------- clear errors
+def test_errors_are_conversion_errors_and_value_errors():
+    assert issubclass(TFCheckpointError, CheckpointConversionError)
+    assert issubclass(TFCheckpointError, ValueError)
+
+
+def test_missing_folder_or_index(tmp_path):
+    with pytest.raises(TFCheckpointError, match="Missing checkpoint index"):
+        TFCheckpointReader(tmp_path / "nowhere" / "bert_model.ckpt")
+    with pytest.raises(TFCheckpointError, match=r"No TF checkpoint in .*\*\.index"):
+        TFCheckpointReader(tmp_path)
+
+
+def test_missing_data_shard(tmp_path):
+    folder = copy_fixture("roformer_v1", tmp_path)
+    (folder / DATA).unlink()
+    with pytest.raises(TFCheckpointError, match=r"Missing checkpoint data shard.*data-00000-of-00001"):
+        TFCheckpointReader(folder)
+
+
+def test_truncated_data_shard_names_the_variable(tmp_path):
+    folder = copy_fixture("roformer_v1", tmp_path)
+    data = (folder / DATA).read_bytes()
+    (folder / DATA).write_bytes(data[: len(data) // 2])
+    reader = TFCheckpointReader(folder)
+    last = max(reader, key=lambda name: reader.entry(name).offset)
+    with pytest.raises(TFCheckpointError, match=rf"Truncated checkpoint data .*{last}.* has {len(data) // 2} bytes"):
+        reader.get_tensor(last)
+    with pytest.raises(TFCheckpointError, match="Truncated"):
+        read_tf_checkpoint(folder)
+
+
+def test_corrupted_data_fails_its_checksum(tmp_path):
+    folder = copy_fixture("roformer_v2", tmp_path)
+    reader = TFCheckpointReader(folder)
+    entry = reader.entry("bert/encoder/layer_1/output/dense/kernel")
+    data = bytearray((folder / DATA).read_bytes())
+    data[entry.offset + 7] ^= 0x10
+    (folder / DATA).write_bytes(bytes(data))
+    with pytest.raises(TFCheckpointError, match=r"checksum mismatch for 'bert/encoder/layer_1/output/dense/kernel'"):
+        reader.get_tensor(entry.name)
+    assert reader.get_tensor(entry.name, verify_checksum=False).shape == (128, 64)
+    reader.get_tensor("bert/encoder/layer_0/output/dense/kernel")  # the others are intact
+
+
+@pytest.mark.parametrize("position", [10, 200, -48, -47, -3])  # data, index block, footer handles, magic
+def test_corrupted_index_is_detected(tmp_path, position):
+    folder = copy_fixture("roformer_sim", tmp_path)
+    index = bytearray((folder / INDEX).read_bytes())
+    index[position] ^= 0x41
+    (folder / INDEX).write_bytes(bytes(index))
+    with pytest.raises(TFCheckpointError, match="Corrupted checkpoint index"):
+        TFCheckpointReader(folder)
+
+
+@pytest.mark.parametrize("keep", [0, 20, 300])
+def test_truncated_or_foreign_index(tmp_path, keep):
+    folder = copy_fixture("roformer_sim", tmp_path)
+    index = (folder / INDEX).read_bytes()
+    (folder / INDEX).write_bytes(index[:keep])
+    with pytest.raises(TFCheckpointError, match="Corrupted checkpoint index"):
+        TFCheckpointReader(folder)
+    (folder / INDEX).write_bytes(b"not a checkpoint at all, just text " * 4)
+    with pytest.raises(TFCheckpointError, match="bad table magic"):
+        TFCheckpointReader(folder)
+
+
+def test_unknown_variable_and_unsupported_dtype(tmp_path):
+    write_tf_checkpoint(tmp_path / "m.ckpt", {"x": np.zeros(3, np.float32)})
+    reader = TFCheckpointReader(tmp_path)
+    with pytest.raises(TFCheckpointError, match="'y' is not in checkpoint"):
+        reader.get_tensor("y")
+    with pytest.raises(TFCheckpointError, match="dtype complex64 has no TF checkpoint code"):
+        write_tf_checkpoint(tmp_path / "c.ckpt", {"z": np.zeros(2, np.complex64)})

@@ -1,0 +1,90 @@
+"""RoFormer-Sim's UniLM seq2seq mask: its definition, padding, and what it does inside the model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import roformer_ext
+from roformer_ext import RoFormerExtModel
+from roformer_ext.unilm import unilm_attention_mask
+
+
+def brute_force(segments: list[list[int]], padding: list[list[int]]) -> torch.Tensor:
+    """allowed[b, 0, i, j] = cumsum(seg)[j] <= cumsum(seg)[i] and key j is not padding, by loops."""
+    batch, seq = len(segments), len(segments[0])
+    out = torch.zeros(batch, 1, seq, seq, dtype=torch.bool)
+    for b in range(batch):
+        order = [sum(segments[b][: k + 1]) for k in range(seq)]
+        for i in range(seq):
+            for j in range(seq):
+                out[b, 0, i, j] = order[j] <= order[i] and padding[b][j] == 1
+    return out
+
+
+def test_source_is_bidirectional_target_is_causal():
+    mask = unilm_attention_mask(torch.tensor([[0, 0, 0, 1, 1]]))
+    expected = torch.tensor(
+        [
+            [1, 1, 1, 0, 0],
+            [1, 1, 1, 0, 0],
+            [1, 1, 1, 0, 0],
+            [1, 1, 1, 1, 0],
+            [1, 1, 1, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert mask.shape == (1, 1, 5, 5) and mask.dtype == torch.bool
+    assert torch.equal(mask[0, 0], expected)
+
+
+def test_padding_keys_are_hidden_from_every_query():
+    segments = torch.tensor([[0, 0, 1, 1, 0, 0]])  # padding carries segment 0, as bert4keras pads
+    padding = torch.tensor([[1, 1, 1, 1, 0, 0]])
+    mask = unilm_attention_mask(segments, padding)
+    assert not mask[..., 4:].any()
+    assert torch.equal(mask, brute_force(segments.tolist(), padding.tolist()))
+    assert mask[0, 0, 4].any()  # padded queries keep a row (computed and ignored, as the original)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda b: st.integers(1, 9).flatmap(lambda s: st.tuples(
+    st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
+    st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
+))))
+def test_matches_definition(case):
+    segments, padding = case
+    mask = unilm_attention_mask(torch.tensor(segments), torch.tensor(padding))
+    assert torch.equal(mask, brute_force(segments, padding))
+    no_padding = unilm_attention_mask(torch.tensor(segments))
+    assert torch.equal(no_padding, brute_force(segments, [[1] * len(row) for row in segments]))
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match=r"\(batch, seq\)"):
+        unilm_attention_mask(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="differs from token_type_ids"):
+        unilm_attention_mask(torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 4, dtype=torch.long))
+
+
+def test_public_name():
+    assert roformer_ext.unilm_attention_mask is unilm_attention_mask
+
+
+def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_targets():
+    torch.manual_seed(0)
+    model = RoFormerExtModel(tiny_config()).eval()
+    segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    ids = torch.randint(5, 99, segments.shape)
+    changed = ids.clone()
+    changed[0, 6:] = torch.randint(5, 99, (2,))  # change the last two target tokens
+    with torch.no_grad():
+        first = model(ids, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)).last_hidden_state
+        second = model(changed, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)).last_hidden_state
+        plain = model(changed, token_type_ids=segments).last_hidden_state
+    torch.testing.assert_close(first[0, :6], second[0, :6], rtol=0, atol=1e-6)
+    assert (first[0, 6:] - second[0, 6:]).abs().max() > 1e-3
+    assert (plain[0, :6] - second[0, :6]).abs().max() > 1e-3  # without the mask everything mixes
