@@ -1,0 +1,230 @@
+"""RoFormerExtImageProcessor: resize bounds, exact normalisation, patch order, videos, bad input, save/load."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from transformers import AutoImageProcessor
+
+from roformer_ext import RoFormerExtConfig
+from roformer_ext.image_processing_roformer_ext import RoFormerExtImageProcessor, fit_to_patches
+
+P, TP = 16, 2
+MIN_PIXELS, MAX_PIXELS = 32 * 32, 384 * 384
+
+
+def random_image(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, channels), dtype=np.uint8)
+
+
+def unpatchify(pixel_values: np.ndarray, grid: tuple[int, int, int], channels: int = 3) -> np.ndarray:
+    """Inverse of the documented layout: (t*h*w, C*tp*p*p) in (t, row, col) order -> (t*tp, C, H, W)."""
+    t, h, w = grid
+    patches = np.asarray(pixel_values).reshape(t, h, w, channels, TP, P, P)
+    return patches.transpose(0, 4, 3, 1, 5, 2, 6).reshape(t * TP, channels, h * P, w * P)
+
+
+@pytest.fixture
+def processor() -> RoFormerExtImageProcessor:
+    return RoFormerExtImageProcessor()
+
+
+def test_defaults_match_the_model_config(processor):
+    config = RoFormerExtConfig()
+    assert (processor.patch_size, processor.temporal_patch_size) == (config.patch_size, config.temporal_patch_size)
+    assert dict(processor.size) == {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+
+
+def test_shapes_and_dtypes(processor):
+    out = processor(random_image(64, 96))  # already whole patches and inside the pixel budget: no resize
+    assert out["pixel_values"].shape == (4 * 6, 3 * TP * P * P)
+    assert out["pixel_values"].dtype == np.float32
+    assert out["image_grid_thw"].tolist() == [[1, 4, 6]]
+    assert out["image_grid_thw"].dtype == np.int64
+    pt = processor([random_image(64, 96), random_image(32, 48)], return_tensors="pt")
+    assert isinstance(pt["pixel_values"], torch.Tensor) and pt["pixel_values"].shape == (24 + 6, 1536)
+    assert pt["image_grid_thw"].tolist() == [[1, 4, 6], [1, 2, 3]]
+
+
+def test_normalisation_exact_and_patch_order_by_reconstruction():
+    mean, std = [0.1, 0.2, 0.3], [0.5, 0.25, 0.125]
+    processor = RoFormerExtImageProcessor(image_mean=mean, image_std=std)
+    image = random_image(48, 80, seed=1)  # 3 x 5 patches: non-square, so a row/column swap shows
+    out = processor(image)
+    assert out["image_grid_thw"].tolist() == [[1, 3, 5]]
+    expected = (image.astype(np.float64) / 255 - np.array(mean)) / np.array(std)  # (H, W, C)
+    rebuilt = unpatchify(out["pixel_values"], (1, 3, 5))
+    for frame in rebuilt:  # the image fills both temporal slots
+        np.testing.assert_allclose(frame.transpose(1, 2, 0), expected, rtol=0, atol=1e-5)
+
+
+def test_patch_order_is_row_major_with_channel_frame_y_x_inside():
+    processor = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)
+    image = np.arange(32 * 48 * 3, dtype=np.float32).reshape(32, 48, 3)
+    values = processor(image)["pixel_values"]
+    h, w = 2, 3
+    for index in range(h * w):
+        row, col = divmod(index, w)  # all of row 0, then row 1
+        patch = values[index].reshape(3, TP, P, P)
+        block = image[row * P : (row + 1) * P, col * P : (col + 1) * P].transpose(2, 0, 1)
+        np.testing.assert_array_equal(patch[:, 0], block)
+        np.testing.assert_array_equal(patch[:, 1], block)
+
+
+@settings(max_examples=300, deadline=None)
+@given(height=st.integers(1, 5000), width=st.integers(1, 5000))
+def test_fit_to_patches_bounds(height, width):
+    ratio = max(height, width) / min(height, width)
+    try:
+        h, w = fit_to_patches(height, width, P, MIN_PIXELS, MAX_PIXELS)
+    except ValueError as error:
+        # only when even max_pixels cannot give the short side one patch at this aspect ratio
+        assert ratio > MAX_PIXELS / (P * P)
+        assert f"{height}x{width}" in str(error) and f"{P}x{P}" in str(error)
+        return
+    assert h % P == 0 and w % P == 0 and h >= P and w >= P
+    assert MIN_PIXELS <= h * w <= MAX_PIXELS
+    # one scale factor, each side rounded to a whole patch: aspect ratio within the rounding
+    assert (h - P) / (w + P) <= height / width
+    if w > P:
+        assert height / width <= (h + P) / (w - P)
+
+
+@pytest.mark.parametrize(
+    "size, expected",
+    [
+        ((256, 512), (256, 512)),  # whole patches inside the budget: unchanged
+        ((250, 500), (256, 496)),  # inside the budget: each side rounded to whole patches
+        ((500, 1000), (256, 528)),  # over max_pixels: scaled down, rounded down when rounding overflows
+        ((3000, 2000), (464, 304)),
+        ((5, 5), (32, 32)),  # under min_pixels: scaled up
+        ((4, 400), (16, 1600)),  # short side grown to one patch, the budget allows it
+    ],
+)
+def test_fit_to_patches_examples(size, expected):
+    assert fit_to_patches(*size, P, MIN_PIXELS, MAX_PIXELS) == expected
+
+
+def test_min_and_max_pixels_at_call_and_init():
+    image = random_image(100, 200)
+    budget = 16 * 16 * 100
+    grid = RoFormerExtImageProcessor()(image, min_pixels=budget, max_pixels=budget)["image_grid_thw"][0]
+    assert int(np.prod(grid)) * P * P <= budget  # max_pixels is the hard bound when the two collide
+    small = RoFormerExtImageProcessor(max_pixels=64 * 64)
+    assert dict(small.size) == {"min_pixels": MIN_PIXELS, "max_pixels": 64 * 64}
+    assert int(np.prod(small(image)["image_grid_thw"][0])) * P * P <= 64 * 64
+    big = RoFormerExtImageProcessor(min_pixels=512 * 512, max_pixels=1024 * 1024)
+    assert int(np.prod(big(image)["image_grid_thw"][0])) * P * P >= 512 * 512
+
+
+def test_get_number_of_image_patches_agrees(processor):
+    for height, width in [(100, 200), (17, 900), (1200, 700)]:
+        grid = processor(random_image(height, width))["image_grid_thw"][0]
+        assert processor.get_number_of_image_patches(height, width) == int(np.prod(grid))
+
+
+def test_input_kinds_become_rgb(processor):
+    grey = np.full((32, 32), 200, dtype=np.uint8)
+    rgba = np.zeros((32, 32, 4), dtype=np.uint8)  # fully transparent: composited onto white
+    inputs = [
+        grey,
+        Image.fromarray(grey, mode="L"),
+        Image.fromarray(rgba, mode="RGBA"),
+        rgba,
+        random_image(32, 32).transpose(2, 0, 1),  # channels first
+        torch.from_numpy(random_image(32, 32)),
+        Image.fromarray(random_image(32, 32)).convert("P"),
+    ]
+    for image in inputs:
+        out = processor(image)
+        assert out["pixel_values"].shape == (4, 3 * TP * P * P), type(image)
+    for image in inputs[:2]:
+        frames = unpatchify(processor(image)["pixel_values"], (1, 2, 2))
+        np.testing.assert_allclose(frames, (200 / 255 - 0.5) / 0.5, atol=1e-6)
+    for image in inputs[2:4]:
+        np.testing.assert_allclose(processor(image)["pixel_values"], 1.0, atol=1e-6)
+
+
+def test_float_input_without_rescale():
+    image = np.random.default_rng(0).random((32, 48, 3), dtype=np.float32)
+    out = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)(image)
+    np.testing.assert_allclose(unpatchify(out["pixel_values"], (1, 2, 3))[0].transpose(1, 2, 0), image, atol=0)
+
+
+def test_video_temporal_grouping_repeats_last_frame():
+    processor = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)
+    frames = [np.full((32, 48, 3), value, dtype=np.uint8) for value in (10, 20, 30)]
+    out = processor(videos=[frames])
+    assert "pixel_values" not in out
+    assert out["video_grid_thw"].tolist() == [[2, 2, 3]]  # 3 frames -> 2 groups of 2
+    assert out["pixel_values_videos"].shape == (2 * 2 * 3, 1536)
+    rebuilt = unpatchify(out["pixel_values_videos"], (2, 2, 3))
+    assert [float(frame.mean()) for frame in rebuilt] == [10, 20, 30, 30]
+    # patch order: all patches of group 0 before those of group 1
+    assert np.all(out["pixel_values_videos"][:6] <= 20) and np.all(out["pixel_values_videos"][6:] == 30)
+
+
+def test_video_layouts(processor):
+    stack = np.stack([random_image(40, 60, seed=s) for s in range(4)])  # (T, H, W, C)
+    one = processor(videos=stack)
+    assert one["video_grid_thw"].tolist() == [[2, 2, 4]]  # 40x60 rounds to 32x64
+    as_list = processor(videos=list(stack))
+    np.testing.assert_array_equal(one["pixel_values_videos"], as_list["pixel_values_videos"])
+    two = processor(videos=[stack, list(stack[:1])])
+    assert two["video_grid_thw"].tolist() == [[2, 2, 4], [1, 2, 4]]
+    both = processor(images=random_image(32, 32), videos=stack)
+    assert set(both) == {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"}
+
+
+def test_image_smaller_than_a_patch_without_resize():
+    processor = RoFormerExtImageProcessor(do_resize=False)
+    with pytest.raises(ValueError, match=r"10x12.*16x16"):
+        processor(random_image(10, 12))
+    with pytest.raises(ValueError, match=r"multiple of patch_size=16.*40x48"):
+        processor(random_image(40, 48))
+    assert processor(random_image(32, 48))["image_grid_thw"].tolist() == [[1, 2, 3]]
+
+
+def test_image_that_cannot_reach_one_patch_with_resize():
+    processor = RoFormerExtImageProcessor(max_pixels=16 * 16 * 10)
+    with pytest.raises(ValueError, match=r"2x1000 is smaller than one 16x16 patch"):
+        processor(random_image(2, 1000))
+
+
+def test_bad_options_and_inputs():
+    with pytest.raises(ValueError, match="min_pixels <= max_pixels"):
+        RoFormerExtImageProcessor(min_pixels=10_000, max_pixels=5_000)
+    with pytest.raises(ValueError, match="smaller than one 16x16 patch"):
+        RoFormerExtImageProcessor(min_pixels=10, max_pixels=100)
+    with pytest.raises(ValueError, match="images` and / or `videos"):
+        RoFormerExtImageProcessor()()
+    with pytest.raises(ValueError, match="Unsupported image input"):
+        RoFormerExtImageProcessor()(images=[1, 2])
+    with pytest.raises(ValueError, match="same shape"):
+        RoFormerExtImageProcessor()(videos=[[random_image(32, 32), random_image(48, 32)]])
+
+
+def test_save_load_round_trip(tmp_path):
+    processor = RoFormerExtImageProcessor(max_pixels=128 * 128, patch_size=P, image_mean=[0.1, 0.2, 0.3])
+    processor.save_pretrained(tmp_path)
+    saved = (tmp_path / "preprocessor_config.json").read_text()
+    assert '"max_pixels": 16384' in saved and '"min_pixels": 1024' in saved
+    assert saved.count("max_pixels") == 1  # the shortcut is folded into `size`, not stored twice
+    loaded = RoFormerExtImageProcessor.from_pretrained(tmp_path)
+    assert loaded.to_dict() == processor.to_dict()
+    image = random_image(300, 200)
+    np.testing.assert_array_equal(loaded(image)["pixel_values"], processor(image)["pixel_values"])
+
+    AutoImageProcessor.register(RoFormerExtConfig, image_processor_classes={"pil": RoFormerExtImageProcessor}, exist_ok=True)
+    auto = AutoImageProcessor.from_pretrained(tmp_path)
+    assert type(auto).__name__ == "RoFormerExtImageProcessor" and auto.to_dict() == processor.to_dict()
+
+
+def test_fast_enough_on_a_large_image(processor):
+    out = processor(random_image(1080, 1920))
+    assert int(np.prod(out["image_grid_thw"][0])) * P * P <= MAX_PIXELS
+    assert math.isclose(out["image_grid_thw"][0, 2] / out["image_grid_thw"][0, 1], 1920 / 1080, rel_tol=0.1)

@@ -1,0 +1,239 @@
+"""RoFormerExtProcessor: placeholder expansion, batching, every bad-input error, save / load."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoImageProcessor, AutoProcessor, BertTokenizer
+
+from roformer_ext import RoFormerExtConfig
+from roformer_ext.image_processing_roformer_ext import RoFormerExtImageProcessor
+from roformer_ext.processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens, vision_token_ids
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "dog", "the", "on", "mat", "."]
+
+
+def image(height: int, width: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def write_vocab(folder) -> str:
+    path = os.path.join(folder, "vocab.txt")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(VOCAB) + "\n")
+    return path
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+    write_vocab(tmp_path)
+    tokenizer = BertTokenizer.from_pretrained(tmp_path)
+    add_vision_tokens(tokenizer)
+    return tokenizer
+
+
+@pytest.fixture
+def processor(tokenizer) -> RoFormerExtProcessor:
+    return RoFormerExtProcessor(image_processor=RoFormerExtImageProcessor(), tokenizer=tokenizer)
+
+
+def runs(input_ids: list[int], ids: dict[str, int]) -> list[tuple[str, int]]:
+    """The wrapped placeholder runs in a token sequence: [("image", n), ("video", m), ...]."""
+    found, index = [], 0
+    while index < len(input_ids):
+        if input_ids[index] == ids["image_start_token_id"]:
+            end = input_ids.index(ids["image_end_token_id"], index)
+            body = set(input_ids[index + 1 : end])
+            assert len(body) == 1, "a run holds one kind of placeholder"
+            kind = "image" if body == {ids["image_token_id"]} else "video"
+            found.append((kind, end - index - 1))
+            index = end
+        index += 1
+    return found
+
+
+# ------------------------------------------------------------------------------------------ tokens
+def test_add_vision_tokens_is_idempotent_and_keeps_tokens_whole(tmp_path):
+    write_vocab(tmp_path)
+    tokenizer = BertTokenizer.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="add_vision_tokens"):
+        vision_token_ids(tokenizer)
+    ids = add_vision_tokens(tokenizer)
+    assert set(ids) == {"image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id"}
+    assert sorted(ids.values()) == list(range(len(VOCAB), len(VOCAB) + 4))
+    assert add_vision_tokens(tokenizer) == ids and len(tokenizer) == len(VOCAB) + 4
+    encoded = tokenizer("the cat [IMG][IMAGE][VIDEO][/IMG]", add_special_tokens=False)["input_ids"]
+    assert encoded[-4:] == [ids["image_start_token_id"], ids["image_token_id"], ids["video_token_id"], ids["image_end_token_id"]]
+    assert tokenizer.decode(encoded, skip_special_tokens=True) == "the cat"
+    config = RoFormerExtConfig(image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"])
+    assert config.image_token_id == ids["image_token_id"]
+
+
+def test_processor_refuses_a_tokenizer_without_vision_tokens(tmp_path):
+    write_vocab(tmp_path)
+    with pytest.raises(ValueError, match="add_vision_tokens"):
+        RoFormerExtProcessor(RoFormerExtImageProcessor(), BertTokenizer.from_pretrained(tmp_path))
+
+
+# --------------------------------------------------------------------------------------- expansion
+def test_expansion_counts_match_the_grids(processor, tokenizer):
+    ids = vision_token_ids(tokenizer)
+    out = processor(text="the [IMAGE] cat [IMAGE] .", images=[image(32, 48), image(64, 64)])
+    grids = out["image_grid_thw"].tolist()
+    assert grids == [[1, 2, 3], [1, 4, 4]]
+    input_ids = out["input_ids"][0]
+    assert runs(input_ids, ids) == [("image", 6), ("image", 16)]
+    assert input_ids.count(ids["image_token_id"]) == out["pixel_values"].shape[0] == 22
+    assert tokenizer.convert_ids_to_tokens(input_ids[:3]) == ["[CLS]", "the", "[IMG]"]
+    assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "pixel_values", "image_grid_thw"}
+
+
+def test_images_and_videos_in_one_text(processor, tokenizer):
+    ids = vision_token_ids(tokenizer)
+    video = [image(32, 32, seed=s) for s in range(3)]  # 3 frames -> t = 2 with temporal_patch_size 2
+    out = processor(text="[VIDEO] the [IMAGE] cat", images=image(32, 48), videos=[video])
+    assert out["video_grid_thw"].tolist() == [[2, 2, 2]]
+    assert runs(out["input_ids"][0], ids) == [("video", 8), ("image", 6)]
+    assert out["pixel_values_videos"].shape == (8, 1536) and out["pixel_values"].shape == (6, 1536)
+
+
+def test_batched_flat_and_per_sample_lists_agree(processor, tokenizer):
+    ids = vision_token_ids(tokenizer)
+    texts = ["a [IMAGE] cat [IMAGE]", "the dog", "[IMAGE] on the mat"]
+    pictures = [image(32, 32), image(48, 32), image(32, 64)]
+    flat = processor(text=texts, images=pictures, padding=True, return_tensors="pt")
+    nested = processor(text=texts, images=[pictures[:2], [], pictures[2:]], padding=True, return_tensors="pt")
+    for key in flat:
+        torch.testing.assert_close(flat[key], nested[key])
+    assert isinstance(flat["pixel_values"], torch.Tensor) and flat["input_ids"].shape[0] == 3
+    per_row = [runs([i for i in row.tolist() if i != 0], ids) for row in flat["input_ids"]]
+    assert per_row == [[("image", 4), ("image", 6)], [], [("image", 8)]]
+
+
+def test_batched_videos_flat_and_per_sample(processor, tokenizer):
+    ids = vision_token_ids(tokenizer)
+    clip_a, clip_b = [image(32, 32)] * 2, [image(32, 48)] * 3  # a video is a list of frames
+    texts = ["[VIDEO] the cat", "a dog", "[VIDEO] [IMAGE]"]
+    flat = processor(text=texts, videos=[clip_a, clip_b], images=[image(32, 32)])
+    nested = processor(text=texts, videos=[[clip_a], [], [clip_b]], images=[[], [], [image(32, 32)]])
+    assert flat["input_ids"] == nested["input_ids"]
+    np.testing.assert_array_equal(flat["pixel_values_videos"], nested["pixel_values_videos"])
+    assert flat["video_grid_thw"].tolist() == [[1, 2, 2], [2, 2, 3]]
+    assert [runs(row, ids) for row in flat["input_ids"]] == [[("video", 4)], [], [("video", 12), ("image", 4)]]
+    with pytest.raises(ValueError, match=r"Text 0 has 1 \[VIDEO\] mark\(s\) but 2 video\(s\)"):
+        processor(text=texts, videos=[[clip_a, clip_a], [], [clip_b]], images=[image(32, 32)])
+
+
+def test_text_only_and_images_only(processor):
+    text_only = processor(text=["the cat", "a dog ."], padding=True)
+    assert set(text_only) == {"input_ids", "token_type_ids", "attention_mask"}
+    images_only = processor(images=[image(32, 32), image(32, 48)])
+    assert set(images_only) == {"pixel_values", "image_grid_thw"}
+
+
+def test_image_processor_options_pass_through(processor):
+    out = processor(text="[IMAGE]", images=image(100, 200), max_pixels=64 * 64)
+    assert int(np.prod(out["image_grid_thw"][0])) * 16 * 16 <= 64 * 64
+    assert processor.image_processor.size["max_pixels"] == 384 * 384  # the call did not change the default
+
+
+# ------------------------------------------------------------------------------------------ errors
+@pytest.mark.parametrize(
+    "text, kwargs, message",
+    [
+        ("a [IMAGE] [IMAGE]", {"images": [image(32, 32)] * 3}, r"2 \[IMAGE\] mark\(s\) but 3 image\(s\)"),
+        ("a [IMAGE] [IMAGE]", {"images": [image(32, 32)]}, r"2 \[IMAGE\] mark\(s\) but 1 image\(s\)"),
+        ("a [IMAGE]", {"images": []}, r"1 \[IMAGE\] mark\(s\) but the image list is empty"),
+        ("a [IMAGE]", {}, r"1 \[IMAGE\] mark\(s\) but no images were given"),
+        ("the cat", {"images": [image(32, 32)]}, r"1 image\(s\) were given but the text has no \[IMAGE\] mark"),
+        ("the cat", {"videos": [[image(32, 32)]]}, r"1 video\(s\) were given but the text has no \[VIDEO\] mark"),
+        ("[VIDEO] [VIDEO]", {"videos": [[image(32, 32)]]}, r"2 \[VIDEO\] mark\(s\) but 1 video\(s\)"),
+        ("[VIDEO]", {"videos": []}, r"the video list is empty"),
+        ("[IMG][IMAGE][/IMG]", {"images": [image(32, 32)]}, r"already contains '\[IMG\]'"),
+    ],
+)
+def test_bad_input_errors(processor, text, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        processor(text=text, **kwargs)
+
+
+def test_bad_per_sample_lists(processor):
+    texts = ["a [IMAGE]", "the [IMAGE] [IMAGE]"]
+    with pytest.raises(ValueError, match=r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\) were given for it"):
+        processor(text=texts, images=[[image(32, 32)], [image(32, 32)]])
+    with pytest.raises(ValueError, match="3 per-sample image lists for 2 texts"):
+        processor(text=texts, images=[[image(32, 32)], [image(32, 32)], []])
+    with pytest.raises(ValueError, match="string or a list of strings"):
+        processor(text=[1, 2])
+    with pytest.raises(ValueError, match="at least one"):
+        processor()
+
+
+def test_truncation_through_placeholders_is_refused(processor):
+    with pytest.raises(ValueError, match=r"should hold 16 \[IMAGE\] placeholder tokens but .* has 4"):
+        processor(text="a [IMAGE] cat", images=image(64, 64), truncation=True, max_length=8)
+
+
+# ---------------------------------------------------------------------------------------- save/load
+def test_save_load_round_trip(processor, tmp_path):
+    AutoImageProcessor.register(RoFormerExtConfig, image_processor_classes={"pil": RoFormerExtImageProcessor}, exist_ok=True)
+    AutoProcessor.register(RoFormerExtConfig, RoFormerExtProcessor, exist_ok=True)
+    processor.image_processor.size["max_pixels"] = 128 * 128
+    processor.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "processor_config.json").read_text())
+    assert saved["processor_class"] == "RoFormerExtProcessor"
+    assert saved["image_processor"]["size"] == {"min_pixels": 1024, "max_pixels": 16384}
+    inputs = dict(text=["a [IMAGE] cat", "[IMAGE] [VIDEO]"], images=[image(300, 200), image(40, 40)],
+                  videos=[[image(32, 32)] * 3], padding=True, return_tensors="pt")
+    expected = processor(**inputs)
+    for loaded in (RoFormerExtProcessor.from_pretrained(tmp_path / "saved"), AutoProcessor.from_pretrained(tmp_path / "saved")):
+        assert type(loaded).__name__ == "RoFormerExtProcessor"
+        assert loaded.image_processor.to_dict() == processor.image_processor.to_dict()
+        assert loaded.image_token_id == processor.image_token_id
+        got = loaded(**inputs)
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key])
+
+
+def test_remote_code_round_trip_in_a_fresh_process(processor, tmp_path, monkeypatch):
+    """With `register_for_auto_class`, the saved folder loads where roformer_ext is not importable."""
+    monkeypatch.setattr(RoFormerExtProcessor, "_auto_class", "AutoProcessor")
+    monkeypatch.setattr(RoFormerExtImageProcessor, "_auto_class", "AutoImageProcessor")
+    folder = tmp_path / "remote"
+    processor.save_pretrained(folder)
+    assert json.loads((folder / "processor_config.json").read_text())["auto_map"]["AutoProcessor"].endswith(
+        "processing_roformer_ext.RoFormerExtProcessor"
+    )
+    assert (folder / "processing_roformer_ext.py").exists() and (folder / "image_processing_roformer_ext.py").exists()
+    expected = processor(text="a [IMAGE]", images=image(48, 64))["input_ids"]
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["roformer_ext"] = None  # the package must not be importable here
+        import numpy as np
+        from transformers import AutoProcessor
+        processor = AutoProcessor.from_pretrained({str(folder)!r}, trust_remote_code=True)
+        assert type(processor).__module__.startswith("transformers_modules"), type(processor).__module__
+        pixels = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+        print(processor(text="a [IMAGE]", images=pixels)["input_ids"])
+        """
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == str(expected)
+
+
+def test_with_the_roformer_ext_tokenizer(tmp_path):
+    tokenization = pytest.importorskip("roformer_ext.tokenization_roformer_ext")
+    tokenizer = tokenization.RoFormerExtTokenizerFast.from_vocab_file(write_vocab(tmp_path), segmenter=None)
+    ids = add_vision_tokens(tokenizer)
+    processor = RoFormerExtProcessor(RoFormerExtImageProcessor(), tokenizer)
+    out = processor(text=["the [IMAGE] cat", "a dog"], images=[image(32, 48)], padding=True)
+    assert runs(out["input_ids"][0], ids) == [("image", 6)]
+    assert out["input_ids"][0].count(ids["image_token_id"]) == out["pixel_values"].shape[0]
