@@ -1,0 +1,426 @@
+"""Tokenizers for RoFormer checkpoints: BERT char vocabularies and jieba word vocabularies.
+
+Char mode is BERT's basic tokenizer (clean, lower-case, strip accents, split punctuation and every
+CJK character) followed by WordPiece; it gives the same ids as `transformers.BertTokenizer`.
+
+Word mode (`segmenter="jieba"`) is what WoBERT and the RoFormer v1 word models were trained with
+(bert4keras' `Tokenizer(pre_tokenize=lambda s: jieba.cut(s, HMM=False))`): the normalised text is
+cut by jieba without HMM; a word found in the vocabulary is one token, any other word falls back
+to char mode. The mode is an `__init__` argument, so it is written to `tokenizer_config.json` and
+rebuilt on load; `tokenizer.json` only ever holds a serialisable char-mode pipeline, because a
+Python pre-tokenizer cannot be serialised (the cause of transformers issue #28164).
+
+This file is copied as Hub remote code: it imports no other file of the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import unicodedata
+from collections.abc import Container, Iterator
+from types import ModuleType
+from typing import Any, Self
+
+from tokenizers import (
+    NormalizedString,
+    PreTokenizedString,
+    Tokenizer,
+    decoders,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
+from tokenizers.models import WordPiece
+from transformers import PythonBackend, TokenizersBackend
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
+
+VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
+SEGMENTERS = ("jieba",)
+# A char vocabulary (BERT-Chinese, RoFormer char models) has almost no multi-character CJK entries;
+# a word vocabulary (WoBERT, RoFormer's word models) holds tens of thousands. 1% parts them widely.
+WORD_VOCAB_MIN_FRACTION = 0.01
+MAX_CHARS_PER_WORD = 100  # BERT's WordPiece limit: longer pieces become [UNK]
+
+
+def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
+    """Read a BERT `vocab.txt` (one token a line, the line number is the id)."""
+    with open(vocab_file, encoding="utf-8") as handle:
+        return {line.rstrip("\r\n"): index for index, line in enumerate(handle)}
+
+
+def _is_cjk(char: str) -> bool:
+    """BERT's "Chinese character", with the ranges of `tokenizers`' BertNormalizer (its Extension E
+    starts at 0x2B920, not 0x2B820 as in BERT's Python), so slow and fast tokenizers agree."""
+    cp = ord(char)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B81F
+        or 0x2B920 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+def _is_punctuation(char: str) -> bool:
+    """BERT counts all non-alphanumeric ASCII as punctuation, plus every Unicode P* category."""
+    cp = ord(char)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_multichar_cjk_word(token: str) -> bool:
+    return len(token) > 1 and all(_is_cjk(char) for char in token)
+
+
+def detect_segmenter(vocab: dict[str, int] | str | os.PathLike) -> str | None:
+    """`"jieba"` for a word vocabulary (many multi-character CJK entries), `None` for a char one."""
+    tokens = load_vocab(vocab) if not isinstance(vocab, dict) else vocab
+    words = sum(1 for token in tokens if _is_multichar_cjk_word(token))
+    return "jieba" if tokens and words >= WORD_VOCAB_MIN_FRACTION * len(tokens) else None
+
+
+def _check_segmenter(segmenter: str | None) -> None:
+    if segmenter is not None and segmenter not in SEGMENTERS:
+        raise ValueError(f"Unknown segmenter {segmenter!r}; known: None (char mode), {', '.join(SEGMENTERS)}.")
+
+
+def _import_jieba() -> ModuleType:
+    """Import jieba only in word mode (inside `try`, so remote code does not make it a hard requirement)."""
+    try:
+        import jieba
+    except ImportError as error:
+        raise ImportError("Word mode (segmenter='jieba') needs jieba: `pip install jieba`.") from error
+    return jieba
+
+
+def basic_spans(text: str, split_cjk: bool = True) -> Iterator[tuple[int, int]]:
+    """Character spans of BERT's basic split of already normalised text.
+
+    Whitespace separates; each punctuation mark (and each CJK character when `split_cjk`) is a span
+    of its own. Spans, not strings, so that the fast tokenizer can keep offsets into the input.
+    """
+    start = None
+    for index, char in enumerate(text):
+        alone = _is_punctuation(char) or (split_cjk and _is_cjk(char))
+        if char.isspace() or alone:
+            if start is not None:
+                yield start, index
+                start = None
+            if alone:
+                yield index, index + 1
+        elif start is None:
+            start = index
+    if start is not None:
+        yield start, len(text)
+
+
+def word_spans(text: str, vocab: Container[str], split_cjk: bool = True) -> list[tuple[int, int]]:
+    """Spans of word mode: jieba words (HMM off) that are in `vocab`, else the basic split of the word.
+
+    HMM off and the fallback for out-of-vocabulary words are what bert4keras did for WoBERT and
+    RoFormer; the HMM would invent words the vocabulary never has.
+    """
+    spans: list[tuple[int, int]] = []
+    for word, start, end in _import_jieba().tokenize(text, HMM=False):
+        if word in vocab:
+            spans.append((start, end))
+        else:
+            spans.extend((start + a, start + b) for a, b in basic_spans(word, split_cjk))
+    return spans
+
+
+class _JiebaPreTokenizer:
+    """`tokenizers` custom pre-tokenizer running `word_spans`; slicing keeps the offset alignment."""
+
+    def __init__(self, vocab: Container[str], split_cjk: bool) -> None:
+        self.vocab = vocab
+        self.split_cjk = split_cjk
+
+    def _split(self, index: int, normalized: NormalizedString) -> list[NormalizedString]:
+        return [normalized[a:b] for a, b in word_spans(str(normalized), self.vocab, self.split_cjk)]
+
+    def pre_tokenize(self, pretok: PreTokenizedString) -> None:
+        pretok.split(self._split)
+
+
+class _FromVocabFileMixin:
+    @classmethod
+    def from_vocab_file(cls, vocab_file: str | os.PathLike, segmenter: str | None = "auto", **kwargs: Any) -> Self:
+        """Build from an original checkpoint's `vocab.txt`; `segmenter="auto"` picks the mode from the vocabulary."""
+        vocab = load_vocab(vocab_file)
+        if segmenter == "auto":
+            segmenter = detect_segmenter(vocab)
+        return cls(vocab=vocab, segmenter=segmenter, **kwargs)
+
+
+class RoFormerExtTokenizer(_FromVocabFileMixin, PythonBackend):
+    r"""Pure-Python RoFormer tokenizer (char or jieba-word vocabulary); same tokens as the fast one.
+
+    Args:
+        vocab (`str` or `dict[str, int]`, *optional*): a `vocab.txt` path or a token → id mapping.
+        vocab_file (`str`, *optional*): the `vocab.txt` path (what `from_pretrained` passes).
+        segmenter (`str`, *optional*): `None` for char vocabularies, `"jieba"` for word vocabularies.
+        do_lower_case (`bool`, defaults to `True`), tokenize_chinese_chars (`bool`, defaults to `True`),
+        strip_accents (`bool`, *optional*, follows `do_lower_case`): as in `BertTokenizer`.
+    """
+
+    vocab_files_names = {"vocab_file": "vocab.txt"}
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    def __init__(
+        self,
+        vocab: str | dict[str, int] | None = None,
+        vocab_file: str | None = None,
+        segmenter: str | None = None,
+        do_lower_case: bool = True,
+        unk_token: str = "[UNK]",
+        sep_token: str = "[SEP]",
+        pad_token: str = "[PAD]",
+        cls_token: str = "[CLS]",
+        mask_token: str = "[MASK]",
+        tokenize_chinese_chars: bool = True,
+        strip_accents: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        _check_segmenter(segmenter)
+        vocab = vocab if vocab is not None else vocab_file
+        if vocab is None:
+            raise ValueError("RoFormerExtTokenizer needs `vocab` (path or dict) or `vocab_file`.")
+        self.vocab = dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)
+        self.ids_to_tokens = {index: token for token, index in self.vocab.items()}
+        self.segmenter = segmenter
+        self.do_lower_case = do_lower_case
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.strip_accents = strip_accents
+        kwargs.pop("tokenizer_file", None)
+        super().__init__(
+            segmenter=segmenter,
+            do_lower_case=do_lower_case,
+            unk_token=unk_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            cls_token=cls_token,
+            mask_token=mask_token,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents,
+            special_tokens_pattern="cls_sep",
+            token_type_ids_pattern="bert_style",
+            **kwargs,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab, **self.added_tokens_encoder)
+
+    def _normalize(self, text: str) -> str:
+        """The fast tokenizer's BertNormalizer in Python: clean, (space CJK), strip accents, lower-case."""
+        cleaned = []
+        for char in text:
+            if char in "\t\n\r":
+                cleaned.append(" ")
+            elif char in "\x00\ufffd" or unicodedata.category(char).startswith("C"):
+                continue  # controls go before the whitespace test: "\x1c" is both
+            else:
+                cleaned.append(" " if char.isspace() else char)
+        text = "".join(cleaned)
+        strip = self.strip_accents if self.strip_accents is not None else self.do_lower_case
+        if strip:
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        # Char by char as Rust does: `str.lower` would turn a word-final "Σ" into "ς".
+        return "".join(c.lower() for c in text) if self.do_lower_case else text
+
+    def _wordpiece(self, word: str) -> list[str]:
+        """Greedy longest-match-first; a word with an unmatched piece is one `[UNK]`, as in BERT."""
+        if len(word) > MAX_CHARS_PER_WORD:
+            return [str(self.unk_token)]
+        pieces, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self.vocab:
+                    break
+                end -= 1
+            if end == start:
+                return [str(self.unk_token)]
+            pieces.append(piece)
+            start = end
+        return pieces
+
+    def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
+        text = self._normalize(text)
+        if self.segmenter == "jieba":
+            spans = word_spans(text, self.vocab, self.tokenize_chinese_chars)
+        else:
+            spans = basic_spans(text, self.tokenize_chinese_chars)
+        return [piece for a, b in spans for piece in self._wordpiece(text[a:b])]
+
+    def _convert_token_to_id(self, token: str) -> int:
+        return self.vocab.get(token, self.vocab.get(str(self.unk_token)))
+
+    def _convert_id_to_token(self, index: int) -> str:
+        return self.ids_to_tokens.get(index, str(self.unk_token))
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        return " ".join(tokens).replace(" ##", "").strip()
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
+        return (_write_vocab(self.vocab, save_directory, filename_prefix),)
+
+
+def _write_vocab(vocab: dict[str, int], save_directory: str, filename_prefix: str | None) -> str:
+    """Write `vocab.txt` in id order, so both classes and the original-checkpoint tools can read it."""
+    path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    if [vocab[token] for token in tokens] != list(range(len(tokens))):
+        logger.warning(f"Vocabulary ids are not 0..{len(tokens) - 1} without gaps; {path} renumbers them.")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(token + "\n" for token in tokens)
+    return path
+
+
+class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
+    r"""RoFormer tokenizer backed by 🤗 Tokenizers, for char (`segmenter=None`) or jieba-word vocabularies.
+
+    Offsets (`return_offsets_mapping=True`) are character spans of the input in both modes.
+
+    Args:
+        vocab (`str` or `dict[str, int]`, *optional*): a `vocab.txt` path or a token → id mapping.
+        vocab_file (`str`, *optional*): the `vocab.txt` path (what `from_pretrained` passes).
+        segmenter (`str`, *optional*): `None` for char vocabularies, `"jieba"` for word vocabularies
+            (saved in `tokenizer_config.json`).
+        do_lower_case (`bool`, defaults to `True`), tokenize_chinese_chars (`bool`, defaults to `True`),
+        strip_accents (`bool`, *optional*, follows `do_lower_case`): as in `BertTokenizer`.
+    """
+
+    vocab_files_names = VOCAB_FILES_NAMES
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    model = WordPiece
+    slow_tokenizer_class = RoFormerExtTokenizer
+
+    def __init__(
+        self,
+        vocab: str | dict[str, int] | None = None,
+        vocab_file: str | None = None,
+        segmenter: str | None = None,
+        do_lower_case: bool = True,
+        unk_token: str = "[UNK]",
+        sep_token: str = "[SEP]",
+        pad_token: str = "[PAD]",
+        cls_token: str = "[CLS]",
+        mask_token: str = "[MASK]",
+        tokenize_chinese_chars: bool = True,
+        strip_accents: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        _check_segmenter(segmenter)
+        # The pipeline is always rebuilt from the arguments: tokenizer.json's copy is char mode only.
+        tokenizer_file = kwargs.pop("tokenizer_file", None)
+        vocab = vocab if vocab is not None else vocab_file
+        if vocab is None and tokenizer_file is not None:
+            with open(tokenizer_file, encoding="utf-8") as handle:
+                vocab = json.load(handle)["model"]["vocab"]
+        if vocab is None:
+            raise ValueError("RoFormerExtTokenizerFast needs `vocab` (path or dict), `vocab_file` or `tokenizer_file`")
+        vocab = dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)
+        self.segmenter = segmenter
+        self.do_lower_case = do_lower_case
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.strip_accents = strip_accents
+        model = WordPiece(vocab, unk_token=str(unk_token), max_input_chars_per_word=MAX_CHARS_PER_WORD)
+        self._tokenizer = Tokenizer(model)
+        self._tokenizer.decoder = decoders.WordPiece(prefix="##")
+        self._set_char_pipeline()
+        self._set_segmenter()
+        super().__init__(
+            segmenter=segmenter,
+            do_lower_case=do_lower_case,
+            unk_token=unk_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            cls_token=cls_token,
+            mask_token=mask_token,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents,
+            **kwargs,
+        )
+        cls, sep = str(self.cls_token), str(self.sep_token)
+        self._tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0",
+            pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls, self.cls_token_id), (sep, self.sep_token_id)],
+        )
+
+    def _set_char_pipeline(self) -> None:
+        """BERT's normaliser and pre-tokenizer: char mode itself, and word mode's serialisable stand-in."""
+        self._tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True,
+            handle_chinese_chars=self.tokenize_chinese_chars,
+            strip_accents=self.strip_accents,
+            lowercase=self.do_lower_case,
+        )
+        self._tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+    def _set_segmenter(self) -> None:
+        """Word mode: leave CJK runs whole for jieba, and split them in the Python pre-tokenizer."""
+        if self.segmenter != "jieba":
+            return
+        _import_jieba()
+        self._tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=False, strip_accents=self.strip_accents, lowercase=self.do_lower_case
+        )
+        vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+        self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(
+            _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
+        )
+
+    @contextlib.contextmanager
+    def _serialisable(self) -> Iterator[None]:
+        """Swap in the char pipeline while the backend is written out (tokenizer.json, pickle)."""
+        self._set_char_pipeline()
+        try:
+            yield
+        finally:
+            self._set_segmenter()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        with self._serialisable():
+            state["_tokenizer"] = Tokenizer.from_str(self._tokenizer.to_str())
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._set_segmenter()
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
+        return (_write_vocab(self._tokenizer.get_vocab(with_added_tokens=False), save_directory, filename_prefix),)
+
+    def _save_pretrained(
+        self,
+        save_directory: str | os.PathLike,
+        file_names: tuple[str, ...],
+        legacy_format: bool | None = None,
+        filename_prefix: str | None = None,
+    ) -> tuple[str, ...]:
+        with self._serialisable():
+            file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+        return file_names + self.save_vocabulary(str(save_directory), filename_prefix)
+
+
+# `save_pretrained` then writes `auto_map`, so a saved folder reloads with `trust_remote_code=True`.
+RoFormerExtTokenizer.register_for_auto_class("AutoTokenizer")
+RoFormerExtTokenizerFast.register_for_auto_class("AutoTokenizer")
+
+__all__ = ["RoFormerExtTokenizer", "RoFormerExtTokenizerFast", "detect_segmenter", "load_vocab"]
