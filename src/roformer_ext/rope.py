@@ -129,11 +129,12 @@ class RotaryEmbedding(nn.Module):
 
     def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
         """Angle of each pair: position on its axis × its frequency. (axes, b, s) -> (b, s, head_dim // 2)."""
-        freqs = self.pair_frequencies().float()
+        dtype = torch.float64 if position_ids.dtype == torch.float64 else torch.float32  # fp64 only if asked
+        freqs = self.pair_frequencies().to(dtype)
         if self.axes == 1:
-            return position_ids[0].float()[..., None] * freqs
+            return position_ids[0].to(dtype)[..., None] * freqs
         # Pick, for every pair, the position of the axis that drives it: (b, s, pairs).
-        positions = position_ids.float().permute(1, 2, 0)[..., self.axis_of_pair]
+        positions = position_ids.to(dtype).permute(1, 2, 0)[..., self.axis_of_pair]
         return positions * freqs
 
     def normalize_position_ids(self, position_ids: torch.Tensor) -> torch.Tensor:
@@ -147,8 +148,7 @@ class RotaryEmbedding(nn.Module):
             f"{self.axes} axes; got {tuple(position_ids.shape)}."
         )
 
-    @torch.no_grad()
-    @dynamic_rope_update
+    @dynamic_rope_update  # no torch.no_grad(): a registered kind may learn its frequencies
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of shape (batch, 1, seq, head_dim), laid out for `pair_layout`, in x's dtype."""
         angles = self.angles(self.normalize_position_ids(position_ids))

@@ -122,6 +122,8 @@ def load_state_dict_from_folder(src: Path) -> dict[str, torch.Tensor]:
 
 def _check_and_load(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Every expected tensor present with its shape, nothing left over — else one error listing them all."""
+    if model.base_model is model:  # a bare encoder's keys carry no "roformer." prefix
+        state = {k.removeprefix(f"{model.base_model_prefix}."): v for k, v in state.items()}
     expected = model.state_dict()
     tied = {"lm_head.decoder.weight"}
     missing = sorted(k for k in expected if k not in state and k not in tied)

@@ -1,0 +1,49 @@
+"""Switch a model between the interleaved and half RoPE pair layouts without changing what it computes.
+
+Rotating pairs (2i, 2i+1) of q/k equals rotating pairs (i, i+d/2) of the same vectors with their dims reordered,
+and q·k is unchanged when q and k are reordered alike. So a permutation of each head's q/k projection rows
+(plus v rows and the output projection's columns when `rotary_value` rotates v too) converts a checkpoint.
+Useful because fused GPU rotary kernels (flash-attn, liger) implement the half layout only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..rope import PAIR_LAYOUTS, interleaved_to_half_permutation
+
+
+def _head_permutation(config, to_layout: str) -> torch.Tensor:
+    """Index over all heads' output rows that moves each head's dims to `to_layout`."""
+    forward = interleaved_to_half_permutation(config.head_dim)
+    per_head = forward if to_layout == "half" else torch.argsort(forward)
+    offsets = torch.arange(config.num_attention_heads)[:, None] * config.head_dim
+    return (offsets + per_head).reshape(-1)
+
+
+@torch.no_grad()
+def convert_pair_layout(model: nn.Module, to_layout: str) -> nn.Module:
+    """In place: permute weights and set `config.rope_parameters["pair_layout"]`; returns the model."""
+    if to_layout not in PAIR_LAYOUTS:
+        raise ValueError(f"Unknown pair layout {to_layout!r}; choose one of {', '.join(PAIR_LAYOUTS)}.")
+    config = model.config
+    if config.rope_parameters["pair_layout"] == to_layout:
+        return model
+    if config.rope_parameters.get("axes", 1) != 1 and config.rope_parameters.get("axis_allocation") != "sections":
+        raise ValueError("Only 1-axis or 'sections' rotaries keep their frequency order when the layout changes.")
+    index = _head_permutation(config, to_layout)
+    base = model.base_model
+    for layer in base.layers:
+        attention = layer.attention
+        rotated = [attention.query, attention.key] + ([attention.value] if config.rotary_value else [])
+        for linear in rotated:
+            linear.weight.copy_(linear.weight[index])
+            if linear.bias is not None:
+                linear.bias.copy_(linear.bias[index])
+        if config.rotary_value:
+            attention.output.weight.copy_(attention.output.weight[:, index])
+        attention.pair_layout = to_layout
+    config.rope_parameters["pair_layout"] = to_layout
+    base.rotary_emb.pair_layout = to_layout
+    return model

@@ -1,0 +1,133 @@
+"""Parity with transformers' own RoFormer: same weights, same inputs, every head within 1e-5 (fp32)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from conftest import random_inputs
+
+from roformer_ext.conversion import CheckpointConversionError
+from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_checkpoint
+
+ATOL = 1e-5
+THEIR_HEADS = [
+    "RoFormerModel",
+    "RoFormerForMaskedLM",
+    "RoFormerForCausalLM",
+    "RoFormerForSequenceClassification",
+    "RoFormerForTokenClassification",
+    "RoFormerForQuestionAnswering",
+    "RoFormerForMultipleChoice",
+]
+
+
+def their_model(class_name: str, folder, seed: int = 0, **overrides):
+    values = dict(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3,
+    )
+    values.update(overrides)
+    if class_name == "RoFormerForCausalLM":
+        values["is_decoder"] = True
+    torch.manual_seed(seed)
+    model = getattr(transformers, class_name)(transformers.RoFormerConfig(**values)).eval()
+    with torch.no_grad():  # non-trivial biases and norms, so a dropped mapping shows
+        for name, param in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                param.add_(0.1 * torch.randn_like(param))
+    model.save_pretrained(folder)
+    return model
+
+
+def outputs_of(model, class_name, implementation):
+    model.set_attn_implementation(implementation)
+    if class_name == "RoFormerForMultipleChoice":
+        input_ids = torch.randint(5, 99, (2, 3, 9), generator=torch.Generator().manual_seed(1))
+        kwargs = dict(attention_mask=torch.ones_like(input_ids), token_type_ids=torch.zeros_like(input_ids))
+    else:
+        input_ids, attention_mask, token_type_ids = random_inputs()
+        kwargs = dict(attention_mask=attention_mask, token_type_ids=token_type_ids)
+        if class_name == "RoFormerForCausalLM":
+            kwargs["use_cache"] = False
+    with torch.no_grad():
+        out = model(input_ids, **kwargs)
+    mask = kwargs["attention_mask"]
+    result = {}
+    for name in ("last_hidden_state", "logits", "start_logits", "end_logits"):
+        value = getattr(out, name, None)
+        if value is None:
+            continue
+        if value.dim() >= 2 and value.shape[:2] == mask.shape:  # per-token: compare real tokens only
+            value = value * mask.reshape(*mask.shape, *([1] * (value.dim() - 2)))
+        result[name] = value
+    return result
+
+
+@pytest.mark.parametrize("class_name", THEIR_HEADS)
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_every_head_matches_transformers(class_name, implementation, tmp_path):
+    theirs = their_model(class_name, tmp_path)
+    ours = build_converted_model(tmp_path)
+    expected = outputs_of(theirs, class_name, "eager")
+    actual = outputs_of(ours, class_name, implementation)
+    assert expected.keys() == actual.keys() and expected
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], atol=ATOL, rtol=0, msg=f"{class_name}.{name}")
+
+
+@pytest.mark.parametrize("rotary_value", [False, True])
+@pytest.mark.parametrize("embedding_size", [None, 16])
+def test_rotary_value_and_embedding_size(rotary_value, embedding_size, tmp_path):
+    theirs = their_model("RoFormerForMaskedLM", tmp_path, rotary_value=rotary_value, embedding_size=embedding_size)
+    ours = build_converted_model(tmp_path)
+    for implementation in ("eager", "sdpa"):
+        actual = outputs_of(ours, "RoFormerForMaskedLM", implementation)["logits"]
+        expected = outputs_of(theirs, "RoFormerForMaskedLM", "eager")["logits"]
+        torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
+
+
+def test_ours_runs_past_their_length_cap(tmp_path):
+    theirs = their_model("RoFormerModel", tmp_path, max_position_embeddings=16)
+    ours = build_converted_model(tmp_path)
+    long_ids = torch.randint(5, 99, (1, 40))
+    with pytest.raises(IndexError):
+        theirs(long_ids)
+    assert ours(long_ids).last_hidden_state.shape == (1, 40, 32)
+
+
+def test_cli_writes_loadable_folder_and_refuses_overwrite(tmp_path):
+    src, out = tmp_path / "theirs", tmp_path / "ours"
+    theirs = their_model("RoFormerForSequenceClassification", src)
+    (src / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    command = [sys.executable, "-m", "roformer_ext.conversion", "transformers", str(src), str(out)]
+    subprocess.run(command, check=True, capture_output=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "roformer_ext" and "AutoModelForSequenceClassification" in config["auto_map"]
+    assert (out / "model.safetensors").exists() and (out / "README.md").exists() and (out / "vocab.txt").exists()
+    reloaded = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    torch.testing.assert_close(
+        outputs_of(reloaded, "RoFormerForSequenceClassification", "sdpa")["logits"],
+        outputs_of(theirs, "RoFormerForSequenceClassification", "eager")["logits"],
+        atol=ATOL, rtol=0,
+    )
+    again = subprocess.run(command, capture_output=True, text=True)
+    assert again.returncode != 0 and "--force" in again.stderr
+    subprocess.run(command + ["--force"], check=True, capture_output=True)
+
+
+def test_wrong_model_type_and_shape_errors(tmp_path):
+    their_model("RoFormerModel", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["hidden_size"] = 64
+    config["intermediate_size"] = 37
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointConversionError, match="mis-shaped"):
+        build_converted_model(tmp_path)
+    config["model_type"] = "bert"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointConversionError, match="model_type 'bert'"):
+        convert_transformers_checkpoint(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
