@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
 import roformer_ext  # noqa: F401  (registers the Auto classes)
 from roformer_ext.conversion import CheckpointConversionError
@@ -216,12 +216,25 @@ def test_weights_are_the_checkpoint_values(converted, name):
 @pytest.mark.parametrize("name", ["roformer_v1", "roformer_sim_ft"])
 def test_tokenizer_reproduces_fixture_ids(converted, name):
     reference = np.load(FIXTURES / name / "reference_outputs.npz")
-    tokenizer = AutoTokenizer.from_pretrained(converted[name])
+    from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
+
+    tokenizer = RoFormerExtTokenizerFast.from_pretrained(converted[name])
+    assert tokenizer.segmenter is None  # a char vocabulary: no jieba
     single = tokenizer("今天天气很好，我想去公园玩。")
     assert single["input_ids"] == reference["single/token_ids"][0].tolist()
     pair = tokenizer("我想去公园玩", "今天天气很好吗？")
     assert pair["input_ids"] == reference["pair/token_ids"][0].tolist()
     assert pair["token_type_ids"] == reference["pair/segment_ids"][0].tolist()
+
+
+def test_word_vocabulary_gets_a_jieba_tokenizer(tmp_path):
+    """The word-level v1 release (chinese_roformer_L-12_H-768_A-12) needs jieba pre-tokenization."""
+    src = copy_fixture("roformer_v2", tmp_path / "src")
+    chars = (src / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    words = ["今天", "天气", "公园", "我们", "一起"]
+    (src / "vocab.txt").write_text("\n".join(chars[: 128 - len(words)] + words) + "\n", encoding="utf-8")
+    out = convert_original_checkpoint(src, tmp_path / "out")
+    assert json.loads((out / "tokenizer_config.json").read_text())["segmenter"] == "jieba"
 
 
 # -------------------------------------------------------------------------------------- gpt, E != H
@@ -262,14 +275,22 @@ def test_embedding_size_differs_from_hidden(tmp_path):
         result = model(ids, token_type_ids=segments, output_hidden_states=True)
         last = model.roformer(ids, token_type_ids=segments).last_hidden_state.numpy()
     t = tensors
-    embedded = t["bert/embeddings/word_embeddings"][ids[0].numpy()] + t["bert/embeddings/token_type_embeddings"][segments[0].numpy()]
+    embedded = (
+        t["bert/embeddings/word_embeddings"][ids[0].numpy()]
+        + t["bert/embeddings/token_type_embeddings"][segments[0].numpy()]
+    )
     embedded = layer_norm(embedded, t["bert/embeddings/LayerNorm/gamma"], t["bert/embeddings/LayerNorm/beta"])
-    projected = embedded @ t["bert/encoder/embedding_hidden_mapping_in/kernel"] + t["bert/encoder/embedding_hidden_mapping_in/bias"]
+    projected = (
+        embedded @ t["bert/encoder/embedding_hidden_mapping_in/kernel"]
+        + t["bert/encoder/embedding_hidden_mapping_in/bias"]
+    )
     np.testing.assert_allclose(result.hidden_states[0][0].numpy(), projected, rtol=0, atol=1e-4)
     # MLM head: dense H -> E, exact gelu, LayerNorm, tied embeddings, output bias
     dense = last[0] @ t["cls/predictions/transform/dense/kernel"] + t["cls/predictions/transform/dense/bias"]
     dense = torch.nn.functional.gelu(torch.from_numpy(dense)).numpy()
-    normed = layer_norm(dense, t["cls/predictions/transform/LayerNorm/gamma"], t["cls/predictions/transform/LayerNorm/beta"])
+    normed = layer_norm(
+        dense, t["cls/predictions/transform/LayerNorm/gamma"], t["cls/predictions/transform/LayerNorm/beta"]
+    )
     logits = normed @ t["bert/embeddings/word_embeddings"].T + t["cls/predictions/output_bias"]
     np.testing.assert_allclose(result.logits[0].numpy(), logits, rtol=0, atol=2e-4)
 
@@ -295,7 +316,9 @@ def assert_cli_fails(capsys, tmp_path, src: Path, pattern: str, *extra: str) -> 
     return message
 
 
-@pytest.mark.parametrize("missing", ["bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"])
+@pytest.mark.parametrize(
+    "missing", ["bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"]
+)
 def test_missing_source_file(tmp_path, capsys, missing):
     src = copy_fixture("roformer_v1", tmp_path / "src")
     (src / missing).unlink()
@@ -321,6 +344,13 @@ def test_config_that_does_not_fit_the_checkpoint(tmp_path, capsys):
     assert "bert/encoder/layer_2/output/dense/kernel (expected shape [128, 64])" in message
 
 
+def test_vocabulary_larger_than_the_embeddings(tmp_path, capsys):
+    src = copy_fixture("roformer_v1", tmp_path / "src")
+    with open(src / "vocab.txt", "a", encoding="utf-8") as handle:
+        handle.write("多\n余\n")
+    assert_cli_fails(capsys, tmp_path, src, "vocab.txt has 130 entries but the embeddings only 128 rows")
+
+
 def test_unknown_variant(tmp_path, capsys):
     tensors = {"model/dense/kernel": np.zeros((4, 4), np.float32), "model/dense/bias": np.zeros(4, np.float32)}
     src = release_folder(tmp_path, tensors, fixture_config("roformer_v1"))
@@ -331,15 +361,21 @@ def test_unknown_variant(tmp_path, capsys):
 
 
 def test_norms_without_biases_is_no_known_variant(tmp_path, capsys):
-    tensors = {k: v for k, v in read_tf_checkpoint(FIXTURES / "roformer_v1").items() if not k.endswith(("bias", "beta"))}
+    tensors = {
+        k: v for k, v in read_tf_checkpoint(FIXTURES / "roformer_v1").items() if not k.endswith(("bias", "beta"))
+    }
     src = release_folder(tmp_path, tensors, fixture_config("roformer_v1"))
     assert_cli_fails(capsys, tmp_path, src, "Unknown checkpoint variant: it has norm parameters and no biases")
 
 
 def test_forcing_the_wrong_variant_lists_the_differences(tmp_path, capsys):
-    message = assert_cli_fails(capsys, tmp_path, FIXTURES / "roformer_v1", "does not match a RoFormer v2", "--variant", "v2")
+    message = assert_cli_fails(
+        capsys, tmp_path, FIXTURES / "roformer_v1", "does not match a RoFormer v2", "--variant", "v2"
+    )
     assert "unexpected variable bert/embeddings/LayerNorm/gamma (shape [64])" in message
-    message = assert_cli_fails(capsys, tmp_path, FIXTURES / "roformer_v2", "does not match a RoFormer sim", "--variant", "sim")
+    message = assert_cli_fails(
+        capsys, tmp_path, FIXTURES / "roformer_v2", "does not match a RoFormer sim", "--variant", "sim"
+    )
     assert "missing variable bert/pooler/dense/kernel" in message
 
 
@@ -366,9 +402,10 @@ def test_optimizer_state_is_ignored(tmp_path):
     tensors = read_tf_checkpoint(FIXTURES / "roformer_v2")
     tensors["global_step"] = np.array(1000, np.int64)
     tensors["bert/encoder/layer_0/output/dense/kernel/adam_m"] = np.zeros((128, 64), np.float32)
+    tensors["bert/encoder/layer_0/output/dense/kernel/AdamWeightDecayOptimizer_1"] = np.zeros((128, 64), np.float32)
     src = release_folder(tmp_path, tensors, fixture_config("roformer_v2"))
     plan = plan_conversion(TFCheckpointReader(src).variables, fixture_config("roformer_v2"))
-    assert plan.variant == "v2" and plan.ignored == ["bert/encoder/layer_0/output/dense/kernel/adam_m", "global_step"]
+    assert plan.variant == "v2" and len(plan.ignored) == 3 and "global_step" in plan.ignored
     convert_original_checkpoint(src, tmp_path / "out")
 
 
@@ -380,6 +417,39 @@ def test_existing_output_needs_force(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
     assert main(["original", str(FIXTURES / "roformer_v2"), str(out), "--force"]) == 0
     assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
+
+
+def test_cli_transformers_subcommand_reports_errors(tmp_path, capsys):
+    assert main(["transformers", str(tmp_path / "nowhere"), str(tmp_path / "out")]) != 0
+    assert "roformer-ext-convert: error:" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    src_root = Path(roformer_ext.__file__).parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": str(src_root), "HF_HUB_OFFLINE": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "roformer_ext.conversion",
+        "original",
+        str(tmp_path / "none"),
+        str(tmp_path / "out"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1 and "Source folder" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_help_and_bad_variant(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["original", "--help"])
+    assert info.value.code == 0 and "--pooler-activation" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["original", "a", "b", "--variant", "v3"])
+    assert info.value.code != 0 and "invalid choice: 'v3'" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ output_folder

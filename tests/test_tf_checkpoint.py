@@ -120,9 +120,7 @@ DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64, np.int8, np.ui
 
 @st.composite
 def tensor_dicts(draw):
-    names = draw(
-        st.lists(st.text("abcxyz_/0123456789", min_size=1, max_size=12), min_size=1, max_size=6, unique=True)
-    )
+    names = draw(st.lists(st.text("abcxyz_/0123456789", min_size=1, max_size=12), min_size=1, max_size=6, unique=True))
     tensors = {}
     for name in names:
         dtype = draw(st.sampled_from(DTYPES))

@@ -51,10 +51,16 @@ def test_padding_keys_are_hidden_from_every_query():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 3).flatmap(lambda b: st.integers(1, 9).flatmap(lambda s: st.tuples(
-    st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
-    st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
-))))
+@given(
+    st.integers(1, 3).flatmap(
+        lambda b: st.integers(1, 9).flatmap(
+            lambda s: st.tuples(
+                st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
+                st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
+            )
+        )
+    )
+)
 def test_matches_definition(case):
     segments, padding = case
     mask = unilm_attention_mask(torch.tensor(segments), torch.tensor(padding))
@@ -83,7 +89,9 @@ def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_target
     changed[0, 6:] = torch.randint(5, 99, (2,))  # change the last two target tokens
     with torch.no_grad():
         first = model(ids, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)).last_hidden_state
-        second = model(changed, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)).last_hidden_state
+        second = model(
+            changed, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)
+        ).last_hidden_state
         plain = model(changed, token_type_ids=segments).last_hidden_state
     torch.testing.assert_close(first[0, :6], second[0, :6], rtol=0, atol=1e-6)
     assert (first[0, 6:] - second[0, 6:]).abs().max() > 1e-3

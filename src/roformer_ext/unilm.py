@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 
 
-def unilm_attention_mask(
-    token_type_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> torch.BoolTensor:
+def unilm_attention_mask(token_type_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.BoolTensor:
     """Return a (batch, 1, seq, seq) mask, True where query i may attend to key j.
 
     UniLM (bert4keras `application='unilm'`, used by RoFormer-Sim to generate similar sentences) lets key j

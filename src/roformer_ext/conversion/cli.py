@@ -1,4 +1,4 @@
-"""`roformer-ext-convert`: turn original RoFormer releases or transformers RoFormer folders into roformer-ext folders."""
+"""`roformer-ext-convert`: original RoFormer releases or transformers RoFormer folders -> roformer-ext folders."""
 
 from __future__ import annotations
 
@@ -22,9 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{original,transformers}")
 
     original = commands.add_parser("original", help="an original bert4keras/TF release", description=_ORIGINAL_HELP)
-    original.add_argument("src", metavar="SRC_DIR", help="folder with bert_config.json, bert_model.ckpt.* and vocab.txt")
+    original.add_argument(
+        "src", metavar="SRC_DIR", help="folder with bert_config.json, bert_model.ckpt.* and vocab.txt"
+    )
     original.add_argument("out", metavar="OUT_DIR", help="folder to create")
-    original.add_argument("--variant", choices=("v1", "sim", "gpt", "v2"), help="force the variant instead of detecting it")
+    original.add_argument(
+        "--variant", choices=("v1", "sim", "gpt", "v2"), help="force the variant instead of detecting it"
+    )
     original.add_argument(
         "--pooler-activation",
         choices=("linear", "tanh"),

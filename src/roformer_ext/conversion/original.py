@@ -28,11 +28,19 @@ POOLER_ACTIVATIONS = ("linear", "tanh")
 #: Optimizer state and bookkeeping that training checkpoints may carry next to the weights.
 _IGNORED = re.compile(
     r"(^|/)(global_step|_CHECKPOINTABLE_OBJECT_GRAPH|beta1_power|beta2_power|good_steps|loss_scale)$"
-    r"|/(adam_m|adam_v|Adam|Adam_1|lamb_m|lamb_v|Momentum|accumulator)(_\d+)?$"
+    r"|/(adam_m|adam_v|Adam|AdamWeightDecayOptimizer|lamb_m|lamb_v|Momentum|accumulator)(_\d+)?$"
+    r"|^(training|optimizer)/"
 )
 
 #: bert4keras activation names -> transformers ACT2FN names.
-_ACTIVATIONS = {"gelu": "gelu", "gelu_erf": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu", "tanh": "tanh"}
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_erf": "gelu",
+    "gelu_tanh": "gelu_new",
+    "relu": "relu",
+    "swish": "silu",
+    "tanh": "tanh",
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ def _is_ignored(name: str) -> bool:
 
 
 def detect_variant(variables: Mapping[str, tuple[int, ...]]) -> str:
-    """"v2" (no biases, no norm parameters, no `cls/` head), "sim" (v1 + pooler) or "v1"; gpt is never guessed.
+    """ "v2" (no biases, no norm parameters, no `cls/` head), "sim" (v1 + pooler) or "v1"; gpt is never guessed.
 
     Raises CheckpointConversionError when the variables fit none of them.
     """
@@ -110,7 +118,12 @@ def map_original_variables(
     """The variables a bert4keras RoFormer of this config and variant has, keyed as RoFormerExtForMaskedLM."""
     v1 = variant != "v2"
     size = _sizes(bert_config)
-    vocab, emb, hidden, inter = size["vocab_size"], size["embedding_size"], size["hidden_size"], size["intermediate_size"]
+    vocab, emb, hidden, inter = (
+        size["vocab_size"],
+        size["embedding_size"],
+        size["hidden_size"],
+        size["intermediate_size"],
+    )
     specs = [
         VariableSpec("bert/embeddings/word_embeddings", "roformer.embeddings.word_embeddings.weight", (vocab, emb)),
         VariableSpec(
@@ -178,7 +191,9 @@ def original_config_kwargs(
     v2 = variant == "v2"
     act = str(bert_config.get("hidden_act", "gelu"))
     if act not in _ACTIVATIONS:
-        raise CheckpointConversionError(f"Unsupported hidden_act {act!r} in bert_config.json (known: {', '.join(_ACTIVATIONS)}).")
+        raise CheckpointConversionError(
+            f"Unsupported hidden_act {act!r} in bert_config.json (known: {', '.join(_ACTIVATIONS)})."
+        )
     if v2 and _sizes(bert_config)["embedding_size"] != bert_config["hidden_size"]:
         raise CheckpointConversionError(
             "RoFormer-V2 with embedding_size != hidden_size cannot be converted faithfully: bert4keras adds an "
@@ -242,7 +257,9 @@ def plan_conversion(
     return ConversionPlan(
         variant=variant,
         architecture=architecture,
-        config_kwargs=original_config_kwargs(bert_config, variant, pooler_activation if has_pooler else None, pad_token_id),
+        config_kwargs=original_config_kwargs(
+            bert_config, variant, pooler_activation if has_pooler else None, pad_token_id
+        ),
         specs=specs,
         ignored=sorted(n for n in variables if _is_ignored(n)),
     )
@@ -261,7 +278,9 @@ def load_state_dict(reader: TFCheckpointReader, specs: list[VariableSpec]) -> di
 def _read_bert_config(src: Path) -> dict[str, Any]:
     path = src / "bert_config.json"
     if not path.is_file():
-        raise CheckpointConversionError(f"Missing {path}: an original release folder holds bert_config.json, bert_model.ckpt.* and vocab.txt.")
+        raise CheckpointConversionError(
+            f"Missing {path}: an original release folder holds bert_config.json, bert_model.ckpt.* and vocab.txt."
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -284,10 +303,14 @@ def _tokenizer(vocab_file: Path):
         from transformers import BertTokenizerFast
 
         return BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
-    return RoFormerExtTokenizerFast.from_vocab_file(vocab_file, segmenter="auto", do_lower_case=True)  # jieba for word vocabs
+    return RoFormerExtTokenizerFast.from_vocab_file(
+        vocab_file, segmenter="auto", do_lower_case=True
+    )  # jieba for word vocabs
 
 
-def save_converted(folder: Path, plan: ConversionPlan, state: Mapping[str, np.ndarray], vocab_file: Path, readme: str) -> None:
+def save_converted(
+    folder: Path, plan: ConversionPlan, state: Mapping[str, np.ndarray], vocab_file: Path, readme: str
+) -> None:
     """Build the planned model, load `state` strictly, and write model, tokenizer, vocab.txt and README.md."""
     import shutil
 
@@ -353,9 +376,10 @@ def convert_original_checkpoint(
         reader = TFCheckpointReader(src)
         pad_id = vocab.index("[PAD]") if "[PAD]" in vocab else 0
         plan = plan_conversion(reader.variables, bert_config, variant, pooler_activation, pad_id)
-        if len(vocab) != plan.config_kwargs["vocab_size"]:
+        if len(vocab) > plan.config_kwargs["vocab_size"]:  # fewer is harmless: unused embedding rows
             raise CheckpointConversionError(
-                f"vocab.txt has {len(vocab)} entries but bert_config.json says vocab_size {plan.config_kwargs['vocab_size']}."
+                f"vocab.txt has {len(vocab)} entries but the embeddings only "
+                f"{plan.config_kwargs['vocab_size']} rows: the vocabulary does not belong to this checkpoint."
             )
         state = load_state_dict(reader, plan.specs)
         if command is None:
@@ -405,9 +429,9 @@ tags:
 Converted from the original release `{src.name}` (bert4keras TF checkpoint, ZhuiyiTechnology) with roformer-ext.
 
 - Variant: **{plan.variant}** — {_VARIANT_TEXT[plan.variant]}
-- Architecture: `{plan.architecture}`; {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']},
-  {cfg['num_attention_heads']} heads, embedding {cfg['embedding_size']}, vocab {cfg['vocab_size']}; {pooler}.
-- Kept from the original: activation `{cfg['hidden_act']}` (`gelu` is the exact erf gelu), norm epsilon 1e-7,
+- Architecture: `{plan.architecture}`; {cfg["num_hidden_layers"]} layers, hidden {cfg["hidden_size"]},
+  {cfg["num_attention_heads"]} heads, embedding {cfg["embedding_size"]}, vocab {cfg["vocab_size"]}; {pooler}.
+- Kept from the original: activation `{cfg["hidden_act"]}` (`gelu` is the exact erf gelu), norm epsilon 1e-7,
   interleaved rotary pairs with base 10000.
 
 Made with:

@@ -29,7 +29,9 @@ def _remove(path: Path) -> None:
 
 
 def _refuse_existing(out: Path) -> None:
-    raise OutputExistsError(f"Output {out} already exists; choose another folder or pass --force (force=True) to replace it.")
+    raise OutputExistsError(
+        f"Output {out} already exists; choose another folder or pass --force (force=True) to replace it."
+    )
 
 
 @contextmanager

@@ -58,7 +58,7 @@ def _apply_op(op: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _zeros_op(log2_n: int) -> np.ndarray:
     """The map Z_n (n = 2**log2_n): the CRC register after feeding n zero bytes, as 32 bit images."""
     if log2_n == 0:
@@ -173,7 +173,9 @@ def _read_block(raw: bytes, offset: int, size: int) -> bytes:
     if mask_crc(crc32c(raw[offset : offset + size + 1])) != stored:
         raise _FormatError(f"checksum mismatch in the block at offset {offset}")
     if kind != 0:
-        raise _FormatError(f"block at offset {offset} is compressed (type {kind}); only uncompressed tables are supported")
+        raise _FormatError(
+            f"block at offset {offset} is compressed (type {kind}); only uncompressed tables are supported"
+        )
     return contents
 
 
@@ -281,7 +283,11 @@ class TensorEntry:
 
     @property
     def dtype_name(self) -> str:
-        return _DTYPES[self.dtype_code][0] if self.dtype_code in _DTYPES else _DTYPE_NAMES.get(self.dtype_code, f"dtype #{self.dtype_code}")
+        return (
+            _DTYPES[self.dtype_code][0]
+            if self.dtype_code in _DTYPES
+            else _DTYPE_NAMES.get(self.dtype_code, f"dtype #{self.dtype_code}")
+        )
 
 
 def _parse_shape(buf: bytes) -> tuple[int, ...]:
@@ -327,7 +333,7 @@ def _entry_bytes(entry: TensorEntry) -> bytes:
 
 # ------------------------------------------------------------------------------------------- reader
 def _state_file_prefix(folder: Path) -> Path | None:
-    """The prefix named by a `checkpoint` state file; absolute paths from the training machine fall back to the folder."""
+    """The prefix a `checkpoint` state file names; an absolute path of the training machine falls back to the folder."""
     state = folder / "checkpoint"
     if not state.is_file():
         return None
@@ -354,7 +360,9 @@ def resolve_checkpoint_prefix(path: str | os.PathLike) -> Path:
         if len(indexes) == 1:
             return indexes[0].with_suffix("")
         if not indexes:
-            raise TFCheckpointError(f"No TF checkpoint in {path}: expected a `*.index` file (e.g. bert_model.ckpt.index).")
+            raise TFCheckpointError(
+                f"No TF checkpoint in {path}: expected a `*.index` file (e.g. bert_model.ckpt.index)."
+            )
         names = ", ".join(p.name for p in indexes)
         raise TFCheckpointError(f"Several checkpoints in {path} ({names}); pass the prefix of the one to read.")
     if Path(f"{path}.index").is_file():
@@ -382,7 +390,9 @@ class TFCheckpointReader:
             self._entries = {k.decode("utf-8"): _parse_entry(k.decode("utf-8"), v) for k, v in table[1:]}
         except (_FormatError, UnicodeDecodeError) as err:
             raise TFCheckpointError(f"Corrupted checkpoint index {self.index_path}: {err}.") from None
-        self.shard_paths = [Path(f"{self.prefix}.data-{i:05d}-of-{self.num_shards:05d}") for i in range(self.num_shards)]
+        self.shard_paths = [
+            Path(f"{self.prefix}.data-{i:05d}-of-{self.num_shards:05d}") for i in range(self.num_shards)
+        ]
         missing = [str(p) for p in self.shard_paths if not p.is_file()]
         if missing:
             raise TFCheckpointError(f"Missing checkpoint data shard(s): {', '.join(missing)}.")
@@ -409,11 +419,16 @@ class TFCheckpointReader:
         """Read one variable; bfloat16 comes back as float32."""
         entry = self.entry(name)
         if entry.partitioned:
-            raise TFCheckpointError(f"Variable {name!r} is partitioned into slices, which this reader does not support.")
+            raise TFCheckpointError(
+                f"Variable {name!r} is partitioned into slices, which this reader does not support."
+            )
         if entry.dtype_code not in _DTYPES:
             raise TFCheckpointError(f"Variable {name!r} has unsupported dtype {entry.dtype_name}.")
         if not 0 <= entry.shard_id < self.num_shards:
-            raise TFCheckpointError(f"Corrupted checkpoint index {self.index_path}: {name!r} points to shard {entry.shard_id} of {self.num_shards}.")
+            raise TFCheckpointError(
+                f"Corrupted checkpoint index {self.index_path}: {name!r} points to shard {entry.shard_id} "
+                f"of {self.num_shards}."
+            )
         dtype_name, dtype = _DTYPES[entry.dtype_code]
         expected = int(np.prod(entry.shape, dtype=np.int64)) * dtype.itemsize
         if entry.size != expected or entry.offset < 0 or any(d < 0 for d in entry.shape):
@@ -427,11 +442,14 @@ class TFCheckpointReader:
             raw = handle.read(entry.size)
         if len(raw) != entry.size:
             raise TFCheckpointError(
-                f"Truncated checkpoint data {shard}: {name!r} needs bytes [{entry.offset}, {entry.offset + entry.size}) "
+                f"Truncated checkpoint data {shard}: {name!r} needs bytes "
+                f"[{entry.offset}, {entry.offset + entry.size}) "
                 f"but the file has {shard.stat().st_size} bytes. Download it again."
             )
         if verify_checksum and entry.masked_crc32c is not None and mask_crc(crc32c(raw)) != entry.masked_crc32c:
-            raise TFCheckpointError(f"Corrupted checkpoint data {shard}: checksum mismatch for {name!r}. Download it again.")
+            raise TFCheckpointError(
+                f"Corrupted checkpoint data {shard}: checksum mismatch for {name!r}. Download it again."
+            )
         array = np.frombuffer(raw, dtype=dtype.newbyteorder(">") if self.big_endian else dtype).reshape(entry.shape)
         if dtype_name == "bfloat16":
             return (array.astype(np.uint32) << 16).view(np.float32)
