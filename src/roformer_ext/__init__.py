@@ -7,16 +7,21 @@ where this package is not installed.
 
 from transformers import (
     AutoConfig,
+    AutoImageProcessor,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
+    AutoProcessor,
+    AutoTokenizer,
 )
 
-from .configuration_roformer_ext import RoFormerExtConfig
+from .configuration_roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
+from .image_processing_roformer_ext import RoFormerExtImageProcessor
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
@@ -27,8 +32,17 @@ from .modeling_roformer_ext import (
     RoFormerExtModel,
     RoFormerExtPreTrainedModel,
 )
+from .modeling_roformer_ext_vision import (
+    RoFormerExtVisionTextForCausalLM,
+    RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextModel,
+)
 from .positions import build_position_ids, register_position_scheme, registered_position_schemes
+from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
 from .rope import RotaryEmbedding, apply_rotary, register_rotary_embedding, registered_rotary_kinds
+from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
+from .unilm import unilm_attention_mask
 
 __version__ = "0.1.0"
 
@@ -42,19 +56,51 @@ _TEXT_MODELS = {
     AutoModelForMultipleChoice: RoFormerExtForMultipleChoice,
 }
 
+_VISION_TEXT_MODELS = {
+    AutoModel: RoFormerExtVisionTextModel,
+    AutoModelForMaskedLM: RoFormerExtVisionTextForMaskedLM,
+    AutoModelForSequenceClassification: RoFormerExtVisionTextForSequenceClassification,
+    AutoModelForCausalLM: RoFormerExtVisionTextForCausalLM,
+    AutoModelForImageTextToText: RoFormerExtVisionTextForCausalLM,
+}
+
 
 def _register_auto_classes() -> None:
-    AutoConfig.register(RoFormerExtConfig.model_type, RoFormerExtConfig, exist_ok=True)
-    RoFormerExtConfig.register_for_auto_class("AutoConfig")
-    for auto_class, model_class in _TEXT_MODELS.items():
-        auto_class.register(RoFormerExtConfig, model_class, exist_ok=True)
-        model_class.register_for_auto_class(auto_class.__name__)
+    for config_class, models in ((RoFormerExtConfig, _TEXT_MODELS), (RoFormerExtVisionTextConfig, _VISION_TEXT_MODELS)):
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class("AutoConfig")
+        for auto_class, model_class in models.items():
+            auto_class.register(config_class, model_class, exist_ok=True)
+            if auto_class is not AutoModelForImageTextToText:
+                model_class.register_for_auto_class(auto_class.__name__)
+        AutoTokenizer.register(
+            config_class,
+            slow_tokenizer_class=RoFormerExtTokenizer,
+            fast_tokenizer_class=RoFormerExtTokenizerFast,
+            exist_ok=True,
+        )
+    image_processors = {"pil": RoFormerExtImageProcessor, "torchvision": RoFormerExtImageProcessor}
+    AutoImageProcessor.register(RoFormerExtVisionTextConfig, image_processor_classes=image_processors, exist_ok=True)
+    AutoProcessor.register(RoFormerExtVisionTextConfig, RoFormerExtProcessor, exist_ok=True)
+    RoFormerExtImageProcessor.register_for_auto_class("AutoImageProcessor")
+    RoFormerExtProcessor.register_for_auto_class("AutoProcessor")
 
 
 _register_auto_classes()
 
 __all__ = [
     "RoFormerExtConfig",
+    "RoFormerExtImageProcessor",
+    "RoFormerExtProcessor",
+    "RoFormerExtTokenizer",
+    "RoFormerExtTokenizerFast",
+    "RoFormerExtVisionTextConfig",
+    "RoFormerExtVisionTextForCausalLM",
+    "RoFormerExtVisionTextForMaskedLM",
+    "RoFormerExtVisionTextForSequenceClassification",
+    "RoFormerExtVisionTextModel",
+    "add_vision_tokens",
+    "unilm_attention_mask",
     "RoFormerExtForCausalLM",
     "RoFormerExtForMaskedLM",
     "RoFormerExtForMultipleChoice",

@@ -86,14 +86,22 @@ class RoFormerExtConfig(PreTrainedConfig):
     temporal_patch_size: int = 2
     num_channels: int = 3
 
+    default_rope_parameters = DEFAULT_ROPE_PARAMETERS
+
     def __post_init__(self, **kwargs):
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
         if self.mlm_head_transform is None:
             self.mlm_head_transform = self.norm_type == "layer_norm"
-        self.rope_parameters = {**DEFAULT_ROPE_PARAMETERS, **(self.rope_parameters or {})}
+        self.rope_parameters = self.rope_parameters or {}
         super().__post_init__(**kwargs)
         self._check_fields()
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # Also when from_pretrained(..., rope_parameters={...}) assigns a partial dict after construction.
+        if key == "rope_parameters" and isinstance(value, dict):
+            value = {**self.default_rope_parameters, **value}
+        super().__setattr__(key, value)
 
     @property
     def head_dim(self) -> int:
@@ -140,10 +148,30 @@ class RoFormerExtConfig(PreTrainedConfig):
             raise ValueError(f"head_dim // 2 = {pairs} frequency pairs cannot cover {axes} axes.")
 
 
+VISION_DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
+    **DEFAULT_ROPE_PARAMETERS,
+    "axes": 3,
+    "axis_allocation": "interleaved",
+    "position_scheme": "rope_tie_v2",
+}
+
+
+class RoFormerExtVisionTextConfig(RoFormerExtConfig):
+    r"""Configuration of the vision-text models: the text fields plus patch sizes and placeholder ids.
+
+    A separate `model_type` ("roformer_ext_vision") lets the Auto classes pick the vision-text heads. Defaults to
+    3 axes (row, col, time), interleaved frequencies and RoPE-Tie-v2; text-only input then equals 1D RoPE exactly,
+    so a text checkpoint carries over: `RoFormerExtVisionTextForMaskedLM.from_pretrained(text_folder, ...)`.
+    """
+
+    model_type = "roformer_ext_vision"
+    default_rope_parameters = VISION_DEFAULT_ROPE_PARAMETERS
+
+
 def _check_choice(name: str, value: Any, allowed) -> None:
     if value not in allowed:
         names = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"Unknown {name} {value!r}. Registered choices: {names}.")
 
 
-__all__ = ["RoFormerExtConfig"]
+__all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

@@ -71,12 +71,13 @@ def axis_of_pair(num_pairs: int, axes: int, allocation: str, mrope_section: list
     interleaved: θ0→axis 0, θ1→axis 1, ... (RoPE-Tie, Qwen3-VL); sections: contiguous bands of
     `mrope_section` (Qwen2-VL); split: equal contiguous halves/thirds, each with its own full θ set (RoPE-2D).
     """
+    # Plain Python lists: this also runs under the meta device, where repeat_interleave cannot.
     if allocation == "interleaved":
-        return torch.arange(num_pairs) % axes
+        return torch.tensor([pair % axes for pair in range(num_pairs)])
     if allocation == "sections":
-        return torch.repeat_interleave(torch.arange(axes), torch.tensor(list(mrope_section)))
+        return torch.tensor([axis for axis, size in enumerate(mrope_section) for _ in range(size)])
     if allocation == "split":
-        return torch.repeat_interleave(torch.arange(axes), num_pairs // axes)
+        return torch.tensor([pair // (num_pairs // axes) for pair in range(num_pairs)])
     raise ValueError(f"Unknown axis_allocation {allocation!r}; choose one of {', '.join(AXIS_ALLOCATIONS)}.")
 
 
@@ -178,9 +179,22 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
-    """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin broadcast over heads."""
-    rotated = rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)
-    return x * cos + rotated * sin
+    """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin broadcast over heads.
+
+    Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). The fast paths
+    give bit-identical results to `x * cos + rotate(x) * sin` (same products, same sums) with fewer passes over
+    memory (benchmarks/bench_rope.py): interleaved pairs are adjacent, so an fp32/fp64 `x` is viewed as complex
+    and rotated by one complex multiply; half pairs are computed half by half, skipping the rotated copy.
+    """
+    if pair_layout == "half":
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat((x1 * cos[..., :half] - x2 * sin[..., :half], x2 * cos[..., half:] + x1 * sin[..., half:]), -1)
+    complex_view_ok = x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
+    if x.dtype in (torch.float32, torch.float64) and complex_view_ok:
+        rotation = torch.complex(cos[..., 0::2], sin[..., 0::2])  # e^{i·angle}, one per pair
+        return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
+    return x * cos + rotate_interleaved(x) * sin
 
 
 def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:

@@ -1,0 +1,152 @@
+"""Vision-text models: text-checkpoint carry-over, every head under every scheme, generation, bad input."""
+
+import pytest
+import torch
+import transformers
+from conftest import random_inputs
+
+from roformer_ext import (
+    RoFormerExtConfig,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtModel,
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+    RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextModel,
+)
+
+IMAGE, VIDEO = 97, 98
+SIZES = dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, patch_size=2, temporal_patch_size=2,
+             num_channels=3, image_token_id=IMAGE, video_token_id=VIDEO)
+# head_dim 24 -> 12 frequency pairs: sections [4, 4, 4] for mrope.
+SCHEMES = {
+    "rope_1d": {"axes": 3, "position_scheme": "rope_1d"},
+    "rope_2d_rows": {"axes": 3, "position_scheme": "rope_2d_rows"},
+    "rope_tie": {"axes": 3, "position_scheme": "rope_tie"},
+    "rope_tie_v2": {"axes": 3, "position_scheme": "rope_tie_v2"},
+    "mrope": {"axes": 3, "position_scheme": "mrope", "axis_allocation": "sections", "mrope_section": [4, 4, 4]},
+}
+PATCH_DIM = 3 * 2 * 2 * 2
+
+
+def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
+    return RoFormerExtVisionTextConfig(**{**SIZES, "rope_parameters": SCHEMES[scheme], **overrides})
+
+
+def mixed_batch(seed: int = 0):
+    """Two samples: text, a 2x3 image, text, a 2-frame 2x2 video, text; the second left-padded by 2."""
+    generator = torch.Generator().manual_seed(seed)
+    row = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((6,), IMAGE),
+                     torch.randint(5, 90, (2,), generator=generator), torch.full((8,), VIDEO),
+                     torch.randint(5, 90, (2,), generator=generator)])
+    short = torch.cat([torch.zeros(2, dtype=torch.long), row[:-2]])
+    input_ids = torch.stack([row, short])
+    attention_mask = (input_ids != 0).long()
+    image_grid_thw = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    video_grid_thw = torch.tensor([[2, 2, 2], [2, 2, 2]])
+    pixel_values = torch.randn(12, PATCH_DIM, generator=generator)
+    pixel_values_videos = torch.randn(16, PATCH_DIM, generator=generator)
+    return dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
+                image_grid_thw=image_grid_thw, pixel_values_videos=pixel_values_videos, video_grid_thw=video_grid_thw)
+
+
+@pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
+@pytest.mark.parametrize(
+    "text_class, vision_class",
+    [(RoFormerExtModel, RoFormerExtVisionTextModel), (RoFormerExtForMaskedLM, RoFormerExtVisionTextForMaskedLM),
+     (RoFormerExtForSequenceClassification, RoFormerExtVisionTextForSequenceClassification)],
+)
+def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, tmp_path):
+    torch.manual_seed(0)
+    text_model = text_class(RoFormerExtConfig(**{k: v for k, v in SIZES.items()})).eval()
+    text_model.save_pretrained(tmp_path)
+    vision_model, info = vision_class.from_pretrained(
+        tmp_path, rope_parameters=SCHEMES[scheme], output_loading_info=True
+    )
+    assert sorted(info["missing_keys"]) == ["patch_embed.proj.bias", "patch_embed.proj.weight"]
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    input_ids, attention_mask, token_type_ids = random_inputs(vocab=90)
+    with torch.no_grad():
+        expected = text_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
+        actual = vision_model.eval()(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
+    if expected.dim() == 3:  # pads sit at another position (0) in the vision model; real tokens must agree
+        expected, actual = expected * attention_mask[..., None], actual * attention_mask[..., None]
+    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_every_head_runs_on_images_and_video(scheme):
+    batch = mixed_batch()
+    for model_class in (RoFormerExtVisionTextModel, RoFormerExtVisionTextForMaskedLM,
+                        RoFormerExtVisionTextForSequenceClassification, RoFormerExtVisionTextForCausalLM):
+        torch.manual_seed(0)
+        model = model_class(vision_config(scheme)).eval()
+        with torch.no_grad():
+            out = model(**batch)
+        assert torch.isfinite(out[0]).all(), model_class.__name__
+
+
+def test_patches_and_positions_change_the_output():
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForSequenceClassification(vision_config("rope_tie_v2")).eval()
+    batch = mixed_batch()
+    with torch.no_grad():
+        base = model(**batch).logits
+        other_pixels = model(**{**batch, "pixel_values": batch["pixel_values"] + 1}).logits
+        other_grid = model(**{**batch, "image_grid_thw": torch.tensor([[1, 3, 2], [1, 3, 2]])}).logits
+    assert not torch.allclose(base, other_pixels) and not torch.allclose(base, other_grid)
+
+
+def test_left_padding_does_not_change_real_tokens():
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextModel(vision_config("mrope")).eval()
+    batch = mixed_batch()
+    # Sample 1 alone, without its padding, must equal its padded row.
+    alone = {k: v for k, v in batch.items()}
+    alone["input_ids"] = batch["input_ids"][1:, 2:]
+    alone["attention_mask"] = batch["attention_mask"][1:, 2:]
+    alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
+    alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
+    with torch.no_grad():
+        padded = model(**batch).last_hidden_state[1, 2:]
+        single = model(**alone).last_hidden_state[0]
+    torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_1d"])
+def test_generation_with_image_prompt_cached_equals_uncached(scheme):
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(vision_config(scheme)).eval()
+    batch = mixed_batch()
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    cached = model.generate(**batch, use_cache=True, **kwargs)
+    uncached = model.generate(**batch, use_cache=False, **kwargs)
+    assert torch.equal(cached, uncached)
+    assert cached.shape == (2, batch["input_ids"].shape[1] + 5)
+
+
+def test_placeholder_count_mismatch_raises():
+    model = RoFormerExtVisionTextModel(vision_config("rope_tie"))
+    batch = mixed_batch()
+    with pytest.raises(ValueError, match="12 image placeholder tokens but 11 image patches"):
+        model(**{**batch, "pixel_values": batch["pixel_values"][:11]})
+    with pytest.raises(ValueError, match="image patches"):
+        model(**{**batch, "pixel_values": None})
+    with pytest.raises(ValueError):
+        model(**{**batch, "image_grid_thw": torch.tensor([[1, 2, 3]])})
+    with pytest.raises(ValueError, match="pixel_values must be"):
+        model(**{**batch, "pixel_values": batch["pixel_values"][:, :5]})
+
+
+def test_auto_classes_pick_vision_text_heads(tmp_path):
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForSequenceClassification(vision_config("rope_tie_v2")).eval()
+    model.save_pretrained(tmp_path)
+    reloaded = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert isinstance(reloaded, RoFormerExtVisionTextForSequenceClassification)
+    batch = mixed_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
