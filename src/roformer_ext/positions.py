@@ -1,0 +1,358 @@
+"""Position ids for mixed text / image / video sequences, under pluggable RoPE position schemes.
+
+A sample is cut into *segments*: maximal runs of real (attention_mask 1) tokens that are text, image
+placeholders (`config.image_token_id`) or video placeholders (`config.video_token_id`). One run of
+placeholders is one image (video); the i-th run takes the i-th row (t, h, w) of `image_grid_thw`
+(`video_grid_thw`), counting over the whole batch in order, and holds its t·h·w patches in row-major
+order (t, then h, then w). A *position scheme* (`config.rope_parameters["position_scheme"]`) turns the
+segments into one float position per axis for every token, plus the position the next text token would
+get. Padding is removed first, so it never moves real tokens; pads get position 0 (as transformers'
+Qwen2-VL).
+
+Notation: `n` is the position the next text token would get (0 at the start of a sample) and
+`L = n - 1` the position of the last text token before a vision segment (or the one it would have had).
+Patch indices are 1-based in the Su formulas ((i, j, k) = (row, col, frame)) and 0-based in mrope.
+Text token positions are the same on every axis, except in `rope_2d_rows`.
+
+- ``rope_1d``: every token, placeholders included, gets its sequence index; with several axes it is
+  repeated on each of them.
+- ``rope_2d_rows``: "unify to 2D". Axes (row, col[, frame]). Each text segment is one row: its k-th token
+  (0-based) is (r, k). An image is h rows: patch (i, j), 0-based, is (r + i, j). A video is h rows too,
+  its frames share those rows and are told apart by the third axis: (r + i, j, frame). Text and images
+  have frame 0. `r` counts the rows used so far (the first segment is row 0). Text generated after the
+  prompt continues the last text row, or opens a new row after a trailing image.
+- ``rope_tie`` (Su's RoPE-Tie v1): text is (n, n). Image h×w: patch (i, j) → (L + i·s, L + j·t) with
+  s = w+1, t = h+1; the next text token is at L + (w+1)(h+1). Video h×w×T (3 axes): the natural 3D form,
+  span S = (h+1)(w+1)(T+1), patch (i, j, k) → (L + i·S/(h+1), L + j·S/(w+1), L + k·S/(T+1)), i.e. steps
+  s = (w+1)(T+1), t = (h+1)(T+1), u = (h+1)(w+1); next text at L + S. Every step times its extent plus
+  one equals S, so the gap from the last text token to the first patch equals the gap from the last
+  patch to the next text token on every axis.
+- ``rope_tie_v2`` (Su's RoPE-Tie-v2 / RoPE-TV, γ = 1): patch (i, j) → (β1 + i, β2 + j), β1 = L + (wh−h)/2,
+  β2 = L + (wh−w)/2, next text at L + wh + 1. Video: P = whT, β_a = L + (P − extent_a)/2 per axis,
+  patch (i, j, k) → (β1 + i, β2 + j, β3 + k), next text at L + P + 1.
+- ``mrope`` (Qwen2-VL, 3 axes (t, h, w)): text is (n, n, n); a vision segment starts at st = n and patch
+  (k, i, j), 0-based, is (st + k, st + i, st + j); the next text token is at max(segment) + 1 =
+  st + max(T, h, w), as in the original Qwen2-VL code. transformers 5.23's `get_rope_index` instead
+  advances by max(h, w) only, so for a video with T > max(h, w) its following text repeats temporal
+  positions of the video (T=4, h=2, w=3 after 2 text tokens: video t-axis 2..5, next text (5, 5, 5)
+  there, (6, 6, 6) here). Images (T = 1) and videos with T ≤ max(h, w) agree exactly.
+
+In the Su schemes a 2-axis config places images (T = 1) with the 2D form; a 3-axis config treats every
+image as a one-frame video, which for rope_tie_v2 is the 2D form plus a third axis and for rope_tie has
+its own (doubled) steps.
+
+`deltas[b]` = next text position − number of real tokens, so generation continues with
+position = cache_position + delta on every axis (Qwen2-VL's `mrope_position_deltas`). rope_2d_rows is
+the exception: there the delta holds for the column axis, and the row (and frame 0) stays that of the
+next text token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A maximal run of real tokens of one kind: "text", "image" or "video"; `grid` is (t, h, w) for vision."""
+
+    kind: str
+    length: int
+    grid: tuple[int, int, int] | None = None
+
+
+#: A scheme maps a sample's segments and the number of axes to (positions (axes, tokens), next text position).
+PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
+
+_SCHEMES: dict[str, PositionScheme] = {}
+
+
+def register_position_scheme(name: str, *, overwrite: bool = False) -> Callable[[PositionScheme], PositionScheme]:
+    """Register a scheme under `name`, so `rope_parameters={"position_scheme": name}` selects it.
+
+    The function gets `(segments, axes)` and returns float positions of shape (axes, sum of lengths) and the
+    position the next text token would get. It raises ValueError for a layout it cannot place.
+    Re-registering a name needs `overwrite=True`, so a plug-in cannot silently replace a built-in.
+    """
+
+    def decorator(scheme: PositionScheme) -> PositionScheme:
+        if name in _SCHEMES and not overwrite:
+            raise ValueError(f"Position scheme {name!r} is already registered; pass overwrite=True to replace it.")
+        _SCHEMES[name] = scheme
+        return scheme
+
+    return decorator
+
+
+def registered_position_schemes() -> tuple[str, ...]:
+    """Names accepted as `rope_parameters["position_scheme"]`."""
+    return tuple(sorted(_SCHEMES))
+
+
+def get_position_scheme(name: str) -> PositionScheme:
+    try:
+        return _SCHEMES[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown position scheme {name!r}. Registered schemes: {', '.join(registered_position_schemes())}. "
+            "Register a new one with roformer_ext.positions.register_position_scheme(name)."
+        ) from None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Building blocks shared by the schemes
+# ----------------------------------------------------------------------------------------------------------
+
+
+def patch_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """0-based (frame, row, col) index of every patch, in token order (t, then h, then w)."""
+    t, h, w = grid
+    frames, rows, cols = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
+    return frames.reshape(-1), rows.reshape(-1), cols.reshape(-1)
+
+
+def _text(start: float, length: int, axes: int) -> torch.Tensor:
+    return (start + torch.arange(length, dtype=torch.float32)).expand(axes, -1)
+
+
+def _su_extents(scheme: str, grid: tuple[int, int, int], axes: int) -> tuple[int, ...]:
+    """(h, w) or (h, w, t): the extents Su's schemes place on the (row, col[, frame]) axes."""
+    t, h, w = grid
+    if axes == 2 and t == 1:
+        return h, w
+    if axes == 3:
+        return h, w, t
+    if axes > 3:
+        raise ValueError(f"Position scheme {scheme!r} places vision on 2 or 3 axes; config.rope_parameters['axes'] = {axes}.")
+    need = "3 axes for a video or a grid with t > 1" if t > 1 else "2 axes (row, col) for an image"
+    raise ValueError(
+        f"Position scheme {scheme!r} needs {need}, but config.rope_parameters['axes'] = {axes} "
+        f"(grid (t, h, w) = {grid})."
+    )
+
+
+def _su_coordinates(grid: tuple[int, int, int], axes: int) -> torch.Tensor:
+    """1-based (row, col[, frame]) of every patch in token order, shape (axes, t·h·w)."""
+    frames, rows, cols = patch_indices(grid)
+    return torch.stack((rows, cols, frames)[:axes]).float() + 1
+
+
+VisionPlacer = Callable[[float, tuple[int, int, int], int], tuple[torch.Tensor, float]]
+
+
+def _diagonal_scheme(place_vision: VisionPlacer) -> PositionScheme:
+    """A scheme whose text goes 1D on every axis and whose vision block is `place_vision(n, grid, axes)`."""
+
+    def scheme(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+        blocks, next_pos = [], 0.0
+        for segment in segments:
+            if segment.grid is None:
+                blocks.append(_text(next_pos, segment.length, axes))
+                next_pos += segment.length
+            else:
+                block, next_pos = place_vision(next_pos, segment.grid, axes)
+                blocks.append(block)
+        return _concat(blocks, axes), next_pos
+
+    return scheme
+
+
+def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
+    return torch.cat(blocks, dim=1) if blocks else torch.zeros(axes, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Built-in schemes (formulas in the module docstring)
+# ----------------------------------------------------------------------------------------------------------
+
+
+@register_position_scheme("rope_1d")
+def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    total = sum(segment.length for segment in segments)
+    return _text(0.0, total, axes), float(total)
+
+
+@register_position_scheme("rope_2d_rows")
+def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    if axes not in (2, 3):
+        raise ValueError(f"Position scheme 'rope_2d_rows' needs 2 or 3 axes, but config.rope_parameters['axes'] = {axes}.")
+    blocks, row, next_col = [], 0, 0
+    for segment in segments:
+        if segment.grid is None:
+            cols = torch.arange(segment.length, dtype=torch.float32)
+            block = torch.zeros(axes, segment.length)
+            block[0], block[1] = row, cols
+            row, next_col = row + 1, segment.length
+        else:
+            t, h, w = segment.grid
+            if t > 1 and axes < 3:
+                raise ValueError(
+                    f"Position scheme 'rope_2d_rows' needs 3 axes for a grid with t > 1 ({segment.grid}), "
+                    f"but config.rope_parameters['axes'] = {axes}."
+                )
+            frames, rows, cols = patch_indices(segment.grid)
+            block = torch.stack((rows + row, cols, frames)[:axes]).float()
+            row, next_col = row + h, 0
+        blocks.append(block)
+    # Generated text continues the last text row, or opens a new row after a trailing image.
+    return _concat(blocks, axes), float(next_col)
+
+
+def _tie_v1_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
+    extents = _su_extents("rope_tie", grid, axes)
+    span = 1
+    for extent in extents:
+        span *= extent + 1
+    steps = torch.tensor([span // (extent + 1) for extent in extents], dtype=torch.float32)
+    last_text = next_pos - 1
+    return last_text + steps[:, None] * _su_coordinates(grid, axes), last_text + span
+
+
+def _tie_v2_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
+    extents = _su_extents("rope_tie_v2", grid, axes)
+    patches = grid[0] * grid[1] * grid[2]
+    last_text = next_pos - 1
+    betas = torch.tensor([last_text + (patches - extent) / 2 for extent in extents], dtype=torch.float32)
+    return betas[:, None] + _su_coordinates(grid, axes), last_text + patches + 1
+
+
+def _mrope_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
+    return next_pos + torch.stack(patch_indices(grid)).float(), next_pos + max(grid)
+
+
+rope_tie = register_position_scheme("rope_tie")(_diagonal_scheme(_tie_v1_block))
+rope_tie_v2 = register_position_scheme("rope_tie_v2")(_diagonal_scheme(_tie_v2_block))
+_mrope_scheme = _diagonal_scheme(_mrope_block)
+
+
+@register_position_scheme("mrope")
+def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    if axes != 3:  # also for text-only input: the config promises (t, h, w) axes
+        raise ValueError(f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}.")
+    return _mrope_scheme(segments, axes)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# From token ids to segments
+# ----------------------------------------------------------------------------------------------------------
+
+_KINDS = ("text", "image", "video")
+
+
+def _grid_rows(grid_thw: Any, name: str) -> list[tuple[int, int, int]] | None:
+    if grid_thw is None:
+        return None
+    grid = torch.as_tensor(grid_thw)
+    if grid.dim() != 2 or grid.shape[1] != 3 or (grid.numel() and int(grid.min()) < 1):
+        raise ValueError(f"{name} must have shape (num, 3) with positive (t, h, w) rows; got {grid.tolist()}.")
+    return [tuple(row) for row in grid.tolist()]
+
+
+def _runs(kinds: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Kind and length of each maximal run of equal values in a 1D tensor."""
+    if kinds.numel() == 0:
+        return [], []
+    starts = torch.cat((torch.zeros(1, dtype=torch.long), torch.nonzero(kinds[1:] != kinds[:-1]).flatten() + 1))
+    lengths = torch.diff(starts, append=torch.tensor([kinds.numel()]))
+    return kinds[starts].tolist(), lengths.tolist()
+
+
+def _split_segments(
+    input_ids: torch.Tensor,
+    real: torch.Tensor,
+    token_ids: tuple[int | None, int | None],
+    grids: tuple[list | None, list | None],
+) -> list[list[Segment]]:
+    """Segments of every sample, with the grids assigned and every count checked."""
+    kinds = torch.zeros_like(input_ids)
+    for kind, token_id in enumerate(token_ids, start=1):
+        if token_id is not None:
+            kinds[input_ids == token_id] = kind
+    runs = [_runs(kinds[b][real[b]]) for b in range(input_ids.shape[0])]
+
+    for kind, (token_id, grid) in enumerate(zip(token_ids, grids), start=1):
+        name, attr = _KINDS[kind], f"config.{_KINDS[kind]}_token_id"
+        groups = sum(run_kinds.count(kind) for run_kinds, _ in runs)
+        if grid is None and groups:
+            raise ValueError(f"input_ids contain {groups} {name} placeholder group(s) ({attr}={token_id}) but {name}_grid_thw is None.")
+        if grid is not None and token_id is None:
+            raise ValueError(f"{name}_grid_thw was given but {attr} is None, so no {name} placeholders can be found.")
+        if grid is not None and not groups:
+            raise ValueError(f"{name}_grid_thw has {len(grid)} row(s) but input_ids contain no {name} placeholders ({attr}={token_id}).")
+        if grid is not None and len(grid) != groups:
+            raise ValueError(
+                f"{name}_grid_thw has {len(grid)} row(s) ({name}s) but input_ids contain {groups} groups of consecutive "
+                f"{name} placeholders ({attr}={token_id}); each {name} must be one group, separated from the next "
+                "by another token."
+            )
+
+    iterators: list[Iterator | None] = [None] + [iter(grid) if grid is not None else None for grid in grids]
+    samples = []
+    for b, (run_kinds, lengths) in enumerate(runs):
+        segments = []
+        for kind, length in zip(run_kinds, lengths):
+            grid = next(iterators[kind]) if kind else None
+            if grid is not None and grid[0] * grid[1] * grid[2] != length:
+                raise ValueError(
+                    f"Sample {b}: a {_KINDS[kind]} group has {length} placeholder tokens but its grid (t, h, w) = "
+                    f"{grid} needs t*h*w = {grid[0] * grid[1] * grid[2]}."
+                )
+            segments.append(Segment(_KINDS[kind], length, grid))
+        samples.append(segments)
+    return samples
+
+
+def build_position_ids(
+    input_ids: torch.Tensor,
+    config: Any,
+    image_grid_thw: torch.Tensor | None = None,
+    video_grid_thw: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position ids (axes, batch, seq) float32 and deltas (batch, 1) float32 for `input_ids` (batch, seq).
+
+    `config` only needs `rope_parameters` ("position_scheme", "axes") and, for vision input,
+    `image_token_id` / `video_token_id`. See the module docstring for the schemes and the meaning of deltas.
+    Raises ValueError when the placeholders and the grids disagree or the scheme needs more axes.
+    """
+    rope = getattr(config, "rope_parameters", None) or {}
+    scheme = get_position_scheme(rope.get("position_scheme", "rope_1d"))
+    axes = int(rope.get("axes", 1))
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape (batch, seq); got {tuple(input_ids.shape)}.")
+    if attention_mask is None:
+        real = torch.ones_like(input_ids, dtype=torch.bool)
+    elif attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask must be 2D with the shape of input_ids {tuple(input_ids.shape)}; got {tuple(attention_mask.shape)}."
+        )
+    else:
+        real = attention_mask.bool()
+    device = input_ids.device
+    token_ids = (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+    grids = (_grid_rows(image_grid_thw, "image_grid_thw"), _grid_rows(video_grid_thw, "video_grid_thw"))
+    input_ids, real = input_ids.cpu(), real.cpu()
+
+    batch, seq = input_ids.shape
+    position_ids = torch.zeros(axes, batch, seq)
+    deltas = torch.zeros(batch, 1)
+    for b, segments in enumerate(_split_segments(input_ids, real, token_ids, grids)):
+        positions, next_pos = scheme(segments, axes)
+        position_ids[:, b, real[b]] = positions
+        deltas[b, 0] = next_pos - positions.shape[1]
+    return position_ids.to(device), deltas.to(device)
+
+
+__all__ = [
+    "PositionScheme",
+    "Segment",
+    "build_position_ids",
+    "get_position_scheme",
+    "patch_indices",
+    "register_position_scheme",
+    "registered_position_schemes",
+]

@@ -1,0 +1,478 @@
+"""Position schemes: Su's equations, agreement with Qwen2-VL, shift invariance and layout properties."""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roformer_ext.positions import (
+    Segment,
+    build_position_ids,
+    get_position_scheme,
+    register_position_scheme,
+    registered_position_schemes,
+)
+
+IMAGE, VIDEO, PAD = 90, 91, 0
+SCHEME_AXES = {"rope_1d": 2, "rope_2d_rows": 2, "rope_tie": 2, "rope_tie_v2": 2, "mrope": 3}
+DIAGONAL = ("rope_1d", "rope_tie", "rope_tie_v2", "mrope")  # text is (n, n[, n]) in these
+
+
+def make_config(scheme: str, axes: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        rope_parameters={"position_scheme": scheme, "axes": axes}, image_token_id=IMAGE, video_token_id=VIDEO
+    )
+
+
+def encode(layout: list[tuple[str, object]]) -> tuple[list[int], list[tuple], list[tuple]]:
+    """Token ids and grids of a layout of ("text", n) / ("image", (1, h, w)) / ("video", (t, h, w)) items."""
+    ids, images, videos = [], [], []
+    for kind, value in layout:
+        if kind == "text":
+            ids += [1 + (len(ids) + k) % 50 for k in range(value)]
+        else:
+            t, h, w = value
+            ids += [IMAGE if kind == "image" else VIDEO] * (t * h * w)
+            (images if kind == "image" else videos).append(value)
+    return ids, images, videos
+
+
+def batch(layouts: list[list], left_pads: list[int], right_pads: list[int]):
+    """input_ids, attention_mask and grids of padded samples; every row has the same length."""
+    encoded = [encode(layout) for layout in layouts]
+    width = max(left + len(ids) + right for (ids, _, _), left, right in zip(encoded, left_pads, right_pads))
+    rows, masks, images, videos = [], [], [], []
+    for (ids, sample_images, sample_videos), left in zip(encoded, left_pads):
+        right = width - left - len(ids)
+        rows.append([PAD] * left + ids + [PAD] * right)
+        masks.append([0] * left + [1] * len(ids) + [0] * right)
+        images += sample_images
+        videos += sample_videos
+    grid = lambda rows_: torch.tensor(rows_, dtype=torch.long) if rows_ else None  # noqa: E731
+    return torch.tensor(rows), torch.tensor(masks), grid(images), grid(videos)
+
+
+def positions_of(layout: list, scheme: str, axes: int) -> tuple[torch.Tensor, float]:
+    """Positions (axes, tokens) and delta of one unpadded sample."""
+    input_ids, _, images, videos = batch([layout], [0], [0])
+    position_ids, deltas = build_position_ids(input_ids, make_config(scheme, axes), images, videos)
+    return position_ids[:, 0], deltas[0, 0].item()
+
+
+# ------------------------------------------------------------------------------------------------
+# Registry
+# ------------------------------------------------------------------------------------------------
+
+
+def test_builtin_schemes_are_registered():
+    assert set(SCHEME_AXES) <= set(registered_position_schemes())
+
+
+def test_unknown_scheme_lists_registered_names():
+    with pytest.raises(ValueError, match="rope_tie_v2") as error:
+        build_position_ids(torch.ones(1, 3, dtype=torch.long), make_config("nope", 1))
+    assert "nope" in str(error.value) and "mrope" in str(error.value)
+
+
+def test_register_custom_scheme():
+    @register_position_scheme("test_reversed")
+    def reversed_positions(segments, axes):
+        total = sum(segment.length for segment in segments)
+        return torch.arange(total, 0, -1, dtype=torch.float32).expand(axes, -1), -1.0
+
+    position_ids, deltas = build_position_ids(torch.ones(1, 3, dtype=torch.long), make_config("test_reversed", 1))
+    assert position_ids.tolist() == [[[3.0, 2.0, 1.0]]] and deltas.tolist() == [[-4.0]]
+    assert get_position_scheme("test_reversed") is reversed_positions
+    with pytest.raises(ValueError, match="already registered"):
+        register_position_scheme("test_reversed")(reversed_positions)
+    register_position_scheme("test_reversed", overwrite=True)(reversed_positions)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layout", "images", "message"),
+    [
+        ([("text", 2), ("image", (1, 2, 2)), ("text", 1)], [[1, 2, 2], [1, 1, 1]], "2 row.*1 groups"),
+        ([("text", 2), ("image", (1, 2, 2))], [[1, 2, 3]], "4 placeholder tokens.*t\\*h\\*w = 6"),
+        ([("text", 2), ("image", (1, 2, 2))], None, "image_grid_thw is None"),
+        ([("text", 2)], [[1, 2, 2]], "no image placeholders"),
+        ([("text", 2), ("image", (1, 2, 2))], [[1, 2]], "shape \\(num, 3\\)"),
+    ],
+)
+def test_mismatches_are_named(layout, images, message):
+    input_ids, _, _, _ = batch([layout], [0], [0])
+    with pytest.raises(ValueError, match=message):
+        build_position_ids(input_ids, make_config("rope_tie", 2), image_grid_thw=images)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "axes", "layout"),
+    [
+        ("rope_tie", 1, [("text", 1), ("image", (1, 2, 2))]),
+        ("rope_tie_v2", 2, [("text", 1), ("video", (2, 2, 2))]),
+        ("rope_2d_rows", 2, [("text", 1), ("video", (2, 2, 2))]),
+        ("rope_2d_rows", 1, [("text", 3)]),
+        ("mrope", 2, [("text", 1), ("image", (1, 2, 2))]),
+    ],
+)
+def test_scheme_needing_more_axes(scheme, axes, layout):
+    input_ids, _, images, videos = batch([layout], [0], [0])
+    with pytest.raises(ValueError, match="needs .*axes"):
+        build_position_ids(input_ids, make_config(scheme, axes), images, videos)
+
+
+def test_video_grid_without_video_token_id():
+    config = make_config("mrope", 3)
+    config.video_token_id = None
+    with pytest.raises(ValueError, match="video_token_id is None"):
+        build_position_ids(torch.ones(1, 4, dtype=torch.long), config, video_grid_thw=[[1, 2, 2]])
+
+
+# ------------------------------------------------------------------------------------------------
+# (a) Su's equations
+# ------------------------------------------------------------------------------------------------
+
+su_layouts = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 6))  # text before, h, w
+
+
+def split_image(layout_positions: torch.Tensor, before: int, patches: int):
+    """last text, first patch, last patch, next text of a text-image-text sample."""
+    p = layout_positions.T
+    return p[before - 1], p[before], p[before + patches - 1], p[before + patches]
+
+
+def test_default_layout_values():
+    """The README's example: 5 text tokens, a 3x4 image, 4 text tokens."""
+    layout = [("text", 5), ("image", (1, 3, 4)), ("text", 4)]
+    tie, _ = positions_of(layout, "rope_tie", 2)
+    assert tie.T[5].tolist() == [9, 8] and tie.T[16].tolist() == [19, 20] and tie.T[17].tolist() == [24, 24]
+    tie_v2, _ = positions_of(layout, "rope_tie_v2", 2)
+    assert tie_v2.T[5].tolist() == [9.5, 9] and tie_v2.T[16].tolist() == [11.5, 12] and tie_v2.T[17].tolist() == [17, 17]
+    rows, _ = positions_of(layout, "rope_2d_rows", 2)
+    assert rows.T[[0, 4, 5, 16, 17, 20]].tolist() == [[0, 0], [0, 4], [1, 0], [3, 3], [4, 0], [4, 3]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(su_layouts)
+def test_tie_v1_equations(sizes):
+    before, h, w = sizes
+    positions, _ = positions_of([("text", before), ("image", (1, h, w)), ("text", 1)], "rope_tie", 2)
+    last_text, first, last, next_text = split_image(positions, before, h * w)
+    L = last_text[0].item()
+    s, t = w + 1, h + 1
+    grid = positions.T[before : before + h * w].reshape(h, w, 2)
+    i, j = torch.meshgrid(torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
+    assert torch.equal(grid[..., 0], L + i * s) and torch.equal(grid[..., 1], L + j * t)
+    assert (h + 1) * s == (w + 1) * t
+    assert next_text.tolist() == [L + (w + 1) * (h + 1)] * 2
+    assert (first - last_text).tolist() == [s, t] == (next_text - last).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(su_layouts)
+def test_tie_v2_equations(sizes):
+    before, h, w = sizes
+    positions, _ = positions_of([("text", before), ("image", (1, h, w)), ("text", 1)], "rope_tie_v2", 2)
+    last_text, first, last, next_text = split_image(positions, before, h * w)
+    L = last_text[0].item()
+    beta1, beta2 = L + (w * h - h) / 2, L + (w * h - w) / 2
+    grid = positions.T[before : before + h * w].reshape(h, w, 2)
+    i, j = torch.meshgrid(torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
+    assert torch.equal(grid[..., 0], beta1 + i) and torch.equal(grid[..., 1], beta2 + j)
+    assert next_text.tolist() == [L + w * h + 1] * 2
+    assert torch.equal(first - last_text, next_text - last)  # first patch - (L, L) = (L+wh+1, L+wh+1) - last patch
+
+
+video_layouts = st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 4), st.integers(1, 4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(video_layouts)
+def test_tie_v1_video_form(sizes):
+    before, t, h, w = sizes
+    positions, _ = positions_of([("text", before), ("video", (t, h, w)), ("text", 1)], "rope_tie", 3)
+    last_text, first, last, next_text = split_image(positions, before, t * h * w)
+    L = last_text[0].item()
+    span = (h + 1) * (w + 1) * (t + 1)
+    steps = [(w + 1) * (t + 1), (h + 1) * (t + 1), (h + 1) * (w + 1)]
+    grid = positions.T[before : before + t * h * w].reshape(t, h, w, 3)
+    k, i, j = torch.meshgrid(torch.arange(1, t + 1), torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
+    for axis, index in enumerate((i, j, k)):
+        assert torch.equal(grid[..., axis], L + index * steps[axis])
+    assert (h + 1) * steps[0] == (w + 1) * steps[1] == (t + 1) * steps[2] == span
+    assert next_text.tolist() == [L + span] * 3
+    assert (first - last_text).tolist() == steps == (next_text - last).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(video_layouts)
+def test_tie_v2_video_form(sizes):
+    before, t, h, w = sizes
+    positions, _ = positions_of([("text", before), ("video", (t, h, w)), ("text", 1)], "rope_tie_v2", 3)
+    last_text, first, last, next_text = split_image(positions, before, t * h * w)
+    L, P = last_text[0].item(), t * h * w
+    betas = [L + (P - h) / 2, L + (P - w) / 2, L + (P - t) / 2]
+    grid = positions.T[before : before + P].reshape(t, h, w, 3)
+    k, i, j = torch.meshgrid(torch.arange(1, t + 1), torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
+    for axis, index in enumerate((i, j, k)):
+        assert torch.equal(grid[..., axis], betas[axis] + index)
+    assert next_text.tolist() == [L + P + 1] * 3
+    assert torch.equal(first - last_text, next_text - last)
+
+
+def test_tie_v2_image_in_video_config_is_the_2d_form():
+    layout = [("text", 3), ("image", (1, 3, 4)), ("text", 2)]
+    flat, _ = positions_of(layout, "rope_tie_v2", 2)
+    deep, _ = positions_of(layout, "rope_tie_v2", 3)
+    assert torch.equal(deep[:2], flat)
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) mrope against transformers' Qwen2-VL
+# ------------------------------------------------------------------------------------------------
+
+
+def transformers_rope_index(input_ids, attention_mask, images, videos):
+    """transformers' `Qwen2VLModel.get_rope_index`, unbound, with spatial_merge_size 1 (our grids are merged)."""
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    vision_config = types.SimpleNamespace(spatial_merge_size=1)
+    model = types.SimpleNamespace(
+        config=types.SimpleNamespace(vision_config=vision_config),
+        get_vision_position_ids=functools.partial(Qwen2VLModel.get_vision_position_ids, None),
+    )
+    token_types = (input_ids == IMAGE).long() + 2 * (input_ids == VIDEO).long()
+    return Qwen2VLModel.get_rope_index(model, input_ids, token_types, images, videos, attention_mask)
+
+
+def original_qwen2vl_positions(layout: list) -> tuple[list[list[int]], int]:
+    """The original Qwen2-VL rule, token by token: a vision segment starts at max(previous) + 1 and the
+    text after it continues at max(segment) + 1. Returns (t, h, w) per token and the next text position."""
+    positions, start = [], 0
+    for kind, value in layout:
+        if kind == "text":
+            positions += [[start + n] * 3 for n in range(value)]
+            start += value
+        else:
+            t, h, w = value
+            positions += [[start + k, start + i, start + j] for k in range(t) for i in range(h) for j in range(w)]
+            start = max(max(p) for p in positions) + 1
+    return positions, start
+
+
+text_len = st.integers(1, 4)
+image = st.builds(lambda h, w: ("image", (1, h, w)), st.integers(1, 4), st.integers(1, 4))
+video = st.builds(lambda t, h, w: ("video", (t, h, w)), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3))
+
+
+@st.composite
+def layouts(draw, vision=st.one_of(image, video), max_vision: int = 3) -> list:
+    """Text and vision segments; two images (or two videos) in a row get text between them, as the processor's
+    [/IMG] [IMG] markers do, since one run of placeholders is one image."""
+    layout = [("text", draw(text_len))] if draw(st.booleans()) else []
+    for _ in range(draw(st.integers(0, max_vision))):
+        item = draw(vision)
+        if layout and layout[-1][0] == item[0]:
+            layout.append(("text", draw(text_len)))
+        layout.append(item)
+        if draw(st.booleans()):
+            layout.append(("text", draw(text_len)))
+    return layout or [("text", draw(text_len))]
+
+
+@st.composite
+def padded_batches(draw, vision=st.one_of(image, video)):
+    samples = draw(st.lists(layouts(vision), min_size=1, max_size=2))
+    left = draw(st.lists(st.integers(0, 3), min_size=len(samples), max_size=len(samples)))
+    right = draw(st.lists(st.integers(0, 3), min_size=len(samples), max_size=len(samples)))
+    return samples, left, right
+
+
+def video_fits(layout) -> bool:
+    return all(kind != "video" or value[0] <= max(value[1:]) for kind, value in layout)
+
+
+@settings(max_examples=300, deadline=None)
+@given(padded_batches())
+def test_mrope_matches_transformers_get_rope_index(drawn):
+    samples, left, right = drawn
+    # transformers 5.23 agrees with the original Qwen2-VL only when every video has t <= max(h, w); see below.
+    samples = [layout for layout in samples if video_fits(layout)] or [[("text", 2)]]
+    input_ids, mask, images, videos = batch(samples, left[: len(samples)], right[: len(samples)])
+    ours, our_deltas = build_position_ids(input_ids, make_config("mrope", 3), images, videos, mask)
+    theirs, their_deltas = transformers_rope_index(input_ids, mask, images, videos)
+    assert torch.equal(ours, theirs.float())
+    assert torch.equal(our_deltas, their_deltas.float())
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts())
+def test_mrope_matches_original_qwen2vl(layout):
+    positions, delta = positions_of(layout, "mrope", 3)
+    expected, next_text = original_qwen2vl_positions(layout)
+    assert positions.T.tolist() == expected
+    assert delta == next_text - len(expected)
+
+
+def test_transformers_advances_by_max_h_w_after_a_video():
+    """transformers 5.23 moves text after a video by max(h, w), not max(t, h, w): with t > max(h, w) the text
+    repeats the video's last temporal position. We follow the original Qwen2-VL (max(segment) + 1)."""
+    layout = [("text", 2), ("video", (4, 2, 3)), ("text", 2)]
+    input_ids, mask, _, videos = batch([layout], [0], [0])
+    ours, our_delta = build_position_ids(input_ids, make_config("mrope", 3), None, videos, mask)
+    theirs, their_delta = transformers_rope_index(input_ids, mask, None, videos)
+    assert torch.equal(ours[:, :, :26], theirs[:, :, :26].float())  # text and video agree
+    assert ours[:, 0, 26:].T.tolist() == [[6, 6, 6], [7, 7, 7]]  # 2 + max(4, 2, 3)
+    assert theirs[:, 0, 26:].T.tolist() == [[5, 5, 5], [6, 6, 6]]  # 2 + max(2, 3): t-axis 5 is the last frame's
+    assert theirs[0, 0, :26].max() == 5
+    assert our_delta.item() == 8 - 28 and their_delta.item() == 7 - 28  # theirs: max + 1 - tokens
+
+
+# ------------------------------------------------------------------------------------------------
+# (d) A common shift of all positions leaves attention scores unchanged
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEME_AXES))
+@pytest.mark.parametrize("pair_layout", ["interleaved", "half"])
+def test_shift_leaves_attention_scores_unchanged(scheme, pair_layout):
+    from roformer_ext.rope import RotaryEmbedding, apply_rotary
+
+    axes = SCHEME_AXES[scheme]
+    rope_parameters = {"rope_type": "default", "rope_theta": 10000.0, "pair_layout": pair_layout, "axes": axes}
+    if scheme == "mrope":
+        rope_parameters.update(axis_allocation="sections", mrope_section=[4, 6, 6])
+    config = types.SimpleNamespace(
+        rope_parameters=rope_parameters, hidden_size=64, num_attention_heads=2, head_dim=32, max_position_embeddings=512
+    )
+    rotary = RotaryEmbedding(config)
+    layout = [("text", 4), ("image", (1, 3, 4)), ("text", 3), ("image", (1, 2, 2)), ("text", 2)]
+    position_ids, _ = positions_of(layout, scheme, axes)
+    position_ids = position_ids[:, None]  # (axes, batch 1, seq)
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 1, 2, position_ids.shape[-1], 32, generator=generator)  # (batch, heads, seq, head_dim)
+
+    def scores(positions):
+        cos, sin = rotary(q, positions)
+        return apply_rotary(q, cos, sin, pair_layout) @ apply_rotary(k, cos, sin, pair_layout).transpose(-1, -2)
+
+    reference = scores(position_ids)
+    for shift in (1.0, 37.5, 300.0):  # the rotary works in float32: keep angles where it is exact to ~1e-4
+        torch.testing.assert_close(scores(position_ids + shift), reference, rtol=1e-4, atol=1e-4)
+    moved = position_ids.clone()
+    moved[..., 4:16] += 3.0  # moving only the first image is not a common shift: scores change
+    assert not torch.allclose(scores(moved), reference, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# (e) Properties of every scheme on random padded batches
+# ------------------------------------------------------------------------------------------------
+
+
+def check_vision_grid(block: np.ndarray, grid: tuple, scheme: str) -> None:
+    """Patches are distinct and lie on a regular grid: each axis depends on one index only, with a fixed step."""
+    t, h, w = grid
+    axes = block.shape[0]
+    assert len(np.unique(block, axis=1).T) == t * h * w
+    if scheme == "rope_1d":
+        assert (block == block[:1]).all() and (np.diff(block[0]) == 1).all()
+        return
+    cube = block.reshape(axes, t, h, w)
+    order = (0, 1, 2) if scheme == "mrope" else (1, 2, 0)  # which of the (t, h, w) indices drives each axis
+    for axis in range(axes):
+        values = np.moveaxis(cube[axis], order[axis], 0).reshape(cube.shape[1 + order[axis]], -1)
+        assert (values == values[:, :1]).all()  # depends on its own index only
+        steps = np.diff(values[:, 0])
+        assert (steps > 0).all() and (steps == steps[:1]).all()
+
+
+def check_sample(positions: np.ndarray, layout: list, scheme: str) -> None:
+    """Layout properties of one sample's real tokens (axes, tokens)."""
+    assert np.isfinite(positions).all()
+    start, previous_text, last_row = 0, -np.inf, -1
+    for index, (kind, value) in enumerate(layout):
+        length = value if kind == "text" else math.prod(value)
+        block = positions[:, start : start + length]
+        if kind != "text":
+            check_vision_grid(block, value, scheme)
+        if scheme == "rope_2d_rows":
+            # Every segment starts a new row below the previous ones; text is (row, 0..n-1), patches (r+i, j).
+            assert block[0].min() == last_row + 1 and block[1].min() == 0
+            if kind == "text":
+                assert (block[0] == block[0, 0]).all() and (block[1] == np.arange(length)).all()
+            last_row = block[0].max()
+        else:
+            if kind == "text":
+                assert (block == block[:1]).all() and (np.diff(block, axis=1) > 0).all()  # (n, n[, n]), increasing
+            assert (block > previous_text).all()  # all of it comes after the last text token, on every axis
+            if kind == "text":
+                previous_text = block[:, -1:]
+            elif index + 1 < len(layout) and layout[index + 1][0] == "text":
+                assert (block < positions[:, start + length, None]).all()  # and before the next text token
+        start += length
+
+
+PROPERTY_AXES = {"rope_1d": (1, 3), "rope_2d_rows": (2, 3), "rope_tie": (2, 3), "rope_tie_v2": (2, 3), "mrope": (3,)}
+
+
+@pytest.mark.parametrize("scheme", sorted(PROPERTY_AXES))
+@settings(max_examples=1000, deadline=None)
+@given(data=st.data())
+def test_scheme_properties(scheme, data):
+    axes = data.draw(st.sampled_from(PROPERTY_AXES[scheme]))
+    samples, left, right = data.draw(padded_batches(st.one_of(image, video) if axes != 2 else image))
+    config = make_config(scheme, axes)
+    input_ids, mask, images, videos = batch(samples, left, right)
+    position_ids, deltas = build_position_ids(input_ids, config, images, videos, mask)
+    assert position_ids.shape == (axes, *input_ids.shape) and position_ids.dtype == torch.float32
+    assert deltas.shape == (len(samples), 1)
+    assert (position_ids[:, mask == 0] == 0).all()
+    # The same samples with one more text token each and other padding (none left, right up to the longest).
+    extended = [[*layout, ("text", 1)] for layout in samples]
+    input_ids, extended_mask, images, videos = batch(extended, [0] * len(samples), [0] * len(samples))
+    extended_ids, _ = build_position_ids(input_ids, config, images, videos, extended_mask)
+    position_ids, deltas, mask = position_ids.numpy(), deltas.numpy(), mask.numpy().astype(bool)
+    for b, layout in enumerate(samples):
+        real = position_ids[:, b, mask[b]]
+        check_sample(real, layout, scheme)
+        more = extended_ids[:, b, extended_mask[b].bool()].numpy()
+        assert (more[:, :-1] == real).all()  # padding and the next token moved no real token
+        # generation continues at cache_position + delta (on the column axis for rows)
+        axis = 1 if scheme == "rope_2d_rows" else slice(None)
+        assert (more[axis, -1] == real.shape[1] + deltas[b, 0]).all()
+
+
+def test_rope_1d_replicates_one_position_per_token():
+    layout = [("text", 2), ("image", (1, 2, 3)), ("text", 2)]
+    positions, delta = positions_of(layout, "rope_1d", 3)
+    assert torch.equal(positions, torch.arange(10.0).expand(3, -1)) and delta == 0
+
+
+def test_text_only_is_1d_in_diagonal_schemes():
+    for scheme in DIAGONAL:
+        positions, delta = positions_of([("text", 6)], scheme, SCHEME_AXES[scheme])
+        assert torch.equal(positions, torch.arange(6.0).expand(SCHEME_AXES[scheme], -1)) and delta == 0
+
+
+def test_segments_reach_the_scheme():
+    seen = []
+
+    @register_position_scheme("test_record", overwrite=True)
+    def record(segments, axes):
+        seen.extend(segments)
+        return get_position_scheme("rope_1d")(segments, axes)
+
+    input_ids, mask, images, videos = batch([[("text", 1), ("image", (1, 1, 2)), ("video", (2, 1, 1))]], [2], [0])
+    build_position_ids(input_ids, make_config("test_record", 1), images, videos, mask)
+    assert seen == [Segment("text", 1), Segment("image", 2, (1, 1, 2)), Segment("video", 2, (2, 1, 1))]
