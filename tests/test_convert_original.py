@@ -216,9 +216,12 @@ def test_weights_are_the_checkpoint_values(converted, name):
 @pytest.mark.parametrize("name", ["roformer_v1", "roformer_sim_ft"])
 def test_tokenizer_reproduces_fixture_ids(converted, name):
     reference = np.load(FIXTURES / name / "reference_outputs.npz")
+    from transformers import AutoTokenizer
+
     from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
 
-    tokenizer = RoFormerExtTokenizerFast.from_pretrained(converted[name])
+    tokenizer = AutoTokenizer.from_pretrained(converted[name])
+    assert isinstance(tokenizer, RoFormerExtTokenizerFast)
     assert tokenizer.segmenter is None  # a char vocabulary: no jieba
     single = tokenizer("今天天气很好，我想去公园玩。")
     assert single["input_ids"] == reference["single/token_ids"][0].tolist()
@@ -235,6 +238,37 @@ def test_word_vocabulary_gets_a_jieba_tokenizer(tmp_path):
     (src / "vocab.txt").write_text("\n".join(chars[: 128 - len(words)] + words) + "\n", encoding="utf-8")
     out = convert_original_checkpoint(src, tmp_path / "out")
     assert json.loads((out / "tokenizer_config.json").read_text())["segmenter"] == "jieba"
+
+
+REMOTE_SCRIPT = """
+import sys
+import numpy as np, torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+folder, npz = sys.argv[1], sys.argv[2]
+model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+assert "roformer_ext" not in sys.modules and type(model).__module__.startswith("transformers_modules")
+reference = np.load(npz)
+assert tokenizer("今天天气很好，我想去公园玩。")["input_ids"] == reference["single/token_ids"][0].tolist()
+with torch.no_grad():
+    logits = model(torch.from_numpy(reference["single/token_ids"]).long()).logits
+print("max_diff", float(np.abs(logits.numpy() - reference["single/mlm_logits"]).max()))
+"""
+
+
+def test_converted_folder_works_as_remote_code_in_a_fresh_process(converted, tmp_path):
+    """Without roformer_ext importable, trust_remote_code=True runs the copied code and gives the same logits."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONNOUSERSITE="1")
+    npz = FIXTURES / "roformer_v1" / "reference_outputs.npz"
+    command = [sys.executable, "-I", "-c", REMOTE_SCRIPT, str(converted["roformer_v1"]), str(npz)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.split("max_diff")[-1]) < 2e-4
 
 
 # -------------------------------------------------------------------------------------- gpt, E != H
