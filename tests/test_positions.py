@@ -55,8 +55,11 @@ def batch(layouts: list[list], left_pads: list[int], right_pads: list[int]):
         masks.append([0] * left + [1] * len(ids) + [0] * right)
         images += sample_images
         videos += sample_videos
-    grid = lambda rows_: torch.tensor(rows_, dtype=torch.long) if rows_ else None  # noqa: E731
-    return torch.tensor(rows), torch.tensor(masks), grid(images), grid(videos)
+    return torch.tensor(rows), torch.tensor(masks), grid_tensor(images), grid_tensor(videos)
+
+
+def grid_tensor(rows: list[tuple]) -> torch.Tensor | None:
+    return torch.tensor(rows, dtype=torch.long) if rows else None
 
 
 def positions_of(layout: list, scheme: str, axes: int) -> tuple[torch.Tensor, float]:
@@ -158,7 +161,9 @@ def test_default_layout_values():
     tie, _ = positions_of(layout, "rope_tie", 2)
     assert tie.T[5].tolist() == [9, 8] and tie.T[16].tolist() == [19, 20] and tie.T[17].tolist() == [24, 24]
     tie_v2, _ = positions_of(layout, "rope_tie_v2", 2)
-    assert tie_v2.T[5].tolist() == [9.5, 9] and tie_v2.T[16].tolist() == [11.5, 12] and tie_v2.T[17].tolist() == [17, 17]
+    assert (
+        tie_v2.T[5].tolist() == [9.5, 9] and tie_v2.T[16].tolist() == [11.5, 12] and tie_v2.T[17].tolist() == [17, 17]
+    )
     rows, _ = positions_of(layout, "rope_2d_rows", 2)
     assert rows.T[[0, 4, 5, 16, 17, 20]].tolist() == [[0, 0], [0, 4], [1, 0], [3, 3], [4, 0], [4, 3]]
 
@@ -276,8 +281,11 @@ image = st.builds(lambda h, w: ("image", (1, h, w)), st.integers(1, 4), st.integ
 video = st.builds(lambda t, h, w: ("video", (t, h, w)), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3))
 
 
+any_vision = st.one_of(image, video)
+
+
 @st.composite
-def layouts(draw, vision=st.one_of(image, video), max_vision: int = 3) -> list:
+def layouts(draw, vision=any_vision, max_vision: int = 3) -> list:
     """Text and vision segments; two images (or two videos) in a row get text between them, as the processor's
     [/IMG] [IMG] markers do, since one run of placeholders is one image."""
     layout = [("text", draw(text_len))] if draw(st.booleans()) else []
@@ -292,7 +300,7 @@ def layouts(draw, vision=st.one_of(image, video), max_vision: int = 3) -> list:
 
 
 @st.composite
-def padded_batches(draw, vision=st.one_of(image, video)):
+def padded_batches(draw, vision=any_vision):
     samples = draw(st.lists(layouts(vision), min_size=1, max_size=2))
     left = draw(st.lists(st.integers(0, 3), min_size=len(samples), max_size=len(samples)))
     right = draw(st.lists(st.integers(0, 3), min_size=len(samples), max_size=len(samples)))
@@ -431,7 +439,7 @@ PROPERTY_AXES = {"rope_1d": (1, 3), "rope_2d_rows": (2, 3), "rope_tie": (2, 3), 
 @given(data=st.data())
 def test_scheme_properties(scheme, data):
     axes = data.draw(st.sampled_from(PROPERTY_AXES[scheme]))
-    samples, left, right = data.draw(padded_batches(st.one_of(image, video) if axes != 2 else image))
+    samples, left, right = data.draw(padded_batches(any_vision if axes != 2 else image))
     config = make_config(scheme, axes)
     input_ids, mask, images, videos = batch(samples, left, right)
     position_ids, deltas = build_position_ids(input_ids, config, images, videos, mask)

@@ -127,7 +127,9 @@ def _su_extents(scheme: str, grid: tuple[int, int, int], axes: int) -> tuple[int
     if axes == 3:
         return h, w, t
     if axes > 3:
-        raise ValueError(f"Position scheme {scheme!r} places vision on 2 or 3 axes; config.rope_parameters['axes'] = {axes}.")
+        raise ValueError(
+            f"Position scheme {scheme!r} places vision on 2 or 3 axes; config.rope_parameters['axes'] = {axes}."
+        )
     need = "3 axes for a video or a grid with t > 1" if t > 1 else "2 axes (row, col) for an image"
     raise ValueError(
         f"Position scheme {scheme!r} needs {need}, but config.rope_parameters['axes'] = {axes} "
@@ -179,7 +181,9 @@ def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float
 @register_position_scheme("rope_2d_rows")
 def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     if axes not in (2, 3):
-        raise ValueError(f"Position scheme 'rope_2d_rows' needs 2 or 3 axes, but config.rope_parameters['axes'] = {axes}.")
+        raise ValueError(
+            f"Position scheme 'rope_2d_rows' needs 2 or 3 axes, but config.rope_parameters['axes'] = {axes}."
+        )
     blocks, row, next_col = [], 0, 0
     for segment in segments:
         if segment.grid is None:
@@ -188,7 +192,7 @@ def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, 
             block[0], block[1] = row, cols
             row, next_col = row + 1, segment.length
         else:
-            t, h, w = segment.grid
+            t, h, _ = segment.grid
             if t > 1 and axes < 3:
                 raise ValueError(
                     f"Position scheme 'rope_2d_rows' needs 3 axes for a grid with t > 1 ({segment.grid}), "
@@ -232,7 +236,9 @@ _mrope_scheme = _diagonal_scheme(_mrope_block)
 @register_position_scheme("mrope")
 def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     if axes != 3:  # also for text-only input: the config promises (t, h, w) axes
-        raise ValueError(f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}.")
+        raise ValueError(
+            f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}."
+        )
     return _mrope_scheme(segments, axes)
 
 
@@ -278,11 +284,15 @@ def _split_segments(
         name, attr = _KINDS[kind], f"config.{_KINDS[kind]}_token_id"
         groups = sum(run_kinds.count(kind) for run_kinds, _ in runs)
         if grid is None and groups:
-            raise ValueError(f"input_ids contain {groups} {name} placeholder group(s) ({attr}={token_id}) but {name}_grid_thw is None.")
+            raise ValueError(
+                f"input_ids contain {groups} {name} placeholder group(s) ({attr}={token_id}) but {name}_grid_thw is None."
+            )
         if grid is not None and token_id is None:
             raise ValueError(f"{name}_grid_thw was given but {attr} is None, so no {name} placeholders can be found.")
         if grid is not None and not groups:
-            raise ValueError(f"{name}_grid_thw has {len(grid)} row(s) but input_ids contain no {name} placeholders ({attr}={token_id}).")
+            raise ValueError(
+                f"{name}_grid_thw has {len(grid)} row(s) but input_ids contain no {name} placeholders ({attr}={token_id})."
+            )
         if grid is not None and len(grid) != groups:
             raise ValueError(
                 f"{name}_grid_thw has {len(grid)} row(s) ({name}s) but input_ids contain {groups} groups of consecutive "

@@ -1,0 +1,74 @@
+"""`roformer-ext` console script (also `python -m roformer_ext.cli`).
+
+`roformer-ext plot --out DIR` writes `positions.png` (where every position scheme puts a text–image–text
+layout) and `long_range_decay.png` (RoPE's long-term decay, RoFormer §3.4.3). Needs the `vision` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="roformer-ext", description="roformer-ext utilities.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{plot}")
+    plot = commands.add_parser(
+        "plot",
+        help="draw the position schemes and RoPE's long-range decay",
+        description="Write positions.png and long_range_decay.png into --out.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    plot.add_argument("--out", default=".", help="folder for the PNG files")
+    plot.add_argument("--text-before", type=_count, default=5, help="text tokens before the image")
+    plot.add_argument("--image-rows", type=_positive, default=3, help="patch rows of the image (h)")
+    plot.add_argument("--image-cols", type=_positive, default=4, help="patch columns of the image (w)")
+    plot.add_argument("--text-after", type=_count, default=4, help="text tokens after the image")
+    plot.add_argument(
+        "--max-distance", type=_positive, default=256, help="largest relative distance of the decay curve"
+    )
+    plot.add_argument("--dim", type=_even, default=128, help="head dimension d of the decay curve")
+    plot.add_argument("--base", type=float, default=10000.0, help="RoPE base: θ_i = base^(-2i/d)")
+    return parser
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a count >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _even(text: str) -> int:
+    value = _positive(text)
+    if value % 2:
+        raise argparse.ArgumentTypeError(f"expected an even dimension, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from pathlib import Path
+
+    from .plotting import plot_long_range_decay, plot_positions
+
+    out = Path(args.out)
+    written = [
+        plot_positions(out / "positions.png", args.text_before, args.image_rows, args.image_cols, args.text_after),
+        plot_long_range_decay(out / "long_range_decay.png", args.max_distance, args.dim, args.base),
+    ]
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""`roformer-ext plot`: the README figures and the long-range decay they show."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+
+from roformer_ext.cli import main
+from roformer_ext.plotting import layout_positions, long_range_decay
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_writes_both_figures(tmp_path, capsys):
+    assert main(["plot", "--out", str(tmp_path / "images"), "--image-rows", "2", "--max-distance", "64"]) == 0
+    printed = capsys.readouterr().out.split()
+    for name in ("positions.png", "long_range_decay.png"):
+        path = tmp_path / "images" / name
+        assert path.read_bytes()[:8] == PNG_SIGNATURE and str(path) in printed
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "roformer_ext.cli", "plot", "--out", str(tmp_path), "--max-distance", "32"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "positions.png").exists() and (tmp_path / "long_range_decay.png").exists()
+
+
+@pytest.mark.parametrize(
+    "arguments", [["plot", "--dim", "127"], ["plot", "--image-rows", "0"], ["plot", "--text-after", "-1"]]
+)
+def test_bad_arguments_exit_with_usage(arguments, capsys):
+    with pytest.raises(SystemExit) as error:
+        main(arguments)
+    assert error.value.code == 2 and "usage: roformer-ext plot" in capsys.readouterr().err
+
+
+def test_long_range_decay_matches_the_definition():
+    d, theta = 128, [10000 ** (-2 * i / 128) for i in range(64)]
+
+    def bound(distance: int) -> float:  # (1/(d/2)) Σ_{j=1}^{d/2} |Σ_{i<j} e^{i·distance·θ_i}|
+        total, partial = 0.0, 0j
+        for angle in theta:
+            partial += complex(math.cos(distance * angle), math.sin(distance * angle))
+            total += abs(partial)
+        return total / (d // 2)
+
+    curve = long_range_decay(256, d)
+    assert curve.shape == (257,) and curve[0].item() == pytest.approx(32.5)  # S_j = j at distance 0
+    for distance in (1, 7, 50, 128, 256):
+        assert curve[distance].item() == pytest.approx(bound(distance), rel=1e-9)
+    assert curve[200:].mean() < curve[:10].mean() / 2  # it decays
+
+
+def test_layout_positions_mark_the_image():
+    positions, is_image = layout_positions("rope_tie", 2, 5, 3, 4, 4)
+    assert (
+        positions.shape == (2, 21)
+        and is_image.sum() == 12
+        and torch.equal(is_image[5:17], torch.ones(12, dtype=torch.bool))
+    )
+    assert positions[:, 17].tolist() == [24, 24]  # L + (w+1)(h+1) = 4 + 20
