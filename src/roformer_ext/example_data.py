@@ -99,7 +99,18 @@ def _to_dataset_dict(rows: list[dict], key: Callable[[dict], str], features: Fea
     by_split: dict[str, list[dict]] = {s: [] for s in SPLITS}
     for row in rows:
         by_split[split_of(key(row), **fractions)].append(row)
-    return DatasetDict({s: Dataset.from_list(by_split[s], features=features) for s in SPLITS})
+    return _ordered(by_split, features)
+
+
+def _ordered(by_split: dict[str, list[dict]], features: Features) -> DatasetDict:
+    """Rows in a fixed pseudo-random order (by hash of the text): the sources list all of one label
+    first, and `select(range(n))` on such a split would see one class only."""
+    return DatasetDict(
+        {
+            s: Dataset.from_list(sorted(rows, key=lambda r: hash_fraction("order:" + r["text"])), features=features)
+            for s, rows in by_split.items()
+        }
+    )
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -226,7 +237,7 @@ def load_statutes() -> DatasetDict:
     by_split: dict[str, list[dict]] = {s: [] for s in SPLITS}
     for row in rows:
         by_split[assignment[row["law_name"]]].append(row)
-    return DatasetDict({s: Dataset.from_list(by_split[s], features=features) for s in SPLITS})
+    return _ordered(by_split, features)
 
 
 def strip_pos_tags(line: str) -> str:

@@ -41,6 +41,7 @@ class ModelArguments:
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder, if not the model's."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow a checkpoint's own code (auto_map)."})
     vocab_size: int = field(default=8000, metadata={"help": "From scratch: WordPiece vocabulary size to train."})
+    vocab_min_frequency: int = field(default=2, metadata={"help": "From scratch: rarer pieces are left out (become [UNK])."})
     hidden_size: int = field(default=128, metadata={"help": "From scratch: hidden size."})
     num_hidden_layers: int = field(default=2, metadata={"help": "From scratch: layers."})
     num_attention_heads: int = field(default=4, metadata={"help": "From scratch: heads."})
@@ -115,7 +116,7 @@ def get_tokenizer(model_args: ModelArguments, training_texts: Iterable[str], cac
         return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
     if cache_dir and (Path(cache_dir) / "tokenizer_config.json").is_file():
         return RoFormerExtTokenizerFast.from_pretrained(cache_dir)
-    tokenizer = train_wordpiece_tokenizer(training_texts, model_args.vocab_size)
+    tokenizer = train_wordpiece_tokenizer(training_texts, model_args.vocab_size, model_args.vocab_min_frequency)
     if cache_dir:
         tokenizer.save_pretrained(cache_dir)
     return tokenizer
