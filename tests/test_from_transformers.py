@@ -107,6 +107,9 @@ def test_cli_writes_loadable_folder_and_refuses_overwrite(tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "roformer_ext" and "AutoModelForSequenceClassification" in config["auto_map"]
     assert (out / "model.safetensors").exists() and (out / "README.md").exists() and (out / "vocab.txt").exists()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert type(tokenizer).__name__ == "RoFormerExtTokenizerFast"
+    assert tokenizer("a b")["input_ids"] == [2, 5, 6, 3]
     reloaded = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
     torch.testing.assert_close(
         outputs_of(reloaded, "RoFormerForSequenceClassification", "sdpa")["logits"],

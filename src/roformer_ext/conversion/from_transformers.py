@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import torch
@@ -156,18 +155,24 @@ def build_converted_model(src: str | Path) -> torch.nn.Module:
     return model.eval()
 
 
-_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-
 def convert_transformers_checkpoint(src: str | Path, out: str | Path, force: bool = False) -> Path:
-    """Write our folder (config with auto_map, safetensors, code, tokenizer files) to `out`, atomically."""
+    """Write our folder (config with auto_map, safetensors, code, tokenizer) to `out`, atomically.
+
+    The tokenizer becomes ours, built from vocab.txt (jieba word mode when the vocabulary holds words, as
+    transformers' RoFormerTokenizer segments), so the folder no longer needs rjieba and keeps jieba on reload.
+    """
+    from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
+
     src = Path(src)
     model = build_converted_model(src)
     with output_folder(out, force=force) as tmp:
         model.save_pretrained(tmp)
-        for name in _TOKENIZER_FILES:
-            if (src / name).exists():
-                shutil.copy2(src / name, tmp / name)
+        if (src / "vocab.txt").exists():
+            settings = json.loads((src / "tokenizer_config.json").read_text()) if (src / "tokenizer_config.json").exists() else {}
+            tokenizer = RoFormerExtTokenizerFast.from_vocab_file(
+                src / "vocab.txt", segmenter="auto", do_lower_case=settings.get("do_lower_case", True)
+            )
+            tokenizer.save_pretrained(tmp)
         (tmp / "README.md").write_text(_model_card(src, model))
     return Path(out)
 
