@@ -3,7 +3,15 @@
 out_i = Σ_j (R_i φ(q_i))ᵀ (R_j φ(k_j)) v_j / Σ_j φ(q_i)ᵀ φ(k_j),  φ = elu + 1.
 
 The rotation keeps the numerator relative-position aware; the denominator stays unrotated so it remains positive.
-Cost is O(N·d²) instead of O(N²·d).
+Everything is a sum over keys of d×d outer products, so cost is O(N·d²) instead of O(N²·d):
+
+- bidirectional: one state S = Σ_j R_j φ(k_j) v_jᵀ and z = Σ_j φ(k_j) for the whole sequence;
+- causal: the sequence is cut into chunks; inside a chunk the (chunk × chunk) masked products are exact, across
+  chunks the running (S, z) carries the prefix. Memory is O(N·d) like q itself, with no N² or N·d² term;
+- generation: (S, z) per layer is the whole past, so a step costs O(d²) whatever the length. It is kept in the
+  transformers `DynamicCache` layer (see `_read_state` / `_write_state`), not recomputed from cached keys.
+
+Sums run in float32 even under bf16 autocast: they accumulate over the whole sequence.
 """
 
 from __future__ import annotations
@@ -13,6 +21,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from .rope import apply_rotary
+
+#: Queries per chunk in the causal form. 64 balances the (C×C) intra-chunk products against the per-chunk
+#: (d×d) states for head dims 32–128 (measured in notes/benchmarks.md); any value gives the same result.
+CAUSAL_CHUNK = 64
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -32,42 +44,138 @@ def linear_attention_forward(
 ) -> torch.Tensor:
     """(batch, heads, seq, head_dim) in, (batch, seq, heads, head_dim) out.
 
-    `attention_mask` is the 2D padding mask (batch, keys); padded keys are dropped from both sums.
-    Causal when `module.is_causal`; with a cache, the rotated features and values of earlier tokens are kept in it.
+    `module` supplies `pair_layout`, `rotary_value`, `is_causal` and `layer_idx`. `attention_mask` is the 2D
+    padding mask (batch, past + seq); padded keys are dropped from both sums. With `past_key_values` (causal only)
+    the layer's running state is read from and written back to the cache.
     """
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(
             "Linear attention takes a 2D (batch, seq) padding mask only; a 4D mask (e.g. the UniLM mask) needs "
             "attention_type='softmax'."
         )
-    cos, sin = position_embeddings
-    layout = module.pair_layout
-    q, k = feature_map(query.float()), feature_map(key.float())
-    v = value.float()
-    if module.rotary_value:
-        v = apply_rotary(v, cos, sin, layout)
-    q_rot, k_rot = apply_rotary(q, cos, sin, layout), apply_rotary(k, cos, sin, layout)
-    if past_key_values is not None:
-        # Cache the rotated and plain key features side by side, so a step only adds its own token.
-        k_both, v = past_key_values.update(torch.cat((k_rot, k), dim=-1), v, module.layer_idx)
-        k_rot, k = k_both.chunk(2, dim=-1)
-    if attention_mask is not None:
-        keep = attention_mask[:, None, -k.shape[2] :, None].to(k.dtype)
-        k, k_rot = k * keep, k_rot * keep
-    if module.is_causal:
-        out = _causal(q, q_rot, k, k_rot, v, eps)
-    else:
-        numerator = torch.einsum("bhqd,bhde->bhqe", q_rot, torch.einsum("bhkd,bhke->bhde", k_rot, v))
-        denominator = torch.einsum("bhqd,bhd->bhq", q, k.sum(dim=2))
-        out = numerator / (denominator[..., None] + eps)
+    if past_key_values is not None and not module.is_causal:
+        raise ValueError("A cache with linear attention needs a causal (decoder) model.")
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        q, q_rot, k, k_rot, v = _features(module, query, key, value, position_embeddings, attention_mask)
+        if not module.is_causal:
+            out = bidirectional_linear_attention(q, q_rot, k, k_rot, v, eps)
+        else:
+            state = _read_state(past_key_values, module.layer_idx) if past_key_values is not None else None
+            out, state = causal_linear_attention(q, q_rot, k, k_rot, v, state, eps)
+            if past_key_values is not None:
+                _write_state(past_key_values, module.layer_idx, state, q.shape[2])
     return out.to(query.dtype).transpose(1, 2).contiguous()
 
 
-def _causal(q, q_rot, k, k_rot, v, eps: float) -> torch.Tensor:
-    """Prefix sums; queries are the last q.shape[2] of the k.shape[2] cached positions."""
-    offset = k.shape[2] - q.shape[2]
-    state = torch.einsum("bhkd,bhke->bhkde", k_rot, v).cumsum(dim=2)[:, :, offset:]
-    normaliser = k.cumsum(dim=2)[:, :, offset:]
-    numerator = torch.einsum("bhqd,bhqde->bhqe", q_rot, state)
-    denominator = (q * normaliser).sum(-1)
-    return numerator / (denominator[..., None] + eps)
+def _features(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, ...]:
+    """φ(q), R φ(q), φ(k), R φ(k) and v (rotated when `rotary_value`), in float32; padded keys zeroed."""
+    cos, sin = (t.float() for t in position_embeddings)
+    layout = module.pair_layout
+    q, k, v = feature_map(query.float()), feature_map(key.float()), value.float()
+    if module.rotary_value:
+        v = apply_rotary(v, cos, sin, layout)
+    if attention_mask is not None:
+        # (batch, 1, seq, 1): the last `seq` columns are this call's tokens when earlier ones are cached.
+        keep = attention_mask[:, None, -k.shape[2] :, None].to(k.dtype)
+        k = k * keep
+    return q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), v
+
+
+def bidirectional_linear_attention(
+    q: torch.Tensor, q_rot: torch.Tensor, k: torch.Tensor, k_rot: torch.Tensor, v: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
+    """Every query sees every key: one (d × d_v) state for the whole sequence. Output (batch, heads, seq, d_v)."""
+    state = k_rot.transpose(-1, -2) @ v  # (b, h, d, d_v)
+    normaliser = k.sum(dim=2, keepdim=True).transpose(-1, -2)  # (b, h, d, 1)
+    return (q_rot @ state) / (q @ normaliser + eps)
+
+
+def causal_linear_attention(
+    q: torch.Tensor,
+    q_rot: torch.Tensor,
+    k: torch.Tensor,
+    k_rot: torch.Tensor,
+    v: torch.Tensor,
+    state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    eps: float = 1e-6,
+    chunk: int = CAUSAL_CHUNK,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Query i sees keys ≤ i (and everything summarised in `state`). Returns the output and the final state.
+
+    `state` is (S, z): S = Σ R φ(k) vᵀ (b, h, d, d_v), z = Σ φ(k) (b, h, d) over all earlier tokens.
+    Chunks run as batched matmuls, not a Python loop: per chunk, its own (S, z) contribution, then an exclusive
+    prefix sum over chunks gives what every chunk sees from before it.
+    """
+    seq = q.shape[2]
+    size = max(1, min(chunk, seq))
+    pad = -seq % size
+    if pad:  # zero keys add nothing; the padded queries' outputs are cut off below
+        q, q_rot, k, k_rot, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, q_rot, k, k_rot, v))
+    chunks = (seq + pad) // size
+    # (b, h, chunks, chunk, d)
+    q, q_rot, k, k_rot, v = (t.unflatten(2, (chunks, size)) for t in (q, q_rot, k, k_rot, v))
+
+    chunk_s = k_rot.transpose(-1, -2) @ v  # (b, h, chunks, d, d_v)
+    s_before = torch.cumsum(chunk_s, dim=2)
+    s_final = s_before[:, :, -1]
+    s_before = torch.cat((torch.zeros_like(s_before[:, :, :1]), s_before[:, :, :-1]), dim=2)  # exclusive: shift
+    # Denominator: φ(q_i)·Σ_{j≤i} φ(k_j) needs only a running sum of k: within the chunk, plus all earlier chunks.
+    k_within = torch.cumsum(k, dim=3)  # (b, h, chunks, chunk, d)
+    z_chunks = torch.cumsum(k_within[:, :, :, -1], dim=2)  # (b, h, chunks, d), inclusive
+    z_final = z_chunks[:, :, -1]
+    z_before = torch.cat((torch.zeros_like(z_chunks[:, :, :1]), z_chunks[:, :, :-1]), dim=2)
+    if state is not None:
+        s_past, z_past = state
+        s_before = s_before + s_past[:, :, None]
+        z_before = z_before + z_past[:, :, None]
+        s_final, z_final = s_final + s_past, z_final + z_past
+
+    scores = torch.tril(q_rot @ k_rot.transpose(-1, -2))  # (b, h, chunks, chunk, chunk), keys ≤ query
+    numerator = scores @ v + q_rot @ s_before
+    denominator = (q * (k_within + z_before.unsqueeze(3))).sum(dim=-1, keepdim=True)
+    out = (numerator / (denominator + eps)).flatten(2, 3)[:, :, :seq]
+    return out, (s_final, z_final)
+
+
+# --- The running state inside transformers' DynamicCache ---------------------------------------------------------
+# A DynamicCache layer holds `keys` and `values` and reports its length as keys.shape[-2]. For linear attention we
+# store a (batch, 1, seen, 1) zero "length marker" as keys (4 bytes per token, so get_seq_length, masks and position
+# ids stay right) and the packed state [S | z] (batch, heads, d, d_v + 1) as values. Both have batch first, so the
+# cache's batch reordering (beam search) and repeat/select keep working; cropping cannot undo a sum, so the layer is
+# marked not croppable.
+
+
+def _read_state(cache, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if layer_idx >= len(cache.layers):
+        return None
+    layer = cache.layers[layer_idx]
+    if not getattr(layer, "is_initialized", False) or layer.get_seq_length() == 0:
+        return None
+    packed = layer.values
+    return packed[..., :-1], packed[..., -1]
+
+
+def _write_state(cache, layer_idx: int, state: tuple[torch.Tensor, torch.Tensor], new_tokens: int) -> None:
+    s, z = state
+    marker = s.new_zeros(s.shape[0], 1, new_tokens, 1)
+    packed = torch.cat((s, z.unsqueeze(-1)), dim=-1)
+    fresh = _read_state(cache, layer_idx) is None
+    if fresh:
+        cache.update(marker, marker, layer_idx)
+    layer = cache.layers[layer_idx]
+    if not hasattr(layer, "keys") or layer.keys.dim() != 4 or layer.keys.shape[-1] != 1:
+        raise TypeError(
+            f"Linear attention keeps its running state in a DynamicCache; got a {type(layer).__name__} layer. "
+            "Pass past_key_values=DynamicCache() or none."
+        )
+    if not fresh:
+        layer.keys = torch.cat((layer.keys, marker), dim=-2)
+    layer.values = packed
+    layer.is_croppable = False

@@ -1,0 +1,397 @@
+"""transformers' RoFormer against roformer-ext, same weights, same inputs, interleaved in one process.
+
+A random transformers `RoFormerForMaskedLM` is saved to a temporary folder and converted with our converter, so
+both models hold the same weights (checked: max |diff| of the encoder output is reported). For every sequence
+length, with `batch = max(1, tokens // seq)` so each step sees about the same number of tokens:
+- inference: the encoders (`RoFormerModel` / `RoFormerExtModel`), one forward under `torch.inference_mode`;
+- training: the MLM models, forward with labels + backward + AdamW step (hidden dropout 0.1; attention dropout 0,
+  because any attention dropout sends CPU SDPA to its O(N²) math kernel — noted in notes/benchmarks.md).
+Median time per step over `--repeats`, the two models alternating; the speed-up is theirs / ours.
+
+GFLOP/s: analytic matmul FLOPs (projections, FFN, QKᵀ and PV at full N², MLM head when training; training =
+3 × forward) divided by the median time, against the fp32 and bf16 GEMM rates of one large `torch.matmul`
+measured in the same run.
+
+Peak memory: each case again in a fresh process (forked from a server that only imported the libraries), which
+builds the model from its config, runs two steps and reports `ru_maxrss` (the high-water resident set, whole process: Python, torch, weights,
+optimizer state, activations) and that peak minus the resident set just before the first step.
+
+`--attention linear` benchmarks our linear attention (RoFormer §3.4.3) instead: bidirectional and causal
+encoders, and our softmax (SDPA) encoder for reference; transformers has no linear attention.
+
+    python benchmarks/bench_model.py --size base --out benchmarks/results
+    python benchmarks/bench_model.py --size small --attention linear --seqs 1024 4096 16384 --tokens 16384
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import multiprocessing
+import sys
+import tempfile
+
+import torch
+from common import (
+    DTYPES,
+    current_rss_mb,
+    gemm_gflops,
+    interleaved_medians,
+    load_average,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    peak_rss_mb,
+    write_results,
+)
+from transformers import RoFormerConfig, RoFormerForMaskedLM
+
+from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtModel
+from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_config
+
+SIZES = {
+    # hidden, layers, heads, intermediate, vocab (12000: RoFormer's chinese char vocabulary)
+    "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99),
+    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                  vocab_size=12000),
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                 vocab_size=12000),
+}
+DEFAULT_SEQS = {"softmax": [128, 512, 1024, 2048, 4096], "linear": [1024, 4096, 16384]}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="base")
+    parser.add_argument("--seqs", type=int, nargs="+", help="sequence lengths (default: by --attention)")
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens per step: batch = max(1, tokens // seq)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", choices=["inference", "training"], default=["inference", "training"])
+    parser.add_argument("--attention", choices=["softmax", "linear"], default="softmax")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="bf16 = torch.autocast on CPU")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile(ours)")
+    parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the per-case processes")
+    parser.add_argument("--gemm-size", type=int, default=4096)
+    parser.add_argument("--out", default="benchmarks/results")
+    return parser.parse_args(argv)
+
+
+# --- models ---------------------------------------------------------------------------------------------------------
+
+def their_config(size: str, max_seq: int) -> RoFormerConfig:
+    """transformers' RoFormer indexes a fixed table: it needs max_position_embeddings ≥ the longest sequence."""
+    return RoFormerConfig(
+        **SIZES[size], max_position_embeddings=max(max_seq, 512), type_vocab_size=2,
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0,
+    )
+
+
+def our_config(config: RoFormerConfig, attention: str = "softmax", causal: bool = False) -> RoFormerExtConfig:
+    kwargs = convert_transformers_config({**config.to_dict(), "architectures": ["RoFormerForMaskedLM"]})
+    kwargs.update(attention_type=attention, is_decoder=causal)
+    return RoFormerExtConfig(**kwargs)
+
+
+def build_pair(size: str, max_seq: int) -> tuple[RoFormerForMaskedLM, RoFormerExtForMaskedLM]:
+    """Their random MLM model and ours converted from its saved folder (the weights are the same)."""
+    torch.manual_seed(0)
+    theirs = RoFormerForMaskedLM(their_config(size, max_seq))
+    with tempfile.TemporaryDirectory() as folder:
+        theirs.save_pretrained(folder)
+        ours = build_converted_model(folder)
+    return theirs, ours
+
+
+def make_inputs(batch: int, seq: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab, (batch, seq), generator=generator)
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+def mlm_labels(input_ids: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """15% of positions predicted, the rest ignored (-100), as in MLM pre-training."""
+    generator = torch.Generator().manual_seed(seed)
+    picked = torch.rand(input_ids.shape, generator=generator) < 0.15
+    return input_ids.masked_fill(~picked, -100)
+
+
+def autocast(dtype: str):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def inference_step(encoder: torch.nn.Module, inputs: dict, dtype: str):
+    def step() -> None:
+        with torch.inference_mode(), autocast(dtype):
+            encoder(**inputs)
+
+    return step
+
+
+def training_step(model: torch.nn.Module, inputs: dict, labels: torch.Tensor, dtype: str):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(dtype):
+            loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+# --- FLOPs ----------------------------------------------------------------------------------------------------------
+
+def forward_flops(config, batch: int, seq: int, mlm_head: bool, attention: str = "softmax") -> float:
+    """Matmul FLOPs of one forward (2 per multiply-add); norms, softmax and activations are not counted."""
+    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = batch * seq
+    per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter)
+    if attention == "softmax":
+        per_layer += 2 * 2 * batch * seq * seq * hidden  # QKᵀ and PV over all heads
+    else:
+        per_layer += 2 * 2 * tokens * hidden * config.head_dim  # Σ k vᵀ and q S per head
+    flops = layers * per_layer
+    if mlm_head:
+        flops += 2 * tokens * hidden * (hidden + config.vocab_size)
+    return float(flops)
+
+
+# --- one case in a fresh process (peak memory) ----------------------------------------------------------------------
+
+def memory_case(spec: dict) -> dict:
+    """Build one model from its config, run two steps, report ru_maxrss and the rise over the RSS before stepping."""
+    torch.manual_seed(0)
+    config = their_config(spec["size"], spec["seq"])
+    training = spec["mode"] == "training"
+    if spec["impl"] == "theirs":
+        model = RoFormerForMaskedLM(config)
+    else:
+        ours = our_config(config, spec.get("attention", "softmax"), spec.get("causal", False))
+        model = RoFormerExtForMaskedLM(ours) if training else RoFormerExtModel(ours, add_pooling_layer=False)
+    inputs = make_inputs(spec["batch"], spec["seq"], config.vocab_size)
+    if training:
+        step = training_step(model.train(), inputs, mlm_labels(inputs["input_ids"]), spec["dtype"])
+    else:
+        encoder = model.roformer if spec["impl"] == "theirs" else model
+        step = inference_step(encoder.eval(), inputs, spec["dtype"])
+    before = current_rss_mb()
+    step()
+    step()
+    peak = peak_rss_mb()
+    return {"peak_rss_mb": peak, "rss_before_step_mb": before, "step_peak_mb": peak - before}
+
+
+_MEMORY_PRELOAD = ["torch", "transformers.models.roformer.modeling_roformer", "roformer_ext"]
+
+
+@functools.cache
+def _memory_processes() -> multiprocessing.context.BaseContext:
+    """A fork server that has imported torch, transformers and roformer_ext once.
+
+    Each case is forked from it: a fresh process (its high-water mark starts at the imports' footprint, nothing of
+    this process's models or earlier cases) without paying several seconds of imports per case.
+    """
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_MEMORY_PRELOAD)
+    return context
+
+
+def _memory_child(spec: dict, connection) -> None:
+    try:
+        connection.send(memory_case(spec))
+    except Exception as error:  # reported in the results, so one failing case does not end the run
+        connection.send({"error": f"{type(error).__name__}: {error}"})
+
+
+def measure_memory(spec: dict) -> dict:
+    """Run `memory_case` in its own process; an out-of-memory kill is reported as an error, not raised."""
+    context = _memory_processes()
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_memory_child, args=(spec, send))
+    process.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:
+        result = {"error": "the process died (exit code below; -9 is usually the out-of-memory killer)"}
+    process.join()
+    if process.exitcode:
+        result["exit_code"] = process.exitcode
+    return result
+
+
+# --- the comparison -------------------------------------------------------------------------------------------------
+
+def compare_softmax(args: argparse.Namespace, seqs: list[int]) -> tuple[list[dict], dict]:
+    theirs, ours = build_pair(args.size, max(seqs))
+    config = ours.config
+    check = make_inputs(2, min(seqs), config.vocab_size)
+    with torch.inference_mode():
+        diff = (theirs.roformer.eval()(**check).last_hidden_state - ours.roformer.eval()(**check).last_hidden_state)
+    # Compiled twins share ours' parameters; the encoder is compiled on its own (attributes of a compiled module
+    # are the uncompiled originals).
+    compiled = {"mlm": torch.compile(ours), "encoder": torch.compile(ours.roformer)} if args.compile else None
+    rows = []
+    for seq in seqs:
+        batch = max(1, args.tokens // seq)
+        inputs = make_inputs(batch, seq, config.vocab_size)
+        labels = mlm_labels(inputs["input_ids"])
+        for mode in args.modes:
+            training = mode == "training"
+            if training:
+                steps = {"theirs": training_step(theirs.train(), inputs, labels, args.dtype),
+                         "ours": training_step(ours.train(), inputs, labels, args.dtype)}
+                if compiled is not None:
+                    steps["ours_compiled"] = training_step(compiled["mlm"], inputs, labels, args.dtype)
+            else:
+                steps = {"theirs": inference_step(theirs.roformer.eval(), inputs, args.dtype),
+                         "ours": inference_step(ours.roformer.eval(), inputs, args.dtype)}
+                if compiled is not None:
+                    steps["ours_compiled"] = inference_step(compiled["encoder"].eval(), inputs, args.dtype)
+            print(f"seq {seq} batch {batch} {mode} ...", file=sys.stderr, flush=True)
+            seconds = interleaved_medians(steps, args.repeats)
+            flops = forward_flops(config, batch, seq, mlm_head=training) * (3 if training else 1)
+            row = {"seq": seq, "batch": batch, "mode": mode, "flops": flops,
+                   **{f"{name}_ms": 1e3 * t for name, t in seconds.items()},
+                   **{f"{name}_gflops": flops / t / 1e9 for name, t in seconds.items()},
+                   "speedup": seconds["theirs"] / seconds["ours"]}
+            if compiled is not None:
+                row["compiled_speedup"] = seconds["theirs"] / seconds["ours_compiled"]
+            if args.memory:
+                for impl in ("theirs", "ours"):
+                    spec = {"impl": impl, "mode": mode, "seq": seq, "batch": batch, "size": args.size,
+                            "dtype": args.dtype}
+                    row[f"{impl}_memory"] = measure_memory(spec)
+                ratio = [row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")]
+                row["memory_ratio"] = ratio[0] / ratio[1] if None not in ratio else None
+            rows.append(row)
+    return rows, {"max_abs_diff_encoder": diff.abs().max().item()}
+
+
+def compare_linear(args: argparse.Namespace, seqs: list[int]) -> tuple[list[dict], dict]:
+    """Ours only: linear bidirectional, linear causal, and softmax (SDPA) for reference; inference."""
+    config = their_config(args.size, max(seqs))
+    variants = {"linear": ("linear", False), "linear_causal": ("linear", True), "softmax": ("softmax", False)}
+    encoders = {}
+    for name, (attention, causal) in variants.items():
+        torch.manual_seed(0)
+        encoders[name] = RoFormerExtModel(our_config(config, attention, causal), add_pooling_layer=False).eval()
+    rows = []
+    for seq in seqs:
+        batch = max(1, args.tokens // seq)
+        inputs = make_inputs(batch, seq, config.vocab_size)
+        print(f"seq {seq} batch {batch} linear ...", file=sys.stderr, flush=True)
+        steps = {name: inference_step(encoder, inputs, args.dtype) for name, encoder in encoders.items()}
+        seconds = interleaved_medians(steps, args.repeats)
+        row = {"seq": seq, "batch": batch, "mode": "inference",
+               **{f"{name}_ms": 1e3 * t for name, t in seconds.items()},
+               **{f"{name}_us_per_token": 1e6 * t / (batch * seq) for name, t in seconds.items()}}
+        if args.memory:
+            for name, (attention, causal) in variants.items():
+                spec = {"impl": "ours", "mode": "inference", "seq": seq, "batch": batch, "size": args.size,
+                        "dtype": args.dtype, "attention": attention, "causal": causal}
+                row[f"{name}_memory"] = measure_memory(spec)
+        rows.append(row)
+    return rows, {}
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> dict:
+    seqs = args.seqs or DEFAULT_SEQS[args.attention]
+    load_before = load_average()
+    gemm = {name: gemm_gflops(args.gemm_size, dtype) for name, dtype in DTYPES.items()}
+    compare = compare_linear if args.attention == "linear" else compare_softmax
+    rows, checks = compare(args, seqs)
+    return {
+        "machine": machine_info("bench_model.py", argv),
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "size": args.size, "config": SIZES[args.size], "attention": args.attention, "dtype": args.dtype,
+        "tokens_per_step": args.tokens, "repeats": args.repeats, "compile": args.compile,
+        "gemm_gflops": gemm, "gemm_size": args.gemm_size, **checks,
+        "results": rows,
+    }
+
+
+# --- Markdown -------------------------------------------------------------------------------------------------------
+
+def _mem(row: dict, key: str, field: str = "peak_rss_mb") -> float | None:
+    return row.get(key, {}).get(field)
+
+
+def softmax_markdown(result: dict) -> str:
+    fp32 = result["gemm_gflops"]["fp32"]
+    compiled = result["compile"]
+    parts = []
+    for mode in ("inference", "training"):
+        rows = [r for r in result["results"] if r["mode"] == mode]
+        if not rows:
+            continue
+        header = ["seq", "batch", "transformers ms", "ours ms", "speed-up"]
+        header += ["compiled ms", "compiled speed-up"] if compiled else []
+        header += ["ours GFLOP/s", "% of fp32 GEMM", "transformers peak MB", "ours peak MB", "memory ratio",
+                   "transformers Δ MB", "ours Δ MB"]
+        table = []
+        for r in rows:
+            line = [r["seq"], r["batch"], r["theirs_ms"], r["ours_ms"], r["speedup"]]
+            line += [r["ours_compiled_ms"], r["compiled_speedup"]] if compiled else []
+            line += [r["ours_gflops"], 100 * r["ours_gflops"] / fp32, _mem(r, "theirs_memory"),
+                     _mem(r, "ours_memory"), r.get("memory_ratio"), _mem(r, "theirs_memory", "step_peak_mb"),
+                     _mem(r, "ours_memory", "step_peak_mb")]
+            table.append(line)
+        what = ("encoder forward" if mode == "inference"
+                else "MLM forward with labels + backward + AdamW step")
+        parts.append(f"#### {mode.capitalize()} ({what})\n\n" + markdown_table(header, table))
+    return "\n\n".join(parts)
+
+
+def linear_markdown(result: dict) -> str:
+    header = ["seq", "batch", "linear ms", "linear causal ms", "softmax (SDPA) ms", "linear µs/token",
+              "causal µs/token", "softmax µs/token", "linear peak MB", "causal peak MB", "softmax peak MB"]
+    table = [[r["seq"], r["batch"], r["linear_ms"], r["linear_causal_ms"], r["softmax_ms"],
+              r["linear_us_per_token"], r["linear_causal_us_per_token"], r["softmax_us_per_token"],
+              _mem(r, "linear_memory"), _mem(r, "linear_causal_memory"), _mem(r, "softmax_memory")]
+             for r in result["results"]]
+    rows = {r["seq"]: r for r in result["results"]}
+    scaling = ""
+    seqs = sorted(rows)
+    if len(seqs) >= 2 and rows[seqs[0]]["batch"] == rows[seqs[-1]]["batch"]:
+        lo, hi = seqs[0], seqs[-1]
+        scaling = (f"\n\nt({hi})/t({lo}) at equal batch: linear {rows[hi]['linear_ms'] / rows[lo]['linear_ms']:.2f}, "
+                   f"causal {rows[hi]['linear_causal_ms'] / rows[lo]['linear_causal_ms']:.2f}, softmax "
+                   f"{rows[hi]['softmax_ms'] / rows[lo]['softmax_ms']:.2f} (sequence ratio {hi / lo:g}).")
+    return markdown_table(header, table) + scaling
+
+
+def to_markdown(result: dict) -> str:
+    config = result["config"]
+    gemm = result["gemm_gflops"]
+    title = (f"### {'Linear attention' if result['attention'] == 'linear' else 'transformers RoFormer vs ours'}: "
+             f"{result['size']} (hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
+             f"{config['num_attention_heads']} heads, vocab {config['vocab_size']}), {result['dtype']}, "
+             f"~{result['tokens_per_step']} tokens per step, median of {result['repeats']}")
+    body = linear_markdown(result) if result["attention"] == "linear" else softmax_markdown(result)
+    notes = (f"GEMM rate measured in this run ({result['gemm_size']}² matmul): fp32 {gemm['fp32']:.0f} GFLOP/s, "
+             f"bf16 {gemm['bf16']:.0f} GFLOP/s. Peak MB = ru_maxrss of a fresh process running that case "
+             "(whole process); Δ = peak − RSS before the first step.")
+    if "max_abs_diff_encoder" in result:
+        notes += f" Same weights: encoder outputs differ by at most {result['max_abs_diff_encoder']:.1e}."
+    return "\n\n".join([title, body, notes, machine_markdown(result["machine"], result["load_average_before"],
+                                                               result["load_average_after"])])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run, write the JSON and Markdown under --out, print the tables; returns the result."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    result = run(args, argv)
+    markdown = to_markdown(result)
+    stem = "bench_model_linear" if args.attention == "linear" else "bench_model"
+    json_path, md_path = write_results(args.out, stem, result, markdown)
+    print(markdown)
+    print(f"\nwrote {json_path} and {md_path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Shared pieces of the benchmarks: timing, the machine's GEMM rate, machine facts, JSON + Markdown output.
+
+The scripts run as `python benchmarks/<script>.py`, so this sibling module is importable by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of `fn()` over `repeats` calls after `warmup` untimed ones.
+
+    The median, not the mean: on a shared machine the slow outliers are other people's work, not ours.
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
+    """Median time of each function, running them in turn (a, b, a, b, ...) so that load changes hit all alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def gemm_gflops(size: int, dtype: torch.dtype, repeats: int = 3) -> float:
+    """Measured GFLOP/s of one square `torch.matmul` of `size`: the machine's practical ceiling for this dtype."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator).to(dtype)
+    b = torch.randn(size, size, generator=generator).to(dtype)
+    seconds = median_seconds(lambda: torch.matmul(a, b), repeats)
+    return 2 * size**3 / seconds / 1e9
+
+
+def cpu_model_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or "unknown"
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def load_average() -> list[float]:
+    """1/5/15-minute load: tells a reader whether other work shared the cores during the run."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def machine_info(script: str, argv: list[str]) -> dict:
+    """Versions, CPU and the command that reproduces the run."""
+    import transformers
+
+    return {
+        "cpu": cpu_model_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "command": " ".join(["python", f"benchmarks/{script}", *argv]),
+    }
+
+
+def current_rss_mb() -> float:
+    """Resident set size now, from /proc (Linux)."""
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb() -> float:
+    """High-water mark of the resident set size of this process (`ru_maxrss`, kB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def markdown_table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def write_results(out_dir: str | Path, stem: str, payload: dict, markdown: str) -> tuple[Path, Path]:
+    """`<stem>.json` (everything measured) and `<stem>.md` (the tables) in `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    md_path.write_text(markdown + "\n")
+    return json_path, md_path
+
+
+def machine_markdown(info: dict, load_before: list[float], load_after: list[float]) -> str:
+    return (
+        f"Machine: {info['cpu']}, {info['cpu_count']} CPUs ({info['cpu_capability']}), torch {info['torch']} "
+        f"({info['torch_threads']} threads), transformers {info['transformers']}, Python {info['python']}. "
+        f"Load average (1/5/15 min) before: {load_before}, after: {load_after}.\n\n"
+        f"Command: `{info['command']}`"
+    )

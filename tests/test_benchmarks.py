@@ -1,0 +1,60 @@
+"""Smoke tests: both benchmark scripts run at a tiny size and write JSON + Markdown with the expected fields.
+
+The scripts' `main(argv)` runs in this process (a fresh interpreter per script would pay the imports again);
+bench_model's peak-memory cases still run in their own processes. No timing is asserted.
+"""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_script(name: str, *args: str) -> dict:
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name.removesuffix(".py")).main(list(args))
+
+
+def test_bench_rope_writes_results(tmp_path):
+    run_script("bench_rope.py", "--batch", "2", "--seq", "16", "--heads", "2", "--head-dim", "8", "--repeats", "2",
+               "--out", str(tmp_path))
+    result = json.loads((tmp_path / "bench_rope.json").read_text())
+    names = {row["implementation"] for row in result["results"]}
+    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half"} <= names
+    for row in result["results"]:
+        assert row["ms"] > 0 and row["speedup_vs_transformers"] > 0 and row["time_vs_copy"] > 0
+    assert result["max_abs_diff_ours_vs_transformers"] < 1e-4
+    assert result["machine"]["torch"] and result["load_average_before"] is not None
+    assert "| transformers RoFormer |" in (tmp_path / "bench_rope.md").read_text()
+
+
+def test_bench_model_writes_results(tmp_path):
+    run_script("bench_model.py", "--size", "tiny", "--seqs", "16", "--tokens", "32", "--repeats", "1",
+               "--gemm-size", "128", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "bench_model.json").read_text())
+    assert result["size"] == "tiny" and set(result["gemm_gflops"]) == {"fp32", "bf16"}
+    assert result["max_abs_diff_encoder"] < 1e-4  # same weights through the converter
+    assert [(r["mode"], r["seq"], r["batch"]) for r in result["results"]] == [("inference", 16, 2),
+                                                                              ("training", 16, 2)]
+    for row in result["results"]:
+        for field in ("theirs_ms", "ours_ms", "speedup", "ours_gflops", "flops", "memory_ratio"):
+            assert row[field] > 0, field
+        for impl in ("theirs", "ours"):
+            memory = row[f"{impl}_memory"]
+            assert memory["peak_rss_mb"] > 0 and memory["step_peak_mb"] >= 0, memory
+    markdown = (tmp_path / "bench_model.md").read_text()
+    assert "#### Inference" in markdown and "#### Training" in markdown and "Command:" in markdown
+
+
+def test_bench_model_linear_attention(tmp_path):
+    run_script("bench_model.py", "--size", "tiny", "--attention", "linear", "--seqs", "16", "64", "--tokens", "64",
+               "--repeats", "1", "--gemm-size", "128", "--no-memory", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "bench_model_linear.json").read_text())
+    assert [r["seq"] for r in result["results"]] == [16, 64]
+    for row in result["results"]:
+        for name in ("linear", "linear_causal", "softmax"):
+            assert row[f"{name}_ms"] > 0 and row[f"{name}_us_per_token"] > 0
+    assert "linear causal ms" in (tmp_path / "bench_model_linear.md").read_text()

@@ -1,0 +1,166 @@
+"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation of the same formula, and its cache."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel
+from roformer_ext.linear_attention import causal_linear_attention, feature_map, linear_attention_forward
+from roformer_ext.rope import RotaryEmbedding, apply_rotary
+
+from conftest import random_inputs, tiny_config
+
+TOLERANCE = 1e-5
+
+
+def naive_linear_attention(query, key, value, cos, sin, layout, rotary_value, causal, mask=None):
+    """out_i = Σ_j (R_i φ(q_i))ᵀ(R_j φ(k_j)) v_j / Σ_j φ(q_i)ᵀφ(k_j) over the allowed j, in float64."""
+    q, k, v = feature_map(query.double()), feature_map(key.double()), value.double()
+    cos, sin = cos.double(), sin.double()
+    if rotary_value:
+        v = apply_rotary(v, cos, sin, layout)
+    numerator_weights = apply_rotary(q, cos, sin, layout) @ apply_rotary(k, cos, sin, layout).transpose(-1, -2)
+    denominator_weights = q @ k.transpose(-1, -2)
+    seq = q.shape[2]
+    allowed = torch.ones(seq, seq, dtype=torch.bool)
+    if causal:
+        allowed = allowed.tril()
+    allowed = allowed.expand(q.shape[0], 1, seq, seq)
+    if mask is not None:
+        allowed = allowed & mask.bool()[:, None, None, :]
+    numerator = numerator_weights.masked_fill(~allowed, 0) @ v
+    denominator = denominator_weights.masked_fill(~allowed, 0).sum(-1, keepdim=True)
+    return (numerator / denominator).transpose(1, 2)
+
+
+def make_case(layout: str, batch: int = 3, heads: int = 2, seq: int = 37, dim: int = 8, seed: int = 0):
+    """Random q/k/v (batch, heads, seq, dim) and the rotary (cos, sin) for positions 0..seq-1."""
+    generator = torch.Generator().manual_seed(seed)
+    query, key, value = (torch.randn(batch, heads, seq, dim, generator=generator) for _ in range(3))
+    config = tiny_config(hidden_size=heads * dim, num_attention_heads=heads, rope_parameters={"pair_layout": layout})
+    positions = torch.arange(seq).expand(batch, seq)
+    cos, sin = RotaryEmbedding(config)(query, positions)
+    return query, key, value, (cos, sin)
+
+
+def module_for(layout: str, rotary_value: bool, causal: bool) -> SimpleNamespace:
+    return SimpleNamespace(pair_layout=layout, rotary_value=rotary_value, is_causal=causal, layer_idx=0)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("rotary_value", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_matches_naive_formula(layout, rotary_value, causal, padded):
+    query, key, value, (cos, sin) = make_case(layout)
+    mask = None
+    if padded:
+        mask = torch.ones(query.shape[0], query.shape[2], dtype=torch.long)
+        mask[1, -5:] = 0
+        mask[2, :4] = 0  # left padding too, as batched generation uses
+    module = module_for(layout, rotary_value, causal)
+    out = linear_attention_forward(module, query, key, value, (cos, sin), mask)
+    expected = naive_linear_attention(query, key, value, cos, sin, layout, rotary_value, causal, mask)
+    if mask is not None:  # rows padded on the left see no key before their first real one: compare real tokens
+        out, expected = out[mask.bool()], expected[mask.bool()]
+    torch.testing.assert_close(out.double(), expected, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 64, 100])
+def test_causal_chunk_size_does_not_change_the_result(chunk):
+    query, key, value, (cos, sin) = make_case("interleaved", seq=45)
+    q, k = feature_map(query), feature_map(key)
+    q_rot, k_rot = apply_rotary(q, cos, sin, "interleaved"), apply_rotary(k, cos, sin, "interleaved")
+    reference, (s_ref, z_ref) = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=45)
+    out, (s, z) = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=chunk)
+    torch.testing.assert_close(out, reference, atol=TOLERANCE, rtol=TOLERANCE)
+    torch.testing.assert_close(s, s_ref, atol=1e-4, rtol=TOLERANCE)
+    torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=TOLERANCE)
+
+
+def test_causal_state_continues_a_prefix():
+    """Running the sequence in two calls with the carried state equals one call: what the cache relies on."""
+    query, key, value, (cos, sin) = make_case("half", seq=30)
+    q, k = feature_map(query), feature_map(key)
+    q_rot, k_rot = apply_rotary(q, cos, sin, "half"), apply_rotary(k, cos, sin, "half")
+    whole, _ = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=8)
+    split = 19
+    first, state = causal_linear_attention(q[:, :, :split], q_rot[:, :, :split], k[:, :, :split],
+                                           k_rot[:, :, :split], value[:, :, :split], chunk=8)
+    second, _ = causal_linear_attention(q[:, :, split:], q_rot[:, :, split:], k[:, :, split:],
+                                        k_rot[:, :, split:], value[:, :, split:], state, chunk=8)
+    torch.testing.assert_close(torch.cat((first, second), dim=2), whole, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+def test_gradients_flow_through_causal_chunks():
+    query, key, value, (cos, sin) = make_case("interleaved", seq=70)
+    leaves = [t.clone().requires_grad_() for t in (query, key, value)]
+    module = module_for("interleaved", rotary_value=False, causal=True)
+    linear_attention_forward(module, *leaves, (cos, sin), None).square().sum().backward()
+    expected = [t.clone().requires_grad_() for t in (query, key, value)]
+    naive_linear_attention(*expected, cos, sin, "interleaved", False, True).square().sum().backward()
+    for leaf, reference in zip(leaves, expected):
+        torch.testing.assert_close(leaf.grad, reference.grad.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_model_runs_bidirectional_with_padding():
+    """The encoder drops padded keys: a padded row equals the same row run alone without its padding."""
+    torch.manual_seed(0)
+    model = RoFormerExtModel(tiny_config(attention_type="linear")).eval()
+    input_ids, attention_mask, token_type_ids = random_inputs()
+    with torch.no_grad():
+        batched = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        length = int(attention_mask[2].sum())
+        alone = model(input_ids[2:, :length], token_type_ids=token_type_ids[2:, :length]).last_hidden_state
+    torch.testing.assert_close(batched[2:, :length], alone, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_generation_with_state_equals_without_cache(layout):
+    torch.manual_seed(0)
+    config = tiny_config(attention_type="linear", rope_parameters={"pair_layout": layout}, rotary_value=True)
+    model = RoFormerExtForCausalLM(config).eval()
+    prompt = torch.randint(5, 99, (2, 6))
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        cached = model.generate(prompt, use_cache=True, **kwargs)
+        uncached = model.generate(prompt, use_cache=False, **kwargs)
+    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
+
+
+def test_cached_logits_equal_full_forward():
+    """Step-by-step logits with the recurrent state equal one causal forward over the whole sequence."""
+    torch.manual_seed(0)
+    model = RoFormerExtForCausalLM(tiny_config(attention_type="linear")).eval()
+    input_ids = torch.randint(5, 99, (2, 10))
+    with torch.no_grad():
+        full = model(input_ids).logits
+        out = model(input_ids[:, :4], use_cache=True)
+        steps, cache = [out.logits], out.past_key_values
+        for position in range(4, 10):
+            out = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True)
+            steps.append(out.logits)
+            cache = out.past_key_values
+    assert cache.get_seq_length() == 10
+    # The cache holds a fixed-size state per layer, not the keys: (batch, heads, d, d + 1).
+    assert tuple(cache.layers[0].values.shape) == (2, 4, 8, 9)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+def test_bf16_autocast_keeps_float32_sums():
+    torch.manual_seed(0)
+    model = RoFormerExtModel(tiny_config(attention_type="linear", is_decoder=True)).eval()
+    input_ids, attention_mask, _ = random_inputs()
+    with torch.no_grad():
+        reference = model(input_ids, attention_mask=attention_mask).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(input_ids, attention_mask=attention_mask).last_hidden_state
+    assert torch.isfinite(low).all()
+    torch.testing.assert_close(low.float(), reference, atol=0.1, rtol=0.05)
+
+
+def test_four_dimensional_mask_is_rejected():
+    query, key, value, rotary = make_case("half", seq=5)
+    with pytest.raises(ValueError, match="2D"):
+        linear_attention_forward(module_for("half", False, False), query, key, value, rotary, torch.ones(3, 1, 5, 5))
