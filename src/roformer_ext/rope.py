@@ -186,6 +186,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_lay
     memory (benchmarks/bench_rope.py): interleaved pairs are adjacent, so an fp32/fp64 `x` is viewed as complex
     and rotated by one complex multiply; half pairs are computed half by half, skipping the rotated copy.
     """
+    if torch.compiler.is_compiling():  # inductor fuses the plain formula into one loop; views would break graphs
+        return x * cos + (rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)) * sin
     if pair_layout == "half":
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half], x[..., half:]
