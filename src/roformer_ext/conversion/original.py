@@ -416,6 +416,8 @@ def model_card(src: Path, plan: ConversionPlan, command: str) -> str:
     """A short README.md: where the weights come from, how they were converted and what was kept."""
     cfg = plan.config_kwargs
     pooler = f"pooler activation `{cfg['pooler_activation']}`" if cfg["pooler_activation"] else "no pooler"
+    auto = {"RoFormerExtForMaskedLM": "AutoModelForMaskedLM", "RoFormerExtForCausalLM": "AutoModelForCausalLM"}
+    auto_class = auto.get(plan.architecture, "AutoModel")
     return f"""---
 library_name: transformers
 language: zh
@@ -442,9 +444,9 @@ Made with:
 
 ```python
 import roformer_ext  # registers the Auto classes (or pass trust_remote_code=True)
-from transformers import AutoModel, AutoTokenizer
+from transformers import {auto_class}, AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
-model = AutoModel.from_pretrained("path/to/this/folder")
+model = {auto_class}.from_pretrained("path/to/this/folder")
 ```
 
 ## Citation
