@@ -181,22 +181,24 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
     """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin broadcast over heads.
 
-    Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). The fast paths
-    give bit-identical results to `x * cos + rotate(x) * sin` (same products, same sums) with fewer passes over
-    memory (benchmarks/bench_rope.py): interleaved pairs are adjacent, so an fp32/fp64 `x` is viewed as complex
-    and rotated by one complex multiply; half pairs are computed half by half, skipping the rotated copy.
+    Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). For fp32/fp64 the
+    rotation is one complex multiply by e^{i·angle} (benchmarks/bench_rope.py: 2-4× fewer passes over memory than
+    `x * cos + rotate(x) * sin`): interleaved pairs are adjacent, so `x` is viewed as complex in place; half pairs
+    (x_i, x_{i+d/2}) become the real and imaginary parts. The products and sums are those of the plain formula
+    (vectorised complex multiply does not fuse them; a scalar tail may round differently, by one ulp).
     """
     if torch.compiler.is_compiling():  # inductor fuses the plain formula into one loop; views would break graphs
         return x * cos + (rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)) * sin
+    if x.dtype not in (torch.float32, torch.float64):  # no complex bf16/fp16 kernels on every device
+        return x * cos + (rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)) * sin
     if pair_layout == "half":
         half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat((x1 * cos[..., :half] - x2 * sin[..., :half], x2 * cos[..., half:] + x1 * sin[..., half:]), -1)
-    complex_view_ok = x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
-    if x.dtype in (torch.float32, torch.float64) and complex_view_ok:
-        rotation = torch.complex(cos[..., 0::2], sin[..., 0::2])  # e^{i·angle}, one per pair
-        return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
-    return x * cos + rotate_interleaved(x) * sin
+        rotated = torch.complex(x[..., :half], x[..., half:]) * torch.complex(cos[..., :half], sin[..., :half])
+        return torch.cat((rotated.real, rotated.imag), dim=-1)
+    if x.stride(-1) != 1 or x.storage_offset() % 2 or any(s % 2 for s in x.stride()[:-1]):
+        x = x.contiguous()  # a complex view needs adjacent, aligned pairs
+    rotation = torch.complex(cos[..., 0::2], sin[..., 0::2])
+    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
 
 
 def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
