@@ -81,6 +81,7 @@ def test_every_head_registers_its_auto_class(tmp_path):
         model_class(tiny_config()).save_pretrained(folder)
         auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
         assert auto_map[auto_name] == f"modeling_roformer_ext.{model_class.__name__}"
+        assert set(auto_map) == {"AutoConfig", *AUTO_CLASS.values()}  # one folder serves every Auto class
         assert auto_map["AutoConfig"] == "configuration_roformer_ext.RoFormerExtConfig"
 
 

@@ -157,8 +157,16 @@ class RoFormerExtAttention(nn.Module):
             attn_weights = None
         else:
             cos, sin = position_embeddings
-            query = apply_rotary(query, cos, sin, self.pair_layout)
-            key = apply_rotary(key, cos, sin, self.pair_layout)
+            fused = None
+            if query.is_cuda:  # liger-kernel's fused q/k rotation when installed (half layout only)
+                from .fused_rotary import fused_rotate_query_key
+
+                fused = fused_rotate_query_key(query, key, cos, sin, self.pair_layout)
+            if fused is not None:
+                query, key = fused
+            else:
+                query = apply_rotary(query, cos, sin, self.pair_layout)
+                key = apply_rotary(key, cos, sin, self.pair_layout)
             if self.rotary_value:
                 value = apply_rotary(value, cos, sin, self.pair_layout)
             if past_key_values is not None:
@@ -245,6 +253,22 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_compile_fullgraph = True
     _can_record_outputs = {"hidden_states": RoFormerExtLayer, "attentions": RoFormerExtAttention}
+    #: Every head of the family, written to `auto_map` on save: one saved folder then serves all the Auto classes
+    #: with trust_remote_code (transformers itself writes only the saved class).
+    auto_map_family = {
+        "AutoModel": "modeling_roformer_ext.RoFormerExtModel",
+        "AutoModelForMaskedLM": "modeling_roformer_ext.RoFormerExtForMaskedLM",
+        "AutoModelForCausalLM": "modeling_roformer_ext.RoFormerExtForCausalLM",
+        "AutoModelForSequenceClassification": "modeling_roformer_ext.RoFormerExtForSequenceClassification",
+        "AutoModelForTokenClassification": "modeling_roformer_ext.RoFormerExtForTokenClassification",
+        "AutoModelForQuestionAnswering": "modeling_roformer_ext.RoFormerExtForQuestionAnswering",
+        "AutoModelForMultipleChoice": "modeling_roformer_ext.RoFormerExtForMultipleChoice",
+    }
+
+    def save_pretrained(self, *args, **kwargs):
+        if self._auto_class is not None:  # registered for remote code (importing roformer_ext does that)
+            self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
+        return super().save_pretrained(*args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -271,6 +295,7 @@ def _dense_mask_function(mask: torch.Tensor) -> Callable:
 
 @auto_docstring
 class RoFormerExtModel(RoFormerExtPreTrainedModel):
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", r"^classifier\.", r"^qa_outputs\."]  # a head's folder
     def __init__(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> None:
         r"""
         add_pooling_layer (`bool`, *optional*, defaults to `True`):
@@ -425,7 +450,7 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
 
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
-        self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
+        self.roformer = RoFormerExtModel(config)  # keeps RoFormer-Sim's pooler when pooler_activation is set
         self.lm_head = RoFormerExtLMHead(config)
         self.post_init()
 
@@ -461,8 +486,8 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.config.vocab_size).float(), labels.view(-1))
+        if labels is not None:  # transformers' loss: normalised by num_items_in_batch under gradient accumulation
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -549,24 +574,11 @@ class RoFormerExtClassificationHead(nn.Module):
         return self.out_proj(x)
 
 
-def sequence_classification_loss(config: RoFormerExtConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Regression, single- or multi-label, chosen as transformers does from num_labels and the labels' dtype."""
-    if config.problem_type is None:
-        if config.num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
-    if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, config.num_labels).float(), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-
-
 @auto_docstring
 class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
+    # Per-example mean loss: Trainer must divide it under gradient accumulation itself.
+    accepts_loss_kwargs = False
+
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -599,7 +611,7 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state)
-        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -607,6 +619,8 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
 
 @auto_docstring
 class RoFormerExtForMultipleChoice(RoFormerExtPreTrainedModel):
+    accepts_loss_kwargs = False
+
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
         self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
@@ -695,9 +709,7 @@ class RoFormerExtForTokenClassification(RoFormerExtPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
+        loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -705,6 +717,8 @@ class RoFormerExtForTokenClassification(RoFormerExtPreTrainedModel):
 
 @auto_docstring
 class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
+    accepts_loss_kwargs = False
+
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -741,13 +755,7 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None and end_positions is not None:
-            ignored = start_logits.size(1)
-            start = start_positions.view(-1).clamp(0, ignored)
-            end = end_positions.view(-1).clamp(0, ignored)
-            loss = (
-                F.cross_entropy(start_logits.float(), start, ignore_index=ignored)
-                + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)
-            ) / 2
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,

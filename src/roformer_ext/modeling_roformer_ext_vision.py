@@ -48,6 +48,12 @@ class VisionTextInputsMixin:
 
     config: RoFormerExtVisionTextConfig
     config_class = RoFormerExtVisionTextConfig
+    auto_map_family = {
+        "AutoModel": "modeling_roformer_ext_vision.RoFormerExtVisionTextModel",
+        "AutoModelForMaskedLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForMaskedLM",
+        "AutoModelForSequenceClassification": "modeling_roformer_ext_vision.RoFormerExtVisionTextForSequenceClassification",
+        "AutoModelForCausalLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForCausalLM",
+    }
 
     def _write_patches(
         self, embeds: torch.Tensor, input_ids: torch.Tensor, token_id: int | None, pixels: torch.Tensor | None, kind: str

@@ -1,0 +1,126 @@
+"""What a transformers user expects to work: Trainer (resume, gradient accumulation, bf16, checkpointing), pipelines."""
+
+import torch
+from conftest import tiny_config
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments, pipeline
+
+from roformer_ext import (
+    RoFormerExtForMaskedLM,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtForTokenClassification,
+    RoFormerExtModel,
+    RoFormerExtTokenizerFast,
+)
+
+WORDS = ["good", "bad", "movie", "plot", "great", "awful", "the", "a", "was", "very"]
+
+
+def tokenizer() -> RoFormerExtTokenizerFast:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    return RoFormerExtTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
+
+
+def sentiment_dataset(n: int = 32) -> Dataset:
+    """Label 1 iff the sentence says good/great: learnable in a few steps."""
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(n):
+        label = i % 2
+        word = ["bad", "awful"][i % 4 // 2] if label == 0 else ["good", "great"][i % 4 // 2]
+        filler = [WORDS[6 + int(j)] for j in torch.randint(0, 4, (3,), generator=generator)]
+        text = " ".join([*filler[:2], word, "movie", filler[2]])
+        rows.append({**tokenizer()(text), "labels": label})
+    return Dataset.from_list(rows)
+
+
+def train(tmp_path, name: str, seed: int = 0, **arguments) -> Trainer:
+    torch.manual_seed(seed)
+    model = RoFormerExtForSequenceClassification(tiny_config(vocab_size=15, num_labels=2))
+    defaults = dict(output_dir=str(tmp_path / name), per_device_train_batch_size=4, learning_rate=1e-3,
+                    logging_steps=1, report_to=[], seed=seed, use_cpu=True, disable_tqdm=True, save_strategy="no")
+    trainer = Trainer(model=model, args=TrainingArguments(**{**defaults, **arguments}), train_dataset=sentiment_dataset())
+    return trainer
+
+
+def losses(trainer: Trainer) -> dict[int, float]:
+    return {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+
+
+def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
+    full = train(tmp_path, "full", max_steps=6)
+    full.train()
+    first = train(tmp_path, "resumed", max_steps=6, save_strategy="steps", save_steps=3)
+    first.train()
+    resumed = train(tmp_path, "resumed", max_steps=6, save_strategy="steps", save_steps=3)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-3"))
+    expected, actual = losses(full), losses(resumed)
+    assert set(actual) >= {4, 5, 6}
+    for step in (4, 5, 6):
+        assert abs(actual[step] - expected[step]) < 1e-5, (step, actual, expected)
+
+
+def test_gradient_accumulation_matches_the_larger_batch(tmp_path):
+    big = train(tmp_path, "big", max_steps=2, per_device_train_batch_size=4, dataloader_drop_last=True)
+    big.train()
+    accumulated = train(tmp_path, "acc", max_steps=2, per_device_train_batch_size=2, gradient_accumulation_steps=2)
+    accumulated.train()
+    for (name, p), (_, q) in zip(big.model.named_parameters(), accumulated.model.named_parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
+
+
+def test_gradient_checkpointing_and_loss_falls(tmp_path):
+    trainer = train(tmp_path, "gc", max_steps=16, gradient_checkpointing=True)
+    trainer.train()
+    curve = list(losses(trainer).values())
+    assert sum(curve[-4:]) / 4 < sum(curve[:4]) / 4
+
+
+def test_bf16_autocast_on_cpu():
+    torch.manual_seed(0)
+    model = RoFormerExtForMaskedLM(tiny_config()).eval()
+    input_ids = torch.randint(5, 99, (2, 9))
+    with torch.no_grad():
+        reference = model(input_ids).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(input_ids).logits
+    assert not torch.equal(low.float(), reference)  # the matmuls really ran in bf16
+    assert (low.float() - reference).abs().max() < 0.1 * reference.abs().max()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model.train()(input_ids, labels=input_ids).loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_pipelines(tmp_path):
+    tok = tokenizer()
+    torch.manual_seed(0)
+    for model_class, task in (
+        (RoFormerExtForMaskedLM, "fill-mask"),
+        (RoFormerExtForSequenceClassification, "text-classification"),
+        (RoFormerExtForTokenClassification, "token-classification"),
+        (RoFormerExtModel, "feature-extraction"),
+    ):
+        folder = tmp_path / task
+        model_class(tiny_config(vocab_size=len(tok), num_labels=3)).save_pretrained(folder)
+        tok.save_pretrained(folder)
+        runner = pipeline(task, model=str(folder), device="cpu")
+        if task == "fill-mask":
+            result = runner("the movie was [MASK]")
+            assert len(result) == 5 and all("token_str" in r for r in result)
+        elif task == "text-classification":
+            result = runner(["the movie was good", "a bad plot"])
+            assert [r["label"] for r in result] and all(r["label"].startswith("LABEL_") for r in result)
+        elif task == "token-classification":
+            result = runner("the movie was very good")
+            assert isinstance(result, list)
+        else:
+            features = runner("the plot was great")
+            assert torch.tensor(features).shape[-1] == 32
+
+
+def test_auto_model_for_sequence_classification_trains_after_reload(tmp_path):
+    trainer = train(tmp_path, "save", max_steps=2)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved")
+    assert isinstance(reloaded, RoFormerExtForSequenceClassification)
