@@ -15,5 +15,6 @@ def test_readme_has_runnable_examples():
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_example_runs(index, tmp_path, monkeypatch):
+    (tmp_path / "tests").symlink_to(README.parent / "tests")  # examples name repository paths
     monkeypatch.chdir(tmp_path)
     exec(compile(BLOCKS[index], f"README block {index}", "exec"), {"__name__": "__readme__"})
