@@ -15,7 +15,7 @@ from transformers.cache_utils import Cache
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 
-from .configuration_roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
+from .configuration_roformer_ext import RoFormerExtVisionTextConfig
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
@@ -29,7 +29,7 @@ from .positions import build_position_ids
 class RoFormerExtPatchEmbedding(nn.Module):
     """Linear map of a flattened (C × temporal_patch × p × p) patch to one token embedding."""
 
-    def __init__(self, config: RoFormerExtConfig) -> None:
+    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
         super().__init__()
         self.patch_dim = config.num_channels * config.temporal_patch_size * config.patch_size**2
         self.proj = nn.Linear(self.patch_dim, config.embedding_size)
@@ -113,7 +113,7 @@ def _documented(func):
 class RoFormerExtVisionTextModel(VisionTextInputsMixin, RoFormerExtPreTrainedModel):
     """The text encoder behind a patch embedding; returns the encoder outputs of the mixed stream."""
 
-    def __init__(self, config: RoFormerExtConfig) -> None:
+    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
         super().__init__(config)
         self.roformer = RoFormerExtModel(config)
         self.patch_embed = RoFormerExtPatchEmbedding(config)
@@ -149,9 +149,10 @@ class RoFormerExtVisionTextModel(VisionTextInputsMixin, RoFormerExtPreTrainedMod
         )
 
 
-@auto_docstring
-class RoFormerExtVisionTextForMaskedLM(VisionTextInputsMixin, RoFormerExtForMaskedLM):
-    def __init__(self, config: RoFormerExtConfig) -> None:
+class VisionTextHeadMixin(VisionTextInputsMixin):
+    """A text head behind the patch embedding: same parameters plus `patch_embed`, same outputs."""
+
+    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
         super().__init__(config)
         self.patch_embed = RoFormerExtPatchEmbedding(config)
         self.post_init()
@@ -186,39 +187,13 @@ class RoFormerExtVisionTextForMaskedLM(VisionTextInputsMixin, RoFormerExtForMask
 
 
 @auto_docstring
-class RoFormerExtVisionTextForSequenceClassification(VisionTextInputsMixin, RoFormerExtForSequenceClassification):
-    def __init__(self, config: RoFormerExtConfig) -> None:
-        super().__init__(config)
-        self.patch_embed = RoFormerExtPatchEmbedding(config)
-        self.post_init()
+class RoFormerExtVisionTextForMaskedLM(VisionTextHeadMixin, RoFormerExtForMaskedLM):
+    """Masked LM over the mixed stream (patch positions carry no word to predict: label them -100)."""
 
-    @can_return_tuple
-    @auto_docstring
-    @_documented
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        pixel_values: torch.Tensor | None = None,
-        image_grid_thw: torch.LongTensor | None = None,
-        pixel_values_videos: torch.Tensor | None = None,
-        video_grid_thw: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ):
-        r""""""
-        embeds, position_ids, _ = self.vision_text_inputs(
-            input_ids, attention_mask, pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw
-        )
-        return super().forward(
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=embeds,
-            labels=labels,
-            **kwargs,
-        )
+
+@auto_docstring
+class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoFormerExtForSequenceClassification):
+    """[CLS] classification of text with images / videos."""
 
 
 @auto_docstring
@@ -226,7 +201,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextInputsMixin, RoFormerExtForCaus
     """Generation with images in the prompt: the prompt's positions come from the scheme, and each new token
     continues at (its index among real tokens) + delta on every axis, as Qwen2-VL's rope deltas."""
 
-    def __init__(self, config: RoFormerExtConfig) -> None:
+    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
         super().__init__(config)
         self.patch_embed = RoFormerExtPatchEmbedding(config)
         self.rope_deltas: torch.Tensor | None = None
