@@ -107,8 +107,7 @@ def main() -> None:
         preprocess_logits_for_metrics=predicted_ids,
     )
     metrics: dict[str, float] = {}
-    if training_args.do_train or not training_args.do_eval:
-        metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
+    metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
     metrics.update(trainer.evaluate())
     metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50.0))
     metrics["train_blocks"], metrics["eval_blocks"] = len(data["train"]), len(data["validation"])

@@ -101,9 +101,7 @@ def main() -> None:
         compute_metrics=compute_metrics,
     )
     metrics: dict[str, float] = {}
-    if training_args.do_train or not training_args.do_eval:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        metrics.update(train_result.metrics)
+    metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
     metrics.update(trainer.evaluate(data["validation"], metric_key_prefix="eval"))
     metrics.update(trainer.evaluate(data["test"], metric_key_prefix="test"))
     trainer.log_metrics("all", metrics)
