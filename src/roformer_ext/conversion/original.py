@@ -296,16 +296,10 @@ def _read_vocab(src: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- output
 def _tokenizer(vocab_file: Path):
-    """The package's tokenizer when present, else transformers' BERT tokenizer (the same WordPiece on chars)."""
-    try:
-        from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
-    except ImportError:
-        from transformers import BertTokenizerFast
+    """Our tokenizer from the release's vocab.txt; jieba word mode when the vocabulary holds words."""
+    from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
 
-        return BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
-    return RoFormerExtTokenizerFast.from_vocab_file(
-        vocab_file, segmenter="auto", do_lower_case=True
-    )  # jieba for word vocabs
+    return RoFormerExtTokenizerFast.from_vocab_file(vocab_file, segmenter="auto", do_lower_case=True)
 
 
 def save_converted(
