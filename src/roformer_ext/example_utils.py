@@ -240,7 +240,7 @@ Load it with `trust_remote_code=True` (the modelling code is in this folder) or 
 ## Usage
 ```python
 from transformers import pipeline
-classifier = pipeline("{task}", model="PATH_OR_HUB_ID", trust_remote_code=True)
+pipe = pipeline("{task}", model="PATH_OR_HUB_ID", trust_remote_code=True)
 ```
 
 ## Citation
