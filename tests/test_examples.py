@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,13 @@ def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return result
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now, for torchrun's rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def check_saved_folder(folder: Path, auto_class: str) -> dict:
     """Everything `push_to_hub` would upload for a usable remote-code checkpoint is there."""
     config = json.loads((folder / "config.json").read_text())
@@ -122,6 +130,7 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     out = tmp_path / "ddp"
     args = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(EXAMPLES / "accelerate" / "cpu_ddp.yaml"),
+        "--main_process_port", str(free_port()),  # not 29500: other tests may run torchrun beside this one
         "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", str(out),
         "--max_train_samples", "32", "--max_eval_samples", "32", "--max_train_steps", "24",
         "--per_device_train_batch_size", "8", "--learning_rate", "1e-2", "--warmup_ratio", "0", "--logging_steps", "4",
