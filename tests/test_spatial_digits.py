@@ -1,0 +1,126 @@
+"""examples/vision-text/run_spatial_digits.py: question generator correctness, and a tiny end-to-end run per scheme."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoProcessor
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "vision-text" / "run_spatial_digits.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("run_spatial_digits", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# The grid used below (rows top to bottom):   7 2 7
+#                                             4 0 5
+#                                             1 4 9
+KNOWN = np.array([[7, 2, 7], [4, 0, 5], [1, 4, 9]])
+
+
+@pytest.mark.parametrize(
+    "question, expected",
+    [
+        ("which digit is in row 1, column 1?", {7}),
+        ("which digit is in row 2, column 3?", {5}),
+        ("which digit is in row 3, column 2?", {4}),
+        ("which digit is left of the 0?", {4}),
+        ("which digit is right of the 0?", {5}),
+        ("which digit is above the 0?", {2}),
+        ("which digit is below the 0?", {4}),
+        ("which digit is below the 5?", {9}),
+        ("which digit is above the 1?", {4}),
+        ("which digit is right of the 2?", {7}),
+        ("which digit is left of the 1?", set()),  # nothing there
+        ("which digit is below the 7?", {4, 5}),  # two 7s: ambiguous, so never generated
+        ("which digit is in row 4, column 1?", set()),
+    ],
+)
+def test_reference_solver_on_a_known_grid(script, question, expected):
+    assert script.answers_to(question, KNOWN) == expected
+
+
+def test_generated_questions_are_correct_and_unique(script):
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(300):
+        kind = script.KINDS[rng.integers(len(script.KINDS))]
+        made = script.make_question(KNOWN, kind, rng)
+        if made is None:
+            continue
+        question, answer = made
+        seen.add(question)
+        assert script.answers_to(question, KNOWN) == {answer}, question
+        assert "the 7" not in question and "the 4" not in question  # 7 and 4 occur twice: never an anchor
+    assert "which digit is below the 2?" in seen and "which digit is left of the 9?" in seen
+    # the anchor must have a neighbour on the asked side: nothing is left of the 1 (column 1)
+    assert "which digit is left of the 1?" not in seen and "which digit is below the 9?" not in seen
+    # a grid where every digit repeats has no relational question
+    assert script.make_question(np.array([[1, 1, 2], [2, 3, 3], [1, 2, 3]]), "left", rng) is None
+
+
+def test_splits_use_disjoint_digits_and_grids_compose_row_major(script):
+    labels = np.arange(100) % 10
+    pools = script.split_digits(labels, seed=0)
+    assert sorted(np.concatenate(list(pools.values())).tolist()) == list(range(100))
+    assert not set(pools["train"]) & set(pools["test"])
+    tiles = np.stack([np.full((4, 4), value, dtype=np.uint8) for value in range(9)])
+    image = script.compose_grid(tiles, 3)
+    assert image.shape == (12, 12) and image[0, 4] == 1 and image[4, 0] == 3 and image[11, 11] == 8
+    dataset = script.make_split(pools["train"], labels, 50, 3, list(script.KINDS), np.random.default_rng(1))
+    for row in dataset:
+        assert set(row["tiles"]) <= set(pools["train"].tolist())
+        assert script.answers_to(row["question"], labels[row["tiles"]].reshape(3, 3)) == {row["label"]}
+
+
+@pytest.mark.parametrize("scheme", ["rope_tie_v2", "mrope"])
+def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
+    out = tmp_path / scheme
+    args = [
+        "--dataset", "sklearn_digits", "--position_scheme", scheme, "--num_train", "96", "--num_eval", "32",
+        "--max_steps", "3", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size", "32",
+        "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
+        "--output_dir", str(out), "--save_strategy", "no", "--report_to", "none", "--torch_threads", "1",
+        "--disable_tqdm", "true",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    metrics = json.loads((out / "all_results.json").read_text())
+    for key in ("eval_accuracy", "test_accuracy", "eval_accuracy_position", "train_runtime", "wall_time_s"):
+        assert key in metrics, key
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0
+    card = (out / "README.md").read_text()
+    assert "2104.09864" in card and "--position_scheme " + scheme in card and "eval_accuracy" in card
+    config = json.loads((out / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSequenceClassification"].endswith(
+        "RoFormerExtVisionTextForSequenceClassification"
+    )
+    assert config["rope_parameters"]["position_scheme"] == scheme
+    assert (out / "modeling_roformer_ext_vision.py").is_file() and (out / "positions.py").is_file()
+
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    processor = AutoProcessor.from_pretrained(out)
+    assert type(model).__name__ == "RoFormerExtVisionTextForSequenceClassification"
+    assert type(processor).__name__ == "RoFormerExtProcessor"
+    image = np.zeros((24, 24), dtype=np.uint8)  # 3x3 grid of 8-pixel tiles: one patch each
+    inputs = processor(text=["[IMAGE] which digit is in row 2, column 3?"], images=[image], return_tensors="pt")
+    assert inputs["image_grid_thw"].tolist() == [[1, 3, 3]]
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape == (1, 10) and torch.isfinite(logits).all()
