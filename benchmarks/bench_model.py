@@ -13,8 +13,9 @@ GFLOP/s: analytic matmul FLOPs (projections, FFN, QKᵀ and PV at full N², MLM 
 measured in the same run.
 
 Peak memory: each case again in a fresh process (forked from a server that only imported the libraries), which
-builds the model from its config, runs two steps and reports `ru_maxrss` (the high-water resident set, whole process: Python, torch, weights,
-optimizer state, activations) and that peak minus the resident set just before the first step.
+builds the model from its config, runs one step (training: two) and reports `ru_maxrss` (the high-water resident
+set of the whole process: Python, torch, weights, optimizer state, activations) and that peak minus the resident
+set just before the first step.
 
 `--attention linear` benchmarks our linear attention (RoFormer §3.4.3) instead: bidirectional and causal
 encoders, and our softmax (SDPA) encoder for reference; transformers has no linear attention.
@@ -160,7 +161,7 @@ def forward_flops(config, batch: int, seq: int, mlm_head: bool, attention: str =
 # --- one case in a fresh process (peak memory) ----------------------------------------------------------------------
 
 def memory_case(spec: dict) -> dict:
-    """Build one model from its config, run two steps, report ru_maxrss and the rise over the RSS before stepping."""
+    """Build one model from its config, run its step(s), report ru_maxrss and the rise over the RSS before stepping."""
     torch.manual_seed(0)
     config = their_config(spec["size"], spec["seq"])
     training = spec["mode"] == "training"
@@ -176,8 +177,8 @@ def memory_case(spec: dict) -> dict:
         encoder = model.roformer if spec["impl"] == "theirs" else model
         step = inference_step(encoder.eval(), inputs, spec["dtype"])
     before = current_rss_mb()
-    step()
-    step()
+    for _ in range(2 if training else 1):  # training: the 2nd step's activations meet the AdamW state of the 1st
+        step()
     peak = peak_rss_mb()
     return {"peak_rss_mb": peak, "rss_before_step_mb": before, "step_peak_mb": peak - before}
 
@@ -346,21 +347,20 @@ def softmax_markdown(result: dict) -> str:
 
 
 def linear_markdown(result: dict) -> str:
-    header = ["seq", "batch", "linear ms", "linear causal ms", "softmax (SDPA) ms", "linear µs/token",
-              "causal µs/token", "softmax µs/token", "linear peak MB", "causal peak MB", "softmax peak MB"]
-    table = [[r["seq"], r["batch"], r["linear_ms"], r["linear_causal_ms"], r["softmax_ms"],
-              r["linear_us_per_token"], r["linear_causal_us_per_token"], r["softmax_us_per_token"],
-              _mem(r, "linear_memory"), _mem(r, "linear_causal_memory"), _mem(r, "softmax_memory")]
-             for r in result["results"]]
-    rows = {r["seq"]: r for r in result["results"]}
-    scaling = ""
-    seqs = sorted(rows)
-    if len(seqs) >= 2 and rows[seqs[0]]["batch"] == rows[seqs[-1]]["batch"]:
-        lo, hi = seqs[0], seqs[-1]
-        scaling = (f"\n\nt({hi})/t({lo}) at equal batch: linear {rows[hi]['linear_ms'] / rows[lo]['linear_ms']:.2f}, "
-                   f"causal {rows[hi]['linear_causal_ms'] / rows[lo]['linear_causal_ms']:.2f}, softmax "
-                   f"{rows[hi]['softmax_ms'] / rows[lo]['softmax_ms']:.2f} (sequence ratio {hi / lo:g}).")
-    return markdown_table(header, table) + scaling
+    names = {"linear": "linear", "linear_causal": "causal", "softmax": "softmax (SDPA)"}
+    header = ["seq", "batch", *(f"{label} ms" for label in names.values()),
+              *(f"{label} µs/token" for label in names.values()), *(f"{label} Δ MB" for label in names.values())]
+    rows = sorted(result["results"], key=lambda r: r["seq"])
+    table = [[r["seq"], r["batch"], *(r[f"{n}_ms"] for n in names), *(r[f"{n}_us_per_token"] for n in names),
+              *(_mem(r, f"{n}_memory", "step_peak_mb") for n in names)] for r in rows]
+    ratios = [f"t({hi['seq']})/t({lo['seq']}) = " + ", ".join(f"{label} {hi[f'{n}_ms'] / lo[f'{n}_ms']:.2f}"
+                                                             for n, label in names.items())
+              + f" [{hi['seq'] / lo['seq']:g}]"
+              for lo, hi in zip(rows, rows[1:]) if lo["batch"] == hi["batch"]]
+    scaling = "\n\nTime ratios at equal batch (sequence ratio in brackets): " + "; ".join(ratios) if ratios else ""
+    return markdown_table(header, table) + scaling + (
+        "\n\nBidirectional and causal linear attention (φ = elu + 1, RoPE in the numerator) against our softmax "
+        "encoder (SDPA: O(N²) time, O(N) memory); inference, no MLM head.")
 
 
 def to_markdown(result: dict) -> str:
@@ -369,7 +369,7 @@ def to_markdown(result: dict) -> str:
     title = (f"### {'Linear attention' if result['attention'] == 'linear' else 'transformers RoFormer vs ours'}: "
              f"{result['size']} (hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
              f"{config['num_attention_heads']} heads, vocab {config['vocab_size']}), {result['dtype']}, "
-             f"~{result['tokens_per_step']} tokens per step, median of {result['repeats']}")
+             f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}")
     body = linear_markdown(result) if result["attention"] == "linear" else softmax_markdown(result)
     notes = (f"GEMM rate measured in this run ({result['gemm_size']}² matmul): fp32 {gemm['fp32']:.0f} GFLOP/s, "
              f"bf16 {gemm['bf16']:.0f} GFLOP/s. Peak MB = ru_maxrss of a fresh process running that case "

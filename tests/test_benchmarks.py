@@ -57,4 +57,4 @@ def test_bench_model_linear_attention(tmp_path):
     for row in result["results"]:
         for name in ("linear", "linear_causal", "softmax"):
             assert row[f"{name}_ms"] > 0 and row[f"{name}_us_per_token"] > 0
-    assert "linear causal ms" in (tmp_path / "bench_model_linear.md").read_text()
+    assert "| causal ms |" in (tmp_path / "bench_model_linear.md").read_text()
