@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import multiprocessing
 import sys
 import tempfile
+from collections.abc import Callable
 
 import torch
 from common import (
@@ -42,21 +44,26 @@ from common import (
     machine_info,
     machine_markdown,
     markdown_table,
+    memory_limit,
     peak_rss_mb,
     write_results,
 )
 from transformers import RoFormerConfig, RoFormerForMaskedLM
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtModel
-from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_config
+from roformer_ext.conversion.from_transformers import (
+    build_converted_model,
+    convert_transformers_config,
+)
 
 SIZES = {
     # hidden, layers, heads, intermediate, vocab (12000: RoFormer's chinese char vocabulary)
-    "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99),
-    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                  vocab_size=12000),
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                 vocab_size=12000),
+    "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,
+             "vocab_size": 99},
+    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
+              "vocab_size": 12000},
+    "base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+             "vocab_size": 12000},
 }
 DEFAULT_SEQS = {"softmax": [128, 512, 1024, 2048, 4096], "linear": [1024, 4096, 16384]}
 
@@ -199,10 +206,14 @@ def _memory_processes() -> multiprocessing.context.BaseContext:
 
 
 def _memory_child(spec: dict, connection) -> None:
-    try:
-        connection.send(memory_case(spec))
-    except Exception as error:  # reported in the results, so one failing case does not end the run
-        connection.send({"error": f"{type(error).__name__}: {error}"})
+    with memory_limit() as budget_mb:
+        try:
+            result = memory_case(spec)
+        except (MemoryError, RuntimeError) as error:
+            out_of_memory = isinstance(error, MemoryError) or "allocate" in str(error)
+            result = ({"error": "out of memory", "budget_mb": budget_mb} if out_of_memory
+                      else {"error": f"{type(error).__name__}: {error}"})
+    connection.send(result)
 
 
 def measure_memory(spec: dict) -> dict:
@@ -224,12 +235,27 @@ def measure_memory(spec: dict) -> dict:
 
 # --- the comparison -------------------------------------------------------------------------------------------------
 
-def compare_softmax(args: argparse.Namespace, seqs: list[int]) -> tuple[list[dict], dict]:
+def timing_fields(seconds: dict[str, float | str], flops: float | None = None) -> dict:
+    """`<name>_ms` (and `<name>_gflops`) per timed function; an out-of-memory case keeps its message instead."""
+    row = {}
+    for name, t in seconds.items():
+        row[f"{name}_ms"] = 1e3 * t if isinstance(t, float) else t
+        if flops is not None:
+            row[f"{name}_gflops"] = flops / t / 1e9 if isinstance(t, float) else None
+    return row
+
+
+def ratio(a: float | str | None, b: float | str | None) -> float | None:
+    return a / b if isinstance(a, float) and isinstance(b, float) else None
+
+
+def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[list[dict], dict], None]) -> None:
     theirs, ours = build_pair(args.size, max(seqs))
     config = ours.config
     check = make_inputs(2, min(seqs), config.vocab_size)
     with torch.inference_mode():
         diff = (theirs.roformer.eval()(**check).last_hidden_state - ours.roformer.eval()(**check).last_hidden_state)
+    checks = {"max_abs_diff_encoder": diff.abs().max().item()}
     # Compiled twins share ours' parameters; the encoder is compiled on its own (attributes of a compiled module
     # are the uncompiled originals).
     compiled = {"mlm": torch.compile(ours), "encoder": torch.compile(ours.roformer)} if args.compile else None
@@ -252,25 +278,25 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int]) -> tuple[list[dic
                     steps["ours_compiled"] = inference_step(compiled["encoder"].eval(), inputs, args.dtype)
             print(f"seq {seq} batch {batch} {mode} ...", file=sys.stderr, flush=True)
             seconds = interleaved_medians(steps, args.repeats)
+            del steps  # the optimizers' state
+            theirs.zero_grad(set_to_none=True)
+            ours.zero_grad(set_to_none=True)
             flops = forward_flops(config, batch, seq, mlm_head=training) * (3 if training else 1)
-            row = {"seq": seq, "batch": batch, "mode": mode, "flops": flops,
-                   **{f"{name}_ms": 1e3 * t for name, t in seconds.items()},
-                   **{f"{name}_gflops": flops / t / 1e9 for name, t in seconds.items()},
-                   "speedup": seconds["theirs"] / seconds["ours"]}
+            row = {"seq": seq, "batch": batch, "mode": mode, "flops": flops, **timing_fields(seconds, flops),
+                   "speedup": ratio(seconds["theirs"], seconds["ours"])}
             if compiled is not None:
-                row["compiled_speedup"] = seconds["theirs"] / seconds["ours_compiled"]
+                row["compiled_speedup"] = ratio(seconds["theirs"], seconds["ours_compiled"])
             if args.memory:
                 for impl in ("theirs", "ours"):
                     spec = {"impl": impl, "mode": mode, "seq": seq, "batch": batch, "size": args.size,
                             "dtype": args.dtype}
                     row[f"{impl}_memory"] = measure_memory(spec)
-                ratio = [row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")]
-                row["memory_ratio"] = ratio[0] / ratio[1] if None not in ratio else None
+                row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")))
             rows.append(row)
-    return rows, {"max_abs_diff_encoder": diff.abs().max().item()}
+            save(rows, checks)
 
 
-def compare_linear(args: argparse.Namespace, seqs: list[int]) -> tuple[list[dict], dict]:
+def compare_linear(args: argparse.Namespace, seqs: list[int], save: Callable[[list[dict], dict], None]) -> None:
     """Ours only: linear bidirectional, linear causal, and softmax (SDPA) for reference; inference."""
     config = their_config(args.size, max(seqs))
     variants = {"linear": ("linear", False), "linear_causal": ("linear", True), "softmax": ("softmax", False)}
@@ -285,39 +311,53 @@ def compare_linear(args: argparse.Namespace, seqs: list[int]) -> tuple[list[dict
         print(f"seq {seq} batch {batch} linear ...", file=sys.stderr, flush=True)
         steps = {name: inference_step(encoder, inputs, args.dtype) for name, encoder in encoders.items()}
         seconds = interleaved_medians(steps, args.repeats)
-        row = {"seq": seq, "batch": batch, "mode": "inference",
-               **{f"{name}_ms": 1e3 * t for name, t in seconds.items()},
-               **{f"{name}_us_per_token": 1e6 * t / (batch * seq) for name, t in seconds.items()}}
+        row = {"seq": seq, "batch": batch, "mode": "inference", **timing_fields(seconds),
+               **{f"{name}_us_per_token": 1e6 * t / (batch * seq) if isinstance(t, float) else None
+                  for name, t in seconds.items()}}
         if args.memory:
             for name, (attention, causal) in variants.items():
                 spec = {"impl": "ours", "mode": "inference", "seq": seq, "batch": batch, "size": args.size,
                         "dtype": args.dtype, "attention": attention, "causal": causal}
                 row[f"{name}_memory"] = measure_memory(spec)
         rows.append(row)
-    return rows, {}
+        save(rows, {})
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict:
+    """Measure, writing the JSON and Markdown after every case (a long run that dies keeps what it measured)."""
     seqs = args.seqs or DEFAULT_SEQS[args.attention]
-    load_before = load_average()
-    gemm = {name: gemm_gflops(args.gemm_size, dtype) for name, dtype in DTYPES.items()}
-    compare = compare_linear if args.attention == "linear" else compare_softmax
-    rows, checks = compare(args, seqs)
-    return {
+    result = {
         "machine": machine_info("bench_model.py", argv),
-        "load_average_before": load_before,
-        "load_average_after": load_average(),
+        "load_average_before": load_average(),
         "size": args.size, "config": SIZES[args.size], "attention": args.attention, "dtype": args.dtype,
         "tokens_per_step": args.tokens, "repeats": args.repeats, "compile": args.compile,
-        "gemm_gflops": gemm, "gemm_size": args.gemm_size, **checks,
-        "results": rows,
+        "gemm_size": args.gemm_size,
+        "gemm_gflops": {name: gemm_gflops(args.gemm_size, dtype) for name, dtype in DTYPES.items()},
+        "results": [],
     }
+    stem = "bench_model_linear" if args.attention == "linear" else "bench_model"
+
+    def save(rows: list[dict], checks: dict) -> None:
+        result.update(checks, results=rows, load_average_after=load_average())
+        write_results(args.out, stem, result, to_markdown(result))
+
+    with memory_limit() as budget_mb:
+        result["memory_budget_mb"] = budget_mb
+        (compare_linear if args.attention == "linear" else compare_softmax)(args, seqs, save)
+    return result
 
 
 # --- Markdown -------------------------------------------------------------------------------------------------------
 
-def _mem(row: dict, key: str, field: str = "peak_rss_mb") -> float | None:
-    return row.get(key, {}).get(field)
+def _mem(row: dict, key: str, field: str = "peak_rss_mb") -> float | str | None:
+    memory = row.get(key, {})
+    if "error" in memory:
+        return "OOM" if memory["error"] == "out of memory" else "error"
+    return memory.get(field)
+
+
+def _percent(gflops: float | None, peak: float) -> float | None:
+    return None if gflops is None else 100 * gflops / peak
 
 
 def softmax_markdown(result: dict) -> str:
@@ -336,7 +376,7 @@ def softmax_markdown(result: dict) -> str:
         for r in rows:
             line = [r["seq"], r["batch"], r["theirs_ms"], r["ours_ms"], r["speedup"]]
             line += [r["ours_compiled_ms"], r["compiled_speedup"]] if compiled else []
-            line += [r["ours_gflops"], 100 * r["ours_gflops"] / fp32, _mem(r, "theirs_memory"),
+            line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), _mem(r, "theirs_memory"),
                      _mem(r, "ours_memory"), r.get("memory_ratio"), _mem(r, "theirs_memory", "step_peak_mb"),
                      _mem(r, "ours_memory", "step_peak_mb")]
             table.append(line)
@@ -356,7 +396,7 @@ def linear_markdown(result: dict) -> str:
     ratios = [f"t({hi['seq']})/t({lo['seq']}) = " + ", ".join(f"{label} {hi[f'{n}_ms'] / lo[f'{n}_ms']:.2f}"
                                                              for n, label in names.items())
               + f" [{hi['seq'] / lo['seq']:g}]"
-              for lo, hi in zip(rows, rows[1:]) if lo["batch"] == hi["batch"]]
+              for lo, hi in itertools.pairwise(rows) if lo["batch"] == hi["batch"]]
     scaling = "\n\nTime ratios at equal batch (sequence ratio in brackets): " + "; ".join(ratios) if ratios else ""
     return markdown_table(header, table) + scaling + (
         "\n\nBidirectional and causal linear attention (φ = elu + 1, RoPE in the numerator) against our softmax "
@@ -385,11 +425,8 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     result = run(args, argv)
-    markdown = to_markdown(result)
-    stem = "bench_model_linear" if args.attention == "linear" else "bench_model"
-    json_path, md_path = write_results(args.out, stem, result, markdown)
-    print(markdown)
-    print(f"\nwrote {json_path} and {md_path}")
+    print(to_markdown(result))
+    print(f"\nwrote bench_model{'_linear' if args.attention == 'linear' else ''}.json and .md in {args.out}")
     return result
 
 

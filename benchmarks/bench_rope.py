@@ -18,11 +18,27 @@ import argparse
 import sys
 
 import torch
-from common import DTYPES, interleaved_medians, load_average, machine_info, machine_markdown, markdown_table, write_results
-from transformers.models.roformer.modeling_roformer import RoFormerSelfAttention, RoFormerSinusoidalPositionalEmbedding
+from common import (
+    DTYPES,
+    interleaved_medians,
+    load_average,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    write_results,
+)
+from transformers.models.roformer.modeling_roformer import (
+    RoFormerSelfAttention,
+    RoFormerSinusoidalPositionalEmbedding,
+)
 
 from roformer_ext import RoFormerExtConfig
-from roformer_ext.rope import RotaryEmbedding, apply_rotary, rotate_half, rotate_interleaved
+from roformer_ext.rope import (
+    RotaryEmbedding,
+    apply_rotary,
+    rotate_half,
+    rotate_interleaved,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -6,13 +6,12 @@ instead of skipping.
 
 import pytest
 import torch
+from conftest import random_inputs, tiny_config
 
 from roformer_ext import RoFormerExtModel
 from roformer_ext.conversion.pair_layout import convert_pair_layout
 from roformer_ext.fused_rotary import fused_rotary_available, fused_rotate_query_key
 from roformer_ext.rope import apply_rotary
-
-from conftest import random_inputs, tiny_config
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

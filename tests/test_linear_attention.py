@@ -4,12 +4,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import random_inputs, tiny_config
 
 from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel
-from roformer_ext.linear_attention import causal_linear_attention, feature_map, linear_attention_forward
+from roformer_ext.linear_attention import (
+    causal_linear_attention,
+    feature_map,
+    linear_attention_forward,
+)
 from roformer_ext.rope import RotaryEmbedding, apply_rotary
-
-from conftest import random_inputs, tiny_config
 
 TOLERANCE = 1e-5
 
@@ -122,7 +125,7 @@ def test_generation_with_state_equals_without_cache(layout):
     config = tiny_config(attention_type="linear", rope_parameters={"pair_layout": layout}, rotary_value=True)
     model = RoFormerExtForCausalLM(config).eval()
     prompt = torch.randint(5, 99, (2, 6))
-    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
     with torch.no_grad():
         cached = model.generate(prompt, use_cache=True, **kwargs)
         uncached = model.generate(prompt, use_cache=False, **kwargs)
