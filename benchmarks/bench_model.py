@@ -6,6 +6,8 @@ length, with `batch = max(1, tokens // seq)` so each step sees about the same nu
 - inference: the encoders (`RoFormerModel` / `RoFormerExtModel`), one forward under `torch.inference_mode`;
 - training: the MLM models, forward with labels + backward + AdamW step (hidden dropout 0.1; attention dropout 0,
   because any attention dropout sends CPU SDPA to its O(N²) math kernel — noted in notes/benchmarks.md).
+  Training is also timed with `sparse_prediction=True` (ours only: the vocabulary projection runs on the 15%
+  labelled positions, as ModernBERT's option of that name; same loss).
 Median time per step over `--repeats`, the two models alternating; the speed-up is theirs / ours.
 
 GFLOP/s: analytic matmul FLOPs (projections, FFN, QKᵀ and PV at full N², MLM head when training; training =
@@ -135,13 +137,20 @@ def inference_step(encoder: torch.nn.Module, inputs: dict, dtype: str):
     return step
 
 
-def training_step(model: torch.nn.Module, inputs: dict, labels: torch.Tensor, dtype: str):
+def training_step(model: torch.nn.Module, inputs: dict, labels: torch.Tensor, dtype: str, sparse: bool = False):
+    """sparse: ours with `sparse_prediction` (vocabulary projection on the labelled 15% only), for this step."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        with autocast(dtype):
-            loss = model(**inputs, labels=labels).loss
+        if sparse:
+            model.config.sparse_prediction = True
+        try:
+            with autocast(dtype):
+                loss = model(**inputs, labels=labels).loss
+        finally:
+            if sparse:
+                model.config.sparse_prediction = False
         loss.backward()
         optimizer.step()
 
@@ -179,7 +188,8 @@ def memory_case(spec: dict) -> dict:
         model = RoFormerExtForMaskedLM(ours) if training else RoFormerExtModel(ours, add_pooling_layer=False)
     inputs = make_inputs(spec["batch"], spec["seq"], config.vocab_size)
     if training:
-        step = training_step(model.train(), inputs, mlm_labels(inputs["input_ids"]), spec["dtype"])
+        step = training_step(model.train(), inputs, mlm_labels(inputs["input_ids"]), spec["dtype"],
+                             sparse=spec.get("sparse", False))
     else:
         encoder = model.roformer if spec["impl"] == "theirs" else model
         step = inference_step(encoder.eval(), inputs, spec["dtype"])
@@ -268,7 +278,8 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
             training = mode == "training"
             if training:
                 steps = {"theirs": training_step(theirs.train(), inputs, labels, args.dtype),
-                         "ours": training_step(ours.train(), inputs, labels, args.dtype)}
+                         "ours": training_step(ours.train(), inputs, labels, args.dtype),
+                         "ours_sparse": training_step(ours, inputs, labels, args.dtype, sparse=True)}
                 if compiled is not None:
                     steps["ours_compiled"] = training_step(compiled["mlm"], inputs, labels, args.dtype)
             else:
@@ -286,10 +297,13 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
                    "speedup": ratio(seconds["theirs"], seconds["ours"])}
             if compiled is not None:
                 row["compiled_speedup"] = ratio(seconds["theirs"], seconds["ours_compiled"])
+            if training:
+                row["sparse_speedup"] = ratio(seconds["theirs"], seconds["ours_sparse"])
             if args.memory:
-                for impl in ("theirs", "ours"):
-                    spec = {"impl": impl, "mode": mode, "seq": seq, "batch": batch, "size": args.size,
-                            "dtype": args.dtype}
+                impls = ("theirs", "ours", "ours_sparse") if training else ("theirs", "ours")
+                for impl in impls:
+                    spec = {"impl": impl.removesuffix("_sparse"), "mode": mode, "seq": seq, "batch": batch,
+                            "size": args.size, "dtype": args.dtype, "sparse": impl.endswith("_sparse")}
                     row[f"{impl}_memory"] = measure_memory(spec)
                 row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")))
             rows.append(row)
@@ -368,17 +382,22 @@ def softmax_markdown(result: dict) -> str:
         rows = [r for r in result["results"] if r["mode"] == mode]
         if not rows:
             continue
+        sparse = mode == "training"
         header = ["seq", "batch", "transformers ms", "ours ms", "speed-up"]
         header += ["compiled ms", "compiled speed-up"] if compiled else []
+        header += ["sparse-prediction ms", "sparse speed-up"] if sparse else []
         header += ["ours GFLOP/s", "% of fp32 GEMM", "transformers peak MB", "ours peak MB", "memory ratio",
                    "transformers Δ MB", "ours Δ MB"]
+        header += ["sparse Δ MB"] if sparse else []
         table = []
         for r in rows:
             line = [r["seq"], r["batch"], r["theirs_ms"], r["ours_ms"], r["speedup"]]
             line += [r["ours_compiled_ms"], r["compiled_speedup"]] if compiled else []
+            line += [r["ours_sparse_ms"], r["sparse_speedup"]] if sparse else []
             line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), _mem(r, "theirs_memory"),
                      _mem(r, "ours_memory"), r.get("memory_ratio"), _mem(r, "theirs_memory", "step_peak_mb"),
                      _mem(r, "ours_memory", "step_peak_mb")]
+            line += [_mem(r, "ours_sparse_memory", "step_peak_mb")] if sparse else []
             table.append(line)
         what = ("encoder forward" if mode == "inference"
                 else "MLM forward with labels + backward + AdamW step")

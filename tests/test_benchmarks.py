@@ -45,6 +45,9 @@ def test_bench_model_writes_results(tmp_path):
         for impl in ("theirs", "ours"):
             memory = row[f"{impl}_memory"]
             assert memory["peak_rss_mb"] > 0 and memory["step_peak_mb"] >= 0, memory
+    training = result["results"][1]
+    assert training["ours_sparse_ms"] > 0 and training["sparse_speedup"] > 0
+    assert training["ours_sparse_memory"]["peak_rss_mb"] > 0
     markdown = (tmp_path / "bench_model.md").read_text()
     assert "#### Inference" in markdown and "#### Training" in markdown and "Command:" in markdown
 

@@ -253,3 +253,26 @@ def test_deepcopy_and_half_layout_model_runs():
             model(input_ids, attention_mask=attention_mask).last_hidden_state,
             clone(input_ids, attention_mask=attention_mask).last_hidden_state,
         )
+
+
+def test_sparse_prediction_equals_dense_loss_and_gradients():
+    """sparse_prediction only projects the labelled positions: same loss, same gradients, those rows of logits."""
+    dense = build(RoFormerExtForMaskedLM, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)
+    sparse = copy.deepcopy(dense)
+    sparse.config.sparse_prediction = True
+    input_ids, attention_mask, token_type_ids = random_inputs(batch=3, seq=11)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    labels = input_ids.clone()
+    labels[:, ::3] = -100
+    labels[1] = -100  # a row with nothing to predict
+    out_dense, out_sparse = dense(**inputs, labels=labels), sparse(**inputs, labels=labels)
+    predicted = labels != -100
+    assert out_sparse.logits.shape == (int(predicted.sum()), dense.config.vocab_size)
+    torch.testing.assert_close(out_sparse.logits, out_dense.logits[predicted], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out_sparse.loss, out_dense.loss, rtol=0, atol=1e-6)
+    out_dense.loss.backward()
+    out_sparse.loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
+    # Without labels there is nothing to select: full logits, as with the dense head.
+    assert sparse(**inputs).logits.shape == out_dense.logits.shape

@@ -484,7 +484,11 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        hidden_states = outputs.last_hidden_state
+        if self.config.sparse_prediction and labels is not None:  # project only the predicted positions
+            predicted = labels != self.config.sparse_pred_ignore_index
+            hidden_states, labels = hidden_states[predicted], labels[predicted]
+        logits = self.lm_head(hidden_states)
         loss = None
         if labels is not None:  # transformers' loss: normalised by num_items_in_batch under gradient accumulation
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
