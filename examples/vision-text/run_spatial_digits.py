@@ -93,6 +93,13 @@ class SpatialModelArguments(ModelArguments):
             "help": "mrope: frequency pairs for (t, h, w), e.g. '4,6,6'; default 1/4, 3/8, 3/8 of head_dim/2 (Qwen2-VL's 16:24:24)."
         },
     )
+    axis_allocation: str | None = field(
+        default=None,
+        metadata={
+            "help": "How frequency pairs are shared between axes: interleaved | sections | split. Default: 'sections' "
+            "for mrope (Qwen2-VL), 'interleaved' for the others."
+        },
+    )
     vocab_size: int = field(
         default=128, metadata={"help": "From scratch: WordPiece vocabulary cap (the questions use ~40 words)."}
     )
@@ -110,7 +117,9 @@ class SpatialModelArguments(ModelArguments):
         if self.position_scheme == "rope_1d":  # one flat index per token: plain 1D RoPE over the whole stream
             return {**rope, "axes": 1, "axis_allocation": "interleaved"}
         if self.position_scheme != "mrope":
-            return {**rope, "axes": 2, "axis_allocation": "interleaved"}
+            return {**rope, "axes": 2, "axis_allocation": self.axis_allocation or "interleaved"}
+        if (self.axis_allocation or "sections") != "sections":  # e.g. Qwen3-VL-style interleaved frequencies
+            return {**rope, "axes": 3, "axis_allocation": self.axis_allocation}
         pairs = head_dim // 2
         if self.mrope_section:
             section = [int(x) for x in self.mrope_section.split(",")]
