@@ -4,8 +4,8 @@ A random transformers `RoFormerForMaskedLM` is saved to a temporary folder and c
 both models hold the same weights (checked: max |diff| of the encoder output is reported). For every sequence
 length, with `batch = max(1, tokens // seq)` so each step sees about the same number of tokens:
 - inference: the encoders (`RoFormerModel` / `RoFormerExtModel`), one forward under `torch.inference_mode`;
-- training: the MLM models, forward with labels + backward + AdamW step (hidden dropout 0.1; attention dropout 0,
-  because any attention dropout sends CPU SDPA to its O(N²) math kernel — noted in notes/benchmarks.md).
+- training: the MLM models, forward with labels + backward + AdamW step (hidden dropout 0.1; attention dropout 0
+  unless `--attention-dropout`: any attention dropout sends CPU SDPA to its O(N²) math kernel, notes/benchmarks.md).
   Training is also timed with `sparse_prediction=True` (ours only: the vocabulary projection runs on the 15%
   labelled positions, as ModernBERT's option of that name; same loss).
 Median time per step over `--repeats`, the two models alternating; the speed-up is theirs / ours.
@@ -23,7 +23,7 @@ set just before the first step.
 encoders, and our softmax (SDPA) encoder for reference; transformers has no linear attention.
 
     python benchmarks/bench_model.py --size base --out benchmarks/results
-    python benchmarks/bench_model.py --size small --attention linear --seqs 1024 4096 16384 --tokens 16384
+    python benchmarks/bench_model.py --size small --attention linear --seqs 1024 4096 16384 --tokens 1
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from common import (
     markdown_table,
     memory_limit,
     peak_rss_mb,
+    release_freed_memory,
     write_results,
 )
 from transformers import RoFormerConfig, RoFormerForMaskedLM
@@ -80,7 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--attention", choices=["softmax", "linear"], default="softmax")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="bf16 = torch.autocast on CPU")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(ours)")
+    parser.add_argument("--attention-dropout", type=float, default=0.0,
+                        help="attention_probs_dropout_prob of both models (training; > 0 sends CPU SDPA to its math kernel)")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the per-case processes")
+    parser.add_argument("--memory-only", action="store_true", help="only the per-case peak-memory processes")
     parser.add_argument("--gemm-size", type=int, default=4096)
     parser.add_argument("--out", default="benchmarks/results")
     return parser.parse_args(argv)
@@ -88,11 +92,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --- models ---------------------------------------------------------------------------------------------------------
 
-def their_config(size: str, max_seq: int) -> RoFormerConfig:
+def their_config(size: str, max_seq: int, attention_dropout: float = 0.0) -> RoFormerConfig:
     """transformers' RoFormer indexes a fixed table: it needs max_position_embeddings ≥ the longest sequence."""
     return RoFormerConfig(
         **SIZES[size], max_position_embeddings=max(max_seq, 512), type_vocab_size=2,
-        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=attention_dropout,
     )
 
 
@@ -102,10 +106,12 @@ def our_config(config: RoFormerConfig, attention: str = "softmax", causal: bool 
     return RoFormerExtConfig(**kwargs)
 
 
-def build_pair(size: str, max_seq: int) -> tuple[RoFormerForMaskedLM, RoFormerExtForMaskedLM]:
+def build_pair(
+    size: str, max_seq: int, attention_dropout: float = 0.0
+) -> tuple[RoFormerForMaskedLM, RoFormerExtForMaskedLM]:
     """Their random MLM model and ours converted from its saved folder (the weights are the same)."""
     torch.manual_seed(0)
-    theirs = RoFormerForMaskedLM(their_config(size, max_seq))
+    theirs = RoFormerForMaskedLM(their_config(size, max_seq, attention_dropout))
     with tempfile.TemporaryDirectory() as folder:
         theirs.save_pretrained(folder)
         ours = build_converted_model(folder)
@@ -179,7 +185,7 @@ def forward_flops(config, batch: int, seq: int, mlm_head: bool, attention: str =
 def memory_case(spec: dict) -> dict:
     """Build one model from its config, run its step(s), report ru_maxrss and the rise over the RSS before stepping."""
     torch.manual_seed(0)
-    config = their_config(spec["size"], spec["seq"])
+    config = their_config(spec["size"], spec["seq"], spec.get("attention_dropout", 0.0))
     training = spec["mode"] == "training"
     if spec["impl"] == "theirs":
         model = RoFormerForMaskedLM(config)
@@ -228,6 +234,7 @@ def _memory_child(spec: dict, connection) -> None:
 
 def measure_memory(spec: dict) -> dict:
     """Run `memory_case` in its own process; an out-of-memory kill is reported as an error, not raised."""
+    release_freed_memory()  # the child's budget is what is available now
     context = _memory_processes()
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_memory_child, args=(spec, send))
@@ -259,8 +266,31 @@ def ratio(a: float | str | None, b: float | str | None) -> float | None:
     return a / b if isinstance(a, float) and isinstance(b, float) else None
 
 
+def memory_cases(args: argparse.Namespace, seq: int, batch: int, mode: str) -> dict:
+    """Peak memory of theirs, ours (and ours with sparse prediction when training), each in a fresh process."""
+    impls = ("theirs", "ours", "ours_sparse") if mode == "training" else ("theirs", "ours")
+    row = {}
+    for impl in impls:
+        spec = {"impl": impl.removesuffix("_sparse"), "mode": mode, "seq": seq, "batch": batch, "size": args.size,
+                "dtype": args.dtype, "sparse": impl.endswith("_sparse"), "attention_dropout": args.attention_dropout}
+        row[f"{impl}_memory"] = measure_memory(spec)
+    row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")))
+    return row
+
+
+def compare_memory(args: argparse.Namespace, seqs: list[int], save: Callable[[list[dict], dict], None]) -> None:
+    """--memory-only: the peak-memory processes without the timing (which keeps both models in this process)."""
+    rows = []
+    for seq in seqs:
+        batch = max(1, args.tokens // seq)
+        for mode in args.modes:
+            print(f"seq {seq} batch {batch} {mode} memory ...", file=sys.stderr, flush=True)
+            rows.append({"seq": seq, "batch": batch, "mode": mode, **memory_cases(args, seq, batch, mode)})
+            save(rows, {})
+
+
 def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[list[dict], dict], None]) -> None:
-    theirs, ours = build_pair(args.size, max(seqs))
+    theirs, ours = build_pair(args.size, max(seqs), args.attention_dropout)
     config = ours.config
     check = make_inputs(2, min(seqs), config.vocab_size)
     with torch.inference_mode():
@@ -300,12 +330,7 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
             if training:
                 row["sparse_speedup"] = ratio(seconds["theirs"], seconds["ours_sparse"])
             if args.memory:
-                impls = ("theirs", "ours", "ours_sparse") if training else ("theirs", "ours")
-                for impl in impls:
-                    spec = {"impl": impl.removesuffix("_sparse"), "mode": mode, "seq": seq, "batch": batch,
-                            "size": args.size, "dtype": args.dtype, "sparse": impl.endswith("_sparse")}
-                    row[f"{impl}_memory"] = measure_memory(spec)
-                row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")))
+                row.update(memory_cases(args, seq, batch, mode))
             rows.append(row)
             save(rows, checks)
 
@@ -345,6 +370,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "load_average_before": load_average(),
         "size": args.size, "config": SIZES[args.size], "attention": args.attention, "dtype": args.dtype,
         "tokens_per_step": args.tokens, "repeats": args.repeats, "compile": args.compile,
+        "attention_dropout": args.attention_dropout, "memory_only": args.memory_only,
         "gemm_size": args.gemm_size,
         "gemm_gflops": {name: gemm_gflops(args.gemm_size, dtype) for name, dtype in DTYPES.items()},
         "results": [],
@@ -357,7 +383,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
 
     with memory_limit() as budget_mb:
         result["memory_budget_mb"] = budget_mb
-        (compare_linear if args.attention == "linear" else compare_softmax)(args, seqs, save)
+        if args.attention == "linear":
+            compare_linear(args, seqs, save)
+        else:
+            (compare_memory if args.memory_only else compare_softmax)(args, seqs, save)
     return result
 
 
@@ -405,6 +434,16 @@ def softmax_markdown(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def memory_markdown(result: dict) -> str:
+    header = ["seq", "batch", "mode", "transformers peak MB", "ours peak MB", "memory ratio", "transformers Δ MB",
+              "ours Δ MB", "sparse Δ MB"]
+    table = [[r["seq"], r["batch"], r["mode"], _mem(r, "theirs_memory"), _mem(r, "ours_memory"), r.get("memory_ratio"),
+              _mem(r, "theirs_memory", "step_peak_mb"), _mem(r, "ours_memory", "step_peak_mb"),
+              _mem(r, "ours_sparse_memory", "step_peak_mb") if "ours_sparse_memory" in r else None]
+             for r in result["results"]]
+    return "#### Peak memory only (each case in a fresh process)\n\n" + markdown_table(header, table)
+
+
 def linear_markdown(result: dict) -> str:
     names = {"linear": "linear", "linear_causal": "causal", "softmax": "softmax (SDPA)"}
     header = ["seq", "batch", *(f"{label} ms" for label in names.values()),
@@ -428,8 +467,12 @@ def to_markdown(result: dict) -> str:
     title = (f"### {'Linear attention' if result['attention'] == 'linear' else 'transformers RoFormer vs ours'}: "
              f"{result['size']} (hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
              f"{config['num_attention_heads']} heads, vocab {config['vocab_size']}), {result['dtype']}, "
-             f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}")
-    body = linear_markdown(result) if result["attention"] == "linear" else softmax_markdown(result)
+             f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}"
+             + (f", attention dropout {result['attention_dropout']:g}" if result.get("attention_dropout") else ""))
+    if result["attention"] == "linear":
+        body = linear_markdown(result)
+    else:
+        body = memory_markdown(result) if result.get("memory_only") else softmax_markdown(result)
     notes = (f"GEMM rate measured in this run ({result['gemm_size']}² matmul): fp32 {gemm['fp32']:.0f} GFLOP/s, "
              f"bf16 {gemm['bf16']:.0f} GFLOP/s. Peak MB = ru_maxrss of a fresh process running that case "
              "(whole process); Δ = peak − RSS before the first step.")

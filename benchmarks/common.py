@@ -92,6 +92,22 @@ def memory_limit(fraction: float = 0.85) -> Iterator[float]:
         resource.setrlimit(resource.RLIMIT_AS, old)
 
 
+def release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so `available_memory_mb` counts them.
+
+    Without it, a process that once ran a big case (transformers' N² training tensors) keeps that RSS, and the
+    memory processes it starts next get a budget that is smaller by that amount.
+    """
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
 def gemm_gflops(size: int, dtype: torch.dtype, repeats: int = 3) -> float:
     """Measured GFLOP/s of one square `torch.matmul` of `size`: the machine's practical ceiling for this dtype."""
     generator = torch.Generator().manual_seed(0)

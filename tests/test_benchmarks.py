@@ -23,7 +23,7 @@ def test_bench_rope_writes_results(tmp_path):
                "--out", str(tmp_path))
     result = json.loads((tmp_path / "bench_rope.json").read_text())
     names = {row["implementation"] for row in result["results"]}
-    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half"} <= names
+    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half (the plain formula)"} <= names
     for row in result["results"]:
         assert row["ms"] > 0 and row["speedup_vs_transformers"] > 0 and row["time_vs_copy"] > 0
     assert result["max_abs_diff_ours_vs_transformers"] < 1e-4
@@ -61,3 +61,22 @@ def test_bench_model_linear_attention(tmp_path):
         for name in ("linear", "linear_causal", "softmax"):
             assert row[f"{name}_ms"] > 0 and row[f"{name}_us_per_token"] > 0
     assert "| causal ms |" in (tmp_path / "bench_model_linear.md").read_text()
+
+
+def test_profile_ops_lists_both_models(capsys):
+    run_script("profile_ops.py", "--size", "tiny", "--seq", "16", "--batch", "2", "--rows", "3")
+    printed = capsys.readouterr().out
+    assert "transformers: inference, seq 16" in printed and "ours: inference, seq 16" in printed
+    assert "aten::" in printed  # the operator tables
+
+
+def test_bench_model_memory_only(tmp_path):
+    run_script("bench_model.py", "--size", "tiny", "--seqs", "16", "--tokens", "32", "--modes", "training",
+               "--memory-only", "--gemm-size", "128", "--out", str(tmp_path))
+    result = json.loads((tmp_path / "bench_model.json").read_text())
+    (row,) = result["results"]
+    assert row["mode"] == "training" and "theirs_ms" not in row  # nothing timed
+    for impl in ("theirs", "ours", "ours_sparse"):
+        assert row[f"{impl}_memory"]["peak_rss_mb"] > 0
+    assert row["memory_ratio"] > 0
+    assert "#### Peak memory only" in (tmp_path / "bench_model.md").read_text()

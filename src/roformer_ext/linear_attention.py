@@ -22,8 +22,8 @@ from torch.nn import functional as F
 
 from .rope import apply_rotary
 
-#: Queries per chunk in the causal form. 64 balances the (C×C) intra-chunk products against the per-chunk
-#: (d×d) states for head dims 32–128 (measured in notes/benchmarks.md); any value gives the same result.
+#: Queries per chunk in the causal form: the (C×C) intra-chunk products grow with C, the per-chunk (d×d) states
+#: shrink; C = 64 ≈ head_dim keeps the two of the same order. Any value gives the same result (tested).
 CAUSAL_CHUNK = 64
 
 

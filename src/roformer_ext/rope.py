@@ -181,20 +181,19 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
     """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin broadcast over heads.
 
-    Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). For fp32/fp64 the
-    rotation is one complex multiply by e^{i·angle} (benchmarks/bench_rope.py: 2-4× fewer passes over memory than
-    `x * cos + rotate(x) * sin`): interleaved pairs are adjacent, so `x` is viewed as complex in place; half pairs
-    (x_i, x_{i+d/2}) become the real and imaginary parts. The products and sums are those of the plain formula
-    (vectorised complex multiply does not fuse them; a scalar tail may round differently, by one ulp).
+    Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). Interleaved pairs
+    are adjacent, so for fp32/fp64 `x` is viewed as complex in place and rotated by one complex multiply by
+    e^{i·angle}: about one pass over memory instead of the formula's five (benchmarks/bench_rope.py). The products
+    and sums are those of the plain formula (vectorised complex multiply does not fuse them; a scalar tail may round
+    differently, by one ulp). Half pairs (x_i, x_{i+d/2}) take the plain formula: on CPU, packing them as complex
+    and unpacking again measured no faster; on GPU the fused kernel (`fused_rotary.py`) covers that layout.
     """
-    if torch.compiler.is_compiling():  # inductor fuses the plain formula into one loop; views would break graphs
-        return x * cos + (rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)) * sin
-    if x.dtype not in (torch.float32, torch.float64):  # no complex bf16/fp16 kernels on every device
-        return x * cos + (rotate_half(x) if pair_layout == "half" else rotate_interleaved(x)) * sin
     if pair_layout == "half":
-        half = x.shape[-1] // 2
-        rotated = torch.complex(x[..., :half], x[..., half:]) * torch.complex(cos[..., :half], sin[..., :half])
-        return torch.cat((rotated.real, rotated.imag), dim=-1)
+        return x * cos + rotate_half(x) * sin
+    # Under torch.compile inductor fuses the plain formula into one loop (complex views would break the graph);
+    # there are no complex bf16/fp16 kernels on every device.
+    if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
+        return x * cos + rotate_interleaved(x) * sin
     if x.stride(-1) != 1 or x.storage_offset() % 2 or any(s % 2 for s in x.stride()[:-1]):
         x = x.contiguous()  # a complex view needs adjacent, aligned pairs
     rotation = torch.complex(cos[..., 0::2], sin[..., 0::2])
