@@ -80,3 +80,9 @@ def test_bench_model_memory_only(tmp_path):
         assert row[f"{impl}_memory"]["peak_rss_mb"] > 0
     assert row["memory_ratio"] > 0
     assert "#### Peak memory only" in (tmp_path / "bench_model.md").read_text()
+
+
+def test_profile_ops_linear_attention(capsys):
+    run_script("profile_ops.py", "--size", "tiny", "--attention", "linear", "--seq", "16", "--batch", "1",
+               "--rows", "3")
+    assert "ours (linear): inference, seq 16" in capsys.readouterr().out
