@@ -403,6 +403,16 @@ def _percent(gflops: float | None, peak: float) -> float | None:
     return None if gflops is None else 100 * gflops / peak
 
 
+MEMORY_HEADER = ["transformers peak MB", "ours peak MB", "memory ratio", "transformers Δ MB", "ours Δ MB"]
+
+
+def memory_cells(row: dict, sparse: bool) -> list:
+    """The MEMORY_HEADER columns of one row (plus "sparse Δ MB" when `sparse`)."""
+    cells = [_mem(row, "theirs_memory"), _mem(row, "ours_memory"), row.get("memory_ratio"),
+             _mem(row, "theirs_memory", "step_peak_mb"), _mem(row, "ours_memory", "step_peak_mb")]
+    return cells + ([_mem(row, "ours_sparse_memory", "step_peak_mb")] if sparse else [])
+
+
 def softmax_markdown(result: dict) -> str:
     fp32 = result["gemm_gflops"]["fp32"]
     compiled = result["compile"]
@@ -415,18 +425,14 @@ def softmax_markdown(result: dict) -> str:
         header = ["seq", "batch", "transformers ms", "ours ms", "speed-up"]
         header += ["compiled ms", "compiled speed-up"] if compiled else []
         header += ["sparse-prediction ms", "sparse speed-up"] if sparse else []
-        header += ["ours GFLOP/s", "% of fp32 GEMM", "transformers peak MB", "ours peak MB", "memory ratio",
-                   "transformers Δ MB", "ours Δ MB"]
+        header += ["ours GFLOP/s", "% of fp32 GEMM", *MEMORY_HEADER]
         header += ["sparse Δ MB"] if sparse else []
         table = []
         for r in rows:
             line = [r["seq"], r["batch"], r["theirs_ms"], r["ours_ms"], r["speedup"]]
             line += [r["ours_compiled_ms"], r["compiled_speedup"]] if compiled else []
             line += [r["ours_sparse_ms"], r["sparse_speedup"]] if sparse else []
-            line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), _mem(r, "theirs_memory"),
-                     _mem(r, "ours_memory"), r.get("memory_ratio"), _mem(r, "theirs_memory", "step_peak_mb"),
-                     _mem(r, "ours_memory", "step_peak_mb")]
-            line += [_mem(r, "ours_sparse_memory", "step_peak_mb")] if sparse else []
+            line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), *memory_cells(r, sparse)]
             table.append(line)
         what = ("encoder forward" if mode == "inference"
                 else "MLM forward with labels + backward + AdamW step")
@@ -435,12 +441,8 @@ def softmax_markdown(result: dict) -> str:
 
 
 def memory_markdown(result: dict) -> str:
-    header = ["seq", "batch", "mode", "transformers peak MB", "ours peak MB", "memory ratio", "transformers Δ MB",
-              "ours Δ MB", "sparse Δ MB"]
-    table = [[r["seq"], r["batch"], r["mode"], _mem(r, "theirs_memory"), _mem(r, "ours_memory"), r.get("memory_ratio"),
-              _mem(r, "theirs_memory", "step_peak_mb"), _mem(r, "ours_memory", "step_peak_mb"),
-              _mem(r, "ours_sparse_memory", "step_peak_mb") if "ours_sparse_memory" in r else None]
-             for r in result["results"]]
+    header = ["seq", "batch", "mode", *MEMORY_HEADER, "sparse Δ MB"]
+    table = [[r["seq"], r["batch"], r["mode"], *memory_cells(r, sparse=True)] for r in result["results"]]
     return "#### Peak memory only (each case in a fresh process)\n\n" + markdown_table(header, table)
 
 
