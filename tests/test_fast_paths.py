@@ -14,6 +14,7 @@ from roformer_ext.rope import (
 
 
 def plain_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, seq, head_dim) -> broadcast over heads
     return x * cos + (rotate_half(x) if layout == "half" else rotate_interleaved(x)) * sin
 
 

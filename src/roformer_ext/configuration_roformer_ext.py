@@ -84,6 +84,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     sparse_pred_ignore_index: int = -100
     rope_parameters: dict | None = None
     is_decoder: bool = False
+    add_cross_attention: bool = False
     use_cache: bool = True
     tie_word_embeddings: bool = True
     image_token_id: int | None = None
@@ -101,20 +102,38 @@ class RoFormerExtConfig(PreTrainedConfig):
             self.mlm_head_transform = self.norm_type == "layer_norm"
         self.rope_parameters = self.rope_parameters or {}
         super().__post_init__(**kwargs)
-        self._check_fields()
+        self.validate_fields()
 
     def __setattr__(self, key: str, value: Any) -> None:
-        # Also when from_pretrained(..., rope_parameters={...}) assigns a partial dict after construction.
+        # Also when from_pretrained(..., rope_parameters={...}) assigns a partial dict after construction, and for a
+        # legacy `rope_scaling` dict, whose `type` key transformers 5 reads as `rope_type`.
         if key == "rope_parameters" and isinstance(value, dict):
+            value = dict(value)
+            if "type" in value:
+                value.setdefault("rope_type", value.pop("type"))
             value = {**self.default_rope_parameters, **value}
         super().__setattr__(key, value)
+
+    def validate_rope(self) -> None:
+        """transformers' checks of the scaling keys, with a ValueError that says what to add instead of a KeyError."""
+        try:
+            super().validate_rope()
+        except KeyError as err:
+            raise ValueError(
+                f"{err.args[0]}. Add them to rope_parameters, e.g. rope_parameters={{'rope_type': 'linear', "
+                "'factor': 2.0}."
+            ) from None
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    def _check_fields(self) -> None:
-        """Fail at construction, with the fix in the message, rather than deep inside a forward pass."""
+    def validate_fields(self) -> None:
+        """Fail at construction, with the fix in the message, rather than deep inside a forward pass.
+
+        Runs when the config is built and again when a model is built from it, so fields changed afterwards
+        (`from_pretrained(path, attention_type=...)`, `config.x = ...`) are checked too.
+        """
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
@@ -134,6 +153,11 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
         _check_choice("rope_parameters['axis_allocation']", rope["axis_allocation"], AXIS_ALLOCATIONS)
+        theta = rope.get("rope_theta")
+        if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0:
+            raise ValueError(
+                f"rope_parameters['rope_theta'] must be a positive number (RoFormer uses 10000.0); got {theta!r}."
+            )
         axes, pairs = int(rope["axes"]), self.head_dim // 2
         if axes < 1:
             raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3, got {axes}.")

@@ -34,10 +34,10 @@ def fused_rotate_query_key(
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Rotated (query, key) from the fused kernel, or None when it does not apply (then use `apply_rotary`).
 
-    query/key: (batch, heads, seq, head_dim); cos/sin: (batch, 1, seq, head_dim) as `RotaryEmbedding` returns them.
+    query/key: (batch, heads, seq, head_dim); cos/sin: (batch, seq, head_dim) as `RotaryEmbedding` returns them.
     Multi-axis rotaries give the same (cos, sin) shape, so they are covered too.
     """
-    if not fused_rotary_available(query.device, pair_layout) or cos.dim() != 4 or cos.shape[1] != 1:
+    if not fused_rotary_available(query.device, pair_layout) or cos.dim() != 3:
         return None
     rotate = _liger_rotary()
-    return rotate(query, key, cos[:, 0].to(query.dtype), sin[:, 0].to(query.dtype))
+    return rotate(query, key, cos.to(query.dtype), sin.to(query.dtype))

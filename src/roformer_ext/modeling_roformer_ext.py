@@ -5,8 +5,7 @@ attention), feed-forward, layer, pre-trained base, model, heads. RoFormer-V2 is 
 `use_bias=False` and `norm_type="rms_scale_free"`.
 """
 
-from __future__ import annotations
-
+import copy
 from collections.abc import Callable
 
 import torch
@@ -14,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -35,6 +34,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_roformer_ext import RoFormerExtConfig
 from .linear_attention import linear_attention_forward
+from .positions import as_axes_batch_seq, text_position_ids
 from .rope import RotaryEmbedding, apply_rotary, rotary_embedding_class
 
 
@@ -116,6 +116,13 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+def self_attention_cache(past_key_values: Cache | None) -> Cache | None:
+    """The cache of the decoder's own keys and values (an encoder-decoder cache also holds the cross-attention's)."""
+    if isinstance(past_key_values, EncoderDecoderCache):
+        return past_key_values.self_attention_cache
+    return past_key_values
+
+
 class RoFormerExtAttention(nn.Module):
     """Self-attention with RoPE on q and k (and v when `rotary_value`), through transformers' attention backends."""
 
@@ -149,11 +156,10 @@ class RoFormerExtAttention(nn.Module):
         query = self.query(hidden_states).view(hidden_shape).transpose(1, 2)
         key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)
         value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
+        cache = self_attention_cache(past_key_values)
 
         if self.config.attention_type == "linear":
-            attn_output = linear_attention_forward(
-                self, query, key, value, position_embeddings, attention_mask, past_key_values
-            )
+            attn_output = linear_attention_forward(self, query, key, value, position_embeddings, attention_mask, cache)
             attn_weights = None
         else:
             cos, sin = position_embeddings
@@ -169,8 +175,8 @@ class RoFormerExtAttention(nn.Module):
                 key = apply_rotary(key, cos, sin, self.pair_layout)
             if self.rotary_value:
                 value = apply_rotary(value, cos, sin, self.pair_layout)
-            if past_key_values is not None:
-                key, value = past_key_values.update(key, value, self.layer_idx)
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)
             attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
@@ -189,6 +195,67 @@ class RoFormerExtAttention(nn.Module):
         return self.output(attn_output), attn_weights
 
 
+class RoFormerExtCrossAttention(nn.Module):
+    """A decoder's attention over encoder states (as transformers' RoFormer: no rotation across two sequences).
+
+    Keys and values of the encoder are computed once and kept in the cross-attention half of an
+    `EncoderDecoderCache`, so each generated token only adds its query.
+    """
+
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = False
+        self.attention_dropout = config.attention_probs_dropout_prob
+        hidden, bias = config.hidden_size, config.use_bias
+        self.query = nn.Linear(hidden, hidden, bias=bias)
+        self.key = nn.Linear(hidden, hidden, bias=bias)
+        self.value = nn.Linear(hidden, hidden, bias=bias)
+        self.output = nn.Linear(hidden, hidden, bias=bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        query = self.query(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)
+        cache = past_key_values if isinstance(past_key_values, EncoderDecoderCache) else None
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            key = cache.cross_attention_cache.layers[self.layer_idx].keys
+            value = cache.cross_attention_cache.layers[self.layer_idx].values
+        else:
+            kv_shape = (*encoder_hidden_states.shape[:-1], -1, self.head_dim)
+            # (batch, heads, encoder_seq, head_dim)
+            key = self.key(encoder_hidden_states).view(kv_shape).transpose(1, 2)
+            value = self.value(encoder_hidden_states).view(kv_shape).transpose(1, 2)
+            if cache is not None:
+                key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                cache.is_updated[self.layer_idx] = True
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=False,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.output(attn_output), attn_weights
+
+
 class RoFormerExtFeedForward(nn.Module):
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__()
@@ -201,12 +268,20 @@ class RoFormerExtFeedForward(nn.Module):
 
 
 class RoFormerExtLayer(GradientCheckpointingLayer):
-    """Post-norm BERT layer: x = norm(x + attn(x)); x = norm(x + ffn(x))."""
+    """Post-norm BERT layer: x = norm(x + attn(x)); [x = norm(x + cross_attn(x, enc))]; x = norm(x + ffn(x))."""
 
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
         super().__init__()
         self.attention = RoFormerExtAttention(config, layer_idx)
         self.attention_norm = make_norm(config, config.hidden_size)
+        if config.add_cross_attention:
+            if not config.is_decoder:
+                raise ValueError(
+                    "add_cross_attention=True needs a decoder (is_decoder=True): cross-attention reads an encoder's "
+                    "states while generating. Use RoFormerExtForCausalLM or set is_decoder=True."
+                )
+            self.crossattention = RoFormerExtCrossAttention(config, layer_idx)
+            self.crossattention_norm = make_norm(config, config.hidden_size)
         self.feed_forward = RoFormerExtFeedForward(config)
         self.output_norm = make_norm(config, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -216,6 +291,8 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
@@ -223,6 +300,11 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
             hidden_states, position_embeddings, attention_mask, past_key_values=past_key_values, **kwargs
         )
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
+        if encoder_hidden_states is not None:
+            cross_output, _ = self.crossattention(
+                hidden_states, encoder_hidden_states, encoder_attention_mask, past_key_values=past_key_values, **kwargs
+            )
+            hidden_states = self.crossattention_norm(hidden_states + self.dropout(cross_output))
         ffn_output = self.feed_forward(hidden_states)
         return self.output_norm(hidden_states + self.dropout(ffn_output))
 
@@ -252,7 +334,11 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-    _can_record_outputs = {"hidden_states": RoFormerExtLayer, "attentions": RoFormerExtAttention}
+    _can_record_outputs = {
+        "hidden_states": RoFormerExtLayer,
+        "attentions": RoFormerExtAttention,
+        "cross_attentions": RoFormerExtCrossAttention,
+    }
     #: Every head of the family, written to `auto_map` on save: one saved folder then serves all the Auto classes
     #: with trust_remote_code (transformers itself writes only the saved class).
     auto_map_family = {
@@ -264,6 +350,23 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
         "AutoModelForQuestionAnswering": "modeling_roformer_ext.RoFormerExtForQuestionAnswering",
         "AutoModelForMultipleChoice": "modeling_roformer_ext.RoFormerExtForMultipleChoice",
     }
+
+    def __init__(self, config: RoFormerExtConfig, *inputs, **kwargs) -> None:
+        # Fields set after construction (from_pretrained(path, attention_type=...), config.x = ...) are checked here.
+        config.validate_fields()
+        super().__init__(config, *inputs, **kwargs)
+
+    def build_base_model(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> "RoFormerExtModel":
+        """The encoder a head wraps as `self.roformer` (the vision-text heads wrap the vision-text base model)."""
+        return RoFormerExtModel(config, add_pooling_layer=add_pooling_layer)
+
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        """transformers resizes the embeddings and the tied decoder; our LM head's separate bias follows here."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        lm_head = getattr(self, "lm_head", None)
+        if isinstance(lm_head, RoFormerExtLMHead):
+            lm_head.resize_bias(embeddings.num_embeddings)
+        return embeddings
 
     def save_pretrained(self, *args, **kwargs):
         if self._auto_class is not None:  # registered for remote code (importing roformer_ext does that)
@@ -281,21 +384,43 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
 
 
-def _dense_mask_function(mask: torch.Tensor) -> Callable:
-    """A user's 4D (batch, 1, q, k) mask as a transformers mask function, so every attention backend accepts it."""
-    allowed = mask.bool() if mask.dtype != torch.bool else mask
+def prepared_4d_mask(
+    mask: torch.Tensor, q_length: int, kv_length: int, dtype: torch.dtype, attn_implementation: str | None
+) -> torch.Tensor:
+    """A caller's 4D mask as transformers' attention functions take an already prepared one.
+
+    transformers' masking utilities return a 4D mask untouched, so it must already match the keys the layer sees:
+    (batch, 1, q, kv_length) with kv_length = cached + new tokens, or a static cache's full length. The caller's
+    mask may be boolean / integer (nonzero = may attend) or additive float (0 keeps, a large negative hides); it may
+    cover only this call's queries or the whole sequence (its last q rows are used). Key columns a static cache
+    reserves beyond the mask are hidden. The result is additive in `dtype`: eager, sdpa and flex all take that, and a
+    fully hidden row (a padded query) stays finite instead of turning into NaN.
+    """
+    if attn_implementation is not None and "flash" in attn_implementation:
+        raise ValueError(
+            f"A custom 4D attention_mask cannot be used with attn_implementation={attn_implementation!r} (flash "
+            "attention takes no dense mask); load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
+        )
+    if mask.shape[1] != 1 or mask.shape[-2] < q_length or mask.shape[-1] > kv_length:
+        raise ValueError(
+            f"A 4D attention_mask must have shape (batch, 1, query_length, key_length) = (batch, 1, {q_length}, "
+            f"{kv_length}) here (key_length counts cached tokens too); got {tuple(mask.shape)}."
+        )
+    mask = mask[:, :, -q_length:]
+    min_value = torch.finfo(dtype).min
     if mask.is_floating_point():
-        allowed = mask > torch.finfo(mask.dtype).min / 2  # additive masks: 0 keeps, large negative hides
-
-    def mask_function(batch_idx, head_idx, q_idx, kv_idx):
-        return allowed[batch_idx, 0, q_idx, kv_idx]
-
-    return mask_function
+        additive = mask.to(dtype).clamp(min=min_value)
+    else:
+        additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask.bool(), min_value)
+    if additive.shape[-1] < kv_length:  # a static cache's slots not written yet
+        additive = F.pad(additive, (0, kv_length - additive.shape[-1]), value=min_value)
+    return additive
 
 
 @auto_docstring
 class RoFormerExtModel(RoFormerExtPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", r"^classifier\.", r"^qa_outputs\."]  # a head's folder
+
     def __init__(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> None:
         r"""
         add_pooling_layer (`bool`, *optional*, defaults to `True`):
@@ -316,47 +441,59 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    def default_position_ids(self, input_shape: torch.Size, past_length: int, device: torch.device) -> torch.Tensor:
-        """0, 1, 2, ... after any cached tokens, as transformers' RoFormer (padding included)."""
-        return torch.arange(past_length, past_length + input_shape[1], device=device).expand(input_shape[0], -1)
+    def prepare_cache(
+        self, past_key_values: Cache | None, use_cache: bool | None, encoder_hidden_states: torch.Tensor | None
+    ) -> Cache | None:
+        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache."""
+        if not self.config.is_decoder or past_key_values is not None:
+            return past_key_values
+        if not (use_cache if use_cache is not None else self.config.use_cache):
+            return None
+        if encoder_hidden_states is not None:
+            return EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        return DynamicCache(config=self.config)
 
-    def check_position_ids(self, position_ids: torch.Tensor, batch: int, seq: int) -> None:
-        axes = self.config.rope_parameters["axes"]
-        ok = position_ids.shape in ((batch, seq), (axes, batch, seq), (1, seq)) or (
-            position_ids.dim() == 3 and position_ids.shape[1:] == (batch, seq) and position_ids.shape[0] == 1
-        )
-        if not ok:
-            raise ValueError(
-                f"position_ids has shape {tuple(position_ids.shape)}; expected (batch, seq) = ({batch}, {seq}) "
-                f"or (axes, batch, seq) = ({axes}, {batch}, {seq}). For mixed text/image input build them with "
-                "roformer_ext.positions.build_position_ids."
-            )
-
-    def build_attention_mask(
+    def self_attention_mask(
         self,
         attention_mask: torch.Tensor | None,
         embeddings: torch.Tensor,
         past_key_values: Cache | None,
-        position_ids: torch.Tensor,
+        past_length: int,
     ) -> torch.Tensor | None:
-        """transformers' mask utilities: bidirectional for the encoder, causal for the decoder."""
-        and_mask_function = None
+        """transformers' mask utilities: bidirectional for the encoder, causal for the decoder.
+
+        Sequence boundaries come only from the mask: position ids are never passed, so a jump in positions (an
+        image block, a caller's own positions) is never read as the start of a new packed sequence.
+        """
+        batch, seq = embeddings.shape[:2]
+        if self.config.attention_type == "linear":
+            return attention_mask  # linear attention takes the raw 2D padding mask
+        cache = self_attention_cache(past_key_values)
         if attention_mask is not None and attention_mask.dim() == 4:
-            and_mask_function, attention_mask = _dense_mask_function(attention_mask), None
+            kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
+            return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, self.config._attn_implementation)
         if self.config.is_decoder:
             return create_causal_mask(
-                config=self.config,
-                inputs_embeds=embeddings,
-                attention_mask=attention_mask,
-                past_key_values=past_key_values,
-                position_ids=position_ids if position_ids.dim() == 2 else position_ids[0],
-                and_mask_function=and_mask_function,
+                config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, past_key_values=cache
+            )
+        return create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+
+    def cross_attention_mask(
+        self, encoder_attention_mask: torch.Tensor | None, embeddings: torch.Tensor, encoder_hidden_states: torch.Tensor
+    ) -> torch.Tensor | None:
+        if encoder_attention_mask is not None and encoder_attention_mask.dim() == 4:
+            return prepared_4d_mask(
+                encoder_attention_mask,
+                embeddings.shape[1],
+                encoder_hidden_states.shape[1],
+                embeddings.dtype,
+                self.config._attn_implementation,
             )
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=embeddings,
-            attention_mask=attention_mask,
-            and_mask_function=and_mask_function,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
         )
 
     @merge_with_config_defaults
@@ -369,6 +506,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -377,35 +516,76 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
             Positions fed to the rotary embedding; integer or float. Defaults to 0, 1, 2, ... (after the cached
             tokens). Multi-axis positions (images, video) come from `roformer_ext.positions.build_position_ids`.
+        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
+            Padding mask of `encoder_hidden_states` for the cross-attention (decoders with `add_cross_attention`).
         """
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        use_cache = use_cache if self.config.is_decoder else False
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
+        check_token_inputs(input_ids, inputs_embeds)
+        if encoder_hidden_states is not None and not self.config.add_cross_attention:
+            raise ValueError(
+                "encoder_hidden_states were given but this model has no cross-attention; build it with "
+                "is_decoder=True, add_cross_attention=True (as EncoderDecoderModel does for its decoder)."
+            )
+        past_key_values = self.prepare_cache(past_key_values, use_cache, encoder_hidden_states)
         embeddings = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         batch, seq = embeddings.shape[:2]
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_padding_mask(attention_mask, batch, past_length + seq)
+        axes = self.config.rope_parameters["axes"]
         if position_ids is None:
-            position_ids = self.default_position_ids(embeddings.shape[:2], past_length, embeddings.device)
-        self.check_position_ids(position_ids, batch, seq)
-        if position_ids.dim() == 2 and position_ids.shape[0] != batch:
-            position_ids = position_ids.expand(batch, -1)
-        mask = self.build_attention_mask(attention_mask, embeddings, past_key_values, position_ids)
-        if self.config.attention_type == "linear":
-            mask = attention_mask  # linear attention takes the raw 2D padding mask
+            position_ids = text_position_ids(batch, seq, past_length, axes, embeddings.device)
+        position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
+        mask = self.self_attention_mask(attention_mask, embeddings, past_key_values, past_length)
+        cross_mask = None
+        if encoder_hidden_states is not None:
+            cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings = self.rotary_emb(embeddings, position_ids)
 
         hidden_states = embeddings
         for layer in self.layers:
             hidden_states = layer(
-                hidden_states, position_embeddings, mask, past_key_values=past_key_values, **kwargs
+                hidden_states,
+                position_embeddings,
+                mask,
+                encoder_hidden_states,
+                cross_mask,
+                past_key_values=past_key_values,
+                **kwargs,
             )
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=pooled,
-            past_key_values=past_key_values if use_cache else None,
+            past_key_values=past_key_values if self.config.is_decoder and past_key_values is not None else None,
+        )
+
+
+def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Clear errors for the inputs that otherwise fail deep inside a reshape."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+    if input_ids is not None and (input_ids.dim() != 2 or input_ids.shape[1] == 0):
+        raise ValueError(
+            f"input_ids must have shape (batch, seq) with seq >= 1; got {tuple(input_ids.shape)}. "
+            "Add a batch axis with input_ids[None] (a tokenizer with return_tensors='pt' gives this shape)."
+        )
+    if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[1] == 0):
+        raise ValueError(
+            f"inputs_embeds must have shape (batch, seq, embedding_size) with seq >= 1; got {tuple(inputs_embeds.shape)}."
+        )
+
+
+def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, key_length: int) -> None:
+    """A 2D mask covers every key: the cached tokens and this call's, one column each."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        if attention_mask is not None and attention_mask.dim() != 4:
+            raise ValueError(
+                f"attention_mask must be 2D (batch, seq) or 4D (batch, 1, query, key); got {tuple(attention_mask.shape)}."
+            )
+        return
+    if attention_mask.shape[1] != key_length or attention_mask.shape[0] not in (1, batch):
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but the keys are (batch, cached + new tokens) = "
+            f"({batch}, {key_length}); give one column per token, including those already in the cache."
         )
 
 
@@ -440,6 +620,16 @@ class RoFormerExtLMHead(nn.Module):
         logits = self.decoder(hidden_states)
         return logits + self.bias if self.bias is not None else logits
 
+    @torch.no_grad()
+    def resize_bias(self, vocab_size: int) -> None:
+        """Follow a resized vocabulary: keep the old tokens' biases, zeros for new tokens (as their init)."""
+        if self.bias is None or self.bias.shape[0] == vocab_size:
+            return
+        bias = self.bias.new_zeros(vocab_size)
+        keep = min(vocab_size, self.bias.shape[0])
+        bias[:keep] = self.bias[:keep]
+        self.bias = nn.Parameter(bias, requires_grad=self.bias.requires_grad)
+
 
 _LM_TIED_WEIGHTS = {"lm_head.decoder.weight": "roformer.embeddings.word_embeddings.weight"}
 
@@ -450,7 +640,7 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
 
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
-        self.roformer = RoFormerExtModel(config)  # keeps RoFormer-Sim's pooler when pooler_activation is set
+        self.roformer = self.build_base_model(config)  # keeps RoFormer-Sim's pooler when pooler_activation is set
         self.lm_head = RoFormerExtLMHead(config)
         self.post_init()
 
@@ -504,9 +694,11 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
     _tied_weights_keys = _LM_TIED_WEIGHTS
 
     def __init__(self, config: RoFormerExtConfig) -> None:
-        config.is_decoder = True
+        if not config.is_decoder:  # a copy: the caller's config may build encoders too
+            config = copy.deepcopy(config)
+            config.is_decoder = True
         super().__init__(config)
-        self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
         self.lm_head = RoFormerExtLMHead(config)
         self.post_init()
 
@@ -525,6 +717,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -534,6 +728,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         r"""
         position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
             Positions fed to the rotary embedding (integer or float).
+        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
+            Padding mask of `encoder_hidden_states` for the cross-attention (`add_cross_attention=True`).
         """
         outputs = self.roformer(
             input_ids,
@@ -541,6 +737,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
             past_key_values=past_key_values,
             use_cache=use_cache,
             **kwargs,
@@ -558,6 +756,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            cross_attentions=outputs.cross_attentions,
         )
 
 
@@ -586,7 +785,7 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
         self.classifier = RoFormerExtClassificationHead(config)
         self.post_init()
 
@@ -627,7 +826,7 @@ class RoFormerExtForMultipleChoice(RoFormerExtPreTrainedModel):
 
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
-        self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, 1)
@@ -682,7 +881,7 @@ class RoFormerExtForTokenClassification(RoFormerExtPreTrainedModel):
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -726,7 +925,7 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.roformer = RoFormerExtModel(config, add_pooling_layer=False)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 

@@ -1,13 +1,12 @@
 """Vision-text RoFormerExt: one token stream (ViLT / Fuyu style) with multi-axis RoPE.
 
 A linear patch embedding writes each image (video) patch into the position of its placeholder token; the
-encoder is the text model's, unchanged, and positions come from `positions.build_position_ids` under the
-configured scheme (rope_1d, rope_2d_rows, rope_tie, rope_tie_v2, mrope). Each class subclasses its text
-counterpart and keeps its parameter names, so `from_pretrained` on a text checkpoint loads every text weight
-and reports only `patch_embed.*` as new.
+encoder is the text model's, unchanged. Where every token sits is decided in one place, the vision-text base model
+(`RoFormerExtVisionTextModel.compute_position_ids`, with the formulas in `positions.py`): the prompt's layout under
+the configured scheme (rope_1d, rope_2d_rows, rope_tie, rope_tie_v2, mrope) and the continuation while decoding,
+whose per-request offset travels with the KV cache. The heads are the text heads around this base model; they never
+see positions. A text checkpoint loads into any of them and reports only `roformer.patch_embed.*` as new.
 """
-
-from __future__ import annotations
 
 import torch
 from torch import nn
@@ -21,9 +20,10 @@ from .modeling_roformer_ext import (
     RoFormerExtForMaskedLM,
     RoFormerExtForSequenceClassification,
     RoFormerExtModel,
-    RoFormerExtPreTrainedModel,
+    check_token_inputs,
+    self_attention_cache,
 )
-from .positions import build_position_ids
+from .positions import build_position_ids, decoding_position_ids, remember_position_deltas, text_position_ids
 
 
 class RoFormerExtPatchEmbedding(nn.Module):
@@ -41,55 +41,6 @@ class RoFormerExtPatchEmbedding(nn.Module):
                 f"as RoFormerExtImageProcessor returns; got {tuple(pixel_values.shape)}."
             )
         return self.proj(pixel_values.to(self.proj.weight.dtype))
-
-
-class VisionTextInputsMixin:
-    """Shared by every vision-text head: embeds placeholders and builds multi-axis position ids."""
-
-    config: RoFormerExtVisionTextConfig
-    config_class = RoFormerExtVisionTextConfig
-    auto_map_family = {
-        "AutoModel": "modeling_roformer_ext_vision.RoFormerExtVisionTextModel",
-        "AutoModelForMaskedLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForMaskedLM",
-        "AutoModelForSequenceClassification": "modeling_roformer_ext_vision.RoFormerExtVisionTextForSequenceClassification",
-        "AutoModelForCausalLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForCausalLM",
-    }
-
-    def _write_patches(
-        self, embeds: torch.Tensor, input_ids: torch.Tensor, token_id: int | None, pixels: torch.Tensor | None, kind: str
-    ) -> torch.Tensor:
-        placeholders = input_ids == token_id if token_id is not None else torch.zeros_like(input_ids, dtype=torch.bool)
-        count = int(placeholders.sum())
-        rows = 0 if pixels is None else pixels.shape[0]
-        if count != rows:
-            raise ValueError(
-                f"The text has {count} {kind} placeholder tokens but {rows} {kind} patches were given "
-                f"(pixel_values{'_videos' if kind == 'video' else ''} rows); build inputs with RoFormerExtProcessor "
-                f"so each {kind} gets t*h*w placeholders."
-            )
-        if count == 0:
-            return embeds
-        patches = self.patch_embed(pixels).to(embeds.dtype)
-        return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), patches)
-
-    def vision_text_inputs(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None,
-        pixel_values: torch.Tensor | None,
-        image_grid_thw: torch.LongTensor | None,
-        pixel_values_videos: torch.Tensor | None,
-        video_grid_thw: torch.LongTensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(inputs_embeds, position_ids (axes, batch, seq), deltas (batch, 1)) for one prompt."""
-        if input_ids is None:
-            raise ValueError("Vision-text models need input_ids: the placeholders say where the patches go.")
-        embeds = self.get_input_embeddings()(input_ids)
-        embeds = self._write_patches(embeds, input_ids, self.config.image_token_id, pixel_values, "image")
-        embeds = self._write_patches(embeds, input_ids, self.config.video_token_id, pixel_values_videos, "video")
-        mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
-        position_ids, deltas = build_position_ids(input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d)
-        return embeds, position_ids, deltas
 
 
 _VISION_ARGS_DOC = r"""
@@ -110,19 +61,97 @@ def _documented(func):
 
 
 @auto_docstring
-class RoFormerExtVisionTextModel(VisionTextInputsMixin, RoFormerExtPreTrainedModel):
+class RoFormerExtVisionTextModel(RoFormerExtModel):
     """The text encoder behind a patch embedding; returns the encoder outputs of the mixed stream."""
 
-    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
-        super().__init__(config)
-        self.roformer = RoFormerExtModel(config)
+    config: RoFormerExtVisionTextConfig
+    config_class = RoFormerExtVisionTextConfig
+    # Positions of a prompt depend on its placeholders (a data-dependent branch), so no fullgraph compile.
+    _can_compile_fullgraph = False
+    auto_map_family = {
+        "AutoModel": "modeling_roformer_ext_vision.RoFormerExtVisionTextModel",
+        "AutoModelForMaskedLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForMaskedLM",
+        "AutoModelForSequenceClassification": "modeling_roformer_ext_vision.RoFormerExtVisionTextForSequenceClassification",
+        "AutoModelForCausalLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForCausalLM",
+    }
+
+    def __init__(self, config: RoFormerExtVisionTextConfig, add_pooling_layer: bool = True) -> None:
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Build the pooler when `config.pooler_activation` is set.
+        """
+        super().__init__(config, add_pooling_layer)
         self.patch_embed = RoFormerExtPatchEmbedding(config)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.roformer.get_input_embeddings()
+    def _write_patches(
+        self, embeds: torch.Tensor, input_ids: torch.Tensor, token_id: int | None, pixels: torch.Tensor | None, kind: str
+    ) -> torch.Tensor:
+        placeholders = input_ids == token_id if token_id is not None else torch.zeros_like(input_ids, dtype=torch.bool)
+        count = int(placeholders.sum())
+        rows = 0 if pixels is None else pixels.shape[0]
+        if count != rows:
+            raise ValueError(
+                f"The text has {count} {kind} placeholder tokens but {rows} {kind} patches were given "
+                f"(pixel_values{'_videos' if kind == 'video' else ''} rows); build inputs with RoFormerExtProcessor "
+                f"so each {kind} gets t*h*w placeholders."
+            )
+        if count == 0:
+            return embeds
+        patches = self.patch_embed(pixels).to(embeds.dtype)
+        return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), patches)
 
-    @can_return_tuple
+    def embed_tokens_and_patches(
+        self,
+        input_ids: torch.LongTensor,
+        pixel_values: torch.Tensor | None,
+        pixel_values_videos: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Word embeddings with every placeholder replaced by its patch embedding."""
+        embeds = self.get_input_embeddings()(input_ids)
+        embeds = self._write_patches(embeds, input_ids, self.config.image_token_id, pixel_values, "image")
+        return self._write_patches(embeds, input_ids, self.config.video_token_id, pixel_values_videos, "video")
+
+    def compute_position_ids(
+        self,
+        input_ids: torch.LongTensor | None,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        past_key_values: Cache | None,
+        image_grid_thw: torch.LongTensor | None,
+        video_grid_thw: torch.LongTensor | None,
+    ) -> torch.Tensor:
+        """Where every token sits, (axes, batch, seq): the caller's 3D positions, a prompt's layout, or decoding.
+
+        A prompt (nothing cached) is laid out from its placeholders and grids, and its delta (next text position −
+        real tokens) is kept on the cache; each later token continues at its index among real tokens (the 2D
+        `position_ids` that `generate` passes) + that delta.
+        """
+        if position_ids is not None and position_ids.dim() == 3:
+            return position_ids
+        batch, seq = inputs_embeds.shape[:2]
+        cache = self_attention_cache(past_key_values)
+        past_length = cache.get_seq_length() if cache is not None else 0
+        if past_length == 0:
+            if input_ids is None:  # embeddings only: text positions, no placeholders to read
+                if image_grid_thw is not None or video_grid_thw is not None:
+                    raise ValueError(
+                        "image_grid_thw / video_grid_thw need input_ids (their placeholders say where each image sits); "
+                        "with inputs_embeds pass 3D position_ids built by roformer_ext.positions.build_position_ids."
+                    )
+                positions = text_position_ids(batch, seq, 0, self.config.rope_parameters["axes"], inputs_embeds.device)
+                remember_position_deltas(cache, torch.zeros(batch, 1, device=inputs_embeds.device))
+                return positions
+            mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
+            positions, deltas = build_position_ids(input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d)
+            remember_position_deltas(cache, deltas)
+            return positions
+        if position_ids is None:
+            position_ids = torch.arange(seq, device=inputs_embeds.device) + past_length
+            position_ids = position_ids.expand(batch, seq)
+        return decoding_position_ids(position_ids, cache, self.config)
+
     @auto_docstring
     @_documented
     def forward(
@@ -130,32 +159,61 @@ class RoFormerExtVisionTextModel(VisionTextInputsMixin, RoFormerExtPreTrainedMod
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         pixel_values: torch.Tensor | None = None,
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
-        r""""""
-        embeds, position_ids, _ = self.vision_text_inputs(
-            input_ids, attention_mask, pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw
+        r"""
+        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
+            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
+            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
+        """
+        check_token_inputs(input_ids, inputs_embeds)
+        past_key_values = self.prepare_cache(past_key_values, use_cache, kwargs.get("encoder_hidden_states"))
+        cache = self_attention_cache(past_key_values)
+        decoding = cache is not None and cache.get_seq_length() > 0
+        if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
+            inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
+        elif inputs_embeds is None:
+            inputs_embeds = self.embed_tokens_and_patches(input_ids, pixel_values, pixel_values_videos)
+        elif pixel_values is not None or pixel_values_videos is not None:
+            raise ValueError(
+                "pixel_values go with input_ids (their placeholders say where the patches go); with inputs_embeds, "
+                "write the patch embeddings into the embeddings yourself."
+            )
+        position_ids = self.compute_position_ids(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, image_grid_thw, video_grid_thw
         )
-        return self.roformer(
-            inputs_embeds=embeds,
+        return super().forward(
+            inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
             **kwargs,
         )
 
 
-class VisionTextHeadMixin(VisionTextInputsMixin):
-    """A text head behind the patch embedding: same parameters plus `patch_embed`, same outputs."""
+class VisionTextHeadMixin:
+    """A text head around the vision-text base model: same parameters plus `roformer.patch_embed`, same outputs.
 
-    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
-        super().__init__(config)
-        self.patch_embed = RoFormerExtPatchEmbedding(config)
-        self.post_init()
+    The head forwards the pixel inputs to its base model and never touches positions.
+    """
+
+    config: RoFormerExtVisionTextConfig
+    config_class = RoFormerExtVisionTextConfig
+    auto_map_family = RoFormerExtVisionTextModel.auto_map_family
+    _can_compile_fullgraph = False
+
+    def build_base_model(self, config: RoFormerExtVisionTextConfig, add_pooling_layer: bool = True) -> nn.Module:
+        return RoFormerExtVisionTextModel(config, add_pooling_layer=add_pooling_layer)
 
     @can_return_tuple
     @auto_docstring
@@ -165,6 +223,8 @@ class VisionTextHeadMixin(VisionTextInputsMixin):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         pixel_values: torch.Tensor | None = None,
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
@@ -172,16 +232,25 @@ class VisionTextHeadMixin(VisionTextInputsMixin):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
-        r""""""
-        embeds, position_ids, _ = self.vision_text_inputs(
-            input_ids, attention_mask, pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw
-        )
+        r"""
+        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
+            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
+            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
+        """
+        vision_inputs = {
+            "pixel_values": pixel_values,
+            "image_grid_thw": image_grid_thw,
+            "pixel_values_videos": pixel_values_videos,
+            "video_grid_thw": video_grid_thw,
+        }
         return super().forward(
+            input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
-            inputs_embeds=embeds,
+            inputs_embeds=inputs_embeds,
             labels=labels,
+            **{name: value for name, value in vision_inputs.items() if value is not None},
             **kwargs,
         )
 
@@ -197,31 +266,9 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 
 
 @auto_docstring
-class RoFormerExtVisionTextForCausalLM(VisionTextInputsMixin, RoFormerExtForCausalLM):
-    """Generation with images in the prompt: the prompt's positions come from the scheme, and each new token
-    continues at (its index among real tokens) + delta on every axis, as Qwen2-VL's rope deltas."""
-
-    def __init__(self, config: RoFormerExtVisionTextConfig) -> None:
-        super().__init__(config)
-        self.patch_embed = RoFormerExtPatchEmbedding(config)
-        self.rope_deltas: torch.Tensor | None = None
-        self.post_init()
-
-    def decode_position_ids(
-        self, input_ids: torch.LongTensor, position_ids: torch.Tensor | None, past_length: int
-    ) -> torch.Tensor:
-        """Positions of tokens generated after the prompt, on every axis."""
-        if self.config.rope_parameters["position_scheme"] == "rope_2d_rows":
-            raise ValueError(
-                "Cached generation is not defined for position_scheme 'rope_2d_rows' (its rows do not advance "
-                "with each token); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
-            )
-        if position_ids is None:
-            steps = torch.arange(past_length, past_length + input_ids.shape[1], device=input_ids.device)
-            position_ids = steps.expand(input_ids.shape[0], -1)
-        text_positions = position_ids if position_ids.dim() == 2 else position_ids[0]
-        positions = text_positions.float() + self.rope_deltas.to(text_positions.device)
-        return positions.unsqueeze(0).expand(self.config.rope_parameters["axes"], -1, -1)
+class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM):
+    """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
+    (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
 
     @can_return_tuple
     @auto_docstring
@@ -232,36 +279,34 @@ class RoFormerExtVisionTextForCausalLM(VisionTextInputsMixin, RoFormerExtForCaus
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         pixel_values: torch.Tensor | None = None,
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
-        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            During cached generation, each token's index among the real tokens (as `generate` passes it); the
-            prompt's own positions are always built from the placeholders and grids.
+        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
+            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
+            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
         """
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if past_length == 0 or self.rope_deltas is None:
-            embeds, position_ids, self.rope_deltas = self.vision_text_inputs(
-                input_ids, attention_mask, pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw
-            )
-        else:
-            embeds = self.get_input_embeddings()(input_ids)
-            position_ids = self.decode_position_ids(input_ids, position_ids, past_length)
         return super().forward(
+            input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
-            inputs_embeds=embeds,
-            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            pixel_values=pixel_values,
+            image_grid_thw=image_grid_thw,
+            pixel_values_videos=pixel_values_videos,
+            video_grid_thw=video_grid_thw,
             labels=labels,
+            past_key_values=past_key_values,
             use_cache=use_cache,
             logits_to_keep=logits_to_keep,
             **kwargs,

@@ -357,8 +357,79 @@ def build_position_ids(
     return position_ids.to(device), deltas.to(device)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Text positions, the one shape the model uses, and decoding after a prompt
+# ----------------------------------------------------------------------------------------------------------
+
+
+def text_position_ids(
+    batch: int, seq: int, past_length: int | torch.Tensor, axes: int, device: torch.device
+) -> torch.Tensor:
+    """0, 1, 2, ... after `past_length` cached tokens, on every axis: (axes, batch, seq), as transformers' RoFormer."""
+    positions = torch.arange(seq, device=device) + past_length
+    return positions.expand(axes, batch, seq)
+
+
+def as_axes_batch_seq(position_ids: torch.Tensor, axes: int, batch: int, seq: int) -> torch.Tensor:
+    """Any accepted `position_ids` as (axes, batch, seq): text (batch | 1, seq) goes on every axis."""
+    given = tuple(position_ids.shape)
+    if position_ids.dim() == 2:
+        position_ids = position_ids.unsqueeze(0)
+    ok = (
+        position_ids.dim() == 3
+        and position_ids.shape[0] in (1, axes)
+        and position_ids.shape[1] in (1, batch)
+        and position_ids.shape[2] == seq
+    )
+    if not ok:
+        raise ValueError(
+            f"position_ids has shape {given}; expected (batch, seq) = ({batch}, {seq}) or "
+            f"(axes, batch, seq) = ({axes}, {batch}, {seq}). For mixed text/image input build them with "
+            "roformer_ext.positions.build_position_ids."
+        )
+    return position_ids.expand(axes, batch, seq)
+
+
+#: Name of the attribute that carries a prompt's position deltas on its KV cache between decoding steps. The
+#: delta belongs to one request, so it travels with that request's cache, never on the model.
+_CACHE_DELTAS = "roformer_ext_position_deltas"
+
+
+def remember_position_deltas(cache: Any, deltas: torch.Tensor) -> None:
+    """Keep a prompt's deltas (batch, 1) on its cache for the tokens generated after it."""
+    if cache is not None:
+        setattr(cache, _CACHE_DELTAS, deltas)
+
+
+def decoding_position_ids(
+    text_positions: torch.Tensor, cache: Any, config: Any
+) -> torch.Tensor:
+    """Positions of tokens generated after a prompt: (index among real tokens) + the prompt's delta, every axis.
+
+    `text_positions` is (batch, seq), as `generate` passes `position_ids`. A cache without deltas (a text prompt, or
+    one fed as inputs_embeds) continues at delta 0, which is exactly 1D RoPE.
+    """
+    rope = config.rope_parameters
+    if rope["position_scheme"] == "rope_2d_rows":
+        raise ValueError(
+            "Cached generation is not defined for position_scheme 'rope_2d_rows' (its rows do not advance with each "
+            "token); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
+        )
+    positions = text_positions.float()
+    deltas = getattr(cache, _CACHE_DELTAS, None)
+    if deltas is not None:
+        if deltas.shape[0] != positions.shape[0]:  # a cache expanded for beams / several samples per prompt
+            deltas = deltas.repeat_interleave(positions.shape[0] // deltas.shape[0], dim=0)
+        positions = positions + deltas.to(positions.device)
+    return positions.unsqueeze(0).expand(int(rope["axes"]), -1, -1)
+
+
 __all__ = [
     "PositionScheme",
+    "as_axes_batch_seq",
+    "decoding_position_ids",
+    "remember_position_deltas",
+    "text_position_ids",
     "Segment",
     "build_position_ids",
     "get_position_scheme",

@@ -151,7 +151,11 @@ class RotaryEmbedding(nn.Module):
 
     @dynamic_rope_update  # no torch.no_grad(): a registered kind may learn its frequencies
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin) of shape (batch, 1, seq, head_dim), laid out for `pair_layout`, in x's dtype."""
+        """(cos, sin) of shape (batch, seq, head_dim), laid out for `pair_layout`, in x's dtype.
+
+        `position_ids` is (axes, batch, seq), the one shape the model uses; (batch, seq) is read as text positions
+        (every axis the same), as transformers' text rotary modules take them.
+        """
         angles = self.angles(self.normalize_position_ids(position_ids))
         if self.pair_layout == "half":
             angles = torch.cat((angles, angles), dim=-1)
@@ -159,7 +163,7 @@ class RotaryEmbedding(nn.Module):
             angles = torch.repeat_interleave(angles, 2, dim=-1)
         cos = angles.cos() * self.attention_scaling
         sin = angles.sin() * self.attention_scaling
-        return cos.unsqueeze(1).to(x.dtype), sin.unsqueeze(1).to(x.dtype)
+        return cos.to(x.dtype), sin.to(x.dtype)
 
 
 for _name in ("default", *ROPE_INIT_FUNCTIONS):
@@ -178,8 +182,12 @@ def rotate_interleaved(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
-    """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin broadcast over heads.
+def apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str, unsqueeze_dim: int = 1
+) -> torch.Tensor:
+    """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin (batch, seq, head_dim).
+
+    As transformers' `apply_rotary_pos_emb`, cos/sin get a heads axis at `unsqueeze_dim` to broadcast over heads.
 
     Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). Interleaved pairs
     are adjacent, so for fp32/fp64 `x` is viewed as complex in place and rotated by one complex multiply by
@@ -188,6 +196,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_lay
     differently, by one ulp). Half pairs (x_i, x_{i+d/2}) take the plain formula: on CPU, packing them as complex
     and unpacking again measured no faster; on GPU the fused kernel (`fused_rotary.py`) covers that layout.
     """
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     if pair_layout == "half":
         return x * cos + rotate_half(x) * sin
     # Under torch.compile inductor fuses the plain formula into one loop (complex views would break the graph);
