@@ -28,8 +28,10 @@ from transformers import AutoTokenizer, BertTokenizer, PreTrainedConfig
 from roformer_ext.tokenization_roformer_ext import (
     RoFormerExtTokenizer,
     RoFormerExtTokenizerFast,
+    _JiebaPreTokenizer,
     detect_segmenter,
     load_vocab,
+    word_spans,
 )
 
 
@@ -352,3 +354,61 @@ def test_fast_equals_slow_on_arbitrary_text(both_modes, text):
         encoding = fast(text, return_offsets_mapping=True)
         assert encoding["input_ids"] == slow(text)["input_ids"], (segmenter, text)
         _check_offsets(text, encoding.tokens(), encoding["offset_mapping"])
+
+
+def _long_text(lines: list[str], n_chars: int) -> str:
+    """Running text of at least `n_chars`: corpus lines joined by spaces, with a newline every third line."""
+    parts, size = [], 0
+    for index in range(n_chars):
+        line = lines[index % len(lines)] + ("\n" if index % 3 == 2 else " ")
+        parts.append(line)
+        size += len(line)
+        if size >= n_chars:
+            break
+    return "".join(parts)
+
+
+class _ScanCountingString:
+    """Stand-in for tokenizers' `NormalizedString` that adds up what its slices cost.
+
+    tokenizers converts a slice's char offsets to byte offsets by scanning the string it slices, so a
+    slice costs (up to) that string's length; the sum over all slices is the pre-tokenizer's work.
+    """
+
+    def __init__(self, text: str, scanned: list[int]) -> None:
+        self.text, self.scanned = text, scanned
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __getitem__(self, key: slice) -> "_ScanCountingString":
+        assert isinstance(key, slice) and key.step is None
+        self.scanned[0] += len(self.text)
+        return _ScanCountingString(self.text[key], self.scanned)
+
+
+def _jieba_scan_per_char(vocab: dict[str, int], text: str) -> float:
+    scanned = [0]
+    pieces = _JiebaPreTokenizer(vocab, True)._split(0, _ScanCountingString(text, scanned))
+    assert [str(piece) for piece in pieces] == [text[a:b] for a, b in word_spans(text, vocab)]
+    return scanned[0] / len(text)
+
+
+def test_jieba_pre_tokenizer_work_per_char_stays_flat(lines, vocab_files):
+    """Regression: slicing every word out of the whole text scanned it once per word (quadratic: 104k
+    characters took 7.4 s). Four times the text may cost a few more scans per character (halving
+    adds levels), never four times as many."""
+    vocab = load_vocab(vocab_files["word"])
+    text = _long_text(lines, 16000)
+    short, long = _jieba_scan_per_char(vocab, text[:4000]), _jieba_scan_per_char(vocab, text[:16000])
+    assert long <= short + 6, (short, long)
+
+
+def test_long_text_fast_equals_slow(lines, vocab_files, word_tokenizer):
+    """Tokens of a 30k-character text (newlines, spaces, punctuation) agree; offsets spell the tokens."""
+    text = _long_text(lines, 30000)
+    slow = RoFormerExtTokenizer.from_vocab_file(vocab_files["word"])
+    encoding = word_tokenizer(text, return_offsets_mapping=True)
+    assert encoding["input_ids"] == slow(text)["input_ids"]
+    assert len(encoding["input_ids"]) > 15000
+    _check_offsets(text, encoding.tokens(), encoding["offset_mapping"])

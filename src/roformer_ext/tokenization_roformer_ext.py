@@ -45,6 +45,8 @@ SEGMENTERS = ("jieba",)
 # a word vocabulary (WoBERT, RoFormer's word models) holds tens of thousands. 1% parts them widely.
 WORD_VOCAB_MIN_FRACTION = 0.01
 MAX_CHARS_PER_WORD = 100  # BERT's WordPiece limit: longer pieces become [UNK]
+# Pieces up to this many chars are sliced word by word; longer ones are halved first (`_slice_spans`).
+_DIRECT_SLICE_CHARS = 64
 
 
 def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
@@ -137,6 +139,26 @@ def word_spans(text: str, vocab: Container[str], split_cjk: bool = True) -> list
     return spans
 
 
+def _slice_spans(
+    normalized: NormalizedString, length: int, spans: list[tuple[int, int]]
+) -> list[NormalizedString]:
+    """`[normalized[a:b] for a, b in spans]` without quadratic time on long text.
+
+    tokenizers turns a slice's char offsets into byte offsets by scanning the string from its start, so
+    slicing each word out of the whole text costs O(length) per word. Halving at a span boundary first
+    keeps every slice inside a short piece: each level of halving scans the text about twice, and there
+    are log2(len(spans)) levels.
+    """
+    if length <= _DIRECT_SLICE_CHARS or len(spans) < 2:
+        return [normalized[a:b] for a, b in spans]
+    middle = len(spans) // 2
+    cut = spans[middle][0]
+    head, tail = normalized[0:cut], normalized[cut:length]
+    return _slice_spans(head, cut, spans[:middle]) + _slice_spans(
+        tail, length - cut, [(a - cut, b - cut) for a, b in spans[middle:]]
+    )
+
+
 class _JiebaPreTokenizer:
     """`tokenizers` custom pre-tokenizer running `word_spans`; slicing keeps the offset alignment."""
 
@@ -145,7 +167,8 @@ class _JiebaPreTokenizer:
         self.split_cjk = split_cjk
 
     def _split(self, index: int, normalized: NormalizedString) -> list[NormalizedString]:
-        return [normalized[a:b] for a, b in word_spans(str(normalized), self.vocab, self.split_cjk)]
+        text = str(normalized)
+        return _slice_spans(normalized, len(text), word_spans(text, self.vocab, self.split_cjk))
 
     def pre_tokenize(self, pretok: PreTokenizedString) -> None:
         pretok.split(self._split)
