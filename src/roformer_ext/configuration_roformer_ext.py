@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from transformers.configuration_utils import PreTrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .positions import registered_position_schemes
 from .rope import AXIS_ALLOCATIONS, PAIR_LAYOUTS, registered_rotary_kinds
@@ -153,6 +154,8 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
         _check_choice("rope_parameters['axis_allocation']", rope["axis_allocation"], AXIS_ALLOCATIONS)
+        if rope["rope_type"] in ROPE_INIT_FUNCTIONS:  # transformers' own checks of its scaling keys (factor, ...)
+            self.validate_rope()
         theta = rope.get("rope_theta")
         if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0:
             raise ValueError(

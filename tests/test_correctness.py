@@ -1,0 +1,343 @@
+"""Regression tests for defects found by probing the models the way users (and transformers' tests) use them.
+
+Each test failed before its fix. References are independent: a plain recomputation, the same model on a fresh
+config, transformers' BERT for the cross-attention contract, sequential runs for the threaded case.
+"""
+
+import copy
+import sys
+import threading
+
+import pytest
+import torch
+import transformers
+from conftest import random_inputs, tiny_config
+from transformers import EncoderDecoderModel
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForMaskedLM,
+    RoFormerExtModel,
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+)
+from roformer_ext.positions import build_position_ids
+
+
+# --- resize_token_embeddings: the LM head's bias follows ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_class", [RoFormerExtForMaskedLM, RoFormerExtForCausalLM])
+def test_resize_token_embeddings_resizes_lm_head_bias(model_class):
+    torch.manual_seed(0)
+    model = model_class(tiny_config()).eval()
+    old_bias = model.lm_head.bias.detach().clone()
+    model.resize_token_embeddings(120)
+    assert model.lm_head.bias.shape == (120,)
+    torch.testing.assert_close(model.lm_head.bias[:99], old_bias)
+    logits = model(torch.randint(0, 120, (2, 6))).logits
+    assert logits.shape == (2, 6, 120)
+    model.resize_token_embeddings(50)  # shrinking too
+    assert model(torch.randint(0, 50, (1, 4))).logits.shape == (1, 4, 50)
+
+
+# --- a caller's config is never mutated -----------------------------------------------------------------------------
+
+
+def test_causal_lm_does_not_make_the_callers_config_causal():
+    config = tiny_config()
+    snapshot = config.to_dict()
+    decoder = RoFormerExtForCausalLM(config)
+    assert decoder.config.is_decoder and not config.is_decoder
+    assert config.to_dict() == snapshot
+    encoder = RoFormerExtModel(config).eval()  # built afterwards from the same object: still bidirectional
+    input_ids, attention_mask, _ = random_inputs()
+    with torch.no_grad():
+        out = encoder(input_ids, attention_mask=attention_mask).last_hidden_state
+        ref = RoFormerExtModel(tiny_config()).eval()
+        ref.load_state_dict(encoder.state_dict())
+        torch.testing.assert_close(out, ref(input_ids, attention_mask=attention_mask).last_hidden_state)
+
+
+# --- cross-attention: a RoFormer decoder inside EncoderDecoderModel --------------------------------------------------
+
+
+def seq2seq() -> EncoderDecoderModel:
+    torch.manual_seed(0)
+    encoder = RoFormerExtModel(tiny_config(attn_implementation="eager"))
+    decoder = RoFormerExtForCausalLM(tiny_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager"))
+    model = EncoderDecoderModel(encoder=encoder, decoder=decoder).eval()
+    model.config.decoder_start_token_id = 2
+    model.config.pad_token_id = 0
+    return model
+
+
+def test_cross_attention_reads_the_encoder():
+    model = seq2seq()
+    input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
+    decoder_input_ids = torch.randint(5, 99, (2, 4))
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                    output_attentions=True)
+        other = model(input_ids=input_ids.flip(1), attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert not torch.allclose(out.logits, other.logits)  # the encoder's input changes the decoder's output
+    assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 4, 9)
+    # padded encoder tokens get no cross-attention
+    assert torch.all(out.cross_attentions[0][1, :, :, -2:] == 0)
+
+
+def test_cross_attention_cache_greedy_equals_recomputation():
+    model = seq2seq()
+    input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
+    generated = model.generate(
+        input_ids, attention_mask=attention_mask, max_new_tokens=5, do_sample=False, decoder_start_token_id=2
+    )
+    decoder_ids = torch.full((2, 1), 2)
+    with torch.no_grad():
+        for _ in range(5):
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids,
+                           use_cache=False).logits[:, -1]
+            decoder_ids = torch.cat([decoder_ids, logits.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(generated, decoder_ids)
+
+
+def test_encoder_hidden_states_without_cross_attention_raise():
+    model = RoFormerExtForCausalLM(tiny_config())
+    with pytest.raises(ValueError, match="add_cross_attention"):
+        model(torch.randint(5, 99, (1, 4)), encoder_hidden_states=torch.randn(1, 3, 32))
+
+
+# --- attention weights on eager; the rotary's output shape ---------------------------------------------------------
+
+
+def test_output_attentions_on_eager():
+    model = RoFormerExtModel(tiny_config())
+    model.set_attn_implementation("eager")
+    input_ids, attention_mask, _ = random_inputs()
+    out = model(input_ids, attention_mask=attention_mask, output_attentions=True)
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (3, 4, 11, 11)
+    torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(3, 4, 11))
+
+
+def test_modeling_files_keep_runtime_annotations():
+    """transformers reads forward annotations at runtime (output_attentions support): no postponed annotations."""
+    import inspect
+
+    from roformer_ext import modeling_roformer_ext, modeling_roformer_ext_vision
+
+    for module in (modeling_roformer_ext, modeling_roformer_ext_vision):
+        assert "from __future__ import annotations" not in inspect.getsource(module)
+
+
+def test_rotary_returns_batch_seq_dim():
+    model = RoFormerExtModel(tiny_config())
+    cos, sin = model.rotary_emb(torch.zeros(1), torch.arange(7)[None].expand(3, 7))
+    assert cos.shape == sin.shape == (3, 7, 8)
+
+
+# --- positions that jump are not sequence boundaries ---------------------------------------------------------------
+
+
+def causal_reference_logits(model, input_ids, position_ids):
+    """Causal attention with an explicit 2D all-ones mask: nothing can be read as a packed boundary."""
+    return model(input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids)).logits
+
+
+def test_user_positions_that_jump_keep_full_causal_attention():
+    torch.manual_seed(0)
+    model = RoFormerExtForCausalLM(tiny_config(is_decoder=True)).eval()
+    input_ids = torch.randint(5, 99, (1, 5))
+    positions = torch.tensor([[0, 1, 2, 10, 11]])
+    with torch.no_grad():
+        actual = model(input_ids, position_ids=positions, use_cache=False).logits
+        expected = causal_reference_logits(model, input_ids, positions)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
+    torch.manual_seed(0)
+    config = RoFormerExtVisionTextConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        image_token_id=97, video_token_id=98, patch_size=2, temporal_patch_size=1, num_channels=1,
+        rope_parameters={"position_scheme": scheme, "axes": 3 if scheme != "rope_2d_rows" else 2},
+    )
+    return RoFormerExtVisionTextForCausalLM(config).eval()
+
+
+def image_inputs(seed: int = 0, text_after: int = 3, grid: tuple[int, int, int] = (1, 2, 3)) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    patches = grid[0] * grid[1] * grid[2]
+    ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((patches,), 97),
+                     torch.randint(5, 90, (text_after,), generator=generator)])[None]
+    return dict(input_ids=ids, pixel_values=torch.randn(patches, 4, generator=generator),
+                image_grid_thw=torch.tensor([grid]))
+
+
+@pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_2d_rows"])
+def test_vision_schemes_without_mask_equal_explicit_mask(scheme):
+    """Image positions jump; with no mask and no cache the decoder must still attend causally to everything."""
+    model = vision_lm(scheme)
+    inputs = image_inputs()
+    with torch.no_grad():
+        without = model(**inputs, use_cache=False).logits
+        with_mask = model(**inputs, attention_mask=torch.ones_like(inputs["input_ids"]), use_cache=False).logits
+    torch.testing.assert_close(without, with_mask, rtol=1e-5, atol=1e-5)
+
+
+def test_4d_causal_mask_with_float_positions():
+    model = vision_lm("rope_tie_v2")
+    inputs = image_inputs()
+    seq = inputs["input_ids"].shape[1]
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()[None, None]
+    with torch.no_grad():
+        four_d = model(**inputs, attention_mask=causal, use_cache=False).logits
+        two_d = model(**inputs, attention_mask=torch.ones(1, seq, dtype=torch.long), use_cache=False).logits
+    torch.testing.assert_close(four_d, two_d, rtol=1e-5, atol=1e-5)
+
+
+# --- no per-request state on the model -----------------------------------------------------------------------------
+
+
+def test_interleaved_requests_do_not_share_position_offsets():
+    """Prompt A, prompt B, then A's next step: A's continuation must not use B's offset."""
+    model = vision_lm("rope_tie")
+    a, b = image_inputs(seed=1, text_after=2), image_inputs(seed=2, text_after=5)
+    b["input_ids"] = torch.cat([b["input_ids"], torch.randint(5, 90, (1, 4))], dim=1)  # another length, another delta
+    b.pop("pixel_values"), b.pop("image_grid_thw")
+    b["input_ids"] = b["input_ids"].masked_fill(b["input_ids"] == 97, 7)  # text only: delta 0
+    step = torch.tensor([[11]])
+    with torch.no_grad():
+        out_a = model(**a, use_cache=True)
+        alone = model(step, past_key_values=copy.deepcopy(out_a.past_key_values)).logits
+        model(**b, use_cache=True)
+        interleaved = model(step, past_key_values=out_a.past_key_values).logits
+    torch.testing.assert_close(interleaved, alone)
+    assert not any(isinstance(value, torch.Tensor) for name, value in vars(model).items() if "delta" in name)
+
+
+def test_two_threads_generate_as_sequential_runs():
+    model = vision_lm("rope_tie")  # RoPE-Tie's delta is h + w: the two prompts' offsets differ (5 and 9)
+    prompts = [image_inputs(seed=1, text_after=1, grid=(1, 2, 3)), image_inputs(seed=2, text_after=6, grid=(1, 1, 8))]
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98],
+                  return_dict_in_generate=True, output_logits=True)
+
+    def logits(prompt: dict) -> torch.Tensor:  # logits, not tokens: a wrong offset need not change a random argmax
+        return torch.stack(model.generate(**prompt, **kwargs).logits)
+
+    sequential = [logits(p) for p in prompts]
+    results: list = [[], []]
+    start = threading.Barrier(2)
+
+    def run(index: int) -> None:
+        start.wait()
+        for _ in range(4):
+            results[index].append(logits(prompts[index]))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so the two requests really interleave
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for got, expected in zip(results, sequential):
+        assert len(got) == 4
+        for g in got:
+            torch.testing.assert_close(g, expected)
+
+
+def test_vision_generation_without_cache_equals_cached():
+    model = vision_lm("mrope")
+    inputs = image_inputs()
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98])
+    assert torch.equal(model.generate(**inputs, use_cache=False, **kwargs), model.generate(**inputs, **kwargs))
+
+
+def test_vision_decoding_positions_continue_after_the_prompt():
+    """The first generated token sits where build_position_ids puts the next text token (prompt + 1 text token)."""
+    model = vision_lm("rope_tie_v2")
+    inputs = image_inputs()
+    next_token = torch.tensor([[42]])
+    with torch.no_grad():
+        cached = model(**inputs, use_cache=True)
+        step = model(next_token, past_key_values=cached.past_key_values).logits[:, -1]
+        full_ids = torch.cat([inputs["input_ids"], next_token], dim=1)
+        full = model(full_ids, pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
+                     use_cache=False).logits[:, -1]
+    torch.testing.assert_close(step, full, rtol=1e-5, atol=1e-5)
+    positions, _ = build_position_ids(full_ids, model.config, inputs["image_grid_thw"])
+    assert positions[0, 0, -1] == positions[0, 0, -2] + 1
+
+
+# --- configuration is validated whatever path built it -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(attention_type="performer"), "attention_type"),
+        (dict(rope_parameters={"pair_layout": "zigzag"}), "pair_layout"),
+        (dict(rope_parameters={"axes": 3, "axis_allocation": "sections", "mrope_section": [1, 1, 1]}), "mrope_section"),
+    ],
+)
+def test_from_pretrained_overrides_are_validated(tmp_path, overrides, message):
+    RoFormerExtModel(tiny_config()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        RoFormerExtModel.from_pretrained(tmp_path, **overrides)
+
+
+def test_config_attribute_set_later_is_validated_when_a_model_is_built():
+    config = tiny_config()
+    config.norm_type = "batch_norm"
+    with pytest.raises(ValueError, match="norm_type"):
+        RoFormerExtModel(config)
+
+
+@pytest.mark.parametrize("theta", [0.0, -10000.0])
+def test_rope_theta_must_be_positive(theta):
+    with pytest.raises(ValueError, match="rope_theta"):
+        tiny_config(rope_parameters={"rope_theta": theta})
+
+
+def test_missing_scaling_factor_is_a_value_error():
+    with pytest.raises(ValueError, match="factor"):
+        tiny_config(rope_parameters={"rope_type": "linear"})
+
+
+def test_legacy_rope_scaling_in_config_json_is_read(tmp_path):
+    """config.json written by older code: `rope_scaling` with `type`, as transformers 5 reads it for its own models."""
+    import json
+
+    RoFormerExtModel(tiny_config()).save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    data.pop("rope_parameters")
+    data["rope_scaling"] = {"type": "linear", "factor": 4.0}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert config.rope_parameters["rope_type"] == "linear" and config.rope_parameters["factor"] == 4.0
+    model = RoFormerExtModel.from_pretrained(tmp_path)
+    base = RoFormerExtModel(tiny_config())
+    torch.testing.assert_close(model.rotary_emb.inv_freq, base.rotary_emb.inv_freq / 4.0)
+
+
+# --- inputs that used to fail deep inside a reshape ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "input_ids, message",
+    [(torch.zeros(1, 0, dtype=torch.long), "seq >= 1"), (torch.tensor([5, 6, 7]), r"\(batch, seq\)")],
+)
+def test_empty_or_1d_input_ids_get_a_clear_error(input_ids, message):
+    with pytest.raises(ValueError, match=message):
+        RoFormerExtModel(tiny_config())(input_ids)
+
+
+@pytest.mark.parametrize("attention_type", ["linear", "softmax"])
+def test_attention_mask_longer_than_the_sequence_is_refused(attention_type):
+    model = RoFormerExtModel(tiny_config(attention_type=attention_type))
+    with pytest.raises(ValueError, match="attention_mask has shape"):
+        model(torch.randint(5, 99, (2, 4)), attention_mask=torch.ones(2, 6, dtype=torch.long))
+

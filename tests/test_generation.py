@@ -1,0 +1,180 @@
+"""Generation as transformers' GenerationTesterMixin checks it, on our causal LMs (text and vision-text).
+
+Each check compares against an independent path: greedy decoding recomputed from scratch without a cache, a dynamic
+cache against a static one, a compiled forward against eager, one prompt alone against the same prompt in a left-
+padded batch.
+"""
+
+import pytest
+import torch
+from conftest import tiny_config
+from transformers import CompileConfig, DynamicCache, StaticCache
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+)
+
+GREEDY = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+
+
+def causal_lm(**overrides) -> RoFormerExtForCausalLM:
+    torch.manual_seed(0)
+    return RoFormerExtForCausalLM(tiny_config(is_decoder=True, **overrides)).eval()
+
+
+def prompt(batch: int = 2, seq: int = 7, seed: int = 0) -> torch.Tensor:
+    return torch.randint(5, 99, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def greedy_without_cache(model, input_ids: torch.Tensor, steps: int) -> torch.Tensor:
+    """The reference: every step recomputes the whole sequence, no cache involved."""
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(input_ids, use_cache=False).logits[:, -1]
+        input_ids = torch.cat([input_ids, logits.argmax(-1, keepdim=True)], dim=1)
+    return input_ids
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_greedy_with_dynamic_cache_equals_recomputation(attn_implementation):
+    model = causal_lm()
+    model.set_attn_implementation(attn_implementation)
+    input_ids = prompt()
+    generated = model.generate(input_ids, **GREEDY)
+    assert torch.equal(generated, greedy_without_cache(model, input_ids, GREEDY["max_new_tokens"]))
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_static_cache_generation_equals_dynamic(attn_implementation):
+    model = causal_lm()
+    model.set_attn_implementation(attn_implementation)
+    input_ids = prompt()
+    dynamic = model.generate(input_ids, **GREEDY)
+    static = model.generate(input_ids, cache_implementation="static", **GREEDY)
+    assert torch.equal(static, dynamic)
+
+
+def test_compiled_static_generation_equals_eager():
+    model = causal_lm()
+    input_ids = prompt(batch=1)
+    eager = model.generate(input_ids, **GREEDY)
+    compile_config = CompileConfig(fullgraph=True, dynamic=False)
+    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
+    compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **GREEDY)
+    assert torch.equal(compiled, eager)
+
+
+def test_generate_from_inputs_embeds_continues_like_input_ids():
+    model = causal_lm()
+    input_ids = prompt()
+    from_ids = model.generate(input_ids, **GREEDY)
+    from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
+    assert torch.equal(from_embeds, from_ids[:, input_ids.shape[1] :])  # only the new tokens come back
+
+
+def test_beam_search_one_beam_is_greedy_and_beams_are_sorted():
+    model = causal_lm()
+    input_ids = prompt(batch=1)
+    greedy = model.generate(input_ids, **GREEDY)
+    one_beam = model.generate(input_ids, num_beams=1, **GREEDY)
+    assert torch.equal(one_beam, greedy)
+    out = model.generate(
+        input_ids, num_beams=3, num_return_sequences=3, output_scores=True, return_dict_in_generate=True, **GREEDY
+    )
+    assert out.sequences.shape == (3, input_ids.shape[1] + GREEDY["max_new_tokens"])
+    assert torch.all(out.sequences_scores[:-1] >= out.sequences_scores[1:])
+
+
+def test_continue_from_cache_equals_one_call():
+    """generate(prompt) then generate(prompt + new, cache) continues exactly where one long call goes."""
+    model = causal_lm()
+    input_ids = prompt(batch=1)
+    full = model.generate(input_ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    first = model.generate(
+        input_ids, max_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True
+    )
+    cache = first.past_key_values
+    continued = model.generate(first.sequences, past_key_values=cache, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(continued, full)
+
+
+def test_left_padded_batch_matches_each_prompt_alone():
+    model = causal_lm()
+    short, long = prompt(1, 4, seed=1), prompt(1, 7, seed=2)
+    batch = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], dim=1), long])
+    mask = (torch.arange(7) >= torch.tensor([[3], [0]])).long()
+    together = model.generate(batch, attention_mask=mask, **GREEDY)
+    assert torch.equal(together[0, 7:], model.generate(short, **GREEDY)[0, 4:])
+    assert torch.equal(together[1, 7:], model.generate(long, **GREEDY)[0, 7:])
+
+
+def test_sampling_is_reproducible_with_a_seed():
+    model = causal_lm()
+    input_ids = prompt()
+    torch.manual_seed(3)
+    first = model.generate(input_ids, do_sample=True, top_p=0.9, max_new_tokens=5, pad_token_id=0)
+    torch.manual_seed(3)
+    second = model.generate(input_ids, do_sample=True, top_p=0.9, max_new_tokens=5, pad_token_id=0)
+    assert torch.equal(first, second)
+
+
+def test_4d_mask_with_cache_offset_equals_2d_mask():
+    """A custom 4D mask for new tokens after a cache covers (new, cached + new) keys; same logits as the 2D mask."""
+    model = causal_lm()
+    input_ids = prompt(batch=2, seq=9)
+    with torch.no_grad():
+        past = model(input_ids[:, :6], use_cache=True).past_key_values
+        expected = model(input_ids[:, 6:], past_key_values=past).logits
+        past = model(input_ids[:, :6], use_cache=True).past_key_values
+        causal = torch.ones(9, 9, dtype=torch.bool).tril()[None, None, 6:].expand(2, 1, 3, 9)
+        actual = model(input_ids[:, 6:], attention_mask=causal, past_key_values=past).logits
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_4d_mask_with_static_cache_is_padded_to_its_length():
+    model = causal_lm()
+    input_ids = prompt(batch=1, seq=5)
+    with torch.no_grad():
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+        static = model(input_ids, attention_mask=causal, past_key_values=cache).logits
+        dynamic = model(input_ids, past_key_values=DynamicCache(config=model.config)).logits
+    torch.testing.assert_close(static, dynamic, rtol=1e-5, atol=1e-5)
+
+
+def vision_causal_lm(scheme: str = "rope_tie_v2") -> RoFormerExtVisionTextForCausalLM:
+    torch.manual_seed(0)
+    config = RoFormerExtVisionTextConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        image_token_id=97, video_token_id=98, patch_size=2, temporal_patch_size=1, num_channels=1,
+        rope_parameters={"position_scheme": scheme, "axes": 3},
+    )
+    return RoFormerExtVisionTextForCausalLM(config).eval()
+
+
+def image_prompt(seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((4,), 97),
+                     torch.randint(5, 90, (2,), generator=generator)])[None]
+    return dict(input_ids=ids, pixel_values=torch.randn(4, 4, generator=generator),
+                image_grid_thw=torch.tensor([[1, 2, 2]]))
+
+
+def test_vision_generate_from_inputs_embeds_of_text():
+    model = vision_causal_lm()
+    input_ids = prompt(batch=1, seq=6)
+    from_ids = model.generate(input_ids, **GREEDY)
+    from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
+    assert torch.equal(from_embeds, from_ids[:, 6:])
+
+
+@pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
+def test_vision_static_cache_equals_dynamic(scheme):
+    model = vision_causal_lm(scheme)
+    batch = image_prompt()
+    kwargs = dict(GREEDY, suppress_tokens=[97, 98])
+    dynamic = model.generate(**batch, **kwargs)
+    static = model.generate(**batch, cache_implementation="static", **kwargs)
+    assert torch.equal(static, dynamic)
