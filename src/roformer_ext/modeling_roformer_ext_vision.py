@@ -11,6 +11,7 @@ see positions. A text checkpoint loads into any of them and reports only `roform
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 
@@ -266,7 +267,7 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 
 
 @auto_docstring
-class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM):
+class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM, GenerationMixin):
     """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
     (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
 
