@@ -23,7 +23,7 @@ from roformer_ext.conversion.original import (
     map_original_variables,
     plan_conversion,
 )
-from roformer_ext.conversion.output_folder import OutputExistsError, output_folder
+from roformer_ext.conversion.output_folder import OutputExistsError, OutputOverlapsSourceError, output_folder
 from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint, write_tf_checkpoint
 from roformer_ext.unilm import unilm_attention_mask
 
@@ -51,6 +51,14 @@ def release_folder(tmp_path: Path, tensors: dict, bert_config: dict, name: str =
     (folder / "bert_config.json").write_text(json.dumps(bert_config))
     shutil.copyfile(FIXTURES / "roformer_v1" / "vocab.txt", folder / "vocab.txt")
     return folder
+
+
+def assert_no_local_paths(folder: Path, *paths: Path) -> None:
+    """No file written into `folder` names these absolute paths (a model card is published as it is)."""
+    for path in folder.iterdir():
+        data = path.read_bytes()
+        for local in paths:
+            assert str(local).encode() not in data, f"{path.name} contains {local}"
 
 
 def fixture_config(name: str) -> dict:
@@ -184,7 +192,8 @@ def test_written_folder(converted, name):
     assert (folder / "vocab.txt").read_bytes() == (FIXTURES / name / "vocab.txt").read_bytes()
     card = (folder / "README.md").read_text()
     assert f"Variant: **{variant}**" in card and "arXiv:2104.09864" in card
-    assert f"roformer-ext-convert original {FIXTURES / name} {folder}" in card
+    assert f"roformer-ext-convert original {name} {name}\n" in card  # absolute arguments: folder names only
+    assert_no_local_paths(folder, FIXTURES, folder.parent)
     assert AutoConfig.from_pretrained(folder).model_type == "roformer_ext"
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
@@ -445,12 +454,65 @@ def test_optimizer_state_is_ignored(tmp_path):
 
 def test_existing_output_needs_force(tmp_path, capsys):
     out = tmp_path / "out"
+    assert main(["original", str(FIXTURES / "roformer_v2"), str(out)]) == 0
+    (out / "stale.txt").write_text("from an earlier run")
+    capsys.readouterr()
+    assert main(["original", str(FIXTURES / "roformer_v2"), str(out)]) == 1
+    assert "already exists" in capsys.readouterr().err and (out / "stale.txt").exists()
+    assert main(["original", str(FIXTURES / "roformer_v1"), str(out), "--force"]) == 0
+    assert not (out / "stale.txt").exists()
+    assert json.loads((out / "config.json").read_text())["use_bias"] is True  # the v1 conversion replaced v2's
+
+
+def test_force_never_replaces_a_folder_it_did_not_write(tmp_path, capsys):
+    """--force replaces an earlier roformer-ext output or an empty folder, not the user's other folders."""
+    out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert main(["original", str(FIXTURES / "roformer_v2"), str(out)]) != 0
-    assert "already exists" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    assert main(["original", str(FIXTURES / "roformer_v2"), str(out), "--force"]) == 1
+    err = capsys.readouterr().err
+    assert "is not a roformer-ext folder" in err and "Traceback" not in err
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()  # an empty folder may be replaced
     assert main(["original", str(FIXTURES / "roformer_v2"), str(out), "--force"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
+    assert (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("roformer_v1", "Variant v1 (detected): RoFormer v1 -> RoFormerExtForMaskedLM."),
+        ("roformer_v2", "Variant v2 (detected): RoFormer-V2 -> RoFormerExtForMaskedLM."),
+        ("roformer_sim", "Variant sim (detected): RoFormer-Sim -> RoFormerExtForMaskedLM, pooler activation linear."),
+        ("roformer_sim_ft", "Variant sim (detected): RoFormer-Sim -> RoFormerExtModel, pooler activation linear."),
+    ],
+)
+def test_cli_prints_the_detected_variant(tmp_path, capsys, name, expected):
+    assert main(["original", str(FIXTURES / name), str(tmp_path / "out")]) == 0
+    assert f"roformer-ext-convert: {expected}\n" in capsys.readouterr().err
+
+
+def test_cli_prints_a_forced_variant(tmp_path, capsys):
+    assert main(["original", str(FIXTURES / "roformer_v1"), str(tmp_path / "out"), "--variant", "gpt"]) == 0
+    assert "Variant gpt (forced with --variant): RoFormer-GPT -> RoFormerExtForCausalLM." in capsys.readouterr().err
+
+
+def test_model_card_keeps_relative_arguments(tmp_path, monkeypatch):
+    """Run from the folder above the fixtures: the card records the relative paths exactly as typed."""
+    monkeypatch.chdir(FIXTURES.parent)
+    out = tmp_path / "out"
+    assert main(["original", "original_tf/roformer_v2", str(out), "--variant", "v2"]) == 0
+    card = (out / "README.md").read_text()
+    assert "roformer-ext-convert original original_tf/roformer_v2 out --variant v2\n" in card
+    assert "# roformer_v2 (roformer-ext)" in card
+    assert_no_local_paths(out, FIXTURES, tmp_path)
+
+
+def test_python_api_card_has_no_local_paths(tmp_path):
+    out = convert_original_checkpoint(FIXTURES / "roformer_sim", tmp_path / "sim", pooler_activation="tanh")
+    card = (out / "README.md").read_text()
+    assert "roformer-ext-convert original roformer_sim sim --pooler-activation tanh\n" in card
+    assert_no_local_paths(out, FIXTURES, tmp_path)
 
 
 def test_cli_transformers_subcommand_reports_errors(tmp_path, capsys):
@@ -496,16 +558,30 @@ def test_output_folder_is_all_or_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with output_folder(out) as tmp:
         assert tmp.parent == tmp_path and tmp != out and not out.exists()
-        (tmp / "done.json").write_text("{}")
-    assert [p.name for p in out.iterdir()] == ["done.json"]
+        (tmp / "config.json").write_text('{"model_type": "roformer_ext"}')  # what a converter writes
+    assert [p.name for p in out.iterdir()] == ["config.json"]
     with pytest.raises(OutputExistsError):
         with output_folder(out):
             pass
     with pytest.raises(KeyboardInterrupt):  # force keeps the old folder until the new one is complete
         with output_folder(out, force=True) as tmp:
             raise KeyboardInterrupt
-    assert [p.name for p in out.iterdir()] == ["done.json"]
+    assert [p.name for p in out.iterdir()] == ["config.json"]
     with output_folder(out, force=True) as tmp:
         (tmp / "new.json").write_text("{}")
     assert [p.name for p in out.iterdir()] == ["new.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    with pytest.raises(OutputExistsError, match="is not a roformer-ext folder"):  # new.json is no converter output
+        with output_folder(out, force=True):
+            pass
+    assert [p.name for p in out.iterdir()] == ["new.json"]
+
+
+def test_output_folder_refuses_sources(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for out in (src, src / "inner", tmp_path):
+        with pytest.raises(OutputOverlapsSourceError):
+            with output_folder(out, force=True, sources=[src]):
+                pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"] and not any(src.iterdir())

@@ -122,15 +122,57 @@ def test_cli_writes_loadable_folder_and_refuses_overwrite(tmp_path):
 
 
 def test_wrong_model_type_and_shape_errors(tmp_path):
-    their_model("RoFormerModel", tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
+    src = tmp_path / "theirs"
+    their_model("RoFormerModel", src)
+    config = json.loads((src / "config.json").read_text())
     config["hidden_size"] = 64
     config["intermediate_size"] = 37
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointConversionError, match="mis-shaped"):
-        build_converted_model(tmp_path)
+        build_converted_model(src)
     config["model_type"] = "bert"
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointConversionError, match="model_type 'bert'"):
-        convert_transformers_checkpoint(tmp_path, tmp_path / "out")
+        convert_transformers_checkpoint(src, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_missing_vocabulary_is_warned_about(tmp_path, capsys):
+    """No vocab.txt: the folder is still written, but stderr says it has no tokenizer and what to do."""
+    from roformer_ext.conversion.cli import main
+
+    src, out = tmp_path / "theirs", tmp_path / "ours"
+    their_model("RoFormerForMaskedLM", src)
+    assert main(["transformers", str(src), str(out)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"roformer-ext-convert: warning: {src} has no vocab.txt, so {out} gets no tokenizer: put the model's "
+        f"vocab.txt into {src} and convert again" in err
+    )
+    assert (out / "model.safetensors").is_file() and not (out / "tokenizer_config.json").exists()
+
+
+def test_missing_vocabulary_warning_reaches_python_callers(tmp_path, caplog):
+    src = tmp_path / "theirs"
+    their_model("RoFormerModel", src)
+    with caplog.at_level("WARNING", logger="roformer_ext.conversion"):
+        convert_transformers_checkpoint(src, tmp_path / "ours")
+    assert [r.levelname for r in caplog.records if "has no vocab.txt" in r.getMessage()] == ["WARNING"]
+
+
+def test_cli_prints_the_detected_kind_and_the_card_has_no_local_paths(tmp_path, capsys, monkeypatch):
+    from roformer_ext.conversion.cli import main
+
+    src = tmp_path / "theirs"
+    their_model("RoFormerForTokenClassification", src)
+    assert main(["transformers", str(src), str(tmp_path / "ours")]) == 0
+    assert "roformer-ext-convert: Detected transformers RoFormer -> RoFormerExtForTokenClassification.\n" in (
+        capsys.readouterr().err
+    )
+    card = (tmp_path / "ours" / "README.md").read_text()
+    assert "roformer-ext-convert transformers theirs ours\n" in card and str(tmp_path) not in card
+    monkeypatch.chdir(tmp_path)  # relative arguments are recorded as typed
+    assert main(["transformers", "theirs", "sub/ours"]) == 0
+    assert "roformer-ext-convert transformers theirs sub/ours\n" in (tmp_path / "sub" / "ours" / "README.md").read_text()
+    for path in (tmp_path / "sub" / "ours").iterdir():
+        assert str(tmp_path).encode() not in path.read_bytes(), path.name

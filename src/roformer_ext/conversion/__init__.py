@@ -26,6 +26,10 @@ _LAZY = {
     "VARIANTS": ".original",
     "output_folder": ".output_folder",
     "OutputExistsError": ".output_folder",
+    "OutputOverlapsSourceError": ".output_folder",
+    "convert_transformers_checkpoint": ".from_transformers",
+    "build_converted_model": ".from_transformers",
+    "detect_source_kind": ".from_transformers",
     "main": ".cli",
 }
 

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import shlex
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from . import CheckpointConversionError
+from .files import portable_command, portable_path
 
 _ORIGINAL_HELP = """\
 Convert an original ZhuiyiTechnology release (bert4keras TF checkpoint: bert_config.json,
 bert_model.ckpt.*, vocab.txt). The variant is detected from the variables: v2 (no biases, no norm
-parameters), sim (a pooler), else v1; gpt (causal LM) only with --variant gpt."""
+parameters), sim (a pooler), else v1; gpt (causal LM) only with --variant gpt. OUT_DIR may not be,
+hold or lie inside SRC_DIR; --force replaces only an empty folder or an earlier roformer-ext output."""
+
+_TRANSFORMERS_HELP = """\
+Convert a transformers `model_type: roformer` folder: one written by transformers' RoFormer, or one of
+junnyu's Hub folders (his `roformer` package: v1, V2 with `use_bias: false` and a norm_type other than
+layer_norm, Sim with a pooler). The kind is detected from config.json and the weight names."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +45,53 @@ def build_parser() -> argparse.ArgumentParser:
     original.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
 
     transformers = commands.add_parser(
-        "transformers", help="a transformers `model_type: roformer` folder or a junnyu `roformer` folder"
+        "transformers",
+        help="a transformers `model_type: roformer` folder or a junnyu `roformer` folder",
+        description=_TRANSFORMERS_HELP,
     )
     transformers.add_argument("src", metavar="SRC", help="folder with config.json and weights")
     transformers.add_argument("out", metavar="OUT_DIR", help="folder to create")
+    transformers.add_argument(
+        "--pooler-activation",
+        choices=("linear", "tanh"),
+        help="activation of a pooler (roformer.pooler.dense) when config.json has no pooler_activation",
+    )
     transformers.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
     return parser
+
+
+class _CliFormatter(logging.Formatter):
+    """`roformer-ext-convert: message`, with `warning: ` before warnings, as the errors are printed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        return f"roformer-ext-convert: {level}{record.getMessage()}"
+
+
+@contextmanager
+def _report_to_stderr() -> Iterator[None]:
+    """Show the converters' info and warnings (detected variant, missing vocabulary) on stderr for this run."""
+    logger = logging.getLogger(__package__)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_CliFormatter())
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+def _recorded_command(args: argparse.Namespace) -> str:
+    """The command for the model card: relative paths as given, absolute ones reduced to folder names."""
+    options = []
+    for name in ("variant", "pooler_activation"):
+        if getattr(args, name, None):
+            options += [f"--{name.replace('_', '-')}", getattr(args, name)]
+    options += ["--force"] if args.force else []
+    return portable_command(args.command, portable_path(args.src), portable_path(args.out), *options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,26 +99,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "original":
-            from .original import convert_original_checkpoint
-
-            out = convert_original_checkpoint(
-                args.src,
-                args.out,
-                variant=args.variant,
-                pooler_activation=args.pooler_activation,
-                force=args.force,
-                command=shlex.join(["roformer-ext-convert", *argv]),
-            )
-        else:
-            from .from_transformers import convert_transformers_checkpoint
-
-            out = convert_transformers_checkpoint(args.src, args.out, force=args.force)
+        with _report_to_stderr():
+            out = _convert(args)
     except CheckpointConversionError as err:
         print(f"roformer-ext-convert: error: {err}", file=sys.stderr)
         return 1
     print(f"Wrote {out}")
     return 0
+
+
+def _convert(args: argparse.Namespace):
+    if args.command == "original":
+        from .original import convert_original_checkpoint
+
+        return convert_original_checkpoint(
+            args.src,
+            args.out,
+            variant=args.variant,
+            pooler_activation=args.pooler_activation,
+            force=args.force,
+            command=_recorded_command(args),
+        )
+    from .from_transformers import convert_transformers_checkpoint
+
+    return convert_transformers_checkpoint(
+        args.src, args.out, force=args.force, pooler_activation=args.pooler_activation, command=_recorded_command(args)
+    )
 
 
 if __name__ == "__main__":

@@ -8,9 +8,8 @@ parameter-free RMS norm and bias-free layers of V2, and the pooler's activation 
 
 from __future__ import annotations
 
-import json
+import logging
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,18 @@ from typing import Any
 import numpy as np
 
 from . import CheckpointConversionError
+from .files import (
+    add_to_safetensors,
+    check_config_types,
+    portable_command,
+    portable_path,
+    read_json_file,
+    read_text_file,
+)
 from .output_folder import output_folder
 from .tf_checkpoint import TFCheckpointReader
+
+logger = logging.getLogger(__name__)
 
 VARIANTS = ("v1", "sim", "gpt", "v2")
 POOLER_ACTIVATIONS = ("linear", "tanh")
@@ -275,23 +284,30 @@ def load_state_dict(reader: TFCheckpointReader, specs: list[VariableSpec]) -> di
 
 
 # -------------------------------------------------------------------------------------- source files
+_INTEGER_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "embedding_size",
+    "type_vocab_size", "max_position_embeddings",
+)  # fmt: skip
+_NUMBER_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+
+
 def _read_bert_config(src: Path) -> dict[str, Any]:
+    """bert_config.json with every size an integer and every rate a number (else one error naming them)."""
     path = src / "bert_config.json"
     if not path.is_file():
         raise CheckpointConversionError(
             f"Missing {path}: an original release folder holds bert_config.json, bert_model.ckpt.* and vocab.txt."
         )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CheckpointConversionError(f"{path} is not valid JSON: {err}.") from None
+    config = read_json_file(path)
+    check_config_types(config, path, integers=_INTEGER_KEYS, numbers=_NUMBER_KEYS)
+    return config
 
 
 def _read_vocab(src: Path) -> list[str]:
     path = src / "vocab.txt"
     if not path.is_file():
         raise CheckpointConversionError(f"Missing {path}: the tokenizer vocabulary is needed for the converted folder.")
-    return path.read_text(encoding="utf-8").splitlines()
+    return read_text_file(path).splitlines()
 
 
 # ------------------------------------------------------------------------------------------- output
@@ -315,7 +331,11 @@ def save_converted(
 
     classes = (RoFormerExtModel, RoFormerExtForMaskedLM, RoFormerExtForCausalLM)
     model_class = {c.__name__: c for c in classes}[plan.architecture]
-    model = model_class(RoFormerExtConfig(**plan.config_kwargs)).eval()
+    try:
+        config = RoFormerExtConfig(**plan.config_kwargs)
+    except (ValueError, TypeError) as err:
+        raise CheckpointConversionError(f"bert_config.json gives an invalid configuration: {err}") from None
+    model = model_class(config).eval()
     strip = "roformer." if model_class is RoFormerExtModel else ""
     tensors = {k.removeprefix(strip): torch.from_numpy(np.array(v)) for k, v in state.items()}
     try:
@@ -329,21 +349,10 @@ def save_converted(
         )
     model.save_pretrained(folder)
     if unexpected:  # weights this architecture does not hold (e.g. a pooler next to an MLM head): keep them in
-        _add_to_safetensors(folder, {k: tensors[k] for k in unexpected})  # the file so AutoModel loads them
+        add_to_safetensors(folder, {k: tensors[k] for k in unexpected})  # the file so AutoModel loads them
     _tokenizer(vocab_file).save_pretrained(folder)
     shutil.copyfile(vocab_file, folder / "vocab.txt")
     (folder / "README.md").write_text(readme, encoding="utf-8")
-
-
-def _add_to_safetensors(folder: Path, extra: Mapping[str, Any]) -> None:
-    from safetensors.torch import load_file, save_file
-
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        raise CheckpointConversionError(f"Expected a single {path} to add {sorted(extra)} to; found a sharded save.")
-    tensors = load_file(path)
-    tensors.update({k: v.contiguous() for k, v in extra.items()})
-    save_file(tensors, path, metadata={"format": "pt"})
 
 
 # -------------------------------------------------------------------------------------------- main
@@ -359,17 +368,20 @@ def convert_original_checkpoint(
 
     `variant` (v1 | sim | gpt | v2) is detected when None (gpt must be asked for). `pooler_activation`
     defaults to "linear" for RoFormer-Sim and "tanh" for another checkpoint with a pooler. Nothing is left at
-    `out` when anything fails; an existing `out` is refused unless `force`.
+    `out` when anything fails; an existing `out` is refused unless `force` (see `output_folder`), and an `out`
+    that is, holds or lies inside `src` always. `command` is what the model card records (default: this call
+    as a command line, absolute paths reduced to folder names).
     """
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise CheckpointConversionError(f"Source folder {src} does not exist.")
-    with output_folder(out, force=force) as tmp:
+    with output_folder(out, force=force, sources=[src]) as tmp:
         bert_config = _read_bert_config(src)
         vocab = _read_vocab(src)
         reader = TFCheckpointReader(src)
         pad_id = vocab.index("[PAD]") if "[PAD]" in vocab else 0
         plan = plan_conversion(reader.variables, bert_config, variant, pooler_activation, pad_id)
+        logger.info("%s", describe_variant(plan, forced=variant is not None))
         if len(vocab) > plan.config_kwargs["vocab_size"]:  # fewer is harmless: unused embedding rows
             raise CheckpointConversionError(
                 f"vocab.txt has {len(vocab)} entries but the embeddings only "
@@ -383,11 +395,19 @@ def convert_original_checkpoint(
 
 
 def _command(src: Path, out: Path, variant: str | None, pooler: str | None, force: bool) -> str:
-    args = ["roformer-ext-convert", "original", str(src), str(out)]
+    args = ["original", portable_path(src), portable_path(out)]
     args += ["--variant", variant] if variant else []
     args += ["--pooler-activation", pooler] if pooler else []
     args += ["--force"] if force else []
-    return shlex.join(args)
+    return portable_command(*args)
+
+
+def describe_variant(plan: ConversionPlan, forced: bool = False) -> str:
+    """One line for the user: the variant (detected or forced) and what it becomes."""
+    how = "forced with --variant" if forced else "detected"
+    pooler = plan.config_kwargs["pooler_activation"]
+    extra = f", pooler activation {pooler}" if pooler else ""
+    return f"Variant {plan.variant} ({how}): {_VARIANT_NAMES[plan.variant]} -> {plan.architecture}{extra}."
 
 
 _CITATION = """@article{su2021roformer,
@@ -396,6 +416,8 @@ _CITATION = """@article{su2021roformer,
   journal = {arXiv preprint arXiv:2104.09864},
   year    = {2021}
 }"""
+
+_VARIANT_NAMES = {"v1": "RoFormer v1", "sim": "RoFormer-Sim", "gpt": "RoFormer-GPT", "v2": "RoFormer-V2"}
 
 _VARIANT_TEXT = {
     "v1": "RoFormer (v1): post-norm BERT layout with biases and LayerNorm, rotary position embedding, MLM head.",
@@ -412,6 +434,7 @@ def model_card(src: Path, plan: ConversionPlan, command: str) -> str:
     pooler = f"pooler activation `{cfg['pooler_activation']}`" if cfg["pooler_activation"] else "no pooler"
     auto = {"RoFormerExtForMaskedLM": "AutoModelForMaskedLM", "RoFormerExtForCausalLM": "AutoModelForCausalLM"}
     auto_class = auto.get(plan.architecture, "AutoModel")
+    name = src.resolve().name
     return f"""---
 library_name: transformers
 language: zh
@@ -420,9 +443,9 @@ tags:
 - roformer-ext
 ---
 
-# {src.name} (roformer-ext)
+# {name} (roformer-ext)
 
-Converted from the original release `{src.name}` (bert4keras TF checkpoint, ZhuiyiTechnology) with roformer-ext.
+Converted from the original release `{name}` (bert4keras TF checkpoint, ZhuiyiTechnology) with roformer-ext.
 
 - Variant: **{plan.variant}** — {_VARIANT_TEXT[plan.variant]}
 - Architecture: `{plan.architecture}`; {cfg["num_hidden_layers"]} layers, hidden {cfg["hidden_size"]},
@@ -457,6 +480,7 @@ __all__ = [
     "ConversionPlan",
     "VariableSpec",
     "convert_original_checkpoint",
+    "describe_variant",
     "detect_variant",
     "load_state_dict",
     "map_original_variables",

@@ -1,0 +1,272 @@
+"""`roformer-ext-convert transformers` on junnyu's Hub layouts (v1, V2, Sim, Sim-FT) reproduces bert4keras.
+
+junnyu made his Hub folders from the same original releases with his `load_tf_weights_in_roformer`: TF names
+with "bert" -> "roformer", "/" -> ".", `layer_N` -> `layer.N`, kernel -> weight (transposed), gamma -> weight,
+beta and output_bias -> bias; his model then adds the sinusoidal table and the tied decoder to the state dict.
+The helper below applies that rule to the original-format fixtures (independently of our converter's key map),
+with the config keys his `roformer` package reads (`use_bias`, `norm_type`, `pooler_activation`), and the
+converted folders are checked against the outputs bert4keras computed, at the original-converter tests'
+tolerances.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from test_convert_original import FIXTURES, INPUTS, compare, run_outputs
+
+from roformer_ext.conversion import CheckpointConversionError
+from roformer_ext.conversion.cli import main
+from roformer_ext.conversion.from_transformers import convert_transformers_checkpoint, detect_source_kind
+from roformer_ext.conversion.tf_checkpoint import read_tf_checkpoint
+
+#: How each fixture is laid out as junnyu's Hub folder: extra config keys, architecture, file, key prefix.
+LAYOUTS = {
+    "roformer_v1": dict(
+        config={"norm_type": "layer_norm", "use_bias": True, "pooler_activation": "linear"},  # his defaults
+        architecture="RoFormerForMaskedLM",
+        weights="model.safetensors",
+        kind="junnyu-v1",
+    ),
+    "roformer_v2": dict(  # junnyu/roformer_v2_chinese_char_{small,base,large}
+        config={"norm_type": "rms_norm", "use_bias": False},
+        architecture="RoFormerForMaskedLM",
+        weights="legacy.bin",  # his converter: torch.save(..., _use_new_zipfile_serialization=False)
+        kind="junnyu-v2",
+    ),
+    "roformer_sim": dict(  # junnyu/roformer_chinese_sim_char_{small,base}
+        config={"pooler_activation": "linear"},
+        architecture="RoFormerForCausalLM",
+        weights="model.safetensors",
+        kind="junnyu-sim",
+    ),
+    "roformer_sim_ft": dict(  # junnyu/roformer_chinese_sim_char_ft_{small,base}: a bare model, no prefix
+        config={"pooler_activation": "linear"},
+        architecture="RoFormerModel",
+        weights="pytorch_model.bin",
+        kind="junnyu-sim",
+        bare=True,
+    ),
+}
+EXPECTED = {
+    "roformer_v1": ("RoFormerExtForMaskedLM", None),
+    "roformer_v2": ("RoFormerExtForMaskedLM", None),
+    "roformer_sim": ("RoFormerExtForMaskedLM", "linear"),
+    "roformer_sim_ft": ("RoFormerExtModel", "linear"),
+}
+
+
+def junnyu_name(tf_name: str) -> str:
+    """junnyu's state-dict key for a bert4keras variable (his TF loader's naming rule)."""
+    parts = []
+    for part in tf_name.replace("bert", "roformer").split("/"):
+        layer = re.fullmatch(r"layer_(\d+)", part)
+        parts += (
+            ["layer", layer[1]] if layer else [{"kernel": "weight", "gamma": "weight", "beta": "bias"}.get(part, part)]
+        )
+    if parts[-1] == "output_bias":  # cls/predictions/output_bias -> the predictions' bias
+        parts[-1] = "bias"
+    if parts[-1].endswith("_embeddings"):
+        parts.append("weight")
+    return ".".join(parts)
+
+
+def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
+    """His `RoFormerSinusoidalPositionalEmbedding` weight: sin of the even angles, then cos of the odd ones."""
+    angles = np.array([[p / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for p in range(positions)])
+    return torch.from_numpy(np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)).float()
+
+
+def junnyu_state(name: str) -> dict[str, torch.Tensor]:
+    """What junnyu's model holds after loading the release: renamed variables, table, tied decoder (and bias)."""
+    state = {}
+    for tf_name, array in read_tf_checkpoint(FIXTURES / name).items():
+        state[junnyu_name(tf_name)] = torch.from_numpy(
+            np.ascontiguousarray(array.T if tf_name.endswith("kernel") else array)
+        )
+    bert_config = json.loads((FIXTURES / name / "bert_config.json").read_text())
+    head_dim = bert_config["hidden_size"] // bert_config["num_attention_heads"]
+    state["roformer.encoder.embed_positions.weight"] = sinusoidal_table(
+        bert_config["max_position_embeddings"], head_dim
+    )
+    if name != "roformer_sim_ft":  # his MLM head: the decoder tied to the embeddings (v1: the bias tied too)
+        state["cls.predictions.decoder.weight"] = state["roformer.embeddings.word_embeddings.weight"]
+        if "cls.predictions.bias" in state:
+            state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    if LAYOUTS[name].get("bare"):
+        state = {k.removeprefix("roformer."): v for k, v in state.items()}
+    return state
+
+
+def junnyu_config(name: str) -> dict:
+    layout = LAYOUTS[name]
+    bert_config = json.loads((FIXTURES / name / "bert_config.json").read_text())
+    return {
+        **bert_config,
+        "model_type": "roformer",
+        "architectures": [layout["architecture"]],
+        "embedding_size": bert_config["hidden_size"],
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "rotary_value": False,
+        **layout["config"],
+    }
+
+
+def write_junnyu_folder(name: str, folder: Path, config: dict | None = None) -> Path:
+    """A Hub-style folder: config.json, the weights in the layout's file format, vocab.txt."""
+    folder.mkdir(parents=True)
+    state = junnyu_state(name)
+    weights = LAYOUTS[name]["weights"]
+    if weights == "model.safetensors":
+        tied = {k: v.clone() for k, v in state.items()}  # safetensors refuses shared storage
+        save_file(tied, folder / weights, metadata={"format": "pt"})
+    else:
+        legacy = weights == "legacy.bin"
+        torch.save(state, folder / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy)
+    (folder / "config.json").write_text(json.dumps(config or junnyu_config(name), indent=2))
+    (folder / "vocab.txt").write_bytes((FIXTURES / name / "vocab.txt").read_bytes())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("junnyu")
+    out = {}
+    for name in LAYOUTS:
+        src = write_junnyu_folder(name, root / "hub" / name)
+        assert main(["transformers", str(src), str(root / name)]) == 0
+        out[name] = root / name
+    return out
+
+
+# ------------------------------------------------------------------------------------------- fidelity
+@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("input_name", INPUTS)
+def test_reproduces_bert4keras_outputs(converted, name, input_name):
+    reference = np.load(FIXTURES / name / "reference_outputs.npz")
+    ours = run_outputs(converted[name], reference, input_name)
+    stored = {key.split("/")[1] for key in reference.files if key.startswith(f"{input_name}/")}
+    wanted = stored - {"token_ids", "segment_ids", "attention_mask", "pooler_output_tanh"}
+    wanted = {w for w in wanted if not w.startswith("unilm_")}
+    assert wanted <= set(ours), f"no counterpart for {sorted(wanted - set(ours))}"
+    assert "sequence_output" in wanted
+    for array in sorted(wanted):
+        compare(reference, f"{input_name}/{array}", ours[array])
+
+
+@pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
+def test_sim_unilm_outputs(converted, input_name):
+    """junnyu's RoFormerForCausalLM reads the source bidirectionally: the UniLM mask on our MLM model."""
+    reference = np.load(FIXTURES / "roformer_sim" / "reference_outputs.npz")
+    ours = run_outputs(converted["roformer_sim"], reference, input_name, unilm=True)
+    arrays = [k for k in reference.files if k.startswith(f"{input_name}/unilm_")]
+    assert len(arrays) == 4
+    for key in arrays:
+        compare(reference, key, ours[key.split("/")[1]])
+
+
+# ------------------------------------------------------------------------------------ what is written
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_written_folder(converted, name):
+    architecture, pooler = EXPECTED[name]
+    config = json.loads((converted[name] / "config.json").read_text())
+    v2 = name == "roformer_v2"
+    assert config["architectures"] == [architecture] and config["model_type"] == "roformer_ext"
+    assert config["use_bias"] is not v2 and config["norm_type"] == ("rms_scale_free" if v2 else "layer_norm")
+    assert config["mlm_head_transform"] is not v2 and config["pooler_activation"] == pooler
+    assert config["is_decoder"] is False and config["layer_norm_eps"] == 1e-12
+    saved = load_file(converted[name] / "model.safetensors")
+    prefix = "" if architecture == "RoFormerExtModel" else "roformer."
+    assert (f"{prefix}pooler.dense.weight" in saved) is (pooler is not None)
+    if architecture == "RoFormerExtForMaskedLM":
+        assert ("lm_head.bias" in saved) is not v2  # V2's head: the tied decoder only
+        assert not v2 or not any("transform" in k for k in saved)
+    assert not any("bias" in k for k in saved if k.startswith(prefix + "layers.")) if v2 else True
+    card = (converted[name] / "README.md").read_text()
+    assert "junnyu's `roformer` package" in card and f"roformer-ext-convert transformers {name} {name}\n" in card
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("roformer_v1", "Detected junnyu v1 -> RoFormerExtForMaskedLM."),
+        ("roformer_v2", "Detected junnyu V2 -> RoFormerExtForMaskedLM."),
+        ("roformer_sim", "Detected junnyu Sim -> RoFormerExtForMaskedLM."),
+        ("roformer_sim_ft", "Detected junnyu Sim -> RoFormerExtModel."),
+    ],
+)
+def test_cli_prints_the_detected_kind(tmp_path, capsys, name, line):
+    src = write_junnyu_folder(name, tmp_path / name)
+    assert main(["transformers", str(src), str(tmp_path / "out")]) == 0
+    assert f"roformer-ext-convert: {line}\n" in capsys.readouterr().err
+    assert detect_source_kind(junnyu_config(name), junnyu_state(name)) == LAYOUTS[name]["kind"]
+
+
+def test_detection_of_transformers_folders():
+    plain = {"model_type": "roformer", "hidden_size": 64}
+    assert detect_source_kind(plain, ["roformer.embeddings.word_embeddings.weight"]) == "transformers"
+    assert detect_source_kind({**plain, "use_bias": False}, []) == "junnyu-v2"
+    assert detect_source_kind({**plain, "norm_type": "layer_norm"}, ["roformer.pooler.dense.weight"]) == "junnyu-sim"
+
+
+def test_junnyu_key_names():
+    """The helper's names are his: spot checks against the names his modeling_roformer.py defines."""
+    assert junnyu_name("bert/encoder/layer_1/attention/self/query/kernel") == (
+        "roformer.encoder.layer.1.attention.self.query.weight"
+    )
+    assert junnyu_name("bert/embeddings/word_embeddings") == "roformer.embeddings.word_embeddings.weight"
+    assert junnyu_name("bert/encoder/layer_0/output/LayerNorm/beta") == "roformer.encoder.layer.0.output.LayerNorm.bias"
+    assert junnyu_name("cls/predictions/output_bias") == "cls.predictions.bias"
+    assert junnyu_name("bert/pooler/dense/kernel") == "roformer.pooler.dense.weight"
+    v2 = junnyu_state("roformer_v2")
+    assert len(v2) == 14 + 1 + 1 and "cls.predictions.decoder.weight" in v2 and "cls.predictions.bias" not in v2
+
+
+# ----------------------------------------------------------------------------------------- refusals
+def test_pooler_without_its_activation_needs_the_option(tmp_path, capsys):
+    config = {k: v for k, v in junnyu_config("roformer_sim").items() if k != "pooler_activation"}
+    src = write_junnyu_folder("roformer_sim", tmp_path / "sim", config)
+    assert main(["transformers", str(src), str(tmp_path / "out")]) == 1
+    assert "no pooler_activation; pass --pooler-activation linear (RoFormer-Sim) or tanh" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert main(["transformers", str(src), str(tmp_path / "out"), "--pooler-activation", "linear"]) == 0
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["pooler_activation"] == "linear"
+    assert "--pooler-activation linear" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_unsupported_pooler_activation(tmp_path):
+    src = write_junnyu_folder(
+        "roformer_sim", tmp_path / "sim", {**junnyu_config("roformer_sim"), "pooler_activation": "relu"}
+    )
+    with pytest.raises(CheckpointConversionError, match="pooler_activation 'relu' is not supported"):
+        convert_transformers_checkpoint(src, tmp_path / "out")
+
+
+def test_pooler_activation_option_without_a_pooler(tmp_path, capsys):
+    src = write_junnyu_folder("roformer_v2", tmp_path / "v2")
+    assert main(["transformers", str(src), str(tmp_path / "out"), "--pooler-activation", "tanh"]) == 1
+    assert "the checkpoint has no pooler" in capsys.readouterr().err
+
+
+def test_untied_decoder_is_refused(tmp_path):
+    src = write_junnyu_folder("roformer_v2", tmp_path / "v2")
+    state = torch.load(src / "pytorch_model.bin", weights_only=True)
+    state["cls.predictions.decoder.weight"] = state["cls.predictions.decoder.weight"] + 1.0
+    torch.save(state, src / "pytorch_model.bin")
+    with pytest.raises(CheckpointConversionError, match="differs from the word embeddings"):
+        convert_transformers_checkpoint(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_v2_config_with_v1_weights_lists_the_differences(tmp_path):
+    """A V2 config over v1 weights: the biases and norms have nowhere to go, and the error says which."""
+    src = write_junnyu_folder(
+        "roformer_v1", tmp_path / "v1", {**junnyu_config("roformer_v1"), "use_bias": False, "norm_type": "rms_norm"}
+    )
+    with pytest.raises(CheckpointConversionError, match=r"unexpected: .*roformer\.embeddings\.norm\.bias"):
+        convert_transformers_checkpoint(src, tmp_path / "out")
