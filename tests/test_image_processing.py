@@ -228,3 +228,81 @@ def test_fast_enough_on_a_large_image(processor):
     out = processor(random_image(1080, 1920))
     assert int(np.prod(out["image_grid_thw"][0])) * P * P <= MAX_PIXELS
     assert math.isclose(out["image_grid_thw"][0, 2] / out["image_grid_thw"][0, 1], 1920 / 1080, rel_tol=0.1)
+
+
+def _same_picture_as(kind: str, picture: np.ndarray):
+    """`picture` (uint8, H x W x C or H x W) stored another way: the value it stands for is unchanged."""
+    if kind == "uint16":
+        return picture.astype(np.uint16) * 257  # 255 * 257 = 65535
+    if kind == "pil_i16":
+        return Image.fromarray(picture.astype(np.uint16) * 257)  # mode I;16 (greyscale only)
+    if kind == "float32":
+        return picture.astype(np.float32) / 255
+    if kind == "float64":
+        return picture.astype(np.float64) / 255
+    if kind == "torch_float_channels_first":
+        return torch.from_numpy(picture.astype(np.float32) / 255).permute(2, 0, 1)
+    if kind == "int64":
+        return picture.astype(np.int64)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["uint16", "float32", "float64", "torch_float_channels_first", "int64"])
+@pytest.mark.parametrize("size", [(32, 48), (40, 60)])  # whole patches (no resize), and resized
+def test_value_range_follows_the_dtype_colour(kind, size):
+    """Regression: uint16 came out with values up to 513 and [0, 1] floats were divided by 255 again."""
+    processor = RoFormerExtImageProcessor()
+    picture = random_image(*size, seed=3)
+    expected = processor(picture)["pixel_values"]
+    got = processor(_same_picture_as(kind, picture))["pixel_values"]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["uint16", "pil_i16", "float32"])
+def test_value_range_follows_the_dtype_greyscale_and_video(kind):
+    """Regression: PIL `I;16` images were clipped to 255 by the RGB conversion (nearly white)."""
+    processor = RoFormerExtImageProcessor()
+    grey = random_image(40, 60, channels=1, seed=4)[..., 0]
+    np.testing.assert_allclose(
+        processor(_same_picture_as(kind, grey))["pixel_values"], processor(grey)["pixel_values"], rtol=0, atol=1e-5
+    )
+    frames = [random_image(32, 32, seed=seed)[..., 0] for seed in (5, 6, 7)]
+    np.testing.assert_allclose(
+        processor(videos=[[_same_picture_as(kind, frame) for frame in frames]])["pixel_values_videos"],
+        processor(videos=[frames])["pixel_values_videos"],
+        rtol=0,
+        atol=1e-5,
+    )
+
+
+def test_rescale_factor_is_per_8_bit_step_for_every_dtype():
+    """A custom `rescale_factor` keeps its transformers meaning for uint8 and maps the other ranges alike."""
+    processor = RoFormerExtImageProcessor(rescale_factor=2 / 255, do_normalize=False)
+    for white in (np.full((32, 32), 255, np.uint8), np.full((32, 32), 65535, np.uint16), np.ones((32, 32), np.float32)):
+        np.testing.assert_allclose(processor(white)["pixel_values"], 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "image, message",
+    [
+        (
+            np.full((32, 32, 3), 128.0, np.float32),
+            r"float32 image has values in \[128.0, 128.0\].*\[0, 1\].*do_rescale=False",
+        ),
+        (np.full((32, 32, 3), np.nan, np.float32), r"float32 image has values in \[nan, nan\]"),
+        (np.full((32, 32, 3), -5, np.int64), r"int64 image has negative values"),
+        (np.full((32, 32, 3), 4095, np.int32), r"int32 image has values up to 4095.*uint16"),
+    ],
+)
+def test_value_ranges_that_cannot_be_read_are_refused(image, message):
+    with pytest.raises(ValueError, match=message):
+        RoFormerExtImageProcessor()(image)
+
+
+def test_unsupported_dtype_is_refused_and_do_rescale_false_keeps_raw_values():
+    with pytest.raises(TypeError, match="complex128"):
+        RoFormerExtImageProcessor()(np.zeros((32, 32, 3), np.complex128))
+    raw = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)
+    for image in (np.full((32, 32, 3), 128.0, np.float32), np.full((32, 32), 4095, np.uint16)):
+        np.testing.assert_array_equal(raw(image)["pixel_values"], image.flat[0])
+    np.testing.assert_array_equal(raw(Image.fromarray(np.full((32, 32), 4095, np.uint16)))["pixel_values"], 4095)

@@ -237,3 +237,43 @@ def test_with_the_roformer_ext_tokenizer(tmp_path):
     out = processor(text=["the [IMAGE] cat", "a dog"], images=[image(32, 48)], padding=True)
     assert runs(out["input_ids"][0], ids) == [("image", 6)]
     assert out["input_ids"][0].count(ids["image_token_id"]) == out["pixel_values"].shape[0]
+
+
+def test_text_side_works_without_pillow(tmp_path):
+    """Regression: `import roformer_ext` imported PIL, which only the `vision` extra installs.
+
+    A fresh process where PIL cannot be imported builds a tokenizer and runs a text model; the image
+    processor then says how to install pillow. Plotting's matplotlib is not imported either.
+    """
+    script = textwrap.dedent(
+        """
+        import json, sys
+        sys.modules["PIL"] = None  # `import PIL` now fails, as without pillow
+        import torch
+        import roformer_ext
+        from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtImageProcessor
+        from roformer_ext import RoFormerExtTokenizerFast, add_vision_tokens
+
+        tokenizer = RoFormerExtTokenizerFast(vocab=sys.argv[1])
+        add_vision_tokens(tokenizer)
+        config = RoFormerExtConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=37)
+        inputs = tokenizer("the cat on the mat [IMAGE]", return_tensors="pt")
+        logits = RoFormerExtForMaskedLM(config).eval()(**inputs).logits
+        try:
+            RoFormerExtImageProcessor()
+            error = None
+        except ImportError as caught:
+            error = str(caught)
+        print(json.dumps({"shape": list(logits.shape), "finite": bool(torch.isfinite(logits).all()), "error": error,
+                          "matplotlib": any(name.split(".")[0] == "matplotlib" for name in sys.modules)}))
+        """
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    command = [sys.executable, "-c", script, write_vocab(tmp_path)]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = json.loads(result.stdout.strip().splitlines()[-1])
+    assert output["shape"] == [1, 8, len(VOCAB) + 4] and output["finite"]
+    assert "pip install 'roformer-ext[vision]'" in output["error"]
+    assert output["matplotlib"] is False

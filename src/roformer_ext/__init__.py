@@ -2,7 +2,8 @@
 
 Importing the package registers every class with transformers' Auto classes, and marks them
 `register_for_auto_class` so `save_pretrained` writes an `auto_map` that loads with `trust_remote_code=True`
-where this package is not installed.
+where this package is not installed. Pillow is optional (`pip install 'roformer-ext[vision]'`): without it the
+text models, tokenizers and configs work, and building the image processor raises an ImportError saying so.
 """
 
 from transformers import (
@@ -19,6 +20,7 @@ from transformers import (
     AutoProcessor,
     AutoTokenizer,
 )
+from transformers.utils import is_vision_available
 
 from .configuration_roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
 from .image_processing_roformer_ext import RoFormerExtImageProcessor
@@ -79,8 +81,11 @@ def _register_auto_classes() -> None:
             fast_tokenizer_class=RoFormerExtTokenizerFast,
             exist_ok=True,
         )
-    image_processors = {"pil": RoFormerExtImageProcessor, "torchvision": RoFormerExtImageProcessor}
-    AutoImageProcessor.register(RoFormerExtVisionTextConfig, image_processor_classes=image_processors, exist_ok=True)
+    if is_vision_available():  # without pillow, transformers' AutoImageProcessor is a placeholder that raises
+        image_processors = {"pil": RoFormerExtImageProcessor, "torchvision": RoFormerExtImageProcessor}
+        AutoImageProcessor.register(
+            RoFormerExtVisionTextConfig, image_processor_classes=image_processors, exist_ok=True
+        )
     AutoProcessor.register(RoFormerExtVisionTextConfig, RoFormerExtProcessor, exist_ok=True)
     RoFormerExtImageProcessor.register_for_auto_class("AutoImageProcessor")
     RoFormerExtProcessor.register_for_auto_class("AutoProcessor")

@@ -6,7 +6,8 @@ only to turn pictures into a flat list of patches plus the grid each picture was
 
 * resize, keeping the aspect ratio, so both sides are multiples of ``patch_size`` and the area lies in
   ``[size["min_pixels"], size["max_pixels"]]``;
-* rescale (1/255) and normalise with ``image_mean`` / ``image_std``;
+* rescale to [0, 1] by the range the input's dtype holds (uint8 / 255, uint16 and PIL ``I;16`` / 65535,
+  floats already in [0, 1] kept; see `pixel_peak`) and normalise with ``image_mean`` / ``image_std``;
 * cut into ``patch_size`` squares and ``temporal_patch_size`` frames deep (an image is one frame repeated,
   a video's last frame is repeated to fill its last group), giving
 
@@ -17,7 +18,8 @@ only to turn pictures into a flat list of patches plus the grid each picture was
     (``t = 1`` for images), which is what the position builders and the processor's placeholder
     expansion read.
 
-It runs on the PIL / NumPy backend of transformers (no torchvision needed).
+It runs on the PIL / NumPy backend of transformers (no torchvision needed). Pillow is optional (the
+``vision`` extra): this module imports without it, and the processor says how to install it when built.
 """
 
 from __future__ import annotations
@@ -28,24 +30,32 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from PIL import Image
-
 from transformers.image_processing_backends import PilBackend
 from transformers.image_processing_utils import BatchFeature
 from transformers.image_utils import (
     IMAGENET_STANDARD_MEAN,
     IMAGENET_STANDARD_STD,
     ChannelDimension,
-    PILImageResampling,
     SizeDict,
+    is_pil_image,
     load_image,
 )
 from transformers.processing_utils import ImagesKwargs, Unpack
+from transformers.utils import is_vision_available
+
+
+if is_vision_available():
+    from PIL import Image
+    from transformers.image_utils import PILImageResampling
+
+VISION_INSTALL_HINT = "pip install 'roformer-ext[vision]'"
+# PIL modes whose values do not fit 8 bits: PIL's own RGB conversion would clip them to 255.
+WIDE_PIL_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")
 
 
 def _is_frame(item: Any) -> bool:
     """One still picture: a PIL image, or an array / tensor with 2 (greyscale) or 3 dimensions."""
-    return isinstance(item, Image.Image) or (hasattr(item, "ndim") and hasattr(item, "shape") and item.ndim in (2, 3))
+    return is_pil_image(item) or (hasattr(item, "ndim") and hasattr(item, "shape") and item.ndim in (2, 3))
 
 
 def _is_stack(item: Any) -> bool:
@@ -96,6 +106,49 @@ def flatten_videos(videos: Any) -> list[list[Any]]:
         f"Unsupported video input of type {type(videos).__name__}; a video is a non-empty list of frames "
         "(PIL images or arrays) or a 4-D array of frames."
     )
+
+
+def pixel_peak(image: np.ndarray) -> int:
+    """The value that means full intensity in `image`: 255 (8-bit), 65535 (uint16) or 1 (floats, bools).
+
+    transformers assumes 8-bit pixels (`rescale_factor=1/255`) and only warns when floats are already in
+    [0, 1] ("It looks like you are trying to rescale already rescaled images"). Reading the range from
+    the dtype instead lets a 16-bit or [0, 1] picture give the same values as the same picture in uint8.
+    Integers other than uint8 / uint16 are read as 8-bit, as transformers does, when they fit [0, 255].
+    Raises ValueError (values) or TypeError (dtype) for what has no such reading.
+    """
+    dtype = image.dtype
+    if dtype == np.bool_:
+        return 1
+    if dtype == np.uint8:
+        return 255
+    if dtype == np.uint16:
+        return 65535
+    if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
+        raise TypeError(f"Unsupported image dtype {dtype}; pass uint8 or uint16 pixels, or floats in [0, 1].")
+    if image.size == 0:  # the size checks downstream say what is wrong
+        return 255 if np.issubdtype(dtype, np.integer) else 1
+    low, high = image.min(), image.max()
+    if np.issubdtype(dtype, np.floating):
+        if not (0 <= low and high <= 1):  # NaN fails both comparisons
+            raise ValueError(
+                f"The {dtype} image has values in [{low}, {high}]: with do_rescale=True a float image must already be "
+                "in [0, 1]. Divide it by its full-scale value (255 for 8-bit data), pass it as uint8 / uint16, or set "
+                "do_rescale=False to feed the values unchanged."
+            )
+        return 1
+    if low < 0:
+        raise ValueError(
+            f"The {dtype} image has negative values (min {low}): integer pixels count up from 0. Pass uint8 / uint16 "
+            "pixels or floats in [0, 1], or set do_rescale=False to feed the values unchanged."
+        )
+    if high > 255:
+        raise ValueError(
+            f"The {dtype} image has values up to {high}, beyond 8 bits, and {dtype} does not say its full scale. Cast "
+            "16-bit data to uint16 (read as 0..65535), pass floats in [0, 1], or set do_rescale=False to feed the "
+            "values unchanged."
+        )
+    return 255
 
 
 def fit_to_patches(height: int, width: int, patch_size: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -158,7 +211,10 @@ class RoFormerExtImageProcessor(PilBackend):
             image / frame (4 to 576 patches of 16x16; 147456 = 384x384, ViLT's resolution).
         min_pixels / max_pixels (`int`, *optional*): shortcuts that set `size`.
         resample (defaults to `PILImageResampling.BICUBIC`).
-        do_rescale (`bool`, defaults to `True`), rescale_factor (`float`, defaults to `1/255`).
+        do_rescale (`bool`, defaults to `True`), rescale_factor (`float`, defaults to `1/255`): the factor is
+            per 8-bit step, and other inputs are read on their own range first (uint16 / 65535, floats
+            already in [0, 1]), so every dtype of one picture gives the same values; `pixel_peak` lists what
+            is refused. With `do_rescale=False` pixel values are used as they are.
         do_normalize (`bool`, defaults to `True`), image_mean / image_std (default 0.5 each: [0, 1] -> [-1, 1]).
         do_convert_rgb (`bool`, defaults to `True`): greyscale, RGBA (composited on white), palette -> RGB.
         patch_size (`int`, defaults to 16), temporal_patch_size (`int`, defaults to 2): must match the
@@ -170,7 +226,7 @@ class RoFormerExtImageProcessor(PilBackend):
 
     do_resize = True
     size = {"min_pixels": 32 * 32, "max_pixels": 384 * 384}
-    resample = PILImageResampling.BICUBIC
+    resample = PILImageResampling.BICUBIC if is_vision_available() else None  # without pillow __init__ refuses
     do_rescale = True
     rescale_factor = 1 / 255
     do_normalize = True
@@ -183,6 +239,10 @@ class RoFormerExtImageProcessor(PilBackend):
     model_input_names = ["pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"]
 
     def __init__(self, **kwargs: Unpack[RoFormerExtImageProcessorKwargs]) -> None:
+        if not is_vision_available():
+            raise ImportError(
+                f"RoFormerExtImageProcessor needs pillow, which the `vision` extra installs: {VISION_INSTALL_HINT}"
+            )
         # fold the shortcuts first: the base __init__ would otherwise also store them as loose attributes
         min_pixels, max_pixels = kwargs.pop("min_pixels", None), kwargs.pop("max_pixels", None)
         if min_pixels is not None or max_pixels is not None:
@@ -242,7 +302,10 @@ class RoFormerExtImageProcessor(PilBackend):
         An image is handled as a video of one frame, so the two paths cannot drift apart.
         """
         to_array = partial(
-            self.process_image, do_convert_rgb=kwargs.get("do_convert_rgb"), input_data_format=kwargs.get("input_data_format")
+            self.process_image,
+            do_convert_rgb=kwargs.get("do_convert_rgb"),
+            input_data_format=kwargs.get("input_data_format"),
+            do_rescale=kwargs.get("do_rescale"),
         )
         data: dict[str, np.ndarray] = {}
         if images is not None:
@@ -258,11 +321,26 @@ class RoFormerExtImageProcessor(PilBackend):
         return BatchFeature(data=data, tensor_type=kwargs.get("return_tensors"))
 
     def process_image(
-        self, image: Any, do_convert_rgb: bool | None = None, input_data_format: Any = None, **kwargs
+        self,
+        image: Any,
+        do_convert_rgb: bool | None = None,
+        input_data_format: Any = None,
+        do_rescale: bool | None = None,
+        **kwargs,
     ) -> np.ndarray:
-        """Channels-first NumPy array; also takes H x W greyscale arrays, which the base class rejects."""
+        """Channels-first NumPy array; also takes H x W greyscale arrays, which the base class rejects.
+
+        With `do_rescale`, pixels that are not 8-bit become float32 in [0, 1] here (`pixel_peak`), before
+        the RGB conversion, whose alpha compositing assumes 255 for white in every integer dtype.
+        """
         if hasattr(image, "detach"):  # torch tensor
             image = image.detach().cpu().numpy()
+        if is_pil_image(image) and image.mode in WIDE_PIL_MODES:
+            image = np.array(image)  # PIL's RGB conversion would clip 16-bit / float values to 0..255
+        if isinstance(image, np.ndarray) and do_rescale:
+            peak = pixel_peak(image)
+            if peak != 255 and not np.issubdtype(image.dtype, np.floating):
+                image = image.astype(np.float32) / np.float32(peak)
         if isinstance(image, np.ndarray) and image.ndim == 2:
             image, input_data_format = image[..., None], ChannelDimension.LAST
         return super().process_image(image, do_convert_rgb=do_convert_rgb, input_data_format=input_data_format)
@@ -328,9 +406,11 @@ class RoFormerExtImageProcessor(PilBackend):
             target = SizeDict(height=target_height, width=target_width)
             processed = []
             for frame in frames:
+                # `rescale_factor` is per 8-bit step (transformers' 1/255); `process_image` left other pixels in [0, 1]
+                scale = rescale_factor if np.issubdtype(frame.dtype, np.integer) else rescale_factor * 255
                 frame = self.resize(frame, target, resample) if do_resize else frame
                 if do_rescale:
-                    frame = self.rescale(frame, rescale_factor)
+                    frame = self.rescale(frame, scale)
                 if do_normalize:
                     frame = self.normalize(frame, image_mean, image_std)
                 processed.append(np.asarray(frame, dtype=np.float32))
@@ -361,4 +441,4 @@ class RoFormerExtImageProcessor(PilBackend):
         return (rows // patch_size) * (cols // patch_size)
 
 
-__all__ = ["RoFormerExtImageProcessor", "fit_to_patches", "flatten_images", "flatten_videos", "is_video"]
+__all__ = ["RoFormerExtImageProcessor", "fit_to_patches", "flatten_images", "flatten_videos", "is_video", "pixel_peak"]
