@@ -24,7 +24,7 @@ from .modeling_roformer_ext import (
     check_token_inputs,
     self_attention_cache,
 )
-from .positions import build_position_ids, decoding_position_ids, remember_position_deltas, text_position_ids
+from .positions import build_position_ids, decoding_position_ids, remember_position_deltas
 
 
 class RoFormerExtPatchEmbedding(nn.Module):
@@ -135,15 +135,13 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         cache = self_attention_cache(past_key_values)
         past_length = cache.get_seq_length() if cache is not None else 0
         if past_length == 0:
-            if input_ids is None:  # embeddings only: text positions, no placeholders to read
+            if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be
                 if image_grid_thw is not None or video_grid_thw is not None:
                     raise ValueError(
                         "image_grid_thw / video_grid_thw need input_ids (their placeholders say where each image sits); "
                         "with inputs_embeds pass 3D position_ids built by roformer_ext.positions.build_position_ids."
                     )
-                positions = text_position_ids(batch, seq, 0, self.config.rope_parameters["axes"], inputs_embeds.device)
-                remember_position_deltas(cache, torch.zeros(batch, 1, device=inputs_embeds.device))
-                return positions
+                input_ids = torch.full((batch, seq), -1, device=inputs_embeds.device)  # -1: never a placeholder
             mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
             positions, deltas = build_position_ids(input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d)
             remember_position_deltas(cache, deltas)
