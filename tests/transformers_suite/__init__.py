@@ -1,0 +1,1 @@
+"""transformers' own common model tests (ModelTesterMixin, ConfigTester) run on every roformer-ext class."""

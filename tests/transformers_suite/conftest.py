@@ -1,0 +1,24 @@
+"""Set-up for transformers' common tests.
+
+The fetched upstream files and our stand-ins for their imports are libraries, not test modules, though their names
+start with `test_`: pytest must not collect them. The marks `ModelTesterMixin` puts on some tests are registered by
+transformers' own conftest.py, which we do not fetch; register them here so they are known marks.
+"""
+
+import pytest
+
+collect_ignore = ["upstream"]
+
+UPSTREAM_MARKS = {
+    "accelerate_tests": "needs accelerate (transformers' mark)",
+    "flash_attn_test": "flash attention 2 (transformers' mark; skipped without a GPU)",
+    "flash_attn_3_test": "flash attention 3 (transformers' mark; skipped without a GPU)",
+    "flash_attn_4_test": "flash attention 4 (transformers' mark; skipped without a GPU)",
+    "torch_compile_test": "torch.compile (transformers' mark)",
+    "slow": "transformers' @slow tests (skipped unless RUN_SLOW=1)",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in UPSTREAM_MARKS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")

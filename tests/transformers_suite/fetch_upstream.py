@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+"""Fetch transformers' common model tests for the installed transformers version.
+
+`ModelTesterMixin` (tests/test_modeling_common.py) and `ConfigTester` (tests/test_configuration_common.py) are
+not in the transformers wheel, only in its source distribution on PyPI. This script downloads that sdist with
+pip, checks that it is the installed version, and extracts just those two files into `upstream/` next to our
+small stand-ins for the three modules they import that the sdist lacks. The two files are gitignored: they are
+transformers' code, not ours.
+
+Idempotent: when the files are there and were fetched for the installed version, it does nothing.
+
+    python tests/transformers_suite/fetch_upstream.py            # fetch if missing or stale
+    python tests/transformers_suite/fetch_upstream.py --sdist transformers-5.23.0.tar.gz   # offline
+"""
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from email.parser import Parser
+from pathlib import Path
+
+UPSTREAM_DIR = Path(__file__).resolve().parent / "upstream"
+#: Paths inside the sdist (below its `transformers-<version>/` folder) -> file name in UPSTREAM_DIR.
+UPSTREAM_FILES = ("tests/test_modeling_common.py", "tests/test_configuration_common.py")
+#: What was fetched, for which transformers version: read by the test modules to refuse stale files.
+STAMP = UPSTREAM_DIR / "fetched_common_tests.json"
+FETCH_COMMAND = "python tests/transformers_suite/fetch_upstream.py"
+
+
+class FetchError(RuntimeError):
+    """The sdist could not be downloaded, is not the installed version, or lacks the files."""
+
+
+def installed_transformers_version() -> str:
+    return importlib.metadata.version("transformers")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fetched_version() -> str | None:
+    """The transformers version the files in UPSTREAM_DIR come from, or None when they are missing or edited."""
+    try:
+        stamp = json.loads(STAMP.read_text())
+        for name, digest in stamp["sha256"].items():
+            if _sha256((UPSTREAM_DIR / name).read_bytes()) != digest:
+                return None
+        if sorted(stamp["sha256"]) != sorted(Path(path).name for path in UPSTREAM_FILES):
+            return None
+        return stamp["transformers_version"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def download_sdist(version: str, destination: Path) -> Path:
+    """`pip download` the sdist of transformers==version (no wheel, no dependencies) into destination."""
+    command = [sys.executable, "-m", "pip", "download", f"transformers=={version}", "--no-deps"]
+    command += ["--no-binary", ":all:", "--dest", str(destination)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise FetchError(
+            f"`{' '.join(command)}` failed (exit {result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
+    archives = sorted(destination.glob("transformers-*.tar.gz"))
+    if len(archives) != 1:
+        found = [path.name for path in destination.iterdir()]
+        raise FetchError(f"pip download left {found}, expected one transformers sdist.")
+    return archives[0]
+
+
+def extract_common_tests(sdist: Path, version: str) -> dict[str, bytes]:
+    """The two files from `sdist`, after checking its PKG-INFO names transformers at `version`."""
+    root = f"transformers-{version}"
+    try:
+        with tarfile.open(sdist, "r:gz") as archive:
+            names = set(archive.getnames())
+            if f"{root}/PKG-INFO" not in names:
+                raise FetchError(f"{sdist.name} has no {root}/PKG-INFO: it is not the sdist of transformers {version}.")
+            metadata = Parser().parsestr(archive.extractfile(f"{root}/PKG-INFO").read().decode())
+            if metadata["Name"].lower() != "transformers" or metadata["Version"] != version:
+                raise FetchError(
+                    f"{sdist.name} is {metadata['Name']} {metadata['Version']}, but transformers {version} is "
+                    "installed: the common tests must come from the installed version."
+                )
+            missing = [path for path in UPSTREAM_FILES if f"{root}/{path}" not in names]
+            if missing:
+                raise FetchError(f"{sdist.name} lacks {missing}.")
+            return {Path(path).name: archive.extractfile(f"{root}/{path}").read() for path in UPSTREAM_FILES}
+    except (tarfile.TarError, OSError) as err:
+        raise FetchError(f"{sdist} is not a readable .tar.gz: {err}") from err
+
+
+def write_files(files: dict[str, bytes], version: str) -> None:
+    for name, data in files.items():
+        partial = UPSTREAM_DIR / f"{name}.partial"
+        partial.write_bytes(data)
+        partial.replace(UPSTREAM_DIR / name)
+    stamp = {"transformers_version": version, "sha256": {name: _sha256(data) for name, data in files.items()}}
+    STAMP.write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+
+
+def fetch(sdist: Path | None = None, force: bool = False) -> str:
+    """Make UPSTREAM_DIR hold the common tests of the installed transformers; returns what was done."""
+    version = installed_transformers_version()
+    if not force and sdist is None and fetched_version() == version:
+        return f"transformers {version} common tests already in {UPSTREAM_DIR}"
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = sdist if sdist is not None else download_sdist(version, Path(tmp))
+        files = extract_common_tests(archive, version)
+    write_files(files, version)
+    return f"extracted {', '.join(files)} of transformers {version} into {UPSTREAM_DIR}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sdist", type=Path, help="use this transformers-<version>.tar.gz instead of downloading")
+    parser.add_argument("--force", action="store_true", help="fetch again even when the files are up to date")
+    args = parser.parse_args(argv)
+    try:
+        print(fetch(args.sdist, args.force))
+    except FetchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""fetch_upstream.py: takes the two files only from the sdist of the installed version, and notices stale files."""
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from . import fetch_upstream
+
+
+def make_sdist(
+    path: Path, version: str, files: tuple[str, ...] | None = None, metadata_version: str | None = None
+) -> Path:
+    """A tiny stand-in sdist: PKG-INFO plus the given test files under `transformers-<version>/`."""
+    files = fetch_upstream.UPSTREAM_FILES if files is None else files
+    root = f"transformers-{version}"
+    metadata = f"Metadata-Version: 2.1\nName: transformers\nVersion: {metadata_version or version}\n"
+    entries = {f"{root}/PKG-INFO": metadata}
+    entries.update({f"{root}/{file}": f"# {file} of {version}\n" for file in files})
+    with tarfile.open(path, "w:gz") as archive:
+        for member, text in entries.items():
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def upstream_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    target = tmp_path / "upstream"
+    target.mkdir()
+    monkeypatch.setattr(fetch_upstream, "UPSTREAM_DIR", target)
+    monkeypatch.setattr(fetch_upstream, "STAMP", target / "fetched_common_tests.json")
+    return target
+
+
+def test_extracts_the_two_files_and_records_the_version(tmp_path, upstream_dir):
+    version = fetch_upstream.installed_transformers_version()
+    sdist = make_sdist(tmp_path / f"transformers-{version}.tar.gz", version)
+    fetch_upstream.fetch(sdist)
+    assert sorted(path.name for path in upstream_dir.glob("test_*.py")) == [
+        "test_configuration_common.py",
+        "test_modeling_common.py",
+    ]
+    assert (upstream_dir / "test_modeling_common.py").read_text() == f"# tests/test_modeling_common.py of {version}\n"
+    assert fetch_upstream.fetched_version() == version
+    # A second run finds them up to date and downloads nothing.
+    assert "already" in fetch_upstream.fetch()
+
+
+def test_another_version_is_refused(tmp_path, upstream_dir):
+    sdist = make_sdist(tmp_path / "old.tar.gz", "4.0.0")
+    installed = fetch_upstream.installed_transformers_version()
+    with pytest.raises(fetch_upstream.FetchError, match=f"transformers-{installed}/PKG-INFO"):
+        fetch_upstream.extract_common_tests(sdist, installed)
+    # An archive laid out for the installed version whose metadata names another one is refused too.
+    other = make_sdist(tmp_path / "other.tar.gz", installed, metadata_version="4.0.0")
+    with pytest.raises(fetch_upstream.FetchError, match="must come from the installed version"):
+        fetch_upstream.extract_common_tests(other, installed)
+
+
+def test_missing_file_is_refused(tmp_path, upstream_dir):
+    version = fetch_upstream.installed_transformers_version()
+    sdist = make_sdist(tmp_path / "partial.tar.gz", version, files=("tests/test_modeling_common.py",))
+    with pytest.raises(fetch_upstream.FetchError, match="lacks"):
+        fetch_upstream.extract_common_tests(sdist, version)
+
+
+def test_edited_or_missing_files_read_as_not_fetched(tmp_path, upstream_dir):
+    version = fetch_upstream.installed_transformers_version()
+    fetch_upstream.fetch(make_sdist(tmp_path / "sdist.tar.gz", version))
+    (upstream_dir / "test_configuration_common.py").write_text("# edited\n")
+    assert fetch_upstream.fetched_version() is None
+    (upstream_dir / "test_configuration_common.py").unlink()
+    assert fetch_upstream.fetched_version() is None
+    assert fetch_upstream.main(["--sdist", str(tmp_path / "missing.tar.gz")]) == 1

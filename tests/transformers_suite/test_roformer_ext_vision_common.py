@@ -1,0 +1,179 @@
+"""transformers' `ModelTesterMixin` and `ConfigTester` on every vision-text class of roformer-ext.
+
+Two testers, as transformers tests a vision-language model's text path and its image path:
+* text only: the vision-text config without placeholder ids (its default), text `input_ids` and padding;
+* pixels: every sample holds one 1x2x2-patch image, its placeholders in `input_ids`, its patches in `pixel_values`
+  (patches, channels * temporal_patch * patch**2) and its grid in `image_grid_thw`, as in transformers' Qwen2-VL
+  tester (tests/models/qwen2_vl/test_modeling_qwen2_vl.py).
+"""
+
+import unittest
+
+import torch
+from transformers.testing_utils import torch_device
+
+from roformer_ext import (
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+    RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextModel,
+)
+
+from .auto_names import AutoClassNamesMixin
+from .test_roformer_ext_common import RoFormerExtModelTester
+from .upstream_mixins import (
+    ConfigTester,
+    GenerationTesterMixin,
+    ModelTesterMixin,
+    floats_tensor,
+)
+
+VISION_TEXT_CLASSES = (
+    RoFormerExtVisionTextModel,
+    RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextForCausalLM,
+)
+
+
+class RoFormerExtVisionTextModelTester(RoFormerExtModelTester):
+    """The text tester's sizes and inputs on the vision-text config (3 rope axes, RoPE-Tie-v2).
+
+    Text only: the config keeps its default of no placeholder ids, so every token id is text (the mixin's own tests
+    draw ids over the whole vocabulary). The pixel tester below covers a config with placeholders.
+    """
+
+    config_class = RoFormerExtVisionTextConfig
+
+    def __init__(
+        self,
+        parent: unittest.TestCase,
+        patch_size: int = 2,
+        temporal_patch_size: int = 2,
+        num_channels: int = 3,
+        image_token_id: int | None = None,
+        video_token_id: int | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(parent, **kwargs)
+        self.patch_size = patch_size
+        self.temporal_patch_size = temporal_patch_size
+        self.num_channels = num_channels
+        self.image_token_id = image_token_id
+        self.video_token_id = video_token_id
+
+    def config_kwargs(self) -> dict:
+        return dict(
+            super().config_kwargs(),
+            patch_size=self.patch_size,
+            temporal_patch_size=self.temporal_patch_size,
+            num_channels=self.num_channels,
+            image_token_id=self.image_token_id,
+            video_token_id=self.video_token_id,
+        )
+
+
+class RoFormerExtVisionTextPixelModelTester(RoFormerExtVisionTextModelTester):
+    """One image per sample, as transformers' Qwen2-VL tester: grid (t, h, w) = (1, 2, 2), so four placeholders at
+    positions 1-4; placeholder ids low in the vocabulary (they survive the mixin's vocabulary resizes), drawn nowhere
+    else; no padding (the placeholders must be attended)."""
+
+    def __init__(
+        self,
+        parent: unittest.TestCase,
+        batch_size: int = 3,
+        text_length: int = 7,
+        image_grid: tuple[int, int, int] = (1, 2, 2),
+        **kwargs,
+    ) -> None:
+        self.image_grid = image_grid
+        self.num_image_tokens = image_grid[0] * image_grid[1] * image_grid[2]
+        kwargs = {"image_token_id": 4, "video_token_id": 5, "use_input_mask": False, **kwargs}
+        super().__init__(parent, batch_size=batch_size, seq_length=text_length + self.num_image_tokens, **kwargs)
+        self.pad_token_id = 0  # RoFormerExtConfig's default
+
+    def prepare_input_ids(self) -> torch.Tensor:
+        input_ids = super().prepare_input_ids()
+        for placeholder in (self.image_token_id, self.video_token_id):
+            input_ids[input_ids == placeholder] = self.pad_token_id
+        input_ids[:, 1 : 1 + self.num_image_tokens] = self.image_token_id
+        return input_ids
+
+    def prepare_pixel_inputs(self) -> dict[str, torch.Tensor]:
+        patch_dim = self.num_channels * self.temporal_patch_size * self.patch_size**2
+        return {
+            "pixel_values": floats_tensor([self.batch_size * self.num_image_tokens, patch_dim]),
+            "image_grid_thw": torch.tensor([list(self.image_grid)] * self.batch_size, device=torch_device),
+        }
+
+    def prepare_config_and_inputs_for_common(self) -> tuple[RoFormerExtVisionTextConfig, dict]:
+        config, inputs_dict = super().prepare_config_and_inputs_for_common()
+        inputs_dict = {key: value for key, value in inputs_dict.items() if value is not None}
+        return config, {**inputs_dict, **self.prepare_pixel_inputs()}
+
+
+class VisionTextTestBase(AutoClassNamesMixin, ModelTesterMixin, GenerationTesterMixin):
+    all_model_classes = VISION_TEXT_CLASSES
+    test_can_init_all_missing_weights_before_2023 = True  # see RoFormerExtModelTest
+
+    def setUp(self) -> None:
+        self.model_tester = self.model_tester_class(self)
+        # hidden_size 48 / 4 heads: see RoFormerExtModelTest.setUp.
+        self.config_tester = ConfigTester(
+            self, config_class=RoFormerExtVisionTextConfig, hidden_size=48, num_attention_heads=4
+        )
+
+    def test_config(self) -> None:
+        self.config_tester.run_common_tests()
+
+    def test_model(self) -> None:
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        result = RoFormerExtVisionTextModel(config).to(torch_device).eval()(**inputs_dict)
+        tester = self.model_tester
+        self.assertEqual(result.last_hidden_state.shape, (tester.batch_size, tester.seq_length, tester.hidden_size))
+
+
+class RoFormerExtVisionTextModelTest(VisionTextTestBase, unittest.TestCase):
+    """Vision-text classes on text-only input."""
+
+    model_tester_class = RoFormerExtVisionTextModelTester
+    # Text-only input never reaches the patch embedding, so its weights get no gradient in the mixin's training
+    # checks; the flag is the mixin's own switch for parameters a given input leaves unused. The pixel tester keeps
+    # the check on.
+    test_all_params_have_gradient = False
+
+
+class RoFormerExtVisionTextPixelModelTest(VisionTextTestBase, unittest.TestCase):
+    """Vision-text classes on text with one image per sample."""
+
+    model_tester_class = RoFormerExtVisionTextPixelModelTester
+
+    @unittest.skip(reason="VLMs cannot pass input_embeds without input_ids (as transformers' VLMModelTest)")
+    def test_inputs_embeds(self) -> None:
+        pass
+
+    @unittest.skip(reason="VLMs cannot pass input_embeds without input_ids (as transformers' VLMModelTest)")
+    def test_inputs_embeds_matches_input_ids(self) -> None:
+        pass
+
+    def test_mismatching_num_image_tokens(self) -> None:
+        """Placeholders and patches that do not match raise a ValueError (as transformers' VLM tests require)."""
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        per_image = self.model_tester.num_image_tokens
+        for model_class in self.all_model_classes:
+            model = model_class(config).to(torch_device).eval()
+            model(**inputs_dict)
+            fewer = dict(inputs_dict, pixel_values=inputs_dict["pixel_values"][per_image:])
+            fewer["image_grid_thw"] = inputs_dict["image_grid_thw"][1:]
+            with self.assertRaises(ValueError):
+                model(**fewer)
+            one_image = {
+                "pixel_values": inputs_dict["pixel_values"][:per_image],
+                "image_grid_thw": inputs_dict["image_grid_thw"][:1],
+            }
+            two_prompts = inputs_dict["input_ids"][:1].repeat(2, 1)
+            with self.assertRaises(ValueError):
+                model(input_ids=two_prompts, **one_image)
+            two_images = {key: torch.cat([value, value]) for key, value in one_image.items()}
+            model(input_ids=two_prompts, **two_images)

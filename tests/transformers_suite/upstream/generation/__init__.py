@@ -1,0 +1,1 @@
+"""Stand-in for transformers' tests/generation package (repository only, not in the sdist)."""

@@ -1,0 +1,39 @@
+"""transformers' `ModelTesterMixin` / `ConfigTester` and their input helpers, from the fetched upstream files.
+
+Refuses, with the command that fixes it, to run against files that are missing or were fetched for another
+transformers version: that must fail the suite, not skip it.
+"""
+
+from transformers import __version__ as transformers_version
+
+from .fetch_upstream import FETCH_COMMAND, UPSTREAM_DIR, fetched_version
+
+_fetched = fetched_version()
+if _fetched != transformers_version:
+    found = "are missing (or were edited)" if _fetched is None else f"come from transformers {_fetched}"
+    raise RuntimeError(
+        f"transformers' common tests in {UPSTREAM_DIR} {found}, but transformers {transformers_version} is "
+        f"installed. Run `{FETCH_COMMAND}` from the repository root (it downloads the transformers sdist with pip)."
+    )
+
+from .upstream.test_configuration_common import ConfigTester  # noqa: E402
+from .upstream.test_modeling_common import (  # noqa: E402
+    TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION,
+    ModelTesterMixin,
+    floats_tensor,
+    ids_tensor,
+    random_attention_mask,
+)
+from .upstream.utils.test_configuration_utils import config_common_kwargs  # noqa: E402
+from .upstream.generation.test_utils import GenerationTesterMixin  # noqa: E402
+
+__all__ = [
+    "TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION",
+    "ConfigTester",
+    "GenerationTesterMixin",
+    "ModelTesterMixin",
+    "config_common_kwargs",
+    "floats_tensor",
+    "ids_tensor",
+    "random_attention_mask",
+]
