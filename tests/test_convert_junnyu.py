@@ -270,3 +270,30 @@ def test_v2_config_with_v1_weights_lists_the_differences(tmp_path):
     )
     with pytest.raises(CheckpointConversionError, match=r"unexpected: .*roformer\.embeddings\.norm\.bias"):
         convert_transformers_checkpoint(src, tmp_path / "out")
+
+
+def test_use_bias_and_norm_type_are_independent(tmp_path):
+    """`use_bias: false` with `norm_type: layer_norm`: his code keeps the LayerNorms and drops only the biases."""
+    from test_from_transformers import their_model
+
+    src = tmp_path / "theirs"
+    theirs = their_model("RoFormerModel", src)
+    state = load_file(src / "model.safetensors")
+    linear_biases = [k for k in state if k.endswith("bias") and "LayerNorm" not in k]
+    with torch.no_grad():  # their model without Linear biases computes what a bias-free model does
+        for name, param in theirs.named_parameters():
+            if "roformer." + name in linear_biases or name in linear_biases:
+                param.zero_()
+    save_file({k: v for k, v in state.items() if k not in linear_biases}, src / "model.safetensors")
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "use_bias": False, "norm_type": "layer_norm"}))
+    ours = convert_transformers_checkpoint(src, tmp_path / "ours")
+    saved = json.loads((ours / "config.json").read_text())
+    assert saved["use_bias"] is False and saved["norm_type"] == "layer_norm"
+    from transformers import AutoModel
+
+    ids = torch.tensor([[5, 17, 42, 8, 9]])
+    with torch.no_grad():
+        expected = theirs(ids).last_hidden_state
+        actual = AutoModel.from_pretrained(ours).eval()(ids).last_hidden_state
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=0)

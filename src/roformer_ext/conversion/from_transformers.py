@@ -178,8 +178,9 @@ def convert_transformers_config(
     check_config_types(their, path, _INTEGER_FIELDS, _NUMBER_FIELDS, _FLAG_FIELDS)
     keys = list(keys)
     ours = {key: their[key] for key in _CONFIG_FIELDS if key in their}
-    ours["norm_type"] = "rms_scale_free" if _is_v2(their) else "layer_norm"
-    ours["mlm_head_transform"] = not _is_v2(their)  # junnyu: the transform exists iff norm_type == "layer_norm"
+    layer_norm = their.get("norm_type", "layer_norm") == "layer_norm"  # junnyu: any other value is his RMS norm
+    ours["norm_type"] = "layer_norm" if layer_norm else "rms_scale_free"
+    ours["mlm_head_transform"] = layer_norm  # his MLM head has the transform iff norm_type == "layer_norm"
     ours["multiple_choice_pooling"] = "last"
     ours["architectures"] = [_architecture(their, keys)]
     ours["pooler_activation"] = _pooler_activation(their, keys, pooler_activation)
