@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from . import CheckpointConversionError
 from .files import portable_command, portable_path
@@ -108,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _convert(args: argparse.Namespace):
+def _convert(args: argparse.Namespace) -> Path:
+    """Run the chosen converter with the parsed arguments; return the written folder."""
     if args.command == "original":
         from .original import convert_original_checkpoint
 
