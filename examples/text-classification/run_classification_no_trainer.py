@@ -1,172 +1,179 @@
 #!/usr/bin/env python
 """The `accelerate` twin of run_classification.py: the same data and model, an explicit training loop.
 
-One script for CPU, one GPU, multi-GPU DDP, FSDP, DeepSpeed and bf16: the launch config decides.
+One script for CPU, one GPU, multi-GPU DDP, FSDP, DeepSpeed and bf16: the launch config decides. It takes
+the same data flags as run_classification.py (`--train_file`, `--dataset_name`, `--text_column_names`, ...,
+or a bundled `--dataset`).
 
     accelerate launch --config_file ../accelerate/multi_gpu.yaml run_classification_no_trainer.py \
         --dataset chinese_sentiment --output_dir out/sentiment_ddp
-    accelerate launch --num_processes 2 --cpu run_classification_no_trainer.py --dataset statutes ...
+    accelerate launch --num_processes 2 --cpu run_classification_no_trainer.py --train_file train.csv ...
 
 Each rank writes `train_log_rank{i}.json` (its losses), so a run shows that every process trained.
 """
 
-from __future__ import annotations
-
+import logging
 import math
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from run_classification import DATASETS, DEMO_SENTENCES, DESCRIPTIONS, DataArguments
-from torch.utils.data import DataLoader
-from transformers import (
-    AutoModelForSequenceClassification,
-    DataCollatorWithPadding,
-    get_linear_schedule_with_warmup,
-    pipeline,
+from run_classification import (
+    ClassificationData,
+    ClassificationDataArguments,
+    demo_pipeline,
+    load_classification_data,
+    write_predictions,
 )
+from torch.utils.data import DataLoader
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, get_linear_schedule_with_warmup
 
-import roformer_ext  # noqa: F401  (registers the Auto classes)
-from roformer_ext.example_data import load_example_dataset
-from roformer_ext.example_utils import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+
+from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
+from common.data import sizes_text, split_sizes  # noqa: E402
+from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
+    check_output_dir,
     get_model,
     get_tokenizer,
+    load_config,
+    log_run_summary,
     parse_arguments,
     save_json,
-    write_model_card,
+    setup_logging,
 )
+
+import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class LoopArguments:
     """The few training settings the loop needs (precision and devices come from the accelerate config)."""
 
-    output_dir: str = field(
-        metadata={"help": "Where the model, tokenizer, metrics and README.md go."}
-    )
+    output_dir: str = field(metadata={"help": "Where the model, tokenizer, metrics and README.md go."})
     learning_rate: float = 5e-4
     weight_decay: float = 0.01
     per_device_train_batch_size: int = 32
     per_device_eval_batch_size: int = 64
     num_train_epochs: int = 1
-    max_train_steps: int | None = field(
-        default=None, metadata={"help": "Overrides num_train_epochs."}
-    )
+    max_train_steps: int | None = field(default=None, metadata={"help": "Overrides num_train_epochs."})
     gradient_accumulation_steps: int = 1
     warmup_ratio: float = 0.1
     logging_steps: int = 20
     seed: int = 42
-    push_to_hub: bool = False
-    hub_model_id: str | None = None
+    do_train: bool = field(default=False, metadata={"help": "Train (with none of the three: all of them)."})
+    do_eval: bool = field(default=False, metadata={"help": "Evaluate on the validation split."})
+    do_predict: bool = field(default=False, metadata={"help": "Predict (and score, with labels) the test split."})
+    push_to_hub: bool = field(default=False, metadata={"help": "Upload the folder with its model card, once."})
+    hub_model_id: str | None = field(default=None, metadata={"help": "Repo id; default: the output folder's name."})
+    hub_token: str | None = None
+    hub_private_repo: bool | None = None
+    hub_revision: str | None = None
+
+    def phases(self) -> tuple[bool, bool, bool]:
+        """(train, evaluate, predict): all three when none is asked for, as run_classification.py."""
+        if not (self.do_train or self.do_eval or self.do_predict):
+            return True, True, True
+        return self.do_train, self.do_eval, self.do_predict
 
 
 def main() -> None:
-    model_args, data_args, args = parse_arguments(
-        (ModelArguments, DataArguments, LoopArguments)
-    )
-    if data_args.dataset not in DATASETS:
-        raise ValueError(
-            f"--dataset must be one of {DATASETS}, not {data_args.dataset!r}."
-        )
-    accelerator = Accelerator(
-        gradient_accumulation_steps=args.gradient_accumulation_steps
-    )
+    model_args, data_args, args = parse_arguments((ModelArguments, ClassificationDataArguments, LoopArguments))
+    setup_logging()
+    do_train, do_eval, do_predict = args.phases()
+    if do_train:
+        check_output_dir(args.output_dir, data_args.overwrite_output_dir)
+    accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
 
-    raw = load_example_dataset(data_args.dataset)
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-        ("test", data_args.max_eval_samples),
-    ):
-        if limit is not None:
-            raw[split] = (
-                raw[split]
-                .shuffle(seed=args.seed)
-                .select(range(min(limit, len(raw[split]))))
-            )
-    labels = raw["train"].features["label"].names
+    known_labels = None
+    if model_args.model_name_or_path and not do_train:
+        id2label = load_config(model_args).id2label
+        known_labels = [id2label[i] for i in range(len(id2label))]
+    data: ClassificationData = load_classification_data(data_args, args.seed, known_labels)
+    if do_train and "train" not in data.raw:
+        raise ValueError("Training needs a train split: give --train_file or a dataset with one.")
+    regression = data.label_names is None
 
-    # The main process trains the vocabulary and saves it; the other ranks then load that same one.
+    # The main process trains the vocabulary and saves it; the other ranks then load that same one. A cache
+    # left by an earlier run in this folder is removed first: it may hold another data set's vocabulary.
     vocab_cache = output_dir / "trained_tokenizer"
     with accelerator.main_process_first():
-        tokenizer = get_tokenizer(
-            model_args, raw["train"]["text"], cache_dir=str(vocab_cache)
-        )
-        data = raw.map(
-            lambda batch: tokenizer(
-                batch["text"], truncation=True, max_length=data_args.max_seq_length
-            ),
-            batched=True,
-            remove_columns=[c for c in raw["train"].column_names if c != "label"],
-        )
-    model = get_model(
-        AutoModelForSequenceClassification,
-        model_args,
-        tokenizer,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={name: i for i, name in enumerate(labels)},
-    )
+        if accelerator.is_main_process:
+            shutil.rmtree(vocab_cache, ignore_errors=True)
+        tokenizer = get_tokenizer(model_args, data.texts if "train" in data.raw else [], cache_dir=str(vocab_cache))
+        encoded = {
+            split: dataset.map(
+                lambda batch: tokenizer(
+                    batch["sentence1"],
+                    batch["sentence2"] if data.pair else None,
+                    truncation=True,
+                    max_length=data_args.max_seq_length,
+                ),
+                batched=True,
+                remove_columns=[c for c in dataset.column_names if c != "label"],
+            )
+            for split, dataset in data.raw.items()
+        }
+    if regression:
+        task_kwargs = {"num_labels": 1, "problem_type": "regression"}
+    else:
+        task_kwargs = {
+            "num_labels": len(data.label_names),
+            "id2label": dict(enumerate(data.label_names)),
+            "label2id": {name: i for i, name in enumerate(data.label_names)},
+            "problem_type": "single_label_classification",
+        }
+    model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    if accelerator.is_main_process:
+        log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
 
     collate = DataCollatorWithPadding(tokenizer)
-    train_loader = DataLoader(
-        data["train"],
-        shuffle=True,
-        batch_size=args.per_device_train_batch_size,
-        collate_fn=collate,
-    )
-    eval_loader = DataLoader(
-        data["validation"],
-        batch_size=args.per_device_eval_batch_size,
-        collate_fn=collate,
-    )
-    test_loader = DataLoader(
-        data["test"], batch_size=args.per_device_eval_batch_size, collate_fn=collate
-    )
+    loaders = {
+        split: DataLoader(
+            dataset,
+            shuffle=split == "train",
+            batch_size=args.per_device_train_batch_size if split == "train" else args.per_device_eval_batch_size,
+            collate_fn=collate,
+        )
+        for split, dataset in encoded.items()
+    }
     no_decay = ("bias", "norm")
     groups = [
         {
-            "params": [
-                p
-                for n, p in model.named_parameters()
-                if not any(k in n for k in no_decay)
-            ],
+            "params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
             "weight_decay": args.weight_decay,
         },
-        {
-            "params": [
-                p for n, p in model.named_parameters() if any(k in n for k in no_decay)
-            ],
-            "weight_decay": 0.0,
-        },
+        {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
     # Steps are counted per process after sharding: len(train_loader) shrinks with the number of ranks.
-    steps_per_epoch = math.ceil(
-        len(train_loader) / accelerator.num_processes / args.gradient_accumulation_steps
+    steps_per_epoch = (
+        math.ceil(len(loaders["train"]) / accelerator.num_processes / args.gradient_accumulation_steps)
+        if do_train
+        else 0
     )
     max_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
-    scheduler = get_linear_schedule_with_warmup(
-        optimizer, int(args.warmup_ratio * max_steps), max_steps
-    )
-    model, optimizer, train_loader, eval_loader, test_loader, scheduler = (
-        accelerator.prepare(
-            model, optimizer, train_loader, eval_loader, test_loader, scheduler
-        )
-    )
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(args.warmup_ratio * max_steps), max_steps)
+    splits = list(loaders)
+    model, optimizer, scheduler, *prepared = accelerator.prepare(model, optimizer, scheduler, *loaders.values())
+    loaders = dict(zip(splits, prepared))
 
     losses: list[float] = []
     step = 0
-    while step < max_steps:
+    while do_train and step < max_steps:
         model.train()
-        for batch in train_loader:
+        for batch in loaders["train"]:
             with accelerator.accumulate(model):
                 loss = model(**batch).loss
                 accelerator.backward(loss)
@@ -183,87 +190,95 @@ def main() -> None:
                 if step >= max_steps:
                     break
     output_dir.mkdir(parents=True, exist_ok=True)
-    save_json(
-        output_dir / f"train_log_rank{accelerator.process_index}.json",
-        {
-            "process_index": accelerator.process_index,
-            "num_processes": accelerator.num_processes,
-            "steps": step,
-            "losses": losses,
-        },
-    )
+    if do_train:
+        save_json(
+            output_dir / f"train_log_rank{accelerator.process_index}.json",
+            {
+                "process_index": accelerator.process_index,
+                "num_processes": accelerator.num_processes,
+                "steps": step,
+                "losses": losses,
+            },
+        )
 
-    def evaluate(loader: DataLoader) -> float:
+    def predict(loader: DataLoader) -> tuple[np.ndarray, np.ndarray | None]:
         model.eval()
         predictions, references = [], []
         for batch in loader:
+            labels = batch.pop("labels", None)
             with torch.no_grad():
                 logits = model(**batch).logits
+            predicted = logits.squeeze(-1) if regression else logits.argmax(dim=-1)
             # gather_for_metrics drops the samples accelerate duplicated to even out the last batch
-            predicted, gold = accelerator.gather_for_metrics(
-                (logits.argmax(dim=-1), batch["labels"])
-            )
-            predictions.append(predicted.cpu())
-            references.append(gold.cpu())
-        return accuracy(torch.cat(predictions).numpy(), torch.cat(references).numpy())
+            predictions.append(accelerator.gather_for_metrics(predicted).cpu())
+            if labels is not None:
+                references.append(accelerator.gather_for_metrics(labels).cpu())
+        return torch.cat(predictions).numpy(), torch.cat(references).numpy() if references else None
 
-    metrics = {
-        "eval_accuracy": evaluate(eval_loader),
-        "test_accuracy": evaluate(test_loader),
-        "train_steps": step,
-    }
-    metrics["train_loss_first"], metrics["train_loss_last"] = losses[0], losses[-1]
+    def scores(prefix: str, predicted: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+        if regression:
+            return {f"{prefix}_mse": float(((predicted - gold) ** 2).mean())}
+        return {f"{prefix}_accuracy": accuracy(predicted, gold)}
+
+    metrics: dict[str, float] = {}
+    if do_eval and "validation" in loaders:
+        metrics.update(scores("eval", *predict(loaders["validation"])))
+    test_predictions = None
+    if do_predict and "test" in loaders:
+        test_predictions, gold = predict(loaders["test"])
+        if gold is not None:
+            metrics.update(scores("test", test_predictions, gold))
+    if do_train:
+        metrics["train_steps"] = step
+        metrics["train_loss_first"], metrics["train_loss_last"] = losses[0], losses[-1]
 
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model)
-    unwrapped.save_pretrained(
-        output_dir,
-        is_main_process=accelerator.is_main_process,
-        save_function=accelerator.save,
-        state_dict=accelerator.get_state_dict(model),  # gathers FSDP / DeepSpeed shards
-    )
+    if do_train:
+        unwrapped.save_pretrained(
+            output_dir,
+            is_main_process=accelerator.is_main_process,
+            save_function=accelerator.save,
+            state_dict=accelerator.get_state_dict(model),  # gathers FSDP / DeepSpeed shards
+        )
     if accelerator.is_main_process:
-        tokenizer.save_pretrained(output_dir)
-        shutil.rmtree(vocab_cache, ignore_errors=True)
         metrics["num_processes"] = accelerator.num_processes
         save_json(output_dir / "all_results.json", metrics)
-        write_model_card(
-            output_dir,
-            title=f"RoFormerExt for {data_args.dataset.replace('_', ' ')} classification (accelerate)",
+        if test_predictions is not None:
+            write_predictions(output_dir / "predict_results.txt", test_predictions, data.label_names)
+        for split in ("eval", "test"):
+            if f"{split}_accuracy" in metrics:
+                print(f"{split} accuracy {metrics[f'{split}_accuracy']:.4f}")
+    if accelerator.is_main_process and do_train:
+        tokenizer.save_pretrained(output_dir)
+        shutil.rmtree(vocab_cache, ignore_errors=True)
+        card = ModelCardInfo(
+            title=f"RoFormerExt for {(data_args.dataset or 'text').replace('_', ' ')} classification (accelerate)",
             task="text-classification",
-            dataset=data_args.dataset,
-            dataset_description=DESCRIPTIONS[data_args.dataset]
-            + f" Inputs truncated to {data_args.max_seq_length} tokens.",
+            summary="A RoFormer (rotary position embedding) sequence classifier from `roformer-ext`, trained with an "
+            "`accelerate` loop.",
+            data=data.description + f" Rows: {sizes_text(data.raw)}. Inputs truncated to {data_args.max_seq_length} "
+            "tokens." + (f" Labels: {', '.join(data.label_names)}." if data.label_names else " Regression."),
             metrics=metrics,
-            model_args=model_args,
-            config=unwrapped.config,
+            architecture=architecture_of(unwrapped),
+            datasets=data.datasets,
+            language=data.language,
+            license=model_args.license,
+            base_model=base_model_id(model_args.model_name_or_path),
             extra=f"- processes: {accelerator.num_processes}, mixed precision: {accelerator.mixed_precision}\n",
         )
-        print(
-            f"eval accuracy {metrics['eval_accuracy']:.4f}, test accuracy {metrics['test_accuracy']:.4f}"
+        save_card_and_push(
+            card,
+            output_dir,
+            push_to_hub=args.push_to_hub,
+            hub_model_id=args.hub_model_id,
+            hub_token=args.hub_token,
+            hub_private_repo=args.hub_private_repo,
+            hub_revision=args.hub_revision,
+            commit_message=f"RoFormerExt {data_args.dataset or 'text'} classifier (accelerate)",
         )
         print(f"model saved to {output_dir}")
-        classifier = pipeline(
-            "text-classification",
-            model=unwrapped,
-            tokenizer=tokenizer,
-            device=accelerator.device,
-        )
-        for sentence, result in zip(
-            DEMO_SENTENCES[data_args.dataset],
-            classifier(DEMO_SENTENCES[data_args.dataset]),
-        ):
-            print(f"pipeline: {sentence} -> {result['label']} ({result['score']:.3f})")
-        if args.push_to_hub:
-            from huggingface_hub import HfApi
-
-            repo_id = args.hub_model_id or output_dir.name
-            HfApi().create_repo(repo_id, exist_ok=True)
-            HfApi().upload_folder(
-                repo_id=repo_id,
-                folder_path=str(output_dir),
-                ignore_patterns=["train_log_rank*"],
-            )
+        demo_pipeline(unwrapped, tokenizer, data, data_args.dataset)
     accelerator.end_training()
 
 

