@@ -139,24 +139,28 @@ def word_spans(text: str, vocab: Container[str], split_cjk: bool = True) -> list
     return spans
 
 
-def _slice_spans(
-    normalized: NormalizedString, length: int, spans: list[tuple[int, int]]
-) -> list[NormalizedString]:
+def _slice_spans(normalized: NormalizedString, length: int, spans: list[tuple[int, int]]) -> list[NormalizedString]:
     """`[normalized[a:b] for a, b in spans]` without quadratic time on long text.
 
     tokenizers turns a slice's char offsets into byte offsets by scanning the string from its start, so
     slicing each word out of the whole text costs O(length) per word. Halving at a span boundary first
     keeps every slice inside a short piece: each level of halving scans the text about twice, and there
-    are log2(len(spans)) levels.
+    are log2(len(spans)) levels. (A `(start, end)` tuple slices like `start:end`, with less call overhead.)
     """
-    if length <= _DIRECT_SLICE_CHARS or len(spans) < 2:
-        return [normalized[a:b] for a, b in spans]
-    middle = len(spans) // 2
-    cut = spans[middle][0]
-    head, tail = normalized[0:cut], normalized[cut:length]
-    return _slice_spans(head, cut, spans[:middle]) + _slice_spans(
-        tail, length - cut, [(a - cut, b - cut) for a, b in spans[middle:]]
-    )
+    pieces: list[NormalizedString] = []
+
+    def cut(piece: NormalizedString, offset: int, size: int, lo: int, hi: int) -> None:
+        """Slice `spans[lo:hi]` out of `piece`, which holds the text's chars `offset` to `offset + size`."""
+        if size <= _DIRECT_SLICE_CHARS or hi - lo < 2:
+            pieces.extend(piece[(a - offset, b - offset)] for a, b in spans[lo:hi])
+            return
+        middle = (lo + hi) // 2
+        split = spans[middle][0] - offset
+        cut(piece[(0, split)], offset, split, lo, middle)
+        cut(piece[(split, size)], offset + split, size - split, middle, hi)
+
+    cut(normalized, 0, length, 0, len(spans))
+    return pieces
 
 
 class _JiebaPreTokenizer:
