@@ -4,6 +4,7 @@ The tester follows transformers' `RoFormerModelTester` (tests/models/roformer/te
 random config and the `create_and_check_*` shape checks per head, plus everything `ModelTesterMixin` runs.
 """
 
+import inspect
 import unittest
 
 import torch
@@ -240,7 +241,33 @@ class RoFormerExtModelTester:
         self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_choices))
 
 
-class RoFormerExtModelTest(AutoClassNamesMixin, ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+def forward_accepts(model_class: type, name: str) -> bool:
+    """Whether `model_class.forward` takes `name`, by the rule the mixin uses before running a test on it: a named
+    parameter, or a key of the TypedDict that annotates `**kwargs` (`Unpack[TransformersKwargs]`)."""
+    parameters = inspect.signature(model_class.forward).parameters
+    if name in parameters:
+        return True
+    kwargs = parameters.get("kwargs")
+    try:
+        return name in kwargs.annotation.__args__[0].__annotations__
+    except (AttributeError, IndexError):  # no **kwargs, or a string annotation (`from __future__ import annotations`)
+        return False
+
+
+class DeclaredInputsMixin:
+    """The mixin skips a test when a class does not appear to take an input (`output_attentions`, `inputs_embeds`);
+    our classes take them all, so such a skip would hide a defect. Fail instead."""
+
+    def test_forward_declares_what_the_mixin_looks_for(self) -> None:
+        for model_class in self.all_model_classes:
+            for name in ("inputs_embeds", "output_attentions", "output_hidden_states"):
+                with self.subTest(model_class=model_class.__name__, input=name):
+                    self.assertTrue(forward_accepts(model_class, name), f"{model_class.__name__}.forward: {name}")
+
+
+class RoFormerExtModelTest(
+    DeclaredInputsMixin, AutoClassNamesMixin, ModelTesterMixin, GenerationTesterMixin, unittest.TestCase
+):
     all_model_classes = (
         RoFormerExtModel,
         RoFormerExtForMaskedLM,

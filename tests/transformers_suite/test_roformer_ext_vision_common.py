@@ -21,7 +21,7 @@ from roformer_ext import (
 )
 
 from .auto_names import AutoClassNamesMixin
-from .test_roformer_ext_common import RoFormerExtModelTester
+from .test_roformer_ext_common import DeclaredInputsMixin, RoFormerExtModelTester
 from .upstream_mixins import (
     ConfigTester,
     GenerationTesterMixin,
@@ -113,7 +113,7 @@ class RoFormerExtVisionTextPixelModelTester(RoFormerExtVisionTextModelTester):
         return config, {**inputs_dict, **self.prepare_pixel_inputs()}
 
 
-class VisionTextTestBase(AutoClassNamesMixin, ModelTesterMixin, GenerationTesterMixin):
+class VisionTextTestBase(DeclaredInputsMixin, AutoClassNamesMixin, ModelTesterMixin, GenerationTesterMixin):
     all_model_classes = VISION_TEXT_CLASSES
     test_can_init_all_missing_weights_before_2023 = True  # see RoFormerExtModelTest
 
