@@ -108,7 +108,6 @@ def test_register_custom_scheme():
     [
         ([("text", 2), ("image", (1, 2, 2)), ("text", 1)], [[1, 2, 2], [1, 1, 1]], "2 row.*1 groups"),
         ([("text", 2), ("image", (1, 2, 2))], [[1, 2, 3]], "4 placeholder tokens.*t\\*h\\*w = 6"),
-        ([("text", 2), ("image", (1, 2, 2))], None, "image_grid_thw is None"),
         ([("text", 2)], [[1, 2, 2]], "no image placeholders"),
         ([("text", 2), ("image", (1, 2, 2))], [[1, 2]], "shape \\(num, 3\\)"),
     ],
@@ -484,3 +483,12 @@ def test_segments_reach_the_scheme():
     input_ids, mask, images, videos = batch([[("text", 1), ("image", (1, 1, 2)), ("video", (2, 1, 1))]], [2], [0])
     build_position_ids(input_ids, make_config("test_record", 1), images, videos, mask)
     assert seen == [Segment("text", 1), Segment("image", 2, (1, 1, 2)), Segment("video", 2, (2, 1, 1))]
+
+
+def test_placeholders_without_a_grid_are_text():
+    """As Qwen2-VL's get_rope_index: with no image_grid_thw, placeholder ids are laid out as text."""
+    input_ids, _, _, _ = batch([[("text", 2), ("image", (1, 2, 2)), ("text", 1)]], [0], [0])
+    config = make_config("rope_tie", 2)
+    positions, deltas = build_position_ids(input_ids, config)
+    assert positions[:, 0].tolist() == [list(map(float, range(7)))] * 2
+    assert deltas.tolist() == [[0.0]]

@@ -135,12 +135,24 @@ def test_placeholder_count_mismatch_raises():
     batch = mixed_batch()
     with pytest.raises(ValueError, match="12 image placeholder tokens but 11 image patches"):
         model(**{**batch, "pixel_values": batch["pixel_values"][:11]})
-    with pytest.raises(ValueError, match="image patches"):
+    with pytest.raises(ValueError, match="pixel_values and image_grid_thw go together"):
         model(**{**batch, "pixel_values": None})
+    with pytest.raises(ValueError, match="pixel_values_videos and video_grid_thw go together"):
+        model(**{**batch, "video_grid_thw": None})
     with pytest.raises(ValueError):
         model(**{**batch, "image_grid_thw": torch.tensor([[1, 2, 3]])})
     with pytest.raises(ValueError, match="pixel_values must be"):
         model(**{**batch, "pixel_values": batch["pixel_values"][:, :5]})
+
+
+def test_placeholders_without_pixel_inputs_are_text_tokens():
+    """As Qwen2-VL: no pixel_values and no grid means a text-only call; placeholders are ordinary tokens."""
+    model = RoFormerExtVisionTextModel(vision_config("rope_tie")).eval()
+    input_ids = mixed_batch()["input_ids"][:1]
+    with torch.no_grad():
+        out = model(input_ids).last_hidden_state
+        embeds = model.get_input_embeddings()(input_ids)
+        torch.testing.assert_close(model(inputs_embeds=embeds).last_hidden_state, out)
 
 
 def test_auto_classes_pick_vision_text_heads(tmp_path):

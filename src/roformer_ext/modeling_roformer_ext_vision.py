@@ -86,8 +86,23 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         self.post_init()
 
     def _write_patches(
-        self, embeds: torch.Tensor, input_ids: torch.Tensor, token_id: int | None, pixels: torch.Tensor | None, kind: str
+        self,
+        embeds: torch.Tensor,
+        input_ids: torch.Tensor,
+        token_id: int | None,
+        pixels: torch.Tensor | None,
+        grid_thw: torch.Tensor | None,
+        kind: str,
     ) -> torch.Tensor:
+        """Patch embeddings into the placeholders; without pixels and grid the placeholders stay tokens (Qwen2-VL)."""
+        suffix = "_videos" if kind == "video" else ""
+        if (pixels is None) != (grid_thw is None):
+            raise ValueError(
+                f"pixel_values{suffix} and {kind}_grid_thw go together (one gives the patches, the other their grid); "
+                f"got only {'the grid' if pixels is None else 'the patches'}. Pass both, as RoFormerExtProcessor returns."
+            )
+        if pixels is None:
+            return embeds
         placeholders = input_ids == token_id if token_id is not None else torch.zeros_like(input_ids, dtype=torch.bool)
         count = int(placeholders.sum())
         rows = 0 if pixels is None else pixels.shape[0]
@@ -106,12 +121,18 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         self,
         input_ids: torch.LongTensor,
         pixel_values: torch.Tensor | None,
+        image_grid_thw: torch.LongTensor | None,
         pixel_values_videos: torch.Tensor | None,
+        video_grid_thw: torch.LongTensor | None,
     ) -> torch.Tensor:
         """Word embeddings with every placeholder replaced by its patch embedding."""
         embeds = self.get_input_embeddings()(input_ids)
-        embeds = self._write_patches(embeds, input_ids, self.config.image_token_id, pixel_values, "image")
-        return self._write_patches(embeds, input_ids, self.config.video_token_id, pixel_values_videos, "video")
+        embeds = self._write_patches(
+            embeds, input_ids, self.config.image_token_id, pixel_values, image_grid_thw, "image"
+        )
+        return self._write_patches(
+            embeds, input_ids, self.config.video_token_id, pixel_values_videos, video_grid_thw, "video"
+        )
 
     def compute_position_ids(
         self,
@@ -180,7 +201,9 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
             inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
         elif inputs_embeds is None:
-            inputs_embeds = self.embed_tokens_and_patches(input_ids, pixel_values, pixel_values_videos)
+            inputs_embeds = self.embed_tokens_and_patches(
+                input_ids, pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw
+            )
         elif pixel_values is not None or pixel_values_videos is not None:
             raise ValueError(
                 "pixel_values go with input_ids (their placeholders say where the patches go); with inputs_embeds, "

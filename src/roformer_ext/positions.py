@@ -273,10 +273,14 @@ def _split_segments(
     token_ids: tuple[int | None, int | None],
     grids: tuple[list | None, list | None],
 ) -> list[list[Segment]]:
-    """Segments of every sample, with the grids assigned and every count checked."""
+    """Segments of every sample, with the grids assigned and every count checked.
+
+    Placeholders of a kind whose grid is not given are ordinary text tokens, as in Qwen2-VL's `get_rope_index`: a
+    text-only call never needs the grids.
+    """
     kinds = torch.zeros_like(input_ids)
-    for kind, token_id in enumerate(token_ids, start=1):
-        if token_id is not None:
+    for kind, (token_id, grid) in enumerate(zip(token_ids, grids), start=1):
+        if token_id is not None and grid is not None:
             kinds[input_ids == token_id] = kind
     runs = [_runs(kinds[b][real[b]]) for b in range(input_ids.shape[0])]
 
