@@ -45,7 +45,7 @@ def portable(argument: str) -> str:
 def command_line(argv: list[str] | None = None) -> str:
     """How this run was started (`python script.py ...`), with `portable` arguments."""
     argv = sys.argv if argv is None else argv
-    return " ".join(shlex.quote(part) for part in ["python", Path(argv[0]).name, *map(portable, argv[1:])])
+    return " ".join(shlex.quote(part) for part in ["python", *map(portable, argv)])
 
 
 def arguments_file(argv: list[str] | None = None) -> dict[str, Any] | None:
