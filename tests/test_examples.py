@@ -352,6 +352,15 @@ def test_second_run_refuses_to_overwrite_a_trained_model_unless_told(tmp_path, m
     run_in_process(CLASSIFY, [*args, "--overwrite_output_dir"], monkeypatch)
     check_saved_folder(out, "AutoModelForSequenceClassification")
 
+    # --do_eval alone evaluates that model on new data in the model's own label order, and saves no model.
+    write_reviews_csv(tmp_path / "dev.csv", 10)
+    evaluated = tmp_path / "evaluated"
+    run_in_process(CLASSIFY, ["--model_name_or_path", str(out), "--validation_file", str(tmp_path / "dev.csv"),
+                              "--text_column_names", "review", "--label_column_name", "sentiment", "--do_eval",
+                              "--output_dir", str(evaluated), *TRAINER], monkeypatch)  # fmt: skip
+    assert set(json.loads((evaluated / "all_results.json").read_text())) >= {"eval_accuracy", "eval_loss"}
+    assert not (evaluated / "model.safetensors").exists() and not (evaluated / "README.md").exists()
+
 
 class RecordingHub:
     """A stand-in for the Hub API: records every call that would create a repo or a commit."""
@@ -420,3 +429,18 @@ def test_push_to_hub_makes_one_commit_with_the_final_card(tmp_path, monkeypatch)
         "pipeline_tag": "text-classification",
         "tags": ["roformer_ext", "rotary-position-embedding"],
     }  # base_model: none, trained from scratch
+
+
+def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch):
+    hub = RecordingHub(monkeypatch)
+    write_reviews_csv(tmp_path / "train.csv", 40)
+    out = tmp_path / "pushed_loop"
+    args = [
+        "--train_file", str(tmp_path / "train.csv"), "--text_column_names", "review", "--label_column_name", "sentiment",
+        "--output_dir", str(out), "--max_train_steps", "2", "--push_to_hub", "--hub_model_id", "someone/loop",
+        "--per_device_train_batch_size", "8", *TINY,
+    ]  # fmt: skip
+    run_in_process(CLASSIFY_LOOP, args, monkeypatch)
+    (upload,) = hub.uploads()
+    assert upload["repo_id"] == "someone/loop" and "model.safetensors" in upload["files"]
+    assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
