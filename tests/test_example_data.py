@@ -259,6 +259,7 @@ def test_folder_of_files_and_save_to_disk_folder_load(tmp_path):
 
 
 def test_bad_data_arguments_say_what_to_do(tmp_path):
+    assert builder_for("x.TSV.gz") == ("csv", {"delimiter": "\t"}) and builder_for("a.b.jsonl.zst") == ("json", {})
     with pytest.raises(ValueError, match="supported data files are .csv"):
         DataArguments(train_file="data.xlsx")
     with pytest.raises(ValueError, match="not both"):
