@@ -270,6 +270,22 @@ def test_own_jsonl_sentence_pairs_no_validation_split(tmp_path, monkeypatch):
     assert metrics["train_steps"] == 3 and "eval_accuracy" in metrics
 
 
+def test_own_parquet_regression(tmp_path, monkeypatch):
+    rows = [{"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)} for i in range(40)]
+    Dataset.from_list(rows).to_parquet(tmp_path / "scores.parquet")
+    Dataset.from_list(rows[:6]).to_parquet(tmp_path / "more.parquet")
+    out = tmp_path / "regression"
+    args = ["--train_file", str(tmp_path / "scores.parquet"), "--test_file", str(tmp_path / "more.parquet"),
+            "--label_column_name", "score", "--output_dir", str(out), "--max_steps", "2", *TINY, *TRAINER]  # fmt: skip
+    run_in_process(CLASSIFY, args, monkeypatch)  # float labels: regression without --do_regression
+    metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
+    assert {"eval_mse", "test_mse", "test_mae"} <= set(metrics)
+    config = json.loads((out / "config.json").read_text())
+    assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
+    values = [float(line.split("\t")[1]) for line in (out / "predict_results.txt").read_text().splitlines()[1:]]
+    assert len(values) == 6
+
+
 def test_own_text_corpus_mlm_line_by_line(tmp_path, monkeypatch):
     lines = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。"]
     (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 3] * 2 for i in range(120)) + "\n\n", encoding="utf-8")
