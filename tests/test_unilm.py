@@ -96,3 +96,64 @@ def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_target
     torch.testing.assert_close(first[0, :6], second[0, :6], rtol=0, atol=1e-6)
     assert (first[0, 6:] - second[0, 6:]).abs().max() > 1e-3
     assert (plain[0, :6] - second[0, :6]).abs().max() > 1e-3  # without the mask everything mixes
+
+
+# --- UniLM generation through generate(): decoder_attention="unilm" -------------------------------------------------
+
+
+def unilm_decoder() -> roformer_ext.RoFormerExtForCausalLM:
+    torch.manual_seed(0)
+    return roformer_ext.RoFormerExtForCausalLM(tiny_config(decoder_attention="unilm")).eval()
+
+
+def unilm_recomputation(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> torch.Tensor:
+    """The reference: every step recomputes the whole sequence under the explicit UniLM mask, no cache."""
+    source = input_ids.shape[1]
+    for _ in range(steps):
+        token_type_ids = torch.zeros_like(input_ids)
+        token_type_ids[:, source:] = 1
+        mask = torch.cat([attention_mask, attention_mask.new_ones(input_ids.shape[0], input_ids.shape[1] - source)], 1)
+        four_d = unilm_attention_mask(token_type_ids, mask)
+        with torch.no_grad():
+            logits = model(input_ids, attention_mask=four_d, token_type_ids=token_type_ids, use_cache=False).logits
+        input_ids = torch.cat([input_ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return input_ids
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
+    model = unilm_decoder()
+    input_ids = torch.randint(5, 99, (2, 6), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, :2] = 0  # left padding
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    generated = model.generate(
+        input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids), max_new_tokens=5,
+        do_sample=False, pad_token_id=0, cache_implementation=cache_implementation,
+    )
+    assert torch.equal(generated, unilm_recomputation(model, input_ids, attention_mask, 5))
+
+
+def test_unilm_generate_without_token_type_ids_treats_the_prompt_as_source():
+    model = unilm_decoder()
+    input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(2))
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(
+        model.generate(input_ids, **kwargs), model.generate(input_ids, token_type_ids=torch.zeros_like(input_ids), **kwargs)
+    )
+
+
+def test_unilm_prompt_is_bidirectional_unlike_causal():
+    """The first source token sees the last one under UniLM, not under plain causal attention."""
+    model = unilm_decoder()
+    input_ids = torch.randint(5, 99, (1, 5), generator=torch.Generator().manual_seed(3))
+    changed = input_ids.clone()
+    changed[0, -1] = 7
+    with torch.no_grad():
+        first = model(input_ids, token_type_ids=torch.zeros_like(input_ids)).logits[0, 0]
+        after = model(changed, token_type_ids=torch.zeros_like(changed)).logits[0, 0]
+    assert not torch.allclose(first, after)
+    causal = roformer_ext.RoFormerExtForCausalLM(tiny_config()).eval()
+    causal.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(causal(input_ids).logits[0, 0], causal(changed).logits[0, 0])

@@ -26,6 +26,7 @@ NORM_TYPES = ("layer_norm", "rms_scale_free")
 ATTENTION_TYPES = ("softmax", "linear")
 POOLER_ACTIVATIONS = ("tanh", "linear", None)
 MULTIPLE_CHOICE_POOLINGS = ("first", "last")
+DECODER_ATTENTIONS = ("causal", "unilm")
 
 
 class RoFormerExtConfig(PreTrainedConfig):
@@ -40,6 +41,11 @@ class RoFormerExtConfig(PreTrainedConfig):
     scaling types), `rope_theta`, `pair_layout` ("interleaved" as the original RoFormer, or "half"),
     `axes` (1 text, 2 image, 3 video), `axis_allocation` ("interleaved" | "sections" | "split"),
     `mrope_section` (for "sections"), `position_scheme` (rope_1d | rope_2d_rows | rope_tie | rope_tie_v2 | mrope).
+
+    `decoder_attention` ("causal" | "unilm"): how a decoder (`is_decoder=True`, e.g. `RoFormerExtForCausalLM`)
+    attends. "unilm" is RoFormer-Sim's sequence-to-sequence pattern: the source (token_type_ids == 0, given in the
+    first call) attends bidirectionally within itself, every other token causally; tokens after a cache default to
+    segment 1, and `generate` extends token_type_ids with 1s.
 
     `sparse_prediction` (as in transformers' ModernBERT): when the masked-LM model gets `labels`, the vocabulary
     projection runs only on the positions whose label is not `sparse_pred_ignore_index` (~15% in MLM pre-training)
@@ -86,6 +92,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     rope_parameters: dict | None = None
     is_decoder: bool = False
     add_cross_attention: bool = False
+    decoder_attention: str = "causal"
     use_cache: bool = True
     tie_word_embeddings: bool = True
     image_token_id: int | None = None
@@ -149,6 +156,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
         _check_choice("pooler_activation", self.pooler_activation, POOLER_ACTIVATIONS)
         _check_choice("multiple_choice_pooling", self.multiple_choice_pooling, MULTIPLE_CHOICE_POOLINGS)
+        _check_choice("decoder_attention", self.decoder_attention, DECODER_ATTENTIONS)
         rope = self.rope_parameters
         _check_choice("rope_parameters['rope_type']", rope["rope_type"], registered_rotary_kinds())
         _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())

@@ -15,7 +15,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask, create_masks_for_generate
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
@@ -459,8 +459,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         embeddings: torch.Tensor,
         past_key_values: Cache | None,
         past_length: int,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """transformers' mask utilities: bidirectional for the encoder, causal for the decoder.
+        """transformers' mask utilities: bidirectional for the encoder, causal (or UniLM) for the decoder.
 
         Sequence boundaries come only from the mask: position ids are never passed, so a jump in positions (an
         image block, a caller's own positions) is never read as the start of a new packed sequence.
@@ -474,9 +475,37 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, self.config._attn_implementation)
         if self.config.is_decoder:
             return create_causal_mask(
-                config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, past_key_values=cache
+                config=self.config,
+                inputs_embeds=embeddings,
+                attention_mask=attention_mask,
+                past_key_values=cache,
+                or_mask_function=self.unilm_source_overlay(token_type_ids, past_length, cache),
             )
         return create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+
+    def unilm_source_overlay(
+        self, token_type_ids: torch.Tensor | None, past_length: int, cache: Cache | None
+    ) -> Callable | None:
+        """UniLM: source tokens (segment 0) also see later source tokens. Only a first call holds source tokens;
+        after it every query is a target token, for which causal attention is already the UniLM rule."""
+        if self.config.decoder_attention != "unilm" or token_type_ids is None or not _is_zero(past_length):
+            return None
+        seq = token_type_ids.shape[1]
+        kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq  # a static cache's full length
+        source = F.pad(token_type_ids == 0, (0, kv_length - seq), value=False)
+
+        def source_sees_source(batch_idx, head_idx, q_idx, kv_idx):
+            return source[batch_idx, q_idx] & source[batch_idx, kv_idx]
+
+        return source_sees_source
+
+    def default_token_type_ids(
+        self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
+    ) -> torch.Tensor | None:
+        """A UniLM decoder's tokens after a cache are the target (segment 1) unless the caller says otherwise."""
+        if token_type_ids is not None or self.config.decoder_attention != "unilm" or _is_zero(past_length):
+            return token_type_ids
+        return torch.ones(batch, seq, dtype=torch.long, device=device)
 
     def cross_attention_mask(
         self, encoder_attention_mask: torch.Tensor | None, embeddings: torch.Tensor, encoder_hidden_states: torch.Tensor
@@ -526,15 +555,17 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 "is_decoder=True, add_cross_attention=True (as EncoderDecoderModel does for its decoder)."
             )
         past_key_values = self.prepare_cache(past_key_values, use_cache, encoder_hidden_states)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        token_type_ids = self.default_token_type_ids(token_type_ids, past_length, *tokens.shape[:2], tokens.device)
         embeddings = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         batch, seq = embeddings.shape[:2]
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         check_padding_mask(attention_mask, batch, past_length + seq)
         axes = self.config.rope_parameters["axes"]
         if position_ids is None:
             position_ids = text_position_ids(batch, seq, past_length, axes, embeddings.device)
         position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
-        mask = self.self_attention_mask(attention_mask, embeddings, past_key_values, past_length)
+        mask = self.self_attention_mask(attention_mask, embeddings, past_key_values, past_length, token_type_ids)
         cross_mask = None
         if encoder_hidden_states is not None:
             cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
@@ -557,6 +588,11 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             pooler_output=pooled,
             past_key_values=past_key_values if self.config.is_decoder and past_key_values is not None else None,
         )
+
+
+def _is_zero(length: int | torch.Tensor) -> bool:
+    """Whether nothing is cached yet (a static cache reports its length as a tensor)."""
+    return int(length) == 0
 
 
 def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
@@ -707,6 +743,26 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
+
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, past_key_values, **kwargs):
+        """generate() prepares masks ahead for static caches; a UniLM decoder builds its own from token types."""
+        if self.config.decoder_attention == "unilm":
+            return attention_mask
+        return create_masks_for_generate(
+            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+            past_key_values=past_key_values, **kwargs,
+        )
+
+    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
+        """transformers repeats the last token type for new tokens; a UniLM decoder's new tokens are the target."""
+        token_type_ids = model_kwargs.get("token_type_ids")
+        model_kwargs = super()._update_model_kwargs_for_generation(
+            outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        )
+        if self.config.decoder_attention == "unilm" and token_type_ids is not None:
+            target = token_type_ids.new_ones(token_type_ids.shape[0], num_new_tokens)
+            model_kwargs["token_type_ids"] = torch.cat([token_type_ids, target], dim=-1)
+        return model_kwargs
 
     @can_return_tuple
     @auto_docstring
