@@ -189,6 +189,24 @@ def test_written_folder(converted, name):
     assert not any("bias" in k for k in saved if k.startswith(prefix + "layers.")) if v2 else True
     card = (converted[name] / "README.md").read_text()
     assert "junnyu's `roformer` package" in card and f"roformer-ext-convert transformers {name} {name}\n" in card
+    generator = name == "roformer_sim"  # his RoFormerForCausalLM Sim: our UniLM decoder, stopping at [SEP]
+    assert config["decoder_attention"] == ("unilm" if generator else "causal")
+    assert (converted[name] / "generation_config.json").is_file() is generator
+    if generator:
+        generation = json.loads((converted[name] / "generation_config.json").read_text())
+        assert (generation["eos_token_id"], generation["pad_token_id"]) == (3, 0)
+    assert (converted[name] / "modules.json").is_file() is (pooler is not None)  # sentence-transformers
+
+
+def test_sim_without_vocabulary_gets_no_generation_config(tmp_path, capsys):
+    """The [SEP] id comes from vocab.txt: without it the folder has no generation config (and is warned about)."""
+    src = write_junnyu_folder("roformer_sim", tmp_path / "hub")
+    (src / "vocab.txt").unlink()
+    assert main(["transformers", str(src), str(tmp_path / "out")]) == 0
+    assert "gets no tokenizer" in capsys.readouterr().err
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["decoder_attention"] == "unilm" and not (tmp_path / "out" / "generation_config.json").exists()
+    assert (tmp_path / "out" / "modules.json").is_file()
 
 
 @pytest.mark.parametrize(

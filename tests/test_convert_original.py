@@ -196,6 +196,15 @@ def test_written_folder(converted, name):
     assert_no_local_paths(folder, FIXTURES, folder.parent)
     assert AutoConfig.from_pretrained(folder).model_type == "roformer_ext"
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    generator = name == "roformer_sim"  # Sim with its MLM head: the UniLM seq2seq model, stopping at [SEP]
+    assert config["decoder_attention"] == ("unilm" if generator else "causal")
+    assert (folder / "generation_config.json").is_file() is generator
+    if generator:
+        generation = json.loads((folder / "generation_config.json").read_text())
+        assert (generation["eos_token_id"], generation["pad_token_id"]) == (3, 0)  # [SEP], [PAD] in vocab.txt
+        assert "SimilarSentenceGenerator" in card and "SentenceTransformer(folder)" in card
+    for st_file in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
+        assert (folder / st_file).is_file() is (pooler is not None)  # SentenceTransformer(folder): pooler_output
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -12,9 +12,14 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import CheckpointConversionError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..configuration_roformer_ext import RoFormerExtConfig
 
 
 def one_line(err: BaseException) -> str:
@@ -101,6 +106,17 @@ def add_to_safetensors(folder: Path, extra: Mapping[str, Any]) -> None:
     save_file(tensors, path, metadata={"format": "pt"})
 
 
+def write_sim_files(folder: Path, config: RoFormerExtConfig, tokenizer: PreTrainedTokenizerBase | None) -> None:
+    """RoFormer-Sim's extras: a UniLM generator's generation config (stop at [SEP], pad with [PAD]) when there is a
+    tokenizer to take the ids from, and the sentence-transformers files when the model has a pooler."""
+    from ..similarity import sim_generation_config, write_sentence_transformers_config
+
+    if config.decoder_attention == "unilm" and tokenizer is not None:
+        sim_generation_config(tokenizer).save_pretrained(folder)
+    if config.pooler_activation is not None:
+        write_sentence_transformers_config(folder)
+
+
 __all__ = [
     "add_to_safetensors",
     "check_config_types",
@@ -109,4 +125,5 @@ __all__ = [
     "portable_path",
     "read_json_file",
     "read_text_file",
+    "write_sim_files",
 ]

@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,8 +29,12 @@ from .files import (
     portable_path,
     read_json_file,
     read_text_file,
+    write_sim_files,
 )
 from .output_folder import output_folder
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +190,8 @@ def convert_transformers_config(
     ours["pooler_activation"] = _pooler_activation(their, keys, pooler_activation)
     if ours["pooler_activation"] is not None:
         ours["is_decoder"] = False  # see _architecture
+        if _has_mlm_head(keys):  # the Sim generator: AutoModelForCausalLM loads it as junnyu runs it (UniLM)
+            ours["decoder_attention"] = "unilm"
     return ours
 
 
@@ -325,7 +331,7 @@ def build_converted_model(src: str | Path, pooler_activation: str | None = None)
 
 
 # --------------------------------------------------------------------------------------------- folder
-def _save_tokenizer(src: Path, folder: Path) -> None:
+def _save_tokenizer(src: Path, folder: Path) -> PreTrainedTokenizerBase:
     """Ours, built from vocab.txt (jieba word mode when it holds words, as transformers' RoFormerTokenizer)."""
     from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
 
@@ -336,6 +342,7 @@ def _save_tokenizer(src: Path, folder: Path) -> None:
         vocab, segmenter="auto", do_lower_case=settings.get("do_lower_case", True)
     )
     tokenizer.save_pretrained(folder)
+    return tokenizer
 
 
 def convert_transformers_checkpoint(
@@ -360,9 +367,9 @@ def convert_transformers_checkpoint(
         model.save_pretrained(tmp)
         if extra:
             add_to_safetensors(tmp, extra)
-        if (src / "vocab.txt").exists():
-            _save_tokenizer(src, tmp)
-        else:
+        tokenizer = _save_tokenizer(src, tmp) if (src / "vocab.txt").exists() else None
+        write_sim_files(tmp, model.config, tokenizer)
+        if tokenizer is None:
             logger.warning(
                 "%s has no vocab.txt, so %s gets no tokenizer: put the model's vocab.txt into %s and convert "
                 "again (or save a tokenizer into %s yourself).", src, out, src, out
@@ -377,8 +384,9 @@ _CARD_SOURCE = {
     "transformers": "transformers' RoFormer",
     "junnyu-v1": "junnyu's `roformer` package (RoFormer v1)",
     "junnyu-v2": "junnyu's `roformer` package (RoFormer-V2: no biases, scale-free RMS norm, tied MLM decoder)",
-    "junnyu-sim": "junnyu's `roformer` package (RoFormer-Sim: pooler on [CLS]; generate with "
-    "`roformer_ext.unilm_attention_mask`)",
+    "junnyu-sim": "junnyu's `roformer` package (RoFormer-Sim: pooler on [CLS] for sentence embeddings, "
+    "`SentenceTransformer(folder)` loads it; with the MLM head, `AutoModelForCausalLM` is the UniLM generator of "
+    "similar sentences, see `roformer_ext.SimilarSentenceGenerator`)",
 }
 
 

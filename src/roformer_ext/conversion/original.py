@@ -25,6 +25,7 @@ from .files import (
     portable_path,
     read_json_file,
     read_text_file,
+    write_sim_files,
 )
 from .output_folder import output_folder
 from .tf_checkpoint import TFCheckpointReader
@@ -263,12 +264,14 @@ def plan_conversion(
     architecture = (
         "RoFormerExtForCausalLM" if variant == "gpt" else "RoFormerExtForMaskedLM" if has_head else "RoFormerExtModel"
     )
+    pooler = pooler_activation if has_pooler else None
+    config_kwargs = original_config_kwargs(bert_config, variant, pooler, pad_token_id)
+    if variant == "sim" and has_head:  # the generator: AutoModelForCausalLM loads it as bert4keras' application='unilm'
+        config_kwargs["decoder_attention"] = "unilm"
     return ConversionPlan(
         variant=variant,
         architecture=architecture,
-        config_kwargs=original_config_kwargs(
-            bert_config, variant, pooler_activation if has_pooler else None, pad_token_id
-        ),
+        config_kwargs=config_kwargs,
         specs=specs,
         ignored=sorted(n for n in variables if _is_ignored(n)),
     )
@@ -350,9 +353,12 @@ def save_converted(
     model.save_pretrained(folder)
     if unexpected:  # weights this architecture does not hold (e.g. a pooler next to an MLM head): keep them in
         add_to_safetensors(folder, {k: tensors[k] for k in unexpected})  # the file so AutoModel loads them
-    _tokenizer(vocab_file).save_pretrained(folder)
+    tokenizer = _tokenizer(vocab_file)
+    tokenizer.save_pretrained(folder)
     shutil.copyfile(vocab_file, folder / "vocab.txt")
+    write_sim_files(folder, config, tokenizer)
     (folder / "README.md").write_text(readme, encoding="utf-8")
+
 
 
 # -------------------------------------------------------------------------------------------- main
@@ -421,8 +427,8 @@ _VARIANT_NAMES = {"v1": "RoFormer v1", "sim": "RoFormer-Sim", "gpt": "RoFormer-G
 
 _VARIANT_TEXT = {
     "v1": "RoFormer (v1): post-norm BERT layout with biases and LayerNorm, rotary position embedding, MLM head.",
-    "sim": "RoFormer-Sim: RoFormer v1 plus a pooler on [CLS] (linear in the original) for sentence similarity; "
-    "use `roformer_ext.unilm_attention_mask` for its seq2seq (UniLM) generation.",
+    "sim": "RoFormer-Sim: RoFormer v1 plus a pooler on [CLS] (linear in the original) for sentence similarity, and "
+    "(with the MLM head) a UniLM seq2seq generator of similar sentences.",
     "gpt": "RoFormer-GPT: RoFormer v1 weights used as a causal language model (the v1 MLM head is the LM head).",
     "v2": "RoFormer-V2: no biases, parameter-free RMS norm, MLM head = tied embeddings.",
 }
@@ -465,13 +471,32 @@ from transformers import {auto_class}, AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
 model = {auto_class}.from_pretrained("path/to/this/folder")
 ```
-
+{sim_card_section(plan)}
 ## Citation
 
 ```bibtex
 {_CITATION}
 ```
 """
+
+
+def sim_card_section(plan: ConversionPlan) -> str:
+    """How a Sim folder is used: similar sentences through generate(), embeddings through sentence-transformers."""
+    lines = []
+    if plan.config_kwargs.get("decoder_attention") == "unilm":
+        lines += [
+            "Similar sentences: `AutoModelForCausalLM.from_pretrained(folder)` is the UniLM seq2seq model (config: "
+            "`decoder_attention: unilm`; generation config: stop at [SEP]), e.g. `model.generate(**tokenizer(text, "
+            "return_tensors='pt'), do_sample=True, top_p=0.95, top_k=0, num_return_sequences=50)`; "
+            "`roformer_ext.SimilarSentenceGenerator.from_pretrained(folder)(text, n=100, k=20)` ranks them "
+            "(bert4keras' `gen_synonyms`).",
+        ]
+    if plan.config_kwargs["pooler_activation"] is not None:
+        lines += [
+            "Sentence embeddings: `SentenceTransformer(folder).encode(texts)` (sentence-transformers >= 6) equals "
+            "`AutoModel.from_pretrained(folder)(**batch).pooler_output`; compare by cosine similarity.",
+        ]
+    return "".join(f"\n{line}\n" for line in lines)
 
 
 __all__ = [

@@ -1,0 +1,244 @@
+"""RoFormer-Sim as its users use it: similar sentences in one call, and folders that sentence-transformers loads.
+
+`SimilarSentenceGenerator` does what bert4keras' `gen_synonyms` (RoFormer-Sim's own example) does: sample n
+candidates from the UniLM seq2seq model, embed them with the Sim encoder's pooler, and return the k closest to the
+source by cosine similarity. `save_for_sentence_transformers` writes the few files that make
+`SentenceTransformer(folder)` return `pooler_output` itself, so both libraries read the same weights.
+"""
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from .tokenization_roformer_ext import _is_cjk
+
+#: bert4keras' `maxlen` in RoFormer-Sim's generate.py: the source is cut to it, and so is each generated sentence.
+SIM_MAX_LENGTH = 64
+
+#: The sampler of `gen_synonyms` (bert4keras `random_sample(..., topp=0.95)`): nucleus sampling without top-k.
+SIM_SAMPLING = {"do_sample": True, "top_p": 0.95, "top_k": 0}
+
+#: sentence-transformers 6 reads these files; the Transformer module returns the model's own `pooler_output`.
+SENTENCE_TRANSFORMERS_FILES = {
+    "modules.json": [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"}
+    ],
+    "sentence_bert_config.json": {
+        "transformer_task": "feature-extraction",
+        "modality_config": {"text": {"method": "forward", "method_output_name": "pooler_output"}},
+        "module_output_name": "sentence_embedding",
+    },
+    "config_sentence_transformers.json": {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine"},
+}
+
+
+class SimilarSentence(NamedTuple):
+    """One generated sentence and its cosine similarity to the source."""
+
+    text: str
+    score: float
+
+
+# ------------------------------------------------------------------------------------------- sentence-transformers
+def has_pooler(model: PreTrainedModel) -> bool:
+    """Whether the model's encoder computes `pooler_output` (RoFormer-Sim's embedding)."""
+    return getattr(model.base_model, "pooler", None) is not None
+
+
+def write_sentence_transformers_config(folder: str | os.PathLike) -> None:
+    """Write modules.json, sentence_bert_config.json and config_sentence_transformers.json into a saved folder.
+
+    The folder must already hold a roformer-ext model with a pooler (`pooler_activation` set) and its tokenizer:
+    `SentenceTransformer(folder)` then loads it through `AutoModel` and returns `pooler_output`. No weights are
+    copied, so fine-tuning with sentence-transformers trains the pooler that `AutoModel` reads too.
+    """
+    folder = Path(folder)
+    for name, content in SENTENCE_TRANSFORMERS_FILES.items():
+        (folder / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+
+
+def save_for_sentence_transformers(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | os.PathLike
+) -> Path:
+    """Save `model` and `tokenizer` into `folder` so that `SentenceTransformer(folder)` gives `pooler_output`.
+
+    Any roformer-ext model whose encoder has a pooler works (a converted Sim or Sim-FT, or your own model built
+    with `pooler_activation="linear"` or `"tanh"`); its head, if any, is kept for `from_pretrained`.
+    """
+    if not isinstance(model, PreTrainedModel) or model.config.model_type not in ("roformer_ext", "roformer_ext_vision"):
+        raise TypeError(f"model must be a roformer-ext model, got {type(model).__name__}.")
+    if not has_pooler(model):
+        raise ValueError(
+            f"{type(model).__name__} has no pooler, so it has no Sim embedding: build it with "
+            "pooler_activation='linear' (RoFormer-Sim) or 'tanh', or save the AutoModel / AutoModelForMaskedLM of a "
+            "Sim folder (AutoModelForCausalLM drops the pooler)."
+        )
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_sentence_transformers_config(folder)
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------ generation
+def sim_generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
+    """A converted Sim generator's defaults: stop at [SEP], pad with [PAD], at most 64 new tokens (bert4keras)."""
+    return GenerationConfig(
+        eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, max_new_tokens=SIM_MAX_LENGTH
+    )
+
+
+def join_cjk(text: str) -> str:
+    """Drop the spaces a WordPiece decoder puts next to Chinese characters and full-width punctuation.
+
+    `tokenizer.decode` joins every token with a space ("今 天 天 气"); Chinese is written without them, as
+    bert4keras' decode returns it. Spaces between two Latin words are kept.
+    """
+    return re.sub(r" (?=\S)", lambda m: "" if _cjk_around(text, m.start()) else " ", text)
+
+
+def _cjk_around(text: str, space: int) -> bool:
+    before, after = text[space - 1 : space], text[space + 1 : space + 2]
+    return any(c and (_is_cjk(c) or 0x3000 <= ord(c) <= 0x303F or 0xFF00 <= ord(c) <= 0xFFEF) for c in (before, after))
+
+
+class SimilarSentenceGenerator:
+    """bert4keras' `gen_synonyms` on transformers: generate n similar sentences, return the k closest with scores.
+
+    `generator` is the UniLM seq2seq model (`AutoModelForCausalLM` of a converted Sim folder, whose config says
+    `decoder_attention="unilm"`), `encoder` any model whose `pooler_output` is the Sim embedding (`AutoModel` of
+    the same folder, or of a Sim-FT folder). `from_pretrained` loads both from folders.
+
+    Example:
+    ```python
+    >>> sim = SimilarSentenceGenerator.from_pretrained("roformer-sim-base")
+    >>> sim("广州和深圳哪个好？", n=100, k=20)            # [SimilarSentence(text=..., score=...), ...]
+    >>> sim(["今天天气不错", "我想去公园玩"], n=50, k=5)  # one list per text
+    ```
+    """
+
+    def __init__(
+        self, generator: PreTrainedModel, encoder: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+    ) -> None:
+        config = generator.config
+        if not getattr(config, "is_decoder", False) or getattr(config, "decoder_attention", None) != "unilm":
+            raise ValueError(
+                "generator must be a UniLM decoder: load it with AutoModelForCausalLM.from_pretrained(folder, "
+                "decoder_attention='unilm') (a converted Sim folder sets decoder_attention='unilm' already)."
+            )
+        if not has_pooler(encoder):
+            raise ValueError(
+                "encoder has no pooler, so it gives no Sim embedding: load it with AutoModel.from_pretrained(folder) "
+                "from a Sim or Sim-FT folder (their config sets pooler_activation='linear')."
+            )
+        if tokenizer.sep_token_id is None:
+            raise ValueError(
+                "tokenizer has no [SEP] token, which ends a generated sentence; use the Sim folder's tokenizer."
+            )
+        self.generator, self.encoder, self.tokenizer = generator, encoder, tokenizer
+
+    @classmethod
+    def from_pretrained(
+        cls, generator_path: str | os.PathLike, encoder_path: str | os.PathLike | None = None, **kwargs: Any
+    ) -> "SimilarSentenceGenerator":
+        """Load the generator (UniLM) and the encoder from folders; `encoder_path` defaults to `generator_path`.
+
+        Both models hold the encoder's weights (two copies in memory). `kwargs` go to both `from_pretrained` calls.
+        """
+        from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+        generator = AutoModelForCausalLM.from_pretrained(generator_path, decoder_attention="unilm", **kwargs)
+        encoder = AutoModel.from_pretrained(encoder_path or generator_path, **kwargs)
+        return cls(generator.eval(), encoder.eval(), AutoTokenizer.from_pretrained(generator_path))
+
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        n: int = 100,
+        k: int = 20,
+        max_length: int = SIM_MAX_LENGTH,
+        batch_size: int = 64,
+        **generate_kwargs: Any,
+    ) -> list[SimilarSentence] | list[list[SimilarSentence]]:
+        """For each text: sample `n` candidates, drop the source itself, duplicates and empty ones, and return the
+        `k` most similar to the source (cosine of pooler outputs), best first.
+
+        A single string gives one list, a list of strings a list of lists. Sources are cut to `max_length` tokens.
+        `generate_kwargs` override the sampler of `gen_synonyms` (do_sample, top_p=0.95, no top-k; at most 64 new
+        tokens; stop at [SEP]), e.g. `num_beams=n, do_sample=False` for beam search. `batch_size` is the number of
+        sentences embedded at once. Seed with `torch.manual_seed` (or `transformers.set_seed`) to repeat a run.
+        """
+        single = isinstance(texts, str)
+        texts = [texts] if single else texts
+        if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be a string or a non-empty list of strings.")
+        for name, value in (("n", n), ("k", k), ("max_length", max_length), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        candidates = [self.candidates(text, n, max_length, **generate_kwargs) for text in texts]
+        embeddings = self.embed(list(texts) + [c for found in candidates for c in found], max_length, batch_size)
+        results, offset = [], len(texts)
+        for index, found in enumerate(candidates):
+            scores = embeddings[offset : offset + len(found)] @ embeddings[index]
+            offset += len(found)
+            order = torch.sort(scores, descending=True, stable=True).indices[:k]
+            results.append([SimilarSentence(found[i], float(scores[i])) for i in order.tolist()])
+        return results[0] if single else results
+
+    def _encode(self, text: str, max_length: int) -> dict[str, torch.Tensor]:
+        return self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+
+    def candidates(self, text: str, n: int, max_length: int = SIM_MAX_LENGTH, **generate_kwargs: Any) -> list[str]:
+        """`n` sampled continuations of `text` as segment 1, decoded; without the source, duplicates or empties."""
+        source = self._encode(text, max_length).to(self.generator.device)
+        settings = {
+            **SIM_SAMPLING,
+            "max_new_tokens": SIM_MAX_LENGTH,
+            "eos_token_id": self.tokenizer.sep_token_id,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "num_return_sequences": n,
+            **generate_kwargs,
+        }
+        output = self.generator.generate(**source, **settings)
+        source_ids = source["input_ids"][0, 1:-1].tolist()  # without [CLS] and [SEP]
+        seen = {text, join_cjk(self.tokenizer.decode(source_ids))}
+        found = []
+        for row in output[:, source["input_ids"].shape[1] :].tolist():
+            if settings["eos_token_id"] in row:
+                row = row[: row.index(settings["eos_token_id"])]
+            sentence = join_cjk(self.tokenizer.decode(row, skip_special_tokens=True)).strip()
+            if sentence and sentence not in seen:
+                seen.add(sentence)
+                found.append(sentence)
+        return found
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], max_length: int = SIM_MAX_LENGTH, batch_size: int = 64) -> torch.Tensor:
+        """L2-normalised Sim embeddings (`pooler_output`) of `texts`, (len(texts), hidden), in batches."""
+        chunks = []
+        for start in range(0, len(texts), batch_size):
+            batch = self.tokenizer(
+                list(texts[start : start + batch_size]), padding=True, truncation=True, max_length=max_length,
+                return_tensors="pt",
+            ).to(self.encoder.device)
+            chunks.append(self.encoder(**batch).pooler_output.float())
+        if not chunks:
+            return torch.empty(0, self.encoder.config.hidden_size)
+        return torch.nn.functional.normalize(torch.cat(chunks), dim=-1).cpu()
+
+
+__all__ = [
+    "SENTENCE_TRANSFORMERS_FILES",
+    "SimilarSentence",
+    "SimilarSentenceGenerator",
+    "join_cjk",
+    "save_for_sentence_transformers",
+    "sim_generation_config",
+    "write_sentence_transformers_config",
+]

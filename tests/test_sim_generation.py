@@ -1,0 +1,131 @@
+"""Converted RoFormer-Sim folders generate through `AutoModelForCausalLM` + `generate()` as bert4keras' UniLM model.
+
+The folders are converted from the tiny bert4keras fixtures (original release layout, and junnyu's Hub layout);
+`reference_outputs.npz` holds what bert4keras' `application='unilm'` build computed, so the causal LM's logits on
+a source + target pair are checked against the original, and greedy generation against the hand loop the README
+used to show (whole-sequence recomputation under `unilm_attention_mask`, no cache).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_convert_junnyu import write_junnyu_folder
+from test_convert_original import FIXTURES, compare, inputs_of
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+from roformer_ext.conversion.cli import main
+from roformer_ext.unilm import unilm_attention_mask
+
+
+@pytest.fixture(scope="module")
+def sim_folders(tmp_path_factory) -> dict[str, Path]:
+    """The Sim fixture converted from the original release and from junnyu's layout; v1 for the opt-in case."""
+    root = tmp_path_factory.mktemp("sim")
+    assert main(["original", str(FIXTURES / "roformer_sim"), str(root / "original")]) == 0
+    hub = write_junnyu_folder("roformer_sim", root / "hub")
+    assert main(["transformers", str(hub), str(root / "junnyu")]) == 0
+    assert main(["original", str(FIXTURES / "roformer_v1"), str(root / "v1")]) == 0
+    return {"original": root / "original", "junnyu": root / "junnyu", "v1": root / "v1"}
+
+
+def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int) -> list[int]:
+    """The README's old greedy loop: the MLM model re-run on the whole sequence per token under the UniLM mask."""
+    mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    input_ids, token_type_ids = source["input_ids"], source["token_type_ids"]
+    generated = []
+    for _ in range(steps):
+        mask = unilm_attention_mask(token_type_ids, torch.ones_like(input_ids))
+        with torch.no_grad():
+            next_id = int(mlm(input_ids, attention_mask=mask, token_type_ids=token_type_ids).logits[0, -1].argmax())
+        generated.append(next_id)
+        if next_id == sep_id:
+            break
+        input_ids = torch.cat([input_ids, torch.tensor([[next_id]])], dim=1)
+        token_type_ids = torch.cat([token_type_ids, torch.ones(1, 1, dtype=torch.long)], dim=1)
+    return generated
+
+
+@pytest.mark.parametrize("layout", ["original", "junnyu"])
+def test_folder_declares_the_unilm_generator(sim_folders, layout):
+    folder = sim_folders[layout]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["decoder_attention"] == "unilm" and config["is_decoder"] is False  # AutoModel stays an encoder
+    generation = json.loads((folder / "generation_config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert generation["eos_token_id"] == tokenizer.sep_token_id == 3
+    assert generation["pad_token_id"] == tokenizer.pad_token_id == 0
+    assert generation["max_new_tokens"] == 64  # bert4keras' maxlen in RoFormer-Sim's generate.py
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert model.config.is_decoder and model.config.decoder_attention == "unilm"
+
+
+@pytest.mark.parametrize("layout", ["original", "junnyu"])
+@pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
+def test_causal_lm_reproduces_bert4keras_unilm(sim_folders, layout, input_name):
+    """AutoModelForCausalLM on the folder, given the segment ids, is bert4keras' `application='unilm'` model."""
+    reference = np.load(FIXTURES / "roformer_sim" / "reference_outputs.npz")
+    batch = inputs_of(reference, input_name)
+    model = AutoModelForCausalLM.from_pretrained(sim_folders[layout]).eval()
+    with torch.no_grad():
+        output = model(**batch, use_cache=False, output_hidden_states=True)
+    compare(reference, f"{input_name}/unilm_mlm_logits", output.logits)
+    compare(reference, f"{input_name}/unilm_sequence_output", output.hidden_states[-1])
+
+
+@pytest.mark.parametrize("layout", ["original", "junnyu"])
+def test_greedy_generate_equals_the_hand_loop(sim_folders, layout):
+    folder = sim_folders[layout]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    source = tokenizer("今天天气很好", return_tensors="pt")
+    generated = model.generate(**source, do_sample=False, max_new_tokens=12)[0, source["input_ids"].shape[1] :]
+    expected = hand_loop(folder, source, 12, tokenizer.sep_token_id)
+    assert generated.tolist()[: len(expected)] == expected
+
+
+def test_sampling_fifty_candidates_as_the_issue_asks(sim_folders):
+    folder = sim_folders["original"]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    source = tokenizer("今天天气很好", return_tensors="pt")
+    torch.manual_seed(0)
+    output = model.generate(**source, do_sample=True, top_p=0.95, num_return_sequences=50, max_new_tokens=64)
+    prompt = source["input_ids"].shape[1]
+    assert output.shape[0] == 50 and prompt < output.shape[1] <= prompt + 64
+    assert torch.equal(output[:, :prompt], source["input_ids"].expand(50, -1))
+    targets = output[:, prompt:]
+    assert len({tuple(row) for row in targets.tolist()}) > 1  # sampled, not 50 copies
+    for row in targets.tolist():  # after [SEP], only padding
+        if tokenizer.sep_token_id in row:
+            assert set(row[row.index(tokenizer.sep_token_id) + 1 :]) <= {tokenizer.pad_token_id}
+
+
+def test_batched_sources_left_padded_equal_one_by_one(sim_folders):
+    """Two sources of different lengths in one generate() call (left padding) decode as each alone (greedy)."""
+    folder = sim_folders["original"]
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    texts = ["今天天气很好", "我想去公园玩了吗"]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    together = model.generate(**batch, do_sample=False, max_new_tokens=8)[:, batch["input_ids"].shape[1] :]
+    for row, text in enumerate(texts):
+        alone = tokenizer(text, return_tensors="pt")
+        single = model.generate(**alone, do_sample=False, max_new_tokens=8)[0, alone["input_ids"].shape[1] :]
+        assert together[row, : len(single)].tolist() == single.tolist()
+
+
+def test_v1_release_gets_the_same_option(sim_folders):
+    """A converted v1 / char release is an MLM folder; `decoder_attention="unilm"` makes it the UniLM decoder."""
+    folder = sim_folders["v1"]
+    assert json.loads((folder / "config.json").read_text())["decoder_attention"] == "causal"
+    assert not (folder / "generation_config.json").exists()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, decoder_attention="unilm").eval()
+    source = tokenizer("今天天气很好", return_tensors="pt")
+    generated = model.generate(
+        **source, do_sample=False, max_new_tokens=6, eos_token_id=tokenizer.sep_token_id, pad_token_id=0
+    )[0, source["input_ids"].shape[1] :]
+    assert generated.tolist() == hand_loop(folder, source, 6, tokenizer.sep_token_id)

@@ -1,0 +1,119 @@
+"""sentence-transformers loads converted Sim / Sim-FT folders, and any roformer-ext encoder saved for retrieval, with
+the Sim embedding: `SentenceTransformer(folder).encode(texts)` equals `AutoModel(...).pooler_output` ([CLS] through
+the linear pooler)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+from sentence_transformers import SentenceTransformer  # pip install 'roformer-ext[sentence-transformers]'
+from test_convert_junnyu import write_junnyu_folder
+from test_convert_original import FIXTURES
+from transformers import AutoModel, AutoTokenizer
+
+from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
+from roformer_ext.conversion.cli import main
+from roformer_ext.similarity import save_for_sentence_transformers
+
+
+TEXTS = ["今天天气很好", "我想去公园玩", "今天天气不错，我想去公园玩。", "a"]
+
+
+def pooler_output(folder: Path, texts: list[str]) -> torch.Tensor:
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return model(**tokenizer(texts, padding=True, return_tensors="pt")).pooler_output
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("st")
+    out = {}
+    for name in ("roformer_sim", "roformer_sim_ft"):
+        assert main(["original", str(FIXTURES / name), str(root / f"original-{name}")]) == 0
+        hub = write_junnyu_folder(name, root / "hub" / name)
+        assert main(["transformers", str(hub), str(root / f"junnyu-{name}")]) == 0
+        out[f"original-{name}"], out[f"junnyu-{name}"] = root / f"original-{name}", root / f"junnyu-{name}"
+    return out
+
+
+@pytest.mark.parametrize("name", ["original-roformer_sim", "original-roformer_sim_ft", "junnyu-roformer_sim",
+                                  "junnyu-roformer_sim_ft"])  # fmt: skip
+def test_converted_folder_encodes_the_pooler_output(converted, name):
+    folder = converted[name]
+    model = SentenceTransformer(str(folder), device="cpu")
+    assert model.similarity_fn_name == "cosine"
+    embeddings = model.encode(TEXTS, convert_to_tensor=True, batch_size=3)
+    torch.testing.assert_close(embeddings, pooler_output(folder, TEXTS), rtol=0, atol=1e-5)
+    assert model.get_embedding_dimension() == 64
+
+
+def test_without_a_pooler_no_sentence_transformers_files(tmp_path):
+    out = tmp_path / "v1"
+    assert main(["original", str(FIXTURES / "roformer_v1"), str(out)]) == 0
+    assert not (out / "modules.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("model_class", "activation"),
+    [(RoFormerExtModel, "linear"), (RoFormerExtModel, "tanh"), (RoFormerExtForMaskedLM, "linear")],
+)
+def test_save_for_sentence_transformers(tmp_path, model_class, activation):
+    torch.manual_seed(0)
+    model = model_class(tiny_config(vocab_size=128, pooler_activation=activation)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(_converted_tokenizer(tmp_path))
+    folder = save_for_sentence_transformers(model, tokenizer, tmp_path / "saved")
+    modules = json.loads((folder / "modules.json").read_text())
+    assert [m["path"] for m in modules] == [""]
+    embeddings = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(embeddings, pooler_output(folder, TEXTS), rtol=0, atol=1e-5)
+    if model_class is RoFormerExtForMaskedLM:  # the head is kept for from_pretrained
+        assert json.loads((folder / "config.json").read_text())["architectures"] == ["RoFormerExtForMaskedLM"]
+
+
+def _converted_tokenizer(tmp_path: Path) -> Path:
+    """A folder holding just the fixture's tokenizer (128 entries)."""
+    from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
+
+    folder = tmp_path / "tokenizer"
+    RoFormerExtTokenizerFast.from_vocab_file(FIXTURES / "roformer_sim" / "vocab.txt").save_pretrained(folder)
+    return folder
+
+
+def test_models_without_a_pooler_are_refused(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(_converted_tokenizer(tmp_path))
+    with pytest.raises(ValueError, match="no pooler"):
+        save_for_sentence_transformers(RoFormerExtModel(tiny_config()), tokenizer, tmp_path / "a")
+    with pytest.raises(ValueError, match="no pooler"):  # the UniLM generator drops the pooler
+        save_for_sentence_transformers(
+            RoFormerExtForCausalLM(tiny_config(pooler_activation="linear")), tokenizer, tmp_path / "b"
+        )
+    with pytest.raises(TypeError, match="roformer-ext model"):
+        save_for_sentence_transformers(torch.nn.Linear(2, 2), tokenizer, tmp_path / "c")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+FRESH_PROCESS = """
+import sys, torch
+from sentence_transformers import SentenceTransformer
+model = SentenceTransformer(sys.argv[1], trust_remote_code=True, device="cpu")
+assert "roformer_ext" not in sys.modules
+torch.save(model.encode(sys.argv[2:], convert_to_tensor=True), "embeddings.pt")
+"""
+
+
+def test_loads_as_remote_code_without_roformer_ext(converted, tmp_path):
+    """Where roformer-ext is not installed, `trust_remote_code=True` runs the code files the converter copied."""
+    folder = converted["original-roformer_sim"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONNOUSERSITE="1")
+    command = [sys.executable, "-I", "-c", FRESH_PROCESS, str(folder), *TEXTS]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    embeddings = torch.load(tmp_path / "embeddings.pt")
+    torch.testing.assert_close(embeddings, pooler_output(folder, TEXTS), rtol=0, atol=1e-5)
