@@ -1,0 +1,98 @@
+"""examples/sentence-similarity/run_similarity.py end to end: a converted tiny Sim folder fine-tuned for a few steps.
+
+The script runs in this process (no interpreter start-up) on the sample file it ships, with transformers'
+example flags; its output folder must load in sentence-transformers and in transformers with the same embedding.
+"""
+
+import csv
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from sentence_transformers import SentenceTransformer
+from test_convert_original import FIXTURES
+from transformers import AutoModel, AutoTokenizer
+
+from roformer_ext.conversion.original import convert_original_checkpoint
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sentence-similarity" / "run_similarity.py"
+SAMPLE = SCRIPT.parent / "sample_pairs.jsonl"
+TRAINER = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size",
+           "8", "--learning_rate", "1e-3"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sim_folder(tmp_path_factory) -> Path:
+    return convert_original_checkpoint(FIXTURES / "roformer_sim", tmp_path_factory.mktemp("start") / "sim")
+
+
+def run_script(args: list[str], monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+
+
+def rows() -> list[dict]:
+    return [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()]
+
+
+def test_cosent_on_the_sample_file(sim_folder, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    run_script(["--model_name_or_path", str(sim_folder), "--train_file", str(SAMPLE), "--test_file", str(SAMPLE),
+                "--validation_split_percentage", "20", "--max_steps", "3", "--output_dir", str(out), *TRAINER],
+               monkeypatch)  # fmt: skip
+    results = json.loads((out / "all_results.json").read_text())
+    for key in ("eval_spearman_cosine_before", "eval_spearman_cosine", "test_spearman_cosine"):
+        assert -1 <= results[key] <= 1, key
+    assert results["train_loss"] > 0
+    before, after = load_file(sim_folder / "model.safetensors"), load_file(out / "model.safetensors")
+    assert not torch.equal(before["roformer.pooler.dense.weight"], after["pooler.dense.weight"])  # trained
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["RoFormerExtModel"]
+    texts = [row["sentence1"] for row in rows()[:6]]
+    tokenizer, encoder = AutoTokenizer.from_pretrained(out), AutoModel.from_pretrained(out).eval()
+    with torch.no_grad():
+        pooled = encoder(**tokenizer(texts, padding=True, return_tensors="pt")).pooler_output
+    embeddings = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_tensor=True)
+    torch.testing.assert_close(embeddings, pooled, rtol=0, atol=1e-5)  # the trained pooler, in both libraries
+    assert str(tmp_path) not in (out / "README.md").read_text()
+
+
+def test_scores_in_csv_with_other_column_names(sim_folder, tmp_path, monkeypatch):
+    """STS-style graded scores under other names; contrastive loss refuses them, CoSENT takes them."""
+    for split in ("train", "dev"):
+        with open(tmp_path / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text_a", "text_b", "similarity"])
+            for index, row in enumerate(rows()):
+                writer.writerow([row["sentence1"], row["sentence2"], row["label"] * 4 + index % 2])  # 0-5 scale
+    flags = ["--model_name_or_path", str(sim_folder), "--train_file", str(tmp_path / "train.csv"), "--validation_file",
+             str(tmp_path / "dev.csv"), "--sentence1_column", "text_a", "--sentence2_column", "text_b",
+             "--label_column", "similarity", "--max_steps", "2", *TRAINER]  # fmt: skip
+    with pytest.raises(ValueError, match="contrastive needs 0/1 labels"):
+        run_script([*flags, "--loss", "contrastive", "--output_dir", str(tmp_path / "c")], monkeypatch)
+    run_script([*flags, "--output_dir", str(tmp_path / "out")], monkeypatch)
+    assert "eval_spearman_cosine" in json.loads((tmp_path / "out" / "all_results.json").read_text())
+
+
+def test_contrastive_on_binary_labels(sim_folder, tmp_path, monkeypatch):
+    run_script(["--model_name_or_path", str(sim_folder), "--train_file", str(SAMPLE), "--loss", "contrastive",
+                "--do_train", "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *TRAINER],
+               monkeypatch)  # fmt: skip
+    results = json.loads((tmp_path / "out" / "all_results.json").read_text())
+    assert results["train_loss"] >= 0 and "eval_spearman_cosine" not in results  # --do_train only
+
+
+def test_missing_data_columns_and_pooler_are_named(sim_folder, tmp_path, monkeypatch):
+    base = ["--model_name_or_path", str(sim_folder), "--output_dir", str(tmp_path / "out"), *TRAINER]
+    with pytest.raises(ValueError, match="sample_pairs.jsonl"):
+        run_script(base, monkeypatch)
+    with pytest.raises(ValueError, match="--sentence1_column"):
+        run_script([*base, "--train_file", str(SAMPLE), "--sentence1_column", "query"], monkeypatch)
+    no_pooler = convert_original_checkpoint(FIXTURES / "roformer_v1", tmp_path / "v1")
+    with pytest.raises(ValueError, match="has no pooler"):
+        run_script(["--model_name_or_path", str(no_pooler), "--train_file", str(SAMPLE), "--output_dir",
+                    str(tmp_path / "out2"), *TRAINER], monkeypatch)  # fmt: skip
