@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable
 
 import torch
-from common import (
+from bench_utils import (
     DTYPES,
     current_rss_mb,
     gemm_gflops,

@@ -19,7 +19,7 @@ import argparse
 import sys
 
 import torch
-from common import (
+from bench_utils import (
     DTYPES,
     interleaved_medians,
     load_average,
