@@ -43,6 +43,7 @@ from .modeling_roformer_ext_vision import (
 from .positions import build_position_ids, register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
 from .rope import RotaryEmbedding, apply_rotary, register_rotary_embedding, registered_rotary_kinds
+from .similarity import SimilarSentence, SimilarSentenceGenerator, save_for_sentence_transformers
 from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
 from .unilm import unilm_attention_mask
 
@@ -115,6 +116,9 @@ __all__ = [
     "RoFormerExtModel",
     "RoFormerExtPreTrainedModel",
     "RotaryEmbedding",
+    "SimilarSentence",
+    "SimilarSentenceGenerator",
+    "save_for_sentence_transformers",
     "apply_rotary",
     "build_position_ids",
     "register_position_scheme",
