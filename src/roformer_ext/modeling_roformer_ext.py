@@ -34,6 +34,14 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_roformer_ext import RoFormerExtConfig
 from .linear_attention import linear_attention_forward
+from .packing import (
+    cumulative_lengths,
+    packed_row_lengths,
+    packed_sequence_ids,
+    per_sequence_sdpa,
+    positions_from_lengths,
+    unpack,
+)
 from .positions import as_axes_batch_seq, text_position_ids
 from .rope import RotaryEmbedding, apply_rotary, rotary_embedding_class
 
@@ -159,7 +167,9 @@ class RoFormerExtAttention(nn.Module):
         cache = self_attention_cache(past_key_values)
 
         if self.config.attention_type == "linear":
-            attn_output = linear_attention_forward(self, query, key, value, position_embeddings, attention_mask, cache)
+            attn_output = packed_linear_attention(
+                self, query, key, value, position_embeddings, attention_mask, cache, kwargs.get("cu_seq_lens_q")
+            )
             attn_weights = None
         else:
             cos, sin = position_embeddings
@@ -180,6 +190,9 @@ class RoFormerExtAttention(nn.Module):
             attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
+            if self.config._attn_implementation == "sdpa" and attention_mask is None:
+                if kwargs.get("cu_seq_lens_q") is not None:  # packed rows: each sequence alone (Σ len², not total²)
+                    attention_interface = per_sequence_sdpa
             attn_output, attn_weights = attention_interface(
                 self,
                 query,
@@ -193,6 +206,30 @@ class RoFormerExtAttention(nn.Module):
             )
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         return self.output(attn_output), attn_weights
+
+
+def packed_linear_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+    cu_seq_lens: torch.Tensor | None,
+) -> torch.Tensor:
+    """Linear attention, each packed sequence with its own running sums (its state must not leak into the next)."""
+    if cu_seq_lens is None:
+        return linear_attention_forward(module, query, key, value, position_embeddings, attention_mask, cache)
+    bounds = cu_seq_lens.tolist()
+    cos, sin = position_embeddings
+    pieces = [
+        linear_attention_forward(
+            module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], (cos[:, a:b], sin[:, a:b]), None, None
+        )
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+    return torch.cat(pieces, dim=1)
 
 
 class RoFormerExtCrossAttention(nn.Module):
@@ -460,16 +497,28 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         past_key_values: Cache | None,
         past_length: int,
         token_type_ids: torch.Tensor | None = None,
+        sequence_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """transformers' mask utilities: bidirectional for the encoder, causal (or UniLM) for the decoder.
 
-        Sequence boundaries come only from the mask: position ids are never passed, so a jump in positions (an
-        image block, a caller's own positions) is never read as the start of a new packed sequence.
+        Sequence boundaries come only from the mask and from `sequence_ids` (packed rows, read from explicit inputs by
+        `packing.packed_sequence_ids`): position ids are never passed to transformers' utilities, so a jump in
+        positions (an image block, a caller's own positions) is never read as the start of a new sequence.
         """
         batch, seq = embeddings.shape[:2]
         if self.config.attention_type == "linear":
-            return attention_mask  # linear attention takes the raw 2D padding mask
+            return attention_mask  # linear attention takes the raw 2D padding mask (packed rows go by cu_seq_lens)
         cache = self_attention_cache(past_key_values)
+        unilm = self.unilm_source_overlay(token_type_ids, past_length, cache) if self.config.is_decoder else None
+        same_sequence = None
+        if sequence_ids is not None:
+            if self.config._attn_implementation == "sdpa" and unilm is None and sequence_ids.shape[0] == 1:
+                return None  # packed rows: the attention runs per sequence, no mask needed
+            sequence_ids = padded_for_mask_indices(sequence_ids, sequence_ids.shape[1], -1)
+
+            def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
+                return sequence_ids[batch_idx, q_idx] == sequence_ids[batch_idx, kv_idx]
+
         if attention_mask is not None and attention_mask.dim() == 4:
             kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
             return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, self.config._attn_implementation)
@@ -479,9 +528,12 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 inputs_embeds=embeddings,
                 attention_mask=attention_mask,
                 past_key_values=cache,
-                or_mask_function=self.unilm_source_overlay(token_type_ids, past_length, cache),
+                or_mask_function=unilm,
+                and_mask_function=same_sequence,
             )
-        return create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+        return create_bidirectional_mask(
+            config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
+        )
 
     def unilm_source_overlay(
         self, token_type_ids: torch.Tensor | None, past_length: int, cache: Cache | None
@@ -492,7 +544,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             return None
         seq = token_type_ids.shape[1]
         kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq  # a static cache's full length
-        source = F.pad(token_type_ids == 0, (0, kv_length - seq), value=False)
+        source = padded_for_mask_indices(token_type_ids == 0, kv_length, False)
 
         def source_sees_source(batch_idx, head_idx, q_idx, kv_idx):
             return source[batch_idx, q_idx] & source[batch_idx, kv_idx]
@@ -561,11 +613,24 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         embeddings = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         batch, seq = embeddings.shape[:2]
         check_padding_mask(attention_mask, batch, past_length + seq)
+        sequence_ids = packed_sequence_ids(
+            position_ids, attention_mask, past_length, kwargs.get("cu_seq_lens_q"), kwargs.pop("seq_idx", None)
+        )
+        if sequence_ids is not None and sequence_ids.shape[0] == 1:  # one packed row: lengths for every backend
+            cu_seq_lens = kwargs.get("cu_seq_lens_q")
+            if cu_seq_lens is None:
+                cu_seq_lens = cumulative_lengths(sequence_ids)
+            longest = int(torch.diff(cu_seq_lens).max())
+            kwargs.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=longest, max_length_k=longest)
+            if position_ids is None:
+                position_ids = positions_from_lengths(cu_seq_lens)
         axes = self.config.rope_parameters["axes"]
         if position_ids is None:
             position_ids = text_position_ids(batch, seq, past_length, axes, embeddings.device)
         position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
-        mask = self.self_attention_mask(attention_mask, embeddings, past_key_values, past_length, token_type_ids)
+        mask = self.self_attention_mask(
+            attention_mask, embeddings, past_key_values, past_length, token_type_ids, sequence_ids
+        )
         cross_mask = None
         if encoder_hidden_states is not None:
             cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
@@ -588,6 +653,16 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             pooler_output=pooled,
             past_key_values=past_key_values if self.config.is_decoder and past_key_values is not None else None,
         )
+
+
+#: flex attention builds block masks on a grid padded to 128-token blocks, so mask functions see indices up to there.
+_FLEX_BLOCK = 128
+
+
+def padded_for_mask_indices(per_token: torch.Tensor, length: int, value: int | bool) -> torch.Tensor:
+    """A (batch, seq) tensor read by a mask function, padded with `value` to every index a backend may ask for."""
+    target = max(length, -(-per_token.shape[1] // _FLEX_BLOCK) * _FLEX_BLOCK)
+    return F.pad(per_token, (0, target - per_token.shape[1]), value=value)
 
 
 def _is_zero(length: int | torch.Tensor) -> bool:
@@ -827,8 +902,9 @@ class RoFormerExtClassificationHead(nn.Module):
         self.act_fn = ACT2FN[config.hidden_act]
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(hidden_states[:, 0])
+    def forward(self, cls_states: torch.Tensor) -> torch.Tensor:
+        """(sequences, hidden) [CLS] states -> (sequences, num_labels)."""
+        x = self.dropout(cls_states)
         x = self.dropout(self.act_fn(self.dense(x)))
         return self.out_proj(x)
 
@@ -869,7 +945,11 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        logits = self.classifier(outputs.last_hidden_state)
+        hidden = outputs.last_hidden_state
+        cu_seq_lens = packed_row_lengths(position_ids, attention_mask, kwargs)
+        # [CLS] of every sequence: the first token of each row, or of each packed sequence (one label each)
+        cls_states = hidden[:, 0] if cu_seq_lens is None else hidden[0, cu_seq_lens[:-1].long()]
+        logits = self.classifier(cls_states)
         loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -1011,6 +1091,9 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
             **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
+        cu_seq_lens = packed_row_lengths(position_ids, attention_mask, kwargs)
+        if cu_seq_lens is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
+            logits = unpack(logits, cu_seq_lens, fill=torch.finfo(logits.dtype).min)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None and end_positions is not None:

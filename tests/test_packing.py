@@ -1,0 +1,164 @@
+"""Packed (padding-free) batches from transformers' DataCollatorWithFlattening equal the padded batch, per sequence.
+
+Reference: the same model on the same sequences right-padded into an ordinary batch with an attention mask.
+Tolerance 1e-5 (fp32).
+"""
+
+import pytest
+import torch
+from conftest import tiny_config
+from transformers import DataCollatorWithFlattening
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForQuestionAnswering,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtForTokenClassification,
+    RoFormerExtModel,
+)
+
+LENGTHS = (5, 9, 3, 8)  # total 25: torch 2.13's CPU flex attention is wrong at lengths 8, 24, 40 (≡ 8 mod 16)
+ATOL = 1e-5
+
+
+def sequences(seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(5, 99, (n,), generator=generator).tolist() for n in LENGTHS]
+
+
+def padded(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    longest = max(map(len, seqs))
+    input_ids = torch.tensor([s + [0] * (longest - len(s)) for s in seqs])
+    attention_mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in seqs])
+    return input_ids, attention_mask
+
+
+def packed(seqs: list[list[int]], **collator_options) -> dict:
+    collator = DataCollatorWithFlattening(return_tensors="pt", **collator_options)
+    batch = collator([{"input_ids": s} for s in seqs])
+    batch.pop("labels", None)
+    return batch
+
+
+def per_sequence(packed_states: torch.Tensor) -> list[torch.Tensor]:
+    return list(torch.split(packed_states[0], LENGTHS))
+
+
+def model_for(model_class, attn_implementation: str, **overrides):
+    torch.manual_seed(0)
+    config = tiny_config(**overrides)
+    if model_class is RoFormerExtForCausalLM:
+        config.is_decoder = True
+    model = model_class(config).eval()
+    model.set_attn_implementation(attn_implementation)
+    return model
+
+
+COLLATOR_OPTIONS = [
+    {},  # position_ids alone
+    {"return_flash_attn_kwargs": True},
+    {"return_seq_idx": True, "return_position_ids": True},
+]
+
+
+@pytest.mark.parametrize("options", COLLATOR_OPTIONS, ids=["positions", "cu_seq_lens", "seq_idx"])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa", "flex_attention"])
+@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
+def test_packed_hidden_states_equal_padded(model_class, attn_implementation, options):
+    model = model_for(model_class, attn_implementation)
+    seqs = sequences()
+    input_ids, attention_mask = padded(seqs)
+    with torch.no_grad():
+        reference = model(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states[-1]
+        out = model(**packed(seqs, **options), output_hidden_states=True).hidden_states[-1]
+    for row, states in enumerate(per_sequence(out)):
+        torch.testing.assert_close(states, reference[row, : LENGTHS[row]], rtol=ATOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_packed_linear_attention_equals_padded(is_decoder):
+    torch.manual_seed(0)
+    model = RoFormerExtModel(tiny_config(attention_type="linear", is_decoder=is_decoder)).eval()
+    seqs = sequences(1)
+    input_ids, attention_mask = padded(seqs)
+    with torch.no_grad():
+        reference = model(input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        out = model(**packed(seqs), use_cache=False).last_hidden_state
+    for row, states in enumerate(per_sequence(out)):
+        torch.testing.assert_close(states, reference[row, : LENGTHS[row]], rtol=ATOL, atol=ATOL)
+
+
+def test_positions_that_jump_forward_are_one_sequence():
+    """Only a restart at 0 separates sequences: [0, 1, 2, 10, 11] is one sequence attending across the jump."""
+    model = model_for(RoFormerExtModel, "sdpa")
+    input_ids = torch.randint(5, 99, (1, 5))
+    jump = torch.tensor([[0, 1, 2, 10, 11]])
+    with torch.no_grad():
+        out = model(input_ids, position_ids=jump).last_hidden_state
+        reference = model(input_ids, position_ids=jump, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+    torch.testing.assert_close(out, reference)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_packed_mlm_and_token_classification_losses_equal_padded(attn_implementation):
+    seqs = sequences(2)
+    input_ids, attention_mask = padded(seqs)
+    labels_padded = input_ids.masked_fill(attention_mask == 0, -100)
+    batch = packed(seqs)
+    labels_packed = batch["input_ids"].clone()
+    for model_class, make_labels in (
+        (RoFormerExtForMaskedLM, lambda ids: ids),
+        (RoFormerExtForTokenClassification, lambda ids: ids % 2),
+    ):
+        model = model_for(model_class, attn_implementation)
+        with torch.no_grad():
+            ref = model(input_ids, attention_mask=attention_mask, labels=make_labels(labels_padded).masked_fill(
+                attention_mask == 0, -100))
+            out = model(**batch, labels=make_labels(labels_packed))
+        torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+
+
+def test_packed_causal_lm_loss_equals_padded():
+    """DataCollatorWithFlattening's labels (-100 at each sequence start) give the padded batch's shifted loss."""
+    model = model_for(RoFormerExtForCausalLM, "sdpa")
+    seqs = sequences(3)
+    input_ids, attention_mask = padded(seqs)
+    batch = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": s} for s in seqs])
+    with torch.no_grad():
+        ref = model(input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100))
+        out = model(**batch)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_packed_sequence_classification_pools_each_first_token(attn_implementation):
+    model = model_for(RoFormerExtForSequenceClassification, attn_implementation, num_labels=3)
+    seqs = sequences(4)
+    input_ids, attention_mask = padded(seqs)
+    labels = torch.tensor([0, 2, 1, 2])
+    with torch.no_grad():
+        ref = model(input_ids, attention_mask=attention_mask, labels=labels)
+        out = model(**packed(seqs), labels=labels)
+    assert out.logits.shape == (len(LENGTHS), 3)
+    torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+
+
+def test_packed_question_answering_comes_back_per_sequence():
+    model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
+    seqs = sequences(5)
+    input_ids, attention_mask = padded(seqs)
+    starts, ends = torch.tensor([1, 4, 0, 2]), torch.tensor([3, 8, 2, 7])
+    with torch.no_grad():
+        ref = model(input_ids, attention_mask=attention_mask, start_positions=starts, end_positions=ends)
+        out = model(**packed(seqs), start_positions=starts, end_positions=ends)
+    assert out.start_logits.shape == ref.start_logits.shape
+    for row, length in enumerate(LENGTHS):
+        torch.testing.assert_close(out.start_logits[row, :length], ref.start_logits[row, :length], rtol=ATOL, atol=ATOL)
+    # no padded positions compete in the packed softmax: the padded batch's loss with its pads masked out
+    hidden = torch.finfo(ref.start_logits.dtype).min
+    ref_start = ref.start_logits.masked_fill(attention_mask == 0, hidden)
+    ref_end = ref.end_logits.masked_fill(attention_mask == 0, hidden)
+    expected = (torch.nn.functional.cross_entropy(ref_start, starts) + torch.nn.functional.cross_entropy(ref_end, ends)) / 2
+    torch.testing.assert_close(out.loss, expected, rtol=ATOL, atol=ATOL)
