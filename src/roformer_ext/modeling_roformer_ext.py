@@ -803,6 +803,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
     """Decoder-only RoFormer (the roformer-gpt release): causal attention, KV cache, `generate`."""
 
     _tied_weights_keys = _LM_TIED_WEIGHTS
+    # A RoFormer-Sim folder carries its retrieval pooler, which generation does not use.
+    _keys_to_ignore_on_load_unexpected = [r"^roformer\.pooler\."]
 
     def __init__(self, config: RoFormerExtConfig) -> None:
         if not config.is_decoder:  # a copy: the caller's config may build encoders too
