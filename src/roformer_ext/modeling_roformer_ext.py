@@ -131,24 +131,62 @@ def self_attention_cache(past_key_values: Cache | None) -> Cache | None:
     return past_key_values
 
 
-class RoFormerExtAttention(nn.Module):
-    """Self-attention with RoPE on q and k (and v when `rotary_value`), through transformers' attention backends."""
+class AttentionProjections(nn.Module):
+    """What self- and cross-attention share: q/k/v/output projections and the call into transformers' backends."""
 
-    def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int, is_causal: bool) -> None:
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5
-        self.is_causal = bool(config.is_decoder)  # an encoder must say so, or SDPA turns causal
-        self.pair_layout = config.rope_parameters["pair_layout"]
-        self.rotary_value = config.rotary_value
+        self.is_causal = is_causal  # an encoder must say so, or SDPA turns causal
         self.attention_dropout = config.attention_probs_dropout_prob
         hidden, bias = config.hidden_size, config.use_bias
         self.query = nn.Linear(hidden, hidden, bias=bias)
         self.key = nn.Linear(hidden, hidden, bias=bias)
         self.value = nn.Linear(hidden, hidden, bias=bias)
         self.output = nn.Linear(hidden, hidden, bias=bias)
+
+    def heads(self, projection: nn.Linear, states: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, hidden) -> (batch, heads, seq, head_dim)."""
+        return projection(states).view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_interface: Callable | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Softmax attention through the configured backend, then the output projection: (batch, seq, hidden)."""
+        if attention_interface is None:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=self.is_causal,
+            **kwargs,
+        )
+        return self.output(attn_output.flatten(2)), attn_weights
+
+
+class RoFormerExtAttention(AttentionProjections):
+    """Self-attention with RoPE on q and k (and v when `rotary_value`), through transformers' attention backends."""
+
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx, is_causal=bool(config.is_decoder))
+        self.pair_layout = config.rope_parameters["pair_layout"]
+        self.rotary_value = config.rotary_value
 
     def forward(
         self,
@@ -158,54 +196,33 @@ class RoFormerExtAttention(nn.Module):
         past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
         # (batch, heads, seq, head_dim)
-        query = self.query(hidden_states).view(hidden_shape).transpose(1, 2)
-        key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)
-        value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
+        query, key, value = (self.heads(p, hidden_states) for p in (self.query, self.key, self.value))
         cache = self_attention_cache(past_key_values)
-
         if self.config.attention_type == "linear":
             attn_output = packed_linear_attention(
                 self, query, key, value, position_embeddings, attention_mask, cache, kwargs.get("cu_seq_lens_q")
             )
-            attn_weights = None
-        else:
-            cos, sin = position_embeddings
-            fused = None
-            if query.is_cuda:  # liger-kernel's fused q/k rotation when installed (half layout only)
-                from .fused_rotary import fused_rotate_query_key
+            return self.output(attn_output.flatten(2)), None
+        cos, sin = position_embeddings
+        fused = None
+        if query.is_cuda:  # liger-kernel's fused q/k rotation when installed (half layout only)
+            from .fused_rotary import fused_rotate_query_key
 
-                fused = fused_rotate_query_key(query, key, cos, sin, self.pair_layout)
-            if fused is not None:
-                query, key = fused
-            else:
-                query = apply_rotary(query, cos, sin, self.pair_layout)
-                key = apply_rotary(key, cos, sin, self.pair_layout)
-            if self.rotary_value:
-                value = apply_rotary(value, cos, sin, self.pair_layout)
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)
-            attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
-            if self.config._attn_implementation == "sdpa" and attention_mask is None:
-                if kwargs.get("cu_seq_lens_q") is not None:  # packed rows: each sequence alone (Σ len², not total²)
-                    attention_interface = per_sequence_sdpa
-            attn_output, attn_weights = attention_interface(
-                self,
-                query,
-                key,
-                value,
-                attention_mask,
-                dropout=self.attention_dropout if self.training else 0.0,
-                scaling=self.scaling,
-                is_causal=self.is_causal,
-                **kwargs,
-            )
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.output(attn_output), attn_weights
+            fused = fused_rotate_query_key(query, key, cos, sin, self.pair_layout)
+        if fused is not None:
+            query, key = fused
+        else:
+            query = apply_rotary(query, cos, sin, self.pair_layout)
+            key = apply_rotary(key, cos, sin, self.pair_layout)
+        if self.rotary_value:
+            value = apply_rotary(value, cos, sin, self.pair_layout)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        interface = None
+        if self.config._attn_implementation == "sdpa" and attention_mask is None and "cu_seq_lens_q" in kwargs:
+            interface = per_sequence_sdpa  # packed rows: each sequence alone (Σ len², not total²)
+        return self.attend(query, key, value, attention_mask, interface, **kwargs)
 
 
 def packed_linear_attention(
@@ -232,7 +249,7 @@ def packed_linear_attention(
     return torch.cat(pieces, dim=1)
 
 
-class RoFormerExtCrossAttention(nn.Module):
+class RoFormerExtCrossAttention(AttentionProjections):
     """A decoder's attention over encoder states (as transformers' RoFormer: no rotation across two sequences).
 
     Keys and values of the encoder are computed once and kept in the cross-attention half of an
@@ -240,18 +257,7 @@ class RoFormerExtCrossAttention(nn.Module):
     """
 
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
-        self.head_dim = config.head_dim
-        self.scaling = self.head_dim**-0.5
-        self.is_causal = False
-        self.attention_dropout = config.attention_probs_dropout_prob
-        hidden, bias = config.hidden_size, config.use_bias
-        self.query = nn.Linear(hidden, hidden, bias=bias)
-        self.key = nn.Linear(hidden, hidden, bias=bias)
-        self.value = nn.Linear(hidden, hidden, bias=bias)
-        self.output = nn.Linear(hidden, hidden, bias=bias)
+        super().__init__(config, layer_idx, is_causal=False)
 
     def forward(
         self,
@@ -261,36 +267,18 @@ class RoFormerExtCrossAttention(nn.Module):
         past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        input_shape = hidden_states.shape[:-1]
-        query = self.query(hidden_states).view(*input_shape, -1, self.head_dim).transpose(1, 2)
+        query = self.heads(self.query, hidden_states)
         cache = past_key_values if isinstance(past_key_values, EncoderDecoderCache) else None
         if cache is not None and cache.is_updated.get(self.layer_idx):
             key = cache.cross_attention_cache.layers[self.layer_idx].keys
             value = cache.cross_attention_cache.layers[self.layer_idx].values
         else:
-            kv_shape = (*encoder_hidden_states.shape[:-1], -1, self.head_dim)
             # (batch, heads, encoder_seq, head_dim)
-            key = self.key(encoder_hidden_states).view(kv_shape).transpose(1, 2)
-            value = self.value(encoder_hidden_states).view(kv_shape).transpose(1, 2)
+            key, value = self.heads(self.key, encoder_hidden_states), self.heads(self.value, encoder_hidden_states)
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            is_causal=False,
-            **kwargs,
-        )
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.output(attn_output), attn_weights
+        return self.attend(query, key, value, attention_mask, **kwargs)
 
 
 class RoFormerExtFeedForward(nn.Module):
