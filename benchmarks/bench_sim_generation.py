@@ -102,8 +102,11 @@ def hand_loop(mlm: RoFormerExtForMaskedLM, source: torch.Tensor, candidates: int
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    torch.set_grad_enabled(False)
+    with torch.no_grad():  # a context, not set_grad_enabled(False): a caller in the same process keeps its autograd
+        return run(parse_args(argv), sys.argv[1:] if argv is None else argv)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> dict:
     theirs, ours, mlm = build_models(args.size, args.seed)
     generator = torch.Generator().manual_seed(args.seed + 1)
     source = torch.randint(5, SIZES[args.size]["vocab_size"], (1, args.source_length), generator=generator)
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
         {"implementation": names[key], "seconds": seconds[key], "vs_ours": seconds[key] / seconds["ours"]}
         for key in ("ours", "hand", "theirs_one_by_one", "theirs_batched")
     ]
-    info = machine_info("bench_sim_generation.py", sys.argv[1:] if argv is None else argv)
+    info = machine_info("bench_sim_generation.py", argv)
     payload = {
         "size": args.size, "model": SIZES[args.size], "candidates": n, "new_tokens": args.new_tokens,
         "source_length": args.source_length, "hand_loop_candidates_run": args.hand_loop_candidates,

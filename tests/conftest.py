@@ -45,3 +45,33 @@ def random_inputs(batch: int = 3, seq: int = 11, vocab: int = 99, seed: int = 0,
     token_type_ids = torch.zeros_like(input_ids)
     token_type_ids[:, seq // 2 :] = 1
     return input_ids, attention_mask, token_type_ids
+
+
+@pytest.fixture
+def processors_for_text_config():
+    """Let the Auto processor classes map the *text* config to ours for one test, then undo it.
+
+    Registration is global: left in place it makes every later `AutoProcessor.from_pretrained(text_folder)` in the
+    same worker (sentence-transformers does that) build our image processor.
+    """
+    from transformers import AutoImageProcessor, AutoProcessor
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    from roformer_ext import RoFormerExtImageProcessor, RoFormerExtProcessor
+
+    AutoImageProcessor.register(RoFormerExtConfig, image_processor_classes={"pil": RoFormerExtImageProcessor}, exist_ok=True)
+    AutoProcessor.register(RoFormerExtConfig, RoFormerExtProcessor, exist_ok=True)
+    yield
+    IMAGE_PROCESSOR_MAPPING._extra_content.pop(RoFormerExtConfig, None)
+    PROCESSOR_MAPPING._extra_content.pop(RoFormerExtConfig, None)
+
+
+@pytest.fixture(autouse=True)
+def _autograd_stays_enabled():
+    """A test that leaves autograd off (torch.set_grad_enabled(False) in code it runs) breaks every later training
+    test in the same worker; fail the test that did it instead."""
+    yield
+    if not torch.is_grad_enabled():
+        torch.set_grad_enabled(True)
+        pytest.fail("This test left autograd disabled (torch.set_grad_enabled(False)); use `with torch.no_grad():`.")

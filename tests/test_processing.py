@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from transformers import AutoImageProcessor, AutoProcessor, BertTokenizer
+from transformers import AutoProcessor, BertTokenizer
 
 from roformer_ext import RoFormerExtConfig
 from roformer_ext.image_processing_roformer_ext import RoFormerExtImageProcessor
@@ -180,9 +180,7 @@ def test_truncation_through_placeholders_is_refused(processor):
 
 
 # ---------------------------------------------------------------------------------------- save/load
-def test_save_load_round_trip(processor, tmp_path):
-    AutoImageProcessor.register(RoFormerExtConfig, image_processor_classes={"pil": RoFormerExtImageProcessor}, exist_ok=True)
-    AutoProcessor.register(RoFormerExtConfig, RoFormerExtProcessor, exist_ok=True)
+def test_save_load_round_trip(processor, tmp_path, processors_for_text_config):
     processor.image_processor.size["max_pixels"] = 128 * 128
     processor.save_pretrained(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "processor_config.json").read_text())
