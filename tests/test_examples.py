@@ -533,7 +533,7 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
 
 
 def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch):
-    """The same seed masks the same tokens either way (masked per token, then unpadded): same loss and accuracy."""
+    """The same seed masks the same (whole jieba) words either way (masked, then unpadded): same loss and accuracy."""
     lines = ["北京是中华人民共和国的首都。", "春天来了。", "这本书写得非常好，值得一读，推荐给每一个人。", "好。"]
     (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 4] * (1 + i % 3) for i in range(60)), encoding="utf-8")
     (tmp_path / "dev.txt").write_text("\n".join(lines[i % 4] * (1 + i % 2) for i in range(9)), encoding="utf-8")
@@ -541,6 +541,6 @@ def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch
     run_in_process(MLM, ["--train_file", str(tmp_path / "corpus.txt"), "--line_by_line", "--max_seq_length", "48",
                          "--output_dir", str(trained), "--max_steps", "2", *TINY, *TRAINER], monkeypatch)  # fmt: skip
     data = ["--validation_file", str(tmp_path / "dev.txt"), "--line_by_line", "--max_seq_length", "48", "--do_eval",
-            "--mlm_probability", "0.3"]  # fmt: skip
+            "--mlm_probability", "0.3", "--whole_word_masking"]  # fmt: skip
     metrics = assert_same_metrics(evaluate_padded_and_padding_free(MLM, trained, data, tmp_path, monkeypatch))
     assert {"eval_loss", "perplexity", "eval_masked_accuracy"} <= set(metrics) and metrics["eval_blocks"] == 9
