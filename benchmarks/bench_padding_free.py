@@ -65,7 +65,7 @@ CASES = {
     "ours_packed": "ours, padding-free",
     "ours_alone": "ours, each sequence alone (loop)",
 }
-TARGETS = {  # (case compared, mode) -> the speed-up of padding-free over it that issue 12 asks for
+TARGETS = {  # (case compared, mode) -> the speed-up of padding-free over it that the project targets
     ("theirs_longest", "inference"): 2.5,
     ("theirs_longest", "training"): 2.0,
     ("theirs_max", "inference"): 5.0,
@@ -480,7 +480,7 @@ def to_markdown(result: dict) -> str:
     if result.get("targets"):
         table = [[r["corpus"], r["mode"], r["goal"], f"{r['measured']:.2f}" if r["measured"] else None,
                   "met" if r["met"] else "missed"] for r in result["targets"]]
-        parts.append("#### Targets (issue 12), review corpora\n\n"
+        parts.append("#### Speed targets, review corpora\n\n"
                      + markdown_table(["corpus", "mode", "goal", "measured", ""], table))
     if result.get("finetune"):
         tune = result["finetune"]
