@@ -43,4 +43,4 @@ def test_bench_padding_free_writes_results(tmp_path):
     assert set(runs) == {"padded to the longest", "padding-free"}
     assert all(0 <= run["test_accuracy"] <= 1 and run["train_seconds"] > 0 for run in runs.values())
     markdown = (tmp_path / "bench_padding_free.md").read_text()
-    assert "| ours, padding-free |" in markdown and "#### Targets" in markdown and "Command:" in markdown
+    assert "| ours, padding-free |" in markdown and "#### Speed targets" in markdown and "Command:" in markdown
