@@ -42,6 +42,7 @@ from .modeling_roformer_ext_vision import (
 )
 from .positions import build_position_ids, register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
+from .position_encodings import PositionEncoding, register_position_encoding, registered_position_encodings
 from .rope import RotaryEmbedding, apply_rotary, register_rotary_embedding, registered_rotary_kinds
 from .similarity import SimilarSentence, SimilarSentenceGenerator, save_for_sentence_transformers
 from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
@@ -115,14 +116,17 @@ __all__ = [
     "RoFormerExtForTokenClassification",
     "RoFormerExtModel",
     "RoFormerExtPreTrainedModel",
+    "PositionEncoding",
     "RotaryEmbedding",
     "SimilarSentence",
     "SimilarSentenceGenerator",
     "save_for_sentence_transformers",
     "apply_rotary",
     "build_position_ids",
+    "register_position_encoding",
     "register_position_scheme",
     "register_rotary_embedding",
+    "registered_position_encodings",
     "registered_position_schemes",
     "registered_rotary_kinds",
 ]

@@ -7,6 +7,7 @@ from typing import Any
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from .position_encodings import position_encoding_class, registered_position_encodings
 from .positions import registered_position_schemes
 from .rope import AXIS_ALLOCATIONS, PAIR_LAYOUTS, registered_rotary_kinds
 
@@ -46,6 +47,13 @@ class RoFormerExtConfig(PreTrainedConfig):
     attends. "unilm" is RoFormer-Sim's sequence-to-sequence pattern: the source (token_type_ids == 0, given in the
     first call) attends bidirectionally within itself, every other token causally; tokens after a cache default to
     segment 1, and `generate` extends token_type_ids with 1s.
+
+    `position_encoding` (default "rope"): how attention knows where tokens are, by registered name. "rope" is
+    RoFormer's rotary embedding (`rope_parameters`); the alternatives the RoFormer paper compares it with are
+    "sinusoidal" and "learned" (absolute, added to the embeddings; "learned" has `max_position_embeddings` rows),
+    "shaw" (relative key embeddings clipped at `max_relative_position`), "t5_bias" (T5's bucketed bias,
+    `relative_attention_num_buckets`, `relative_attention_max_distance`), "alibi" (linear biases) and "none" (NoPE).
+    E.g. `RoFormerExtConfig(position_encoding="alibi")`. The vision-text models need "rope".
 
     `sparse_prediction` (as in transformers' ModernBERT): when the masked-LM model gets `labels`, the vocabulary
     projection runs only on the positions whose label is not `sparse_pred_ignore_index` (~15% in MLM pre-training)
@@ -90,6 +98,10 @@ class RoFormerExtConfig(PreTrainedConfig):
     sparse_prediction: bool = False
     sparse_pred_ignore_index: int = -100
     rope_parameters: dict | None = None
+    position_encoding: str = "rope"
+    max_relative_position: int = 16
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
     is_decoder: bool = False
     add_cross_attention: bool = False
     decoder_attention: str = "causal"
@@ -157,6 +169,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("pooler_activation", self.pooler_activation, POOLER_ACTIVATIONS)
         _check_choice("multiple_choice_pooling", self.multiple_choice_pooling, MULTIPLE_CHOICE_POOLINGS)
         _check_choice("decoder_attention", self.decoder_attention, DECODER_ATTENTIONS)
+        self.validate_position_encoding()
         rope = self.rope_parameters
         _check_choice("rope_parameters['rope_type']", rope["rope_type"], registered_rotary_kinds())
         _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())
@@ -188,6 +201,29 @@ class RoFormerExtConfig(PreTrainedConfig):
         elif pairs < axes:
             raise ValueError(f"head_dim // 2 = {pairs} frequency pairs cannot cover {axes} axes.")
 
+    def validate_position_encoding(self) -> None:
+        """The encoding is registered, its sizes make sense, and it fits the attention type."""
+        encoding = position_encoding_class(self.position_encoding)  # ValueError listing the registered names
+        if self.attention_type == "linear" and not encoding.supports_linear_attention:
+            raise ValueError(
+                f"position_encoding={self.position_encoding!r} adds a term to the softmax attention scores, which "
+                "linear attention never forms. Use attention_type='softmax', or 'rope' / 'sinusoidal' / 'learned' / "
+                "'none' with linear attention."
+            )
+        for name in ("max_relative_position", "relative_attention_num_buckets", "relative_attention_max_distance"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+        if self.position_encoding == "t5_bias" and not (
+            4 <= self.relative_attention_num_buckets
+            and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
+        ):
+            raise ValueError(
+                "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than "
+                f"half the buckets (T5: 32 and 128); got {self.relative_attention_num_buckets} and "
+                f"{self.relative_attention_max_distance}."
+            )
+
 
 VISION_DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
     **DEFAULT_ROPE_PARAMETERS,
@@ -207,6 +243,14 @@ class RoFormerExtVisionTextConfig(RoFormerExtConfig):
 
     model_type = "roformer_ext_vision"
     default_rope_parameters = VISION_DEFAULT_ROPE_PARAMETERS
+
+    def validate_position_encoding(self) -> None:
+        super().validate_position_encoding()
+        if self.position_encoding != "rope":
+            raise ValueError(
+                f"The vision-text models place images with multi-axis RoPE; position_encoding must be 'rope', got "
+                f"{self.position_encoding!r}. Pick the image layout with rope_parameters['position_scheme']."
+            )
 
 
 def _check_choice(name: str, value: Any, allowed) -> None:

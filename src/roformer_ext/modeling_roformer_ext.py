@@ -6,6 +6,7 @@ attention), feed-forward, layer, pre-trained base, model, heads. RoFormer-V2 is 
 """
 
 import copy
+import functools
 from collections.abc import Callable
 
 import torch
@@ -42,6 +43,7 @@ from .packing import (
     positions_from_lengths,
     unpack,
 )
+from .position_encodings import AlibiPositionEncoding, PositionEncoding, RelativeScores, add_scores_to_mask, position_encoding_class
 from .positions import as_axes_batch_seq, text_position_ids
 from .rope import RotaryEmbedding, apply_rotary, rotary_embedding_class
 
@@ -89,12 +91,17 @@ class RoFormerExtEmbeddings(nn.Module):
         input_ids: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        position_encoding: PositionEncoding | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """`position_encoding.embed` adds absolute positions (sinusoidal, learned) before the norm, as BERT."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device)
         embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        if position_encoding is not None:
+            embeddings = position_encoding.embed(embeddings, position_ids)
         if self.dropout_before_norm:
             embeddings = self.norm(self.dropout(embeddings))
         else:
@@ -187,15 +194,19 @@ class RoFormerExtAttention(AttentionProjections):
         super().__init__(config, layer_idx, is_causal=bool(config.is_decoder))
         self.pair_layout = config.rope_parameters["pair_layout"]
         self.rotary_value = config.rotary_value
+        # Shaw's relative key table: each layer its own (None for every other encoding).
+        self.relative_table = position_encoding_class(config.position_encoding).layer_table(config)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
+        relative_scores: RelativeScores | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`position_embeddings` (cos, sin) rotate q and k (RoPE); `relative_scores` add a term to the scores."""
         # (batch, heads, seq, head_dim)
         query, key, value = (self.heads(p, hidden_states) for p in (self.query, self.key, self.value))
         cache = self_attention_cache(past_key_values)
@@ -204,7 +215,20 @@ class RoFormerExtAttention(AttentionProjections):
                 self, query, key, value, position_embeddings, attention_mask, cache, kwargs.get("cu_seq_lens_q")
             )
             return self.output(attn_output.flatten(2)), None
-        cos, sin = position_embeddings
+        if position_embeddings is not None:
+            query, key, value = self.rotate(query, key, value, *position_embeddings)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        interface = None
+        if relative_scores is not None:
+            attention_mask, interface = self.with_relative_scores(query, attention_mask, relative_scores)
+        elif self.config._attn_implementation == "sdpa" and attention_mask is None and "cu_seq_lens_q" in kwargs:
+            interface = per_sequence_sdpa  # packed rows: each sequence alone (Σ len², not total²)
+        return self.attend(query, key, value, attention_mask, interface, **kwargs)
+
+    def rotate(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         fused = None
         if query.is_cuda:  # liger-kernel's fused q/k rotation when installed (half layout only)
             from .fused_rotary import fused_rotate_query_key
@@ -217,12 +241,45 @@ class RoFormerExtAttention(AttentionProjections):
             key = apply_rotary(key, cos, sin, self.pair_layout)
         if self.rotary_value:
             value = apply_rotary(value, cos, sin, self.pair_layout)
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
-        interface = None
-        if self.config._attn_implementation == "sdpa" and attention_mask is None and "cu_seq_lens_q" in kwargs:
-            interface = per_sequence_sdpa  # packed rows: each sequence alone (Σ len², not total²)
-        return self.attend(query, key, value, attention_mask, interface, **kwargs)
+        return query, key, value
+
+    def with_relative_scores(
+        self, query: torch.Tensor, attention_mask: torch.Tensor | None, relative_scores: RelativeScores
+    ) -> tuple[torch.Tensor | None, Callable | None]:
+        """The mask and backend that add the relative term: a score_mod for flex, an additive bias otherwise."""
+        implementation = self.config._attn_implementation or "eager"
+        if "flash" in implementation:
+            raise ValueError(
+                f"position_encoding={self.config.position_encoding!r} adds a term to the attention scores, which "
+                f"{implementation!r} cannot take; load the model with attn_implementation='sdpa', 'eager' or "
+                "'flex_attention'."
+            )
+        if implementation == "flex_attention":
+            score_mod = relative_scores.score_mod(query, self.relative_table)
+            return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
+        return add_scores_to_mask(attention_mask, relative_scores.dense(query, self.relative_table)), None
+
+
+def flex_attention_with_score_mod(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    score_mod: Callable | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' flex attention call with our own `score_mod` (a relative position term computed per score)."""
+    from transformers.integrations.flex_attention import compile_friendly_flex_attention
+
+    if dropout > 0:
+        raise ValueError("flex attention does not support attention dropout; call model.eval() or set it to 0.")
+    output = compile_friendly_flex_attention(
+        query, key, value, score_mod=score_mod, block_mask=attention_mask, scale=scaling, training=module.training
+    )
+    return output.transpose(1, 2).contiguous(), None
 
 
 def packed_linear_attention(
@@ -314,15 +371,16 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
+        relative_scores: RelativeScores | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attn_output, _ = self.attention(
-            hidden_states, position_embeddings, attention_mask, past_key_values=past_key_values, **kwargs
+            hidden_states, position_embeddings, attention_mask, past_key_values, relative_scores, **kwargs
         )
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
         if encoder_hidden_states is not None:
@@ -400,6 +458,9 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, AlibiPositionEncoding):
+            module.reset_slopes()
+            return
         if isinstance(module, RotaryEmbedding):
             # Ours, not the base class's: that one looks up transformers' registry, which lacks our kinds.
             module.reset_frequencies()
@@ -454,7 +515,10 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         super().__init__(config)
         self.embeddings = RoFormerExtEmbeddings(config)
         self.layers = nn.ModuleList([RoFormerExtLayer(config, i) for i in range(config.num_hidden_layers)])
-        self.rotary_emb = rotary_embedding_class(config.rope_parameters["rope_type"])(config)
+        self.position_encoding = position_encoding_class(config.position_encoding)(config)
+        self.rotary_emb = None
+        if self.position_encoding.uses_rotary:
+            self.rotary_emb = rotary_embedding_class(config.rope_parameters["rope_type"])(config)
         use_pooler = add_pooling_layer and config.pooler_activation is not None
         self.pooler = RoFormerExtPooler(config) if use_pooler else None
         self.gradient_checkpointing = False
@@ -500,7 +564,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         unilm = self.unilm_source_overlay(token_type_ids, past_length, cache) if self.config.is_decoder else None
         same_sequence = None
         if sequence_ids is not None:
-            if self.config._attn_implementation == "sdpa" and unilm is None and sequence_ids.shape[0] == 1:
+            per_sequence = unilm is None and sequence_ids.shape[0] == 1 and not self.position_encoding.has_relative_scores
+            if self.config._attn_implementation == "sdpa" and per_sequence:
                 return None  # packed rows: the attention runs per sequence, no mask needed
             sequence_ids = padded_for_mask_indices(sequence_ids, sequence_ids.shape[1], -1)
 
@@ -522,6 +587,17 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         return create_bidirectional_mask(
             config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
         )
+
+    def key_positions(
+        self, query_positions: torch.Tensor, past_key_values: Cache | None, past_length: int
+    ) -> torch.Tensor:
+        """Positions of the keys a layer sees: the queries' own without a cache; with one, 0, 1, ... over every cached
+        slot (a static cache's unwritten slots too: the mask hides them), as text decoding numbers them."""
+        cache = self_attention_cache(past_key_values)
+        if cache is None or (_is_zero(past_length) and not cache.is_compileable):
+            return query_positions
+        kv_length = cache.get_mask_sizes(query_positions.shape[1], 0)[0]
+        return torch.arange(kv_length, device=query_positions.device)[None]
 
     def unilm_source_overlay(
         self, token_type_ids: torch.Tensor | None, past_length: int, cache: Cache | None
@@ -597,9 +673,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         past_key_values = self.prepare_cache(past_key_values, use_cache, encoder_hidden_states)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         tokens = input_ids if input_ids is not None else inputs_embeds
-        token_type_ids = self.default_token_type_ids(token_type_ids, past_length, *tokens.shape[:2], tokens.device)
-        embeddings = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
-        batch, seq = embeddings.shape[:2]
+        batch, seq = tokens.shape[:2]
+        token_type_ids = self.default_token_type_ids(token_type_ids, past_length, batch, seq, tokens.device)
         check_padding_mask(attention_mask, batch, past_length + seq)
         sequence_ids = packed_sequence_ids(
             position_ids, attention_mask, past_length, kwargs.get("cu_seq_lens_q"), kwargs.pop("seq_idx", None)
@@ -614,15 +689,23 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 position_ids = positions_from_lengths(cu_seq_lens)
         axes = self.config.rope_parameters["axes"]
         if position_ids is None:
-            position_ids = text_position_ids(batch, seq, past_length, axes, embeddings.device)
+            position_ids = text_position_ids(batch, seq, past_length, axes, tokens.device)
         position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
+        embeddings = self.embeddings(
+            input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0]
+        )
         mask = self.self_attention_mask(
             attention_mask, embeddings, past_key_values, past_length, token_type_ids, sequence_ids
         )
         cross_mask = None
         if encoder_hidden_states is not None:
             cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
-        position_embeddings = self.rotary_emb(embeddings, position_ids)
+        position_embeddings = self.rotary_emb(embeddings, position_ids) if self.rotary_emb is not None else None
+        relative_scores = None
+        if self.position_encoding.has_relative_scores:
+            relative_scores = self.position_encoding.relative_scores(
+                position_ids[0], self.key_positions(position_ids[0], past_key_values, past_length)
+            )
 
         hidden_states = embeddings
         for layer in self.layers:
@@ -633,6 +716,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 encoder_hidden_states,
                 cross_mask,
                 past_key_values=past_key_values,
+                relative_scores=relative_scores,
                 **kwargs,
             )
         pooled = self.pooler(hidden_states) if self.pooler is not None else None

@@ -1,0 +1,361 @@
+"""Position encodings by name: RoPE and the alternatives the RoFormer paper compares it with, on one model.
+
+`config.position_encoding` selects one registered `PositionEncoding`. An encoding tells attention where tokens are
+in one (or more) of three ways, and the model asks each encoding for all three:
+
+- absolute (`"sinusoidal"`, `"learned"`): a vector per position added to the word embeddings (`embed`);
+- rotary (`"rope"`): the model's rotary embedding (the rotary registry of `rope.py`, kind chosen by
+  `rope_parameters`) gives (cos, sin) that every layer rotates q and k with (`uses_rotary`);
+- relative scores (`"shaw"`, `"t5_bias"`, `"alibi"`): a term added to the attention scores before the softmax
+  (`relative_scores`). eager and sdpa take it as an additive bias (with the padding / causal mask folded in); flex
+  attention takes it as a `score_mod` that computes each score's term from the positions, so no (q × k) bias is built.
+  Shaw's term depends on the query, so each layer owns its relative key table (`layer_table`).
+
+`"none"` (NoPE) does none of the three: the encoder is then permutation-equivariant, the decoder still sees order
+through its causal mask. Add your own with `@register_position_encoding("name")` on a `PositionEncoding` subclass.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+_POSITION_ENCODINGS: dict[str, type["PositionEncoding"]] = {}
+
+
+def register_position_encoding(name: str) -> Callable[[type["PositionEncoding"]], type["PositionEncoding"]]:
+    """Register a `PositionEncoding` subclass under `name`, so `config.position_encoding = name` selects it."""
+
+    def decorator(cls: type[PositionEncoding]) -> type[PositionEncoding]:
+        if not (isinstance(cls, type) and issubclass(cls, PositionEncoding)):
+            raise TypeError(f"register_position_encoding({name!r}) expects a PositionEncoding subclass, got {cls!r}.")
+        _POSITION_ENCODINGS[name] = cls
+        return cls
+
+    return decorator
+
+
+def registered_position_encodings() -> tuple[str, ...]:
+    """Names accepted as `config.position_encoding`."""
+    return tuple(sorted(_POSITION_ENCODINGS))
+
+
+def position_encoding_class(name: str) -> type["PositionEncoding"]:
+    try:
+        return _POSITION_ENCODINGS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown position_encoding {name!r}. Registered encodings: {', '.join(registered_position_encodings())}. "
+            "Register a new one with roformer_ext.register_position_encoding(name)."
+        ) from None
+
+
+class PositionEncoding(nn.Module):
+    """How a model tells attention where its tokens are. Every hook defaults to "nothing"; subclasses override some.
+
+    `position_ids` are text positions (batch, seq), float or integer: 0, 1, 2, ... after any cached tokens, and
+    restarting at 0 in each sequence of a packed row.
+    """
+
+    #: Whether the model builds its rotary embedding (`rope_parameters`) and every layer rotates q and k.
+    uses_rotary = False
+    #: Whether `relative_scores` returns something (packed rows then keep a block mask to add the scores to).
+    has_relative_scores = False
+    #: Softmax attention only: a term on the (q × k) scores has no place in linear attention.
+    supports_linear_attention = True
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+
+    def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Absolute encodings add their vectors here (before the embedding norm, as BERT)."""
+        return embeddings
+
+    def relative_scores(
+        self, query_positions: torch.Tensor, key_positions: torch.Tensor
+    ) -> "RelativeScores | None":
+        """Relative encodings return the per-forward object the attention layers add to their scores."""
+        return None
+
+    @staticmethod
+    def layer_table(config: Any) -> nn.Module | None:
+        """A per-layer module the scores need (Shaw's relative key table), or None."""
+        return None
+
+
+class RelativeScores:
+    """One forward's relative term on the attention scores, built from query and key positions.
+
+    `dense(query, table)` is the (batch | 1, heads, q, k) additive bias for eager / sdpa; `score_mod(query, table)`
+    is the same term as flex attention's per-score function. Lives for one forward only (nothing kept on a module).
+    """
+
+    def __init__(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> None:
+        # (batch | 1, q) and (batch | 1, k), integer distances: key - query.
+        self.query_positions = query_positions.long()
+        self.key_positions = key_positions.long()
+
+    def distances(self) -> torch.Tensor:
+        """(batch | 1, q, k) relative distance key − query, as T5 and Shaw et al. define it."""
+        return self.key_positions[:, None, :] - self.query_positions[:, :, None]
+
+    def dense(self, query: torch.Tensor, table: nn.Module | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
+        raise NotImplementedError
+
+    def _position_at(self, batch_idx: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        """Inside a flex score_mod: key − query distance of one score (the batch may broadcast from 1)."""
+        query_batch = batch_idx if self.query_positions.shape[0] > 1 else 0
+        key_batch = batch_idx if self.key_positions.shape[0] > 1 else 0
+        return self.key_positions[key_batch, kv_idx] - self.query_positions[query_batch, q_idx]
+
+
+# --- RoPE ---------------------------------------------------------------------------------------------------------
+
+
+@register_position_encoding("rope")
+class RotaryPositionEncoding(PositionEncoding):
+    """RoFormer's rotary embedding. The model owns it as `rotary_emb` (its kind is `rope_parameters["rope_type"]`,
+    from the rotary registry), so RoPE checkpoints keep their parameter names."""
+
+    uses_rotary = True
+
+
+@register_position_encoding("none")
+class NoPositionEncoding(PositionEncoding):
+    """NoPE: no position information at all."""
+
+
+# --- absolute -----------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_table(position_ids: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Vaswani et al.: PE(p, 2i) = sin(p / base^(2i/d)), PE(p, 2i+1) = cos(p / base^(2i/d)). (..., ) -> (..., dim)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=position_ids.device) / dim))
+    angles = position_ids.float()[..., None] * inv_freq
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)[..., :dim]
+
+
+@register_position_encoding("sinusoidal")
+class SinusoidalPositionEncoding(PositionEncoding):
+    """The Transformer's fixed sinusoidal table, computed for any position (no length cap, no parameters)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.base = float(config.rope_parameters.get("rope_theta", 10000.0))
+
+    def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        return embeddings + sinusoidal_table(position_ids, embeddings.shape[-1], self.base).to(embeddings.dtype)
+
+
+@register_position_encoding("learned")
+class LearnedPositionEncoding(PositionEncoding):
+    """BERT's learned absolute table of `max_position_embeddings` rows."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.embedding_size)
+
+    def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        rows = self.position_embeddings.num_embeddings
+        if position_ids.numel() and (int(position_ids.max()) >= rows or int(position_ids.min()) < 0):
+            raise ValueError(
+                f"position_encoding='learned' has a table of max_position_embeddings = {rows} positions, but got "
+                f"positions up to {int(position_ids.max())}. Shorten the input or build the model with a larger "
+                "max_position_embeddings (an untrained row is still untrained)."
+            )
+        return embeddings + self.position_embeddings(position_ids.long())
+
+
+# --- relative scores ----------------------------------------------------------------------------------------------
+
+
+class ShawScores(RelativeScores):
+    """Shaw et al. (2018): score_ij += q_i · a_clip(j−i) / sqrt(d), one key table a of 2K+1 rows per layer."""
+
+    def __init__(self, query_positions: torch.Tensor, key_positions: torch.Tensor, max_distance: int, scaling: float):
+        super().__init__(query_positions, key_positions)
+        self.max_distance, self.scaling = max_distance, scaling
+
+    def dense(self, query: torch.Tensor, table: nn.Module) -> torch.Tensor:
+        rows = self.distances().clamp(-self.max_distance, self.max_distance) + self.max_distance
+        # q · a for every table row first: (b, h, q, 2K+1), then pick each score's row. Never a (q, k, d) tensor.
+        per_row = torch.matmul(query, table.weight.to(query.dtype).T) * self.scaling
+        return torch.gather(per_row, -1, rows[:, None].expand(query.shape[0], query.shape[1], -1, -1))
+
+    def score_mod(self, query: torch.Tensor, table: nn.Module) -> Callable:
+        per_row = torch.matmul(query, table.weight.to(query.dtype).T) * self.scaling
+        max_distance = self.max_distance
+
+        def shaw(score, batch_idx, head_idx, q_idx, kv_idx):
+            row = self._position_at(batch_idx, q_idx, kv_idx).clamp(-max_distance, max_distance) + max_distance
+            return score + per_row[batch_idx, head_idx, q_idx, row]
+
+        return shaw
+
+
+@register_position_encoding("shaw")
+class ShawPositionEncoding(PositionEncoding):
+    """Relative key embeddings clipped at `max_relative_position` (Shaw, Uszkoreit & Vaswani 2018), per layer."""
+
+    has_relative_scores = True
+    supports_linear_attention = False
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.max_distance = int(config.max_relative_position)
+        self.scaling = config.head_dim**-0.5
+
+    def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> ShawScores:
+        return ShawScores(query_positions, key_positions, self.max_distance, self.scaling)
+
+    @staticmethod
+    def layer_table(config: Any) -> nn.Module:
+        return nn.Embedding(2 * int(config.max_relative_position) + 1, config.head_dim)
+
+
+def t5_relative_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`.
+
+    Bidirectional: half the buckets for keys after the query. Causal: only keys at or before the query count.
+    """
+    buckets = torch.zeros_like(distance)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (distance > 0).long() * num_buckets
+        distance = distance.abs()
+    else:
+        distance = -torch.clamp(distance, max=0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    # max(distance, 1) keeps log finite; those entries take the exact branch anyway.
+    log_ratio = torch.log(distance.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
+    large = torch.clamp(large, max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, large)
+
+
+class T5Scores(RelativeScores):
+    """T5's learned scalar per (bucket, head), shared by every layer; dense bias computed once per forward."""
+
+    def __init__(self, query_positions, key_positions, table: nn.Embedding, bidirectional, num_buckets, max_distance):
+        super().__init__(query_positions, key_positions)
+        self.table, self.bidirectional = table, bidirectional
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self._bias: torch.Tensor | None = None
+
+    def bucket(self, distance: torch.Tensor) -> torch.Tensor:
+        return t5_relative_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
+
+    def dense(self, query: torch.Tensor, table: nn.Module | None) -> torch.Tensor:
+        if self._bias is None:  # the same for every layer (as T5): built once per forward
+            self._bias = self.table(self.bucket(self.distances())).permute(0, 3, 1, 2)
+        return self._bias.to(query.dtype)
+
+    def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
+        weights = self.table.weight.to(query.dtype)
+
+        def t5_bias(score, batch_idx, head_idx, q_idx, kv_idx):
+            return score + weights[self.bucket(self._position_at(batch_idx, q_idx, kv_idx)), head_idx]
+
+        return t5_bias
+
+
+@register_position_encoding("t5_bias")
+class T5BiasPositionEncoding(PositionEncoding):
+    """T5's bucketed relative bias: bidirectional buckets for an encoder, causal buckets for a decoder."""
+
+    has_relative_scores = True
+    supports_linear_attention = False
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.num_buckets = int(config.relative_attention_num_buckets)
+        self.max_distance = int(config.relative_attention_max_distance)
+        self.bidirectional = not config.is_decoder
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+
+    def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> T5Scores:
+        return T5Scores(
+            query_positions, key_positions, self.relative_attention_bias, self.bidirectional,
+            self.num_buckets, self.max_distance,
+        )
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al.): 2^(−8 i / n) for n a power of two; otherwise the closest lower power of
+    two's slopes, then every other slope of twice that many heads (the paper's recipe, as Bloom and MPT)."""
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-8.0 / closest)
+    slopes = [base ** (i + 1) for i in range(closest)]
+    if closest < num_heads:
+        extra_base = 2.0 ** (-4.0 / closest)
+        slopes += [extra_base ** (2 * i + 1) for i in range(num_heads - closest)]
+    return torch.tensor(slopes)
+
+
+class AlibiScores(RelativeScores):
+    """−slope_h · |j − i| (encoder) or −slope_h · (i − j) (decoder: only keys before the query are seen)."""
+
+    def __init__(self, query_positions, key_positions, slopes: torch.Tensor) -> None:
+        super().__init__(query_positions, key_positions)
+        self.slopes = slopes
+        self._bias: torch.Tensor | None = None
+
+    def dense(self, query: torch.Tensor, table: nn.Module | None) -> torch.Tensor:
+        if self._bias is None:  # the same for every layer
+            self._bias = -self.slopes[None, :, None, None] * self.distances().abs()[:, None].to(self.slopes.dtype)
+        return self._bias.to(query.dtype)
+
+    def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
+        slopes = self.slopes.to(query.dtype)
+
+        def alibi(score, batch_idx, head_idx, q_idx, kv_idx):
+            return score - slopes[head_idx] * self._position_at(batch_idx, q_idx, kv_idx).abs()
+
+        return alibi
+
+
+@register_position_encoding("alibi")
+class AlibiPositionEncoding(PositionEncoding):
+    """Attention with Linear Biases: a fixed penalty growing linearly with distance, one slope per head."""
+
+    has_relative_scores = True
+    supports_linear_attention = False
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.register_buffer("slopes", alibi_slopes(config.num_attention_heads), persistent=False)
+
+    def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> AlibiScores:
+        return AlibiScores(query_positions, key_positions, self.slopes.float())
+
+    @torch.no_grad()
+    def reset_slopes(self) -> None:
+        """Non-persistent buffers are empty after `from_pretrained` / meta-device init; `_init_weights` calls this."""
+        self.slopes.copy_(alibi_slopes(self.slopes.numel()))
+
+
+def add_scores_to_mask(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
+    """Fold a relative bias into a mask from transformers' utilities (None, boolean keep-mask or additive float)."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask[..., : bias.shape[-1]], torch.finfo(bias.dtype).min)
+    return mask[..., : bias.shape[-1]].to(bias.dtype) + bias
+
+
+__all__ = [
+    "PositionEncoding",
+    "RelativeScores",
+    "alibi_slopes",
+    "position_encoding_class",
+    "register_position_encoding",
+    "registered_position_encodings",
+    "sinusoidal_table",
+    "t5_relative_bucket",
+]
