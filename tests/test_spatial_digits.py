@@ -85,6 +85,15 @@ def test_splits_use_disjoint_digits_and_grids_compose_row_major(script):
         assert script.answers_to(row["question"], labels[row["tiles"]].reshape(3, 3)) == {row["label"]}
 
 
+def test_question_position_puts_the_question_before_or_after_the_mark(script):
+    question = "which digit is in row 1, column 2?"
+    assert script.place_question("[IMAGE]", question, "after") == "[IMAGE] " + question
+    assert script.place_question("[VIDEO]", question, "before") == question + " [VIDEO]"
+    assert script.DataArguments(dataset="sklearn_digits", question_position="before").question_position == "before"
+    with pytest.raises(ValueError, match="--question_position"):
+        script.DataArguments(dataset="sklearn_digits", question_position="middle")
+
+
 @pytest.mark.parametrize("scheme", ["rope_tie_v2", "mrope"])
 def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
     out = tmp_path / scheme

@@ -20,7 +20,8 @@ them: `--dataset_name` (Hub, an image folder, a save_to_disk folder) or `--train
 resized to the first one's side. Given splits become the digit pools; a train split alone is split 80/10/10.
 
 Inputs go through the real `RoFormerExtProcessor`: "[IMAGE] which digit ..." becomes
-"[CLS] [IMG] + h*w x [IMAGE] + [/IMG] which digit ... [SEP]"; the image processor cuts the grid into
+"[CLS] [IMG] + h*w x [IMAGE] + [/IMG] which digit ... [SEP]" (`--question_position before` puts the question
+first: "which digit ... [IMAGE]"); the image processor cuts the grid into
 `patch_size` patches (default: one patch per digit tile, so the image grid is the digit grid).
 A `RoFormerExtVisionTextForSequenceClassification` is trained from scratch with `Trainer`, with the
 multi-axis RoPE position scheme chosen by `--position_scheme`:
@@ -90,6 +91,8 @@ logger = logging.getLogger(__name__)
 DATASETS = ("mnist", "sklearn_digits")
 SCHEMES = ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope")
 KINDS = ("position", "left", "right", "above", "below")
+#: Where the question goes relative to the picture's mark in the prompt.
+QUESTION_POSITIONS = ("before", "after")
 #: (row step, column step) from the named digit to the one asked about; rows count downwards.
 DIRECTIONS = {"left": (0, -1), "right": (0, 1), "above": (-1, 0), "below": (1, 0)}
 PHRASES = {"left": "left of", "right": "right of", "above": "above", "below": "below"}
@@ -168,6 +171,10 @@ class DataArguments(DataSourceArguments):
     grid_seed: int = field(
         default=0, metadata={"help": "Seed of the digit split, the grids and the questions (not of training)."}
     )
+    question_position: str = field(
+        default="after",
+        metadata={"help": "'after': '[IMAGE] which digit ...?'; 'before': 'which digit ...? [IMAGE]'."},
+    )
     torch_threads: int | None = field(
         default=None, metadata={"help": "torch.set_num_threads; 1 is fastest on a busy small CPU."}
     )
@@ -180,6 +187,10 @@ class DataArguments(DataSourceArguments):
             self.dataset = "mnist"
         if self.dataset is not None and self.dataset not in DATASETS:
             raise ValueError(f"--dataset must be one of {DATASETS}, not {self.dataset!r}.")
+        if self.question_position not in QUESTION_POSITIONS:
+            raise ValueError(
+                f"--question_position must be one of {QUESTION_POSITIONS}, not {self.question_position!r}."
+            )
 
 
 # ------------------------------------------------------------------------------------------------- digits
@@ -315,17 +326,28 @@ def make_split(
 
 
 # ------------------------------------------------------------------------------------------ model inputs
+def place_question(mark: str, question: str, question_position: str) -> str:
+    """The prompt: `mark` ("[IMAGE]" / "[VIDEO]") then the question ("after"), or the question then `mark` ("before")."""
+    if question_position == "after":
+        return f"{mark} {question}"
+    if question_position == "before":
+        return f"{question} {mark}"
+    raise ValueError(f"question_position must be one of {QUESTION_POSITIONS}, not {question_position!r}.")
+
+
 @dataclass
 class GridCollator:
-    """Composes each row's grid image and runs the processor on the batch ("[IMAGE] " + question)."""
+    """Composes each row's grid image and runs the processor on the batch ("[IMAGE] " + question, or the
+    question first with `question_position="before"`)."""
 
     processor: RoFormerExtProcessor
     digits: np.ndarray
     grid: int
+    question_position: str = "after"
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         images = [compose_grid(self.digits[row["tiles"]], self.grid) for row in rows]
-        texts = [f"{self.processor.image_token} {row['question']}" for row in rows]
+        texts = [place_question(self.processor.image_token, row["question"], self.question_position) for row in rows]
         batch = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
         batch["labels"] = torch.tensor([row["label"] for row in rows])
         return dict(batch)
@@ -350,18 +372,27 @@ def build_processor(tokenizer, digits: np.ndarray, patch_size: int, image_side: 
     return RoFormerExtProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
 
+LABELS = {"num_labels": 10, "id2label": {i: str(i) for i in range(10)}, "label2id": {str(i): i for i in range(10)}}
+
+
 def build_model(model_args: SpatialModelArguments, processor: RoFormerExtProcessor, patch_size: int):
     """A fresh `RoFormerExtVisionTextForSequenceClassification` (or a saved one) for the 10 digit classes."""
-    labels = {"num_labels": 10, "id2label": {i: str(i) for i in range(10)}, "label2id": {str(i): i for i in range(10)}}
     if model_args.model_name_or_path:
         config = AutoConfig.from_pretrained(
-            model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code, **labels
+            model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code, **LABELS
         )
         return AutoModelForSequenceClassification.from_pretrained(
             model_args.model_name_or_path, config=config, trust_remote_code=model_args.trust_remote_code
         )
+    return AutoModelForSequenceClassification.from_config(build_config(model_args, processor, patch_size))
+
+
+def build_config(
+    model_args: SpatialModelArguments, processor: RoFormerExtProcessor, patch_size: int
+) -> RoFormerExtVisionTextConfig:
+    """The from-scratch config: the model sizes, the processor's vocabulary and vision token ids, the scheme."""
     tokenizer = processor.tokenizer
-    kwargs = {**model_args.config_kwargs(), **labels}
+    kwargs = {**model_args.config_kwargs(), **LABELS}
     kwargs.update(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -372,7 +403,7 @@ def build_model(model_args: SpatialModelArguments, processor: RoFormerExtProcess
         video_token_id=processor.video_token_id,
     )
     kwargs["rope_parameters"] = model_args.rope_parameters(kwargs["hidden_size"] // kwargs["num_attention_heads"])
-    return AutoModelForSequenceClassification.from_config(RoFormerExtVisionTextConfig(**kwargs))
+    return RoFormerExtVisionTextConfig(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- reporting
@@ -508,7 +539,7 @@ def main() -> None:
         train_dataset=data["train"],
         eval_dataset=data["validation"],
         processing_class=processor,
-        data_collator=GridCollator(processor, digits, data_args.grid),
+        data_collator=GridCollator(processor, digits, data_args.grid, data_args.question_position),
         compute_metrics=lambda prediction: compute_metrics(prediction, data["validation"]["kind"]),
     )
     metrics: dict[str, float] = {}
