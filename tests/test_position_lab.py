@@ -1,0 +1,147 @@
+"""examples/position-lab/run_extrapolation.py: a tiny end-to-end study (two encodings, an eval-time RoPE scaling),
+the eval blocks, the shared masks, argument errors and the decay figure of the trained models."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "position-lab" / "run_extrapolation.py"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TINY = [
+    "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
+    "--train_length", "16", "--eval_factors", "1", "2", "4", "--eval_blocks", "2", "--max_steps", "3",
+    "--batch_size", "4", "--max_train_tokens", "4000", "--vocab_size", "300",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("run_extrapolation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def study(script, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lab")
+    argv = ["--output_dir", str(out), "--encodings", "rope", "t5_bias", "--seeds", "0", "1", "--rope_scalings", "yarn"]
+    results = script.main(argv + TINY)
+    return script.parse_args(argv + TINY), results, out
+
+
+@pytest.fixture(scope="module")
+def streams(script, study):
+    args, _, out = study
+    return script.load_token_streams(args, out / "tokenizer")
+
+
+def test_results_have_every_encoding_seed_and_length(study):
+    args, results, out = study
+    on_disk = json.loads(args.results_path.read_text())
+    assert on_disk == results
+    cells = {(r["encoding"], r["seed"]): r for r in results["runs"]}
+    assert set(cells) == {(e, s) for e in ("rope", "t5_bias", "rope+yarn") for s in (0, 1)}
+    for run in results["runs"]:
+        assert list(run["eval"]) == ["16", "32", "64"]
+        for length, cell in run["eval"].items():
+            assert cell["block_length"] == int(length) == 16 * cell["factor"]
+            assert cell["blocks"] * cell["block_length"] == 2 * 64  # the same eval tokens at every length
+            assert torch.isfinite(torch.tensor(cell["loss"])) and cell["scored_tokens"] > 0
+            assert (cell["loss_beyond_train_length"] is None) == (cell["factor"] == 1)
+    assert cells["rope+yarn", 0]["eval_overrides"]["rope_parameters"]["rope_type"] == "yarn"
+    assert results["setup"]["unigram_entropy"] > 0 and "--encodings rope t5_bias" in results["setup"]["command"]
+    assert (out / "models" / "mlm" / "t5_bias" / "seed1" / "config.json").is_file()
+
+
+def test_every_encoding_and_length_scores_the_same_masks(study):
+    _, results, _ = study
+    checksums = {cell["mask_checksum"] for run in results["runs"] for cell in run["eval"].values()}
+    assert len(checksums) == 1
+
+
+def test_eval_blocks_are_k_times_the_training_length(script, study, streams):
+    args, _, _ = study
+    tokenizer, train_stream, test_stream = streams
+    assert len(train_stream) == 4000 and len(test_stream) == 128  # --max_train_tokens; eval blocks x longest
+    flat_inputs = None
+    for factor in args.eval_factors:
+        inputs, labels = script.eval_batches(test_stream, args, tokenizer, factor * args.train_length)
+        assert inputs.shape == labels.shape == (2 * 64 // (16 * factor), 16 * factor)
+        scored = labels != -100
+        assert torch.equal(labels[scored], test_stream[:128].view_as(labels)[scored])  # labels are the text
+        assert (inputs[scored] == tokenizer.mask_token_id).float().mean() > 0.5  # BERT's 80 % [MASK]
+        assert torch.equal(inputs[~scored], test_stream[:128].view_as(inputs)[~scored])
+        # The same corrupted stream at every length, only cut differently.
+        flat_inputs = inputs.flatten() if flat_inputs is None else flat_inputs
+        assert torch.equal(inputs.flatten(), flat_inputs)
+
+
+def test_eval_masks_depend_only_on_the_seed(script):
+    first = script.eval_masks(1000, seed=7, probability=0.15, vocab_size=50, first_regular_id=5)
+    again = script.eval_masks(1000, seed=7, probability=0.15, vocab_size=50, first_regular_id=5)
+    other = script.eval_masks(1000, seed=8, probability=0.15, vocab_size=50, first_regular_id=5)
+    assert all(torch.equal(a, b) for a, b in zip(first, again)) and not torch.equal(first[0], other[0])
+    selected, to_mask, to_random, random_tokens = first
+    assert 0.1 < selected.float().mean() < 0.2 and not (to_mask & to_random).any()
+    assert ((to_mask | to_random) <= selected).all() and random_tokens.min() >= 5
+
+
+def test_causal_eval_scores_next_tokens(script, study, streams):
+    args, _, _ = study
+    tokenizer, _, test_stream = streams
+    args.objective = "causal"
+    try:
+        inputs, labels = script.eval_batches(test_stream, args, tokenizer, 32)
+    finally:
+        args.objective = "mlm"
+    assert inputs.shape == (4, 32) and torch.equal(inputs, labels) and torch.equal(inputs.flatten(), test_stream[:128])
+
+
+def test_a_second_run_trains_nothing(script, study, monkeypatch):
+    args, results, out = study
+
+    def no_training(*_, **__):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(script, "train_model", no_training)
+    argv = ["--output_dir", str(out), "--encodings", "rope", "t5_bias", "--seeds", "0", "1", "--rope_scalings", "yarn"]
+    assert script.main(argv + TINY)["runs"] == results["runs"]
+
+
+def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
+    args, _, _ = study
+    panels = script.decay_panels(args, max_distance=40)
+    assert any(name.startswith("t5_bias (trained") for name in panels)
+    t5 = next(panel for name, panel in panels.items() if name.startswith("t5_bias"))
+    assert len(t5["curves"]) == args.num_attention_heads
+    assert all(len(curve) == 41 for panel in panels.values() for curve in panel["curves"].values())
+    path = script.plot_trained_decay(args, tmp_path / "decay.png")
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--encodings", "rope", "bogus"], "Unknown encodings"),
+        (["--encodings", "alibi"], "add rope to --encodings"),
+        (["--objective", "mlm2"], "--objective"),
+        (["--eval_factors", "0"], "--eval_factors"),
+        (["--rope_scalings", "longrope"], "--rope_scalings"),
+    ],
+)
+def test_bad_arguments_say_what_to_change(script, argv, message):
+    with pytest.raises(ValueError, match=message):
+        script.parse_args(argv)
+
+
+def test_too_little_held_out_text_is_a_clear_error(script, study, streams):
+    args, _, _ = study
+    tokenizer, _, test_stream = streams
+    with pytest.raises(ValueError, match="lower --eval_blocks"):
+        script.eval_batches(test_stream[:100], args, tokenizer, 16)
