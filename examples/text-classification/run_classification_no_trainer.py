@@ -10,6 +10,10 @@ or a bundled `--dataset`).
     accelerate launch --num_processes 2 --cpu run_classification_no_trainer.py --train_file train.csv ...
 
 Each rank writes `train_log_rank{i}.json` (its losses), so a run shows that every process trained.
+
+Batches are padding-free by default, as in run_classification.py: each batch is packed into one row without padding
+tokens and attention stays within each sentence (docs/fine-tuning.md#padding-free-batches). `--no_padding_free`
+pads each batch to its longest sequence instead; `--group_by_length` draws batches of similar lengths.
 """
 
 import logging
@@ -32,11 +36,13 @@ from run_classification import (
 )
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, get_linear_schedule_with_warmup
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
 
 from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
 from common.data import sizes_text, split_sizes  # noqa: E402
+from common.padding_free import BatchingArguments, FlattenPaddedBatch, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
@@ -87,7 +93,9 @@ class LoopArguments:
 
 
 def main() -> None:
-    model_args, data_args, args = parse_arguments((ModelArguments, ClassificationDataArguments, LoopArguments))
+    model_args, data_args, batching, args = parse_arguments(
+        (ModelArguments, ClassificationDataArguments, BatchingArguments, LoopArguments)
+    )
     setup_logging()
     do_train, do_eval, do_predict = args.phases()
     if do_train:
@@ -139,10 +147,23 @@ def main() -> None:
         log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
 
     collate = DataCollatorWithPadding(tokenizer)
+    if batching.padding_free:
+        check_padding_free_model(model)
+        collate = FlattenPaddedBatch(collate, per_token_labels=False)
+
+    def sampler(split: str) -> LengthGroupedSampler | None:
+        """--group_by_length: transformers' sampler over the whole batch of an optimizer step, as Trainer builds it."""
+        if split != "train" or not batching.group_by_length:
+            return None
+        lengths = [len(ids) for ids in encoded[split][tokenizer.model_input_names[0]]]
+        step_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        return LengthGroupedSampler(step_batch, lengths=lengths)
+
     loaders = {
         split: DataLoader(
             dataset,
-            shuffle=split == "train",
+            shuffle=split == "train" and not batching.group_by_length,
+            sampler=sampler(split),
             batch_size=args.per_device_train_batch_size if split == "train" else args.per_device_eval_batch_size,
             collate_fn=collate,
         )
@@ -265,7 +286,9 @@ def main() -> None:
             language=data.language,
             license=model_args.license,
             base_model=base_model_id(model_args.model_name_or_path),
-            extra=f"- processes: {accelerator.num_processes}, mixed precision: {accelerator.mixed_precision}\n",
+            extra=f"- processes: {accelerator.num_processes}, mixed precision: {accelerator.mixed_precision}\n"
+            f"- batches: {'padding-free' if batching.padding_free else 'padded to the longest'}"
+            f"{', grouped by length' if batching.group_by_length else ''}\n",
         )
         save_card_and_push(
             card,

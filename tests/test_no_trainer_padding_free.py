@@ -1,0 +1,99 @@
+"""The accelerate classification script with padding-free batches (`--padding_free`, on by default as in the
+Trainer script) and `--group_by_length`, run in this process at tiny scale on the bundled Chinese reviews.
+
+What the classifier's forward receives is recorded: packed training batches must reach the model as one row with
+`cu_seq_lens` and positions restarting at 0 in each sequence, and padded ones as an ordinary masked batch. From the
+same seed without dropout, training packed gives the padded run's losses and metrics.
+"""
+
+import json
+import math
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from roformer_ext import RoFormerExtForSequenceClassification
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SCRIPT = EXAMPLES / "text-classification" / "run_classification_no_trainer.py"
+TINY = [
+    "--dataset", "chinese_sentiment", "--max_train_samples", "32", "--max_eval_samples", "16",
+    "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--max_train_steps", "4",
+    "--learning_rate", "1e-3", "--warmup_ratio", "0", "--logging_steps", "2",
+    "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0",
+    "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
+    "--vocab_size", "1000", "--vocab_min_frequency", "1",
+]  # fmt: skip
+FORWARD = RoFormerExtForSequenceClassification.forward  # unwrapped, however many runs a test records
+
+
+def run_recording(args: list[str], monkeypatch) -> list[dict]:
+    """`python run_classification_no_trainer.py args` in this process; the inputs of every training forward."""
+    calls = []
+
+    def recording_forward(self, *positional, **inputs):
+        if self.training:
+            calls.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
+        return FORWARD(self, *positional, **inputs)
+
+    monkeypatch.setattr(RoFormerExtForSequenceClassification, "forward", recording_forward)
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    return calls
+
+
+def check_packed(batch: dict) -> list[int]:
+    """One row, cu_seq_lens, positions restarting at each sequence start, one label per sequence: the lengths."""
+    assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 1
+    cu_seq_lens = batch["cu_seq_lens_q"]
+    lengths = torch.diff(cu_seq_lens).tolist()
+    assert int(cu_seq_lens[-1]) == batch["input_ids"].shape[1] == batch["position_ids"].shape[1]
+    expected = torch.cat([torch.arange(n) for n in lengths])
+    assert torch.equal(batch["position_ids"][0], expected)
+    assert batch["labels"].shape == (len(lengths),) and batch["max_length_q"] == max(lengths)
+    return lengths
+
+
+def results(folder: Path) -> tuple[dict, list[float]]:
+    metrics = json.loads((folder / "all_results.json").read_text())
+    losses = json.loads((folder / "train_log_rank0.json").read_text())["losses"]
+    assert len(losses) == metrics["train_steps"] == 4 and all(math.isfinite(loss) for loss in losses)
+    assert {"eval_accuracy", "test_accuracy"} <= set(metrics)
+    return metrics, losses
+
+
+def test_no_trainer_padding_free_trains_as_padded(tmp_path, monkeypatch):
+    packed_calls = run_recording([*TINY, "--output_dir", str(tmp_path / "packed"), "--padding_free"], monkeypatch)
+    # the packed run's vocabulary: WordPiece training may order tied pieces differently each time it runs
+    padded_calls = run_recording([*TINY, "--output_dir", str(tmp_path / "padded"), "--no_padding_free",
+                                  "--tokenizer_name", str(tmp_path / "packed")], monkeypatch)  # fmt: skip
+    assert len(packed_calls) == len(padded_calls) == 4
+    for packed, padded in zip(packed_calls, padded_calls):
+        lengths = check_packed(packed)
+        assert len(lengths) == 8
+        # the same 8 reviews (same seed, same shuffle), padded: the packed row is exactly their real tokens
+        mask = padded["attention_mask"].bool()
+        assert padded["input_ids"].shape[0] == 8 and mask.sum(dim=1).tolist() == lengths
+        assert torch.equal(packed["input_ids"][0], padded["input_ids"][mask])
+        assert torch.equal(packed["labels"], padded["labels"])
+    packed_metrics, packed_losses = results(tmp_path / "packed")
+    padded_metrics, padded_losses = results(tmp_path / "padded")
+    assert packed_losses == pytest.approx(padded_losses, rel=1e-5, abs=1e-6)
+    for key in ("eval_accuracy", "test_accuracy"):
+        assert packed_metrics[key] == padded_metrics[key]
+    assert "- batches: padding-free\n" in (tmp_path / "packed" / "README.md").read_text()
+
+
+def test_no_trainer_group_by_length_padding_free_by_default(tmp_path, monkeypatch):
+    """No flag: packed rows. --group_by_length: transformers' LengthGroupedSampler, which sorts each mega-batch
+    (here one batch: 32 rows // (8 × 4)) longest first and puts the batch with the longest row first."""
+    calls = run_recording([*TINY, "--output_dir", str(tmp_path / "grouped"), "--group_by_length"], monkeypatch)
+    batches = [check_packed(batch) for batch in calls]
+    assert len(batches) == 4 and all(lengths == sorted(lengths, reverse=True) for lengths in batches)
+    assert batches[0][0] == max(n for lengths in batches for n in lengths)
+    results(tmp_path / "grouped")
+    assert "- batches: padding-free, grouped by length" in (tmp_path / "grouped" / "README.md").read_text()
