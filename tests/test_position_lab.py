@@ -125,6 +125,26 @@ def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
+def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
+    args, results, out = study
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        bench = importlib.import_module("bench_extrapolation")
+    finally:
+        sys.path.remove(str(benchmarks))
+    argv = ["--report-only", "--out", str(tmp_path / "res"), "--images", str(tmp_path / "img"), "--output_dir", str(out)]
+    bench.main(argv + TINY)
+    printed = capsys.readouterr().out
+    assert "| rope+yarn | 2 |" in printed and "± " in printed and "4× (64)" in printed
+    assert (tmp_path / "img" / "extrapolation_mlm.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert json.loads((tmp_path / "res" / "extrapolation_mlm.json").read_text())["runs"] == results["runs"]
+    # mean ± standard deviation over the two seeds, as printed
+    losses = [r["eval"]["64"]["loss"] for r in results["runs"] if r["encoding"] == "t5_bias"]
+    mean, spread = sum(losses) / 2, abs(losses[0] - losses[1]) / 2**0.5
+    assert f"{mean:.3f} ± {spread:.3f}" in printed.split("| t5_bias |")[1].splitlines()[0]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

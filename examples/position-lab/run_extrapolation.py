@@ -413,13 +413,13 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
     the study's trained models (`seed`) where it is learned. Keys are panel titles (see `plot_decay_panels`)."""
     from roformer_ext.position_encodings import alibi_slopes
 
-    max_distance = max_distance or max(args.eval_lengths)
+    max_distance = max_distance or 4 * args.train_length
     head_dim = args.hidden_size // args.num_attention_heads
-    rope = plotting.long_range_decay(max_distance, head_dim)
+    bounds = {d: plotting.long_range_decay(max_distance, d) for d in dict.fromkeys((head_dim, 128))}
     panels = {
-        f"rope (formula, d = {head_dim})": {
-            "curves": {"upper bound": rope / rope[0]},
-            "ylabel": "mean_j |S_j|, relative to k = 0",
+        "rope (formula)": {
+            "curves": {f"d = {d}" + (" (paper)" if d == 128 else " (these heads)"): b / b[0] for d, b in bounds.items()},
+            "ylabel": "upper bound mean_j |S_j|, rel. to k = 0",
             "note": "RoFormer §3.4.3",
         },
         f"sinusoidal (formula, d = {args.hidden_size})": {

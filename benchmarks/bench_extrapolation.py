@@ -1,0 +1,122 @@
+"""Length extrapolation of the position encodings: runs examples/position-lab/run_extrapolation.py (training only what
+its results file lacks), then writes the table (mean ± standard deviation over seeds) and the figures.
+
+    python benchmarks/bench_extrapolation.py --output_dir examples/position-lab/out --torch_threads 1
+    python benchmarks/bench_extrapolation.py --output_dir examples/position-lab/out --objective causal --seeds 0
+    python benchmarks/bench_extrapolation.py --output_dir examples/position-lab/out --report-only   # no training
+
+Every argument other than the three below goes to the example script (its --help lists them). Writes
+<out>/extrapolation_<objective>.{json,md}, <images>/extrapolation_<objective>.png and, with --decay,
+<images>/position_decay_<objective>.png (the decay curves of the study's trained seed-0 models).
+"""
+
+import argparse
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+from bench_utils import load_average, markdown_table, write_results
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "position-lab" / "run_extrapolation.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("run_extrapolation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def summarise(results: dict) -> tuple[list[str], list[str], dict]:
+    """Encodings in study order, eval lengths, and {(encoding, length): (mean, std, n)} of the loss over seeds."""
+    encodings = list(dict.fromkeys(run["encoding"] for run in results["runs"]))
+    lengths = list(results["runs"][0]["eval"]) if results["runs"] else []
+    cells = {}
+    for encoding in encodings:
+        runs = [r for r in results["runs"] if r["encoding"] == encoding]
+        for length in lengths + ["train"]:
+            values = [r["train_loss"] if length == "train" else r["eval"][length]["loss"] for r in runs]
+            spread = statistics.stdev(values) if len(values) > 1 else None
+            cells[encoding, length] = (statistics.fmean(values), spread, len(values))
+    return encodings, lengths, cells
+
+
+def _cell(mean: float, spread: float | None) -> str:
+    return f"{mean:.3f}" if spread is None else f"{mean:.3f} ± {spread:.3f}"
+
+
+def table(results: dict) -> str:
+    encodings, lengths, cells = summarise(results)
+    setup = results["setup"]
+    train_length = setup["train_length"]
+    header = ["encoding", "seeds", "train loss"] + [f"{int(n) // train_length}× ({n})" for n in lengths]
+    rows = [
+        [name, cells[name, "train"][2], _cell(*cells[name, "train"][:2])] + [_cell(*cells[name, n][:2]) for n in lengths]
+        for name in encodings
+    ]
+    kind = "masked-LM loss on the masked tokens" if setup["objective"] == "mlm" else "next-token loss"
+    return (
+        f"{kind} (nats; perplexity = e^loss), mean ± standard deviation over seeds, at each eval length "
+        f"(× the training length {train_length}). Unigram entropy of the training text: "
+        f"{setup['unigram_entropy']:.3f}.\n\n" + markdown_table(header, rows)
+    )
+
+
+def plot(results: dict, path: Path) -> Path:
+    from roformer_ext import plotting
+
+    plt = plotting._pyplot()
+    encodings, lengths, cells = summarise(results)
+    setup = results["setup"]
+    figure, axis = plt.subplots(figsize=(7.6, 4.8))
+    x = [int(n) for n in lengths]
+    for name in encodings:
+        means = [cells[name, n][0] for n in lengths]
+        spreads = [cells[name, n][1] or 0.0 for n in lengths]
+        style = "--" if name.startswith("rope+") else "-"
+        axis.errorbar(x, means, yerr=spreads, fmt=style, marker="o", markersize=3.5, capsize=2, label=name)
+    axis.axhline(setup["unigram_entropy"], color="grey", linestyle=":", label="unigram entropy")
+    axis.axvline(setup["train_length"], color="black", linewidth=0.8, alpha=0.5)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(x, [str(n) for n in x])
+    axis.set_xlabel(f"eval length (tokens; trained at {setup['train_length']})")
+    axis.set_ylabel("MLM loss (nats)" if setup["objective"] == "mlm" else "causal LM loss (nats)")
+    seeds = max(cells[name, lengths[0]][2] for name in encodings)
+    axis.set_title(f"Length extrapolation, {setup['objective']}, {seeds} seed(s)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    return plotting._save(figure, path, plt)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="benchmarks/results/extrapolation", help="Table and JSON go here.")
+    parser.add_argument("--images", default="docs/images", help="Figures go here.")
+    parser.add_argument("--report-only", action="store_true", help="Train nothing; tabulate the results file.")
+    parser.add_argument("--decay", action="store_true", help="Also draw the decay figure of the trained models.")
+    own, rest = parser.parse_known_args(argv)
+    example = load_example()
+    args = example.parse_args(rest)
+    load_before = load_average()
+    if own.report_only:
+        results = example.load_results(args.results_path)
+        if not results["runs"]:
+            raise ValueError(f"{args.results_path} has no runs; drop --report-only to train them.")
+    else:
+        command = " ".join(["python benchmarks/bench_extrapolation.py", *(argv if argv is not None else sys.argv[1:])])
+        results = example.run(args, command=command)
+    results["setup"]["load_average_before_after"] = [load_before, load_average()]
+    markdown = table(results)
+    print(markdown)
+    write_results(own.out, f"extrapolation_{args.objective}", results, markdown)
+    print(plot(results, Path(own.images) / f"extrapolation_{args.objective}.png"))
+    if own.decay:
+        print(example.plot_trained_decay(args, Path(own.images) / f"position_decay_{args.objective}.png"))
+    return results
+
+
+if __name__ == "__main__":
+    main()
