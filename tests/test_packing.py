@@ -17,6 +17,7 @@ from roformer_ext import (
     RoFormerExtForTokenClassification,
     RoFormerExtModel,
 )
+from roformer_ext.packing import per_sequence_sdpa
 
 LENGTHS = (5, 9, 3, 8)  # total 25: torch 2.13's CPU flex attention is wrong at lengths 8, 24, 40 (≡ 8 mod 16)
 ATOL = 1e-5
@@ -162,3 +163,87 @@ def test_packed_question_answering_comes_back_per_sequence():
     ref_end = ref.end_logits.masked_fill(attention_mask == 0, hidden)
     expected = (torch.nn.functional.cross_entropy(ref_start, starts) + torch.nn.functional.cross_entropy(ref_end, ends)) / 2
     torch.testing.assert_close(out.loss, expected, rtol=ATOL, atol=ATOL)
+
+
+REPEATED_LENGTHS = (5, 9, 5, 3, 9, 5)  # three lengths, two of them shared: 3 SDPA calls instead of 6
+
+
+def packed_qkv(lengths: tuple[int, ...], seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """q, k, v of one packed row, (1, heads, total, head_dim), and its cu_seq_lens."""
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 4, sum(lengths), 8, generator=generator) for _ in range(3))
+    cu_seq_lens = torch.nn.functional.pad(torch.tensor(lengths).cumsum(0), (1, 0)).to(torch.int32)
+    return q, k, v, cu_seq_lens
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_per_sequence_sdpa_runs_equal_lengths_together_as_alone(is_causal, monkeypatch):
+    """Sequences that share a length go through one SDPA call and each comes out as if it ran alone."""
+    q, k, v, cu_seq_lens = packed_qkv(REPEATED_LENGTHS)
+    alone = [
+        torch.nn.functional.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=is_causal)
+        for a, b in zip(cu_seq_lens[:-1].tolist(), cu_seq_lens[1:].tolist())
+    ]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    batch_sizes = []
+
+    def counting_sdpa(query, *args, **kwargs):
+        batch_sizes.append(query.shape[0])
+        return sdpa(query, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
+    out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, cu_seq_lens_q=cu_seq_lens)
+    assert weights is None and out.shape == (1, sum(REPEATED_LENGTHS), 4, 8)
+    assert sorted(batch_sizes) == [1, 2, 3]  # lengths 3 (once), 9 (twice), 5 (three times)
+    for piece, reference in zip(torch.split(out[0], REPEATED_LENGTHS), alone):
+        torch.testing.assert_close(piece, reference[0].transpose(0, 1), rtol=ATOL, atol=ATOL)
+
+
+def test_per_sequence_sdpa_rejects_rows_that_are_not_one_packed_row():
+    q, k, v, cu_seq_lens = packed_qkv(REPEATED_LENGTHS)
+    with pytest.raises(ValueError, match="one packed row of 36 tokens"):
+        per_sequence_sdpa(None, q.expand(2, -1, -1, -1), k, v, None, cu_seq_lens_q=cu_seq_lens)
+    with pytest.raises(ValueError, match="one packed row"):
+        per_sequence_sdpa(None, q, torch.cat([k, k], dim=2), v, None, cu_seq_lens_q=cu_seq_lens)
+    with pytest.raises(ValueError, match="needs cu_seq_lens_q"):
+        per_sequence_sdpa(None, q, k, v, None)
+
+
+def repeated_sequences(seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(5, 99, (n,), generator=generator).tolist() for n in REPEATED_LENGTHS]
+
+
+@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
+def test_packed_sequences_of_equal_length_equal_each_alone(model_class):
+    model = model_for(model_class, "sdpa")
+    seqs = repeated_sequences(6)
+    with torch.no_grad():
+        out = model(**packed(seqs), output_hidden_states=True).hidden_states[-1]
+        for states, seq in zip(torch.split(out[0], REPEATED_LENGTHS), seqs):
+            alone = model(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
+            torch.testing.assert_close(states, alone, rtol=ATOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
+def test_packed_gradients_equal_padded(model_class):
+    """Training on the packed row (per-sequence SDPA) gives the padded batch's parameter gradients."""
+    model = model_for(model_class, "sdpa")
+    seqs = repeated_sequences(7)
+    input_ids, attention_mask = padded(seqs)
+    weights = torch.randn(len(seqs), input_ids.shape[1], model.config.hidden_size,
+                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    real = attention_mask.bool()
+
+    def gradients(loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    states = model(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states[-1]
+    reference = gradients((states * weights)[real].sum())
+    states = model(**packed(seqs), output_hidden_states=True).hidden_states[-1]
+    out = gradients((states[0] * weights[real]).sum())
+    assert out.keys() == reference.keys() and len(out) > 10
+    for name, grad in out.items():
+        torch.testing.assert_close(grad, reference[name], rtol=ATOL, atol=ATOL, msg=name)

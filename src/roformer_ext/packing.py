@@ -89,16 +89,35 @@ def per_sequence_sdpa(
 
     The cost is Σ len² instead of total², and no (total × total) mask is built. Same signature as transformers'
     attention functions; `attention_mask` is ignored because the sequences are already apart.
+
+    The row is split once (backward: one concatenation, where a slice per sequence would fill a zero tensor of the
+    whole row each) and the sequences that share a length go through one SDPA call, stacked along the batch dim.
     """
-    bounds = cu_seq_lens_q.tolist()
-    outputs = [
-        F.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-            dropout_p=dropout, is_causal=is_causal, scale=scaling,
+    if cu_seq_lens_q is None:
+        raise ValueError("per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences.")
+    total = int(cu_seq_lens_q[-1])
+    if query.shape[0] != 1 or query.shape[2] != total or key.shape[2] != total:
+        raise ValueError(
+            f"per_sequence_sdpa takes one packed row of {total} tokens (cu_seq_lens_q[-1]) as query, key and value; "
+            f"got query {tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, seq, head_dim). Pass an "
+            "ordinary batch with an attention mask to the backend's own attention function instead."
         )
-        for start, end in zip(bounds[:-1], bounds[1:])
-    ]
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+    lengths = torch.diff(cu_seq_lens_q).tolist()
+    # per sequence: (heads, len, head_dim) views of the row
+    pieces = [tensor[0].split(lengths, dim=1) for tensor in (query, key, value)]
+    same_length: dict[int, list[int]] = {}
+    for index, length in enumerate(lengths):
+        same_length.setdefault(length, []).append(index)
+    outputs: list[torch.Tensor | None] = [None] * len(lengths)
+    for indices in same_length.values():
+        # (sequences of this length, heads, len, head_dim); a length seen once stays a view of the row
+        q, k, v = (torch.stack([piece[i] for i in indices]) if len(indices) > 1 else piece[indices[0]][None]
+                   for piece in pieces)
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling)
+        for index, sequence_output in zip(indices, attended.unbind(0)):
+            outputs[index] = sequence_output
+    # (heads, total, head_dim) in packed order -> (1, total, heads, head_dim)
+    return torch.cat(outputs, dim=1).transpose(0, 1).unsqueeze(0).contiguous(), None
 
 
 __all__ = [
