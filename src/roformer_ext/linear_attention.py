@@ -37,7 +37,7 @@ def linear_attention_forward(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
     attention_mask: torch.Tensor | None,
     past_key_values=None,
     eps: float = 1e-6,
@@ -76,15 +76,17 @@ def _features(
     attention_mask: torch.Tensor | None,
 ) -> tuple[torch.Tensor, ...]:
     """φ(q), R φ(q), φ(k), R φ(k) and v (rotated when `rotary_value`), in float32; padded keys zeroed."""
-    cos, sin = (t.float() for t in position_embeddings)
+    cos, sin = (t.float() for t in position_embeddings) if position_embeddings is not None else (None, None)
     layout = module.pair_layout
     q, k, v = feature_map(query.float()), feature_map(key.float()), value.float()
-    if module.rotary_value:
+    if module.rotary_value and position_embeddings is not None:
         v = apply_rotary(v, cos, sin, layout)
     if attention_mask is not None:
         # (batch, 1, seq, 1): the last `seq` columns are this call's tokens when earlier ones are cached.
         keep = attention_mask[:, None, -k.shape[2] :, None].to(k.dtype)
         k = k * keep
+    if position_embeddings is None:  # an absolute (or no) position encoding: nothing to rotate
+        return q, q, k, k, v
     return q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), v
 
 

@@ -276,10 +276,23 @@ def flex_attention_with_score_mod(
 
     if dropout > 0:
         raise ValueError("flex attention does not support attention dropout; call model.eval() or set it to 0.")
-    output = compile_friendly_flex_attention(
-        query, key, value, score_mod=score_mod, block_mask=attention_mask, scale=scaling, training=module.training
-    )
+    if query.device.type == "cpu" and not torch.compiler.is_compiling():
+        output = _cpu_flex_attention()(query, key, value, score_mod=score_mod, block_mask=attention_mask, scale=scaling)
+    else:
+        output = compile_friendly_flex_attention(
+            query, key, value, score_mod=score_mod, block_mask=attention_mask, scale=scaling, training=module.training
+        )
     return output.transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _cpu_flex_attention() -> Callable:
+    """flex attention compiled for fixed shapes. torch 2.13's CPU inductor fails to build the kernel (a C++ error,
+    "cur_kvSplitSize not declared") once a score_mod that reads tensors is recompiled for a new shape with dynamic
+    shapes, as transformers' compiled wrapper does; one kernel per shape avoids it."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def packed_linear_attention(
@@ -287,7 +300,7 @@ def packed_linear_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
     attention_mask: torch.Tensor | None,
     cache: Cache | None,
     cu_seq_lens: torch.Tensor | None,
@@ -296,10 +309,15 @@ def packed_linear_attention(
     if cu_seq_lens is None:
         return linear_attention_forward(module, query, key, value, position_embeddings, attention_mask, cache)
     bounds = cu_seq_lens.tolist()
-    cos, sin = position_embeddings
     pieces = [
         linear_attention_forward(
-            module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], (cos[:, a:b], sin[:, a:b]), None, None
+            module,
+            query[:, :, a:b],
+            key[:, :, a:b],
+            value[:, :, a:b],
+            None if position_embeddings is None else tuple(t[:, a:b] for t in position_embeddings),
+            None,
+            None,
         )
         for a, b in zip(bounds[:-1], bounds[1:])
     ]
