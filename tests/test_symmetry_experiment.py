@@ -1,0 +1,193 @@
+"""examples/position-lab/run_symmetry.py: the before / after prompts, the video variant, the question read-out, and a
+tiny end-to-end grid whose results JSON has every cell."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "position-lab" / "run_symmetry.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("run_symmetry", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def prepared(script):
+    """Both modalities at a small size: 3x3 images, videos of 4 frames of 2x2 digits (sklearn 8x8 digits)."""
+    args = script.SymmetryArguments(max_steps=2, batch_size=8, num_test=8, video_frames=4)
+    model_args = script.SymmetryModelArguments(hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    return args, model_args, {modality: script.prepare(args, model_args, modality) for modality in ("image", "video")}
+
+
+def _batch(script, data, layout, readout="question"):
+    collator = script.SymmetryCollator(data.processor, data.digits, data.grid, layout, data.frames, readout)
+    rows = [data.train[i] for i in range(3)]
+    return rows, collator(rows)
+
+
+@pytest.mark.parametrize("modality", ["image", "video"])
+@pytest.mark.parametrize("layout", ["before", "after"])
+def test_prompts_place_the_question_before_or_after_the_picture(script, prepared, modality, layout):
+    _, _, data = prepared
+    data = data[modality]
+    rows, batch = _batch(script, data, layout)
+    processor = data.processor
+    placeholder = processor.image_token_id if modality == "image" else processor.video_token_id
+    for b, row in enumerate(rows):
+        ids = batch["input_ids"][b]
+        patches = torch.nonzero(ids == placeholder).flatten()
+        question = torch.nonzero(batch["readout_mask"][b]).flatten()
+        assert len(patches) == data.frames * data.grid**2
+        if layout == "before":
+            assert question.max() < patches.min()
+        else:
+            assert question.min() > patches.max()
+        # the read-out tokens are exactly the question, nothing else ([CLS], [SEP], [IMG], pads are out)
+        words = processor.tokenizer.decode(ids[question])
+        assert words.replace(" ", "") == row["question"].replace(" ", "")
+        assert processor.tokenizer.convert_ids_to_tokens(int(ids[0])) == "[CLS]"
+
+
+def test_image_and_video_grids(script, prepared):
+    _, _, data = prepared
+    _, image = _batch(script, data["image"], "after")
+    _, video = _batch(script, data["video"], "before")
+    assert image["image_grid_thw"].tolist() == [[1, 3, 3]] * 3 and "video_grid_thw" not in image
+    assert video["video_grid_thw"].tolist() == [[4, 2, 2]] * 3 and "image_grid_thw" not in video
+    assert video["pixel_values_videos"].shape == (3 * 16, 64)  # one 8x8 greyscale patch per digit
+
+
+def test_video_questions_are_answered_by_the_named_tile(script):
+    labels = np.arange(200) % 10
+    data = script.make_video_split(np.arange(200), labels, 50, 3, 2, np.random.default_rng(0))
+    for row in data:
+        frame, r, c = (int(x) - 1 for x in row["question"].removeprefix("which digit is in frame ").rstrip("?").replace(", row ", " ").replace(", column ", " ").split())
+        assert row["label"] == labels[row["tiles"][frame * 4 + r * 2 + c]]
+        assert row["kind"] == f"frame {frame + 1}"
+
+
+def test_video_runs_get_a_frame_axis_for_every_scheme(script, prepared):
+    _, model_args, data = prepared
+    for name, (scheme, allocation) in script.SCHEMES.items():
+        run_args = replace(model_args, position_scheme=scheme, axis_allocation=allocation, frame_axis=True)
+        config = script.build_config(run_args, data["video"].processor, 8)
+        assert config.rope_parameters["axes"] == (1 if name == "rope_1d" else 3), name
+        _, batch = _batch(script, data["video"], "after")
+        model = script.QuestionReadoutForSequenceClassification(config).eval()
+        with torch.no_grad():
+            assert model(**batch).logits.shape == (3, 10)
+
+
+def test_question_readout_pools_the_question_and_cls_readout_is_the_library_head(script, prepared):
+    _, model_args, data = prepared
+    data = data["image"]
+    config = script.build_config(replace(model_args, position_scheme="mrope", axis_allocation="sections"), data.processor, 8)
+    torch.manual_seed(0)
+    model = script.QuestionReadoutForSequenceClassification(config).eval()
+    _, batch = _batch(script, data, "after")
+    mask = batch.pop("readout_mask")
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        hidden = model.roformer(**batch).last_hidden_state
+        expected = model.classifier((hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
+        pooled = model(**batch, readout_mask=mask, labels=labels)
+        cls = model(**batch)
+        library = script.RoFormerExtVisionTextForSequenceClassification(config)
+        library.load_state_dict(model.state_dict())
+        reference = library.eval()(**batch).logits
+    torch.testing.assert_close(pooled.logits, expected)
+    torch.testing.assert_close(pooled.loss, torch.nn.functional.cross_entropy(expected, labels))
+    torch.testing.assert_close(cls.logits, reference)
+    assert not torch.allclose(pooled.logits, cls.logits)
+
+
+@pytest.mark.parametrize("modality", ["image", "video"])
+def test_encoded_split_and_shared_positions_give_the_collators_batch_and_the_models_outputs(script, prepared, modality):
+    _, model_args, data = prepared
+    data = data[modality]
+    run_args = replace(model_args, position_scheme="rope_tie_v2", frame_axis=data.frames > 1)
+    config = script.build_config(run_args, data.processor, 8)
+    split = data.encode("before", "question")["train"]
+    positions = split.shared_position_ids(config)
+    assert positions is not None and positions.shape[:2] == (config.rope_parameters["axes"], 1)
+    encoded = script.EncodedCollator(split.pixel_key, positions)([split[i] for i in range(3)])
+    _, direct = _batch(script, data, "before")  # the collator on the same 3 rows
+    assert set(encoded) == set(direct) | {"position_ids"}
+    for key, value in direct.items():
+        torch.testing.assert_close(encoded[key], value, msg=key)
+    model = script.QuestionReadoutForSequenceClassification(config).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**encoded).logits, model(**direct).logits)
+    # a split whose rows differ in layout (padding) gets no shared positions: the model computes them per batch
+    split.features["attention_mask"][0, -1] = 0
+    assert split.shared_position_ids(config) is None
+    data.encoded.clear()
+
+
+def test_a_rerun_with_another_setup_is_refused(script, tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"setup": {"max_steps": 1}, "runs": [{"scheme": "rope_1d"}]}))
+    assert script.load_previous(path, {"max_steps": 1}, overwrite=False) == [{"scheme": "rope_1d"}]
+    assert script.load_previous(path, {"max_steps": 2}, overwrite=True) == []
+    with pytest.raises(ValueError, match="--overwrite"):
+        script.load_previous(path, {"max_steps": 2}, overwrite=False)
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("schemes", "rope_3d"), ("layouts", "middle"), ("readout", "mean"), ("seeds", "a")]
+)
+def test_bad_arguments_name_the_flag(script, flag, value):
+    with pytest.raises(ValueError, match=f"--{flag}"):
+        script.SymmetryArguments(**{flag: value})
+
+
+def test_tiny_grid_end_to_end(tmp_path):
+    output = tmp_path / "symmetry.json"
+    args = [
+        "--schemes", "rope_tie_v2,mrope", "--seeds", "0", "--max_steps", "2", "--batch_size", "8", "--warmup_steps", "0",
+        "--num_test", "16", "--video_frames", "3", "--hidden_size", "32", "--intermediate_size", "64",
+        "--num_hidden_layers", "1", "--output", str(output),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(SCRIPT), *args]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    results = json.loads(output.read_text())
+    runs = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in results["runs"]}
+    expected = {(s, m, layout, 0) for s in ("rope_tie_v2", "mrope") for m in ("image", "video") for layout in ("before", "after")}
+    assert runs == expected
+    cells = {(c["scheme"], c["modality"], c["layout"]): c for c in results["cells"]}
+    assert set(cells) == {(s, m, layout) for s, m, _, _ in expected for layout in ("before", "after", "after-before")}
+    for (scheme, modality, layout), cell in cells.items():
+        assert cell["n"] == 1 and cell["std"] is None
+        if layout != "after-before":
+            assert 0.0 <= cell["mean"] <= 1.0
+            run = next(r for r in results["runs"] if (r["scheme"], r["modality"], r["layout"]) == (scheme, modality, layout))
+            assert cell["mean"] == round(run["test_accuracy"], 4)
+    mrope_video = next(r for r in results["runs"] if r["scheme"] == "mrope" and r["modality"] == "video")
+    assert mrope_video["rope_parameters"]["mrope_section"] == [1, 1, 2]  # head_dim 8: 4 pairs
+    assert sorted(mrope_video["test_accuracy_by_kind"]) == ["accuracy_frame 1", "accuracy_frame 2", "accuracy_frame 3"]
+    assert results["sizes"]["video"]["grid_thw"] == [3, 2, 2] and set(results["floors"]) == {"image", "video"}
+    table = output.with_suffix(".md").read_text()
+    assert "| `rope_tie_v2` |" in table and "| `mrope` |" in table and "video: after − before" in table
+
+    # the same call again resumes: every run is already there, nothing is retrained
+    again = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(output.read_text())["runs"] == results["runs"]
+    assert "test accuracy" not in again.stderr
