@@ -4,10 +4,10 @@ Compared on the same (batch, heads, seq, head_dim) q and k, laid out as a model 
 of the projection output):
 - transformers' RoFormer: `RoFormerSelfAttention.apply_rotary_position_embeddings` with its sinusoidal table
   (it re-expands the (sin | cos) table to per-dimension form on every call, i.e. in every layer);
-- ours, `roformer_ext.rope.apply_rotary`, for each pair layout, with the (cos, sin) our model computes once per
-  forward (their per-call cost is not counted: it is shared by all layers);
-- the plain formula `x * cos + rotate(x) * sin` for interleaved pairs (what the complex fast path replaces; the half
-  layout uses that formula itself);
+- ours, `roformer_ext.rope.rotate_query_key` (what attention calls), for each pair layout, with the (cos, sin) our
+  model computes once per forward (their per-call cost is not counted: it is shared by all layers). Half pairs are
+  rotated into interleaved order (scores only need q and k in the same order), so both layouts take one complex pass;
+- the plain formula `x * cos + rotate(x) * sin` for each layout (what the complex fast paths replace);
 - a copy of q and k: the lower bound for any out-of-place rotation (read once, write once).
 
     python benchmarks/bench_rope.py --out benchmarks/results
@@ -38,6 +38,7 @@ from roformer_ext.rope import (
     RotaryEmbedding,
     apply_rotary,
     rotate_interleaved,
+    rotate_query_key,
 )
 
 
@@ -89,13 +90,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     cases = {
         "copy (lower bound)": lambda: (q.clone(), k.clone()),
         "transformers RoFormer": lambda: theirs(table, q, k),
-        "ours, interleaved": lambda: (apply_rotary(q, cos_i, sin_i, "interleaved"),
-                                      apply_rotary(k, cos_i, sin_i, "interleaved")),
-        "ours, half (the plain formula)": lambda: (apply_rotary(q, cos_h, sin_h, "half"),
-                                                   apply_rotary(k, cos_h, sin_h, "half")),
-        "plain formula, interleaved": lambda: (q * cos_i + rotate_interleaved(q) * sin_i,
-                                               k * cos_i + rotate_interleaved(k) * sin_i),
+        "ours, interleaved": lambda: rotate_query_key(q, k, cos_i, sin_i, "interleaved"),
+        "ours, half": lambda: rotate_query_key(q, k, cos_h, sin_h, "half"),
+        "plain formula, interleaved": lambda: (q * cos_i[:, None] + rotate_interleaved(q) * sin_i[:, None],
+                                               k * cos_i[:, None] + rotate_interleaved(k) * sin_i[:, None]),
+        "plain formula, half": lambda: (apply_rotary(q, cos_h, sin_h, "half"), apply_rotary(k, cos_h, sin_h, "half")),
     }
+    # ours, half returns each pair side by side (interleaved order): compare its scores q·kᵀ, the quantity attention uses.
+    def half_score_diff() -> float:
+        fast, plain = cases["ours, half"](), cases["plain formula, half"]()
+        return ((fast[0] @ fast[1].transpose(-1, -2)).float() - (plain[0] @ plain[1].transpose(-1, -2)).float()).abs().max().item()
+
     # Same function: ours interleaved against theirs (their table is built in float64, ours in float32, so the
     # angles differ in the last bits), and the interleaved fast path against the plain formula (its exactness).
     def max_diff(a: str, b: str) -> float:
@@ -104,6 +109,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     checks = {
         "max_abs_diff_ours_vs_transformers": max_diff("ours, interleaved", "transformers RoFormer"),
         "max_abs_diff_fast_vs_plain_interleaved": max_diff("ours, interleaved", "plain formula, interleaved"),
+        "max_abs_score_diff_fast_vs_plain_half": half_score_diff(),
     }
 
     with torch.inference_mode():
@@ -144,7 +150,8 @@ def to_markdown(result: dict) -> str:
         f"{shape['seq']}, head_dim {shape['head_dim']}, {result['dtype']}; median of {result['repeats']})\n\n"
         f"{table}\n\nmax |diff|: ours vs transformers' rotation {result['max_abs_diff_ours_vs_transformers']:.1e} "
         f"(their table is computed in float64, ours in float32); interleaved fast path vs plain formula: "
-        f"{result['max_abs_diff_fast_vs_plain_interleaved']:.1e}."
+        f"{result['max_abs_diff_fast_vs_plain_interleaved']:.1e}; half fast path vs plain formula, on the scores "
+        f"q·kᵀ: {result['max_abs_score_diff_fast_vs_plain_half']:.1e}."
         "\n\n"
         + machine_markdown(result["machine"], result["load_average_before"], result["load_average_after"])
     )

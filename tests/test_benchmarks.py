@@ -23,10 +23,11 @@ def test_bench_rope_writes_results(tmp_path):
                "--out", str(tmp_path))
     result = json.loads((tmp_path / "bench_rope.json").read_text())
     names = {row["implementation"] for row in result["results"]}
-    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half (the plain formula)"} <= names
+    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half", "plain formula, half"} <= names
     for row in result["results"]:
         assert row["ms"] > 0 and row["speedup_vs_transformers"] > 0 and row["time_vs_copy"] > 0
     assert result["max_abs_diff_ours_vs_transformers"] < 1e-4
+    assert result["max_abs_score_diff_fast_vs_plain_half"] < 1e-4
     assert result["machine"]["torch"] and result["load_average_before"] is not None
     assert "| transformers RoFormer |" in (tmp_path / "bench_rope.md").read_text()
 

@@ -48,7 +48,8 @@ def make_case(layout: str, batch: int = 3, heads: int = 2, seq: int = 37, dim: i
 
 
 def module_for(layout: str, rotary_value: bool, causal: bool) -> SimpleNamespace:
-    return SimpleNamespace(pair_layout=layout, rotary_value=rotary_value, is_causal=causal, layer_idx=0)
+    config = SimpleNamespace(rope_parameters={"pair_layout": layout})  # where the model keeps the layout
+    return SimpleNamespace(config=config, rotary_value=rotary_value, is_causal=causal, layer_idx=0)
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])

@@ -155,3 +155,55 @@ def test_multi_axis_rotary_with_equal_axes_is_exactly_1d(allocation, section):
         expected = one_d(input_ids, attention_mask=attention_mask).last_hidden_state
         actual = multi(input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
     assert torch.equal(actual, expected)
+
+
+def _half_case(dtype: torch.dtype = torch.float32, seed: int = 0):
+    rotary = rotary_for("half", head_dim=16)
+    generator = torch.Generator().manual_seed(seed)
+    # (batch, heads, seq, head_dim) as a transposed view of a projection output, as attention has it
+    q = torch.randn(2, 5, 3 * 16, generator=generator).view(2, 5, 3, 16).transpose(1, 2).to(dtype)
+    k = torch.randn(2, 5, 3 * 16, generator=generator).view(2, 5, 3, 16).transpose(1, 2).to(dtype)
+    cos, sin = rotary(q, torch.arange(5).expand(2, 5) * 7.5)
+    return q, k, cos, sin
+
+
+def test_half_layout_rotation_for_scores_is_the_formula_with_pairs_side_by_side():
+    """rotate_for_scores returns half pairs (i, i + d/2) rotated, each pair at (2i, 2i+1): the formula's output in
+    interleaved order, so q·kᵀ is the formula's."""
+    from roformer_ext.rope import rotate_for_scores, rotate_query_key
+
+    q, k, cos, sin = _half_case()
+    formula = apply_rotary(q, cos, sin, "half")  # x·cos + rotate_half(x)·sin
+    order = torch.stack((torch.arange(8), torch.arange(8) + 8), dim=-1).flatten()  # 0, 8, 1, 9, ...
+    torch.testing.assert_close(rotate_for_scores(q, cos, sin, "half"), formula[..., order], rtol=0, atol=1e-6)
+    fast_q, fast_k = rotate_query_key(q, k, cos, sin, "half")
+    scores = formula @ apply_rotary(k, cos, sin, "half").transpose(-1, -2)
+    torch.testing.assert_close(fast_q @ fast_k.transpose(-1, -2), scores, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_half_layout_rotation_paths_agree(dtype):
+    """The complex path (fp32/fp64, eager) and the formula path (other dtypes, torch.compile) give the same order."""
+    from roformer_ext.rope import rotate_for_scores
+
+    q, _, cos, sin = _half_case(torch.float64)
+    expected = rotate_for_scores(q, cos.double(), sin.double(), "half")
+    got = rotate_for_scores(q.to(dtype), cos.to(dtype), sin.to(dtype), "half")
+    tolerance = 1e-12 if dtype == torch.float64 else 3e-2
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=tolerance)
+
+
+def test_half_layout_under_torch_compile_equals_eager():
+    from roformer_ext.rope import rotate_for_scores
+
+    q, _, cos, sin = _half_case()
+    compiled = torch.compile(rotate_for_scores, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(q, cos, sin, "half"), rotate_for_scores(q, cos, sin, "half"), rtol=0, atol=1e-6)
+
+
+def test_pair_layout_is_kept_in_the_config_only():
+    """Attention modules keep no copy of the layout; the rotary reads the config, which conversion changes."""
+    model = RoFormerExtForMaskedLM(tiny_config()).eval()
+    assert not any(hasattr(module, "pair_layout") for module in model.roformer.layers.modules())
+    convert_pair_layout(model, "half")
+    assert model.roformer.rotary_emb.pair_layout == "half" == model.config.rope_parameters["pair_layout"]

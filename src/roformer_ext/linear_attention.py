@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .rope import apply_rotary
+from .rope import apply_rotary, rotate_for_scores
 
 #: Queries per chunk in the causal form: the (C×C) intra-chunk products grow with C, the per-chunk (d×d) states
 #: shrink; C = 64 ≈ head_dim keeps the two of the same order. Any value gives the same result (tested).
@@ -44,7 +44,7 @@ def linear_attention_forward(
 ) -> torch.Tensor:
     """(batch, heads, seq, head_dim) in, (batch, seq, heads, head_dim) out.
 
-    `module` supplies `pair_layout`, `rotary_value`, `is_causal` and `layer_idx`. `attention_mask` is the 2D
+    `module` supplies `config` (its pair layout), `rotary_value`, `is_causal` and `layer_idx`. `attention_mask` is the 2D
     padding mask (batch, past + seq); padded keys are dropped from both sums. With `past_key_values` (causal only)
     the layer's running state is read from and written back to the cache.
     """
@@ -77,7 +77,7 @@ def _features(
 ) -> tuple[torch.Tensor, ...]:
     """φ(q), R φ(q), φ(k), R φ(k) and v (rotated when `rotary_value`), in float32; padded keys zeroed."""
     cos, sin = (t.float() for t in position_embeddings) if position_embeddings is not None else (None, None)
-    layout = module.pair_layout
+    layout = module.config.rope_parameters["pair_layout"]
     q, k, v = feature_map(query.float()), feature_map(key.float()), value.float()
     if module.rotary_value and position_embeddings is not None:
         v = apply_rotary(v, cos, sin, layout)
@@ -87,7 +87,7 @@ def _features(
         k = k * keep
     if position_embeddings is None:  # an absolute (or no) position encoding: nothing to rotate
         return q, q, k, k, v
-    return q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), v
+    return q, rotate_for_scores(q, cos, sin, layout), k, rotate_for_scores(k, cos, sin, layout), v
 
 
 def bidirectional_linear_attention(

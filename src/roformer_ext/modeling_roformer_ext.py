@@ -43,9 +43,15 @@ from .packing import (
     positions_from_lengths,
     unpack,
 )
-from .position_encodings import AlibiPositionEncoding, PositionEncoding, RelativeScores, add_scores_to_mask, position_encoding_class
+from .position_encodings import (
+    AlibiPositionEncoding,
+    PositionEncoding,
+    RelativeScores,
+    add_scores_to_mask,
+    position_encoding_class,
+)
 from .positions import as_axes_batch_seq, text_position_ids
-from .rope import RotaryEmbedding, apply_rotary, rotary_embedding_class
+from .rope import RotaryEmbedding, apply_rotary, rotary_embedding_class, rotate_query_key
 
 
 class ScaleFreeRMSNorm(nn.Module):
@@ -192,7 +198,6 @@ class RoFormerExtAttention(AttentionProjections):
 
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx, is_causal=bool(config.is_decoder))
-        self.pair_layout = config.rope_parameters["pair_layout"]
         self.rotary_value = config.rotary_value
         # Shaw's relative key table: each layer its own (None for every other encoding).
         self.relative_table = position_encoding_class(config.position_encoding).layer_table(config)
@@ -229,18 +234,10 @@ class RoFormerExtAttention(AttentionProjections):
     def rotate(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        fused = None
-        if query.is_cuda:  # liger-kernel's fused q/k rotation when installed (half layout only)
-            from .fused_rotary import fused_rotate_query_key
-
-            fused = fused_rotate_query_key(query, key, cos, sin, self.pair_layout)
-        if fused is not None:
-            query, key = fused
-        else:
-            query = apply_rotary(query, cos, sin, self.pair_layout)
-            key = apply_rotary(key, cos, sin, self.pair_layout)
-        if self.rotary_value:
-            value = apply_rotary(value, cos, sin, self.pair_layout)
+        pair_layout = self.config.rope_parameters["pair_layout"]
+        query, key = rotate_query_key(query, key, cos, sin, pair_layout)
+        if self.rotary_value:  # values keep their dim order: the output projection reads it
+            value = apply_rotary(value, cos, sin, pair_layout)
         return query, key, value
 
     def with_relative_scores(

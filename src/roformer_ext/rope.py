@@ -92,7 +92,6 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         rope = config.rope_parameters
         self.rope_type: str = rope["rope_type"]
-        self.pair_layout: str = rope.get("pair_layout", "interleaved")
         self.axes: int = int(rope.get("axes", 1))
         self.head_dim: int = config.hidden_size // config.num_attention_heads
         allocation = rope.get("axis_allocation", "interleaved")
@@ -105,6 +104,11 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
         axis = axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section"))
         self.register_buffer("axis_of_pair", axis, persistent=False)
+
+    @property
+    def pair_layout(self) -> str:
+        """Read from the config, the one place it is kept (`convert_pair_layout` changes it there)."""
+        return self.config.rope_parameters.get("pair_layout", "interleaved")
 
     def compute_inv_freq(self, config: Any) -> tuple[torch.Tensor, float]:
         """Inverse frequencies of one axis group, and the cos/sin scaling factor (1.0 unless yarn/longrope)."""
@@ -193,8 +197,8 @@ def apply_rotary(
     are adjacent, so for fp32/fp64 `x` is viewed as complex in place and rotated by one complex multiply by
     e^{i·angle}: about one pass over memory instead of the formula's five (benchmarks/bench_rope.py). The products
     and sums are those of the plain formula (vectorised complex multiply does not fuse them; a scalar tail may round
-    differently, by one ulp). Half pairs (x_i, x_{i+d/2}) take the plain formula: on CPU, packing them as complex
-    and unpacking again measured no faster; on GPU the fused kernel (`fused_rotary.py`) covers that layout.
+    differently, by one ulp). Half pairs (x_i, x_{i+d/2}) take the plain formula here, which keeps the dim order;
+    attention rotates its queries and keys with `rotate_query_key`, fast in both layouts.
     """
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     if pair_layout == "half":
@@ -207,6 +211,42 @@ def apply_rotary(
         x = x.contiguous()  # a complex view needs adjacent, aligned pairs
     rotation = torch.complex(cos[..., 0::2], sin[..., 0::2])
     return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
+
+
+def rotate_for_scores(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
+    """Rotated `x` (batch, heads, seq, head_dim) for attention scores, with each pair's two dims side by side.
+
+    Scores only need q·k, which any permutation of the head dims applied to both q and k leaves unchanged. So half
+    pairs (x_i, x_{i+d/2}) are read straight into a complex tensor (one pass) and rotated as interleaved pairs are,
+    instead of the plain formula's five passes: the half layout then costs about what the interleaved one does
+    (benchmarks/bench_rope.py). The result's dims are in interleaved order (pair i at 2i, 2i+1) for both layouts;
+    use it for queries and keys (and the keys a cache keeps), never where the dim order is read (values: `apply_rotary`).
+    """
+    if pair_layout != "half":
+        return apply_rotary(x, cos, sin, pair_layout)
+    half = x.shape[-1] // 2
+    if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
+        # The same order by the plain formula: bring each pair together, then rotate interleaved pairs.
+        def to_interleaved(t: torch.Tensor) -> torch.Tensor:
+            return t.unflatten(-1, (2, half)).transpose(-1, -2).flatten(-2)
+
+        return apply_rotary(to_interleaved(x), to_interleaved(cos), to_interleaved(sin), "interleaved")
+    rotation = torch.complex(cos[..., :half], sin[..., :half]).unsqueeze(1)
+    return torch.view_as_real(torch.complex(x[..., :half], x[..., half:]) * rotation).flatten(-2)
+
+
+def rotate_query_key(
+    query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys rotated for softmax attention: liger-kernel's fused GPU kernel where it applies (half layout,
+    CUDA, installed), else `rotate_for_scores`. The one place that chooses how a layout is rotated."""
+    if query.is_cuda:
+        from .fused_rotary import fused_rotate_query_key
+
+        fused = fused_rotate_query_key(query, key, cos, sin, pair_layout)
+        if fused is not None:
+            return fused
+    return rotate_for_scores(query, cos, sin, pair_layout), rotate_for_scores(key, cos, sin, pair_layout)
 
 
 def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
@@ -225,4 +265,6 @@ __all__ = [
     "register_rotary_embedding",
     "registered_rotary_kinds",
     "rotary_embedding_class",
+    "rotate_for_scores",
+    "rotate_query_key",
 ]

@@ -43,7 +43,5 @@ def convert_pair_layout(model: nn.Module, to_layout: str) -> nn.Module:
                 linear.bias.copy_(linear.bias[index])
         if config.rotary_value:
             attention.output.weight.copy_(attention.output.weight[:, index])
-        attention.pair_layout = to_layout
-    config.rope_parameters["pair_layout"] = to_layout
-    base.rotary_emb.pair_layout = to_layout
+    config.rope_parameters["pair_layout"] = to_layout  # the one place the layout is kept
     return model
