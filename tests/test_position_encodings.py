@@ -438,3 +438,51 @@ def test_users_register_their_own_encoding():
         position_encodings._POSITION_ENCODINGS.pop("constant_offset_test")
     with pytest.raises(TypeError, match="PositionEncoding subclass"):
         register_position_encoding("bad")(object)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize(
+    "head",
+    ["RoFormerExtForSequenceClassification", "RoFormerExtForTokenClassification", "RoFormerExtForQuestionAnswering",
+     "RoFormerExtForMultipleChoice"],
+)
+def test_every_head_takes_every_encoding(encoding, head):
+    """Each head's loss is finite and its gradient reaches the encoding's parameters."""
+    torch.manual_seed(0)
+    model = getattr(roformer_ext, head)(config(encoding, num_labels=2 if head.endswith("Answering") else 3))
+    ids = torch.randint(1, 97, (2, 8))
+    if head.endswith("MultipleChoice"):
+        output = model(input_ids=torch.randint(1, 97, (2, 2, 8)), labels=torch.tensor([0, 1]))
+    elif head.endswith("QuestionAnswering"):
+        output = model(input_ids=ids, start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
+    elif head.endswith("TokenClassification"):
+        output = model(input_ids=ids, labels=torch.randint(0, 3, (2, 8)))
+    else:
+        output = model(input_ids=ids, labels=torch.tensor([0, 2]))
+    assert torch.isfinite(output.loss)
+    output.loss.backward()
+    for name, parameter in model.named_parameters():
+        if "position_encoding" in name or "relative_table" in name:
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+
+
+def test_documented_custom_encoding_runs():
+    """The example of docs/position-encodings.md: a learnable scale on the sinusoidal table."""
+    from roformer_ext import position_encodings
+
+    @register_position_encoding("scaled_sinusoidal_doc")
+    class ScaledSinusoidal(PositionEncoding):
+        def __init__(self, config):
+            super().__init__(config)
+            self.scale = torch.nn.Parameter(torch.ones(()))
+
+        def embed(self, embeddings, position_ids):
+            return embeddings + self.scale * sinusoidal_table(position_ids, embeddings.shape[-1]).to(embeddings.dtype)
+
+    try:
+        model = RoFormerExtForMaskedLM(config("scaled_sinusoidal_doc"))
+        ids = torch.randint(1, 97, (1, 7))
+        model(input_ids=ids, labels=ids).loss.backward()
+        assert model.roformer.position_encoding.scale.grad is not None
+    finally:
+        position_encodings._POSITION_ENCODINGS.pop("scaled_sinusoidal_doc")
