@@ -177,25 +177,33 @@ def packed_qkv(lengths: tuple[int, ...], seed: int = 0) -> tuple[torch.Tensor, .
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_per_sequence_sdpa_runs_equal_lengths_together_as_alone(is_causal, monkeypatch):
+@pytest.mark.parametrize(
+    "lengths, batch_sizes",
+    [
+        (REPEATED_LENGTHS, [1, 2, 3]),  # lengths 3 (once), 9 (twice), 5 (three times), apart: concatenated
+        ((4, 4, 4, 7, 4), [1, 4]),  # side by side (fixed-length blocks) and apart, in one call
+    ],
+    ids=["apart", "side-by-side"],
+)
+def test_per_sequence_sdpa_runs_equal_lengths_together_as_alone(lengths, batch_sizes, is_causal, monkeypatch):
     """Sequences that share a length go through one SDPA call and each comes out as if it ran alone."""
-    q, k, v, cu_seq_lens = packed_qkv(REPEATED_LENGTHS)
+    q, k, v, cu_seq_lens = packed_qkv(lengths)
     alone = [
         torch.nn.functional.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=is_causal)
         for a, b in zip(cu_seq_lens[:-1].tolist(), cu_seq_lens[1:].tolist())
     ]
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    batch_sizes = []
+    calls = []
 
     def counting_sdpa(query, *args, **kwargs):
-        batch_sizes.append(query.shape[0])
+        calls.append(query.shape[0])
         return sdpa(query, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
     out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, cu_seq_lens_q=cu_seq_lens)
-    assert weights is None and out.shape == (1, sum(REPEATED_LENGTHS), 4, 8)
-    assert sorted(batch_sizes) == [1, 2, 3]  # lengths 3 (once), 9 (twice), 5 (three times)
-    for piece, reference in zip(torch.split(out[0], REPEATED_LENGTHS), alone):
+    assert weights is None and out.shape == (1, sum(lengths), 4, 8) and out.is_contiguous()
+    assert sorted(calls) == batch_sizes
+    for piece, reference in zip(torch.split(out[0], lengths), alone):
         torch.testing.assert_close(piece, reference[0].transpose(0, 1), rtol=ATOL, atol=ATOL)
 
 
