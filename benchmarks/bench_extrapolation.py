@@ -12,6 +12,7 @@ Every argument other than the three below goes to the example script (its --help
 
 import argparse
 import importlib.util
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -27,6 +28,19 @@ def load_example():
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def merge_runs(results: dict, other: dict) -> None:
+    """Add `other`'s runs that `results` lacks; the two must be the same study (setup equal but for the seeds)."""
+    ignored = {"seeds", "command", "load_average_before_after", "merged_commands"}
+    mine = {k: v for k, v in results["setup"].items() if k not in ignored}
+    theirs = {k: v for k, v in other["setup"].items() if k not in ignored}
+    if mine != theirs:
+        changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        raise ValueError(f"Cannot merge results of a different study: {changed} differ.")
+    seen = {(r["objective"], r["encoding"], r["seed"]) for r in results["runs"]}
+    results["runs"] += [r for r in other["runs"] if (r["objective"], r["encoding"], r["seed"]) not in seen]
+    results["setup"]["merged_commands"] = results["setup"].get("merged_commands", []) + [other["setup"]["command"]]
 
 
 def summarise(results: dict) -> tuple[list[str], list[str], dict]:
@@ -97,6 +111,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--images", default="docs/images", help="Figures go here.")
     parser.add_argument("--report-only", action="store_true", help="Train nothing; tabulate the results file.")
     parser.add_argument("--decay", action="store_true", help="Also draw the decay figure of the trained models.")
+    parser.add_argument(
+        "--merge", nargs="+", default=[], metavar="JSON",
+        help="Results files of the same study run elsewhere (other seeds, in another process): their runs are added.",
+    )
     own, rest = parser.parse_known_args(argv)
     example = load_example()
     args = example.parse_args(rest)
@@ -108,6 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         command = " ".join(["python benchmarks/bench_extrapolation.py", *(argv if argv is not None else sys.argv[1:])])
         results = example.run(args, command=command)
+    for path in own.merge:
+        merge_runs(results, json.loads(Path(path).read_text()))
     results["setup"]["load_average_before_after"] = [load_before, load_average()]
     markdown = table(results)
     print(markdown)

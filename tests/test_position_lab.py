@@ -145,11 +145,30 @@ def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
     assert f"{mean:.3f} ± {spread:.3f}" in printed.split("| t5_bias |")[1].splitlines()[0]
 
 
+def test_benchmark_merges_seeds_run_in_another_process(script, study, tmp_path):
+    args, results, out = study
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        bench = importlib.import_module("bench_extrapolation")
+    finally:
+        sys.path.pop(0)
+    seed0 = {"setup": {**results["setup"], "seeds": [0]}, "runs": [r for r in results["runs"] if r["seed"] == 0]}
+    seed1 = {"setup": {**results["setup"], "seeds": [1]}, "runs": [r for r in results["runs"] if r["seed"] == 1]}
+    bench.merge_runs(seed0, seed1)
+    assert sorted(map(json.dumps, seed0["runs"])) == sorted(map(json.dumps, results["runs"]))
+    bench.merge_runs(seed0, seed1)  # nothing twice
+    assert len(seed0["runs"]) == len(results["runs"])
+    other = {"setup": {**results["setup"], "train_length": 32}, "runs": []}
+    with pytest.raises(ValueError, match=r"different study: \['train_length'\]"):
+        bench.merge_runs(seed0, other)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--encodings", "rope", "bogus"], "Unknown encodings"),
         (["--encodings", "alibi"], "add rope to --encodings"),
+        (["--encodings", "alibi", "--rope_scalings", "none", "--objective", "x"], "--objective"),
         (["--objective", "mlm2"], "--objective"),
         (["--eval_factors", "0"], "--eval_factors"),
         (["--rope_scalings", "longrope"], "--rope_scalings"),

@@ -68,7 +68,7 @@ class LabArguments:
     )
     rope_scalings: list[str] = field(
         default_factory=lambda: list(ROPE_SCALINGS),
-        metadata={"help": "Eval-time RoPE scalings of the trained 'rope' model (none: pass an empty list)."},
+        metadata={"help": "Eval-time RoPE scalings of the trained 'rope' model ('none': no scalings)."},
     )
     scaling_factor: float = field(default=4.0, metadata={"help": "rope_parameters['factor'] of the scalings."})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "Training seeds."})
@@ -103,11 +103,15 @@ class LabArguments:
         unknown = [e for e in self.encodings if e not in known]
         if unknown:
             raise ValueError(f"Unknown encodings {unknown}; this roformer_ext has {known}.")
+        if self.rope_scalings == ["none"]:
+            self.rope_scalings = []
         bad = [s for s in self.rope_scalings if s not in ROPE_SCALINGS]
         if bad:
             raise ValueError(f"--rope_scalings takes {ROPE_SCALINGS}, got {bad}.")
         if self.rope_scalings and "rope" not in self.encodings:
-            raise ValueError("--rope_scalings evaluate the trained 'rope' model: add rope to --encodings.")
+            raise ValueError(
+                "--rope_scalings evaluate the trained 'rope' model: add rope to --encodings, or pass --rope_scalings none."
+            )
         if not self.eval_factors or any(k < 1 for k in self.eval_factors):
             raise ValueError(f"--eval_factors must be positive integers, got {self.eval_factors}.")
         if self.train_length < 2 or self.eval_blocks < 1 or not self.seeds:
