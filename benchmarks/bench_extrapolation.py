@@ -32,7 +32,7 @@ def load_example():
 
 def merge_runs(results: dict, other: dict) -> None:
     """Add `other`'s runs that `results` lacks; the two must be the same study (setup equal but for the seeds)."""
-    ignored = {"seeds", "command", "load_average_before_after", "merged_commands"}
+    ignored = {"seeds", "encodings", "rope_scalings", "command", "load_average_before_after", "merged_commands"}
     mine = {k: v for k, v in results["setup"].items() if k not in ignored}
     theirs = {k: v for k, v in other["setup"].items() if k not in ignored}
     if mine != theirs:

@@ -163,6 +163,21 @@ def test_benchmark_merges_seeds_run_in_another_process(script, study, tmp_path):
         bench.merge_runs(seed0, other)
 
 
+def test_a_causal_model_that_sees_the_future_is_refused(script, study, streams, monkeypatch):
+    args, _, _ = study
+    tokenizer = streams[0]
+    args.objective = "causal"
+    try:
+        for encoding in ("rope", "alibi", "t5_bias"):
+            script.check_causal(script.model_class("causal")(script.model_config(args, encoding, tokenizer)), 300)
+        model = script.model_class("causal")(script.model_config(args, "alibi", tokenizer))
+    finally:
+        args.objective = "mlm"
+    model.config.is_decoder = False  # now bidirectional: every position sees the last token
+    with pytest.raises(RuntimeError, match="lets a causal model see later tokens"):
+        script.check_causal(model, 300)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

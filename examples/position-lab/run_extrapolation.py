@@ -272,10 +272,31 @@ def scaled_rope_overrides(scaling: str, args: LabArguments) -> dict:
     return overrides
 
 
+@torch.no_grad()
+def check_causal(model, vocab_size: int, length: int = 16) -> None:
+    """A causal LM whose early logits move when a later token changes sees the future: its loss would be meaningless
+    (a model that copies the next token reaches near-zero loss). Checked before each causal model is trained."""
+    tokens = torch.randint(5, vocab_size, (1, length), generator=torch.Generator().manual_seed(0))
+    changed = tokens.clone()
+    changed[0, -1] = 5 if tokens[0, -1] != 5 else 6
+    was_training = model.training
+    model.eval()
+    before, after = model(input_ids=tokens).logits[0, :-1], model(input_ids=changed).logits[0, :-1]
+    model.train(was_training)
+    if not torch.allclose(before, after, atol=1e-5):
+        raise RuntimeError(
+            f"position_encoding={model.config.position_encoding!r} lets a causal model see later tokens (changing the "
+            f"last token moved earlier logits by {float((before - after).abs().max()):.3g}); its causal LM loss would "
+            "be meaningless. Fix the attention mask of this encoding before running the study."
+        )
+
+
 def train_model(args: LabArguments, encoding: str, seed: int, tokenizer, blocks: torch.Tensor, save_dir: Path):
     """Train one model with `Trainer`; returns the model and its last logged training loss."""
     set_seed(seed)
     model = model_class(args.objective)(model_config(args, encoding, tokenizer))
+    if args.objective == "causal":
+        check_causal(model, len(tokenizer))
     collator = DataCollatorForLanguageModeling(
         tokenizer, mlm=args.objective == "mlm", mlm_probability=args.mlm_probability, seed=seed
     )
