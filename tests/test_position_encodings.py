@@ -93,7 +93,7 @@ def test_t5_bias_equals_t5_attention_compute_bias(decoder):
     encoding = model.roformer.position_encoding
     t5.relative_attention_bias.weight.data.copy_(encoding.relative_attention_bias.weight)
     positions = torch.arange(23)[None]
-    ours = encoding.relative_scores(positions, positions).dense(torch.zeros(1, 4, 23, 8), None)
+    ours = encoding.relative_scores(positions, positions).shared_bias()
     torch.testing.assert_close(ours, t5.compute_bias(23, 23), rtol=0, atol=1e-6)
 
 
@@ -120,7 +120,7 @@ def test_alibi_formula():
     torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)]))
     model = model_for("alibi")
     positions = torch.arange(6)[None]
-    bias = model.roformer.position_encoding.relative_scores(positions, positions).dense(torch.zeros(1, 4, 6, 8), None)
+    bias = model.roformer.position_encoding.relative_scores(positions, positions).shared_bias()
     slopes = alibi_slopes(4)
     for i in range(6):
         for j in range(6):

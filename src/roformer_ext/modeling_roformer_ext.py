@@ -244,14 +244,7 @@ class RoFormerExtAttention(AttentionProjections):
         self, query: torch.Tensor, attention_mask: torch.Tensor | None, relative_scores: RelativeScores
     ) -> tuple[torch.Tensor | None, Callable | None]:
         """The mask and backend that add the relative term: a score_mod for flex, an additive bias otherwise."""
-        implementation = self.config._attn_implementation or "eager"
-        if "flash" in implementation:
-            raise ValueError(
-                f"position_encoding={self.config.position_encoding!r} adds a term to the attention scores, which "
-                f"{implementation!r} cannot take; load the model with attn_implementation='sdpa', 'eager' or "
-                "'flex_attention'."
-            )
-        if implementation == "flex_attention":
+        if self.config._attn_implementation == "flex_attention":
             score_mod = relative_scores.score_mod(query, self.relative_table)
             return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
         return add_scores_to_mask(attention_mask, relative_scores.dense(query, self.relative_table)), None
@@ -598,6 +591,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 past_key_values=cache,
                 or_mask_function=unilm,
                 and_mask_function=same_sequence,
+                # sdpa may skip a causal mask and pass is_causal instead, but then a score term has no mask to join
+                allow_is_causal_skip=not self.position_encoding.has_relative_scores,
             )
         return create_bidirectional_mask(
             config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
@@ -718,9 +713,13 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         position_embeddings = self.rotary_emb(embeddings, position_ids) if self.rotary_emb is not None else None
         relative_scores = None
         if self.position_encoding.has_relative_scores:
+            check_backend_takes_scores(self.config)
             relative_scores = self.position_encoding.relative_scores(
                 position_ids[0], self.key_positions(position_ids[0], past_key_values, past_length)
             )
+            shared = relative_scores.shared_bias() if self.config._attn_implementation != "flex_attention" else None
+            if shared is not None:  # the same term in every layer: into the mask once (flex computes it per score)
+                mask, relative_scores = add_scores_to_mask(mask, shared.to(embeddings.dtype)), None
 
         hidden_states = embeddings
         for layer in self.layers:
@@ -755,6 +754,17 @@ def padded_for_mask_indices(per_token: torch.Tensor, length: int, value: int | b
 def _is_zero(length: int | torch.Tensor) -> bool:
     """Whether nothing is cached yet (a static cache reports its length as a tensor)."""
     return int(length) == 0
+
+
+def check_backend_takes_scores(config: RoFormerExtConfig) -> None:
+    """flash attention takes no bias: a position encoding with a term on the scores needs another backend."""
+    implementation = config._attn_implementation or "eager"
+    if "flash" in implementation:
+        raise ValueError(
+            f"position_encoding={config.position_encoding!r} adds a term to the attention scores, which "
+            f"{implementation!r} cannot take; load the model with attn_implementation='sdpa', 'eager' or "
+            "'flex_attention'."
+        )
 
 
 def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:

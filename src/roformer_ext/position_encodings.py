@@ -88,8 +88,9 @@ class PositionEncoding(nn.Module):
 class RelativeScores:
     """One forward's relative term on the attention scores, built from query and key positions.
 
-    `dense(query, table)` is the (batch | 1, heads, q, k) additive bias for eager / sdpa; `score_mod(query, table)`
-    is the same term as flex attention's per-score function. Lives for one forward only (nothing kept on a module).
+    `shared_bias()` (a term the same for every layer and query) or `dense(query, table)` (one layer's) is the additive
+    bias for eager / sdpa; `score_mod(query, table)` is the same term as flex attention's per-score function. Lives
+    for one forward only (nothing kept on a module).
     """
 
     def __init__(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> None:
@@ -101,8 +102,20 @@ class RelativeScores:
         """(batch | 1, q, k) relative distance key − query, as T5 and Shaw et al. define it."""
         return self.key_positions[:, None, :] - self.query_positions[:, :, None]
 
+    def shared_bias(self) -> torch.Tensor | None:
+        """A term that does not depend on the queries (T5, ALiBi): (batch | 1, heads, q, k), built once per forward.
+
+        The model folds it into the attention mask for eager / sdpa, so the layers get it as the mask tensor they
+        already take: gradient checkpointing then sees it as an input of each layer (a tensor kept elsewhere would be
+        backpropagated once per layer under reentrant checkpointing). None when the term depends on the queries."""
+        return None
+
     def dense(self, query: torch.Tensor, table: nn.Module | None) -> torch.Tensor:
-        raise NotImplementedError
+        """The term for one layer's queries, (batch, heads, q, k): what eager / sdpa add when there is no shared bias."""
+        bias = self.shared_bias()
+        if bias is None:
+            raise NotImplementedError(f"{type(self).__name__} defines neither shared_bias nor dense.")
+        return bias.to(query.dtype)
 
     def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
         raise NotImplementedError
@@ -240,21 +253,18 @@ def t5_relative_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets:
 
 
 class T5Scores(RelativeScores):
-    """T5's learned scalar per (bucket, head), shared by every layer; dense bias computed once per forward."""
+    """T5's learned scalar per (bucket, head), shared by every layer."""
 
     def __init__(self, query_positions, key_positions, table: nn.Embedding, bidirectional, num_buckets, max_distance):
         super().__init__(query_positions, key_positions)
         self.table, self.bidirectional = table, bidirectional
         self.num_buckets, self.max_distance = num_buckets, max_distance
-        self._bias: torch.Tensor | None = None
 
     def bucket(self, distance: torch.Tensor) -> torch.Tensor:
         return t5_relative_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
 
-    def dense(self, query: torch.Tensor, table: nn.Module | None) -> torch.Tensor:
-        if self._bias is None:  # the same for every layer (as T5): built once per forward
-            self._bias = self.table(self.bucket(self.distances())).permute(0, 3, 1, 2)
-        return self._bias.to(query.dtype)
+    def shared_bias(self) -> torch.Tensor:
+        return self.table(self.bucket(self.distances())).permute(0, 3, 1, 2)  # the same for every layer, as T5
 
     def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
         weights = self.table.weight.to(query.dtype)
@@ -304,12 +314,9 @@ class AlibiScores(RelativeScores):
     def __init__(self, query_positions, key_positions, slopes: torch.Tensor) -> None:
         super().__init__(query_positions, key_positions)
         self.slopes = slopes
-        self._bias: torch.Tensor | None = None
 
-    def dense(self, query: torch.Tensor, table: nn.Module | None) -> torch.Tensor:
-        if self._bias is None:  # the same for every layer
-            self._bias = -self.slopes[None, :, None, None] * self.distances().abs()[:, None].to(self.slopes.dtype)
-        return self._bias.to(query.dtype)
+    def shared_bias(self) -> torch.Tensor:
+        return -self.slopes[None, :, None, None] * self.distances().abs()[:, None].to(self.slopes.dtype)
 
     def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
         slopes = self.slopes.to(query.dtype)

@@ -336,3 +336,35 @@ class RoFormerExtModelTest(
 
     def test_for_token_classification(self) -> None:
         self.model_tester.create_and_check_for_token_classification(*self.model_tester.prepare_config_and_inputs())
+
+
+class PositionEncodingModelTester(RoFormerExtModelTester):
+    """The same tiny models with another `position_encoding` (set by the test class)."""
+
+    position_encoding = "rope"
+
+    def config_kwargs(self) -> dict:
+        return {**super().config_kwargs(), "position_encoding": self.position_encoding, "max_relative_position": 4}
+
+
+def _position_encoding_test(name: str) -> type:
+    """transformers' common tests on every text class built with `position_encoding=name`."""
+
+    class Tester(PositionEncodingModelTester):
+        position_encoding = name
+
+    class PositionEncodingModelTest(RoFormerExtModelTest):
+        def setUp(self) -> None:
+            super().setUp()
+            self.model_tester = Tester(self)
+            if "rope_scaling" in self._testMethodName:  # the mixin's RoPE frequency-scaling checks
+                self.skipTest(f"RoPE scaling does not apply to position_encoding={name!r}")
+
+    PositionEncodingModelTest.__name__ = PositionEncodingModelTest.__qualname__ = f"RoFormerExt_{name}_ModelTest"
+    return PositionEncodingModelTest
+
+
+# An absolute table (its init, resizing, loading), a term on the scores shared by the layers, and one per layer.
+RoFormerExtLearnedModelTest = _position_encoding_test("learned")
+RoFormerExtT5BiasModelTest = _position_encoding_test("t5_bias")
+RoFormerExtShawModelTest = _position_encoding_test("shaw")
