@@ -1,14 +1,14 @@
-"""Per-sequence SDPA on a packed row: slicing per sequence (before) against one split and one call per length (now).
+"""Per-sequence SDPA on a packed row: slicing per sequence (before) against one split, one call per sequence (now).
 
 `packing.per_sequence_sdpa` runs attention on each sequence of a padding-free row alone. Slicing q, k and v with
 `query[:, :, start:end]` makes the backward of every slice fill a zero tensor of the whole row and add them up;
-splitting once (backward: one concatenation) and stacking the sequences that share a length into one SDPA call
-removes that. Timed here on real lengths (the batch bench_padding_free.py draws: the first `--batch` of its 64
+splitting once (backward: one concatenation) removes that. (Stacking the sequences that share a length into one
+SDPA call was tried too and measured no faster, so the function runs one call per sequence.) Timed here on real lengths (the batch bench_padding_free.py draws: the first `--batch` of its 64
 train rows, seed 0, tokenized with a vocabulary trained on the train split, truncated to `--max-length`):
 
 - attention alone, one layer's q, k, v as the model makes them ((1, heads, total, head_dim), head count and size
-  of `--size`): the old slices, one split with a call per sequence, the current function (one split, one call per
-  length), and the same sequences padded to the longest as one SDPA call with a key mask (inputs already padded:
+  of `--size`): the old slices, one split of the 4D row with a call per sequence, the current function (one split
+  of the squeezed row, one call per sequence), and the same sequences padded to the longest as one SDPA call with a key mask (inputs already padded:
   the cost of the call alone). Forward under `torch.inference_mode`, and forward + backward of the output against
   a fixed random gradient;
 - the same for `blocks`: `--batch` blocks of `--block-length` tokens (random ids), the fixed-length blocks of
@@ -97,8 +97,8 @@ def split_loop_sdpa(module, query, key, value, attention_mask, dropout=0.0, scal
 ATTENTION = {"sliced": sliced_sdpa, "split": split_loop_sdpa, "grouped": per_sequence_sdpa}
 LABELS = {
     "sliced": "a slice per sequence, a call each (before)",
-    "split": "one split, a call per sequence",
-    "grouped": "one split, a call per length (now)",
+    "split": "one split of the 4D row, a call per sequence",
+    "grouped": "per_sequence_sdpa (now)",
     "padded": "padded to the longest, one call with a key mask (reference)",
 }
 

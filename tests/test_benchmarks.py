@@ -87,3 +87,11 @@ def test_profile_ops_linear_attention(capsys):
     run_script("profile_ops.py", "--size", "tiny", "--attention", "linear", "--seq", "16", "--batch", "1",
                "--rows", "3")
     assert "ours (linear): inference, seq 16" in capsys.readouterr().out
+
+
+def test_bench_packed_attention_writes_results(tmp_path):
+    run_script("bench_packed_attention.py", "--size", "tiny", "--corpora", "blocks", "--parts", "attention",
+               "--repeats", "1", "--batch", "4", "--block-length", "16", "--out", str(tmp_path))
+    text = (tmp_path / "bench_packed_attention.md").read_text()
+    assert "per_sequence_sdpa (now)" in text and "Load average" in text
+    assert json.loads((tmp_path / "bench_packed_attention.json").read_text())

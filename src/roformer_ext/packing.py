@@ -90,9 +90,9 @@ def per_sequence_sdpa(
     The cost is Σ len² instead of total², and no (total × total) mask is built. Same signature as transformers'
     attention functions; `attention_mask` is ignored because the sequences are already apart.
 
-    The row is split once (backward: one concatenation, where a slice per sequence would fill a zero tensor of the
-    whole row each) and the sequences that share a length go through one SDPA call along the batch dim: a view of
-    the row where they lie side by side (fixed-length blocks), else concatenated.
+    The row is split once and each sequence runs alone. In backward the split is one concatenation, where a slice
+    per sequence fills a zero tensor of the whole row each. Batching the sequences that share a length into one call
+    measured no faster on CPU than one call each (benchmarks/bench_packed_attention.py), so the code stays simple.
     """
     if cu_seq_lens_q is None:
         raise ValueError("per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences.")
@@ -103,36 +103,14 @@ def per_sequence_sdpa(
             f"got query {tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, seq, head_dim). Pass an "
             "ordinary batch with an attention mask to the backend's own attention function instead."
         )
-    # runs of consecutive sequences of one length, [length, count]: a stream of fixed-length blocks is one run
-    runs: list[list[int]] = []
-    for length in torch.diff(cu_seq_lens_q).tolist():
-        if runs and runs[-1][0] == length:
-            runs[-1][1] += 1
-        else:
-            runs.append([length, 1])
-    # one split of the row per tensor, (heads, total, head_dim); each run as (count, heads, length, head_dim), a view
-    # (backward: a single sequence's gradient needs no copy before the split's one concatenation)
-    run_inputs = [
-        [chunk.unflatten(1, (count, length)).transpose(0, 1)
-         for chunk, (length, count) in zip(tensor.squeeze(0).split([n * c for n, c in runs], dim=1), runs)]
-        for tensor in (query, key, value)
-    ]  # fmt: skip
-    runs_of_length: dict[int, list[int]] = {}
-    for run, (length, _) in enumerate(runs):
-        runs_of_length.setdefault(length, []).append(run)
-    run_outputs: list[torch.Tensor | None] = [None] * len(runs)
-    for same_length in runs_of_length.values():
-        if len(same_length) == 1:
-            q, k, v = (inputs[same_length[0]] for inputs in run_inputs)
-        else:  # concatenated token-major, (sequences, length, heads, head_dim), the layout SDPA gets from a batch
-            q, k, v = (torch.cat([inputs[r].transpose(1, 2) for r in same_length]).transpose(1, 2)
-                       for inputs in run_inputs)  # fmt: skip
-        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling)
-        per_run = attended.split([runs[r][1] for r in same_length]) if len(same_length) > 1 else (attended,)
-        for run, output in zip(same_length, per_run):
-            run_outputs[run] = output.transpose(1, 2).flatten(0, 1)  # (count × length, heads, head_dim)
-    # packed order again: (1, total, heads, head_dim)
-    return torch.cat(run_outputs, dim=0).unsqueeze(0), None
+    lengths = torch.diff(cu_seq_lens_q).tolist()
+    # (heads, length, head_dim) per sequence; squeeze, not [0]: indexing would zero-fill a whole row in backward too
+    pieces = zip(*(tensor.squeeze(0).split(lengths, dim=1) for tensor in (query, key, value)))
+    outputs = [
+        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling).transpose(0, 1)
+        for q, k, v in pieces
+    ]
+    return torch.cat(outputs, dim=0).unsqueeze(0), None  # (1, total, heads, head_dim), packed order
 
 
 __all__ = [
