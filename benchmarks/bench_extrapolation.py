@@ -41,11 +41,16 @@ def merge_runs(results: dict, other: dict) -> None:
     seen = {(r["objective"], r["encoding"], r["seed"]) for r in results["runs"]}
     results["runs"] += [r for r in other["runs"] if (r["objective"], r["encoding"], r["seed"]) not in seen]
     results["setup"]["merged_commands"] = results["setup"].get("merged_commands", []) + [other["setup"]["command"]]
+    for key in ("seeds", "encodings"):  # what the merged file now holds
+        results["setup"][key] = list(dict.fromkeys([*results["setup"][key], *other["setup"][key]]))
 
 
 def summarise(results: dict) -> tuple[list[str], list[str], dict]:
     """Encodings in study order, eval lengths, and {(encoding, length): (mean, std, n)} of the loss over seeds."""
-    encodings = list(dict.fromkeys(run["encoding"] for run in results["runs"]))
+    order = ["rope", "rope+linear", "rope+dynamic", "rope+yarn", "sinusoidal", "learned", "shaw", "t5_bias", "alibi"]
+    order += ["none", "linear_attention"]
+    names = dict.fromkeys(run["encoding"] for run in results["runs"])
+    encodings = sorted(names, key=lambda name: order.index(name) if name in order else len(order))
     lengths = list(results["runs"][0]["eval"]) if results["runs"] else []
     cells = {}
     for encoding in encodings:
@@ -86,19 +91,31 @@ def plot(results: dict, path: Path) -> Path:
     setup = results["setup"]
     figure, axis = plt.subplots(figsize=(7.6, 4.8))
     x = [int(n) for n in lengths]
-    for name in encodings:
+    # A model that never left the unigram plateau would squash the others into a line: listed, not drawn.
+    plateau = setup["unigram_entropy"] - 0.1
+    learnt = [name for name in encodings if cells[name, lengths[0]][0] < plateau]
+    colours = plt.get_cmap("tab20").colors
+    for index, name in enumerate(learnt):
         means = [cells[name, n][0] for n in lengths]
         spreads = [cells[name, n][1] or 0.0 for n in lengths]
         style = "--" if name.startswith("rope+") else "-"
-        axis.errorbar(x, means, yerr=spreads, fmt=style, marker="o", markersize=3.5, capsize=2, label=name)
-    axis.axhline(setup["unigram_entropy"], color="grey", linestyle=":", label="unigram entropy")
+        axis.errorbar(
+            x, means, yerr=spreads, fmt=style, marker="o", markersize=3.5, capsize=2, label=name,
+            color=colours[(2 * index) % 20 + (2 * index) // 20],
+        )
     axis.axvline(setup["train_length"], color="black", linewidth=0.8, alpha=0.5)
+    left_out = [name for name in encodings if name not in learnt]
+    note = (
+        f"\nnot drawn, loss within 0.1 of the unigram entropy {setup['unigram_entropy']:.2f}: " + ", ".join(left_out)
+        if left_out
+        else ""
+    )
     axis.set_xscale("log", base=2)
     axis.set_xticks(x, [str(n) for n in x])
     axis.set_xlabel(f"eval length (tokens; trained at {setup['train_length']})")
     axis.set_ylabel("MLM loss (nats)" if setup["objective"] == "mlm" else "causal LM loss (nats)")
     seeds = max(cells[name, lengths[0]][2] for name in encodings)
-    axis.set_title(f"Length extrapolation, {setup['objective']}, {seeds} seed(s)")
+    axis.set_title(f"Length extrapolation, {setup['objective']}, {seeds} seed(s){note}", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
@@ -126,9 +143,9 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         command = " ".join(["python benchmarks/bench_extrapolation.py", *(argv if argv is not None else sys.argv[1:])])
         results = example.run(args, command=command)
+        results["setup"]["load_average_before_after"] = [load_before, load_average()]
     for path in own.merge:
         merge_runs(results, json.loads(Path(path).read_text()))
-    results["setup"]["load_average_before_after"] = [load_before, load_average()]
     markdown = table(results)
     print(markdown)
     write_results(own.out, f"extrapolation_{args.objective}", results, markdown)
