@@ -486,3 +486,18 @@ def test_documented_custom_encoding_runs():
         assert model.roformer.position_encoding.scale.grad is not None
     finally:
         position_encodings._POSITION_ENCODINGS.pop("scaled_sinusoidal_doc")
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("implementation", BACKENDS)
+def test_decoder_never_sees_later_tokens(encoding, implementation):
+    """Changing a later token leaves earlier logits alone. Regression: with a score term, sdpa once dropped the causal
+    mask (transformers' utilities may skip it for is_causal), so decoders with shaw / t5_bias / alibi saw the future."""
+    model = model_for(encoding, decoder=True, implementation=implementation)
+    ids = torch.randint(1, 97, (1, 12))
+    changed = ids.clone()
+    changed[0, 8:] = (changed[0, 8:] + 1) % 97
+    with torch.no_grad():
+        before, after = (model(input_ids=x, use_cache=False).logits for x in (ids, changed))
+    torch.testing.assert_close(after[:, :8], before[:, :8], rtol=0, atol=1e-6)
+    assert (after[:, 8:] - before[:, 8:]).abs().max() > 1e-4

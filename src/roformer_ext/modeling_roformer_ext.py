@@ -598,6 +598,28 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
         )
 
+    def relative_position_scores(
+        self,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor,
+        past_key_values: Cache | None,
+        past_length: int,
+        dtype: torch.dtype,
+    ) -> tuple[torch.Tensor | None, RelativeScores | None]:
+        """The mask and the per-forward relative term of a score-adding encoding (Shaw, T5, ALiBi), else unchanged.
+
+        A term the same in every layer (T5, ALiBi) joins the mask once for eager / sdpa; flex computes it per score."""
+        if not self.position_encoding.has_relative_scores:
+            return mask, None
+        check_backend_takes_scores(self.config)
+        scores = self.position_encoding.relative_scores(
+            positions, self.key_positions(positions, past_key_values, past_length)
+        )
+        shared = scores.shared_bias() if self.config._attn_implementation != "flex_attention" else None
+        if shared is not None:
+            return add_scores_to_mask(mask, shared.to(dtype)), None
+        return mask, scores
+
     def key_positions(
         self, query_positions: torch.Tensor, past_key_values: Cache | None, past_length: int
     ) -> torch.Tensor:
@@ -711,15 +733,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if encoder_hidden_states is not None:
             cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings = self.rotary_emb(embeddings, position_ids) if self.rotary_emb is not None else None
-        relative_scores = None
-        if self.position_encoding.has_relative_scores:
-            check_backend_takes_scores(self.config)
-            relative_scores = self.position_encoding.relative_scores(
-                position_ids[0], self.key_positions(position_ids[0], past_key_values, past_length)
-            )
-            shared = relative_scores.shared_bias() if self.config._attn_implementation != "flex_attention" else None
-            if shared is not None:  # the same term in every layer: into the mask once (flex computes it per score)
-                mask, relative_scores = add_scores_to_mask(mask, shared.to(embeddings.dtype)), None
+        mask, relative_scores = self.relative_position_scores(
+            mask, position_ids[0], past_key_values, past_length, embeddings.dtype
+        )
 
         hidden_states = embeddings
         for layer in self.layers:
