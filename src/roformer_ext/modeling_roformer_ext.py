@@ -298,18 +298,16 @@ def packed_linear_attention(
     """Linear attention, each packed sequence with its own running sums (its state must not leak into the next)."""
     if cu_seq_lens is None:
         return linear_attention_forward(module, query, key, value, position_embeddings, attention_mask, cache)
-    bounds = cu_seq_lens.tolist()
+    # One split of the row (a slice per sequence would fill a zero tensor of the whole row each in backward).
+    lengths = torch.diff(cu_seq_lens).tolist()
+    per_sequence = [t.split(lengths, dim=2) for t in (query, key, value)]
+    rotations = [t.split(lengths, dim=1) for t in position_embeddings] if position_embeddings is not None else None
     pieces = [
         linear_attention_forward(
-            module,
-            query[:, :, a:b],
-            key[:, :, a:b],
-            value[:, :, a:b],
-            None if position_embeddings is None else tuple(t[:, a:b] for t in position_embeddings),
-            None,
-            None,
+            module, *(t[i] for t in per_sequence), None if rotations is None else (rotations[0][i], rotations[1][i]),
+            None, None,
         )
-        for a, b in zip(bounds[:-1], bounds[1:])
+        for i in range(len(lengths))
     ]
     return torch.cat(pieces, dim=1)
 
