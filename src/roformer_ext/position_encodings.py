@@ -94,7 +94,7 @@ class RelativeScores:
     """
 
     def __init__(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> None:
-        # (batch | 1, q) and (batch | 1, k), integer distances: key - query.
+        # (batch | 1, q) and (batch | 1, k); relative encodings count whole positions, so fractional ones are truncated
         self.query_positions = query_positions.long()
         self.key_positions = key_positions.long()
 
@@ -118,7 +118,8 @@ class RelativeScores:
         return bias.to(query.dtype)
 
     def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
-        raise NotImplementedError
+        """flex attention's `score_mod(score, batch, head, q_idx, kv_idx)` adding the same term per score."""
+        raise NotImplementedError(f"{type(self).__name__} has no flex score_mod; use attn_implementation='sdpa'.")
 
     def _position_at(self, batch_idx: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
         """Inside a flex score_mod: key − query distance of one score (the batch may broadcast from 1)."""
