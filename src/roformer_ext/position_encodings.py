@@ -195,14 +195,17 @@ class ShawScores(RelativeScores):
         super().__init__(query_positions, key_positions)
         self.max_distance, self.scaling = max_distance, scaling
 
+    def per_row(self, query: torch.Tensor, table: nn.Module) -> torch.Tensor:
+        """q · a / √d for every table row, (b, h, q, 2K+1): each score then picks its row. Never a (q, k, d) tensor."""
+        return torch.matmul(query, table.weight.to(query.dtype).T) * self.scaling
+
     def dense(self, query: torch.Tensor, table: nn.Module) -> torch.Tensor:
         rows = self.distances().clamp(-self.max_distance, self.max_distance) + self.max_distance
-        # q · a for every table row first: (b, h, q, 2K+1), then pick each score's row. Never a (q, k, d) tensor.
-        per_row = torch.matmul(query, table.weight.to(query.dtype).T) * self.scaling
+        per_row = self.per_row(query, table)
         return torch.gather(per_row, -1, rows[:, None].expand(query.shape[0], query.shape[1], -1, -1))
 
     def score_mod(self, query: torch.Tensor, table: nn.Module) -> Callable:
-        per_row = torch.matmul(query, table.weight.to(query.dtype).T) * self.scaling
+        per_row = self.per_row(query, table)
         max_distance = self.max_distance
 
         def shaw(score, batch_idx, head_idx, q_idx, kv_idx):
@@ -233,24 +236,12 @@ class ShawPositionEncoding(PositionEncoding):
 
 
 def t5_relative_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
-    """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`.
+    """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`
+    (bidirectional: half the buckets for keys after the query; causal: only keys at or before it count).
+    transformers' own T5 function, so the buckets are T5's by construction."""
+    from transformers.models.t5.modeling_t5 import T5Attention
 
-    Bidirectional: half the buckets for keys after the query. Causal: only keys at or before the query count.
-    """
-    buckets = torch.zeros_like(distance)
-    if bidirectional:
-        num_buckets //= 2
-        buckets = buckets + (distance > 0).long() * num_buckets
-        distance = distance.abs()
-    else:
-        distance = -torch.clamp(distance, max=0)
-    max_exact = num_buckets // 2
-    is_small = distance < max_exact
-    # max(distance, 1) keeps log finite; those entries take the exact branch anyway.
-    log_ratio = torch.log(distance.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact)
-    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
-    large = torch.clamp(large, max=num_buckets - 1)
-    return buckets + torch.where(is_small, distance, large)
+    return T5Attention._relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
 
 
 class T5Scores(RelativeScores):
@@ -299,7 +290,8 @@ class T5BiasPositionEncoding(PositionEncoding):
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi's per-head slopes (Press et al.): 2^(−8 i / n) for n a power of two; otherwise the closest lower power of
-    two's slopes, then every other slope of twice that many heads (the paper's recipe, as Bloom and MPT)."""
+    two's slopes, then every other slope of twice that many heads (the paper's recipe, as Bloom; MPT agrees for powers of
+    two and orders the other counts differently)."""
     closest = 2 ** math.floor(math.log2(num_heads))
     base = 2.0 ** (-8.0 / closest)
     slopes = [base ** (i + 1) for i in range(closest)]
