@@ -1,23 +1,26 @@
-"""Per-sequence SDPA on a packed row: slicing per sequence (before) against one split, one call per sequence (now).
+"""Per-sequence SDPA on a packed row: its three implementations, first, previous and now.
 
-`packing.per_sequence_sdpa` runs attention on each sequence of a padding-free row alone. Slicing q, k and v with
-`query[:, :, start:end]` makes the backward of every slice fill a zero tensor of the whole row and add them up;
-splitting once (backward: one concatenation) removes that. (Stacking the sequences that share a length into one
-SDPA call was tried too and measured no faster, so the function runs one call per sequence.) Timed here on real lengths (the batch bench_padding_free.py draws: the first `--batch` of its 64
-train rows, seed 0, tokenized with a vocabulary trained on the train split, truncated to `--max-length`):
+`packing.per_sequence_sdpa` runs attention on each sequence of a padding-free row alone.
+- first: slicing q, k and v with `query[:, :, start:end]`; the backward of every slice fills a zero tensor of the
+  whole row and adds them up;
+- previous: one split of the row squeezed to 3D (backward: one concatenation), a call per sequence; torch's fused
+  CPU kernel takes only 4D inputs, so these 3D pieces ran SDPA's unfused math path;
+- now: one split of the 4D row, a call per sequence, on the fused kernel.
+(Stacking the sequences that share a length into one SDPA call was tried too and measured no faster.) Timed on
+real lengths (the batch bench_padding_free.py draws: the first `--batch` of its 64 train rows, seed 0, tokenized
+with a vocabulary trained on the train split, truncated to `--max-length`):
 
 - attention alone, one layer's q, k, v as the model makes them ((1, heads, total, head_dim), head count and size
-  of `--size`): the old slices, one split of the 4D row with a call per sequence, the current function (one split
-  of the squeezed row, one call per sequence), and the same sequences padded to the longest as one SDPA call with a key mask (inputs already padded:
-  the cost of the call alone). Forward under `torch.inference_mode`, and forward + backward of the output against
-  a fixed random gradient;
+  of `--size`): the three implementations, and the same sequences padded to the longest as one SDPA call with a
+  key mask (inputs already padded: the cost of the call alone). Forward under `torch.inference_mode`, and forward +
+  backward of the output against a fixed random gradient;
 - the same for `blocks`: `--batch` blocks of `--block-length` tokens (random ids), the fixed-length blocks of
   run_mlm.py's grouped text, where every sequence shares one length;
 - the whole model at `--size` (`RoFormerExtForMaskedLM`, sdpa) on the packed row from transformers'
   `DataCollatorWithFlattening`: encoder forward, and MLM forward with labels (15 %) + backward, with the model's
-  per-sequence SDPA swapped between the old slices and the current function.
+  per-sequence SDPA swapped between the three.
 
-Interleaved, median of `--repeats`. Also reported: the largest difference between before and now (outputs, and
+Interleaved, median of `--repeats`. Also reported: the largest difference between first and now (outputs, and
 q, k, v / parameter gradients), which should be float rounding.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_packed_attention.py --out benchmarks/results
@@ -74,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def sliced_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False,
                 cu_seq_lens_q=None, **kwargs) -> tuple[torch.Tensor, None]:
-    """The implementation before: a slice of the row per sequence, one SDPA call each."""
+    """The first implementation: a slice of the row per sequence, one SDPA call each."""
     bounds = cu_seq_lens_q.tolist()
     outputs = [
         F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], dropout_p=dropout,
@@ -84,21 +87,22 @@ def sliced_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
-def split_loop_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False,
-                    cu_seq_lens_q=None, **kwargs) -> tuple[torch.Tensor, None]:
-    """One split of the row, still one SDPA call per sequence (the intermediate step)."""
+def squeezed_split_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False,
+                        cu_seq_lens_q=None, **kwargs) -> tuple[torch.Tensor, None]:
+    """The previous implementation: one split of the row squeezed to 3D, a call per sequence. torch's fused CPU
+    kernel takes 4D inputs only, so these 3D pieces ran SDPA's unfused math path."""
     lengths = torch.diff(cu_seq_lens_q).tolist()
-    pieces = zip(*(t.split(lengths, dim=2) for t in (query, key, value)))
+    pieces = zip(*(t.squeeze(0).split(lengths, dim=1) for t in (query, key, value)))
     outputs = [F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling)
-               for q, k, v in pieces]
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+               .transpose(0, 1) for q, k, v in pieces]
+    return torch.cat(outputs, dim=0).unsqueeze(0), None
 
 
-ATTENTION = {"sliced": sliced_sdpa, "split": split_loop_sdpa, "grouped": per_sequence_sdpa}
+ATTENTION = {"sliced": sliced_sdpa, "squeezed": squeezed_split_sdpa, "now": per_sequence_sdpa}
 LABELS = {
-    "sliced": "a slice per sequence, a call each (before)",
-    "split": "one split of the 4D row, a call per sequence",
-    "grouped": "per_sequence_sdpa (now)",
+    "sliced": "a slice per sequence, a call each (first)",
+    "squeezed": "one split, 3D pieces: math kernel (previous)",
+    "now": "per_sequence_sdpa: one split, 4D pieces (now)",
     "padded": "padded to the longest, one call with a key mask (reference)",
 }
 
@@ -150,14 +154,14 @@ def attention_steps(inputs: dict, backward: bool) -> dict[str, Callable[[], None
 
 
 def attention_differences(inputs: dict) -> dict[str, float]:
-    """max |now − before| of the output and of the q, k, v gradients."""
+    """max |now − first| of the output and of the q, k, v gradients."""
     results = {}
-    for name in ("sliced", "grouped"):
+    for name in ("sliced", "now"):
         q, k, v = (t.detach().requires_grad_() for t in inputs["packed"])
         out, _ = ATTENTION[name](None, q, k, v, None, cu_seq_lens_q=inputs["cu_seq_lens"])
         out.backward(inputs["grad"].transpose(1, 2))
         results[name] = (out.detach(), q.grad, k.grad, v.grad)
-    before, now = results["sliced"], results["grouped"]
+    before, now = results["sliced"], results["now"]
     return {"output": (now[0] - before[0]).abs().max().item(),
             "gradients": max((a - b).abs().max().item() for a, b in zip(now[1:], before[1:]))}
 
@@ -194,15 +198,15 @@ def model_steps(model: RoFormerExtForMaskedLM, batch: dict, backward: bool) -> d
 
 
 def model_differences(model: RoFormerExtForMaskedLM, batch: dict) -> dict[str, float]:
-    """max |now − before| of the MLM loss and of the parameter gradients."""
+    """max |now − first| of the MLM loss and of the parameter gradients."""
     results = {}
-    for name in ("sliced", "grouped"):
+    for name in ("sliced", "now"):
         model.zero_grad(set_to_none=True)
         with model_attention(ATTENTION[name]):
             loss = model(**batch).loss
         loss.backward()
         results[name] = (loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
-    (loss_before, grads_before), (loss_now, grads_now) = results["sliced"], results["grouped"]
+    (loss_before, grads_before), (loss_now, grads_now) = results["sliced"], results["now"]
     model.zero_grad(set_to_none=True)
     return {"loss": abs(loss_now - loss_before),
             "gradients": max((a - b).abs().max().item() for a, b in zip(grads_now, grads_before))}
@@ -244,9 +248,11 @@ def to_markdown(result: dict) -> str:
              f"{config['num_hidden_layers']} layers, {config['num_attention_heads']} heads), fp32, max length "
              f"{result['max_length']}, median of {result['repeats']}"]
     for corpus in result["corpora"]:
-        header = ["what", *(LABELS[c] for c in ("sliced", "split", "grouped", "padded")), "before / now"]
-        table = [[what, *(ms.get(c) for c in ("sliced", "split", "grouped", "padded")),
-                  f"{ms['sliced'] / ms['grouped']:.2f}×"] for what, ms in corpus["timings_ms"].items()]
+        header = ["what", *(LABELS[c] for c in ("sliced", "squeezed", "now", "padded")), "first / now",
+                  "previous / now"]
+        table = [[what, *(ms.get(c) for c in ("sliced", "squeezed", "now", "padded")),
+                  f"{ms['sliced'] / ms['now']:.2f}×", f"{ms['squeezed'] / ms['now']:.2f}×"]
+                 for what, ms in corpus["timings_ms"].items()]
         parts.append(f"#### {corpus['corpus']}: {corpus['sequences']} sequences, {corpus['tokens']} tokens, longest "
                      f"{corpus['longest']}, {corpus['distinct_lengths']} distinct lengths (ms)\n\n"
                      + markdown_table(header, table))
@@ -258,7 +264,7 @@ def to_markdown(result: dict) -> str:
         for c in result["corpora"])
     parts.append("attention: one layer's q, k, v alone; model: `RoFormerExtForMaskedLM` (sdpa) on the packed row, "
                  "encoder forward / MLM loss + backward (no optimizer step); padded reference for attention only. "
-                 f"max |now − before|: {checks}.")
+                 f"max |now − first|: {checks}.")
     parts.append(machine_markdown(result["machine"], result["load_average_before"], result["load_average_after"]))
     return "\n\n".join(parts)
 

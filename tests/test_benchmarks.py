@@ -20,7 +20,7 @@ def run_script(name: str, *args: str) -> dict:
 
 def test_bench_rope_writes_results(tmp_path):
     run_script("bench_rope.py", "--batch", "2", "--seq", "16", "--heads", "2", "--head-dim", "8", "--repeats", "2",
-               "--out", str(tmp_path))
+               "--model-size", "tiny", "--model-repeats", "1", "--out", str(tmp_path))
     result = json.loads((tmp_path / "bench_rope.json").read_text())
     names = {row["implementation"] for row in result["results"]}
     assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half", "plain formula, half"} <= names
@@ -28,8 +28,17 @@ def test_bench_rope_writes_results(tmp_path):
         assert row["ms"] > 0 and row["speedup_vs_transformers"] > 0 and row["time_vs_copy"] > 0
     assert result["max_abs_diff_ours_vs_transformers"] < 1e-4
     assert result["max_abs_score_diff_fast_vs_plain_half"] < 1e-4
+    projection = {row["implementation"]: row for row in result["projection"]["results"]}
+    assert {"projection alone (lower bound)", "transformers RoFormer", "ours, half",
+            "ours, half, rotated after the projection"} <= projection.keys()
+    assert result["projection"]["rows"] == 32 > result["projection"]["hidden_size"]  # the half rows are reordered
+    assert result["projection"]["max_abs_score_diff_half_vs_plain_formula"] < 1e-5
+    assert [row["layout"] for row in result["encoder"]["results"]] == [
+        "interleaved", "half", "half, rotated after the projection"]
+    assert result["encoder"]["max_abs_diff_half_vs_interleaved"] < 1e-5  # the same function in both layouts
     assert result["machine"]["torch"] and result["load_average_before"] is not None
-    assert "| transformers RoFormer |" in (tmp_path / "bench_rope.md").read_text()
+    markdown = (tmp_path / "bench_rope.md").read_text()
+    assert "| transformers RoFormer |" in markdown and "### Whole encoder forward" in markdown
 
 
 def test_bench_model_writes_results(tmp_path):
@@ -93,5 +102,5 @@ def test_bench_packed_attention_writes_results(tmp_path):
     run_script("bench_packed_attention.py", "--size", "tiny", "--corpora", "blocks", "--parts", "attention",
                "--repeats", "1", "--batch", "4", "--block-length", "16", "--out", str(tmp_path))
     text = (tmp_path / "bench_packed_attention.md").read_text()
-    assert "per_sequence_sdpa (now)" in text and "Load average" in text
+    assert "per_sequence_sdpa: one split, 4D pieces (now)" in text and "previous / now" in text and "Load average" in text
     assert json.loads((tmp_path / "bench_packed_attention.json").read_text())

@@ -90,9 +90,11 @@ def per_sequence_sdpa(
     The cost is Σ len² instead of total², and no (total × total) mask is built. Same signature as transformers'
     attention functions; `attention_mask` is ignored because the sequences are already apart.
 
-    The row is split once and each sequence runs alone. In backward the split is one concatenation, where a slice
-    per sequence fills a zero tensor of the whole row each. Batching the sequences that share a length into one call
-    measured no faster on CPU than one call each (benchmarks/bench_packed_attention.py), so the code stays simple.
+    The row is split once along the sequence dimension and each sequence runs alone, still 4D: torch's fused CPU
+    kernel takes only 4D inputs (3D pieces fall back to the unfused math path, 2x slower on review lengths,
+    benchmarks/bench_packed_attention.py). In backward the split is one concatenation, where a slice per sequence
+    fills a zero tensor of the whole row each. Batching the sequences that share a length into one call measured no
+    faster on CPU than one call each, so the code stays simple.
     """
     if cu_seq_lens_q is None:
         raise ValueError("per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences.")
@@ -104,13 +106,12 @@ def per_sequence_sdpa(
             "ordinary batch with an attention mask to the backend's own attention function instead."
         )
     lengths = torch.diff(cu_seq_lens_q).tolist()
-    # (heads, length, head_dim) per sequence; squeeze, not [0]: indexing would zero-fill a whole row in backward too
-    pieces = zip(*(tensor.squeeze(0).split(lengths, dim=1) for tensor in (query, key, value)))
+    pieces = zip(*(tensor.split(lengths, dim=2) for tensor in (query, key, value)))  # (1, heads, length, head_dim)
     outputs = [
-        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling).transpose(0, 1)
+        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling).transpose(1, 2)
         for q, k, v in pieces
     ]
-    return torch.cat(outputs, dim=0).unsqueeze(0), None  # (1, total, heads, head_dim), packed order
+    return torch.cat(outputs, dim=1), None  # (1, total, heads, head_dim), packed order
 
 
 __all__ = [
