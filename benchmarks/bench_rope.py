@@ -10,15 +10,28 @@ of the projection output):
 - the plain formula `x * cos + rotate(x) * sin` for each layout (what the complex fast paths replace);
 - a copy of q and k: the lower bound for any out-of-place rotation (read once, write once).
 
+A second table times what attention pays in all, from the hidden states: the q and k projections (plain
+`nn.Linear`, the same weights for every row) and the rotation. Ours is `rope.project_rotated_query_key`, which for
+the half layout projects with each head's weight rows reordered so that pairs come out side by side (when the batch
+has more rows than the projection has outputs) and then rotates as interleaved pairs do; "rotated after the
+projection" is the half layout without that reordering (the path for adapters, hooks and short batches).
+
+A third table times a whole encoder forward (`RoFormerExtModel`, `--model-size`, sdpa, batch × seq random ids)
+with the interleaved layout, the same weights converted to the half layout (`convert_pair_layout`: the same
+function), and that half model with a no-op forward hook on its key projections, which sends it down the path
+without the reordering (the path an adapter takes).
+
     python benchmarks/bench_rope.py --out benchmarks/results
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 
 import torch
+from bench_model import SIZES
 from bench_utils import (
     DTYPES,
     interleaved_medians,
@@ -33,10 +46,12 @@ from transformers.models.roformer.modeling_roformer import (
     RoFormerSinusoidalPositionalEmbedding,
 )
 
-from roformer_ext import RoFormerExtConfig
+from roformer_ext import RoFormerExtConfig, RoFormerExtModel
+from roformer_ext.conversion.pair_layout import convert_pair_layout
 from roformer_ext.rope import (
     RotaryEmbedding,
     apply_rotary,
+    project_rotated_query_key,
     rotate_interleaved,
     rotate_query_key,
 )
@@ -50,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    parser.add_argument("--model-size", choices=["tiny", "small", "base"], default="small",
+                        help="bench_model.py size of the whole-encoder table")
+    parser.add_argument("--model-repeats", type=int, default=10)
     parser.add_argument("--out", default="benchmarks/results", help="folder for bench_rope.json / bench_rope.md")
     return parser.parse_args(argv)
 
@@ -126,6 +144,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         }
         for name, t in seconds.items()
     ]
+    projection = projection_and_rotation(args, dtype, table, (cos_i, sin_i), (cos_h, sin_h))
+    encoder = encoder_forward(args, dtype)
     return {
         "machine": machine_info("bench_rope.py", argv),
         "load_average_before": load_before,
@@ -134,6 +154,78 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "dtype": args.dtype,
         "repeats": args.repeats,
         **checks,
+        "results": rows,
+        "projection": projection,
+        "encoder": encoder,
+    }
+
+
+def encoder_forward(args: argparse.Namespace, dtype: torch.dtype) -> dict:
+    """Time a whole encoder forward in each pair layout (the same function), and the half layout unreordered."""
+    torch.manual_seed(0)
+    config = RoFormerExtConfig(**SIZES[args.model_size], attn_implementation="sdpa")
+    interleaved = RoFormerExtModel(config).to(dtype).eval()
+    half = convert_pair_layout(copy.deepcopy(interleaved), "half")
+    unreordered = copy.deepcopy(half)
+    for layer in unreordered.layers:
+        layer.attention.key.register_forward_hook(lambda *unused: None)
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(5, config.vocab_size, (args.batch, args.seq), generator=generator)
+    cases = {
+        "interleaved": lambda: interleaved(input_ids),
+        "half": lambda: half(input_ids),
+        "half, rotated after the projection": lambda: unreordered(input_ids),
+    }
+    with torch.inference_mode():
+        reference = interleaved(input_ids).last_hidden_state
+        output_diff = (half(input_ids).last_hidden_state - reference).abs().max().item()
+        seconds = interleaved_medians(cases, args.model_repeats, warmup=2)
+    rows = [{"layout": name, "ms": 1e3 * t, "time_vs_interleaved": t / seconds["interleaved"]}
+            for name, t in seconds.items()]
+    return {"size": args.model_size, "config": SIZES[args.model_size], "repeats": args.model_repeats,
+            "max_abs_diff_half_vs_interleaved": output_diff, "results": rows}
+
+
+def projection_and_rotation(args: argparse.Namespace, dtype: torch.dtype, table: torch.Tensor, interleaved, half) -> dict:
+    """Time projecting q and k from the hidden states and rotating them, for each implementation."""
+    hidden_size = args.heads * args.head_dim
+    generator = torch.Generator().manual_seed(2)
+    states = torch.randn(args.batch, args.seq, hidden_size, generator=generator).to(dtype)
+    query, key = (torch.nn.Linear(hidden_size, hidden_size).to(dtype) for _ in range(2))
+
+    def heads(x: torch.Tensor) -> torch.Tensor:
+        return x.view(args.batch, args.seq, args.heads, args.head_dim).transpose(1, 2)
+
+    theirs = RoFormerSelfAttention.apply_rotary_position_embeddings
+    cases = {
+        "projection alone (lower bound)": lambda: (heads(query(states)), heads(key(states))),
+        "transformers RoFormer": lambda: theirs(table, heads(query(states)), heads(key(states))),
+        "ours, interleaved": lambda: project_rotated_query_key(states, query, key, args.head_dim, *interleaved,
+                                                               "interleaved"),
+        "ours, half": lambda: project_rotated_query_key(states, query, key, args.head_dim, *half, "half"),
+        "ours, half, rotated after the projection": lambda: rotate_query_key(
+            heads(query(states)), heads(key(states)), *half, "half"),
+    }
+
+    def scores(pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return (pair[0] @ pair[1].transpose(-1, -2)).float()
+
+    with torch.inference_mode():
+        plain_q, plain_k = heads(query(states)), heads(key(states))
+        plain = (apply_rotary(plain_q, *half, "half"), apply_rotary(plain_k, *half, "half"))
+        score_diff = (scores(cases["ours, half"]()) - scores(plain)).abs().max().item()
+        seconds = interleaved_medians(cases, args.repeats, warmup=3)
+    their_time, floor = seconds["transformers RoFormer"], seconds["projection alone (lower bound)"]
+    rows = [
+        {"implementation": name, "ms": 1e3 * t, "speedup_vs_transformers": their_time / t,
+         "time_vs_projection": t / floor}
+        for name, t in seconds.items()
+    ]
+    return {
+        "rows": args.batch * args.seq,
+        "hidden_size": hidden_size,
+        "half_vs_interleaved": seconds["ours, half"] / seconds["ours, interleaved"],
+        "max_abs_score_diff_half_vs_plain_formula": score_diff,
         "results": rows,
     }
 
@@ -153,7 +245,37 @@ def to_markdown(result: dict) -> str:
         f"{result['max_abs_diff_fast_vs_plain_interleaved']:.1e}; half fast path vs plain formula, on the scores "
         f"q·kᵀ: {result['max_abs_score_diff_fast_vs_plain_half']:.1e}."
         "\n\n"
+        + projection_markdown(result)
+        + encoder_markdown(result)
         + machine_markdown(result["machine"], result["load_average_before"], result["load_average_after"])
+    )
+
+
+def projection_markdown(result: dict) -> str:
+    projection, shape = result["projection"], result["shape"]
+    table = markdown_table(
+        ["project and rotate q and k", "ms", "× faster than transformers", "time / projection alone"],
+        [[r["implementation"], r["ms"], r["speedup_vs_transformers"], r["time_vs_projection"]]
+         for r in projection["results"]],
+    )
+    return (
+        f"### Projection and rotation (from hidden states: {projection['rows']} rows of {projection['hidden_size']}, "
+        f"{shape['heads']} heads)\n\n{table}\n\nhalf / interleaved time: {projection['half_vs_interleaved']:.2f}; "
+        f"max |diff| of the half layout's scores q·kᵀ against the plain formula: "
+        f"{projection['max_abs_score_diff_half_vs_plain_formula']:.1e}.\n\n"
+    )
+
+
+def encoder_markdown(result: dict) -> str:
+    encoder, shape = result["encoder"], result["shape"]
+    config = encoder["config"]
+    table = markdown_table(["pair layout", "ms", "time / interleaved"],
+                           [[r["layout"], r["ms"], r["time_vs_interleaved"]] for r in encoder["results"]])
+    return (
+        f"### Whole encoder forward ({encoder['size']}: hidden {config['hidden_size']}, {config['num_hidden_layers']} "
+        f"layers, {config['num_attention_heads']} heads; batch {shape['batch']}, seq {shape['seq']}, sdpa; median of "
+        f"{encoder['repeats']})\n\n{table}\n\nmax |diff| of the half model's output against the interleaved one "
+        f"(the same function): {encoder['max_abs_diff_half_vs_interleaved']:.1e}.\n\n"
     )
 
 

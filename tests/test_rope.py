@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtModel, RotaryEmbedding
+from roformer_ext import (
+    RoFormerExtConfig,
+    RoFormerExtForCausalLM,
+    RoFormerExtForMaskedLM,
+    RoFormerExtModel,
+    RotaryEmbedding,
+)
 from roformer_ext.conversion.pair_layout import convert_pair_layout
 from roformer_ext.rope import apply_rotary, register_rotary_embedding, registered_rotary_kinds
 
@@ -207,3 +213,90 @@ def test_pair_layout_is_kept_in_the_config_only():
     assert not any(hasattr(module, "pair_layout") for module in model.roformer.layers.modules())
     convert_pair_layout(model, "half")
     assert model.roformer.rotary_emb.pair_layout == "half" == model.config.rope_parameters["pair_layout"]
+
+
+def _half_model(**overrides) -> RoFormerExtForMaskedLM:
+    torch.manual_seed(0)
+    return RoFormerExtForMaskedLM(tiny_config(rope_parameters={"pair_layout": "half"}, **overrides)).eval()
+
+
+def test_half_layout_projects_pair_adjacent_rows_when_that_is_cheaper():
+    """With more rows than projection outputs, half-layout attention projects with its weight rows reordered (no
+    pass over q and k to bring pairs together) and gets the logits of the activation path, forced by a hook."""
+    from roformer_ext.rope import _projects_pair_adjacent
+
+    model = _half_model()
+    attention = model.roformer.layers[0].attention
+    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)  # 48 rows > 32 outputs
+    states = torch.randn(4, 12, 32)
+    assert _projects_pair_adjacent(states, attention.query, attention.key, 48, "half")
+    assert not _projects_pair_adjacent(states, attention.query, attention.key, 32, "half")  # decoding: activations
+    assert not _projects_pair_adjacent(states, attention.query, attention.key, 48, "interleaved")
+    with torch.no_grad():
+        reordered = model(input_ids, attention_mask=attention_mask).logits
+        handles = [layer.attention.query.register_forward_hook(lambda *args: None) for layer in model.roformer.layers]
+        assert not _projects_pair_adjacent(states, attention.query, attention.key, 48, "half")
+        activations = model(input_ids, attention_mask=attention_mask).logits
+        for handle in handles:
+            handle.remove()
+    torch.testing.assert_close(reordered, activations, rtol=0, atol=1e-5)
+
+
+def test_half_layout_reordered_projection_gradients_match():
+    """Gradients reach the projection weights through the reordered rows exactly as through the activations."""
+    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)
+    grads = []
+    for hooked in (False, True):
+        model = _half_model()
+        handles = [layer.attention.key.register_forward_hook(lambda *args: None) for layer in model.roformer.layers]
+        if not hooked:
+            for handle in handles:
+                handle.remove()
+        model(input_ids, attention_mask=attention_mask, labels=input_ids).loss.backward()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_half_layout_adapter_projection_keeps_its_forward():
+    """A projection that is not a plain nn.Linear (an adapter such as LoRA) runs its own forward: an adapter that
+    doubles the queries gives the logits of plain projections with doubled weights."""
+
+    class DoublingAdapter(nn.Linear):
+        calls = 0
+
+        def forward(self, x):
+            DoublingAdapter.calls += 1
+            return super().forward(x) * 2
+
+    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)
+    adapted, doubled = _half_model(), _half_model()
+    with torch.no_grad():
+        for adapted_layer, doubled_layer in zip(adapted.roformer.layers, doubled.roformer.layers):
+            adapter = DoublingAdapter(32, 32)
+            adapter.load_state_dict(adapted_layer.attention.query.state_dict())
+            adapted_layer.attention.query = adapter
+            doubled_layer.attention.query.weight.mul_(2)
+            doubled_layer.attention.query.bias.mul_(2)
+        got = adapted(input_ids, attention_mask=attention_mask).logits
+        expected = doubled(input_ids, attention_mask=attention_mask).logits
+    assert DoublingAdapter.calls == len(adapted.roformer.layers)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_half_layout_cached_decoding_after_a_reordered_prefill():
+    """A long prefill (reordered rows) and single-token steps (activation path) put keys in one order in the cache."""
+    torch.manual_seed(0)
+    config = tiny_config(rope_parameters={"pair_layout": "half"}, is_decoder=True)
+    model = RoFormerExtForCausalLM(config).eval()
+    input_ids = torch.randint(5, 99, (2, 24))  # prefill 2 x 20 = 40 rows > 32
+    with torch.no_grad():
+        full = model(input_ids).logits
+        prefill = model(input_ids[:, :20], use_cache=True)
+        cache, steps = prefill.past_key_values, [prefill.logits]
+        for position in range(20, 24):
+            step = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True)
+            cache = step.past_key_values
+            steps.append(step.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)

@@ -51,7 +51,7 @@ from .position_encodings import (
     position_encoding_class,
 )
 from .positions import as_axes_batch_seq, text_position_ids
-from .rope import RotaryEmbedding, apply_rotary, rotary_embedding_class, rotate_query_key
+from .rope import RotaryEmbedding, apply_rotary, project_rotated_query_key, rotary_embedding_class
 
 
 class ScaleFreeRMSNorm(nn.Module):
@@ -212,16 +212,18 @@ class RoFormerExtAttention(AttentionProjections):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`position_embeddings` (cos, sin) rotate q and k (RoPE); `relative_scores` add a term to the scores."""
-        # (batch, heads, seq, head_dim)
-        query, key, value = (self.heads(p, hidden_states) for p in (self.query, self.key, self.value))
         cache = self_attention_cache(past_key_values)
+        value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
         if self.config.attention_type == "linear":
+            query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
             attn_output = packed_linear_attention(
                 self, query, key, value, position_embeddings, attention_mask, cache, kwargs.get("cu_seq_lens_q")
             )
             return self.output(attn_output.flatten(2)), None
         if position_embeddings is not None:
-            query, key, value = self.rotate(query, key, value, *position_embeddings)
+            query, key, value = self.rotated_query_key_value(hidden_states, value, *position_embeddings)
+        else:
+            query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
         interface = None
@@ -231,11 +233,12 @@ class RoFormerExtAttention(AttentionProjections):
             interface = per_sequence_sdpa  # packed rows: each sequence alone (Σ len², not total²)
         return self.attend(query, key, value, attention_mask, interface, **kwargs)
 
-    def rotate(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    def rotated_query_key_value(
+        self, hidden_states: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries and keys projected and rotated for scores (rope.py picks how); values rotated when `rotary_value`."""
         pair_layout = self.config.rope_parameters["pair_layout"]
-        query, key = rotate_query_key(query, key, cos, sin, pair_layout)
+        query, key = project_rotated_query_key(hidden_states, self.query, self.key, self.head_dim, cos, sin, pair_layout)
         if self.rotary_value:  # values keep their dim order: the output projection reads it
             value = apply_rotary(value, cos, sin, pair_layout)
         return query, key, value

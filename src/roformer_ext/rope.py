@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
 PAIR_LAYOUTS = ("interleaved", "half")
@@ -198,7 +199,7 @@ def apply_rotary(
     e^{i·angle}: about one pass over memory instead of the formula's five (benchmarks/bench_rope.py). The products
     and sums are those of the plain formula (vectorised complex multiply does not fuse them; a scalar tail may round
     differently, by one ulp). Half pairs (x_i, x_{i+d/2}) take the plain formula here, which keeps the dim order;
-    attention rotates its queries and keys with `rotate_query_key`, fast in both layouts.
+    attention projects and rotates its queries and keys with `project_rotated_query_key`, fast in both layouts.
     """
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     if pair_layout == "half":
@@ -207,9 +208,14 @@ def apply_rotary(
     # there are no complex bf16/fp16 kernels on every device.
     if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
         return x * cos + rotate_interleaved(x) * sin
+    return _rotate_adjacent_pairs(x, cos[..., 0::2], sin[..., 0::2])
+
+
+def _rotate_adjacent_pairs(x: torch.Tensor, cos_pairs: torch.Tensor, sin_pairs: torch.Tensor) -> torch.Tensor:
+    """fp32/fp64 `x` whose pair i sits at dims (2i, 2i+1), rotated by one complex multiply; cos/sin one per pair."""
     if x.stride(-1) != 1 or x.storage_offset() % 2 or any(s % 2 for s in x.stride()[:-1]):
         x = x.contiguous()  # a complex view needs adjacent, aligned pairs
-    rotation = torch.complex(cos[..., 0::2], sin[..., 0::2])
+    rotation = torch.complex(cos_pairs, sin_pairs)
     return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * rotation).flatten(-2)
 
 
@@ -239,7 +245,7 @@ def rotate_query_key(
     query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Queries and keys rotated for softmax attention: liger-kernel's fused GPU kernel where it applies (half layout,
-    CUDA, installed), else `rotate_for_scores`. The one place that chooses how a layout is rotated."""
+    CUDA, installed), else `rotate_for_scores`."""
     if query.is_cuda:
         from .fused_rotary import fused_rotate_query_key
 
@@ -247,6 +253,64 @@ def rotate_query_key(
         if fused is not None:
             return fused
     return rotate_for_scores(query, cos, sin, pair_layout), rotate_for_scores(key, cos, sin, pair_layout)
+
+
+def project_rotated_query_key(
+    states: torch.Tensor,
+    query_projection: nn.Module,
+    key_projection: nn.Module,
+    head_dim: int,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pair_layout: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Project `states` (batch, seq, hidden) to queries and keys (batch, heads, seq, head_dim), rotated for scores.
+
+    The one place that chooses how a layout is rotated. Half pairs (x_i, x_{i+d/2}) need their two dims brought side
+    by side before one complex multiply can rotate them, a pass over q and k that interleaved pairs skip. When the
+    batch has more rows than the projection has outputs, moving the projection's weight rows costs less than
+    moving the activations, so the half layout projects straight into pair-adjacent order (each head's rows
+    0, d/2, 1, d/2 + 1, ...) and rotates as interleaved pairs do: the scores are those of the half layout (the same
+    permutation on q and k), at the interleaved layout's cost. Only plain `nn.Linear` projections without hooks take
+    this path: an adapter (LoRA), a quantized layer or a hook keeps its own forward, then q and k are rotated after.
+    """
+
+    def heads(projected: torch.Tensor) -> torch.Tensor:
+        return projected.view(*states.shape[:-1], -1, head_dim).transpose(1, 2)
+
+    rows = states.numel() // states.shape[-1]
+    if not _projects_pair_adjacent(states, query_projection, key_projection, rows, pair_layout):
+        return rotate_query_key(heads(query_projection(states)), heads(key_projection(states)), cos, sin, pair_layout)
+    half = head_dim // 2
+    out_features = query_projection.weight.shape[0]
+    # Row index of each head's pairs side by side: (heads, 2, half) -> (heads, half, 2).
+    order = torch.arange(out_features, device=states.device).view(-1, 2, half).transpose(1, 2).flatten()
+    cos_pairs, sin_pairs = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
+
+    def project(projection: nn.Linear) -> torch.Tensor:
+        bias = None if projection.bias is None else projection.bias[order]
+        return heads(F.linear(states, projection.weight[order], bias))
+
+    return tuple(_rotate_adjacent_pairs(project(p), cos_pairs, sin_pairs) for p in (query_projection, key_projection))
+
+
+def _projects_pair_adjacent(
+    states: torch.Tensor, query_projection: nn.Module, key_projection: nn.Module, rows: int, pair_layout: str
+) -> bool:
+    """Whether `project_rotated_query_key` reorders the projection rows instead of the activations."""
+    if pair_layout != "half" or torch.compiler.is_compiling() or states.dtype not in (torch.float32, torch.float64):
+        return False
+    if states.is_cuda:
+        from .fused_rotary import fused_rotary_available
+
+        if fused_rotary_available(states.device, pair_layout):
+            return False
+    hooks = nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
+    plain = not hooks and all(
+        type(p) is nn.Linear and not (p._forward_hooks or p._forward_pre_hooks) and "forward" not in vars(p)
+        for p in (query_projection, key_projection)
+    )
+    return plain and rows > query_projection.weight.shape[0]
 
 
 def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
@@ -262,6 +326,7 @@ __all__ = [
     "RotaryEmbedding",
     "apply_rotary",
     "interleaved_to_half_permutation",
+    "project_rotated_query_key",
     "register_rotary_embedding",
     "registered_rotary_kinds",
     "rotary_embedding_class",
