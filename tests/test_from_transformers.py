@@ -89,6 +89,31 @@ def test_rotary_value_and_embedding_size(rotary_value, embedding_size, tmp_path)
         torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_decoder_with_cross_attention_matches_transformers(implementation, tmp_path):
+    """A decoder with cross-attention (EncoderDecoderModel's decoder): its crossattention.* weights are converted,
+    and logits match theirs, over a padded encoder output and step by step with the cache."""
+    theirs = their_model("RoFormerForCausalLM", tmp_path, add_cross_attention=True)
+    ours = build_converted_model(tmp_path)
+    assert ours.config.add_cross_attention and ours.roformer.layers[0].crossattention is not None
+    ours.set_attn_implementation(implementation)
+    generator = torch.Generator().manual_seed(2)
+    input_ids = torch.randint(5, 99, (2, 7), generator=generator)
+    encoder_states = torch.randn(2, 5, 32, generator=generator)
+    encoder_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    kwargs = dict(encoder_hidden_states=encoder_states, encoder_attention_mask=encoder_mask)
+    with torch.no_grad():
+        expected = theirs(input_ids, use_cache=False, **kwargs).logits
+        torch.testing.assert_close(ours(input_ids, use_cache=False, **kwargs).logits, expected, atol=ATOL, rtol=0)
+        prefill = ours(input_ids[:, :4], use_cache=True, **kwargs)
+        steps, cache = [prefill.logits], prefill.past_key_values
+        for position in range(4, 7):
+            step = ours(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True, **kwargs)
+            steps.append(step.logits)
+            cache = step.past_key_values
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=ATOL, rtol=0)
+
+
 def test_ours_runs_past_their_length_cap(tmp_path):
     theirs = their_model("RoFormerModel", tmp_path, max_position_embeddings=16)
     ours = build_converted_model(tmp_path)

@@ -65,6 +65,9 @@ _BODY_RULES = [
     (r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.", r"layers.\1.attention.\2."),
     (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.", r"layers.\1.attention.output."),
     (r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", r"layers.\1.attention_norm."),
+    (r"encoder\.layer\.(\d+)\.crossattention\.self\.(query|key|value)\.", r"layers.\1.crossattention.\2."),
+    (r"encoder\.layer\.(\d+)\.crossattention\.output\.dense\.", r"layers.\1.crossattention.output."),
+    (r"encoder\.layer\.(\d+)\.crossattention\.output\.LayerNorm\.", r"layers.\1.crossattention_norm."),
     (r"encoder\.layer\.(\d+)\.intermediate\.dense\.", r"layers.\1.feed_forward.intermediate."),
     (r"encoder\.layer\.(\d+)\.output\.dense\.", r"layers.\1.feed_forward.output."),
     (r"encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"layers.\1.output_norm."),
@@ -86,14 +89,15 @@ _CONFIG_FIELDS = (
     "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "bos_token_id", "eos_token_id",
-    "rotary_value", "is_decoder", "id2label", "label2id", "problem_type", "tie_word_embeddings", "use_bias",
+    "rotary_value", "is_decoder", "add_cross_attention", "id2label", "label2id", "problem_type",
+    "tie_word_embeddings", "use_bias",
 )  # fmt: skip
 _INTEGER_FIELDS = (
     "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
     "max_position_embeddings", "type_vocab_size", "pad_token_id", "bos_token_id",
 )  # fmt: skip
 _NUMBER_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps")
-_FLAG_FIELDS = ("rotary_value", "is_decoder", "tie_word_embeddings", "use_bias")
+_FLAG_FIELDS = ("rotary_value", "is_decoder", "add_cross_attention", "tie_word_embeddings", "use_bias")
 #: Keys only junnyu's `roformer` package writes: they tell his folders from transformers' own.
 _JUNNYU_KEYS = ("norm_type", "use_bias", "pooler_activation")
 _POOLER_ACTIVATIONS = ("linear", "tanh")
