@@ -242,6 +242,19 @@ def test_half_layout_projects_pair_adjacent_rows_when_that_is_cheaper():
     torch.testing.assert_close(reordered, activations, rtol=0, atol=1e-5)
 
 
+def test_half_layout_reordered_projection_under_bf16_autocast():
+    """Under CPU autocast the projections return bf16 while the states are fp32: the reordered path still rotates
+    and agrees with the activation path (which rotates bf16 by the formula) within bf16 rounding."""
+    model = _half_model()
+    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        reordered = model(input_ids, attention_mask=attention_mask).logits
+        for layer in model.roformer.layers:
+            layer.attention.query.register_forward_hook(lambda *args: None)
+        activations = model(input_ids, attention_mask=attention_mask).logits
+    torch.testing.assert_close(reordered.float(), activations.float(), rtol=0, atol=3e-2)
+
+
 def test_half_layout_reordered_projection_gradients_match():
     """Gradients reach the projection weights through the reordered rows exactly as through the activations."""
     input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)

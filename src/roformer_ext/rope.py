@@ -212,7 +212,8 @@ def apply_rotary(
 
 
 def _rotate_adjacent_pairs(x: torch.Tensor, cos_pairs: torch.Tensor, sin_pairs: torch.Tensor) -> torch.Tensor:
-    """fp32/fp64 `x` whose pair i sits at dims (2i, 2i+1), rotated by one complex multiply; cos/sin one per pair."""
+    """fp32/fp64 `x` whose pair i sits at dims (2i, 2i+1), rotated by one complex multiply; cos/sin one per pair.
+    (Under CPU autocast a bf16 `x` is fine: autocast runs `view_as_complex` in fp32.)"""
     if x.stride(-1) != 1 or x.storage_offset() % 2 or any(s % 2 for s in x.stride()[:-1]):
         x = x.contiguous()  # a complex view needs adjacent, aligned pairs
     rotation = torch.complex(cos_pairs, sin_pairs)
@@ -305,7 +306,8 @@ def _projects_pair_adjacent(
 
         if fused_rotary_available(states.device, pair_layout):
             return False
-    hooks = nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
+    # Hooks registered for every module (torch.nn.modules.module.register_module_forward_hook) must see q and k too.
+    hooks = any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks"))
     plain = not hooks and all(
         type(p) is nn.Linear and not (p._forward_hooks or p._forward_pre_hooks) and "forward" not in vars(p)
         for p in (query_projection, key_projection)
