@@ -258,13 +258,22 @@ def _grid_rows(grid_thw: Any, name: str) -> list[tuple[int, int, int]] | None:
     return [tuple(row) for row in grid.tolist()]
 
 
-def _runs(kinds: torch.Tensor) -> tuple[list[int], list[int]]:
-    """Kind and length of each maximal run of equal values in a 1D tensor."""
+def _runs_per_row(kinds: torch.Tensor, real: torch.Tensor) -> list[tuple[list[int], list[int]]]:
+    """Kind and length of each maximal run of equal kinds among every row's real tokens, for all rows at once."""
+    batch = kinds.shape[0]
+    rows = torch.arange(batch).unsqueeze(1).expand_as(kinds)[real]  # the row of each real token, in order
+    kinds = kinds[real]
     if kinds.numel() == 0:
-        return [], []
-    starts = torch.cat((torch.zeros(1, dtype=torch.long), torch.nonzero(kinds[1:] != kinds[:-1]).flatten() + 1))
+        return [([], []) for _ in range(batch)]
+    new_run = torch.ones_like(kinds, dtype=torch.bool)
+    new_run[1:] = (kinds[1:] != kinds[:-1]) | (rows[1:] != rows[:-1])  # a run never crosses rows
+    starts = torch.nonzero(new_run).flatten()
     lengths = torch.diff(starts, append=torch.tensor([kinds.numel()]))
-    return kinds[starts].tolist(), lengths.tolist()
+    runs: list[tuple[list[int], list[int]]] = [([], []) for _ in range(batch)]
+    for row, kind, length in zip(rows[starts].tolist(), kinds[starts].tolist(), lengths.tolist()):
+        runs[row][0].append(kind)
+        runs[row][1].append(length)
+    return runs
 
 
 def _split_segments(
@@ -282,7 +291,7 @@ def _split_segments(
     for kind, (token_id, grid) in enumerate(zip(token_ids, grids), start=1):
         if token_id is not None and grid is not None:
             kinds[input_ids == token_id] = kind
-    runs = [_runs(kinds[b][real[b]]) for b in range(input_ids.shape[0])]
+    runs = _runs_per_row(kinds, real)
 
     for kind, (token_id, grid) in enumerate(zip(token_ids, grids), start=1):
         name, attr = _KINDS[kind], f"config.{_KINDS[kind]}_token_id"
@@ -352,13 +361,18 @@ def build_position_ids(
     input_ids, real = input_ids.cpu(), real.cpu()
 
     batch, seq = input_ids.shape
-    position_ids = torch.zeros(axes, batch, seq)
-    deltas = torch.zeros(batch, 1)
+    placed: dict[tuple[Segment, ...], tuple[torch.Tensor, float]] = {}  # rows of one layout share their positions
+    per_row, deltas = [], torch.zeros(batch, 1)
     for b, segments in enumerate(_split_segments(input_ids, real, token_ids, grids)):
-        positions, next_pos = scheme(segments, axes)
-        position_ids[:, b, real[b]] = positions
+        layout = tuple(segments)
+        if layout not in placed:
+            placed[layout] = scheme(segments, axes)
+        positions, next_pos = placed[layout]
+        per_row.append(positions)
         deltas[b, 0] = next_pos - positions.shape[1]
-    return position_ids.to(device), deltas.to(device)
+    position_ids = torch.zeros(batch, seq, axes)
+    position_ids[real] = torch.cat(per_row, dim=1).to(position_ids.dtype).T  # real tokens in row-major order
+    return position_ids.permute(2, 0, 1).contiguous().to(device), deltas.to(device)
 
 
 # ----------------------------------------------------------------------------------------------------------
