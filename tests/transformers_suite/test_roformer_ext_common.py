@@ -368,3 +368,19 @@ def _position_encoding_test(name: str) -> type:
 RoFormerExtLearnedModelTest = _position_encoding_test("learned")
 RoFormerExtT5BiasModelTest = _position_encoding_test("t5_bias")
 RoFormerExtShawModelTest = _position_encoding_test("shaw")
+
+
+class HalfPairLayoutModelTester(RoFormerExtModelTester):
+    """The same tiny models with the half pair layout. 13 × 7 rows exceed the 32 projection outputs, so attention
+    projects queries and keys with reordered weight rows (`rope.project_rotated_query_key`); decoding steps do not."""
+
+    def config_kwargs(self) -> dict:
+        return {**super().config_kwargs(), "rope_parameters": {"pair_layout": "half"}}
+
+
+class RoFormerExtHalfPairLayoutModelTest(RoFormerExtModelTest):
+    """transformers' common tests on every text class with pairs (i, i + d/2), as most RoPE code lays them out."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.model_tester = HalfPairLayoutModelTester(self)
