@@ -186,7 +186,9 @@ def encoder_forward(args: argparse.Namespace, dtype: torch.dtype) -> dict:
             "max_abs_diff_half_vs_interleaved": output_diff, "results": rows}
 
 
-def projection_and_rotation(args: argparse.Namespace, dtype: torch.dtype, table: torch.Tensor, interleaved, half) -> dict:
+def projection_and_rotation(
+    args: argparse.Namespace, dtype: torch.dtype, table: torch.Tensor, interleaved, half
+) -> dict:
     """Time projecting q and k from the hidden states and rotating them, for each implementation."""
     hidden_size = args.heads * args.head_dim
     generator = torch.Generator().manual_seed(2)

@@ -238,7 +238,9 @@ class RoFormerExtAttention(AttentionProjections):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries and keys projected and rotated for scores (rope.py picks how); values rotated when `rotary_value`."""
         pair_layout = self.config.rope_parameters["pair_layout"]
-        query, key = project_rotated_query_key(hidden_states, self.query, self.key, self.head_dim, cos, sin, pair_layout)
+        query, key = project_rotated_query_key(
+            hidden_states, self.query, self.key, self.head_dim, cos, sin, pair_layout
+        )
         if self.rotary_value:  # values keep their dim order: the output projection reads it
             value = apply_rotary(value, cos, sin, pair_layout)
         return query, key, value
