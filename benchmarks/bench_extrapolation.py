@@ -47,7 +47,8 @@ def merge_runs(results: dict, other: dict) -> None:
 
 def summarise(results: dict) -> tuple[list[str], list[str], dict]:
     """Encodings in study order, eval lengths, and {(encoding, length): (mean, std, n)} of the loss over seeds."""
-    order = ["rope", "rope+linear", "rope+dynamic", "rope+yarn", "sinusoidal", "learned", "shaw", "t5_bias", "alibi"]
+    order = ["rope", "rope+linear", "rope+dynamic", "rope+yarn", "sinusoidal", "sinusoidal_scaled", "learned", "shaw"]
+    order += ["t5_bias", "alibi"]
     order += ["none", "linear_attention"]
     names = dict.fromkeys(run["encoding"] for run in results["runs"])
     encodings = sorted(names, key=lambda name: order.index(name) if name in order else len(order))

@@ -163,6 +163,23 @@ def test_sinusoidal_equals_distilberts_table():
                         math.cos(p / 10000 ** (2 * i / d)), abs_tol=1e-6)
 
 
+def test_sinusoidal_scale_multiplies_the_table_and_is_saved(tmp_path):
+    """The embeddings' input is word + token type + scale × table: the scale is applied once, and kept on save."""
+    ids = torch.randint(1, 97, (2, 9), generator=torch.Generator().manual_seed(0))
+    sums = {}
+    for scale in (1.0, 0.25):
+        model = model_for("sinusoidal", sinusoidal_scale=scale)
+        captured = []
+        model.roformer.embeddings.norm.register_forward_hook(lambda module, args, out: captured.append(args[0]))
+        with torch.no_grad():
+            model(input_ids=ids)
+        sums[scale] = captured[0]
+    table = sinusoidal_table(torch.arange(9), 32)
+    torch.testing.assert_close(sums[1.0] - sums[0.25], 0.75 * table.expand(2, 9, 32), rtol=0, atol=1e-6)
+    model.save_pretrained(tmp_path)
+    assert RoFormerExtForMaskedLM.from_pretrained(tmp_path).config.sinusoidal_scale == 0.25
+
+
 def test_sinusoidal_has_no_length_cap():
     model = model_for("sinusoidal")
     with torch.no_grad():
@@ -409,6 +426,8 @@ def test_bad_sizes_are_clear_errors():
         config("shaw", max_relative_position=0)
     with pytest.raises(ValueError, match="relative_attention_max_distance larger than half"):
         config("t5_bias", relative_attention_num_buckets=32, relative_attention_max_distance=10)
+    with pytest.raises(ValueError, match="sinusoidal_scale must be a positive number"):
+        config("sinusoidal", sinusoidal_scale=0.0)
 
 
 def test_config_passed_in_is_not_changed():

@@ -17,7 +17,8 @@ merged, so an interrupted or extended run only trains what is missing.
     python examples/position-lab/run_extrapolation.py --output_dir out/position-lab --objective causal --seeds 0
     python examples/position-lab/run_extrapolation.py --output_dir out/position-lab --decay_plot docs/images/x.png
 
-Names: the encodings of `roformer_ext.registered_position_encodings()`, plus "linear_attention" (RoPE with
+Names: the encodings of `roformer_ext.registered_position_encodings()`, plus "sinusoidal_scaled" (the sinusoidal
+table times 0.02·sqrt(2), the norm of an initial word embedding) and "linear_attention" (RoPE with
 `attention_type="linear"`); eval-time variants are reported as "rope+linear", "rope+dynamic", "rope+yarn".
 """
 
@@ -47,7 +48,11 @@ logger = logging.getLogger(__name__)
 
 OBJECTIVES = ("mlm", "causal")
 #: Study names that are not a `position_encoding` of their own: config fields on top of RoPE.
-EXTRA_ENCODINGS = {"linear_attention": {"attention_type": "linear"}}
+EXTRA_ENCODINGS = {
+    "linear_attention": {"attention_type": "linear"},
+    # Vaswani's table at the norm of an initial word embedding (initializer_range 0.02): 0.02 * sqrt(2).
+    "sinusoidal_scaled": {"position_encoding": "sinusoidal", "sinusoidal_scale": 0.02 * 2**0.5},
+}
 #: RoPE's eval-time scalings: name -> rope_parameters (train_length and factor filled in).
 ROPE_SCALINGS = ("linear", "dynamic", "yarn")
 CORPORA = ("statutes", "chinese_sentiment", "rotten_tomatoes")

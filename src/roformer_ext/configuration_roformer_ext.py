@@ -54,6 +54,9 @@ class RoFormerExtConfig(PreTrainedConfig):
     "shaw" (relative key embeddings clipped at `max_relative_position`), "t5_bias" (T5's bucketed bias,
     `relative_attention_num_buckets`, `relative_attention_max_distance`), "alibi" (linear biases) and "none" (NoPE).
     E.g. `RoFormerExtConfig(position_encoding="alibi")`. The vision-text models need "rope".
+    `sinusoidal_scale` multiplies the "sinusoidal" table (1.0: Vaswani's and DistilBERT's). Its rows have norm
+    sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from scratch the table drowns the tokens
+    after the embedding norm, so train from scratch with `initializer_range * 2 ** 0.5` (both start at one norm).
 
     `sparse_prediction` (as in transformers' ModernBERT): when the masked-LM model gets `labels`, the vocabulary
     projection runs only on the positions whose label is not `sparse_pred_ignore_index` (~15% in MLM pre-training)
@@ -102,6 +105,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     max_relative_position: int = 16
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    sinusoidal_scale: float = 1.0
     is_decoder: bool = False
     add_cross_attention: bool = False
     decoder_attention: str = "causal"
@@ -214,6 +218,9 @@ class RoFormerExtConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+        scale = self.sinusoidal_scale
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
+            raise ValueError(f"sinusoidal_scale must be a positive number; got {scale!r}.")
         if self.position_encoding == "t5_bias" and not (
             4 <= self.relative_attention_num_buckets
             and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2

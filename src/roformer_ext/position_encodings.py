@@ -156,14 +156,18 @@ def sinusoidal_table(position_ids: torch.Tensor, dim: int, base: float = 10000.0
 
 @register_position_encoding("sinusoidal")
 class SinusoidalPositionEncoding(PositionEncoding):
-    """The Transformer's fixed sinusoidal table, computed for any position (no length cap, no parameters)."""
+    """The Transformer's fixed sinusoidal table, computed for any position (no length cap, no parameters), times
+    `config.sinusoidal_scale` (1.0 keeps Vaswani's table; see the config for why a model trained from scratch
+    wants it at the word embeddings' scale)."""
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.base = float(config.rope_parameters.get("rope_theta", 10000.0))
+        self.scale = float(getattr(config, "sinusoidal_scale", 1.0))
 
     def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        return embeddings + sinusoidal_table(position_ids, embeddings.shape[-1], self.base).to(embeddings.dtype)
+        table = sinusoidal_table(position_ids, embeddings.shape[-1], self.base)
+        return embeddings + (self.scale * table).to(embeddings.dtype)
 
 
 @register_position_encoding("learned")
