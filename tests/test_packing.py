@@ -146,6 +146,29 @@ def test_packed_sequence_classification_pools_each_first_token(attn_implementati
     torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
+    """classifier_pooling='mean': the classifier reads the mean of the real tokens, computed here from the encoder's
+    states of each sequence alone; padded and packed batches give those logits."""
+    model = model_for(RoFormerExtForSequenceClassification, attn_implementation, num_labels=3, classifier_pooling="mean")
+    seqs = sequences(6)
+    input_ids, attention_mask = padded(seqs)
+    labels = torch.tensor([1, 0, 2, 1])
+    with torch.no_grad():
+        alone = [model.roformer(torch.tensor([s])).last_hidden_state[0].mean(dim=0) for s in seqs]
+        expected = model.classifier(torch.stack(alone))
+        ref = model(input_ids, attention_mask=attention_mask, labels=labels)
+        out = model(**packed(seqs), labels=labels)
+    torch.testing.assert_close(ref.logits, expected, rtol=ATOL, atol=ATOL)
+    torch.testing.assert_close(out.logits, expected, rtol=ATOL, atol=ATOL)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    with pytest.raises(ValueError, match="2D padding mask"):
+        square = attention_mask.bool()[:, None, None, :].expand(-1, 1, input_ids.shape[1], -1)
+        model(input_ids, attention_mask=square)
+    with pytest.raises(ValueError, match="Unknown classifier_pooling 'max'"):
+        tiny_config(classifier_pooling="max")
+
+
 def test_packed_question_answering_comes_back_per_sequence():
     model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
     seqs = sequences(5)

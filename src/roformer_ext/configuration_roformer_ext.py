@@ -27,6 +27,7 @@ NORM_TYPES = ("layer_norm", "rms_scale_free")
 ATTENTION_TYPES = ("softmax", "linear")
 POOLER_ACTIVATIONS = ("tanh", "linear", None)
 MULTIPLE_CHOICE_POOLINGS = ("first", "last")
+CLASSIFIER_POOLINGS = ("cls", "mean")
 DECODER_ATTENTIONS = ("causal", "unilm")
 
 
@@ -57,6 +58,10 @@ class RoFormerExtConfig(PreTrainedConfig):
     `sinusoidal_scale` multiplies the "sinusoidal" table (1.0: Vaswani's and DistilBERT's). Its rows have norm
     sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from scratch the table drowns the tokens
     after the embedding norm, so train from scratch with `initializer_range * 2 ** 0.5` (both start at one norm).
+
+    `classifier_pooling` (as in transformers' ModernBERT): what the sequence classifier reads, "cls" (the first
+    token, BERT's and RoFormer's [CLS]) or "mean" (the mean of the real tokens: attention_mask 1, or each packed
+    sequence's own tokens).
 
     `sparse_prediction` (as in transformers' ModernBERT): when the masked-LM model gets `labels`, the vocabulary
     projection runs only on the positions whose label is not `sparse_pred_ignore_index` (~15% in MLM pre-training)
@@ -97,6 +102,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     attention_type: str = "softmax"
     pooler_activation: str | None = None
     multiple_choice_pooling: str = "first"
+    classifier_pooling: str = "cls"
     classifier_dropout: float | None = None
     sparse_prediction: bool = False
     sparse_pred_ignore_index: int = -100
@@ -172,6 +178,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
         _check_choice("pooler_activation", self.pooler_activation, POOLER_ACTIVATIONS)
         _check_choice("multiple_choice_pooling", self.multiple_choice_pooling, MULTIPLE_CHOICE_POOLINGS)
+        _check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
         _check_choice("decoder_attention", self.decoder_attention, DECODER_ATTENTIONS)
         self.validate_position_encoding()
         rope = self.rope_parameters

@@ -1020,9 +1020,9 @@ class RoFormerExtClassificationHead(nn.Module):
         self.act_fn = ACT2FN[config.hidden_act]
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, cls_states: torch.Tensor) -> torch.Tensor:
-        """(sequences, hidden) [CLS] states -> (sequences, num_labels)."""
-        x = self.dropout(cls_states)
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(sequences, hidden) pooled states (`classifier_pooling`) -> (sequences, num_labels)."""
+        x = self.dropout(pooled)
         x = self.dropout(self.act_fn(self.dense(x)))
         return self.out_proj(x)
 
@@ -1063,15 +1063,35 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        hidden = outputs.last_hidden_state
         cu_seq_lens = packed_row_lengths(position_ids, attention_mask, kwargs)
-        # [CLS] of every sequence: the first token of each row, or of each packed sequence (one label each)
-        cls_states = hidden[:, 0] if cu_seq_lens is None else hidden[0, cu_seq_lens[:-1].long()]
-        logits = self.classifier(cls_states)
+        pooled = self.pool(outputs.last_hidden_state, attention_mask, cu_seq_lens)
+        logits = self.classifier(pooled)
         loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
+
+
+    def pool(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, cu_seq_lens: torch.Tensor | None
+    ) -> torch.Tensor:
+        """(sequences, hidden): one vector per row, or per packed sequence (one label each), by `classifier_pooling`."""
+        if self.config.classifier_pooling == "cls":  # the first token of each row, or of each packed sequence
+            return hidden[:, 0] if cu_seq_lens is None else hidden[0, cu_seq_lens[:-1].long()]
+        if cu_seq_lens is not None:  # the mean of each packed sequence's own tokens
+            lengths = torch.diff(cu_seq_lens.long())
+            sequence = torch.repeat_interleave(torch.arange(lengths.numel(), device=hidden.device), lengths)
+            sums = hidden.new_zeros(lengths.numel(), hidden.shape[-1]).index_add(0, sequence, hidden[0])
+            return sums / lengths.unsqueeze(-1).to(hidden.dtype)
+        if attention_mask is None:
+            return hidden.mean(dim=1)
+        if attention_mask.dim() != 2:
+            raise ValueError(
+                "classifier_pooling='mean' averages the tokens of a 2D padding mask (batch, seq); got attention_mask "
+                f"of shape {tuple(attention_mask.shape)}. Pass the 2D mask, or use classifier_pooling='cls'."
+            )
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
 @auto_docstring
