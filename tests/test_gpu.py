@@ -78,3 +78,32 @@ def test_flash_attention_2_matches_sdpa():
         got = flash(input_ids, attention_mask=attention_mask).last_hidden_state
     real = attention_mask.bool()
     torch.testing.assert_close(got[real].float(), want[real].float(), atol=2e-2, rtol=2e-2)
+
+
+@cuda
+@pytest.mark.parametrize("decoder", [False, True])
+def test_flash_attention_2_varlen_packed_equals_padded(decoder):
+    """DataCollatorWithFlattening's row on flash_attention_2 (its varlen kernel reads cu_seq_lens) equals the padded
+    batch per sequence, for the encoder and the causal decoder."""
+    from transformers import DataCollatorWithFlattening
+    from transformers.utils import is_flash_attn_2_available
+
+    if not is_flash_attn_2_available():
+        pytest.skip("flash-attn is not installed on this CUDA machine")
+    torch.manual_seed(0)
+    config = tiny_config(is_decoder=decoder)
+    model = RoFormerExtModel._from_config(config, attn_implementation="flash_attention_2", dtype=torch.bfloat16)
+    model = model.cuda().eval()
+    generator = torch.Generator().manual_seed(1)
+    lengths = (5, 9, 3, 8)
+    seqs = [torch.randint(5, 99, (n,), generator=generator).tolist() for n in lengths]
+    packed = DataCollatorWithFlattening(return_flash_attn_kwargs=True)([{"input_ids": s} for s in seqs])
+    packed.pop("labels")
+    longest = max(lengths)
+    input_ids = torch.tensor([s + [0] * (longest - len(s)) for s in seqs]).cuda()
+    attention_mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in seqs]).cuda()
+    with torch.no_grad():
+        padded = model(input_ids, attention_mask=attention_mask).last_hidden_state
+        row = model(**{k: v.cuda() if torch.is_tensor(v) else v for k, v in packed.items()}).last_hidden_state
+    for index, piece in enumerate(torch.split(row[0], lengths)):
+        torch.testing.assert_close(piece.float(), padded[index, : lengths[index]].float(), atol=2e-2, rtol=2e-2)

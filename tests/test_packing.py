@@ -150,7 +150,9 @@ def test_packed_sequence_classification_pools_each_first_token(attn_implementati
 def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
     """classifier_pooling='mean': the classifier reads the mean of the real tokens, computed here from the encoder's
     states of each sequence alone; padded and packed batches give those logits."""
-    model = model_for(RoFormerExtForSequenceClassification, attn_implementation, num_labels=3, classifier_pooling="mean")
+    model = model_for(
+        RoFormerExtForSequenceClassification, attn_implementation, num_labels=3, classifier_pooling="mean"
+    )
     seqs = sequences(6)
     input_ids, attention_mask = padded(seqs)
     labels = torch.tensor([1, 0, 2, 1])
@@ -167,6 +169,40 @@ def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
         model(input_ids, attention_mask=square)
     with pytest.raises(ValueError, match="Unknown classifier_pooling 'max'"):
         tiny_config(classifier_pooling="max")
+
+
+def test_varlen_kwargs_reach_other_attention_backends():
+    """A backend other than sdpa (flash_attention_2's varlen kernel on GPU) gets the row with cu_seq_lens_q/k and
+    max_length_q/k: recorded here through a backend registered with transformers' AttentionInterface, which runs
+    each sequence alone, so the output also equals the padded batch."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    seen = []
+
+    def recording_varlen(module, query, key, value, attention_mask, **kwargs):
+        names = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+        seen.append({name: kwargs.get(name) for name in names})
+        return per_sequence_sdpa(module, query, key, value, attention_mask, **kwargs)
+
+    ALL_ATTENTION_FUNCTIONS["recording_varlen"] = recording_varlen  # this instance only, removed below
+    try:
+        model = model_for(RoFormerExtModel, "sdpa")
+        model.set_attn_implementation("recording_varlen")
+        seqs = sequences(7)
+        with torch.no_grad():
+            row = model(**packed(seqs, return_flash_attn_kwargs=True)).last_hidden_state
+            model.set_attn_implementation("sdpa")
+            input_ids, attention_mask = padded(seqs)
+            reference = model(input_ids, attention_mask=attention_mask).last_hidden_state
+    finally:
+        del ALL_ATTENTION_FUNCTIONS["recording_varlen"]
+    assert len(seen) == model.config.num_hidden_layers
+    cumulative = [0, 5, 14, 17, 25]
+    for call in seen:
+        assert call["cu_seq_lens_q"].tolist() == call["cu_seq_lens_k"].tolist() == cumulative
+        assert call["max_length_q"] == call["max_length_k"] == max(LENGTHS)
+    for index, piece in enumerate(per_sequence(row)):
+        torch.testing.assert_close(piece, reference[index, : LENGTHS[index]], rtol=ATOL, atol=ATOL)
 
 
 def test_packed_question_answering_comes_back_per_sequence():
