@@ -1071,7 +1071,6 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
-
     def pool(
         self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, cu_seq_lens: torch.Tensor | None
     ) -> torch.Tensor:
@@ -1080,7 +1079,7 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             return hidden[:, 0] if cu_seq_lens is None else hidden[0, cu_seq_lens[:-1].long()]
         if cu_seq_lens is not None:  # the mean of each packed sequence's own tokens
             lengths = torch.diff(cu_seq_lens.long())
-            sequence = torch.repeat_interleave(torch.arange(lengths.numel(), device=hidden.device), lengths)
+            sequence = packed_sequence_ids(None, None, 0, cu_seq_lens)[0]
             sums = hidden.new_zeros(lengths.numel(), hidden.shape[-1]).index_add(0, sequence, hidden[0])
             return sums / lengths.unsqueeze(-1).to(hidden.dtype)
         if attention_mask is None:

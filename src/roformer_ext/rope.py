@@ -234,12 +234,15 @@ def rotate_for_scores(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pai
     half = x.shape[-1] // 2
     if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
         # The same order by the plain formula: bring each pair together, then rotate interleaved pairs.
-        def to_interleaved(t: torch.Tensor) -> torch.Tensor:
-            return t.unflatten(-1, (2, half)).transpose(-1, -2).flatten(-2)
-
-        return apply_rotary(to_interleaved(x), to_interleaved(cos), to_interleaved(sin), "interleaved")
+        x, cos, sin = (_half_to_interleaved(t) for t in (x, cos, sin))
+        return apply_rotary(x, cos, sin, "interleaved")
     rotation = torch.complex(cos[..., :half], sin[..., :half]).unsqueeze(1)
     return torch.view_as_real(torch.complex(x[..., :half], x[..., half:]) * rotation).flatten(-2)
+
+
+def _half_to_interleaved(t: torch.Tensor) -> torch.Tensor:
+    """The last dim reordered from half pairs (i, i + d/2) to adjacent pairs (2i, 2i + 1): 0, d/2, 1, d/2 + 1, ..."""
+    return t.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2)
 
 
 def rotate_query_key(
@@ -283,9 +286,8 @@ def project_rotated_query_key(
     if not _projects_pair_adjacent(states, query_projection, key_projection, rows, pair_layout):
         return rotate_query_key(heads(query_projection(states)), heads(key_projection(states)), cos, sin, pair_layout)
     half = head_dim // 2
-    out_features = query_projection.weight.shape[0]
-    # Row index of each head's pairs side by side: (heads, 2, half) -> (heads, half, 2).
-    order = torch.arange(out_features, device=states.device).view(-1, 2, half).transpose(1, 2).flatten()
+    rows_per_head = torch.arange(query_projection.weight.shape[0], device=states.device).view(-1, head_dim)
+    order = _half_to_interleaved(rows_per_head).flatten()  # each head's rows 0, d/2, 1, d/2 + 1, ...
     cos_pairs, sin_pairs = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
 
     def project(projection: nn.Linear) -> torch.Tensor:
