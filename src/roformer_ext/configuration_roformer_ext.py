@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .position_encodings import position_encoding_class, registered_position_encodings
+from .position_encodings import position_encoding_class
 from .positions import registered_position_schemes
 from .rope import AXIS_ALLOCATIONS, PAIR_LAYOUTS, registered_rotary_kinds
 
@@ -137,6 +139,11 @@ class RoFormerExtConfig(PreTrainedConfig):
     def __setattr__(self, key: str, value: Any) -> None:
         # Also when from_pretrained(..., rope_parameters={...}) assigns a partial dict after construction, and for a
         # legacy `rope_scaling` dict, whose `type` key transformers 5 reads as `rope_type`.
+        if key == "rope_parameters" and value is not None and not isinstance(value, dict):
+            raise TypeError(
+                f"rope_parameters must be a dict such as {{'rope_type': 'default', 'rope_theta': 10000.0}}; got "
+                f"{value!r} ({type(value).__name__})."
+            )
         if key == "rope_parameters" and isinstance(value, dict):
             value = dict(value)
             if "type" in value:
@@ -181,28 +188,48 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
         _check_choice("decoder_attention", self.decoder_attention, DECODER_ATTENTIONS)
         self.validate_position_encoding()
+        self.validate_rope_layout()
+
+    def validate_rope_layout(self) -> None:
+        """Every rope_parameters field has the right type and range: a wrong one otherwise surfaces as an unrelated
+        error (or NaN) in the first forward pass. Integer fields refuse bools and floats, numbers refuse inf / nan."""
         rope = self.rope_parameters
         _check_choice("rope_parameters['rope_type']", rope["rope_type"], registered_rotary_kinds())
         _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
         _check_choice("rope_parameters['axis_allocation']", rope["axis_allocation"], AXIS_ALLOCATIONS)
+        _check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
+        for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
+            if key not in ROPE_LAYOUT_KEYS and key != "rope_theta":
+                _check_finite(f"rope_parameters[{key!r}]", value)
         if rope["rope_type"] in ROPE_INIT_FUNCTIONS:  # transformers' own checks of its scaling keys (factor, ...)
             self.validate_rope()
-        theta = rope.get("rope_theta")
-        if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0:
-            raise ValueError(
-                f"rope_parameters['rope_theta'] must be a positive number (RoFormer uses 10000.0); got {theta!r}."
+        axes, pairs = rope["axes"], self.head_dim // 2
+        if not _is_int(axes):
+            raise TypeError(
+                f"rope_parameters['axes'] must be an int (1, 2 or 3); got {axes!r} ({type(axes).__name__}). "
+                "Use 1 for text, 2 for images (row, col), 3 for video (row, col, frame)."
             )
-        axes, pairs = int(rope["axes"]), self.head_dim // 2
-        if axes < 1:
-            raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3, got {axes}.")
-        allocation = rope["axis_allocation"]
+        if axes not in (1, 2, 3):
+            raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got {axes}.")
+        allocation, section = rope["axis_allocation"], rope.get("mrope_section")
+        if section is not None:
+            _check_mrope_section(section)
         if allocation == "sections":
-            section = rope.get("mrope_section")
-            if section is None or len(section) != axes or sum(section) != pairs:
+            if section is None:
                 raise ValueError(
                     f"axis_allocation 'sections' needs rope_parameters['mrope_section'] with {axes} entries "
                     f"summing to head_dim // 2 = {pairs}; got {section}."
+                )
+            if len(section) != axes:
+                raise ValueError(
+                    f"rope_parameters['mrope_section'] needs {axes} entries (one per axis) summing to head_dim // 2 = "
+                    f"{pairs}; got {list(section)}."
+                )
+            if sum(section) != pairs:
+                raise ValueError(
+                    f"rope_parameters['mrope_section'] entries must sum to head_dim // 2 = {pairs} (the frequency "
+                    f"pairs of a head); got {list(section)}, which sums to {sum(section)}."
                 )
         elif allocation == "split" and pairs % axes:
             raise ValueError(
@@ -225,9 +252,7 @@ class RoFormerExtConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}.")
-        scale = self.sinusoidal_scale
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
-            raise ValueError(f"sinusoidal_scale must be a positive number; got {scale!r}.")
+        _check_positive_number("sinusoidal_scale", self.sinusoidal_scale, "1.0 is Vaswani's table")
         if self.position_encoding == "t5_bias" and not (
             4 <= self.relative_attention_num_buckets
             and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
@@ -268,9 +293,50 @@ class RoFormerExtVisionTextConfig(RoFormerExtConfig):
 
 
 def _check_choice(name: str, value: Any, allowed) -> None:
-    if value not in allowed:
+    if not isinstance(value, (str, type(None))) or value not in allowed:
         names = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"Unknown {name} {value!r}. Registered choices: {names}.")
+
+
+def _is_int(value: Any) -> bool:
+    """An integer that is not a bool (True is an int in Python, and never means 1 here)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_positive_number(name: str, value: Any, hint: str) -> None:
+    """A real number, finite and > 0: TypeError for another type (bools included), ValueError for the range."""
+    message = f"{name} must be a positive number (finite, > 0; {hint}); got {value!r}."
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(message)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(message)
+
+
+def _check_finite(name: str, value: Any) -> None:
+    """No float inside `value` (a number or a list of them, as longrope's factors) is inf or nan."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for item in values:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{name} must be finite; got {value!r}. Give an ordinary number (e.g. factor 2.0).")
+
+
+def _check_mrope_section(section: Any) -> None:
+    """A list of positive ints, one frequency-pair count per axis (its length and sum are checked against the config)."""
+    if not isinstance(section, (list, tuple)):
+        raise TypeError(
+            f"rope_parameters['mrope_section'] must be a list of ints (frequency pairs per axis, e.g. [2, 3, 3]); "
+            f"got {section!r} ({type(section).__name__})."
+        )
+    if not all(_is_int(size) for size in section):
+        raise TypeError(
+            f"rope_parameters['mrope_section'] entries must be ints (frequency pairs per axis, e.g. [2, 3, 3]); got "
+            f"{list(section)!r}."
+        )
+    if not all(size > 0 for size in section):
+        raise ValueError(
+            f"rope_parameters['mrope_section'] entries must be positive (every axis needs at least one frequency "
+            f"pair); got {list(section)!r}."
+        )
 
 
 __all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

@@ -1,0 +1,124 @@
+"""Bad config values fail at construction with an error naming the field, the value given and what is allowed,
+instead of a NaN output or an unrelated error deep inside a forward pass."""
+
+import math
+
+import pytest
+import torch
+from conftest import random_inputs, tiny_config
+
+from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig
+
+
+@pytest.mark.parametrize("scale", [math.inf, -math.inf, math.nan])
+def test_sinusoidal_scale_must_be_finite(scale):
+    with pytest.raises(
+        ValueError, match=r"sinusoidal_scale must be a positive number \(finite, > 0.*got (inf|-inf|nan)"
+    ):
+        tiny_config(position_encoding="sinusoidal", sinusoidal_scale=scale)
+
+
+@pytest.mark.parametrize("scale, error", [(0.0, ValueError), (-1.0, ValueError), (True, TypeError), ("1", TypeError)])
+def test_sinusoidal_scale_must_be_a_positive_number(scale, error):
+    with pytest.raises(error, match=r"sinusoidal_scale must be a positive number \(finite, > 0"):
+        tiny_config(position_encoding="sinusoidal", sinusoidal_scale=scale)
+
+
+def test_finite_sinusoidal_scale_gives_finite_outputs():
+    model = RoFormerExtModel(tiny_config(position_encoding="sinusoidal", sinusoidal_scale=1e3)).eval()
+    input_ids, attention_mask, _ = random_inputs()
+    with torch.no_grad():
+        assert model(input_ids, attention_mask=attention_mask).last_hidden_state.isfinite().all()
+
+
+@pytest.mark.parametrize("axes", [2.0, "2", True, False, None, [2]])
+def test_axes_of_the_wrong_type_is_a_type_error(axes):
+    with pytest.raises(TypeError, match=r"rope_parameters\['axes'\] must be an int \(1, 2 or 3\); got .*"):
+        tiny_config(rope_parameters={"axes": axes})
+
+
+@pytest.mark.parametrize("axes", [0, -1, 4, 7])
+def test_axes_out_of_range_is_a_value_error(axes):
+    with pytest.raises(ValueError, match=rf"rope_parameters\['axes'\] must be 1, 2 or 3 .*; got {axes}"):
+        tiny_config(rope_parameters={"axes": axes})
+
+
+@pytest.mark.parametrize("axes", [1, 2, 3])
+def test_valid_axes_are_accepted(axes):
+    assert tiny_config(rope_parameters={"axes": axes}).rope_parameters["axes"] == axes
+
+
+# tiny_config: head_dim 8, so 4 frequency pairs
+@pytest.mark.parametrize(
+    "section, error, message",
+    [
+        ([5, -1], ValueError, r"entries must be positive.*got \[5, -1\]"),
+        ([4, 0], ValueError, r"entries must be positive.*got \[4, 0\]"),
+        ([2, 2.0], TypeError, r"entries must be ints.*got \[2, 2\.0\]"),
+        ([True, 3], TypeError, r"entries must be ints.*got \[True, 3\]"),
+        (["2", "2"], TypeError, r"entries must be ints"),
+        ("22", TypeError, r"must be a list of ints.*got '22'"),
+        (4, TypeError, r"must be a list of ints.*got 4"),
+        ([1, 1, 2], ValueError, r"2 entries \(one per axis\).*got \[1, 1, 2\]"),
+        ([1, 2], ValueError, r"sum to head_dim // 2 = 4.*got \[1, 2\]"),
+        (None, ValueError, r"axis_allocation 'sections' needs rope_parameters\['mrope_section'\]"),
+    ],
+)
+def test_mrope_section_is_checked(section, error, message):
+    with pytest.raises(error, match=r"rope_parameters\['mrope_section'\]"):
+        tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
+    with pytest.raises(error, match=message):
+        tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
+
+
+@pytest.mark.parametrize("section", [[2, 2], (1, 3)])
+def test_valid_mrope_section_is_accepted(section):
+    config = tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
+    RoFormerExtModel(config)
+
+
+def test_malformed_mrope_section_is_rejected_even_when_not_used():
+    """Given but ignored (allocation 'interleaved') it is still a mistake worth reporting when it is malformed."""
+    with pytest.raises(ValueError, match=r"mrope_section'\] entries must be positive"):
+        tiny_config(rope_parameters={"axes": 2, "mrope_section": [5, -1]})
+
+
+@pytest.mark.parametrize(
+    "theta, error", [(math.inf, ValueError), (math.nan, ValueError), (True, TypeError), ("1e4", TypeError)]
+)
+def test_rope_theta_must_be_a_finite_positive_number(theta, error):
+    with pytest.raises(error, match=r"rope_parameters\['rope_theta'\] must be a positive number \(finite, > 0"):
+        tiny_config(rope_parameters={"rope_theta": theta})
+
+
+@pytest.mark.parametrize("key", ["rope_type", "pair_layout", "axis_allocation", "position_scheme"])
+@pytest.mark.parametrize("value", [1, None, ["interleaved"]])
+def test_named_rope_fields_must_be_registered_strings(key, value):
+    with pytest.raises(ValueError, match=rf"rope_parameters\['{key}'\].*Registered choices"):
+        tiny_config(rope_parameters={key: value})
+
+
+@pytest.mark.parametrize(
+    "extra", [{"factor": math.inf}, {"factor": math.nan}, {"factor": 2.0, "attention_factor": math.inf}]
+)
+def test_scaling_parameters_must_be_finite(extra):
+    with pytest.raises(ValueError, match=r"rope_parameters\['(factor|attention_factor)'\] must be finite"):
+        tiny_config(rope_parameters={"rope_type": "linear", **extra})
+
+
+@pytest.mark.parametrize("value", [[1, 2], "default", 3])
+def test_rope_parameters_must_be_a_dict(value):
+    with pytest.raises(TypeError, match=r"rope_parameters must be a dict"):
+        tiny_config(rope_parameters=value)
+
+
+def test_rope_fields_set_later_are_checked_when_a_model_is_built():
+    config = tiny_config()
+    config.rope_parameters = {"axes": "2"}
+    with pytest.raises(TypeError, match=r"rope_parameters\['axes'\]"):
+        RoFormerExtModel(config)
+
+
+def test_vision_config_rejects_bad_axes_too():
+    with pytest.raises(ValueError, match=r"rope_parameters\['axes'\] must be 1, 2 or 3"):
+        RoFormerExtVisionTextConfig(hidden_size=32, num_attention_heads=4, rope_parameters={"axes": 4})
