@@ -6,6 +6,7 @@ import math
 import numbers
 from typing import Any
 
+from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -31,6 +32,11 @@ POOLER_ACTIVATIONS = ("tanh", "linear", None)
 MULTIPLE_CHOICE_POOLINGS = ("first", "last")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 DECODER_ATTENTIONS = ("causal", "unilm")
+#: Sizes that become tensor shapes: positive ints (JSON's 128.0 or True would fail inside torch).
+SIZE_FIELDS = (
+    "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "type_vocab_size", "max_position_embeddings",
+)  # fmt: skip
 
 
 class RoFormerExtConfig(PreTrainedConfig):
@@ -171,6 +177,13 @@ class RoFormerExtConfig(PreTrainedConfig):
         Runs when the config is built and again when a model is built from it, so fields changed afterwards
         (`from_pretrained(path, attention_type=...)`, `config.x = ...`) are checked too.
         """
+        for name in SIZE_FIELDS:  # a float or bool here fails later inside torch with an unrelated message
+            _check_positive_int(name, getattr(self, name))
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
+            raise ValueError(
+                f"Unknown hidden_act {self.hidden_act!r}; use one of transformers' activations (ACT2FN), e.g. 'gelu' "
+                "(RoFormer v1, exact erf), 'relu' (RoFormer-V2), 'gelu_new', 'silu'."
+            )
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
@@ -303,6 +316,14 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _check_positive_int(name: str, value: Any) -> None:
+    """An int >= 1: TypeError for another type (bools and integral floats included), ValueError for the range."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be a positive int; got {value!r} ({type(value).__name__}).")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value}.")
+
+
 def _check_positive_number(name: str, value: Any, hint: str) -> None:
     """A real number, finite and > 0: TypeError for another type (bools included), ValueError for the range."""
     message = f"{name} must be a positive number (finite, > 0; {hint}); got {value!r}."
@@ -321,7 +342,7 @@ def _check_finite(name: str, value: Any) -> None:
 
 
 def _check_mrope_section(section: Any) -> None:
-    """A list of positive ints, one frequency-pair count per axis (its length and sum are checked against the config)."""
+    """A list of positive ints, frequency pairs per axis (its length and sum are checked against the config)."""
     if not isinstance(section, (list, tuple)):
         raise TypeError(
             f"rope_parameters['mrope_section'] must be a list of ints (frequency pairs per axis, e.g. [2, 3, 3]); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from collections.abc import Iterator, Sequence
@@ -10,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import CheckpointConversionError
-from .files import portable_command, portable_path
+from .files import one_line, portable_command, portable_path
 
 _ORIGINAL_HELP = """\
 Convert an original ZhuiyiTechnology release (bert4keras TF checkpoint: bert_config.json,
@@ -105,8 +106,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointConversionError as err:
         print(f"roformer-ext-convert: error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # the file system refused (full disk, permissions, a path too long): not a bug of ours
+        print(f"roformer-ext-convert: error: {_os_error_line(err)}", file=sys.stderr)
+        return 1
     print(f"Wrote {out}")
     return 0
+
+
+_OS_ERROR_FIXES = {
+    errno.ENOSPC: "free some space or choose an OUT_DIR on another disk",
+    errno.EDQUOT: "free some space or choose an OUT_DIR on another disk",
+    errno.EACCES: "check the permissions of that path, or choose an OUT_DIR you can write to",
+    errno.EPERM: "check the permissions of that path, or choose an OUT_DIR you can write to",
+    errno.EROFS: "choose an OUT_DIR on a writable file system",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+
+
+def _os_error_line(err: OSError) -> str:
+    """`What happened: path; the fix`, on one line (output_folder has already removed its temporary folder)."""
+    where = " -> ".join(str(name) for name in (err.filename, err.filename2) if name is not None)
+    what = err.strerror or one_line(err)
+    fix = _OS_ERROR_FIXES.get(err.errno, "check the path and run again")
+    return f"{what}{': ' + where if where else ''}; {fix}."
 
 
 def _convert(args: argparse.Namespace) -> Path:

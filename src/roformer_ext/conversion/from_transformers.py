@@ -186,6 +186,9 @@ def convert_transformers_config(
     check_config_types(their, path, _INTEGER_FIELDS, _NUMBER_FIELDS, _FLAG_FIELDS)
     keys = list(keys)
     ours = {key: their[key] for key in _CONFIG_FIELDS if key in their}
+    for key in _INTEGER_FIELDS:  # 128.0 passed the check above as an integer; torch needs the int
+        if isinstance(ours.get(key), float):
+            ours[key] = int(ours[key])
     layer_norm = their.get("norm_type", "layer_norm") == "layer_norm"  # junnyu: any other value is his RMS norm
     ours["norm_type"] = "layer_norm" if layer_norm else "rms_scale_free"
     ours["mlm_head_transform"] = layer_norm  # his MLM head has the transform iff norm_type == "layer_norm"
@@ -283,7 +286,9 @@ def load_state_dict_from_folder(src: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _check_and_load(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _check_and_load(
+    model: torch.nn.Module, state: dict[str, torch.Tensor], config_path: Path = Path("config.json")
+) -> dict[str, torch.Tensor]:
     """Every expected tensor present with its shape, nothing left over — else one error listing them all.
 
     Returns the pooler tensors when the architecture does not hold a pooler, to be saved next to its weights.
@@ -299,10 +304,12 @@ def _check_and_load(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> d
                  for k, v in state.items() if k in expected and tuple(v.shape) != tuple(expected[k].shape)]  # fmt: skip
     if missing or unexpected or misshaped:
         raise CheckpointConversionError(
-            "The checkpoint does not fit its config.json:"
+            f"The checkpoint does not fit its {config_path}:"
             + (f"\n  missing: {', '.join(missing)}" if missing else "")
             + (f"\n  unexpected: {', '.join(unexpected)}" if unexpected else "")
             + ("\n  mis-shaped: " + "; ".join(misshaped) if misshaped else "")
+            + f"\nCheck that {config_path.name} (vocab_size, hidden_size, num_hidden_layers, ...) belongs to these "
+            "weights."
         )
     model.load_state_dict(state, strict=False)
     return extra
@@ -325,7 +332,7 @@ def _build(src: Path, pooler_activation: str | None) -> tuple[torch.nn.Module, s
     except (ValueError, TypeError) as err:
         raise CheckpointConversionError(f"{src / 'config.json'} gives an invalid configuration: {err}") from None
     model = getattr(modeling_roformer_ext, kwargs["architectures"][0])(config)
-    extra = _check_and_load(model, convert_transformers_state_dict(state))
+    extra = _check_and_load(model, convert_transformers_state_dict(state), src / "config.json")
     return model.eval(), kind, extra
 
 

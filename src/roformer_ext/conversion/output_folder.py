@@ -7,10 +7,15 @@ only once every file is written, and is removed on any error.
 What may be deleted is narrow: OUT only with `force` and only when it is empty or an earlier roformer-ext output
 (config.json with model_type "roformer_ext"), never a folder that is, holds or sits inside a source, and of the
 hidden siblings only those named by our own pattern whose process is gone.
+
+A sibling's name is OUT's name plus a suffix of up to 29 bytes; for an OUT name too long to take it (file names have at
+most 255 bytes on common file systems), the siblings use a shortened form of it plus a hash of the whole name, so
+every OUT name the file system allows can be written. A longer OUT name is refused before anything is written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -59,10 +64,50 @@ def refuse_overlap(out: Path, sources: Iterable[str | os.PathLike]) -> None:
         )
 
 
+# ------------------------------------------------------------------------------------ name lengths
+#: Bytes a hidden sibling adds to OUT's name: "." + ".partial-" + a pid (at most 10 digits) + "-" + 8 hex digits.
+_SIBLING_OVERHEAD = 1 + len(".partial-") + 10 + 1 + 8
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name in bytes on the file system of `folder` or its nearest existing parent (else 255)."""
+    for parent in (folder, *folder.parents):
+        if os.path.isdir(parent):  # os.path.isdir, unlike Path.is_dir, is False (not an error) for a too-long name
+            try:
+                return os.pathconf(parent, "PC_NAME_MAX")
+            except (OSError, ValueError, AttributeError):  # no pathconf on Windows
+                break
+    return 255
+
+
+def refuse_long_names(out: Path) -> None:
+    """Every component of `out` fits the file system's name limit; else one error, before anything is written."""
+    limit = _name_max(out.parent)
+    for part in out.parts[1:]:
+        size = len(os.fsencode(part))
+        if size > limit:
+            raise CheckpointConversionError(
+                f"Output {out}: the name {part[:16]}... is {size} bytes, but file names here may have at most {limit} "
+                "bytes; choose a shorter name for OUT_DIR (nothing was written)."
+            )
+
+
+def sibling_stem(out: Path) -> str:
+    """OUT's name as it appears in our hidden siblings: the name itself, or, when the suffix would push a sibling
+    past the name limit, the name cut short plus `~` and 8 hex digits of its hash (unique to the full name)."""
+    name = os.fsencode(out.name)
+    room = _name_max(out.parent) - _SIBLING_OVERHEAD
+    if len(name) <= room:
+        return out.name
+    digest = hashlib.sha256(name).hexdigest()[:8]
+    return name[: room - 9].decode(errors="ignore") + "~" + digest  # a cut multi-byte character is dropped
+
+
 # ------------------------------------------------------------------------ leftovers of interrupted runs
 def _leftover_pattern(out: Path) -> re.Pattern[str]:
-    """Our own hidden sibling names: `.OUT.partial-PID-HEX8` (being written), `.OUT.old-PID-HEX8` (moved aside)."""
-    return re.compile(rf"\.{re.escape(out.name)}\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{{8}}")
+    """Our own hidden sibling names: `.OUT.partial-PID-HEX8` (being written), `.OUT.old-PID-HEX8` (moved aside),
+    with OUT as `sibling_stem` gives it."""
+    return re.compile(rf"\.{re.escape(sibling_stem(out))}\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{{8}}")
 
 
 def _process_alive(pid: int) -> bool:
@@ -135,7 +180,7 @@ def _swap_in(tmp: Path, out: Path, tag: str) -> None:
     if not (out.exists() or out.is_symlink()):
         os.replace(tmp, out)
         return
-    old = out.parent / f".{out.name}.old-{tag}"
+    old = out.parent / f".{sibling_stem(out)}.old-{tag}"
     os.replace(out, old)
     try:
         os.replace(tmp, out)
@@ -156,12 +201,13 @@ def output_folder(
     in place if the conversion fails). Leftovers of a killed earlier run are cleared first.
     """
     out = Path(out).absolute()
+    refuse_long_names(out)
     refuse_overlap(out, sources)
     clear_leftovers(out)
     refuse_existing(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp = out.parent / f".{out.name}.partial-{tag}"
+    tmp = out.parent / f".{sibling_stem(out)}.partial-{tag}"
     tmp.mkdir()
     try:
         yield tmp
@@ -172,4 +218,12 @@ def output_folder(
             _remove(tmp)
 
 
-__all__ = ["OutputExistsError", "OutputOverlapsSourceError", "clear_leftovers", "output_folder", "refuse_overlap"]
+__all__ = [
+    "OutputExistsError",
+    "OutputOverlapsSourceError",
+    "clear_leftovers",
+    "output_folder",
+    "refuse_long_names",
+    "refuse_overlap",
+    "sibling_stem",
+]
