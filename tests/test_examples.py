@@ -462,6 +462,80 @@ def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch):
     assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
 
 
+def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_path, monkeypatch):
+    """The card's snippet loads the model from where a reader finds it: the Hub repo, or the local folder."""
+    hub = RecordingHub(monkeypatch)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from common.card import ModelCardInfo, save_card_and_push
+
+    monkeypatch.chdir(tmp_path)
+    card = ModelCardInfo(title="t", task="text-classification", summary="s", data="d", metrics={}, architecture="a",
+                         datasets=["x"])  # fmt: skip
+
+    def usage(folder: str, **push) -> str:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        save_card_and_push(card, folder, **push)
+        return (Path(folder) / "README.md").read_text(encoding="utf-8").split("## Usage")[1].split("## Citation")[0]
+
+    assert 'model="outputs/local"' in usage("outputs/local", push_to_hub=False)
+    assert 'model="outputs/named"' in usage("outputs/named", push_to_hub=False, hub_model_id="you/name")  # not pushed
+    pushed = usage("outputs/pushed", push_to_hub=True, hub_model_id="you/name")
+    assert 'model="you/name"' in pushed and "outputs" not in pushed
+    assert 'model="someone/default"' in usage("outputs/default", push_to_hub=True)  # the folder's name, user's namespace
+    assert [kwargs["repo_id"] for kwargs in hub.uploads()] == ["you/name", "someone/default"]
+
+
+def test_bare_boolean_flags_parse_as_documented(monkeypatch):
+    """`--do_regression` (README) and `--hub_private_repo` work without a value; `false` and absence stay distinct."""
+    monkeypatch.syspath_prepend(str(CLASSIFY.parent))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from run_classification import ClassificationDataArguments
+    from run_classification_no_trainer import LoopArguments
+    from transformers import HfArgumentParser
+
+    def parse(dataclass_type, *argv):
+        return HfArgumentParser(dataclass_type).parse_args_into_dataclasses(list(argv))[0]
+
+    assert parse(ClassificationDataArguments, "--do_regression").do_regression is True
+    assert parse(ClassificationDataArguments, "--do_regression", "false").do_regression is False
+    assert parse(ClassificationDataArguments).do_regression is None  # decided by the label column's type
+    assert parse(LoopArguments, "--output_dir", "o", "--hub_private_repo").hub_private_repo is True
+    assert parse(LoopArguments, "--output_dir", "o").hub_private_repo is None
+
+
+def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, monkeypatch, capsys):
+    """Integer scores read as regression with a bare `--do_regression`; predict_results.txt has one value a test row,
+    in the test file's order, also with `--group_by_length` (transformers 5 groups evaluation batches by length
+    too); the demo prints the model's value (no sigmoid, no label) and the card's snippet asks for it."""
+    import torch
+
+    lengths = [3, 11, 1, 7, 2, 9, 5, 12, 4, 8, 6, 10]
+    rows = [{"text": " ".join(WORDS["pos" if i % 2 else "neg"][(i + j) % 4] for j in range(n)), "score": n}
+            for i, n in enumerate(lengths * 4)]  # integer scores (the length): classes unless told  # fmt: skip
+    Dataset.from_list(rows).to_csv(tmp_path / "train.csv", index=False)
+    Dataset.from_list(rows[:12]).to_csv(tmp_path / "test.csv", index=False)
+    out = tmp_path / "scores"
+    run_in_process(CLASSIFY, ["--train_file", str(tmp_path / "train.csv"), "--test_file", str(tmp_path / "test.csv"),
+                              "--label_column_name", "score", "--do_regression", "--do_train", "--do_predict",
+                              "--group_by_length", "--per_device_eval_batch_size", "4", "--max_steps", "20",
+                              "--learning_rate", "1e-2", "--output_dir", str(out), *TINY, *TRAINER], monkeypatch)  # fmt: skip
+    assert json.loads((out / "config.json").read_text())["problem_type"] == "regression"
+    written = [float(line.split("\t")[1]) for line in (out / "predict_results.txt").read_text().splitlines()[1:]]
+
+    import roformer_ext  # noqa: F401
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    with torch.no_grad():
+        values = [model(**tokenizer(row["text"], return_tensors="pt")).logits.item() for row in rows[:12]]
+    assert max(values) - min(values) > 5e-4  # well above the file's rounding: an order mix-up shows
+    assert written == pytest.approx(values, abs=1e-4)
+    demo = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pipeline:")]
+    assert demo == [f"pipeline: {row['text']} -> {value:.4f}" for row, value in zip(rows[:2], values)]
+    assert 'function_to_apply="none"' in (out / "README.md").read_text(encoding="utf-8")
+
+
 # ----------------------------------------------------------------------------------------- padding-free batches
 def timing_free(metrics: dict) -> dict:
     """The metrics that must not depend on the batch layout (not runtimes or rates)."""

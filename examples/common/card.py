@@ -143,6 +143,13 @@ from transformers import pipeline
 
 pipe = pipeline("{task}", model="{model_id}", trust_remote_code=True)
 """
+#: A regression head's output is the value itself: no sigmoid, and its one "label" means nothing.
+REGRESSION_USAGE = """
+from transformers import pipeline
+
+pipe = pipeline("text-classification", model="{model_id}", trust_remote_code=True, function_to_apply="none")
+value = pipe("your text")[0]["score"]  # the predicted value
+"""
 
 
 def architecture_of(model) -> str:

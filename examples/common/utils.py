@@ -156,7 +156,7 @@ def take_over_hub_push(training_args: TrainingArguments) -> bool:
 
     Trainer pushes from `save_model` and at every checkpoint, each time with its generic model card
     (it overwrites README.md first). The examples instead push once at the end, with their own card:
-    see `card.push_folder`.
+    see `card.save_card_and_push`.
     """
     push = training_args.push_to_hub
     training_args.push_to_hub = False

@@ -43,7 +43,13 @@ from transformers import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
 
 from common import corpora  # noqa: E402
-from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
+from common.card import (  # noqa: E402
+    REGRESSION_USAGE,
+    ModelCardInfo,
+    architecture_of,
+    base_model_id,
+    save_card_and_push,
+)
 from common.data import (  # noqa: E402
     DataArguments,
     carve_validation,
@@ -117,8 +123,15 @@ class ClassificationDataArguments(DataArguments):
         },
     )
     label_column_name: str | None = field(default=None, metadata={"help": "The label column (default: label)."})
-    do_regression: bool | None = field(
-        default=None, metadata={"help": "Regression on a float label (default: when the label column is float)."}
+    # Annotated `bool`, not `bool | None`: HfArgumentParser takes a bare `--do_regression` only for a `bool` field
+    # (it asks `bool | None` for a value), as transformers' own run_classification.py declares it. None: decided
+    # by the label column's type.
+    do_regression: bool = field(
+        default=None,
+        metadata={
+            "help": "Regression on the label column (`--do_regression`); `--do_regression false` forces "
+            "classification. Default: regression when the label column is float."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -375,6 +388,7 @@ def main() -> None:
         language=data.language,
         license=model_args.license,
         base_model=base_model_id(model_args.model_name_or_path),
+        usage=REGRESSION_USAGE if data.label_names is None else None,
     )
     save_card_and_push(
         card,
@@ -418,6 +432,10 @@ def demo_pipeline(model, tokenizer, data: ClassificationData, dataset: str | Non
             else list(rows["sentence1"])
         )
     classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, device=model.device)
+    if data.label_names is None:  # a regression head's output is the value: no sigmoid, no label
+        for sentence, result in zip(inputs, classifier(inputs, function_to_apply="none")):
+            print(f"pipeline: {sentence} -> {result['score']:.4f}")
+        return
     for sentence, result in zip(inputs, classifier(inputs)):
         print(f"pipeline: {sentence} -> {result['label']} ({result['score']:.3f})")
 

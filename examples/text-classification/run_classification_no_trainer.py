@@ -40,7 +40,13 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
 
-from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
+from common.card import (  # noqa: E402
+    REGRESSION_USAGE,
+    ModelCardInfo,
+    architecture_of,
+    base_model_id,
+    save_card_and_push,
+)
 from common.data import sizes_text, split_sizes  # noqa: E402
 from common.padding_free import BatchingArguments, FlattenPaddedBatch, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
@@ -82,7 +88,8 @@ class LoopArguments:
     push_to_hub: bool = field(default=False, metadata={"help": "Upload the folder with its model card, once."})
     hub_model_id: str | None = field(default=None, metadata={"help": "Repo id; default: the output folder's name."})
     hub_token: str | None = None
-    hub_private_repo: bool | None = None
+    # `bool` with default None (the Hub's default visibility): HfArgumentParser asks `bool | None` for a value.
+    hub_private_repo: bool = field(default=None, metadata={"help": "Create the repo private (`--hub_private_repo`)."})
     hub_revision: str | None = None
 
     def phases(self) -> tuple[bool, bool, bool]:
@@ -286,6 +293,7 @@ def main() -> None:
             language=data.language,
             license=model_args.license,
             base_model=base_model_id(model_args.model_name_or_path),
+            usage=REGRESSION_USAGE if regression else None,
             extra=f"- processes: {accelerator.num_processes}, mixed precision: {accelerator.mixed_precision}\n"
             f"- batches: {'padding-free' if batching.padding_free else 'padded to the longest'}"
             f"{', grouped by length' if batching.group_by_length else ''}\n",
