@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import ClassLabel, Dataset, Features, Image, Sequence, Value
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
 
@@ -159,6 +160,25 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     with torch.no_grad():
         logits = model(**tokenizer(["质量太差了，非常失望。"], return_tensors="pt")).logits
     torch.testing.assert_close(torch.tensor(remote["logits"]), logits[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="with an accelerator, torchrun's processes use it")
+def test_torchrun_on_a_cpu_machine_trains_as_two_processes(tmp_path):
+    """Without ACCELERATE_USE_CPU, accelerate read torchrun's two processes on a CPU as two one-process runs,
+    each training alone on all the data (num_processes 1); the script now tells it there is no accelerator."""
+    out = tmp_path / "torchrun"
+    args = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+        "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", str(out), "--do_train",
+        "--max_train_samples", "32", "--max_train_steps", "2", "--per_device_train_batch_size", "8", *TINY,
+    ]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key != "ACCELERATE_USE_CPU"}
+    result = subprocess.run(args, cwd=CLASSIFY.parent, env={**env, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                            "TOKENIZERS_PARALLELISM": "false"}, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert json.loads((out / "all_results.json").read_text())["num_processes"] == 2
+    for rank in (0, 1):
+        assert json.loads((out / f"train_log_rank{rank}.json").read_text())["num_processes"] == 2
 
 
 def test_run_mlm_whole_word_masking(tmp_path):
@@ -507,8 +527,6 @@ def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, 
     """Integer scores read as regression with a bare `--do_regression`; predict_results.txt has one value a test row,
     in the test file's order, also with `--group_by_length` (transformers 5 groups evaluation batches by length
     too); the demo prints the model's value (no sigmoid, no label) and the card's snippet asks for it."""
-    import torch
-
     lengths = [3, 11, 1, 7, 2, 9, 5, 12, 4, 8, 6, 10]
     rows = [{"text": " ".join(WORDS["pos" if i % 2 else "neg"][(i + j) % 4] for j in range(n)), "score": n}
             for i, n in enumerate(lengths * 4)]  # integer scores (the length): classes unless told  # fmt: skip

@@ -7,9 +7,12 @@ or a bundled `--dataset`).
 
     accelerate launch --config_file ../accelerate/multi_gpu.yaml run_classification_no_trainer.py \
         --dataset chinese_sentiment --output_dir out/sentiment_ddp
-    accelerate launch --num_processes 2 --cpu run_classification_no_trainer.py --train_file train.csv ...
+    ACCELERATE_USE_CPU=1 accelerate launch --config_file ../accelerate/cpu_ddp.yaml \
+        run_classification_no_trainer.py --train_file train.csv ...       # 2 CPU processes (DDP over gloo)
+    torchrun --nproc_per_node 2 run_classification_no_trainer.py ...     # the same, on a machine without a GPU
 
-Each rank writes `train_log_rank{i}.json` (its losses), so a run shows that every process trained.
+`accelerate launch --cpu` starts one process whatever `--num_processes` says (accelerate 1.15). Each rank writes
+`train_log_rank{i}.json` (its losses and the number of processes), so a run shows that every process trained.
 
 Batches are padding-free by default, as in run_classification.py: each batch is packed into one row without padding
 tokens and attention stays within each sentence (docs/fine-tuning.md#padding-free-batches). `--no_padding_free`
@@ -107,7 +110,11 @@ def main() -> None:
     do_train, do_eval, do_predict = args.phases()
     if do_train:
         check_output_dir(args.output_dir, data_args.overwrite_output_dir)
-    accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
+    # Without an accelerator, say so: accelerate otherwise reads torchrun's processes (`accelerate launch --multi_gpu`,
+    # `torchrun`) as one-process runs on a CPU, and each would train alone on all the data.
+    accelerator = Accelerator(
+        cpu=not torch.accelerator.is_available(), gradient_accumulation_steps=args.gradient_accumulation_steps
+    )
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
 
