@@ -1,5 +1,6 @@
 """Shared test setup: offline hub, tiny configs (hidden 32, 2 layers, 4 heads, vocab 99)."""
 
+import logging
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,6 +66,39 @@ def processors_for_text_config():
     yield
     IMAGE_PROCESSOR_MAPPING._extra_content.pop(RoFormerExtConfig, None)
     PROCESSOR_MAPPING._extra_content.pop(RoFormerExtConfig, None)
+
+
+#: What transformers says when a name we use is on its way out (logged, not raised, so pytest's filters miss it).
+_DEPRECATION_WORDS = ("deprecat", "will be removed", "renamed")
+
+
+class _DeprecationRecords(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if any(word in message.lower() for word in _DEPRECATION_WORDS):
+            self.messages.append(message)
+
+
+@pytest.fixture(autouse=True)
+def _no_transformers_deprecations():
+    """transformers announces renames by logging a warning (once per process): a test whose code paths log one fails,
+    so the next rename turns CI red instead of silently changing outputs. FutureWarning / DeprecationWarning raised
+    from our modules are errors through pytest's filterwarnings (setup.cfg). The once-only cache is cleared so every
+    test sees its own warnings, whatever ran before it in the worker."""
+    logging.Logger.warning_once.cache_clear()
+    handler = _DeprecationRecords()
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    if handler.messages:
+        pytest.fail("transformers logged a deprecation on this test's code path:\n" + "\n".join(handler.messages))
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from roformer_ext import (
     RoFormerExtVisionTextForCausalLM,
 )
 from roformer_ext.positions import build_position_ids
+from roformer_ext.compat import output_cache
 
 
 # --- resize_token_embeddings: the LM head's bias follows ------------------------------------------------------------
@@ -208,9 +209,9 @@ def test_interleaved_requests_do_not_share_position_offsets():
     step = torch.tensor([[11]])
     with torch.no_grad():
         out_a = model(**a, use_cache=True)
-        alone = model(step, past_key_values=copy.deepcopy(out_a.past_key_values)).logits
+        alone = model(step, cache=copy.deepcopy(output_cache(out_a))).logits
         model(**b, use_cache=True)
-        interleaved = model(step, past_key_values=out_a.past_key_values).logits
+        interleaved = model(step, cache=output_cache(out_a)).logits
     torch.testing.assert_close(interleaved, alone)
     assert not any(isinstance(value, torch.Tensor) for name, value in vars(model).items() if "delta" in name)
 
@@ -263,7 +264,7 @@ def test_vision_decoding_positions_continue_after_the_prompt():
     next_token = torch.tensor([[42]])
     with torch.no_grad():
         cached = model(**inputs, use_cache=True)
-        step = model(next_token, past_key_values=cached.past_key_values).logits[:, -1]
+        step = model(next_token, cache=output_cache(cached)).logits[:, -1]
         full_ids = torch.cat([inputs["input_ids"], next_token], dim=1)
         full = model(full_ids, pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
                      use_cache=False).logits[:, -1]

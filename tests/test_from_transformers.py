@@ -11,6 +11,7 @@ from conftest import random_inputs
 
 from roformer_ext.conversion import CheckpointConversionError
 from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_checkpoint
+from roformer_ext.compat import output_cache
 
 ATOL = 1e-5
 THEIR_HEADS = [
@@ -106,11 +107,11 @@ def test_decoder_with_cross_attention_matches_transformers(implementation, tmp_p
         expected = theirs(input_ids, use_cache=False, **kwargs).logits
         torch.testing.assert_close(ours(input_ids, use_cache=False, **kwargs).logits, expected, atol=ATOL, rtol=0)
         prefill = ours(input_ids[:, :4], use_cache=True, **kwargs)
-        steps, cache = [prefill.logits], prefill.past_key_values
+        steps, cache = [prefill.logits], output_cache(prefill)
         for position in range(4, 7):
-            step = ours(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True, **kwargs)
+            step = ours(input_ids[:, position : position + 1], cache=cache, use_cache=True, **kwargs)
             steps.append(step.logits)
-            cache = step.past_key_values
+            cache = output_cache(step)
     torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=ATOL, rtol=0)
 
 

@@ -10,6 +10,7 @@ import torch
 from conftest import tiny_config
 from transformers import CompileConfig, DynamicCache, StaticCache
 
+from roformer_ext.compat import CACHE, output_cache
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtVisionTextConfig,
@@ -95,8 +96,8 @@ def test_continue_from_cache_equals_one_call():
     first = model.generate(
         input_ids, max_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True
     )
-    cache = first.past_key_values
-    continued = model.generate(first.sequences, past_key_values=cache, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    cache = output_cache(first)
+    continued = model.generate(first.sequences, **{CACHE: cache}, max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(continued, full)
 
 
@@ -125,11 +126,11 @@ def test_4d_mask_with_cache_offset_equals_2d_mask():
     model = causal_lm()
     input_ids = prompt(batch=2, seq=9)
     with torch.no_grad():
-        past = model(input_ids[:, :6], use_cache=True).past_key_values
-        expected = model(input_ids[:, 6:], past_key_values=past).logits
-        past = model(input_ids[:, :6], use_cache=True).past_key_values
+        past = output_cache(model(input_ids[:, :6], use_cache=True))
+        expected = model(input_ids[:, 6:], cache=past).logits
+        past = output_cache(model(input_ids[:, :6], use_cache=True))
         causal = torch.ones(9, 9, dtype=torch.bool).tril()[None, None, 6:].expand(2, 1, 3, 9)
-        actual = model(input_ids[:, 6:], attention_mask=causal, past_key_values=past).logits
+        actual = model(input_ids[:, 6:], attention_mask=causal, cache=past).logits
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -139,8 +140,8 @@ def test_4d_mask_with_static_cache_is_padded_to_its_length():
     with torch.no_grad():
         cache = StaticCache(config=model.config, max_cache_len=16)
         causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
-        static = model(input_ids, attention_mask=causal, past_key_values=cache).logits
-        dynamic = model(input_ids, past_key_values=DynamicCache(config=model.config)).logits
+        static = model(input_ids, attention_mask=causal, cache=cache).logits
+        dynamic = model(input_ids, cache=DynamicCache(config=model.config)).logits
     torch.testing.assert_close(static, dynamic, rtol=1e-5, atol=1e-5)
 
 

@@ -13,6 +13,7 @@ from roformer_ext.linear_attention import (
     linear_attention_forward,
 )
 from roformer_ext.rope import RotaryEmbedding, apply_rotary
+from roformer_ext.compat import output_cache
 
 TOLERANCE = 1e-5
 
@@ -141,11 +142,11 @@ def test_cached_logits_equal_full_forward():
     with torch.no_grad():
         full = model(input_ids).logits
         out = model(input_ids[:, :4], use_cache=True)
-        steps, cache = [out.logits], out.past_key_values
+        steps, cache = [out.logits], output_cache(out)
         for position in range(4, 10):
-            out = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True)
+            out = model(input_ids[:, position : position + 1], cache=cache, use_cache=True)
             steps.append(out.logits)
-            cache = out.past_key_values
+            cache = output_cache(out)
     assert cache.get_seq_length() == 10
     # The cache holds a fixed-size state per layer, not the keys: (batch, heads, d, d + 1).
     assert tuple(cache.layers[0].values.shape) == (2, 4, 8, 9)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from roformer_ext.compat import output_cache
 import roformer_ext
 from roformer_ext import (
     PositionEncoding,
@@ -301,7 +302,7 @@ def test_cached_greedy_decoding_equals_recomputation(encoding):
     with torch.no_grad():  # and the logits of the cached continuation equal one forward over everything
         full = model(cached, use_cache=False).logits[:, -1]
         first = model(cached[:, :-3], use_cache=True)
-        step = model(cached[:, -3:], past_key_values=first.past_key_values).logits[:, -1]
+        step = model(cached[:, -3:], cache=output_cache(first)).logits[:, -1]
     torch.testing.assert_close(step, full, rtol=0, atol=1e-5)
 
 

@@ -16,6 +16,7 @@ from roformer_ext import (
 )
 from roformer_ext.conversion.pair_layout import convert_pair_layout
 from roformer_ext.rope import apply_rotary, register_rotary_embedding, registered_rotary_kinds
+from roformer_ext.compat import output_cache
 
 LAYOUTS = ["interleaved", "half"]
 
@@ -307,9 +308,9 @@ def test_half_layout_cached_decoding_after_a_reordered_prefill():
     with torch.no_grad():
         full = model(input_ids).logits
         prefill = model(input_ids[:, :20], use_cache=True)
-        cache, steps = prefill.past_key_values, [prefill.logits]
+        cache, steps = output_cache(prefill), [prefill.logits]
         for position in range(20, 24):
-            step = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True)
-            cache = step.past_key_values
+            step = model(input_ids[:, position : position + 1], cache=cache, use_cache=True)
+            cache = output_cache(step)
             steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)

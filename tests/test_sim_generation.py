@@ -129,3 +129,39 @@ def test_v1_release_gets_the_same_option(sim_folders):
         **source, do_sample=False, max_new_tokens=6, eos_token_id=tokenizer.sep_token_id, pad_token_id=0
     )[0, source["input_ids"].shape[1] :]
     assert generated.tolist() == hand_loop(folder, source, 6, tokenizer.sep_token_id)
+
+
+def test_prompt_without_segment_ids_is_the_source(sim_folders):
+    """A UniLM decoder reads a prompt given without token_type_ids as the source (segment 0, bidirectional), as the
+    embeddings already do: the next-token logits equal those with explicit zeros, cached or not."""
+    folder = sim_folders["original"]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    source = tokenizer("今天天气很好", return_tensors="pt")
+    with torch.no_grad():
+        explicit = model(**source, use_cache=False).logits
+        for use_cache in (False, True):
+            implicit = model(source["input_ids"], attention_mask=source["attention_mask"], use_cache=use_cache).logits
+            torch.testing.assert_close(implicit, explicit, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_and_pipeline_without_segment_ids(sim_folders, use_cache):
+    """`generate(input_ids, attention_mask)` and `pipeline("text-generation")` give the tokens of generate with the
+    explicit segment ids (and so of the bert4keras hand loop), with and without the KV cache."""
+    from transformers import pipeline
+
+    folder = sim_folders["original"]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    source = tokenizer("今天天气很好", return_tensors="pt")
+    settings = dict(do_sample=False, max_new_tokens=10, use_cache=use_cache)
+    explicit = model.generate(**source, **settings)
+    implicit = model.generate(source["input_ids"], attention_mask=source["attention_mask"], **settings)
+    assert implicit.tolist() == explicit.tolist()
+    prompt = source["input_ids"].shape[1]
+    expected = hand_loop(folder, source, 8, tokenizer.sep_token_id)
+    assert explicit[0, prompt:].tolist()[: len(expected)] == expected
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    text = generator("今天天气很好", return_full_text=False, **settings)[0]["generated_text"]
+    assert text == tokenizer.decode(explicit[0, prompt:], skip_special_tokens=True)

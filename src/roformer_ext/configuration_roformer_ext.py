@@ -10,6 +10,7 @@ from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from .compat import CACHE
 from .position_encodings import position_encoding_class
 from .positions import registered_position_schemes
 from .rope import AXIS_ALLOCATIONS, PAIR_LAYOUTS, registered_rotary_kinds
@@ -84,7 +85,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     """
 
     model_type = "roformer_ext"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = [CACHE]
     ignore_keys_at_rope_validation = ROPE_LAYOUT_KEYS
 
     vocab_size: int = 50000

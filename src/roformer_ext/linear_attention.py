@@ -39,13 +39,13 @@ def linear_attention_forward(
     value: torch.Tensor,
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
     attention_mask: torch.Tensor | None,
-    past_key_values=None,
+    cache=None,
     eps: float = 1e-6,
 ) -> torch.Tensor:
     """(batch, heads, seq, head_dim) in, (batch, seq, heads, head_dim) out.
 
     `module` supplies `config` (its pair layout), `rotary_value`, `is_causal` and `layer_idx`. `attention_mask` is the 2D
-    padding mask (batch, past + seq); padded keys are dropped from both sums. With `past_key_values` (causal only)
+    padding mask (batch, past + seq); padded keys are dropped from both sums. With a `cache` (causal only)
     the layer's running state is read from and written back to the cache.
     """
     if attention_mask is not None and attention_mask.dim() != 2:
@@ -53,17 +53,17 @@ def linear_attention_forward(
             "Linear attention takes a 2D (batch, seq) padding mask only; a 4D mask (e.g. the UniLM mask) needs "
             "attention_type='softmax'."
         )
-    if past_key_values is not None and not module.is_causal:
+    if cache is not None and not module.is_causal:
         raise ValueError("A cache with linear attention needs a causal (decoder) model.")
     with torch.autocast(device_type=query.device.type, enabled=False):
         q, q_rot, k, k_rot, v = _features(module, query, key, value, position_embeddings, attention_mask)
         if not module.is_causal:
             out = bidirectional_linear_attention(q, q_rot, k, k_rot, v, eps)
         else:
-            state = _read_state(past_key_values, module.layer_idx) if past_key_values is not None else None
+            state = _read_state(cache, module.layer_idx) if cache is not None else None
             out, state = causal_linear_attention(q, q_rot, k, k_rot, v, state, eps)
-            if past_key_values is not None:
-                _write_state(past_key_values, module.layer_idx, state, q.shape[2])
+            if cache is not None:
+                _write_state(cache, module.layer_idx, state, q.shape[2])
     return out.to(query.dtype).transpose(1, 2).contiguous()
 
 
@@ -175,7 +175,7 @@ def _write_state(cache, layer_idx: int, state: tuple[torch.Tensor, torch.Tensor]
     if not hasattr(layer, "keys") or layer.keys.dim() != 4 or layer.keys.shape[-1] != 1:
         raise TypeError(
             f"Linear attention keeps its running state in a DynamicCache; got a {type(layer).__name__} layer. "
-            "Pass past_key_values=DynamicCache() or none."
+            "Pass a DynamicCache as the cache, or none."
         )
     if not fresh:
         layer.keys = torch.cat((layer.keys, marker), dim=-2)

@@ -33,6 +33,7 @@ from transformers.utils import TransformersKwargs, auto_docstring, can_return_tu
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+from .compat import CACHE, accepts_old_cache_name, cache_field, mask_cache, output_cache
 from .configuration_roformer_ext import RoFormerExtConfig
 from .linear_attention import linear_attention_forward
 from .packing import (
@@ -137,11 +138,11 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
-def self_attention_cache(past_key_values: Cache | None) -> Cache | None:
+def self_attention_cache(cache: Cache | None) -> Cache | None:
     """The cache of the decoder's own keys and values (an encoder-decoder cache also holds the cross-attention's)."""
-    if isinstance(past_key_values, EncoderDecoderCache):
-        return past_key_values.self_attention_cache
-    return past_key_values
+    if isinstance(cache, EncoderDecoderCache):
+        return cache.self_attention_cache
+    return cache
 
 
 class AttentionProjections(nn.Module):
@@ -207,12 +208,12 @@ class RoFormerExtAttention(AttentionProjections):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         relative_scores: RelativeScores | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`position_embeddings` (cos, sin) rotate q and k (RoPE); `relative_scores` add a term to the scores."""
-        cache = self_attention_cache(past_key_values)
+        cache = self_attention_cache(cache)
         value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
         if self.config.attention_type == "linear":
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
@@ -332,11 +333,11 @@ class RoFormerExtCrossAttention(AttentionProjections):
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self.heads(self.query, hidden_states)
-        cache = past_key_values if isinstance(past_key_values, EncoderDecoderCache) else None
+        cache = cache if isinstance(cache, EncoderDecoderCache) else None
         if cache is not None and cache.is_updated.get(self.layer_idx):
             key = cache.cross_attention_cache.layers[self.layer_idx].keys
             value = cache.cross_attention_cache.layers[self.layer_idx].values
@@ -386,17 +387,15 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         relative_scores: RelativeScores | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        attn_output, _ = self.attention(
-            hidden_states, position_embeddings, attention_mask, past_key_values, relative_scores, **kwargs
-        )
+        attn_output, _ = self.attention(hidden_states, position_embeddings, attention_mask, cache, relative_scores, **kwargs)
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
         if encoder_hidden_states is not None:
             cross_output, _ = self.crossattention(
-                hidden_states, encoder_hidden_states, encoder_attention_mask, past_key_values=past_key_values, **kwargs
+                hidden_states, encoder_hidden_states, encoder_attention_mask, cache=cache, **kwargs
             )
             hidden_states = self.crossattention_norm(hidden_states + self.dropout(cross_output))
         ffn_output = self.feed_forward(hidden_states)
@@ -422,7 +421,7 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
     base_model_prefix = "roformer"
     supports_gradient_checkpointing = True
     _no_split_modules = ["RoFormerExtLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = [CACHE]
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -542,11 +541,16 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def prepare_cache(
-        self, past_key_values: Cache | None, use_cache: bool | None, encoder_hidden_states: torch.Tensor | None
+        self, cache: Cache | None, use_cache: bool | None, encoder_hidden_states: torch.Tensor | None
     ) -> Cache | None:
-        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache."""
-        if not self.config.is_decoder or past_key_values is not None:
-            return past_key_values
+        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache.
+
+        Gradient checkpointing replays each layer in backward, which would write the cache twice: no cache then (as
+        transformers' layers do, decided here once instead of by argument name in every layer)."""
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return None
+        if not self.config.is_decoder or cache is not None:
+            return cache
         if not (use_cache if use_cache is not None else self.config.use_cache):
             return None
         if encoder_hidden_states is not None:
@@ -557,7 +561,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         self,
         attention_mask: torch.Tensor | None,
         embeddings: torch.Tensor,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         past_length: int,
         token_type_ids: torch.Tensor | None = None,
         sequence_ids: torch.Tensor | None = None,
@@ -571,7 +575,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         batch, seq = embeddings.shape[:2]
         if self.config.attention_type == "linear":
             return attention_mask  # linear attention takes the raw 2D padding mask (packed rows go by cu_seq_lens)
-        cache = self_attention_cache(past_key_values)
+        cache = self_attention_cache(cache)
         unilm = self.unilm_source_overlay(token_type_ids, past_length, cache) if self.config.is_decoder else None
         same_sequence = None
         if sequence_ids is not None:
@@ -591,7 +595,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 config=self.config,
                 inputs_embeds=embeddings,
                 attention_mask=attention_mask,
-                past_key_values=cache,
+                **mask_cache(cache),
                 or_mask_function=unilm,
                 and_mask_function=same_sequence,
                 # sdpa may skip a causal mask and pass is_causal instead, but then a score term has no mask to join
@@ -605,7 +609,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         self,
         mask: torch.Tensor | None,
         positions: torch.Tensor,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         past_length: int,
         dtype: torch.dtype,
     ) -> tuple[torch.Tensor | None, RelativeScores | None]:
@@ -616,7 +620,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             return mask, None
         check_backend_takes_scores(self.config)
         scores = self.position_encoding.relative_scores(
-            positions, self.key_positions(positions, past_key_values, past_length)
+            positions, self.key_positions(positions, cache, past_length)
         )
         shared = scores.shared_bias() if self.config._attn_implementation != "flex_attention" else None
         if shared is not None:
@@ -624,11 +628,11 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         return mask, scores
 
     def key_positions(
-        self, query_positions: torch.Tensor, past_key_values: Cache | None, past_length: int
+        self, query_positions: torch.Tensor, cache: Cache | None, past_length: int
     ) -> torch.Tensor:
         """Positions of the keys a layer sees: the queries' own without a cache; with one, 0, 1, ... over every cached
         slot (a static cache's unwritten slots too: the mask hides them), as text decoding numbers them."""
-        cache = self_attention_cache(past_key_values)
+        cache = self_attention_cache(cache)
         if cache is None or (_is_zero(past_length) and not cache.is_compileable):
             return query_positions
         kv_length = cache.get_mask_sizes(query_positions.shape[1], 0)[0]
@@ -653,10 +657,12 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
     def default_token_type_ids(
         self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
     ) -> torch.Tensor | None:
-        """A UniLM decoder's tokens after a cache are the target (segment 1) unless the caller says otherwise."""
-        if token_type_ids is not None or self.config.decoder_attention != "unilm" or _is_zero(past_length):
+        """A UniLM decoder's segments when the caller gives none: a prompt (nothing cached) is the source (segment 0,
+        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1)."""
+        if token_type_ids is not None or self.config.decoder_attention != "unilm":
             return token_type_ids
-        return torch.ones(batch, seq, dtype=torch.long, device=device)
+        segment = 0 if _is_zero(past_length) else 1
+        return torch.full((batch, seq), segment, dtype=torch.long, device=device)
 
     def cross_attention_mask(
         self, encoder_attention_mask: torch.Tensor | None, embeddings: torch.Tensor, encoder_hidden_states: torch.Tensor
@@ -676,6 +682,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             encoder_hidden_states=encoder_hidden_states,
         )
 
+    @accepts_old_cache_name
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -688,7 +695,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
@@ -698,6 +705,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             tokens). Multi-axis positions (images, video) come from `roformer_ext.positions.build_position_ids`.
         encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
             Padding mask of `encoder_hidden_states` for the cross-attention (decoders with `add_cross_attention`).
+        cache (`Cache`, *optional*):
+            A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
+            accepted too.
         """
         check_token_inputs(input_ids, inputs_embeds)
         if encoder_hidden_states is not None and not self.config.add_cross_attention:
@@ -705,8 +715,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 "encoder_hidden_states were given but this model has no cross-attention; build it with "
                 "is_decoder=True, add_cross_attention=True (as EncoderDecoderModel does for its decoder)."
             )
-        past_key_values = self.prepare_cache(past_key_values, use_cache, encoder_hidden_states)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        cache = self.prepare_cache(cache, use_cache, encoder_hidden_states)
+        past_length = cache.get_seq_length() if cache is not None else 0
         tokens = input_ids if input_ids is not None else inputs_embeds
         batch, seq = tokens.shape[:2]
         token_type_ids = self.default_token_type_ids(token_type_ids, past_length, batch, seq, tokens.device)
@@ -730,14 +740,14 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0]
         )
         mask = self.self_attention_mask(
-            attention_mask, embeddings, past_key_values, past_length, token_type_ids, sequence_ids
+            attention_mask, embeddings, cache, past_length, token_type_ids, sequence_ids
         )
         cross_mask = None
         if encoder_hidden_states is not None:
             cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings = self.rotary_emb(embeddings, position_ids) if self.rotary_emb is not None else None
         mask, relative_scores = self.relative_position_scores(
-            mask, position_ids[0], past_key_values, past_length, embeddings.dtype
+            mask, position_ids[0], cache, past_length, embeddings.dtype
         )
 
         hidden_states = embeddings
@@ -748,7 +758,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 mask,
                 encoder_hidden_states,
                 cross_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 relative_scores=relative_scores,
                 **kwargs,
             )
@@ -756,7 +766,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=pooled,
-            past_key_values=past_key_values if self.config.is_decoder and past_key_values is not None else None,
+            **cache_field(cache if self.config.is_decoder else None),
         )
 
 
@@ -937,14 +947,27 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
-    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, past_key_values, **kwargs):
-        """generate() prepares masks ahead for static caches; a UniLM decoder builds its own from token types."""
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, **kwargs):
+        """generate() prepares masks ahead for static caches; a UniLM decoder builds its own from token types.
+
+        `kwargs` hold the cache under the installed release's own name, passed on as generate gave it."""
         if self.config.decoder_attention == "unilm":
             return attention_mask
         return create_masks_for_generate(
-            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-            past_key_values=past_key_values, **kwargs,
+            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **kwargs
         )
+
+    def generate(self, inputs: torch.Tensor | None = None, *args, **kwargs):
+        """transformers' `generate`; a UniLM decoder's prompt given without `token_type_ids` is the source.
+
+        Its segments are made explicit here so every step, cached or recomputed, sees the prompt as segment 0 and the
+        generated tokens as segment 1 (`pipeline("text-generation")` passes no token types)."""
+        if self.config.decoder_attention == "unilm" and kwargs.get("token_type_ids") is None:
+            prompt = kwargs.get("inputs_embeds")
+            prompt = prompt if prompt is not None else inputs if inputs is not None else kwargs.get("input_ids")
+            if prompt is not None:
+                kwargs["token_type_ids"] = torch.zeros(prompt.shape[:2], dtype=torch.long, device=prompt.device)
+        return super().generate(inputs, *args, **kwargs)
 
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
         """transformers repeats the last token type for new tokens; a UniLM decoder's new tokens are the target."""
@@ -957,6 +980,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             model_kwargs["token_type_ids"] = torch.cat([token_type_ids, target], dim=-1)
         return model_kwargs
 
+    @accepts_old_cache_name
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -968,7 +992,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         inputs_embeds: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
@@ -979,6 +1003,9 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             Positions fed to the rotary embedding (integer or float).
         encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
             Padding mask of `encoder_hidden_states` for the cross-attention (`add_cross_attention=True`).
+        cache (`Cache`, *optional*):
+            The KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is accepted
+            too.
         """
         outputs = self.roformer(
             input_ids,
@@ -988,7 +1015,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             inputs_embeds=inputs_embeds,
             encoder_hidden_states=encoder_hidden_states,
             encoder_attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             **kwargs,
         )
@@ -1002,7 +1029,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_field(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             cross_attentions=outputs.cross_attentions,

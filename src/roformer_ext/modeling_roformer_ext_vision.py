@@ -15,6 +15,7 @@ from transformers.generation import GenerationMixin
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 
+from .compat import accepts_old_cache_name
 from .configuration_roformer_ext import RoFormerExtVisionTextConfig
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
@@ -140,7 +141,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         inputs_embeds: torch.Tensor,
         attention_mask: torch.Tensor | None,
         position_ids: torch.Tensor | None,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         image_grid_thw: torch.LongTensor | None,
         video_grid_thw: torch.LongTensor | None,
     ) -> torch.Tensor:
@@ -153,7 +154,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
         batch, seq = inputs_embeds.shape[:2]
-        cache = self_attention_cache(past_key_values)
+        cache = self_attention_cache(cache)
         past_length = cache.get_seq_length() if cache is not None else 0
         if past_length == 0:
             if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be
@@ -172,6 +173,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             position_ids = position_ids.expand(batch, seq)
         return decoding_position_ids(position_ids, cache, self.config)
 
+    @accepts_old_cache_name
     @auto_docstring
     @_documented
     def forward(
@@ -185,7 +187,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
@@ -193,11 +195,13 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
             3D: every token's position, used as given. 2D: during cached generation, each new token's index among
             the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
+        cache (`Cache`, *optional*):
+            A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
+            accepted too.
         """
         check_token_inputs(input_ids, inputs_embeds)
-        past_key_values = self.prepare_cache(past_key_values, use_cache, kwargs.get("encoder_hidden_states"))
-        cache = self_attention_cache(past_key_values)
-        decoding = cache is not None and cache.get_seq_length() > 0
+        cache = self.prepare_cache(cache, use_cache, kwargs.get("encoder_hidden_states"))
+        decoding = cache is not None and self_attention_cache(cache).get_seq_length() > 0
         if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
             inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
         elif inputs_embeds is None:
@@ -210,14 +214,14 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 "write the patch embeddings into the embeddings yourself."
             )
         position_ids = self.compute_position_ids(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, image_grid_thw, video_grid_thw
+            input_ids, inputs_embeds, attention_mask, position_ids, cache, image_grid_thw, video_grid_thw
         )
         return super().forward(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             **kwargs,
         )
@@ -292,6 +296,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
     """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
     (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
 
+    @accepts_old_cache_name
     @can_return_tuple
     @auto_docstring
     @_documented
@@ -306,7 +311,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
@@ -316,6 +321,9 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
             3D: every token's position, used as given. 2D: during cached generation, each new token's index among
             the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
+        cache (`Cache`, *optional*):
+            The KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is accepted
+            too.
         """
         return super().forward(
             input_ids=input_ids,
@@ -328,7 +336,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
             pixel_values_videos=pixel_values_videos,
             video_grid_thw=video_grid_thw,
             labels=labels,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             logits_to_keep=logits_to_keep,
             **kwargs,

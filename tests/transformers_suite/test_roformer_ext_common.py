@@ -11,6 +11,7 @@ import torch
 from transformers import PreTrainedConfig
 from transformers.testing_utils import torch_device
 
+from roformer_ext.compat import output_cache
 from roformer_ext import (
     RoFormerExtConfig,
     RoFormerExtForCausalLM,
@@ -189,7 +190,7 @@ class RoFormerExtModelTester:
         from_past = model(
             next_tokens,
             attention_mask=next_attention_mask,
-            past_key_values=outputs.past_key_values,
+            cache=output_cache(outputs),
             output_hidden_states=True,
             **encoder,
         )
