@@ -5,7 +5,8 @@ both models hold the same weights (checked: max |diff| of the encoder output is 
 length, with `batch = max(1, tokens // seq)` so each step sees about the same number of tokens:
 - inference: the encoders (`RoFormerModel` / `RoFormerExtModel`), one forward under `torch.inference_mode`;
 - training: the MLM models, forward with labels + backward + AdamW step (hidden dropout 0.1; attention dropout 0
-  unless `--attention-dropout`: any attention dropout sends CPU SDPA to its O(N²) math kernel, notes/benchmarks.md).
+  unless `--attention-dropout`: any attention dropout sends CPU SDPA to its O(N²) math kernel,
+  docs/benchmarks.md#attention-dropout-on-cpu).
   Training is also timed with `sparse_prediction=True` (ours only: the vocabulary projection runs on the 15%
   labelled positions, as ModernBERT's option of that name; same loss).
 Median time per step over `--repeats`, the two models alternating; the speed-up is theirs / ours.

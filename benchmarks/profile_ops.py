@@ -1,6 +1,7 @@
 """Operator profile of transformers' RoFormer and ours (same weights): where each model spends a step.
 
-The benchmark tables say how much faster; this says why (notes/benchmarks.md keeps the profiles behind the README):
+The benchmark tables say how much faster; this says why (the profiles behind the README are in
+docs/benchmarks.md#where-the-time-goes-operator-profiles):
 
     python benchmarks/profile_ops.py --seq 512 --batch 2 --threads 1
     python benchmarks/profile_ops.py --seq 4096 --batch 1 --threads 1 --mode training

@@ -38,7 +38,7 @@ from roformer_ext.tokenization_roformer_ext import (
 jieba = pytest.importorskip("jieba")
 
 N_LINES = 2000
-# Measured on the first 2000 lines (notes/tokenizer_agreement.md): 2000/2000 lines identical to
+# Measured on the first 2000 lines (docs/tokenizers.md): 2000/2000 lines identical to
 # transformers' RoFormerTokenizer. The floor leaves room for jieba dictionary / version drift.
 ROFORMER_AGREEMENT_FLOOR = 0.99
 SLOW_LINES = 500  # the pure-Python tokenizer is checked on fewer lines, to keep the file fast
