@@ -24,8 +24,6 @@ from torch.utils.data import Dataset, Sampler, SequentialSampler
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.trainer_utils import has_length
 
-from roformer_ext.packing import positions_from_lengths, unpack
-
 #: Per-token inputs of a padded batch; `labels` joins them for token-level tasks (`per_token_labels=True`).
 TOKEN_KEYS = ("input_ids", "token_type_ids", "special_tokens_mask")
 
@@ -106,7 +104,7 @@ class FlattenPaddedBatch:
         lengths = mask.sum(dim=1)
         cu_seq_lens = F.pad(torch.cumsum(lengths, 0), (1, 0)).to(torch.int32)
         longest = int(lengths.max())
-        packed["position_ids"] = positions_from_lengths(cu_seq_lens)
+        packed["position_ids"] = (mask.cumsum(dim=1) - 1)[mask][None]  # (1, total), restarting at 0 per sequence
         packed.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=longest, max_length_k=longest)
         return packed
 
@@ -117,7 +115,8 @@ def _per_sequence(value: Any, cu_seq_lens: torch.Tensor) -> Any:
         return type(value)(_per_sequence(v, cu_seq_lens) for v in value)
     total = int(cu_seq_lens[-1])
     if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == (1, total):
-        return unpack(value, cu_seq_lens, fill=-100)
+        pieces = torch.tensor_split(value[0], cu_seq_lens[1:-1].tolist())
+        return torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True, padding_value=-100)
     return value
 
 
