@@ -10,16 +10,22 @@ to char mode. The mode is an `__init__` argument, so it is written to `tokenizer
 rebuilt on load; `tokenizer.json` only ever holds a serialisable char-mode pipeline, because a
 Python pre-tokenizer cannot be serialised (the cause of transformers issue #28164).
 
+A code point the running Python calls unassigned (category Cn) or a lone surrogate (Cs) becomes one `[UNK]` token
+of its own in both classes: `mark_unknown_chars` puts a punctuation stand-in in its place before anything else
+runs (tokenizers' Rust tables are of another Unicode version, and Rust strings cannot hold a surrogate).
+
 This file is copied as Hub remote code: it imports no other file of the package.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import unicodedata
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from types import ModuleType
 from typing import Any, Self
 
@@ -47,6 +53,71 @@ WORD_VOCAB_MIN_FRACTION = 0.01
 MAX_CHARS_PER_WORD = 100  # BERT's WordPiece limit: longer pieces become [UNK]
 # Pieces up to this many chars are sliced word by word; longer ones are halved first (`_slice_spans`).
 _DIRECT_SLICE_CHARS = 64
+
+
+#: Stand-ins for an unknown code point: old punctuation (Po, Unicode <= 5.1) that Python's and tokenizers' tables
+#: both split off as a token of its own and that no normaliser changes. A tokenizer takes the first one that no
+#: vocabulary token contains, so the stand-in can only become [UNK] (tests/test_tokenizer_unicode.py checks each).
+_UNKNOWN_MARKERS = (
+    "\u2e2e",  # REVERSED QUESTION MARK
+    "\u2e18",  # INVERTED INTERROBANG
+    "\ua673",  # SLAVONIC ASTERISK
+    "\u1368",  # ETHIOPIC PARAGRAPH SEPARATOR
+    "\u1801",  # MONGOLIAN ELLIPSIS
+    "\U00010100",  # AEGEAN WORD SEPARATOR LINE
+    "\u0f14",  # TIBETAN MARK GTER TSHEG
+    "\u17d8",  # KHMER SIGN BEYYAL
+)
+_UNKNOWN_CATEGORIES = ("Cn", "Cs")  # unassigned in the running Python, surrogate
+
+
+@functools.cache
+def _suspect_chars() -> re.Pattern[str]:
+    """Every BMP code point of an unknown category in the running Python, and every astral one (checked per match).
+
+    Astral code points stay a single range: hundreds of astral ranges would make each search ~100x slower.
+    Built on first use (a scan of the 65,536 BMP code points, ~20 ms).
+    """
+    ranges, start = [], None
+    for cp in range(0x10001):  # 0x10000 (astral, never unknown here) closes a range that runs to U+FFFF
+        unknown = cp < 0x10000 and unicodedata.category(chr(cp)) in _UNKNOWN_CATEGORIES
+        if unknown and start is None:
+            start = cp
+        elif not unknown and start is not None:
+            ranges.append(f"\\u{start:04x}-\\u{cp - 1:04x}")
+            start = None
+    return re.compile("[" + "".join(ranges) + "\\U00010000-\\U0010ffff]")
+
+
+def mark_unknown_chars(text: str, marker: str) -> str:
+    """`text` with each unassigned code point (category Cn in the running Python) or lone surrogate replaced by
+    `marker`, one char for one, so offsets into `text` stay valid; `text` itself when there is none.
+
+    Ordinary text costs one C-level check (`isprintable` is False for any Cn or Cs char).
+    """
+    if text.isascii() or text.isprintable():
+        return text
+    suspects = _suspect_chars().finditer(text)  # BMP unknowns, and astral chars such as emoji to look up
+    if not any(unicodedata.category(match.group()) in _UNKNOWN_CATEGORIES for match in suspects):
+        return text
+
+    def replace(match: re.Match[str]) -> str:
+        char = match.group()
+        return marker if unicodedata.category(char) in _UNKNOWN_CATEGORIES else char
+
+    return _suspect_chars().sub(replace, text)
+
+
+def unknown_char_marker(vocab: Iterable[str]) -> str:
+    """The first of `_UNKNOWN_MARKERS` that no token of `vocab` contains."""
+    used = set("".join(vocab))
+    for marker in _UNKNOWN_MARKERS:
+        if marker not in used:
+            return marker
+    raise ValueError(
+        "Every stand-in for unknown code points occurs in the vocabulary "
+        f"({', '.join(f'U+{ord(m):04X}' for m in _UNKNOWN_MARKERS)}); remove one of them from vocab.txt."
+    )
 
 
 def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
@@ -285,7 +356,16 @@ class RoFormerExtTokenizer(_FromVocabFileMixin, PythonBackend):
             start = end
         return pieces
 
+    @property
+    def unknown_char_marker(self) -> str:
+        """What stands in for an unassigned code point or a lone surrogate (see `mark_unknown_chars`)."""
+        if "_unknown_char_marker" not in self.__dict__:
+            self.__dict__["_unknown_char_marker"] = unknown_char_marker(self.vocab)
+        return self.__dict__["_unknown_char_marker"]
+
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
+        if not (text.isascii() or text.isprintable()):  # the common case skips the marker's vocabulary scan
+            text = mark_unknown_chars(text, self.unknown_char_marker)
         text = self._normalize(text)
         if self.segmenter == "jieba":
             spans = word_spans(text, self.vocab, self.tokenize_chinese_chars)
@@ -434,6 +514,30 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
         return (_write_vocab(self._tokenizer.get_vocab(with_added_tokens=False), save_directory, filename_prefix),)
 
+    @property
+    def unknown_char_marker(self) -> str:
+        """What stands in for an unassigned code point or a lone surrogate (see `mark_unknown_chars`)."""
+        if "_unknown_char_marker" not in self.__dict__:
+            vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+            self.__dict__["_unknown_char_marker"] = unknown_char_marker(vocab)
+        return self.__dict__["_unknown_char_marker"]
+
+    def _mark_unknown(self, value: Any) -> Any:
+        """Texts (a str, a batch, pairs, pre-split words) with unknown code points marked, as the slow class does."""
+        if isinstance(value, str):
+            if value.isascii() or value.isprintable():  # ordinary text: no copy, no Python loop
+                return value
+            return mark_unknown_chars(value, self.unknown_char_marker)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._mark_unknown(item) for item in value)
+        return value  # not text: transformers' checks report it
+
+    def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
+        return super()._encode_plus(self._mark_unknown(text), text_pair=self._mark_unknown(text_pair), **kwargs)
+
+    def _encode_without_added_tokens(self, text: str) -> list[int]:
+        return super()._encode_without_added_tokens(self._mark_unknown(text))
+
     def _save_pretrained(
         self,
         save_directory: str | os.PathLike,
@@ -450,4 +554,11 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
 RoFormerExtTokenizer.register_for_auto_class("AutoTokenizer")
 RoFormerExtTokenizerFast.register_for_auto_class("AutoTokenizer")
 
-__all__ = ["RoFormerExtTokenizer", "RoFormerExtTokenizerFast", "detect_segmenter", "load_vocab"]
+__all__ = [
+    "RoFormerExtTokenizer",
+    "RoFormerExtTokenizerFast",
+    "detect_segmenter",
+    "load_vocab",
+    "mark_unknown_chars",
+    "unknown_char_marker",
+]
