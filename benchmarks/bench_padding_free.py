@@ -328,10 +328,11 @@ def measure_corpus(args: argparse.Namespace, name: str, theirs, ours, max_length
 def finetune(args: argparse.Namespace) -> dict:
     """The examples' main-job classifier trained padded and padding-free from the same seed; accuracy and time."""
     import numpy as np
-    from common.padding_free import FlattenPaddedBatch, PaddingFreeTrainer
     from transformers import DataCollatorWithPadding, TrainingArguments, set_seed
 
     from roformer_ext import RoFormerExtConfig, RoFormerExtForSequenceClassification
+    from roformer_ext.data_collator import FlattenPaddedBatch
+    from roformer_ext.trainer import PaddingFreeTrainer
 
     raw = load_example_dataset(args.finetune_corpus)
     if args.finetune_samples:

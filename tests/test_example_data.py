@@ -32,7 +32,9 @@ from common.data import (  # noqa: E402
     limit_splits,
     load_raw_datasets,
 )
-from common.padding_free import BatchingArguments, FlattenPaddedBatch, check_padding_free_model  # noqa: E402
+from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
+
+from roformer_ext.data_collator import FlattenPaddedBatch
 from common.utils import (  # noqa: E402
     accuracy,
     bmes_entities,

@@ -265,12 +265,23 @@ def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, monke
 
 def test_per_sequence_sdpa_rejects_rows_that_are_not_one_packed_row():
     q, k, v, cu_seq_lens = packed_qkv(REPEATED_LENGTHS)
-    with pytest.raises(ValueError, match="one packed row of 36 tokens"):
+    with pytest.raises(ValueError, match="packed rows of 36 tokens in all"):
         per_sequence_sdpa(None, q.expand(2, -1, -1, -1), k, v, None, cu_seq_lens_q=cu_seq_lens)
-    with pytest.raises(ValueError, match="one packed row"):
+    with pytest.raises(ValueError, match="packed rows of 36 tokens"):
         per_sequence_sdpa(None, q, torch.cat([k, k], dim=2), v, None, cu_seq_lens_q=cu_seq_lens)
     with pytest.raises(ValueError, match="needs cu_seq_lens_q"):
         per_sequence_sdpa(None, q, k, v, None)
+
+
+def test_per_sequence_sdpa_lays_several_rows_end_to_end():
+    """Two rows, each packed: cu_seq_lens counts over the rows end to end; the output comes back per row."""
+    q, k, v, cu_seq_lens = packed_qkv((5, 7, 4, 8))  # rows of 12: (5, 7) and (4, 8)
+    rows = [t.view(4, 2, 12, 8).transpose(0, 1) for t in (q.transpose(1, 2).reshape(1, 24, 4, 8).transpose(1, 2),)]
+    q2, k2, v2 = (t.transpose(1, 2).reshape(2, 12, 4, 8).transpose(1, 2) for t in (q, k, v))  # (2, heads, 12, d)
+    out, _ = per_sequence_sdpa(None, q2, k2, v2, None, cu_seq_lens_q=cu_seq_lens)
+    reference, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu_seq_lens)
+    assert rows and out.shape == (2, 12, 4, 8)
+    torch.testing.assert_close(out.reshape(1, 24, 4, 8), reference, rtol=0, atol=0)
 
 
 def repeated_sequences(seed: int) -> list[list[int]]:

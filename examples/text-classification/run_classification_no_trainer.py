@@ -51,7 +51,7 @@ from common.card import (  # noqa: E402
     save_card_and_push,
 )
 from common.data import sizes_text, split_sizes  # noqa: E402
-from common.padding_free import BatchingArguments, FlattenPaddedBatch, check_padding_free_model  # noqa: E402
+from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
@@ -66,6 +66,7 @@ from common.utils import (  # noqa: E402
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
+from roformer_ext.data_collator import FlattenPaddedBatch  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

@@ -51,12 +51,7 @@ from common.data import (  # noqa: E402
     sizes_text,
     split_sizes,
 )
-from common.padding_free import (  # noqa: E402
-    BatchingArguments,
-    FlattenPaddedBatch,
-    PaddingFreeTrainer,
-    check_padding_free_model,
-)
+from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
     ModelArguments,
     check_output_dir,
@@ -74,6 +69,8 @@ from common.utils import (  # noqa: E402
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
+from roformer_ext.data_collator import FlattenPaddedBatch  # noqa: E402
+from roformer_ext.trainer import PaddingFreeTrainer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

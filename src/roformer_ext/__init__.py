@@ -23,6 +23,7 @@ from transformers import (
 from transformers.utils import is_vision_available
 
 from .configuration_roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
+from .data_collator import DataCollatorForPackedClassification, FlattenPaddedBatch
 from .image_processing_roformer_ext import RoFormerExtImageProcessor
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
@@ -96,6 +97,8 @@ def _register_auto_classes() -> None:
 _register_auto_classes()
 
 __all__ = [
+    "DataCollatorForPackedClassification",
+    "FlattenPaddedBatch",
     "RoFormerExtConfig",
     "RoFormerExtImageProcessor",
     "RoFormerExtProcessor",

@@ -36,14 +36,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .compat import CACHE, accepts_old_cache_name, cache_field, mask_cache, output_cache
 from .configuration_roformer_ext import RoFormerExtConfig
 from .linear_attention import linear_attention_forward
-from .packing import (
-    cumulative_lengths,
-    packed_row_lengths,
-    packed_sequence_ids,
-    per_sequence_sdpa,
-    positions_from_lengths,
-    unpack,
-)
+from .packing import PackedBatch, describe_packed_batch, end_to_end, per_sequence_sdpa, unpack
 from .position_encodings import (
     AlibiPositionEncoding,
     PositionEncoding,
@@ -210,15 +203,20 @@ class RoFormerExtAttention(AttentionProjections):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         relative_scores: RelativeScores | None = None,
+        packed: PackedBatch | None = None,
+        attention_function: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`position_embeddings` (cos, sin) rotate q and k (RoPE); `relative_scores` add a term to the scores."""
+        """`position_embeddings` (cos, sin) rotate q and k (RoPE); `relative_scores` add a term to the scores.
+
+        `packed` describes packed rows and `attention_function` is the backend the model chose for this batch (None:
+        the configured one), both decided once per forward by the base model."""
         cache = self_attention_cache(cache)
         value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
         if self.config.attention_type == "linear":
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
             attn_output = packed_linear_attention(
-                self, query, key, value, position_embeddings, attention_mask, cache, kwargs.get("cu_seq_lens_q")
+                self, query, key, value, position_embeddings, attention_mask, cache, packed
             )
             return self.output(attn_output.flatten(2)), None
         if position_embeddings is not None:
@@ -227,12 +225,9 @@ class RoFormerExtAttention(AttentionProjections):
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
-        interface = None
         if relative_scores is not None:
-            attention_mask, interface = self.with_relative_scores(query, attention_mask, relative_scores)
-        elif self.config._attn_implementation == "sdpa" and attention_mask is None and "cu_seq_lens_q" in kwargs:
-            interface = per_sequence_sdpa  # packed rows: each sequence alone (Σ len², not total²)
-        return self.attend(query, key, value, attention_mask, interface, **kwargs)
+            attention_mask, attention_function = self.with_relative_scores(query, attention_mask, relative_scores)
+        return self.attend(query, key, value, attention_mask, attention_function, **kwargs)
 
     def rotated_query_key_value(
         self, hidden_states: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -299,23 +294,26 @@ def packed_linear_attention(
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
     attention_mask: torch.Tensor | None,
     cache: Cache | None,
-    cu_seq_lens: torch.Tensor | None,
+    packed: PackedBatch | None,
 ) -> torch.Tensor:
     """Linear attention, each packed sequence with its own running sums (its state must not leak into the next)."""
-    if cu_seq_lens is None:
+    if packed is None:
         return linear_attention_forward(module, query, key, value, position_embeddings, attention_mask, cache)
-    # One split of the row (a slice per sequence would fill a zero tensor of the whole row each in backward).
-    lengths = torch.diff(cu_seq_lens).tolist()
-    per_sequence = [t.split(lengths, dim=2) for t in (query, key, value)]
-    rotations = [t.split(lengths, dim=1) for t in position_embeddings] if position_embeddings is not None else None
+    batch, heads, seq, head_dim = query.shape
+    # The rows end to end, then one split (a slice per sequence would fill a zero tensor of the whole row each in
+    # backward): (1, heads, length, head_dim) per sequence.
+    per_sequence = [end_to_end(t, 2).split(packed.lengths, dim=2) for t in (query, key, value)]
+    rotations = None
+    if position_embeddings is not None:
+        rotations = [end_to_end(t.expand(batch, -1, -1), 1).split(packed.lengths, dim=1) for t in position_embeddings]
     pieces = [
         linear_attention_forward(
             module, *(t[i] for t in per_sequence), None if rotations is None else (rotations[0][i], rotations[1][i]),
             None, None,
         )
-        for i in range(len(lengths))
+        for i in range(len(packed.lengths))
     ]
-    return torch.cat(pieces, dim=1)
+    return torch.cat(pieces, dim=1).view(batch, seq, heads, head_dim)  # (batch, seq, heads, head_dim)
 
 
 class RoFormerExtCrossAttention(AttentionProjections):
@@ -389,9 +387,14 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         relative_scores: RelativeScores | None = None,
+        packed: PackedBatch | None = None,
+        attention_function: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        attn_output, _ = self.attention(hidden_states, position_embeddings, attention_mask, cache, relative_scores, **kwargs)
+        attn_output, _ = self.attention(
+            hidden_states, position_embeddings, attention_mask, cache, relative_scores, packed, attention_function,
+            **kwargs,
+        )
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
         if encoder_hidden_states is not None:
             cross_output, _ = self.crossattention(
@@ -461,6 +464,32 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
             lm_head.resize_bias(embeddings.num_embeddings)
         return embeddings
 
+    @staticmethod
+    def describe_batch(
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        kwargs: dict,
+        past_length: int | torch.Tensor = 0,
+    ) -> PackedBatch | None:
+        """The packed-batch description of this forward, made once: a head that reads it (pooling per sequence)
+        makes it and hands it down as `packed_batch`; the base model makes it otherwise. The caller's packing inputs
+        (`cu_seq_lens_*`, `max_length_*`, `seq_idx`) are taken out of `kwargs`: from here on only the description
+        travels."""
+        if "packed_batch" in kwargs:
+            return kwargs.pop("packed_batch")
+        given = {name: kwargs.pop(name, None) for name in _PACKING_INPUTS}
+        return describe_packed_batch(
+            tokens.shape[0],
+            tokens.shape[1],
+            attention_mask,
+            position_ids,
+            past_length,
+            given["cu_seq_lens_q"],
+            given["cu_seq_lens_k"],
+            given["seq_idx"],
+        )
+
     def save_pretrained(self, *args, **kwargs):
         if self._auto_class is not None:  # registered for remote code (importing roformer_ext does that)
             self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
@@ -478,6 +507,10 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, RoFormerExtLMHead) and module.bias is not None:
             init.zeros_(module.bias)
+
+
+#: What callers (transformers' DataCollatorWithFlattening) give to describe packed rows; read once by `describe_batch`.
+_PACKING_INPUTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
 
 def prepared_4d_mask(
@@ -564,32 +597,35 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         cache: Cache | None,
         past_length: int,
         token_type_ids: torch.Tensor | None = None,
-        sequence_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor | None:
-        """transformers' mask utilities: bidirectional for the encoder, causal (or UniLM) for the decoder.
+        packed: PackedBatch | None = None,
+    ) -> tuple[torch.Tensor | None, Callable | None]:
+        """The self-attention mask and, where it is not the configured one, the attention function for this batch.
 
-        Sequence boundaries come only from the mask and from `sequence_ids` (packed rows, read from explicit inputs by
-        `packing.packed_sequence_ids`): position ids are never passed to transformers' utilities, so a jump in
-        positions (an image block, a caller's own positions) is never read as the start of a new sequence.
+        transformers' mask utilities: bidirectional for the encoder, causal (or UniLM) for the decoder. Sequence
+        boundaries come only from the mask and from `packed` (read from explicit inputs by
+        `packing.describe_packed_batch`): position ids are never passed to transformers' utilities, so a jump in
+        positions (an image block, a caller's own positions) is never read as the start of a new sequence. Packed rows
+        on sdpa with nothing else to mask run each sequence alone (`per_sequence_sdpa`: Σ len², not total²).
         """
         batch, seq = embeddings.shape[:2]
         if self.config.attention_type == "linear":
-            return attention_mask  # linear attention takes the raw 2D padding mask (packed rows go by cu_seq_lens)
+            return attention_mask, None  # linear attention takes the raw 2D padding mask (packed rows: `packed`)
         cache = self_attention_cache(cache)
         unilm = self.unilm_source_overlay(token_type_ids, past_length, cache) if self.config.is_decoder else None
         same_sequence = None
-        if sequence_ids is not None:
-            per_sequence = unilm is None and sequence_ids.shape[0] == 1 and not self.position_encoding.has_relative_scores
-            if self.config._attn_implementation == "sdpa" and per_sequence:
-                return None  # packed rows: the attention runs per sequence, no mask needed
-            sequence_ids = padded_for_mask_indices(sequence_ids, sequence_ids.shape[1], -1)
+        if packed is not None:
+            alone = unilm is None and attention_mask is None and not self.position_encoding.has_relative_scores
+            if self.config._attn_implementation == "sdpa" and alone:
+                return None, per_sequence_sdpa
+            sequence_ids = padded_for_mask_indices(packed.sequence_ids, seq, -1)
 
             def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
                 return sequence_ids[batch_idx, q_idx] == sequence_ids[batch_idx, kv_idx]
 
         if attention_mask is not None and attention_mask.dim() == 4:
             kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
-            return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, self.config._attn_implementation)
+            mask = prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, self.config._attn_implementation)
+            return mask, None
         if self.config.is_decoder:
             return create_causal_mask(
                 config=self.config,
@@ -600,10 +636,11 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 and_mask_function=same_sequence,
                 # sdpa may skip a causal mask and pass is_causal instead, but then a score term has no mask to join
                 allow_is_causal_skip=not self.position_encoding.has_relative_scores,
-            )
-        return create_bidirectional_mask(
+            ), None
+        mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
         )
+        return mask, None
 
     def relative_position_scores(
         self,
@@ -721,17 +758,11 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         batch, seq = tokens.shape[:2]
         token_type_ids = self.default_token_type_ids(token_type_ids, past_length, batch, seq, tokens.device)
         check_padding_mask(attention_mask, batch, past_length + seq)
-        sequence_ids = packed_sequence_ids(
-            position_ids, attention_mask, past_length, kwargs.get("cu_seq_lens_q"), kwargs.pop("seq_idx", None)
-        )
-        if sequence_ids is not None and sequence_ids.shape[0] == 1:  # one packed row: lengths for every backend
-            cu_seq_lens = kwargs.get("cu_seq_lens_q")
-            if cu_seq_lens is None:
-                cu_seq_lens = cumulative_lengths(sequence_ids)
-            longest = int(torch.diff(cu_seq_lens).max())
-            kwargs.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=longest, max_length_k=longest)
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
+        if packed is not None:  # every backend reads the same lengths (flash varlen's cu_seq_lens / max_length)
+            kwargs.update(packed.attention_kwargs())
             if position_ids is None:
-                position_ids = positions_from_lengths(cu_seq_lens)
+                position_ids = packed.positions()
         axes = self.config.rope_parameters["axes"]
         if position_ids is None:
             position_ids = text_position_ids(batch, seq, past_length, axes, tokens.device)
@@ -739,8 +770,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         embeddings = self.embeddings(
             input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0]
         )
-        mask = self.self_attention_mask(
-            attention_mask, embeddings, cache, past_length, token_type_ids, sequence_ids
+        mask, attention_function = self.self_attention_mask(
+            attention_mask, embeddings, cache, past_length, token_type_ids, packed
         )
         cross_mask = None
         if encoder_hidden_states is not None:
@@ -760,6 +791,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 cross_mask,
                 cache=cache,
                 relative_scores=relative_scores,
+                packed=packed,
+                attention_function=attention_function,
                 **kwargs,
             )
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
@@ -1082,16 +1115,24 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
             Positions fed to the rotary embedding (integer or float).
         """
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
+        if packed is not None and labels is not None and labels.numel() != len(packed.lengths):
+            raise ValueError(
+                f"A packed batch of {len(packed.lengths)} sequences needs one label per packed sequence; got labels of "
+                f"shape {tuple(labels.shape)}. transformers' DataCollatorWithFlattening turns a class label into token "
+                "labels for language modelling: use roformer_ext.DataCollatorForPackedClassification instead."
+            )
         outputs = self.roformer(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            packed_batch=packed,
             **kwargs,
         )
-        cu_seq_lens = packed_row_lengths(position_ids, attention_mask, kwargs)
-        pooled = self.pool(outputs.last_hidden_state, attention_mask, cu_seq_lens)
+        pooled = self.pool(outputs.last_hidden_state, attention_mask, packed)
         logits = self.classifier(pooled)
         loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
@@ -1099,25 +1140,30 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         )
 
     def pool(
-        self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, cu_seq_lens: torch.Tensor | None
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, packed: PackedBatch | None
     ) -> torch.Tensor:
         """(sequences, hidden): one vector per row, or per packed sequence (one label each), by `classifier_pooling`."""
-        if self.config.classifier_pooling == "cls":  # the first token of each row, or of each packed sequence
-            return hidden[:, 0] if cu_seq_lens is None else hidden[0, cu_seq_lens[:-1].long()]
-        if cu_seq_lens is not None:  # the mean of each packed sequence's own tokens
-            lengths = torch.diff(cu_seq_lens.long())
-            sequence = packed_sequence_ids(None, None, 0, cu_seq_lens)[0]
-            sums = hidden.new_zeros(lengths.numel(), hidden.shape[-1]).index_add(0, sequence, hidden[0])
-            return sums / lengths.unsqueeze(-1).to(hidden.dtype)
-        if attention_mask is None:
-            return hidden.mean(dim=1)
-        if attention_mask.dim() != 2:
+        if attention_mask is not None and attention_mask.dim() != 2 and self.config.classifier_pooling == "mean":
             raise ValueError(
                 "classifier_pooling='mean' averages the tokens of a 2D padding mask (batch, seq); got attention_mask "
                 f"of shape {tuple(attention_mask.shape)}. Pass the 2D mask, or use classifier_pooling='cls'."
             )
-        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
-        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+        if packed is None:
+            if self.config.classifier_pooling == "cls":
+                return hidden[:, 0]
+            if attention_mask is None:
+                return hidden.mean(dim=1)
+            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
+            return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+        hidden = end_to_end(hidden, 1)[0]  # (rows * seq, hidden): the sequences in order
+        if self.config.classifier_pooling == "cls":  # each packed sequence's first token
+            return hidden[packed.cu_seq_lens[:-1].long()]
+        # the mean of each packed sequence's own (unpadded) tokens
+        weights = hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden.dtype)
+        sequence = packed.sequence_ids.reshape(-1)
+        sums = hidden.new_zeros(len(packed.lengths), hidden.shape[-1]).index_add(0, sequence, hidden * weights[:, None])
+        counts = hidden.new_zeros(len(packed.lengths)).index_add(0, sequence, weights)
+        return sums / counts.clamp(min=1).unsqueeze(-1)
 
 
 @auto_docstring
@@ -1246,18 +1292,23 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
         position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
             Positions fed to the rotary embedding (integer or float).
         """
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
         outputs = self.roformer(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            packed_batch=packed,
             **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
-        cu_seq_lens = packed_row_lengths(position_ids, attention_mask, kwargs)
-        if cu_seq_lens is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
-            logits = unpack(logits, cu_seq_lens, fill=torch.finfo(logits.dtype).min)
+        if packed is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
+            hidden = torch.finfo(logits.dtype).min
+            if attention_mask is not None and attention_mask.dim() == 2:  # padding at the end of packed rows
+                logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
+            logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=hidden)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None and end_positions is not None:

@@ -7,64 +7,161 @@ Attention then stays inside each sequence on every backend; on CPU, SDPA runs pe
 of the sequences' own attention, not one attention over the whole row.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch.nn import functional as F
 
 
-def packed_sequence_ids(
-    position_ids: torch.Tensor | None,
-    attention_mask: torch.Tensor | None,
-    past_length: int | torch.Tensor,
-    cu_seq_lens: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-) -> torch.Tensor | None:
-    """(batch, seq) index of each token's sequence within its row, or None when the rows are not packed.
+@dataclass(frozen=True)
+class PackedBatch:
+    """Where each packed sequence lies: made once per forward by `describe_packed_batch`, read by the masks, the
+    attention backends and the heads that pool per sequence.
 
-    `position_ids` count only when the caller gave them as text positions (batch, seq), with no padding mask and no
-    cache: a token at position 0 after the row's first token starts a new sequence.
+    The rows are laid end to end (flash attention's varlen convention): `cu_seq_lens` counts over all rows, and
+    `sequence_ids` numbers the sequences over all rows too, so a sequence is one index wherever it sits.
     """
-    if cu_seq_lens is not None:
-        lengths = torch.diff(cu_seq_lens.long())
-        return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)[None]
+
+    sequence_ids: torch.Tensor  # (rows, seq) long: the index of each token's sequence
+    cu_seq_lens: torch.Tensor  # (sequences + 1,) int32: 0, len0, len0 + len1, ... over the rows end to end
+    lengths: tuple[int, ...]  # each sequence's length
+    max_length: int
+
+    @property
+    def rows(self) -> int:
+        return self.sequence_ids.shape[0]
+
+    def attention_kwargs(self) -> dict:
+        """What transformers' attention functions read for packed rows (flash varlen: cu_seq_lens / max_length)."""
+        return dict(
+            cu_seq_lens_q=self.cu_seq_lens,
+            cu_seq_lens_k=self.cu_seq_lens,
+            max_length_q=self.max_length,
+            max_length_k=self.max_length,
+        )
+
+    def positions(self) -> torch.Tensor:
+        """(rows, seq) positions restarting at 0 in each sequence, for callers that gave none."""
+        flat = self.sequence_ids.reshape(-1)
+        starts = self.cu_seq_lens[:-1].long()[flat]
+        return (torch.arange(flat.numel(), device=flat.device) - starts).view_as(self.sequence_ids)
+
+
+def end_to_end(tensor: torch.Tensor, seq_dim: int) -> torch.Tensor:
+    """(rows, ..., seq at `seq_dim`, ...) -> (1, ..., rows * seq, ...): the rows laid end to end, as `cu_seq_lens`
+    counts them (sequences never cross rows, so each stays whole)."""
+    if tensor.shape[0] == 1:
+        return tensor
+    return tensor.movedim(0, seq_dim - 1).flatten(seq_dim - 1, seq_dim).unsqueeze(0)
+
+
+def describe_packed_batch(
+    batch: int,
+    seq: int,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    past_length: int | torch.Tensor,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    cu_seq_lens_k: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+) -> PackedBatch | None:
+    """The one description of a packed batch, or None for an ordinary one; inconsistent input is one clear error.
+
+    Sequence boundaries come only from explicit inputs, in this order: `cu_seq_lens_q` (cumulative lengths over the
+    rows end to end), `seq_idx` (each token's sequence, per row), or text `position_ids` that restart at 0 (the
+    collator's default output), given per row or once for every row, with no padding mask and no cache. A forward
+    jump in positions never starts a sequence.
+    """
+    if int(past_length) != 0 and (cu_seq_lens_q is not None or seq_idx is not None):
+        raise ValueError(
+            "Packed sequences (cu_seq_lens_q / seq_idx) cannot continue a KV cache: a cached step extends one "
+            "sequence per row. Decode each sequence in its own row, with an attention mask for the padding."
+        )
+    if cu_seq_lens_q is not None:
+        lengths = _checked_lengths(cu_seq_lens_q, "cu_seq_lens_q", batch * seq)
+        if cu_seq_lens_k is not None and not torch.equal(cu_seq_lens_k.cpu().long(), cu_seq_lens_q.cpu().long()):
+            raise ValueError(
+                f"cu_seq_lens_k {cu_seq_lens_k.tolist()} differs from cu_seq_lens_q {cu_seq_lens_q.tolist()}; in "
+                "self-attention each packed sequence attends to itself: pass the same lengths (or cu_seq_lens_q alone)."
+            )
+        if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask.bool().all()):
+            raise ValueError(
+                "attention_mask has padding inside a packed batch given by cu_seq_lens_q: a packed row holds only real "
+                "tokens. Drop the padding (DataCollatorWithFlattening gives none), or pass seq_idx with the mask."
+            )
+        ends = set(torch.cumsum(torch.tensor(lengths), 0).tolist())
+        if any(row * seq not in ends for row in range(1, batch)):
+            raise ValueError(
+                f"cu_seq_lens_q {cu_seq_lens_q.tolist()} has a sequence running from one row into the next (rows of "
+                f"{seq} tokens); each sequence must lie in one row."
+            )
+        sequence_ids = torch.repeat_interleave(
+            torch.arange(len(lengths), device=cu_seq_lens_q.device), torch.tensor(lengths, device=cu_seq_lens_q.device)
+        ).view(batch, seq)
+        return _packed(sequence_ids, lengths)
     if seq_idx is not None:
-        return seq_idx.long()
-    if position_ids is None or attention_mask is not None or position_ids.dim() != 2 or int(past_length) != 0:
+        return _packed(_global_sequence_ids(seq_idx, batch, seq), None)
+    if position_ids is None or attention_mask is not None or int(past_length) != 0:
         return None
+    if position_ids.dim() != 2 or position_ids.shape[-1] != seq or position_ids.shape[0] not in (1, batch):
+        return None  # multi-axis or odd positions: never read as boundaries (as_axes_batch_seq checks the shape)
     starts = position_ids == 0
     starts[:, 0] = False
     if not bool(starts.any()):
         return None
-    return torch.cumsum(starts.long(), dim=1)
+    per_row = torch.cumsum(starts.long(), dim=1).expand(batch, seq)
+    return _packed(_global_sequence_ids(per_row, batch, seq), None)
 
 
-def cumulative_lengths(sequence_ids: torch.Tensor) -> torch.Tensor:
-    """cu_seq_lens (int32, sequences + 1) of a packed batch of one row: 0, len0, len0 + len1, ..."""
-    if sequence_ids.shape[0] != 1:
-        raise ValueError(
-            f"A packed batch holds its sequences in one row (DataCollatorWithFlattening gives batch 1); got "
-            f"{sequence_ids.shape[0]} rows. Pad instead, or pack everything into one row."
+def _checked_lengths(cu_seq_lens: torch.Tensor, name: str, tokens: int) -> list[int]:
+    if cu_seq_lens.dtype.is_floating_point or cu_seq_lens.dtype == torch.bool or cu_seq_lens.dim() != 1:
+        raise TypeError(
+            f"{name} must be an integer tensor of shape (sequences + 1,), as DataCollatorWithFlattening gives "
+            f"(int32); got {cu_seq_lens.dtype} of shape {tuple(cu_seq_lens.shape)}. Use {name}.to(torch.int32)."
         )
-    lengths = torch.unique_consecutive(sequence_ids[0], return_counts=True)[1]
-    return F.pad(torch.cumsum(lengths, 0), (1, 0)).to(torch.int32)
+    bounds = cu_seq_lens.tolist()
+    if not bounds or bounds[0] != 0:
+        raise ValueError(f"{name} must start at 0 (0, len0, len0 + len1, ...); got {bounds}.")
+    lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    for index, length in enumerate(lengths):
+        if length <= 0:
+            raise ValueError(
+                f"{name} {bounds} gives sequence {index} length {length}: every packed sequence needs at least one "
+                "token (a zero-length sequence has no [CLS] to read and no tokens to average). Drop empty sequences."
+            )
+    if bounds[-1] != tokens:
+        raise ValueError(
+            f"{name} ends at {bounds[-1]} but the batch holds {tokens} tokens (batch x seq); the lengths must cover "
+            "every token of the rows laid end to end."
+        )
+    return lengths
 
 
-def packed_row_lengths(
-    position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, kwargs: dict
-) -> torch.Tensor | None:
-    """cu_seq_lens of a packed one-row batch given to a head (no cache there), or None for an ordinary batch."""
-    sequence_ids = packed_sequence_ids(
-        position_ids, attention_mask, 0, kwargs.get("cu_seq_lens_q"), kwargs.get("seq_idx")
-    )
-    if sequence_ids is None:
-        return None
-    return kwargs.get("cu_seq_lens_q", cumulative_lengths(sequence_ids))
+def _global_sequence_ids(per_row: torch.Tensor, batch: int, seq: int) -> torch.Tensor:
+    """Per-row sequence indices (non-decreasing in each row) numbered over all rows: 0 .. sequences - 1."""
+    if per_row.shape != (batch, seq) and per_row.shape != (1, seq):
+        raise ValueError(
+            f"seq_idx has shape {tuple(per_row.shape)}; it gives each token's sequence and must be (batch, seq) = "
+            f"({batch}, {seq})."
+        )
+    if per_row.dtype.is_floating_point:
+        raise TypeError(f"seq_idx must hold integers (each token's sequence index); got {per_row.dtype}.")
+    per_row = per_row.long().expand(batch, seq)
+    if bool((per_row[:, 1:] < per_row[:, :-1]).any()):
+        raise ValueError(
+            "seq_idx must not decrease along a row: each packed sequence is one contiguous run of tokens. Got "
+            f"{per_row.tolist()}."
+        )
+    new_sequence = torch.ones_like(per_row, dtype=torch.bool)
+    new_sequence[:, 1:] = per_row[:, 1:] != per_row[:, :-1]
+    return torch.cumsum(new_sequence.reshape(-1).long(), 0).view(batch, seq) - 1
 
 
-def positions_from_lengths(cu_seq_lens: torch.Tensor) -> torch.Tensor:
-    """(1, total) positions restarting at 0 in each sequence, for callers that give only cu_seq_lens."""
-    lengths = torch.diff(cu_seq_lens.long())
-    starts = torch.repeat_interleave(cu_seq_lens[:-1].long(), lengths)
-    return (torch.arange(int(cu_seq_lens[-1]), device=cu_seq_lens.device) - starts)[None]
+def _packed(sequence_ids: torch.Tensor, lengths: list[int] | None) -> PackedBatch:
+    if lengths is None:
+        lengths = torch.unique_consecutive(sequence_ids.reshape(-1), return_counts=True)[1].tolist()
+    cu_seq_lens = F.pad(torch.cumsum(torch.tensor(lengths, device=sequence_ids.device), 0), (1, 0)).to(torch.int32)
+    return PackedBatch(sequence_ids, cu_seq_lens, tuple(lengths), max(lengths))
 
 
 def unpack(packed: torch.Tensor, cu_seq_lens: torch.Tensor, fill: float) -> torch.Tensor:
@@ -85,7 +182,7 @@ def per_sequence_sdpa(
     cu_seq_lens_q: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA on each packed sequence alone: (1, heads, total, d) in, (1, total, heads, d) out.
+    """SDPA on each packed sequence alone: (rows, heads, seq, d) in, (rows, seq, heads, d) out.
 
     The cost is Σ len² instead of total², and no (total × total) mask is built. Same signature as transformers'
     attention functions; `attention_mask` is ignored because the sequences are already apart.
@@ -99,22 +196,27 @@ def per_sequence_sdpa(
     if cu_seq_lens_q is None:
         raise ValueError("per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences.")
     total = int(cu_seq_lens_q[-1])
-    if query.shape[0] != 1 or query.shape[2] != total or key.shape[2] != total:
+    batch, heads, seq, head_dim = query.shape
+    if batch * seq != total or key.shape[0] * key.shape[2] != total:
         raise ValueError(
-            f"per_sequence_sdpa takes one packed row of {total} tokens (cu_seq_lens_q[-1]) as query, key and value; "
+            f"per_sequence_sdpa takes packed rows of {total} tokens in all (cu_seq_lens_q[-1]) as query, key and value; "
             f"got query {tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, seq, head_dim). Pass an "
             "ordinary batch with an attention mask to the backend's own attention function instead."
         )
+    query, key, value = (end_to_end(tensor, 2) for tensor in (query, key, value))  # (1, heads, total, head_dim)
     lengths = torch.diff(cu_seq_lens_q).tolist()
     pieces = zip(*(tensor.split(lengths, dim=2) for tensor in (query, key, value)))  # (1, heads, length, head_dim)
     outputs = [
         F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling).transpose(1, 2)
         for q, k, v in pieces
     ]
-    return torch.cat(outputs, dim=1), None  # (1, total, heads, head_dim), packed order
+    return torch.cat(outputs, dim=1).view(batch, seq, heads, head_dim), None  # rows back from end to end
 
 
 __all__ = [
-    "cumulative_lengths",
-    "packed_row_lengths",
-    "packed_sequence_ids", "per_sequence_sdpa", "positions_from_lengths", "unpack"]
+    "PackedBatch",
+    "describe_packed_batch",
+    "end_to_end",
+    "per_sequence_sdpa",
+    "unpack",
+]

@@ -1,0 +1,112 @@
+"""Padding-free (packed) batches for training: every sequence of a batch in one row, no padding token computed.
+
+A RoFormerExt model reads a packed row the way transformers' `DataCollatorWithFlattening` builds it (positions
+restarting at 0, `cu_seq_lens_q` / `cu_seq_lens_k`, `max_length_q` / `max_length_k`) and attends within each
+sequence only. That collator keeps only `input_ids` and per-token language-modelling `labels`: it drops
+`token_type_ids` (sentence pairs) and turns a class label into token labels. The two collators here keep the same
+conventions and carry what classification and tagging need:
+
+- `DataCollatorForPackedClassification`: tokenized features with one `label` each -> one packed row, one label per
+  sequence (what `RoFormerExtForSequenceClassification` reads from a packed batch).
+- `FlattenPaddedBatch`: wraps any of transformers' padding collators (`DataCollatorWithPadding`,
+  `DataCollatorForTokenClassification`, `DataCollatorForLanguageModeling`, whose masking is per token, so masking
+  the padded rows and then dropping the padding masks exactly what it would mask unpadded) and removes the padding.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+#: Per-token inputs of a padded batch; `labels` joins them for token-level tasks (`per_token_labels=True`).
+TOKEN_KEYS = ("input_ids", "token_type_ids", "special_tokens_mask")
+
+
+def _packing_fields(lengths: torch.Tensor) -> dict[str, Any]:
+    """Positions restarting at 0 and the flash-attention kwargs of sequences of these lengths, packed in one row."""
+    cu_seq_lens = F.pad(torch.cumsum(lengths, 0), (1, 0)).to(torch.int32)
+    longest = int(lengths.max())
+    starts = torch.repeat_interleave(cu_seq_lens[:-1].long(), lengths)
+    positions = torch.arange(int(cu_seq_lens[-1])) - starts
+    return dict(
+        position_ids=positions[None],
+        cu_seq_lens_q=cu_seq_lens,
+        cu_seq_lens_k=cu_seq_lens,
+        max_length_q=longest,
+        max_length_k=longest,
+    )
+
+
+class DataCollatorForPackedClassification:
+    """Tokenized features with one class label (or regression value) each -> one packed row, one label per sequence.
+
+    Each feature holds `input_ids` (and optionally `token_type_ids`) and `label` or `labels` (an int, a float, or a
+    list for multi-label). Returns `input_ids` (1, total), `token_type_ids` (1, total) when given, `position_ids`
+    restarting at 0, `cu_seq_lens_q` / `cu_seq_lens_k`, `max_length_q` / `max_length_k`, and `labels`
+    (sequences, ...), in the features' order.
+    """
+
+    def __init__(self, return_tensors: str = "pt") -> None:
+        if return_tensors != "pt":
+            raise ValueError(f"DataCollatorForPackedClassification returns PyTorch tensors only; got {return_tensors!r}.")
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        if not features:
+            raise ValueError("DataCollatorForPackedClassification got no features: a batch needs one sequence or more.")
+        sequences = [list(feature["input_ids"]) for feature in features]
+        empty = [index for index, sequence in enumerate(sequences) if not sequence]
+        if empty:
+            raise ValueError(f"Features {empty} have no input_ids; a packed sequence needs at least one token.")
+        lengths = torch.tensor([len(sequence) for sequence in sequences])
+        batch: dict[str, Any] = {"input_ids": torch.tensor([token for s in sequences for token in s])[None]}
+        if "token_type_ids" in features[0]:
+            batch["token_type_ids"] = torch.tensor([t for feature in features for t in feature["token_type_ids"]])[None]
+            if batch["token_type_ids"].shape != batch["input_ids"].shape:
+                raise ValueError("token_type_ids must have one entry per input id in every feature.")
+        batch.update(_packing_fields(lengths))
+        names = [name for name in ("labels", "label") if name in features[0]]
+        if names:
+            labels = [feature[names[0]] for feature in features]
+            dtype = torch.float if any(isinstance(v, float) for v in labels) else torch.long
+            batch["labels"] = torch.tensor(labels, dtype=dtype)
+        return batch
+
+
+class FlattenPaddedBatch:
+    """Wrap a padding collator: its batch, with the padding removed and the sequences packed into one row.
+
+    Returns `input_ids` (and `token_type_ids`, per-token `labels`) of shape (1, total), `position_ids` restarting
+    at 0 in each sequence, and the sequence boundaries as flash-attention kwargs, which the CPU path uses too; a
+    per-sequence label stays (sequences,).
+    """
+
+    def __init__(self, collator: Callable[[list[dict]], dict], per_token_labels: bool) -> None:
+        self.collator = collator
+        self.token_keys = TOKEN_KEYS + (("labels",) if per_token_labels else ())
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = dict(self.collator(features))
+        if "attention_mask" not in batch:
+            raise ValueError(
+                "The padding collator returned no attention_mask, so the padding cannot be told from the tokens: "
+                "use a tokenizer whose model_input_names include 'attention_mask'."
+            )
+        mask = batch.pop("attention_mask").bool()
+        starts = mask & ~F.pad(mask, (1, 0))[:, :-1]  # a 0 -> 1 step (or a 1 in the first column)
+        if bool((starts.sum(dim=1) != 1).any()):
+            raise ValueError("Every row of a padded batch needs one contiguous run of tokens to pack it.")
+        packed: dict[str, Any] = {}
+        for key, value in batch.items():
+            if key in self.token_keys and isinstance(value, torch.Tensor):
+                if value.shape[:2] != mask.shape:
+                    raise ValueError(
+                        f"{key} has shape {tuple(value.shape)}, not the padded batch's {tuple(mask.shape)}."
+                    )
+                value = value[mask][None]  # (1, total)
+            packed[key] = value
+        packed.update(_packing_fields(mask.sum(dim=1)))
+        return packed
+
+
+__all__ = ["DataCollatorForPackedClassification", "FlattenPaddedBatch"]

@@ -1,0 +1,61 @@
+"""`Trainer` for padding-free (packed) batches: evaluation and prediction see one row per sequence.
+
+Import it from here (`from roformer_ext.trainer import PaddingFreeTrainer`); `import roformer_ext` does not load
+transformers' Trainer.
+"""
+
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, Sampler, SequentialSampler
+from transformers import Trainer
+from transformers.trainer_utils import has_length
+
+from .packing import unpack
+
+
+def _per_sequence(value: Any, cu_seq_lens: torch.Tensor) -> Any:
+    """A packed (1, total, ...) tensor as (sequences, longest, ...), padded with -100 (Trainer's padding index)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_per_sequence(v, cu_seq_lens) for v in value)
+    total = int(cu_seq_lens[-1])
+    if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == (1, total):
+        return unpack(value, cu_seq_lens, fill=-100)
+    return value
+
+
+class PaddingFreeTrainer(Trainer):
+    """`Trainer` whose evaluation and prediction see one row per sequence, as with padded batches.
+
+    A packed batch's token-level logits and labels are (1, total): concatenated over batches they would make one
+    "sequence" per batch, so entity spans could join across sentences and a predictions file would get one line
+    per batch. Sequence-level outputs (classification logits) are already one row per sequence and pass through.
+
+    Evaluation and prediction read the data in its own order. transformers 5's Trainer also draws evaluation
+    batches through `LengthGroupedSampler` under `train_sampling_strategy="group_by_length"`, so `predict()` would
+    give its rows in another order than the data set's, and a predictions file written in data-set order would name
+    the wrong rows.
+    """
+
+    def _get_eval_sampler(self, eval_dataset: Dataset) -> Sampler | None:
+        """Trainer's own choice without grouping: in order (several processes: accelerate shards it in order)."""
+        if eval_dataset is None or not has_length(eval_dataset) or self.args.world_size > 1:
+            return None
+        return SequentialSampler(eval_dataset)
+
+    def prediction_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, torch.Tensor | Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor | None, Any, Any]:
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        cu_seq_lens = inputs.get("cu_seq_lens_q")
+        if cu_seq_lens is None:
+            return loss, logits, labels
+        cu_seq_lens = cu_seq_lens.cpu()
+        return loss, _per_sequence(logits, cu_seq_lens), _per_sequence(labels, cu_seq_lens)
+
+
+__all__ = ["PaddingFreeTrainer"]

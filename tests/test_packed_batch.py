@@ -1,0 +1,192 @@
+"""The packed-batch contract, decided once: whatever the caller gives (cu_seq_lens, seq_idx, restarting positions in
+any broadcastable shape), every sequence computes as if alone; inconsistent input gets one clear error.
+
+Reference: each sequence run alone through the same model. Tolerance 1e-5 (fp32).
+"""
+
+import pytest
+import torch
+from test_packing import ATOL, model_for, padded, sequences
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForQuestionAnswering,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtModel,
+)
+from roformer_ext.packing import describe_packed_batch
+
+ROW_LENGTHS = ((5, 4, 3), (6, 6))  # two packed rows of 12 tokens each
+
+
+def two_packed_rows(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[list[int]]]:
+    """input_ids (2, 12), seq_idx, restarting position_ids and the sequences in order."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, seq_idx, positions, seqs = [], [], [], []
+    for lengths in ROW_LENGTHS:
+        parts = [torch.randint(5, 99, (n,), generator=generator) for n in lengths]
+        seqs += [p.tolist() for p in parts]
+        rows.append(torch.cat(parts))
+        seq_idx.append(torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]))
+        positions.append(torch.cat([torch.arange(n) for n in lengths]))
+    return torch.stack(rows), torch.stack(seq_idx), torch.stack(positions), seqs
+
+
+def assert_rows_equal_alone(model, states: torch.Tensor, seqs: list[list[int]], **alone_kwargs) -> None:
+    pieces = [piece for row, lengths in zip(states, ROW_LENGTHS) for piece in torch.split(row, lengths)]
+    with torch.no_grad():
+        for piece, seq in zip(pieces, seqs):
+            alone = model(torch.tensor([seq]), output_hidden_states=True, **alone_kwargs).hidden_states[-1][0]
+            torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_linear_attention_keeps_sequences_of_several_rows_apart(is_decoder):
+    """Two packed rows with linear attention: each sequence its own running sums (they mixed: 0.011 / 0.041)."""
+    model = model_for(RoFormerExtModel, "sdpa", attention_type="linear", is_decoder=is_decoder)
+    input_ids, seq_idx, positions, seqs = two_packed_rows()
+    with torch.no_grad():
+        states = model(input_ids, seq_idx=seq_idx, position_ids=positions, output_hidden_states=True).hidden_states[-1]
+    assert_rows_equal_alone(model, states, seqs)
+
+
+@pytest.mark.parametrize("position_encoding", ["rope", "sinusoidal", "learned"])
+def test_seq_idx_alone_restarts_positions(position_encoding):
+    """seq_idx without position_ids: positions restart in each sequence (they ran on across the row, 3.8 off)."""
+    model = model_for(RoFormerExtModel, "sdpa", position_encoding=position_encoding, max_position_embeddings=64)
+    input_ids, seq_idx, _, seqs = two_packed_rows(1)
+    with torch.no_grad():
+        states = model(input_ids, seq_idx=seq_idx, output_hidden_states=True).hidden_states[-1]
+    assert_rows_equal_alone(model, states, seqs)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_restarting_positions_broadcast_over_rows(attn_implementation):
+    """position_ids of shape (1, seq) restarting at 0 with batch 2: every row packed the same way (it crashed)."""
+    model = model_for(RoFormerExtModel, attn_implementation)
+    generator = torch.Generator().manual_seed(2)
+    lengths = (5, 7)
+    input_ids = torch.randint(5, 99, (2, sum(lengths)), generator=generator)
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    with torch.no_grad():
+        states = model(input_ids, position_ids=positions, output_hidden_states=True).hidden_states[-1]
+        expanded = model(input_ids, position_ids=positions.expand(2, -1), output_hidden_states=True).hidden_states[-1]
+    torch.testing.assert_close(states, expanded, rtol=0, atol=0)
+    with torch.no_grad():
+        for row in range(2):
+            for piece, seq in zip(torch.split(states[row], lengths), torch.split(input_ids[row], lengths)):
+                alone = model(seq[None], output_hidden_states=True).hidden_states[-1][0]
+                torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
+
+
+def cu(lengths) -> torch.Tensor:
+    return torch.nn.functional.pad(torch.tensor(lengths).cumsum(0), (1, 0)).to(torch.int32)
+
+
+@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForSequenceClassification])
+def test_zero_length_sequence_is_refused(model_class):
+    """A zero-length sequence has no [CLS] and no mean (NaN, or the next sequence's [CLS]): refused by name."""
+    model = model_for(model_class, "sdpa", classifier_pooling="mean") if model_class is not RoFormerExtModel else (
+        model_for(model_class, "sdpa")
+    )
+    input_ids = torch.randint(5, 99, (1, 9))
+    with pytest.raises(ValueError, match=r"sequence 1 .*length 0"):
+        model(input_ids, cu_seq_lens_q=cu([4, 0, 5]), cu_seq_lens_k=cu([4, 0, 5]), max_length_q=5, max_length_k=5)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (dict(cu_seq_lens_q=cu([4, 4])), r"cu_seq_lens_q ends at 8 but the batch holds 9 tokens"),
+        (dict(cu_seq_lens_q=torch.tensor([1, 4, 9], dtype=torch.int32)), r"cu_seq_lens_q must start at 0"),
+        (dict(cu_seq_lens_q=torch.tensor([0, 6, 4, 9], dtype=torch.int32)), r"sequence 1 .*length -2"),
+        (dict(cu_seq_lens_q=cu([4, 5]), cu_seq_lens_k=cu([5, 4])), r"cu_seq_lens_k .* differs from cu_seq_lens_q"),
+        (dict(cu_seq_lens_q=cu([4, 5]).float()), r"cu_seq_lens_q must be an integer tensor"),
+        (dict(seq_idx=torch.tensor([[0, 0, 1, 1, 0, 2, 2, 2, 2]])), r"seq_idx must not decrease"),
+        (dict(seq_idx=torch.zeros(1, 8, dtype=torch.long)), r"seq_idx has shape \(1, 8\).*\(1, 9\)"),
+        (dict(cu_seq_lens_q=cu([4, 5]), attention_mask=torch.tensor([[1] * 8 + [0]])), r"padding inside a packed"),
+    ],
+    ids=["short", "start", "decreasing", "k-differs", "float", "seq_idx-order", "seq_idx-shape", "with-padding"],
+)
+def test_inconsistent_packing_gets_one_clear_error(given, message):
+    model = model_for(RoFormerExtModel, "sdpa")
+    input_ids = torch.randint(5, 99, (1, 9))
+    for backend in ("eager", "sdpa"):
+        model.set_attn_implementation(backend)
+        with pytest.raises((ValueError, TypeError), match=message):
+            model(input_ids, **given)
+
+
+def test_description_is_made_once_per_forward(monkeypatch):
+    """The base model describes the batch once; the heads that pool per sequence hand their description down."""
+    from roformer_ext import modeling_roformer_ext, packing
+
+    calls = []
+    original = packing.describe_packed_batch
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_roformer_ext, "describe_packed_batch", counting)
+    input_ids, seq_idx, positions, _ = two_packed_rows()
+    for model_class in (RoFormerExtModel, RoFormerExtForSequenceClassification, RoFormerExtForQuestionAnswering):
+        calls.clear()
+        model = model_for(model_class, "sdpa")
+        with torch.no_grad():
+            model(input_ids, seq_idx=seq_idx, position_ids=positions)
+        assert len(calls) == 1, model_class
+
+
+def test_flattening_collator_labels_with_a_classifier_get_a_clear_error():
+    """transformers' DataCollatorWithFlattening turns a class label into token labels: the head says what to use."""
+    from transformers import DataCollatorWithFlattening
+
+    model = model_for(RoFormerExtForSequenceClassification, "sdpa", num_labels=3)
+    seqs = sequences(3)
+    batch = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": s, "label": 1} for s in seqs])
+    with pytest.raises(ValueError, match=r"one label per packed sequence.*DataCollatorForPackedClassification"):
+        model(**batch)
+
+
+def test_package_collator_for_packed_classification_equals_padded():
+    """roformer_ext.DataCollatorForPackedClassification: one label per sequence; logits and loss equal padded."""
+    from roformer_ext import DataCollatorForPackedClassification
+
+    model = model_for(RoFormerExtForSequenceClassification, "sdpa", num_labels=3)
+    seqs = sequences(4)
+    labels = [2, 0, 1, 1]
+    batch = DataCollatorForPackedClassification()([{"input_ids": s, "label": y} for s, y in zip(seqs, labels)])
+    assert batch["labels"].tolist() == labels and batch["input_ids"].shape == (1, sum(map(len, seqs)))
+    input_ids, attention_mask = padded(seqs)
+    with torch.no_grad():
+        out = model(**batch)
+        ref = model(input_ids, attention_mask=attention_mask, labels=torch.tensor(labels))
+    torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+
+
+def test_describe_packed_batch_reports_sequences_over_rows():
+    _, seq_idx, positions, _ = two_packed_rows()
+    packed = describe_packed_batch(2, 12, attention_mask=None, position_ids=None, past_length=0, seq_idx=seq_idx)
+    assert packed.cu_seq_lens.tolist() == [0, 5, 9, 12, 18, 24] and packed.max_length == 6
+    assert packed.sequence_ids.tolist() == [[0] * 5 + [1] * 4 + [2] * 3, [3] * 6 + [4] * 6]
+    assert torch.equal(packed.positions(), positions)
+    assert describe_packed_batch(2, 12, None, torch.arange(12)[None].expand(2, -1), 0) is None  # not packed
+    assert describe_packed_batch(2, 12, None, positions, past_length=3) is None  # positions after a cache continue
+
+
+@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
+def test_padded_rows_of_packed_sequences(model_class):
+    """seq_idx with a padding mask: rows packed to a fixed length and padded at the end."""
+    model = model_for(model_class, "eager")
+    input_ids, seq_idx, positions, seqs = two_packed_rows(3)
+    input_ids = torch.nn.functional.pad(input_ids, (0, 2))
+    seq_idx = torch.cat([seq_idx, seq_idx[:, -1:].expand(-1, 2)], dim=1)
+    positions = torch.nn.functional.pad(positions, (0, 2))
+    mask = torch.ones_like(input_ids)
+    mask[:, -2:] = 0
+    with torch.no_grad():
+        states = model(input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions,
+                       output_hidden_states=True).hidden_states[-1]  # fmt: skip
+    assert_rows_equal_alone(model, states[:, :-2], seqs)
