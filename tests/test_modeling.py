@@ -6,6 +6,7 @@ import pytest
 import torch
 from conftest import random_inputs, tiny_config
 
+from roformer_ext.compat import enable_activation_checkpointing
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
@@ -123,7 +124,7 @@ def test_gradient_checkpointing_gives_same_gradients():
     for checkpointing in (False, True):
         model = build(RoFormerExtForMaskedLM).train()
         if checkpointing:
-            model.activation_checkpointing_enable()
+            enable_activation_checkpointing(model)
         loss = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels).loss
         loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})

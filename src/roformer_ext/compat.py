@@ -8,6 +8,8 @@ a model whose generation may be silently wrong (as transformers 5.24's rename of
 made it for every model that read only the old name).
 
 What moved, and since when:
+- transformers 5.23 renamed `gradient_checkpointing_enable` to `activation_checkpointing_enable` (the old name a
+  deprecated alias).
 - transformers 5.24 renamed `past_key_values` to `cache` in forward arguments, model outputs, the mask helpers
   (`create_causal_mask`, `create_bidirectional_mask`, `create_masks_for_generate`) and `generate`'s model kwargs.
 """
@@ -76,6 +78,13 @@ def accepts_old_cache_name(forward: Callable) -> Callable:
     return renamed
 
 
+def enable_activation_checkpointing(model, **kwargs) -> None:
+    """Turn on activation (gradient) checkpointing: `activation_checkpointing_enable` since transformers 5.23,
+    `gradient_checkpointing_enable` (its deprecated alias there) before."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable(**kwargs)
+
+
 def cache_field(cache) -> dict:
     """Keyword arguments that put a cache into a model output (`cache=` on 5.24+, `past_key_values=` before)."""
     return {CACHE: cache}
@@ -98,6 +107,7 @@ __all__ = [
     "TRANSFORMERS_BELOW",
     "cache_field",
     "check_transformers_version",
+    "enable_activation_checkpointing",
     "mask_cache",
     "output_cache",
     "accepts_old_cache_name",
