@@ -29,7 +29,7 @@ from transformers import RoFormerConfig, RoFormerForCausalLM
 
 from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForMaskedLM
 from roformer_ext.conversion.from_transformers import build_converted_model
-from roformer_ext.unilm import unilm_attention_mask
+from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 SIZES = {
     # hidden, layers, heads, intermediate, vocab (12000: about RoFormer-Sim's char vocabulary, 12,000 entries)

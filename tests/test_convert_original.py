@@ -25,7 +25,7 @@ from roformer_ext.conversion.original import (
 )
 from roformer_ext.conversion.output_folder import OutputExistsError, OutputOverlapsSourceError, output_folder
 from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint, write_tf_checkpoint
-from roformer_ext.unilm import unilm_attention_mask
+from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"
 NAMES = ("roformer_v1", "roformer_v2", "roformer_sim", "roformer_sim_ft")

@@ -17,7 +17,7 @@ from test_convert_original import FIXTURES, compare, inputs_of
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from roformer_ext.conversion.cli import main
-from roformer_ext.unilm import unilm_attention_mask
+from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 
 @pytest.fixture(scope="module")

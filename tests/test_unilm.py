@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import roformer_ext
 from roformer_ext import RoFormerExtModel
-from roformer_ext.unilm import unilm_attention_mask
+from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 
 def brute_force(segments: list[list[int]], padding: list[list[int]]) -> torch.Tensor:

@@ -47,7 +47,7 @@ from .position_encodings import PositionEncoding, register_position_encoding, re
 from .rope import RotaryEmbedding, apply_rotary, register_rotary_embedding, registered_rotary_kinds
 from .similarity import SimilarSentence, SimilarSentenceGenerator, save_for_sentence_transformers
 from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
-from .unilm import unilm_attention_mask
+from .masking_roformer_ext import unilm_attention_mask
 
 __version__ = "0.1.0"
 

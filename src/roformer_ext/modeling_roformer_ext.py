@@ -16,7 +16,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask, create_masks_for_generate
+from transformers.masking_utils import create_masks_for_generate
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
@@ -33,10 +33,17 @@ from transformers.utils import TransformersKwargs, auto_docstring, can_return_tu
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .compat import CACHE, accepts_old_cache_name, cache_field, mask_cache, output_cache
+from .compat import CACHE, accepts_old_cache_name, cache_field, output_cache
 from .configuration_roformer_ext import RoFormerExtConfig
 from .linear_attention import linear_attention_forward
-from .packing import PackedBatch, describe_packed_batch, end_to_end, per_sequence_sdpa, unpack
+from .masking_roformer_ext import (
+    check_padding_mask,
+    cross_attention_mask,
+    is_first_call,
+    self_attention_cache,
+    self_attention_mask,
+)
+from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import (
     AlibiPositionEncoding,
     PositionEncoding,
@@ -129,13 +136,6 @@ def eager_attention_forward(
     attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
     return attn_output, attn_weights
-
-
-def self_attention_cache(cache: Cache | None) -> Cache | None:
-    """The cache of the decoder's own keys and values (an encoder-decoder cache also holds the cross-attention's)."""
-    if isinstance(cache, EncoderDecoderCache):
-        return cache.self_attention_cache
-    return cache
 
 
 class AttentionProjections(nn.Module):
@@ -513,39 +513,6 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
 _PACKING_INPUTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
 
-def prepared_4d_mask(
-    mask: torch.Tensor, q_length: int, kv_length: int, dtype: torch.dtype, attn_implementation: str | None
-) -> torch.Tensor:
-    """A caller's 4D mask as transformers' attention functions take an already prepared one.
-
-    transformers' masking utilities return a 4D mask untouched, so it must already match the keys the layer sees:
-    (batch, 1, q, kv_length) with kv_length = cached + new tokens, or a static cache's full length. The caller's
-    mask may be boolean / integer (nonzero = may attend) or additive float (0 keeps, a large negative hides); it may
-    cover only this call's queries or the whole sequence (its last q rows are used). Key columns a static cache
-    reserves beyond the mask are hidden. The result is additive in `dtype`: eager, sdpa and flex all take that, and a
-    fully hidden row (a padded query) stays finite instead of turning into NaN.
-    """
-    if attn_implementation is not None and "flash" in attn_implementation:
-        raise ValueError(
-            f"A custom 4D attention_mask cannot be used with attn_implementation={attn_implementation!r} (flash "
-            "attention takes no dense mask); load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
-        )
-    if mask.shape[1] != 1 or mask.shape[-2] < q_length or mask.shape[-1] > kv_length:
-        raise ValueError(
-            f"A 4D attention_mask must have shape (batch, 1, query_length, key_length) = (batch, 1, {q_length}, "
-            f"{kv_length}) here (key_length counts cached tokens too); got {tuple(mask.shape)}."
-        )
-    mask = mask[:, :, -q_length:]
-    min_value = torch.finfo(dtype).min
-    if mask.is_floating_point():
-        additive = mask.to(dtype).clamp(min=min_value)
-    else:
-        additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask.bool(), min_value)
-    if additive.shape[-1] < kv_length:  # a static cache's slots not written yet
-        additive = F.pad(additive, (0, kv_length - additive.shape[-1]), value=min_value)
-    return additive
-
-
 @auto_docstring
 class RoFormerExtModel(RoFormerExtPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", r"^classifier\.", r"^qa_outputs\."]  # a head's folder
@@ -590,58 +557,6 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             return EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         return DynamicCache(config=self.config)
 
-    def self_attention_mask(
-        self,
-        attention_mask: torch.Tensor | None,
-        embeddings: torch.Tensor,
-        cache: Cache | None,
-        past_length: int,
-        token_type_ids: torch.Tensor | None = None,
-        packed: PackedBatch | None = None,
-    ) -> tuple[torch.Tensor | None, Callable | None]:
-        """The self-attention mask and, where it is not the configured one, the attention function for this batch.
-
-        transformers' mask utilities: bidirectional for the encoder, causal (or UniLM) for the decoder. Sequence
-        boundaries come only from the mask and from `packed` (read from explicit inputs by
-        `packing.describe_packed_batch`): position ids are never passed to transformers' utilities, so a jump in
-        positions (an image block, a caller's own positions) is never read as the start of a new sequence. Packed rows
-        on sdpa with nothing else to mask run each sequence alone (`per_sequence_sdpa`: Σ len², not total²).
-        """
-        batch, seq = embeddings.shape[:2]
-        if self.config.attention_type == "linear":
-            return attention_mask, None  # linear attention takes the raw 2D padding mask (packed rows: `packed`)
-        cache = self_attention_cache(cache)
-        unilm = self.unilm_source_overlay(token_type_ids, past_length, cache) if self.config.is_decoder else None
-        same_sequence = None
-        if packed is not None:
-            alone = unilm is None and attention_mask is None and not self.position_encoding.has_relative_scores
-            if self.config._attn_implementation == "sdpa" and alone:
-                return None, per_sequence_sdpa
-            sequence_ids = padded_for_mask_indices(packed.sequence_ids, seq, -1)
-
-            def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
-                return sequence_ids[batch_idx, q_idx] == sequence_ids[batch_idx, kv_idx]
-
-        if attention_mask is not None and attention_mask.dim() == 4:
-            kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
-            mask = prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, self.config._attn_implementation)
-            return mask, None
-        if self.config.is_decoder:
-            return create_causal_mask(
-                config=self.config,
-                inputs_embeds=embeddings,
-                attention_mask=attention_mask,
-                **mask_cache(cache),
-                or_mask_function=unilm,
-                and_mask_function=same_sequence,
-                # sdpa may skip a causal mask and pass is_causal instead, but then a score term has no mask to join
-                allow_is_causal_skip=not self.position_encoding.has_relative_scores,
-            ), None
-        mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
-        )
-        return mask, None
-
     def relative_position_scores(
         self,
         mask: torch.Tensor | None,
@@ -670,26 +585,10 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         """Positions of the keys a layer sees: the queries' own without a cache; with one, 0, 1, ... over every cached
         slot (a static cache's unwritten slots too: the mask hides them), as text decoding numbers them."""
         cache = self_attention_cache(cache)
-        if cache is None or (_is_zero(past_length) and not cache.is_compileable):
+        if cache is None or (is_first_call(past_length) and not cache.is_compileable):
             return query_positions
         kv_length = cache.get_mask_sizes(query_positions.shape[1], 0)[0]
         return torch.arange(kv_length, device=query_positions.device)[None]
-
-    def unilm_source_overlay(
-        self, token_type_ids: torch.Tensor | None, past_length: int, cache: Cache | None
-    ) -> Callable | None:
-        """UniLM: source tokens (segment 0) also see later source tokens. Only a first call holds source tokens;
-        after it every query is a target token, for which causal attention is already the UniLM rule."""
-        if self.config.decoder_attention != "unilm" or token_type_ids is None or not _is_zero(past_length):
-            return None
-        seq = token_type_ids.shape[1]
-        kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq  # a static cache's full length
-        source = padded_for_mask_indices(token_type_ids == 0, kv_length, False)
-
-        def source_sees_source(batch_idx, head_idx, q_idx, kv_idx):
-            return source[batch_idx, q_idx] & source[batch_idx, kv_idx]
-
-        return source_sees_source
 
     def default_token_type_ids(
         self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
@@ -698,26 +597,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1)."""
         if token_type_ids is not None or self.config.decoder_attention != "unilm":
             return token_type_ids
-        segment = 0 if _is_zero(past_length) else 1
+        segment = 0 if is_first_call(past_length) else 1
         return torch.full((batch, seq), segment, dtype=torch.long, device=device)
-
-    def cross_attention_mask(
-        self, encoder_attention_mask: torch.Tensor | None, embeddings: torch.Tensor, encoder_hidden_states: torch.Tensor
-    ) -> torch.Tensor | None:
-        if encoder_attention_mask is not None and encoder_attention_mask.dim() == 4:
-            return prepared_4d_mask(
-                encoder_attention_mask,
-                embeddings.shape[1],
-                encoder_hidden_states.shape[1],
-                embeddings.dtype,
-                self.config._attn_implementation,
-            )
-        return create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=embeddings,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-        )
 
     @accepts_old_cache_name
     @merge_with_config_defaults
@@ -770,12 +651,13 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         embeddings = self.embeddings(
             input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0]
         )
-        mask, attention_function = self.self_attention_mask(
-            attention_mask, embeddings, cache, past_length, token_type_ids, packed
+        mask, attention_function = self_attention_mask(
+            self.config, attention_mask, embeddings, cache, past_length, token_type_ids, packed,
+            self.position_encoding.has_relative_scores,
         )
         cross_mask = None
         if encoder_hidden_states is not None:
-            cross_mask = self.cross_attention_mask(encoder_attention_mask, embeddings, encoder_hidden_states)
+            cross_mask = cross_attention_mask(self.config, encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings = self.rotary_emb(embeddings, position_ids) if self.rotary_emb is not None else None
         mask, relative_scores = self.relative_position_scores(
             mask, position_ids[0], cache, past_length, embeddings.dtype
@@ -803,21 +685,6 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         )
 
 
-#: flex attention builds block masks on a grid padded to 128-token blocks, so mask functions see indices up to there.
-_FLEX_BLOCK = 128
-
-
-def padded_for_mask_indices(per_token: torch.Tensor, length: int, value: int | bool) -> torch.Tensor:
-    """A (batch, seq) tensor read by a mask function, padded with `value` to every index a backend may ask for."""
-    target = max(length, -(-per_token.shape[1] // _FLEX_BLOCK) * _FLEX_BLOCK)
-    return F.pad(per_token, (0, target - per_token.shape[1]), value=value)
-
-
-def _is_zero(length: int | torch.Tensor) -> bool:
-    """Whether nothing is cached yet (a static cache reports its length as a tensor)."""
-    return int(length) == 0
-
-
 def check_backend_takes_scores(config: RoFormerExtConfig) -> None:
     """flash attention takes no bias: a position encoding with a term on the scores needs another backend."""
     implementation = config._attn_implementation or "eager"
@@ -841,21 +708,6 @@ def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tens
     if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[1] == 0):
         raise ValueError(
             f"inputs_embeds must have shape (batch, seq, embedding_size) with seq >= 1; got {tuple(inputs_embeds.shape)}."
-        )
-
-
-def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, key_length: int) -> None:
-    """A 2D mask covers every key: the cached tokens and this call's, one column each."""
-    if attention_mask is None or attention_mask.dim() != 2:
-        if attention_mask is not None and attention_mask.dim() != 4:
-            raise ValueError(
-                f"attention_mask must be 2D (batch, seq) or 4D (batch, 1, query, key); got {tuple(attention_mask.shape)}."
-            )
-        return
-    if attention_mask.shape[1] != key_length or attention_mask.shape[0] not in (1, batch):
-        raise ValueError(
-            f"attention_mask has shape {tuple(attention_mask.shape)} but the keys are (batch, cached + new tokens) = "
-            f"({batch}, {key_length}); give one column per token, including those already in the cache."
         )
 
 
