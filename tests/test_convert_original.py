@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tf_checkpoint_writer import write_tf_checkpoint
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
 import roformer_ext  # noqa: F401  (registers the Auto classes)
@@ -24,7 +25,7 @@ from roformer_ext.conversion.original import (
     plan_conversion,
 )
 from roformer_ext.conversion.output_folder import OutputExistsError, OutputOverlapsSourceError, output_folder
-from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint, write_tf_checkpoint
+from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"

@@ -1,4 +1,5 @@
-"""Our TF-checkpoint reader: the real files TensorFlow wrote, round trips through our writer, and damaged copies."""
+"""Our TF-checkpoint reader: the real files TensorFlow wrote, round trips through our writer (a test helper,
+tests/tf_checkpoint_writer.py), and damaged copies."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tf_checkpoint_writer import write_tf_checkpoint
 
 from roformer_ext.conversion import CheckpointConversionError
 from roformer_ext.conversion.tf_checkpoint import (
@@ -18,7 +20,6 @@ from roformer_ext.conversion.tf_checkpoint import (
     crc32c,
     read_tf_checkpoint,
     resolve_checkpoint_prefix,
-    write_tf_checkpoint,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"
@@ -143,6 +144,16 @@ def test_write_read_round_trip(tensors):
     for name, array in tensors.items():
         assert back[name].dtype == array.dtype and back[name].shape == array.shape
         np.testing.assert_array_equal(back[name], array)
+
+
+def test_the_writer_is_a_test_helper_not_package_api():
+    import roformer_ext.conversion
+    import roformer_ext.conversion.tf_checkpoint
+
+    assert not hasattr(roformer_ext.conversion.tf_checkpoint, "write_tf_checkpoint")
+    assert "write_tf_checkpoint" not in roformer_ext.conversion.__all__
+    with pytest.raises(AttributeError):
+        roformer_ext.conversion.write_tf_checkpoint  # noqa: B018
 
 
 def test_round_trip_of_a_fixture_is_exact(tmp_path):

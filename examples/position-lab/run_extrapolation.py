@@ -37,12 +37,22 @@ from torch.nn import functional as F
 from transformers import DataCollatorForLanguageModeling, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # examples/position-lab/: decay_analysis, beside this script
 
 from common.corpora import load_example_dataset  # noqa: E402
 from common.utils import train_wordpiece_tokenizer  # noqa: E402
+from decay_analysis import (  # noqa: E402
+    alibi_bias,
+    plot_decay_panels,
+    position_cosine_by_distance,
+    relative_embedding_by_distance,
+    sinusoidal_similarity,
+    t5_bias_by_distance,
+)
 
 import roformer_ext  # noqa: E402
-from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM, plotting  # noqa: E402
+from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM  # noqa: E402
+from roformer_ext.plotting import long_range_decay  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -445,7 +455,7 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
 
     max_distance = max_distance or 4 * args.train_length
     head_dim = args.hidden_size // args.num_attention_heads
-    bounds = {d: plotting.long_range_decay(max_distance, d) for d in dict.fromkeys((head_dim, 128))}
+    bounds = {d: long_range_decay(max_distance, d) for d in dict.fromkeys((head_dim, 128))}
     panels = {
         "rope (formula)": {
             "curves": {f"d = {d}" + (" (paper)" if d == 128 else " (these heads)"): b / b[0] for d, b in bounds.items()},
@@ -453,12 +463,12 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
             "note": "RoFormer §3.4.3",
         },
         f"sinusoidal (formula, d = {args.hidden_size})": {
-            "curves": {"cos(p_m, p_m+k)": plotting.sinusoidal_similarity(max_distance, args.hidden_size)},
+            "curves": {"cos(p_m, p_m+k)": sinusoidal_similarity(max_distance, args.hidden_size)},
             "ylabel": "cosine of position vectors",
         },
         "alibi (formula)": {
             "curves": {
-                f"head {h}": row for h, row in enumerate(plotting.alibi_bias(alibi_slopes(args.num_attention_heads), max_distance))
+                f"head {h}": row for h, row in enumerate(alibi_bias(alibi_slopes(args.num_attention_heads), max_distance))
             },
             "ylabel": "score bias −slope·k",
         },
@@ -468,7 +478,7 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
     if "t5_bias" in trained:
         config = RoFormerExtConfig.from_pretrained(trained["t5_bias"])
         table = model_class(args.objective).from_pretrained(trained["t5_bias"]).roformer.position_encoding
-        bias = plotting.t5_bias_by_distance(
+        bias = t5_bias_by_distance(
             table.relative_attention_bias.weight, max_distance, bidirectional=not config.is_decoder,
             num_buckets=table.num_buckets, bucket_max_distance=table.max_distance, direction=-1,
         )
@@ -481,7 +491,7 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
         model = model_class(args.objective).from_pretrained(trained["shaw"])
         curves = {}
         for i, layer in enumerate(model.roformer.layers):
-            norm, cosine = plotting.relative_embedding_by_distance(layer.attention.relative_table.weight, max_distance)
+            norm, cosine = relative_embedding_by_distance(layer.attention.relative_table.weight, max_distance)
             curves[f"layer {i}: cos(a_k, a_0)"] = cosine
         panels[f"shaw (trained, seed {seed})"] = {
             "curves": curves,
@@ -493,8 +503,8 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
         table = model.roformer.position_encoding.position_embeddings.weight
         panels[f"learned (trained, seed {seed})"] = {
             "curves": {
-                f"rows < {args.train_length} (trained)": plotting.position_cosine_by_distance(table[: args.train_length]),
-                "all rows": plotting.position_cosine_by_distance(table, max_distance),
+                f"rows < {args.train_length} (trained)": position_cosine_by_distance(table[: args.train_length]),
+                "all rows": position_cosine_by_distance(table, max_distance),
             },
             "ylabel": "mean cos(p_m, p_m+k)",
         }
@@ -503,7 +513,7 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
 
 
 def plot_trained_decay(args: LabArguments, path: str | Path) -> Path:
-    return plotting.plot_decay_panels(
+    return plot_decay_panels(
         path,
         decay_panels(args),
         title=f"Position term vs relative distance ({args.objective}; trained at {args.train_length} tokens)",

@@ -18,7 +18,6 @@ _LAZY = {
     "TFCheckpointReader": ".tf_checkpoint",
     "TFCheckpointError": ".tf_checkpoint",
     "read_tf_checkpoint": ".tf_checkpoint",
-    "write_tf_checkpoint": ".tf_checkpoint",
     "convert_original_checkpoint": ".original",
     "detect_variant": ".original",
     "map_original_variables": ".original",

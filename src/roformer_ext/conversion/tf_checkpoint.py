@@ -1,4 +1,4 @@
-"""Read (and, for tests, write) TensorFlow V2-format checkpoints without TensorFlow.
+"""Read TensorFlow V2-format checkpoints without TensorFlow.
 
 A checkpoint `PREFIX` is `PREFIX.index` plus data shards `PREFIX.data-0000i-of-0000n`. The index is a
 LevelDB-style SSTable: data blocks of prefix-compressed (key, value) entries, an index block of block
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,17 +120,6 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise _FormatError("varint longer than 10 bytes")
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -222,31 +211,6 @@ def _read_table(raw: bytes) -> list[tuple[bytes, bytes]]:
     return entries
 
 
-def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
-    body, restarts = bytearray(), []
-    for key, value in entries:  # a restart at every entry: no prefix sharing, simplest valid layout
-        restarts.append(len(body))
-        body += _varint(0) + _varint(len(key)) + _varint(len(value)) + key + value
-    restarts = restarts or [0]
-    body += b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
-    return bytes(body)
-
-
-def _append_block(out: bytearray, block: bytes) -> bytes:
-    handle = _varint(len(out)) + _varint(len(block))
-    out += block + b"\x00" + mask_crc(crc32c(block + b"\x00")).to_bytes(4, "little")
-    return handle
-
-
-def _build_table(entries: list[tuple[bytes, bytes]]) -> bytes:
-    out = bytearray()
-    data_handle = _append_block(out, _block(entries))
-    meta_handle = _append_block(out, _block([]))
-    index_handle = _append_block(out, _block([(entries[-1][0], data_handle)] if entries else []))
-    footer = (meta_handle + index_handle).ljust(_FOOTER_SIZE - 8, b"\x00")
-    return bytes(out + footer + _TABLE_MAGIC.to_bytes(8, "little"))
-
-
 # ------------------------------------------------------------------------------------------- bundle
 #: TF DataType enum -> numpy dtype. bfloat16 (14) is read as float32 (numpy has no bfloat16).
 _DTYPES: dict[int, tuple[str, np.dtype]] = {
@@ -265,7 +229,6 @@ _DTYPES: dict[int, tuple[str, np.dtype]] = {
     23: ("uint64", np.dtype("<u8")),
 }
 _DTYPE_NAMES = {1: "float32", 7: "string", 8: "complex64", 18: "complex128", 20: "resource", 21: "variant"}
-_WRITE_CODES = {dtype.str: code for code, (name, dtype) in _DTYPES.items() if name != "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -319,16 +282,6 @@ def _parse_entry(name: str, buf: bytes) -> TensorEntry:
         elif number == 7:
             fields["partitioned"] = True
     return TensorEntry(name=name, dtype_code=int(fields.pop("dtype_code", 0)), **fields)
-
-
-def _entry_bytes(entry: TensorEntry) -> bytes:
-    shape = b"".join(b"\x12" + _varint(len(d)) + d for d in (b"\x08" + _varint(n) for n in entry.shape))
-    out = b"\x08" + _varint(entry.dtype_code) + b"\x12" + _varint(len(shape)) + shape
-    if entry.offset:
-        out += b"\x20" + _varint(entry.offset)
-    if entry.size:
-        out += b"\x28" + _varint(entry.size)
-    return out + b"\x35" + int(entry.masked_crc32c).to_bytes(4, "little")
 
 
 # ------------------------------------------------------------------------------------------- reader
@@ -462,33 +415,6 @@ def read_tf_checkpoint(path: str | os.PathLike, names: list[str] | None = None) 
     return {name: reader.get_tensor(name) for name in (names if names is not None else list(reader))}
 
 
-def write_tf_checkpoint(prefix: str | os.PathLike, tensors: Mapping[str, np.ndarray]) -> Path:
-    """Write `tensors` as a single-shard TF V2 checkpoint at `prefix` (plus a `checkpoint` state file).
-
-    Exists so tests can build checkpoints of any layout; the format matches what TensorFlow writes.
-    """
-    prefix = Path(prefix)
-    data, entries = bytearray(), []
-    for name in sorted(tensors, key=lambda n: n.encode("utf-8")):
-        array = np.asarray(tensors[name])  # tobytes() below is C order whatever the strides
-        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-        code = _WRITE_CODES.get(little.dtype.str)
-        if code is None:
-            raise TFCheckpointError(f"Cannot write {name!r}: dtype {array.dtype} has no TF checkpoint code here.")
-        raw = little.tobytes()
-        entry = TensorEntry(name, code, tuple(array.shape), 0, len(data), len(raw), mask_crc(crc32c(raw)))
-        entries.append((name.encode("utf-8"), _entry_bytes(entry)))
-        data += raw
-    header = b"\x08\x01" + b"\x1a\x02\x08\x01"  # num_shards 1, little endian (default), version {producer: 1}
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{prefix}.index").write_bytes(_build_table([(b"", header), *entries]))
-    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
-    (prefix.parent / "checkpoint").write_text(
-        f'model_checkpoint_path: "{prefix.name}"\nall_model_checkpoint_paths: "{prefix.name}"\n', encoding="utf-8"
-    )
-    return prefix
-
-
 __all__ = [
     "TFCheckpointError",
     "TFCheckpointReader",
@@ -497,5 +423,4 @@ __all__ = [
     "mask_crc",
     "read_tf_checkpoint",
     "resolve_checkpoint_prefix",
-    "write_tf_checkpoint",
 ]
