@@ -190,3 +190,24 @@ def test_padded_rows_of_packed_sequences(model_class):
         states = model(input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions,
                        output_hidden_states=True).hidden_states[-1]  # fmt: skip
     assert_rows_equal_alone(model, states[:, :-2], seqs)
+
+
+@pytest.mark.parametrize(
+    ("labels", "problem_type"),
+    [([0.5, -1.0, 2.0, 0.25], "regression"), ([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0]], "multi_label_classification")],
+)
+def test_packed_regression_and_multi_label_equal_padded(labels, problem_type):
+    """Float targets: a regression value or one 0/1 per class for each packed sequence (labels (sequences, ...))."""
+    from roformer_ext import DataCollatorForPackedClassification
+
+    num_labels = 1 if problem_type == "regression" else 3
+    model = model_for(RoFormerExtForSequenceClassification, "sdpa", num_labels=num_labels, problem_type=problem_type)
+    seqs = sequences(5)
+    batch = DataCollatorForPackedClassification()([{"input_ids": s, "label": y} for s, y in zip(seqs, labels)])
+    assert batch["labels"].dtype == torch.float and batch["labels"].shape[0] == len(seqs)
+    input_ids, attention_mask = padded(seqs)
+    with torch.no_grad():
+        out = model(**batch)
+        ref = model(input_ids, attention_mask=attention_mask, labels=batch["labels"])
+    torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)

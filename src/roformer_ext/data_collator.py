@@ -68,8 +68,10 @@ class DataCollatorForPackedClassification:
         names = [name for name in ("labels", "label") if name in features[0]]
         if names:
             labels = [feature[names[0]] for feature in features]
-            dtype = torch.float if any(isinstance(v, float) for v in labels) else torch.long
-            batch["labels"] = torch.tensor(labels, dtype=dtype)
+            labels = [v.tolist() if isinstance(v, torch.Tensor) else v for v in labels]
+            # regression values and multi-label targets (one 0/1 per class) are float, as transformers' losses take
+            real = any(isinstance(v, (float, list, tuple)) for v in labels)
+            batch["labels"] = torch.tensor(labels, dtype=torch.float if real else torch.long)
         return batch
 
 

@@ -969,7 +969,7 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         """
         tokens = input_ids if input_ids is not None else inputs_embeds
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
-        if packed is not None and labels is not None and labels.numel() != len(packed.lengths):
+        if packed is not None and labels is not None and (labels.dim() == 0 or labels.shape[0] != len(packed.lengths)):
             raise ValueError(
                 f"A packed batch of {len(packed.lengths)} sequences needs one label per packed sequence; got labels of "
                 f"shape {tuple(labels.shape)}. transformers' DataCollatorWithFlattening turns a class label into token "
