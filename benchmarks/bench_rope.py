@@ -4,17 +4,19 @@ Compared on the same (batch, heads, seq, head_dim) q and k, laid out as a model 
 of the projection output):
 - transformers' RoFormer: `RoFormerSelfAttention.apply_rotary_position_embeddings` with its sinusoidal table
   (it re-expands the (sin | cos) table to per-dimension form on every call, i.e. in every layer);
-- ours, `roformer_ext.rope.rotate_query_key` (what attention calls), for each pair layout, with the (cos, sin) our
+- ours, the `QueryKeyRotation` each attention layer chose for its pair layout when it was built
+  (`roformer_ext.rope.query_key_rotation`; its `query_key`), with the (cos, sin) our
   model computes once per forward (their per-call cost is not counted: it is shared by all layers). Half pairs are
   rotated into interleaved order (scores only need q and k in the same order), so both layouts take one complex pass;
 - the plain formula `x * cos + rotate(x) * sin` for each layout (what the complex fast paths replace);
 - a copy of q and k: the lower bound for any out-of-place rotation (read once, write once).
 
 A second table times what attention pays in all, from the hidden states: the q and k projections (plain
-`nn.Linear`, the same weights for every row) and the rotation. Ours is `rope.project_rotated_query_key`, which for
+`nn.Linear`, the same weights for every row) and the rotation. Ours is the rotation's `project_query_key`, which for
 the half layout projects with each head's weight rows reordered so that pairs come out side by side (when the batch
-has more rows than the projection has outputs) and then rotates as interleaved pairs do; "rotated after the
-projection" is the half layout without that reordering (the path for adapters, hooks and short batches).
+has more rows than the projection has outputs; the reordered rows are kept until the weights change) and then
+rotates as interleaved pairs do; "rotated after the projection" is the half layout without that reordering (the path
+for adapters, hooks and short batches).
 
 A third table times a whole encoder forward (`RoFormerExtModel`, `--model-size`, sdpa, batch × seq random ids)
 with the interleaved layout, the same weights converted to the half layout (`convert_pair_layout`: the same
@@ -49,11 +51,11 @@ from transformers.models.roformer.modeling_roformer import (
 from roformer_ext import RoFormerExtConfig, RoFormerExtModel
 from roformer_ext.conversion.pair_layout import convert_pair_layout
 from roformer_ext.rope import (
+    HalfPairRotation,
+    InterleavedPairRotation,
     RotaryEmbedding,
     apply_rotary,
-    project_rotated_query_key,
     rotate_interleaved,
-    rotate_query_key,
 )
 
 
@@ -108,8 +110,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     cases = {
         "copy (lower bound)": lambda: (q.clone(), k.clone()),
         "transformers RoFormer": lambda: theirs(table, q, k),
-        "ours, interleaved": lambda: rotate_query_key(q, k, cos_i, sin_i, "interleaved"),
-        "ours, half": lambda: rotate_query_key(q, k, cos_h, sin_h, "half"),
+        "ours, interleaved": lambda: InterleavedPairRotation().query_key(q, k, cos_i, sin_i),
+        "ours, half": lambda: HalfPairRotation().query_key(q, k, cos_h, sin_h),
         "plain formula, interleaved": lambda: (q * cos_i[:, None] + rotate_interleaved(q) * sin_i[:, None],
                                                k * cos_i[:, None] + rotate_interleaved(k) * sin_i[:, None]),
         "plain formula, half": lambda: (apply_rotary(q, cos_h, sin_h, "half"), apply_rotary(k, cos_h, sin_h, "half")),
@@ -199,14 +201,15 @@ def projection_and_rotation(
         return x.view(args.batch, args.seq, args.heads, args.head_dim).transpose(1, 2)
 
     theirs = RoFormerSelfAttention.apply_rotary_position_embeddings
+    interleaved_rotation, half_rotation = InterleavedPairRotation(), HalfPairRotation()  # chosen once, as a layer does
     cases = {
         "projection alone (lower bound)": lambda: (heads(query(states)), heads(key(states))),
         "transformers RoFormer": lambda: theirs(table, heads(query(states)), heads(key(states))),
-        "ours, interleaved": lambda: project_rotated_query_key(states, query, key, args.head_dim, *interleaved,
-                                                               "interleaved"),
-        "ours, half": lambda: project_rotated_query_key(states, query, key, args.head_dim, *half, "half"),
-        "ours, half, rotated after the projection": lambda: rotate_query_key(
-            heads(query(states)), heads(key(states)), *half, "half"),
+        "ours, interleaved": lambda: interleaved_rotation.project_query_key(states, query, key, args.head_dim,
+                                                                            *interleaved),
+        "ours, half": lambda: half_rotation.project_query_key(states, query, key, args.head_dim, *half),
+        "ours, half, rotated after the projection": lambda: half_rotation.query_key(
+            heads(query(states)), heads(key(states)), *half),
     }
 
     def scores(pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -177,13 +177,13 @@ def _half_case(dtype: torch.dtype = torch.float32, seed: int = 0):
 def test_half_layout_rotation_for_scores_is_the_formula_with_pairs_side_by_side():
     """rotate_for_scores returns half pairs (i, i + d/2) rotated, each pair at (2i, 2i+1): the formula's output in
     interleaved order, so q·kᵀ is the formula's."""
-    from roformer_ext.rope import rotate_for_scores, rotate_query_key
+    from roformer_ext.rope import HalfPairRotation, rotate_for_scores
 
     q, k, cos, sin = _half_case()
     formula = apply_rotary(q, cos, sin, "half")  # x·cos + rotate_half(x)·sin
     order = torch.stack((torch.arange(8), torch.arange(8) + 8), dim=-1).flatten()  # 0, 8, 1, 9, ...
     torch.testing.assert_close(rotate_for_scores(q, cos, sin, "half"), formula[..., order], rtol=0, atol=1e-6)
-    fast_q, fast_k = rotate_query_key(q, k, cos, sin, "half")
+    fast_q, fast_k = HalfPairRotation().query_key(q, k, cos, sin)
     scores = formula @ apply_rotary(k, cos, sin, "half").transpose(-1, -2)
     torch.testing.assert_close(fast_q @ fast_k.transpose(-1, -2), scores, rtol=0, atol=1e-5)
 
@@ -212,8 +212,12 @@ def test_pair_layout_is_kept_in_the_config_only():
     """Attention modules keep no copy of the layout; the rotary reads the config, which conversion changes."""
     model = RoFormerExtForMaskedLM(tiny_config()).eval()
     assert not any(hasattr(module, "pair_layout") for module in model.roformer.layers.modules())
+    assert {layer.attention.rotation.pair_layout for layer in model.roformer.layers} == {"interleaved"}
     convert_pair_layout(model, "half")
-    assert model.roformer.rotary_emb.pair_layout == "half" == model.config.rope_parameters["pair_layout"]
+    rotary = model.roformer.rotary_emb
+    assert rotary.pair_layout == "half" == model.config.rope_parameters["pair_layout"]
+    # each attention chose its rotation when built; the conversion (the one thing that changes a layout) chose again
+    assert {layer.attention.rotation.pair_layout for layer in model.roformer.layers} == {"half"}
 
 
 def _half_model(**overrides) -> RoFormerExtForMaskedLM:
@@ -224,19 +228,20 @@ def _half_model(**overrides) -> RoFormerExtForMaskedLM:
 def test_half_layout_projects_pair_adjacent_rows_when_that_is_cheaper():
     """With more rows than projection outputs, half-layout attention projects with its weight rows reordered (no
     pass over q and k to bring pairs together) and gets the logits of the activation path, forced by a hook."""
-    from roformer_ext.rope import _projects_pair_adjacent
+    from roformer_ext.rope import HalfPairRotation, InterleavedPairRotation, projects_pair_adjacent
 
     model = _half_model()
     attention = model.roformer.layers[0].attention
+    assert isinstance(attention.rotation, HalfPairRotation)
+    assert isinstance(RoFormerExtForMaskedLM(tiny_config()).roformer.layers[0].attention.rotation, InterleavedPairRotation)
     input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)  # 48 rows > 32 outputs
     states = torch.randn(4, 12, 32)
-    assert _projects_pair_adjacent(states, attention.query, attention.key, 48, "half")
-    assert not _projects_pair_adjacent(states, attention.query, attention.key, 32, "half")  # decoding: activations
-    assert not _projects_pair_adjacent(states, attention.query, attention.key, 48, "interleaved")
+    assert projects_pair_adjacent(states, attention.query, attention.key)
+    assert not projects_pair_adjacent(states[:, :8], attention.query, attention.key)  # 32 rows (decoding): activations
     with torch.no_grad():
         reordered = model(input_ids, attention_mask=attention_mask).logits
         handles = [layer.attention.query.register_forward_hook(lambda *args: None) for layer in model.roformer.layers]
-        assert not _projects_pair_adjacent(states, attention.query, attention.key, 48, "half")
+        assert not projects_pair_adjacent(states, attention.query, attention.key)
         activations = model(input_ids, attention_mask=attention_mask).logits
         for handle in handles:
             handle.remove()

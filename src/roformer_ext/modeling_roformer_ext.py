@@ -52,7 +52,7 @@ from .position_encodings import (
     position_encoding_class,
 )
 from .positions import as_axes_batch_seq, text_position_ids
-from .rope import RotaryEmbedding, apply_rotary, project_rotated_query_key, rotary_embedding_class
+from .rope import RotaryEmbedding, query_key_rotation, rotary_embedding_class
 
 
 class ScaleFreeRMSNorm(nn.Module):
@@ -193,6 +193,8 @@ class RoFormerExtAttention(AttentionProjections):
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx, is_causal=bool(config.is_decoder))
         self.rotary_value = config.rotary_value
+        # How q and k (and v) are rotated, chosen once for the pair layout (convert_pair_layout chooses again).
+        self.rotation = query_key_rotation(config)
         # Shaw's relative key table: each layer its own (None for every other encoding).
         self.relative_table = position_encoding_class(config.position_encoding).layer_table(config)
 
@@ -232,13 +234,11 @@ class RoFormerExtAttention(AttentionProjections):
     def rotated_query_key_value(
         self, hidden_states: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries and keys projected and rotated for scores (rope.py picks how); values rotated when `rotary_value`."""
-        pair_layout = self.config.rope_parameters["pair_layout"]
-        query, key = project_rotated_query_key(
-            hidden_states, self.query, self.key, self.head_dim, cos, sin, pair_layout
-        )
+        """Queries and keys projected and rotated for scores by the rotation chosen at construction; values rotated
+        (their dim order kept) when `rotary_value`."""
+        query, key = self.rotation.project_query_key(hidden_states, self.query, self.key, self.head_dim, cos, sin)
         if self.rotary_value:  # values keep their dim order: the output projection reads it
-            value = apply_rotary(value, cos, sin, pair_layout)
+            value = self.rotation.values(value, cos, sin)
         return query, key, value
 
     def with_relative_scores(

@@ -12,6 +12,7 @@ Add your own with `@register_rotary_embedding("name")` on a `RotaryEmbedding` su
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -193,19 +194,31 @@ def apply_rotary(
     """Rotate every pair of `x` (batch, heads, seq, head_dim) by its angle; cos/sin (batch, seq, head_dim).
 
     As transformers' `apply_rotary_pos_emb`, cos/sin get a heads axis at `unsqueeze_dim` to broadcast over heads.
-
-    Both members of a pair carry the same angle in cos/sin (as `RotaryEmbedding` lays them out). Interleaved pairs
-    are adjacent, so for fp32/fp64 `x` is viewed as complex in place and rotated by one complex multiply by
-    e^{i·angle}: about one pass over memory instead of the formula's five (benchmarks/bench_rope.py). The products
-    and sums are those of the plain formula (vectorised complex multiply does not fuse them; a scalar tail may round
-    differently, by one ulp). Half pairs (x_i, x_{i+d/2}) take the plain formula here, which keeps the dim order;
-    attention projects and rotates its queries and keys with `project_rotated_query_key`, fast in both layouts.
+    The dim order is kept (what values need: the output projection reads it). Both members of a pair carry the same
+    angle in cos/sin (as `RotaryEmbedding` lays them out). A model does not call this per layer: its attention calls
+    the `QueryKeyRotation` chosen for its layout when it was built.
     """
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     if pair_layout == "half":
-        return x * cos + rotate_half(x) * sin
-    # Under torch.compile inductor fuses the plain formula into one loop (complex views would break the graph);
-    # there are no complex bf16/fp16 kernels on every device.
+        return _rotate_half_pairs(x, cos, sin)
+    return _rotate_interleaved_pairs(x, cos, sin)
+
+
+def _rotate_half_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Pairs (x_i, x_{i+d/2}) by the formula, dim order kept; cos/sin already broadcast over heads."""
+    return x * cos + rotate_half(x) * sin
+
+
+def _rotate_interleaved_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Pairs (2i, 2i+1); cos/sin already broadcast over heads.
+
+    Interleaved pairs are adjacent, so for fp32/fp64 `x` is viewed as complex in place and rotated by one complex
+    multiply by e^{i·angle}: about one pass over memory instead of the formula's five (benchmarks/bench_rope.py). The
+    products and sums are those of the plain formula (vectorised complex multiply does not fuse them; a scalar tail
+    may round differently, by one ulp). Under torch.compile inductor fuses the plain formula into one loop (complex
+    views would break the graph), and there are no complex bf16/fp16 kernels on every device: the formula then. These
+    two tests are about the tensors of this call (autocast decides their dtype per call), not about the model.
+    """
     if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
         return x * cos + rotate_interleaved(x) * sin
     return _rotate_adjacent_pairs(x, cos[..., 0::2], sin[..., 0::2])
@@ -223,21 +236,12 @@ def _rotate_adjacent_pairs(x: torch.Tensor, cos_pairs: torch.Tensor, sin_pairs: 
 def rotate_for_scores(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str) -> torch.Tensor:
     """Rotated `x` (batch, heads, seq, head_dim) for attention scores, with each pair's two dims side by side.
 
-    Scores only need q·k, which any permutation of the head dims applied to both q and k leaves unchanged. So half
-    pairs (x_i, x_{i+d/2}) are read straight into a complex tensor (one pass) and rotated as interleaved pairs are,
-    instead of the plain formula's five passes: the half layout then costs about what the interleaved one does
-    (benchmarks/bench_rope.py). The result's dims are in interleaved order (pair i at 2i, 2i+1) for both layouts;
-    use it for queries and keys (and the keys a cache keeps), never where the dim order is read (values: `apply_rotary`).
+    Scores only need q·k, which any permutation of the head dims applied to both q and k leaves unchanged, so the
+    result's dims are in interleaved order (pair i at 2i, 2i+1) for both layouts (see `HalfPairRotation.for_scores`).
+    Use it for queries and keys (and the keys a cache keeps), never where the dim order is read (values:
+    `apply_rotary`).
     """
-    if pair_layout != "half":
-        return apply_rotary(x, cos, sin, pair_layout)
-    half = x.shape[-1] // 2
-    if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
-        # The same order by the plain formula: bring each pair together, then rotate interleaved pairs.
-        x, cos, sin = (_half_to_interleaved(t) for t in (x, cos, sin))
-        return apply_rotary(x, cos, sin, "interleaved")
-    rotation = torch.complex(cos[..., :half], sin[..., :half]).unsqueeze(1)
-    return torch.view_as_real(torch.complex(x[..., :half], x[..., half:]) * rotation).flatten(-2)
+    return _ROTATIONS[pair_layout].for_scores(x, cos, sin)
 
 
 def _half_to_interleaved(t: torch.Tensor) -> torch.Tensor:
@@ -245,76 +249,212 @@ def _half_to_interleaved(t: torch.Tensor) -> torch.Tensor:
     return t.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2)
 
 
-def rotate_query_key(
-    query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Queries and keys rotated for softmax attention: liger-kernel's fused GPU kernel where it applies (half layout,
-    CUDA, installed), else `rotate_for_scores`."""
-    if query.is_cuda:
-        from .fused_rotary import fused_rotate_query_key
-
-        fused = fused_rotate_query_key(query, key, cos, sin, pair_layout)
-        if fused is not None:
-            return fused
-    return rotate_for_scores(query, cos, sin, pair_layout), rotate_for_scores(key, cos, sin, pair_layout)
+def _heads(projected: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(batch, seq, hidden) -> (batch, heads, seq, head_dim)."""
+    return projected.view(*projected.shape[:-1], -1, head_dim).transpose(1, 2)
 
 
-def project_rotated_query_key(
-    states: torch.Tensor,
-    query_projection: nn.Module,
-    key_projection: nn.Module,
-    head_dim: int,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    pair_layout: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Project `states` (batch, seq, hidden) to queries and keys (batch, heads, seq, head_dim), rotated for scores.
+class QueryKeyRotation:
+    """How one attention layer rotates: chosen once for its pair layout (`query_key_rotation(config)`, when the layer
+    is built, again when `convert_pair_layout` changes the layout), then only called. No call re-decides the layout.
 
-    The one place that chooses how a layout is rotated. Half pairs (x_i, x_{i+d/2}) need their two dims brought side
-    by side before one complex multiply can rotate them, a pass over q and k that interleaved pairs skip. When the
-    batch has more rows than the projection has outputs, moving the projection's weight rows costs less than
-    moving the activations, so the half layout projects straight into pair-adjacent order (each head's rows
-    0, d/2, 1, d/2 + 1, ...) and rotates as interleaved pairs do: the scores are those of the half layout (the same
-    permutation on q and k), at the interleaved layout's cost. Only plain `nn.Linear` projections without hooks take
-    this path: an adapter (LoRA), a quantized layer or a hook keeps its own forward, then q and k are rotated after.
+    (cos, sin) are what `RotaryEmbedding` returns: (batch, seq, head_dim), laid out for `pair_layout`.
     """
 
-    def heads(projected: torch.Tensor) -> torch.Tensor:
-        return projected.view(*states.shape[:-1], -1, head_dim).transpose(1, 2)
+    pair_layout: str
 
-    rows = states.numel() // states.shape[-1]
-    if not _projects_pair_adjacent(states, query_projection, key_projection, rows, pair_layout):
-        return rotate_query_key(heads(query_projection(states)), heads(key_projection(states)), cos, sin, pair_layout)
-    half = head_dim // 2
-    rows_per_head = torch.arange(query_projection.weight.shape[0], device=states.device).view(-1, head_dim)
-    order = _half_to_interleaved(rows_per_head).flatten()  # each head's rows 0, d/2, 1, d/2 + 1, ...
-    cos_pairs, sin_pairs = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
+    def project_query_key(
+        self,
+        states: torch.Tensor,
+        query_projection: nn.Module,
+        key_projection: nn.Module,
+        head_dim: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys (batch, heads, seq, head_dim) projected from `states` (batch, seq, hidden), rotated for
+        scores (each pair's dims side by side)."""
+        query, key = _heads(query_projection(states), head_dim), _heads(key_projection(states), head_dim)
+        return self.query_key(query, key, cos, sin)
 
-    def project(projection: nn.Linear) -> torch.Tensor:
-        bias = None if projection.bias is None else projection.bias[order]
-        return heads(F.linear(states, projection.weight[order], bias))
+    def query_key(
+        self, query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected queries and keys rotated for scores."""
+        return self.for_scores(query, cos, sin), self.for_scores(key, cos, sin)
 
-    return tuple(_rotate_adjacent_pairs(project(p), cos_pairs, sin_pairs) for p in (query_projection, key_projection))
+    def for_scores(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """`x` (batch, heads, seq, head_dim) rotated with each pair's two dims side by side (`rotate_for_scores`)."""
+        raise NotImplementedError
+
+    def values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """`x` rotated with its dim order kept (`rotary_value`: the output projection reads the order)."""
+        return apply_rotary(x, cos, sin, self.pair_layout)
 
 
-def _projects_pair_adjacent(
-    states: torch.Tensor, query_projection: nn.Module, key_projection: nn.Module, rows: int, pair_layout: str
-) -> bool:
-    """Whether `project_rotated_query_key` reorders the projection rows instead of the activations."""
-    if pair_layout != "half" or torch.compiler.is_compiling() or states.dtype not in (torch.float32, torch.float64):
+class InterleavedPairRotation(QueryKeyRotation):
+    """Pairs (2i, 2i+1), as the original RoFormer: already side by side, one complex multiply (fp32/fp64, eager)."""
+
+    pair_layout = "interleaved"
+
+    def for_scores(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return _rotate_interleaved_pairs(x, cos.unsqueeze(1), sin.unsqueeze(1))
+
+
+class HalfPairRotation(QueryKeyRotation):
+    """Pairs (i, i + d/2), as most RoPE code lays them out, at the interleaved layout's cost.
+
+    For scores, half pairs are read straight into a complex tensor (one pass) and rotated as interleaved pairs are,
+    instead of the plain formula's five passes. Better still, when the batch has more rows than the projection has
+    outputs, queries and keys are projected with each head's weight rows in pair-adjacent order (0, d/2, 1,
+    d/2 + 1, ...) so the pairs come out side by side and no pass over q and k moves them: the scores are those of the
+    half layout (the same permutation on q and k), at the interleaved cost. The reordered rows are kept
+    (`PairAdjacentRows`), computed again only when the weights change.
+    """
+
+    pair_layout = "half"
+
+    def __init__(self) -> None:
+        self.query_rows, self.key_rows = PairAdjacentRows(), PairAdjacentRows()
+
+    def for_scores(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        if torch.compiler.is_compiling() or x.dtype not in (torch.float32, torch.float64):
+            # The same order by the plain formula: bring each pair together, then rotate interleaved pairs.
+            x, cos, sin = (_half_to_interleaved(t) for t in (x, cos, sin))
+            return _rotate_interleaved_pairs(x, cos.unsqueeze(1), sin.unsqueeze(1))
+        rotation = torch.complex(cos[..., :half], sin[..., :half]).unsqueeze(1)
+        return torch.view_as_real(torch.complex(x[..., :half], x[..., half:]) * rotation).flatten(-2)
+
+    def project_query_key(
+        self,
+        states: torch.Tensor,
+        query_projection: nn.Module,
+        key_projection: nn.Module,
+        head_dim: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not projects_pair_adjacent(states, query_projection, key_projection):
+            return super().project_query_key(states, query_projection, key_projection, head_dim, cos, sin)
+        half = head_dim // 2
+        cos_pairs, sin_pairs = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
+        return tuple(
+            _rotate_adjacent_pairs(_heads(F.linear(states, *rows(projection, head_dim)), head_dim), cos_pairs, sin_pairs)
+            for rows, projection in ((self.query_rows, query_projection), (self.key_rows, key_projection))
+        )
+
+    def __getstate__(self) -> dict:
+        return {}  # the kept rows are a cache: copies and pickles start without it
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
+class FusedHalfPairRotation(HalfPairRotation):
+    """The half layout with liger-kernel's fused Triton kernel for tensors on CUDA (chosen when liger-kernel is
+    installed and CUDA is available); on other devices the half layout as above."""
+
+    def project_query_key(self, states, query_projection, key_projection, head_dim, cos, sin):
+        if not states.is_cuda:
+            return super().project_query_key(states, query_projection, key_projection, head_dim, cos, sin)
+        query, key = _heads(query_projection(states), head_dim), _heads(key_projection(states), head_dim)
+        return self.query_key(query, key, cos, sin)
+
+    def query_key(self, query, key, cos, sin):
+        if not query.is_cuda:
+            return super().query_key(query, key, cos, sin)
+        from .fused_rotary import fused_half_rotate_query_key
+
+        return fused_half_rotate_query_key(query, key, cos, sin)
+
+
+def query_key_rotation(config: Any) -> QueryKeyRotation:
+    """A new rotation for one attention layer of `config`'s pair layout (each layer keeps its own reordered rows)."""
+    pair_layout = config.rope_parameters.get("pair_layout", "interleaved")
+    if pair_layout == "interleaved":
+        return InterleavedPairRotation()
+    if pair_layout != "half":
+        raise ValueError(f"Unknown pair_layout {pair_layout!r}; choose one of {', '.join(PAIR_LAYOUTS)}.")
+    from .fused_rotary import fused_rotary_installed
+
+    return FusedHalfPairRotation() if fused_rotary_installed() else HalfPairRotation()
+
+
+class PairAdjacentRows:
+    """One q or k projection's weight and bias with each head's rows in pair-adjacent order (0, d/2, 1, d/2 + 1,
+    ...), computed once and kept while the parameters stay the same tensors with the same `_version`, storage,
+    device and dtype. An optimizer step, `load_state_dict`, `convert_pair_layout` or any in-place change bumps the
+    version, `.to()` moves the storage: the next forward reorders again. (A write through `.data` bypasses the version
+    counter, as it bypasses autograd: call `clear()` after one.)
+
+    While autograd records through the parameters (training), the rows are gathered in that forward instead, so the
+    gradient reaches the parameters; the weights change at every step then anyway.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self._source: tuple | None = None
+        self._rows: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def __call__(self, projection: nn.Linear, head_dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weight, bias = projection.weight, projection.bias
+        if torch.is_grad_enabled() and (weight.requires_grad or (bias is not None and bias.requires_grad)):
+            return reorder_rows(weight, bias, head_dim)
+        source = tuple(_identity(t) for t in (weight, bias))
+        if self._rows is None or not _same_source(self._source, source):
+            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable outside inference mode
+                self._rows = reorder_rows(weight, bias, head_dim)
+            self._source = source
+        return self._rows
+
+
+def _identity(t: torch.Tensor | None) -> tuple | None:
+    if t is None:
+        return None
+    return (weakref.ref(t), t._version, t.data_ptr(), t.device, t.dtype)
+
+
+def _same_source(kept: tuple, now: tuple) -> bool:
+    return all(
+        (a is None and b is None) or (a is not None and b is not None and a[0]() is b[0]() and a[1:] == b[1:])
+        for a, b in zip(kept, now)
+    )
+
+
+def reorder_rows(
+    weight: torch.Tensor, bias: torch.Tensor | None, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weight rows (and bias) of a q/k projection in each head's pair-adjacent order: 0, d/2, 1, d/2 + 1, ..."""
+    rows_per_head = torch.arange(weight.shape[0], device=weight.device).view(-1, head_dim)
+    order = _half_to_interleaved(rows_per_head).flatten()
+    return weight[order], None if bias is None else bias[order]
+
+
+def projects_pair_adjacent(states: torch.Tensor, query_projection: nn.Module, key_projection: nn.Module) -> bool:
+    """Whether this call of a half-layout attention can project with the kept pair-adjacent rows.
+
+    What the rotation cannot know when it is built, because it belongs to the call: eager fp32/fp64 states (torch.compile
+    traces the plain path; bf16 has no complex kernels), plain `nn.Linear` projections with no hooks (an adapter such as
+    LoRA, a quantized layer or a hook, also one added later, must see its own forward run), and more rows than the
+    projection has outputs (a decoding step's few rows are cheaper to move than to project anew).
+    """
+    if torch.compiler.is_compiling() or states.dtype not in (torch.float32, torch.float64):
         return False
-    if states.is_cuda:
-        from .fused_rotary import fused_rotary_available
-
-        if fused_rotary_available(states.device, pair_layout):
-            return False
     # Hooks registered for every module (torch.nn.modules.module.register_module_forward_hook) must see q and k too.
-    hooks = any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks"))
-    plain = not hooks and all(
+    if any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks")):
+        return False
+    plain = all(
         type(p) is nn.Linear and not (p._forward_hooks or p._forward_pre_hooks) and "forward" not in vars(p)
         for p in (query_projection, key_projection)
     )
-    return plain and rows > query_projection.weight.shape[0]
+    return plain and states.numel() // states.shape[-1] > query_projection.weight.shape[0]
+
+
+#: One rotation per layout for `rotate_for_scores` (which keeps no rows).
+_ROTATIONS: dict[str, QueryKeyRotation] = {"interleaved": InterleavedPairRotation(), "half": HalfPairRotation()}
 
 
 def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
@@ -329,11 +469,11 @@ def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
 __all__ = [
     "RotaryEmbedding",
     "apply_rotary",
+    "QueryKeyRotation",
     "interleaved_to_half_permutation",
-    "project_rotated_query_key",
+    "query_key_rotation",
     "register_rotary_embedding",
     "registered_rotary_kinds",
     "rotary_embedding_class",
     "rotate_for_scores",
-    "rotate_query_key",
 ]

@@ -373,7 +373,7 @@ RoFormerExtShawModelTest = _position_encoding_test("shaw")
 
 class HalfPairLayoutModelTester(RoFormerExtModelTester):
     """The same tiny models with the half pair layout. 13 × 7 rows exceed the 32 projection outputs, so attention
-    projects queries and keys with reordered weight rows (`rope.project_rotated_query_key`); decoding steps do not."""
+    projects queries and keys with reordered weight rows (`rope.HalfPairRotation.project_query_key`); decoding steps do not."""
 
     def config_kwargs(self) -> dict:
         return {**super().config_kwargs(), "rope_parameters": {"pair_layout": "half"}}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rope import PAIR_LAYOUTS, interleaved_to_half_permutation
+from ..rope import PAIR_LAYOUTS, interleaved_to_half_permutation, query_key_rotation
 
 
 def _head_permutation(config, to_layout: str) -> torch.Tensor:
@@ -44,4 +44,6 @@ def convert_pair_layout(model: nn.Module, to_layout: str) -> nn.Module:
         if config.rotary_value:
             attention.output.weight.copy_(attention.output.weight[:, index])
     config.rope_parameters["pair_layout"] = to_layout  # the one place the layout is kept
+    for layer in base.layers:  # each attention chose its rotation for the old layout when it was built
+        layer.attention.rotation = query_key_rotation(config)
     return model
