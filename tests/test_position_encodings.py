@@ -371,7 +371,7 @@ def test_rope_score_depends_only_on_n_minus_m(m, n, shift):
     """<R_m q, R_n k> = <R_{m+c} q, R_{n+c} k>: computed with the model's own rotary embedding and rotation."""
     from roformer_ext.rope import apply_rotary
 
-    rotary = RoFormerExtModel(config("rope")).rotary_emb
+    rotary = RoFormerExtModel(config("rope")).position_encoding.rotary_emb
     generator = torch.Generator().manual_seed(m * 7 + n)
     q, k = torch.randn(1, 1, 1, 8, generator=generator, dtype=torch.float64), torch.randn(1, 1, 1, 8, generator=generator, dtype=torch.float64)
 

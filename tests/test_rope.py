@@ -92,8 +92,9 @@ def test_interleaved_to_half_conversion_keeps_outputs(rotary_value):
 
 def test_transformers_scaling_types_are_registered_and_used():
     assert {"default", "linear", "dynamic", "yarn", "llama3", "longrope"} <= set(registered_rotary_kinds())
-    plain = RoFormerExtModel(tiny_config()).rotary_emb
-    linear = RoFormerExtModel(tiny_config(rope_parameters={"rope_type": "linear", "factor": 4.0})).rotary_emb
+    plain = RoFormerExtModel(tiny_config()).position_encoding.rotary_emb
+    config = tiny_config(rope_parameters={"rope_type": "linear", "factor": 4.0})
+    linear = RoFormerExtModel(config).position_encoding.rotary_emb
     torch.testing.assert_close(linear.inv_freq, plain.inv_freq / 4)
 
 
@@ -109,13 +110,14 @@ def test_registering_a_learned_frequency_kind(tmp_path):
 
     config = tiny_config(rope_parameters={"rope_type": "test_learned"})
     model = RoFormerExtForMaskedLM(config)
-    assert isinstance(model.roformer.rotary_emb, LearnedFrequencies)
+    assert isinstance(model.roformer.position_encoding.rotary_emb, LearnedFrequencies)
     input_ids, attention_mask, _ = random_inputs()
     model(input_ids, attention_mask=attention_mask, labels=input_ids).loss.backward()
-    assert model.roformer.rotary_emb.log_inv_freq.grad.abs().sum() > 0
+    assert model.roformer.position_encoding.rotary_emb.log_inv_freq.grad.abs().sum() > 0
     model.save_pretrained(tmp_path)
     reloaded = RoFormerExtForMaskedLM.from_pretrained(tmp_path)
-    torch.testing.assert_close(reloaded.roformer.rotary_emb.log_inv_freq, model.roformer.rotary_emb.log_inv_freq)
+    learned = reloaded.roformer.position_encoding.rotary_emb.log_inv_freq
+    torch.testing.assert_close(learned, model.roformer.position_encoding.rotary_emb.log_inv_freq)
 
 
 def test_register_rejects_non_rotary_class():
@@ -214,7 +216,7 @@ def test_pair_layout_is_kept_in_the_config_only():
     assert not any(hasattr(module, "pair_layout") for module in model.roformer.layers.modules())
     assert {layer.attention.rotation.pair_layout for layer in model.roformer.layers} == {"interleaved"}
     convert_pair_layout(model, "half")
-    rotary = model.roformer.rotary_emb
+    rotary = model.roformer.position_encoding.rotary_emb
     assert rotary.pair_layout == "half" == model.config.rope_parameters["pair_layout"]
     # each attention chose its rotation when built; the conversion (the one thing that changes a layout) chose again
     assert {layer.attention.rotation.pair_layout for layer in model.roformer.layers} == {"half"}

@@ -52,7 +52,7 @@ from .position_encodings import (
     position_encoding_class,
 )
 from .positions import as_axes_batch_seq, text_position_ids
-from .rope import RotaryEmbedding, query_key_rotation, rotary_embedding_class
+from .rope import RotaryEmbedding, query_key_rotation
 
 
 class ScaleFreeRMSNorm(nn.Module):
@@ -526,13 +526,16 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         self.embeddings = RoFormerExtEmbeddings(config)
         self.layers = nn.ModuleList([RoFormerExtLayer(config, i) for i in range(config.num_hidden_layers)])
         self.position_encoding = position_encoding_class(config.position_encoding)(config)
-        self.rotary_emb = None
-        if self.position_encoding.uses_rotary:
-            self.rotary_emb = rotary_embedding_class(config.rope_parameters["rope_type"])(config)
         use_pooler = add_pooling_layer and config.pooler_activation is not None
         self.pooler = RoFormerExtPooler(config) if use_pooler else None
         self.gradient_checkpointing = False
         self.post_init()
+
+    @property
+    def rotary_emb(self) -> RotaryEmbedding | None:
+        """The rope entry's rotary embedding (`position_encoding.rotary_emb`), None for other encodings: read-only,
+        for callers that read `model.rotary_emb`."""
+        return getattr(self.position_encoding, "rotary_emb", None)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
@@ -557,27 +560,26 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             return EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         return DynamicCache(config=self.config)
 
-    def relative_position_scores(
+    def attention_positions(
         self,
+        embeddings: torch.Tensor,
+        position_ids: torch.Tensor,
         mask: torch.Tensor | None,
-        positions: torch.Tensor,
         cache: Cache | None,
         past_length: int,
-        dtype: torch.dtype,
-    ) -> tuple[torch.Tensor | None, RelativeScores | None]:
-        """The mask and the per-forward relative term of a score-adding encoding (Shaw, T5, ALiBi), else unchanged.
-
-        A term the same in every layer (T5, ALiBi) joins the mask once for eager / sdpa; flex computes it per score."""
-        if not self.position_encoding.has_relative_scores:
-            return mask, None
-        check_backend_takes_scores(self.config)
-        scores = self.position_encoding.relative_scores(
-            positions, self.key_positions(positions, cache, past_length)
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None, RelativeScores | None]:
+        """The position encoding asked once per forward for what the layers need: RoPE's (cos, sin); a relative term
+        (Shaw, T5, ALiBi), joined into the mask when every layer shares it on eager / sdpa, else the per-forward
+        `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores)."""
+        flex = self.config._attn_implementation == "flex_attention"
+        terms = self.position_encoding.attention_terms(
+            embeddings, position_ids, functools.partial(self.key_positions, position_ids[0], cache, past_length), flex
         )
-        shared = scores.shared_bias() if self.config._attn_implementation != "flex_attention" else None
-        if shared is not None:
-            return add_scores_to_mask(mask, shared.to(dtype)), None
-        return mask, scores
+        if terms.shared_bias is not None or terms.relative_scores is not None:
+            check_backend_takes_scores(self.config)
+        if terms.shared_bias is not None:
+            mask = add_scores_to_mask(mask, terms.shared_bias.to(embeddings.dtype))
+        return terms.position_embeddings, mask, terms.relative_scores
 
     def key_positions(
         self, query_positions: torch.Tensor, cache: Cache | None, past_length: int
@@ -658,9 +660,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         cross_mask = None
         if encoder_hidden_states is not None:
             cross_mask = cross_attention_mask(self.config, encoder_attention_mask, embeddings, encoder_hidden_states)
-        position_embeddings = self.rotary_emb(embeddings, position_ids) if self.rotary_emb is not None else None
-        mask, relative_scores = self.relative_position_scores(
-            mask, position_ids[0], cache, past_length, embeddings.dtype
+        position_embeddings, mask, relative_scores = self.attention_positions(
+            embeddings, position_ids, mask, cache, past_length
         )
 
         hidden_states = embeddings

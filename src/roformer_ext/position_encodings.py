@@ -1,15 +1,17 @@
 """Position encodings by name: RoPE and the alternatives the RoFormer paper compares it with, on one model.
 
 `config.position_encoding` selects one registered `PositionEncoding`. An encoding tells attention where tokens are
-in one (or more) of three ways, and the model asks each encoding for all three:
+in one (or more) of three ways. The model asks it twice per forward: `embed` (for the embeddings) and
+`attention_terms` (what every layer needs, once for all layers):
 
 - absolute (`"sinusoidal"`, `"learned"`): a vector per position added to the word embeddings (`embed`);
-- rotary (`"rope"`): the model's rotary embedding (the rotary registry of `rope.py`, kind chosen by
-  `rope_parameters`) gives (cos, sin) that every layer rotates q and k with (`uses_rotary`);
-- relative scores (`"shaw"`, `"t5_bias"`, `"alibi"`): a term added to the attention scores before the softmax
-  (`relative_scores`). eager and sdpa take it as an additive bias (with the padding / causal mask folded in); flex
-  attention takes it as a `score_mod` that computes each score's term from the positions, so no (q × k) bias is built.
-  Shaw's term depends on the query, so each layer owns its relative key table (`layer_table`).
+- rotary (`"rope"`): the entry owns its rotary embedding (`rotary_emb`, of the kind `rope_parameters["rope_type"]`
+  names in the rotary registry of `rope.py`), whose (cos, sin) every layer rotates q and k with;
+- relative scores (`"shaw"`, `"t5_bias"`, `"alibi"`, subclasses of `RelativePositionEncoding`): a term added to the
+  attention scores before the softmax (`relative_scores`). eager and sdpa take it as an additive bias (with the
+  padding / causal mask folded in); flex attention takes it as a `score_mod` that computes each score's term from
+  the positions, so no (q × k) bias is built. Shaw's term depends on the query, so each layer owns its relative key
+  table (`layer_table`).
 
 `"none"` (NoPE) does none of the three: the encoder is then permutation-equivariant, the decoder still sees order
 through its causal mask. Add your own with `@register_position_encoding("name")` on a `PositionEncoding` subclass.
@@ -17,10 +19,12 @@ through its causal mask. Add your own with `@register_position_encoding("name")`
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+
+from .rope import rotary_embedding_class
 
 _POSITION_ENCODINGS: dict[str, type["PositionEncoding"]] = {}
 
@@ -59,8 +63,6 @@ class PositionEncoding(nn.Module):
     restarting at 0 in each sequence of a packed row.
     """
 
-    #: Whether the model builds its rotary embedding (`rope_parameters`) and every layer rotates q and k.
-    uses_rotary = False
     #: Whether `relative_scores` returns something (packed rows then keep a block mask to add the scores to).
     has_relative_scores = False
     #: Softmax attention only: a term on the (q × k) scores has no place in linear attention.
@@ -72,6 +74,21 @@ class PositionEncoding(nn.Module):
     def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Absolute encodings add their vectors here (before the embedding norm, as BERT)."""
         return embeddings
+
+    def attention_terms(
+        self,
+        hidden_states: torch.Tensor,
+        position_ids: torch.Tensor,
+        key_positions: Callable[[], torch.Tensor],
+        per_score: bool,
+    ) -> "AttentionTerms":
+        """What every attention layer needs from this encoding in one forward; the model asks once per forward.
+
+        `position_ids` (axes, batch, seq); `key_positions()` gives the positions of the keys the layers see (called
+        only by encodings that need them); `per_score`: the backend adds a term per score (flex attention's
+        `score_mod`), so no shared bias is built. Nothing for absolute encodings and NoPE.
+        """
+        return AttentionTerms()
 
     def relative_scores(
         self, query_positions: torch.Tensor, key_positions: torch.Tensor
@@ -128,15 +145,33 @@ class RelativeScores:
         return self.key_positions[key_batch, kv_idx] - self.query_positions[query_batch, q_idx]
 
 
+class AttentionTerms(NamedTuple):
+    """One forward's position information for the attention layers (at most one field is set)."""
+
+    #: RoPE's (cos, sin), (batch, seq, head_dim): every layer rotates q and k with them.
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None
+    #: A term the same for every layer (T5, ALiBi on eager / sdpa), (batch | 1, heads, q, k): the model joins it into
+    #: the mask once.
+    shared_bias: torch.Tensor | None = None
+    #: A term each layer computes (Shaw; flex attention's score_mod).
+    relative_scores: "RelativeScores | None" = None
+
+
 # --- RoPE ---------------------------------------------------------------------------------------------------------
 
 
 @register_position_encoding("rope")
 class RotaryPositionEncoding(PositionEncoding):
-    """RoFormer's rotary embedding. The model owns it as `rotary_emb` (its kind is `rope_parameters["rope_type"]`,
-    from the rotary registry), so RoPE checkpoints keep their parameter names."""
+    """RoFormer's rotary embedding: this entry owns it (`rotary_emb`, of the kind `rope_parameters["rope_type"]`
+    names in `rope.py`'s registry of rotary kinds) and gives every layer its (cos, sin). Its buffers are
+    non-persistent, so checkpoints hold nothing of it."""
 
-    uses_rotary = True
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.rotary_emb = rotary_embedding_class(config.rope_parameters["rope_type"])(config)
+
+    def attention_terms(self, hidden_states, position_ids, key_positions, per_score) -> AttentionTerms:
+        return AttentionTerms(position_embeddings=self.rotary_emb(hidden_states, position_ids))
 
 
 @register_position_encoding("none")
@@ -192,6 +227,20 @@ class LearnedPositionEncoding(PositionEncoding):
 # --- relative scores ----------------------------------------------------------------------------------------------
 
 
+class RelativePositionEncoding(PositionEncoding):
+    """A term on the attention scores from query and key positions: subclasses give `relative_scores`."""
+
+    has_relative_scores = True
+    supports_linear_attention = False
+
+    def attention_terms(self, hidden_states, position_ids, key_positions, per_score) -> AttentionTerms:
+        scores = self.relative_scores(position_ids[0], key_positions())
+        shared = None if per_score else scores.shared_bias()
+        if shared is not None:
+            return AttentionTerms(shared_bias=shared)
+        return AttentionTerms(relative_scores=scores)
+
+
 class ShawScores(RelativeScores):
     """Shaw et al. (2018): score_ij += q_i · a_clip(j−i) / sqrt(d), one key table a of 2K+1 rows per layer."""
 
@@ -220,11 +269,8 @@ class ShawScores(RelativeScores):
 
 
 @register_position_encoding("shaw")
-class ShawPositionEncoding(PositionEncoding):
+class ShawPositionEncoding(RelativePositionEncoding):
     """Relative key embeddings clipped at `max_relative_position` (Shaw, Uszkoreit & Vaswani 2018), per layer."""
-
-    has_relative_scores = True
-    supports_linear_attention = False
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -272,11 +318,8 @@ class T5Scores(RelativeScores):
 
 
 @register_position_encoding("t5_bias")
-class T5BiasPositionEncoding(PositionEncoding):
+class T5BiasPositionEncoding(RelativePositionEncoding):
     """T5's bucketed relative bias: bidirectional buckets for an encoder, causal buckets for a decoder."""
-
-    has_relative_scores = True
-    supports_linear_attention = False
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -325,11 +368,8 @@ class AlibiScores(RelativeScores):
 
 
 @register_position_encoding("alibi")
-class AlibiPositionEncoding(PositionEncoding):
+class AlibiPositionEncoding(RelativePositionEncoding):
     """Attention with Linear Biases: a fixed penalty growing linearly with distance, one slope per head."""
-
-    has_relative_scores = True
-    supports_linear_attention = False
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -354,7 +394,9 @@ def add_scores_to_mask(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.T
 
 
 __all__ = [
+    "AttentionTerms",
     "PositionEncoding",
+    "RelativePositionEncoding",
     "RelativeScores",
     "alibi_slopes",
     "position_encoding_class",
