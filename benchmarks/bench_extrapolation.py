@@ -73,7 +73,8 @@ def table(results: dict) -> str:
     train_length = setup["train_length"]
     header = ["encoding", "seeds", "train loss"] + [f"{int(n) // train_length}× ({n})" for n in lengths]
     rows = [
-        [name, cells[name, "train"][2], _cell(*cells[name, "train"][:2])] + [_cell(*cells[name, n][:2]) for n in lengths]
+        [name, cells[name, "train"][2], _cell(*cells[name, "train"][:2])]
+        + [_cell(*cells[name, n][:2]) for n in lengths]
         for name in encodings
     ]
     kind = "masked-LM loss on the masked tokens" if setup["objective"] == "mlm" else "next-token loss"
@@ -101,7 +102,14 @@ def plot(results: dict, path: Path) -> Path:
         spreads = [cells[name, n][1] or 0.0 for n in lengths]
         style = "--" if name.startswith("rope+") else "-"
         axis.errorbar(
-            x, means, yerr=spreads, fmt=style, marker="o", markersize=3.5, capsize=2, label=name,
+            x,
+            means,
+            yerr=spreads,
+            fmt=style,
+            marker="o",
+            markersize=3.5,
+            capsize=2,
+            label=name,
             color=colours[(2 * index) % 20 + (2 * index) // 20],
         )
     axis.axvline(setup["train_length"], color="black", linewidth=0.8, alpha=0.5)
@@ -130,7 +138,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--report-only", action="store_true", help="Train nothing; tabulate the results file.")
     parser.add_argument("--decay", action="store_true", help="Also draw the decay figure of the trained models.")
     parser.add_argument(
-        "--merge", nargs="+", default=[], metavar="JSON",
+        "--merge",
+        nargs="+",
+        default=[],
+        metavar="JSON",
         help="Results files of the same study run elsewhere (other seeds, in another process): their runs are added.",
     )
     own, rest = parser.parse_known_args(argv)

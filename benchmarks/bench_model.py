@@ -62,12 +62,27 @@ from roformer_ext.conversion.from_transformers import (
 
 SIZES = {
     # hidden, layers, heads, intermediate, vocab (12000: RoFormer's chinese char vocabulary)
-    "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,
-             "vocab_size": 99},
-    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
-              "vocab_size": 12000},
-    "base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
-             "vocab_size": 12000},
+    "tiny": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+        "vocab_size": 99,
+    },
+    "small": {
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "intermediate_size": 1024,
+        "vocab_size": 12000,
+    },
+    "base": {
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "vocab_size": 12000,
+    },
 }
 DEFAULT_SEQS = {"softmax": [128, 512, 1024, 2048, 4096], "linear": [1024, 4096, 16384]}
 
@@ -82,8 +97,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--attention", choices=["softmax", "linear"], default="softmax")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="bf16 = torch.autocast on CPU")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(ours)")
-    parser.add_argument("--attention-dropout", type=float, default=0.0,
-                        help="attention_probs_dropout_prob of both models (training; > 0 sends CPU SDPA to its math kernel)")
+    parser.add_argument(
+        "--attention-dropout",
+        type=float,
+        default=0.0,
+        help="attention_probs_dropout_prob of both models (training; > 0 sends CPU SDPA to its math kernel)",
+    )
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the per-case processes")
     parser.add_argument("--memory-only", action="store_true", help="only the per-case peak-memory processes")
     parser.add_argument("--gemm-size", type=int, default=4096)
@@ -93,11 +112,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --- models ---------------------------------------------------------------------------------------------------------
 
+
 def their_config(size: str, max_seq: int, attention_dropout: float = 0.0) -> RoFormerConfig:
     """transformers' RoFormer indexes a fixed table: it needs max_position_embeddings ≥ the longest sequence."""
     return RoFormerConfig(
-        **SIZES[size], max_position_embeddings=max(max_seq, 512), type_vocab_size=2,
-        hidden_dropout_prob=0.1, attention_probs_dropout_prob=attention_dropout,
+        **SIZES[size],
+        max_position_embeddings=max(max_seq, 512),
+        type_vocab_size=2,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=attention_dropout,
     )
 
 
@@ -166,6 +189,7 @@ def training_step(model: torch.nn.Module, inputs: dict, labels: torch.Tensor, dt
 
 # --- FLOPs ----------------------------------------------------------------------------------------------------------
 
+
 def forward_flops(config, batch: int, seq: int, mlm_head: bool, attention: str = "softmax") -> float:
     """Matmul FLOPs of one forward (2 per multiply-add); norms, softmax and activations are not counted."""
     hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
@@ -183,6 +207,7 @@ def forward_flops(config, batch: int, seq: int, mlm_head: bool, attention: str =
 
 # --- one case in a fresh process (peak memory) ----------------------------------------------------------------------
 
+
 def memory_case(spec: dict) -> dict:
     """Build one model from its config, run its step(s), report ru_maxrss and the rise over the RSS before stepping."""
     torch.manual_seed(0)
@@ -195,8 +220,9 @@ def memory_case(spec: dict) -> dict:
         model = RoFormerExtForMaskedLM(ours) if training else RoFormerExtModel(ours, add_pooling_layer=False)
     inputs = make_inputs(spec["batch"], spec["seq"], config.vocab_size)
     if training:
-        step = training_step(model.train(), inputs, mlm_labels(inputs["input_ids"]), spec["dtype"],
-                             sparse=spec.get("sparse", False))
+        step = training_step(
+            model.train(), inputs, mlm_labels(inputs["input_ids"]), spec["dtype"], sparse=spec.get("sparse", False)
+        )
     else:
         encoder = model.roformer if spec["impl"] == "theirs" else model
         step = inference_step(encoder.eval(), inputs, spec["dtype"])
@@ -228,8 +254,11 @@ def _memory_child(spec: dict, connection) -> None:
             result = memory_case(spec)
         except (MemoryError, RuntimeError) as error:
             out_of_memory = isinstance(error, MemoryError) or "allocate" in str(error)
-            result = ({"error": "out of memory", "budget_mb": budget_mb} if out_of_memory
-                      else {"error": f"{type(error).__name__}: {error}"})
+            result = (
+                {"error": "out of memory", "budget_mb": budget_mb}
+                if out_of_memory
+                else {"error": f"{type(error).__name__}: {error}"}
+            )
     connection.send(result)
 
 
@@ -253,6 +282,7 @@ def measure_memory(spec: dict) -> dict:
 
 # --- the comparison -------------------------------------------------------------------------------------------------
 
+
 def timing_fields(seconds: dict[str, float | str], flops: float | None = None) -> dict:
     """`<name>_ms` (and `<name>_gflops`) per timed function; an out-of-memory case keeps its message instead."""
     row = {}
@@ -272,8 +302,16 @@ def memory_cases(args: argparse.Namespace, seq: int, batch: int, mode: str) -> d
     impls = ("theirs", "ours", "ours_sparse") if mode == "training" else ("theirs", "ours")
     row = {}
     for impl in impls:
-        spec = {"impl": impl.removesuffix("_sparse"), "mode": mode, "seq": seq, "batch": batch, "size": args.size,
-                "dtype": args.dtype, "sparse": impl.endswith("_sparse"), "attention_dropout": args.attention_dropout}
+        spec = {
+            "impl": impl.removesuffix("_sparse"),
+            "mode": mode,
+            "seq": seq,
+            "batch": batch,
+            "size": args.size,
+            "dtype": args.dtype,
+            "sparse": impl.endswith("_sparse"),
+            "attention_dropout": args.attention_dropout,
+        }
         row[f"{impl}_memory"] = measure_memory(spec)
     row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")))
     return row
@@ -295,7 +333,7 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
     config = ours.config
     check = make_inputs(2, min(seqs), config.vocab_size)
     with torch.inference_mode():
-        diff = (theirs.roformer.eval()(**check).last_hidden_state - ours.roformer.eval()(**check).last_hidden_state)
+        diff = theirs.roformer.eval()(**check).last_hidden_state - ours.roformer.eval()(**check).last_hidden_state
     checks = {"max_abs_diff_encoder": diff.abs().max().item()}
     # Compiled twins share ours' parameters; the encoder is compiled on its own (attributes of a compiled module
     # are the uncompiled originals).
@@ -308,14 +346,18 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
         for mode in args.modes:
             training = mode == "training"
             if training:
-                steps = {"theirs": training_step(theirs.train(), inputs, labels, args.dtype),
-                         "ours": training_step(ours.train(), inputs, labels, args.dtype),
-                         "ours_sparse": training_step(ours, inputs, labels, args.dtype, sparse=True)}
+                steps = {
+                    "theirs": training_step(theirs.train(), inputs, labels, args.dtype),
+                    "ours": training_step(ours.train(), inputs, labels, args.dtype),
+                    "ours_sparse": training_step(ours, inputs, labels, args.dtype, sparse=True),
+                }
                 if compiled is not None:
                     steps["ours_compiled"] = training_step(compiled["mlm"], inputs, labels, args.dtype)
             else:
-                steps = {"theirs": inference_step(theirs.roformer.eval(), inputs, args.dtype),
-                         "ours": inference_step(ours.roformer.eval(), inputs, args.dtype)}
+                steps = {
+                    "theirs": inference_step(theirs.roformer.eval(), inputs, args.dtype),
+                    "ours": inference_step(ours.roformer.eval(), inputs, args.dtype),
+                }
                 if compiled is not None:
                     steps["ours_compiled"] = inference_step(compiled["encoder"].eval(), inputs, args.dtype)
             print(f"seq {seq} batch {batch} {mode} ...", file=sys.stderr, flush=True)
@@ -324,8 +366,14 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
             theirs.zero_grad(set_to_none=True)
             ours.zero_grad(set_to_none=True)
             flops = forward_flops(config, batch, seq, mlm_head=training) * (3 if training else 1)
-            row = {"seq": seq, "batch": batch, "mode": mode, "flops": flops, **timing_fields(seconds, flops),
-                   "speedup": ratio(seconds["theirs"], seconds["ours"])}
+            row = {
+                "seq": seq,
+                "batch": batch,
+                "mode": mode,
+                "flops": flops,
+                **timing_fields(seconds, flops),
+                "speedup": ratio(seconds["theirs"], seconds["ours"]),
+            }
             if compiled is not None:
                 row["compiled_speedup"] = ratio(seconds["theirs"], seconds["ours_compiled"])
             if training:
@@ -351,13 +399,28 @@ def compare_linear(args: argparse.Namespace, seqs: list[int], save: Callable[[li
         print(f"seq {seq} batch {batch} linear ...", file=sys.stderr, flush=True)
         steps = {name: inference_step(encoder, inputs, args.dtype) for name, encoder in encoders.items()}
         seconds = interleaved_medians(steps, args.repeats)
-        row = {"seq": seq, "batch": batch, "mode": "inference", **timing_fields(seconds),
-               **{f"{name}_us_per_token": 1e6 * t / (batch * seq) if isinstance(t, float) else None
-                  for name, t in seconds.items()}}
+        row = {
+            "seq": seq,
+            "batch": batch,
+            "mode": "inference",
+            **timing_fields(seconds),
+            **{
+                f"{name}_us_per_token": 1e6 * t / (batch * seq) if isinstance(t, float) else None
+                for name, t in seconds.items()
+            },
+        }
         if args.memory:
             for name, (attention, causal) in variants.items():
-                spec = {"impl": "ours", "mode": "inference", "seq": seq, "batch": batch, "size": args.size,
-                        "dtype": args.dtype, "attention": attention, "causal": causal}
+                spec = {
+                    "impl": "ours",
+                    "mode": "inference",
+                    "seq": seq,
+                    "batch": batch,
+                    "size": args.size,
+                    "dtype": args.dtype,
+                    "attention": attention,
+                    "causal": causal,
+                }
                 row[f"{name}_memory"] = measure_memory(spec)
         rows.append(row)
         save(rows, {})
@@ -369,9 +432,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     result = {
         "machine": machine_info("bench_model.py", argv),
         "load_average_before": load_average(),
-        "size": args.size, "config": SIZES[args.size], "attention": args.attention, "dtype": args.dtype,
-        "tokens_per_step": args.tokens, "repeats": args.repeats, "compile": args.compile,
-        "attention_dropout": args.attention_dropout, "memory_only": args.memory_only,
+        "size": args.size,
+        "config": SIZES[args.size],
+        "attention": args.attention,
+        "dtype": args.dtype,
+        "tokens_per_step": args.tokens,
+        "repeats": args.repeats,
+        "compile": args.compile,
+        "attention_dropout": args.attention_dropout,
+        "memory_only": args.memory_only,
         "gemm_size": args.gemm_size,
         "gemm_gflops": {name: gemm_gflops(args.gemm_size, dtype) for name, dtype in DTYPES.items()},
         "results": [],
@@ -393,6 +462,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
 
 # --- Markdown -------------------------------------------------------------------------------------------------------
 
+
 def _mem(row: dict, key: str, field: str = "peak_rss_mb") -> float | str | None:
     memory = row.get(key, {})
     if "error" in memory:
@@ -409,8 +479,13 @@ MEMORY_HEADER = ["transformers peak MB", "ours peak MB", "memory ratio", "transf
 
 def memory_cells(row: dict, sparse: bool) -> list:
     """The MEMORY_HEADER columns of one row (plus "sparse Δ MB" when `sparse`)."""
-    cells = [_mem(row, "theirs_memory"), _mem(row, "ours_memory"), row.get("memory_ratio"),
-             _mem(row, "theirs_memory", "step_peak_mb"), _mem(row, "ours_memory", "step_peak_mb")]
+    cells = [
+        _mem(row, "theirs_memory"),
+        _mem(row, "ours_memory"),
+        row.get("memory_ratio"),
+        _mem(row, "theirs_memory", "step_peak_mb"),
+        _mem(row, "ours_memory", "step_peak_mb"),
+    ]
     return cells + ([_mem(row, "ours_sparse_memory", "step_peak_mb")] if sparse else [])
 
 
@@ -435,8 +510,7 @@ def softmax_markdown(result: dict) -> str:
             line += [r["ours_sparse_ms"], r["sparse_speedup"]] if sparse else []
             line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), *memory_cells(r, sparse)]
             table.append(line)
-        what = ("encoder forward" if mode == "inference"
-                else "MLM forward with labels + backward + AdamW step")
+        what = "encoder forward" if mode == "inference" else "MLM forward with labels + backward + AdamW step"
         parts.append(f"#### {mode.capitalize()} ({what})\n\n" + markdown_table(header, table))
     return "\n\n".join(parts)
 
@@ -449,40 +523,71 @@ def memory_markdown(result: dict) -> str:
 
 def linear_markdown(result: dict) -> str:
     names = {"linear": "linear", "linear_causal": "causal", "softmax": "softmax (SDPA)"}
-    header = ["seq", "batch", *(f"{label} ms" for label in names.values()),
-              *(f"{label} µs/token" for label in names.values()), *(f"{label} Δ MB" for label in names.values())]
+    header = [
+        "seq",
+        "batch",
+        *(f"{label} ms" for label in names.values()),
+        *(f"{label} µs/token" for label in names.values()),
+        *(f"{label} Δ MB" for label in names.values()),
+    ]
     rows = sorted(result["results"], key=lambda r: r["seq"])
-    table = [[r["seq"], r["batch"], *(r[f"{n}_ms"] for n in names), *(r[f"{n}_us_per_token"] for n in names),
-              *(_mem(r, f"{n}_memory", "step_peak_mb") for n in names)] for r in rows]
-    ratios = [f"t({hi['seq']})/t({lo['seq']}) = " + ", ".join(f"{label} {hi[f'{n}_ms'] / lo[f'{n}_ms']:.2f}"
-                                                             for n, label in names.items())
-              + f" [{hi['seq'] / lo['seq']:g}]"
-              for lo, hi in itertools.pairwise(rows) if lo["batch"] == hi["batch"]]
+    table = [
+        [
+            r["seq"],
+            r["batch"],
+            *(r[f"{n}_ms"] for n in names),
+            *(r[f"{n}_us_per_token"] for n in names),
+            *(_mem(r, f"{n}_memory", "step_peak_mb") for n in names),
+        ]
+        for r in rows
+    ]
+    ratios = [
+        f"t({hi['seq']})/t({lo['seq']}) = "
+        + ", ".join(f"{label} {hi[f'{n}_ms'] / lo[f'{n}_ms']:.2f}" for n, label in names.items())
+        + f" [{hi['seq'] / lo['seq']:g}]"
+        for lo, hi in itertools.pairwise(rows)
+        if lo["batch"] == hi["batch"]
+    ]
     scaling = "\n\nTime ratios at equal batch (sequence ratio in brackets): " + "; ".join(ratios) if ratios else ""
-    return markdown_table(header, table) + scaling + (
-        "\n\nBidirectional and causal linear attention (φ = elu + 1, RoPE in the numerator) against our softmax "
-        "encoder (SDPA: O(N²) time, O(N) memory); inference, no MLM head.")
+    return (
+        markdown_table(header, table)
+        + scaling
+        + (
+            "\n\nBidirectional and causal linear attention (φ = elu + 1, RoPE in the numerator) against our softmax "
+            "encoder (SDPA: O(N²) time, O(N) memory); inference, no MLM head."
+        )
+    )
 
 
 def to_markdown(result: dict) -> str:
     config = result["config"]
     gemm = result["gemm_gflops"]
-    title = (f"### {'Linear attention' if result['attention'] == 'linear' else 'transformers RoFormer vs ours'}: "
-             f"{result['size']} (hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
-             f"{config['num_attention_heads']} heads, vocab {config['vocab_size']}), {result['dtype']}, "
-             f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}"
-             + (f", attention dropout {result['attention_dropout']:g}" if result.get("attention_dropout") else ""))
+    title = (
+        f"### {'Linear attention' if result['attention'] == 'linear' else 'transformers RoFormer vs ours'}: "
+        f"{result['size']} (hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
+        f"{config['num_attention_heads']} heads, vocab {config['vocab_size']}), {result['dtype']}, "
+        f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}"
+        + (f", attention dropout {result['attention_dropout']:g}" if result.get("attention_dropout") else "")
+    )
     if result["attention"] == "linear":
         body = linear_markdown(result)
     else:
         body = memory_markdown(result) if result.get("memory_only") else softmax_markdown(result)
-    notes = (f"GEMM rate measured in this run ({result['gemm_size']}² matmul): fp32 {gemm['fp32']:.0f} GFLOP/s, "
-             f"bf16 {gemm['bf16']:.0f} GFLOP/s. Peak MB = ru_maxrss of a fresh process running that case "
-             "(whole process); Δ = peak − RSS before the first step.")
+    notes = (
+        f"GEMM rate measured in this run ({result['gemm_size']}² matmul): fp32 {gemm['fp32']:.0f} GFLOP/s, "
+        f"bf16 {gemm['bf16']:.0f} GFLOP/s. Peak MB = ru_maxrss of a fresh process running that case "
+        "(whole process); Δ = peak − RSS before the first step."
+    )
     if "max_abs_diff_encoder" in result:
         notes += f" Same weights: encoder outputs differ by at most {result['max_abs_diff_encoder']:.1e}."
-    return "\n\n".join([title, body, notes, machine_markdown(result["machine"], result["load_average_before"],
-                                                               result["load_average_after"])])
+    return "\n\n".join(
+        [
+            title,
+            body,
+            notes,
+            machine_markdown(result["machine"], result["load_average_before"], result["load_average_after"]),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -58,8 +58,12 @@ AttentionFn = Callable[..., tuple[torch.Tensor, None]]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
-    parser.add_argument("--corpora", nargs="+", choices=[*CORPORA, "blocks"],
-                        default=["statutes", "chinese_sentiment", "rotten_tomatoes", "blocks"])
+    parser.add_argument(
+        "--corpora",
+        nargs="+",
+        choices=[*CORPORA, "blocks"],
+        default=["statutes", "chinese_sentiment", "rotten_tomatoes", "blocks"],
+    )
     parser.add_argument("--block-length", type=int, default=128, help="tokens per block of the 'blocks' case")
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--batch", type=int, default=32, help="sequences packed into the row (at most 64)")
@@ -75,26 +79,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --- the attention functions compared -------------------------------------------------------------------------------
 
-def sliced_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False,
-                cu_seq_lens_q=None, **kwargs) -> tuple[torch.Tensor, None]:
+
+def sliced_sdpa(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False, cu_seq_lens_q=None, **kwargs
+) -> tuple[torch.Tensor, None]:
     """The first implementation: a slice of the row per sequence, one SDPA call each."""
     bounds = cu_seq_lens_q.tolist()
     outputs = [
-        F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], dropout_p=dropout,
-                                       is_causal=is_causal, scale=scaling)
+        F.scaled_dot_product_attention(
+            query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], dropout_p=dropout, is_causal=is_causal, scale=scaling
+        )
         for a, b in zip(bounds[:-1], bounds[1:])
     ]
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
-def squeezed_split_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False,
-                        cu_seq_lens_q=None, **kwargs) -> tuple[torch.Tensor, None]:
+def squeezed_split_sdpa(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=False, cu_seq_lens_q=None, **kwargs
+) -> tuple[torch.Tensor, None]:
     """The previous implementation: one split of the row squeezed to 3D, a call per sequence. torch's fused CPU
     kernel takes 4D inputs only, so these 3D pieces ran SDPA's unfused math path."""
     lengths = torch.diff(cu_seq_lens_q).tolist()
     pieces = zip(*(t.squeeze(0).split(lengths, dim=1) for t in (query, key, value)))
-    outputs = [F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling)
-               .transpose(0, 1) for q, k, v in pieces]
+    outputs = [
+        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal, scale=scaling).transpose(0, 1)
+        for q, k, v in pieces
+    ]
     return torch.cat(outputs, dim=0).unsqueeze(0), None
 
 
@@ -108,6 +118,7 @@ LABELS = {
 
 
 # --- attention alone ------------------------------------------------------------------------------------------------
+
 
 def attention_inputs(lengths: list[int], heads: int, head_dim: int, seed: int) -> dict:
     """Packed q, k, v (1, heads, total, d), their cu_seq_lens, the same sequences padded, and an output gradient.
@@ -124,8 +135,14 @@ def attention_inputs(lengths: list[int], heads: int, head_dim: int, seed: int) -
         return torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True).transpose(1, 2)
 
     key_mask = (torch.arange(longest)[None] < torch.tensor(lengths)[:, None])[:, None, None]  # (seq, 1, 1, longest)
-    return {"packed": (q, k, v), "cu_seq_lens": cu_seq_lens, "padded": tuple(pad(t) for t in (q, k, v)),
-            "key_mask": key_mask, "grad": grad, "padded_grad": pad(grad)}
+    return {
+        "packed": (q, k, v),
+        "cu_seq_lens": cu_seq_lens,
+        "padded": tuple(pad(t) for t in (q, k, v)),
+        "key_mask": key_mask,
+        "grad": grad,
+        "padded_grad": pad(grad),
+    }
 
 
 def attention_steps(inputs: dict, backward: bool) -> dict[str, Callable[[], None]]:
@@ -162,11 +179,14 @@ def attention_differences(inputs: dict) -> dict[str, float]:
         out.backward(inputs["grad"].transpose(1, 2))
         results[name] = (out.detach(), q.grad, k.grad, v.grad)
     before, now = results["sliced"], results["now"]
-    return {"output": (now[0] - before[0]).abs().max().item(),
-            "gradients": max((a - b).abs().max().item() for a, b in zip(now[1:], before[1:]))}
+    return {
+        "output": (now[0] - before[0]).abs().max().item(),
+        "gradients": max((a - b).abs().max().item() for a, b in zip(now[1:], before[1:])),
+    }
 
 
 # --- the whole model ------------------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def model_attention(fn: AttentionFn) -> Iterator[None]:
@@ -208,11 +228,14 @@ def model_differences(model: RoFormerExtForMaskedLM, batch: dict) -> dict[str, f
         results[name] = (loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
     (loss_before, grads_before), (loss_now, grads_now) = results["sliced"], results["now"]
     model.zero_grad(set_to_none=True)
-    return {"loss": abs(loss_now - loss_before),
-            "gradients": max((a - b).abs().max().item() for a, b in zip(grads_now, grads_before))}
+    return {
+        "loss": abs(loss_now - loss_before),
+        "gradients": max((a - b).abs().max().item() for a, b in zip(grads_now, grads_before)),
+    }
 
 
 # --- run and Markdown -----------------------------------------------------------------------------------------------
+
 
 def measure_corpus(args: argparse.Namespace, name: str, model: RoFormerExtForMaskedLM) -> dict:
     config = model.config
@@ -228,8 +251,15 @@ def measure_corpus(args: argparse.Namespace, name: str, model: RoFormerExtForMas
     inputs = attention_inputs(lengths, heads, config.hidden_size // heads, args.seed)
     batch = packed(rows)
     batch["labels"] = torch.tensor([sum(mlm_labels(rows, args.seed), [])])
-    result = {"corpus": name, "sequences": len(rows), "tokens": sum(lengths), "longest": max(lengths),
-              "distinct_lengths": len(set(lengths)), "lengths": lengths, "timings_ms": {}}
+    result = {
+        "corpus": name,
+        "sequences": len(rows),
+        "tokens": sum(lengths),
+        "longest": max(lengths),
+        "distinct_lengths": len(set(lengths)),
+        "lengths": lengths,
+        "timings_ms": {},
+    }
     makers = {"attention": lambda b: attention_steps(inputs, b), "model": lambda b: model_steps(model, batch, b)}
     for part in args.parts:
         for mode, backward in (("forward", False), ("forward + backward", True)):
@@ -244,27 +274,48 @@ def measure_corpus(args: argparse.Namespace, name: str, model: RoFormerExtForMas
 
 def to_markdown(result: dict) -> str:
     config = result["config"]
-    parts = [f"### Per-sequence SDPA on packed real lengths: {result['size']} (hidden {config['hidden_size']}, "
-             f"{config['num_hidden_layers']} layers, {config['num_attention_heads']} heads), fp32, max length "
-             f"{result['max_length']}, median of {result['repeats']}"]
+    parts = [
+        f"### Per-sequence SDPA on packed real lengths: {result['size']} (hidden {config['hidden_size']}, "
+        f"{config['num_hidden_layers']} layers, {config['num_attention_heads']} heads), fp32, max length "
+        f"{result['max_length']}, median of {result['repeats']}"
+    ]
     for corpus in result["corpora"]:
-        header = ["what", *(LABELS[c] for c in ("sliced", "squeezed", "now", "padded")), "first / now",
-                  "previous / now"]
-        table = [[what, *(ms.get(c) for c in ("sliced", "squeezed", "now", "padded")),
-                  f"{ms['sliced'] / ms['now']:.2f}×", f"{ms['squeezed'] / ms['now']:.2f}×"]
-                 for what, ms in corpus["timings_ms"].items()]
-        parts.append(f"#### {corpus['corpus']}: {corpus['sequences']} sequences, {corpus['tokens']} tokens, longest "
-                     f"{corpus['longest']}, {corpus['distinct_lengths']} distinct lengths (ms)\n\n"
-                     + markdown_table(header, table))
+        header = [
+            "what",
+            *(LABELS[c] for c in ("sliced", "squeezed", "now", "padded")),
+            "first / now",
+            "previous / now",
+        ]
+        table = [
+            [
+                what,
+                *(ms.get(c) for c in ("sliced", "squeezed", "now", "padded")),
+                f"{ms['sliced'] / ms['now']:.2f}×",
+                f"{ms['squeezed'] / ms['now']:.2f}×",
+            ]
+            for what, ms in corpus["timings_ms"].items()
+        ]
+        parts.append(
+            f"#### {corpus['corpus']}: {corpus['sequences']} sequences, {corpus['tokens']} tokens, longest "
+            f"{corpus['longest']}, {corpus['distinct_lengths']} distinct lengths (ms)\n\n"
+            + markdown_table(header, table)
+        )
     checks = "; ".join(
         f"{c['corpus']}: attention output {c['attention_difference']['output']:.1e}, q/k/v gradients "
         f"{c['attention_difference']['gradients']:.1e}"
-        + (f", model loss {c['model_difference']['loss']:.1e}, parameter gradients "
-           f"{c['model_difference']['gradients']:.1e}" if "model_difference" in c else "")
-        for c in result["corpora"])
-    parts.append("attention: one layer's q, k, v alone; model: `RoFormerExtForMaskedLM` (sdpa) on the packed row, "
-                 "encoder forward / MLM loss + backward (no optimizer step); padded reference for attention only. "
-                 f"max |now − first|: {checks}.")
+        + (
+            f", model loss {c['model_difference']['loss']:.1e}, parameter gradients "
+            f"{c['model_difference']['gradients']:.1e}"
+            if "model_difference" in c
+            else ""
+        )
+        for c in result["corpora"]
+    )
+    parts.append(
+        "attention: one layer's q, k, v alone; model: `RoFormerExtForMaskedLM` (sdpa) on the packed row, "
+        "encoder forward / MLM loss + backward (no optimizer step); padded reference for attention only. "
+        f"max |now − first|: {checks}."
+    )
     parts.append(machine_markdown(result["machine"], result["load_average_before"], result["load_average_after"]))
     return "\n\n".join(parts)
 
@@ -272,9 +323,18 @@ def to_markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    result = {"machine": machine_info("bench_packed_attention.py", argv), "load_average_before": load_average(),
-              "size": args.size, "config": SIZES[args.size], "max_length": args.max_length, "batch": args.batch,
-              "repeats": args.repeats, "seed": args.seed, "parts": args.parts, "corpora": []}
+    result = {
+        "machine": machine_info("bench_packed_attention.py", argv),
+        "load_average_before": load_average(),
+        "size": args.size,
+        "config": SIZES[args.size],
+        "max_length": args.max_length,
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "parts": args.parts,
+        "corpora": [],
+    }
     torch.manual_seed(args.seed)
     config = RoFormerExtConfig(**SIZES[args.size], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = RoFormerExtForMaskedLM(config).train()

@@ -88,14 +88,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--finetune-corpus", choices=REVIEWS, default="chinese_sentiment")
     parser.add_argument("--finetune-steps", type=int, default=300, help="0: no fine-tune")
     parser.add_argument("--finetune-samples", type=int, default=None, help="limit every split (smoke tests)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also print an operator profile of transformers padded to the longest and ours "
-                             "padding-free on the first corpus (inference and training)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print an operator profile of transformers padded to the longest and ours "
+        "padding-free on the first corpus (inference and training)",
+    )
     parser.add_argument("--out", default="benchmarks/results")
     return parser.parse_args(argv)
 
 
 # --- data -----------------------------------------------------------------------------------------------------------
+
 
 def corpus_sequences(name: str, max_length: int, vocab_size: int) -> tuple[list[list[int]], list[int]]:
     """Token ids of every train row (truncated to max_length) and the untruncated lengths.
@@ -166,9 +170,12 @@ def mlm_labels(sequences: list[list[int]], seed: int) -> list[list[int]]:
 def layouts(sequences: list[list[int]], labels: list[list[int]] | None, max_length: int) -> dict[str, object]:
     """The inputs of every case: padded to max length / to the longest, packed, and one batch-1 input per sequence."""
     longest = max(map(len, sequences))
-    out: dict[str, object] = {"max": padded(sequences, max_length), "longest": padded(sequences, longest),
-                              "packed": packed(sequences),
-                              "alone": [{"input_ids": torch.tensor([ids])} for ids in sequences]}
+    out: dict[str, object] = {
+        "max": padded(sequences, max_length),
+        "longest": padded(sequences, longest),
+        "packed": packed(sequences),
+        "alone": [{"input_ids": torch.tensor([ids])} for ids in sequences],
+    }
     if labels is not None:
         for key in ("max", "longest"):
             width = out[key]["input_ids"].shape[1]
@@ -180,6 +187,7 @@ def layouts(sequences: list[list[int]], labels: list[list[int]] | None, max_leng
 
 
 # --- steps and memory -----------------------------------------------------------------------------------------------
+
 
 def inference_step(encoder: torch.nn.Module, inputs: dict | list[dict]) -> Callable[[], None]:
     def step() -> None:
@@ -254,8 +262,10 @@ def equality_checks(theirs, ours, sequences: list[list[int]], labels: list[list[
         reference = theirs.roformer.eval()(**{k: v for k, v in inputs["longest"].items() if k != "labels"})
         out = ours.roformer.eval()(**{k: v for k, v in inputs["packed"].items() if k != "labels"})
         pieces = torch.split(out.last_hidden_state[0], lengths)
-        diff = max((piece - reference.last_hidden_state[row, :n]).abs().max().item()
-                   for row, (piece, n) in enumerate(zip(pieces, lengths)))
+        diff = max(
+            (piece - reference.last_hidden_state[row, :n]).abs().max().item()
+            for row, (piece, n) in enumerate(zip(pieces, lengths))
+        )
         loss_theirs = theirs.eval()(**inputs["longest"]).loss.item()
         loss_ours = ours.eval()(**inputs["packed"]).loss.item()
     return {"max_abs_diff_encoder": diff, "mlm_loss_theirs_padded": loss_theirs, "mlm_loss_ours_packed": loss_ours}
@@ -272,8 +282,9 @@ def measure_corpus(args: argparse.Namespace, name: str, theirs, ours, max_length
     picked = random.Random(args.seed).sample(range(len(sequences)), min(args.batch, len(sequences)))
     batch = [sequences[i] for i in picked]
     result = {"corpus": name, "lengths": length_stats(lengths, args.max_length), "modes": {}}
-    result.update(equality_checks(theirs, ours, batch[: args.train_batch], mlm_labels(batch[: args.train_batch],
-                                                                                      args.seed)))
+    result.update(
+        equality_checks(theirs, ours, batch[: args.train_batch], mlm_labels(batch[: args.train_batch], args.seed))
+    )
     weights = {"theirs": copy.deepcopy(theirs.state_dict()), "ours": copy.deepcopy(ours.state_dict())}
     for mode in args.modes:
         rows = batch if mode == "inference" else batch[: args.train_batch]
@@ -303,9 +314,12 @@ def measure_corpus(args: argparse.Namespace, name: str, theirs, ours, max_length
                 seconds[case], memory[case] = reused["seconds"][case], reused["memory"][case]
                 notes[case] = f"timed on {reused['corpus']}: the same tensor sizes"
         if mode not in max_length_cases and longest < args.max_length:
-            max_length_cases[mode] = {"corpus": name, "sequences": len(rows),
-                                      "seconds": {c: seconds[c] for c in ("theirs_max", "ours_max")},
-                                      "memory": {c: memory[c] for c in ("theirs_max", "ours_max")}}
+            max_length_cases[mode] = {
+                "corpus": name,
+                "sequences": len(rows),
+                "seconds": {c: seconds[c] for c in ("theirs_max", "ours_max")},
+                "memory": {c: memory[c] for c in ("theirs_max", "ours_max")},
+            }
         packed_seconds = seconds["ours_packed"]
         cases = {}
         for case in CASES:
@@ -325,6 +339,7 @@ def measure_corpus(args: argparse.Namespace, name: str, theirs, ours, max_length
 
 # --- fine-tune: padded vs padding-free ------------------------------------------------------------------------------
 
+
 def finetune(args: argparse.Namespace) -> dict:
     """The examples' main-job classifier trained padded and padding-free from the same seed; accuracy and time."""
     import numpy as np
@@ -339,8 +354,11 @@ def finetune(args: argparse.Namespace) -> dict:
         for split in raw:
             raw[split] = raw[split].select(range(min(args.finetune_samples, len(raw[split]))))
     tokenizer = train_wordpiece_tokenizer(raw["train"]["text"], 6000)
-    encoded = raw.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=128), batched=True,
-                      remove_columns=[c for c in raw["train"].column_names if c != "label"])
+    encoded = raw.map(
+        lambda batch: tokenizer(batch["text"], truncation=True, max_length=128),
+        batched=True,
+        remove_columns=[c for c in raw["train"].column_names if c != "label"],
+    )
 
     def accuracy(prediction) -> dict[str, float]:
         return {"accuracy": float((np.argmax(prediction.predictions, -1) == prediction.label_ids).mean())}
@@ -348,22 +366,44 @@ def finetune(args: argparse.Namespace) -> dict:
     runs = {}
     for layout in ("padded to the longest", "padding-free"):
         set_seed(args.seed)
-        config = RoFormerExtConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, intermediate_size=256, attention_probs_dropout_prob=0.0,
-                                   num_labels=2, pad_token_id=tokenizer.pad_token_id)
+        config = RoFormerExtConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=256,
+            attention_probs_dropout_prob=0.0,
+            num_labels=2,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         model = RoFormerExtForSequenceClassification(config)
         collator = DataCollatorWithPadding(tokenizer)
         if layout == "padding-free":
             collator = FlattenPaddedBatch(collator, per_token_labels=False)
         with tempfile.TemporaryDirectory() as folder:
             training_args = TrainingArguments(
-                output_dir=folder, max_steps=args.finetune_steps, per_device_train_batch_size=32,
-                per_device_eval_batch_size=128, learning_rate=5e-4, weight_decay=0.01, warmup_steps=0.1,
-                seed=args.seed, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                use_cpu=True, dataloader_pin_memory=False,
+                output_dir=folder,
+                max_steps=args.finetune_steps,
+                per_device_train_batch_size=32,
+                per_device_eval_batch_size=128,
+                learning_rate=5e-4,
+                weight_decay=0.01,
+                warmup_steps=0.1,
+                seed=args.seed,
+                report_to="none",
+                save_strategy="no",
+                logging_strategy="no",
+                disable_tqdm=True,
+                use_cpu=True,
+                dataloader_pin_memory=False,
             )
-            trainer = PaddingFreeTrainer(model=model, args=training_args, train_dataset=encoded["train"],
-                                         data_collator=collator, compute_metrics=accuracy)
+            trainer = PaddingFreeTrainer(
+                model=model,
+                args=training_args,
+                train_dataset=encoded["train"],
+                data_collator=collator,
+                compute_metrics=accuracy,
+            )
             print(f"fine-tune, {layout} ...", file=sys.stderr, flush=True)
             start = time.perf_counter()
             train = trainer.train().metrics
@@ -372,15 +412,27 @@ def finetune(args: argparse.Namespace) -> dict:
             validation = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
             test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
             eval_seconds = time.perf_counter() - start
-        runs[layout] = {"train_seconds": train_seconds, "train_loss": train["train_loss"],
-                        "validation_accuracy": validation["validation_accuracy"],
-                        "validation_loss": validation["validation_loss"], "test_accuracy": test["test_accuracy"],
-                        "test_loss": test["test_loss"], "eval_seconds": eval_seconds}
-    return {"corpus": args.finetune_corpus, "steps": args.finetune_steps, "train_rows": len(encoded["train"]),
-            "validation_rows": len(encoded["validation"]), "test_rows": len(encoded["test"]), "runs": runs}
+        runs[layout] = {
+            "train_seconds": train_seconds,
+            "train_loss": train["train_loss"],
+            "validation_accuracy": validation["validation_accuracy"],
+            "validation_loss": validation["validation_loss"],
+            "test_accuracy": test["test_accuracy"],
+            "test_loss": test["test_loss"],
+            "eval_seconds": eval_seconds,
+        }
+    return {
+        "corpus": args.finetune_corpus,
+        "steps": args.finetune_steps,
+        "train_rows": len(encoded["train"]),
+        "validation_rows": len(encoded["validation"]),
+        "test_rows": len(encoded["test"]),
+        "runs": runs,
+    }
 
 
 # --- profile --------------------------------------------------------------------------------------------------------
+
 
 def profile(args: argparse.Namespace, theirs, ours) -> None:
     """Operator tables of transformers padded to the longest and ours padding-free on the first corpus's batch."""
@@ -391,8 +443,12 @@ def profile(args: argparse.Namespace, theirs, ours) -> None:
     batch = [sequences[i] for i in random.Random(args.seed).sample(range(len(sequences)), args.batch)]
     for mode in args.modes:
         rows = batch if mode == "inference" else batch[: args.train_batch]
-        steps = steps_for(mode, theirs, ours, layouts(rows, mlm_labels(rows, args.seed) if mode == "training"
-                                                      else None, args.max_length))
+        steps = steps_for(
+            mode,
+            theirs,
+            ours,
+            layouts(rows, mlm_labels(rows, args.seed) if mode == "training" else None, args.max_length),
+        )
         for case in ("theirs_longest", "ours_packed"):
             steps[case]()  # warm-up
             with torch_profile(activities=[ProfilerActivity.CPU]) as profiler:
@@ -403,11 +459,20 @@ def profile(args: argparse.Namespace, theirs, ours) -> None:
 
 # --- run and Markdown -----------------------------------------------------------------------------------------------
 
+
 def run(args: argparse.Namespace, argv: list[str]) -> dict:
     result = {
-        "machine": machine_info("bench_padding_free.py", argv), "load_average_before": load_average(),
-        "size": args.size, "config": SIZES[args.size], "max_length": args.max_length, "batch": args.batch,
-        "train_batch": args.train_batch, "repeats": args.repeats, "seed": args.seed, "corpora": [], "skipped": {},
+        "machine": machine_info("bench_padding_free.py", argv),
+        "load_average_before": load_average(),
+        "size": args.size,
+        "config": SIZES[args.size],
+        "max_length": args.max_length,
+        "batch": args.batch,
+        "train_batch": args.train_batch,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "corpora": [],
+        "skipped": {},
     }
     theirs, ours = build_pair(args.size, args.max_length)
 
@@ -443,14 +508,26 @@ def target_rows(result: dict) -> list[dict]:
             for (case, target_mode), target in TARGETS.items():
                 if target_mode == mode:
                     value = cases[case]["time_vs_padding_free"]
-                    rows.append({"corpus": corpus["corpus"], "mode": mode,
-                                 "goal": f"padding-free ≥ {target:g}× {CASES[case]}", "measured": value,
-                                 "met": value is not None and value >= target})
+                    rows.append(
+                        {
+                            "corpus": corpus["corpus"],
+                            "mode": mode,
+                            "goal": f"padding-free ≥ {target:g}× {CASES[case]}",
+                            "measured": value,
+                            "met": value is not None and value >= target,
+                        }
+                    )
             alone = cases["ours_alone"]["time_vs_padding_free"]
             value = 1 / alone if alone else None
-            rows.append({"corpus": corpus["corpus"], "mode": mode,
-                         "goal": f"padding-free time ≤ {ALONE_TARGET:g}× each sequence alone", "measured": value,
-                         "met": value is not None and value <= ALONE_TARGET})
+            rows.append(
+                {
+                    "corpus": corpus["corpus"],
+                    "mode": mode,
+                    "goal": f"padding-free time ≤ {ALONE_TARGET:g}× each sequence alone",
+                    "measured": value,
+                    "met": value is not None and value <= ALONE_TARGET,
+                }
+            )
     return rows
 
 
@@ -460,47 +537,97 @@ def _speed_up(value: float | None) -> str | None:
 
 def to_markdown(result: dict) -> str:
     config = result["config"]
-    parts = [f"### Padding-free on real lengths: {result['size']} (hidden {config['hidden_size']}, "
-             f"{config['num_hidden_layers']} layers, {config['num_attention_heads']} heads, vocab "
-             f"{config['vocab_size']}), fp32, max length {result['max_length']}, batch {result['batch']} "
-             f"(training {result['train_batch']}), median of {result['repeats']}"]
+    parts = [
+        f"### Padding-free on real lengths: {result['size']} (hidden {config['hidden_size']}, "
+        f"{config['num_hidden_layers']} layers, {config['num_attention_heads']} heads, vocab "
+        f"{config['vocab_size']}), fp32, max length {result['max_length']}, batch {result['batch']} "
+        f"(training {result['train_batch']}), median of {result['repeats']}"
+    ]
     header = ["corpus", "train rows", "median", "mean", "p90", "max", "> max length", "real tokens padded to max"]
-    table = [[c["corpus"], c["lengths"]["rows"], c["lengths"]["median"], c["lengths"]["mean"], c["lengths"]["p90"],
-              c["lengths"]["max"], f"{100 * c['lengths']['truncated_share']:.1f} %",
-              f"{100 * c['lengths']['real_share_padded_to_max']:.1f} %"] for c in result["corpora"]]
+    table = [
+        [
+            c["corpus"],
+            c["lengths"]["rows"],
+            c["lengths"]["median"],
+            c["lengths"]["mean"],
+            c["lengths"]["p90"],
+            c["lengths"]["max"],
+            f"{100 * c['lengths']['truncated_share']:.1f} %",
+            f"{100 * c['lengths']['real_share_padded_to_max']:.1f} %",
+        ]
+        for c in result["corpora"]
+    ]
     parts.append("#### Token lengths (train split, truncated to max length)\n\n" + markdown_table(header, table))
     for corpus in result["corpora"]:
         for mode, measured in corpus["modes"].items():
             what = "encoder forward" if mode == "inference" else "MLM forward + backward + AdamW step"
             header = ["layout", "ms", "real tokens/s", "tokens computed", "time / padding-free", "Δ peak MB"]
-            table = [[c["label"], c["ms"], c["tokens_per_s"], c["tokens_computed"],
-                      _speed_up(c["time_vs_padding_free"]), c["step_peak_mb"]] for c in measured["cases"].values()]
-            parts.append(f"#### {corpus['corpus']}: {mode} ({what}), {measured['sequences']} sequences, "
-                         f"{measured['real_tokens']} real tokens, longest {measured['longest']}\n\n"
-                         + markdown_table(header, table))
+            table = [
+                [
+                    c["label"],
+                    c["ms"],
+                    c["tokens_per_s"],
+                    c["tokens_computed"],
+                    _speed_up(c["time_vs_padding_free"]),
+                    c["step_peak_mb"],
+                ]
+                for c in measured["cases"].values()
+            ]
+            parts.append(
+                f"#### {corpus['corpus']}: {mode} ({what}), {measured['sequences']} sequences, "
+                f"{measured['real_tokens']} real tokens, longest {measured['longest']}\n\n"
+                + markdown_table(header, table)
+            )
     if result.get("targets"):
-        table = [[r["corpus"], r["mode"], r["goal"], f"{r['measured']:.2f}" if r["measured"] else None,
-                  "met" if r["met"] else "missed"] for r in result["targets"]]
-        parts.append("#### Speed targets, review corpora\n\n"
-                     + markdown_table(["corpus", "mode", "goal", "measured", ""], table))
+        table = [
+            [
+                r["corpus"],
+                r["mode"],
+                r["goal"],
+                f"{r['measured']:.2f}" if r["measured"] else None,
+                "met" if r["met"] else "missed",
+            ]
+            for r in result["targets"]
+        ]
+        parts.append(
+            "#### Speed targets, review corpora\n\n" + markdown_table(["corpus", "mode", "goal", "measured", ""], table)
+        )
     if result.get("finetune"):
         tune = result["finetune"]
-        table = [[layout, r["validation_accuracy"], r["test_accuracy"], r["train_loss"], r["train_seconds"],
-                  r["eval_seconds"]] for layout, r in tune["runs"].items()]
-        parts.append(f"#### Fine-tune: {tune['corpus']}, {tune['steps']} steps of 32 from the same seed "
-                     f"(hidden 64, 2 layers; validation {tune['validation_rows']}, test {tune['test_rows']} rows)\n\n"
-                     + markdown_table(["layout", "validation accuracy", "test accuracy", "train loss", "train s",
-                                       "eval s"], table))
-    checks = "; ".join(f"{c['corpus']} {c['max_abs_diff_encoder']:.1e} (MLM loss {c['mlm_loss_theirs_padded']:.4f} "
-                       f"vs {c['mlm_loss_ours_packed']:.4f})" for c in result["corpora"])
-    notes = ("time / padding-free = that layout's time over ours padding-free (> 1: padding-free is faster). "
-             "Δ peak MB = rise of the peak resident set during one step over the resident set before it. "
-             f"Same weights: max |padding-free − transformers padded| of the encoder output per sequence: {checks}.")
+        table = [
+            [
+                layout,
+                r["validation_accuracy"],
+                r["test_accuracy"],
+                r["train_loss"],
+                r["train_seconds"],
+                r["eval_seconds"],
+            ]
+            for layout, r in tune["runs"].items()
+        ]
+        parts.append(
+            f"#### Fine-tune: {tune['corpus']}, {tune['steps']} steps of 32 from the same seed "
+            f"(hidden 64, 2 layers; validation {tune['validation_rows']}, test {tune['test_rows']} rows)\n\n"
+            + markdown_table(
+                ["layout", "validation accuracy", "test accuracy", "train loss", "train s", "eval s"], table
+            )
+        )
+    checks = "; ".join(
+        f"{c['corpus']} {c['max_abs_diff_encoder']:.1e} (MLM loss {c['mlm_loss_theirs_padded']:.4f} "
+        f"vs {c['mlm_loss_ours_packed']:.4f})"
+        for c in result["corpora"]
+    )
+    notes = (
+        "time / padding-free = that layout's time over ours padding-free (> 1: padding-free is faster). "
+        "Δ peak MB = rise of the peak resident set during one step over the resident set before it. "
+        f"Same weights: max |padding-free − transformers padded| of the encoder output per sequence: {checks}."
+    )
     if result["skipped"]:
         notes += " Skipped (package missing): " + ", ".join(result["skipped"]) + "."
     parts.append(notes)
-    parts.append(machine_markdown(result["machine"], result["load_average_before"],
-                                  result.get("load_average_after", [])))
+    parts.append(
+        machine_markdown(result["machine"], result["load_average_before"], result.get("load_average_after", []))
+    )
     return "\n\n".join(parts)
 
 

@@ -67,8 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    parser.add_argument("--model-size", choices=["tiny", "small", "base"], default="small",
-                        help="bench_model.py size of the whole-encoder table")
+    parser.add_argument(
+        "--model-size",
+        choices=["tiny", "small", "base"],
+        default="small",
+        help="bench_model.py size of the whole-encoder table",
+    )
     parser.add_argument("--model-repeats", type=int, default=10)
     parser.add_argument("--out", default="benchmarks/results", help="folder for bench_rope.json / bench_rope.md")
     return parser.parse_args(argv)
@@ -112,14 +116,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "transformers RoFormer": lambda: theirs(table, q, k),
         "ours, interleaved": lambda: InterleavedPairRotation().query_key(q, k, cos_i, sin_i),
         "ours, half": lambda: HalfPairRotation().query_key(q, k, cos_h, sin_h),
-        "plain formula, interleaved": lambda: (q * cos_i[:, None] + rotate_interleaved(q) * sin_i[:, None],
-                                               k * cos_i[:, None] + rotate_interleaved(k) * sin_i[:, None]),
+        "plain formula, interleaved": lambda: (
+            q * cos_i[:, None] + rotate_interleaved(q) * sin_i[:, None],
+            k * cos_i[:, None] + rotate_interleaved(k) * sin_i[:, None],
+        ),
         "plain formula, half": lambda: (apply_rotary(q, cos_h, sin_h, "half"), apply_rotary(k, cos_h, sin_h, "half")),
     }
+
     # ours, half returns each pair side by side (interleaved order): compare its scores q·kᵀ, the quantity attention uses.
     def half_score_diff() -> float:
         fast, plain = cases["ours, half"](), cases["plain formula, half"]()
-        return ((fast[0] @ fast[1].transpose(-1, -2)).float() - (plain[0] @ plain[1].transpose(-1, -2)).float()).abs().max().item()
+        return (
+            ((fast[0] @ fast[1].transpose(-1, -2)).float() - (plain[0] @ plain[1].transpose(-1, -2)).float())
+            .abs()
+            .max()
+            .item()
+        )
 
     # Same function: ours interleaved against theirs (their table is built in float64, ours in float32, so the
     # angles differ in the last bits), and the interleaved fast path against the plain formula (its exactness).
@@ -182,10 +194,17 @@ def encoder_forward(args: argparse.Namespace, dtype: torch.dtype) -> dict:
         reference = interleaved(input_ids).last_hidden_state
         output_diff = (half(input_ids).last_hidden_state - reference).abs().max().item()
         seconds = interleaved_medians(cases, args.model_repeats, warmup=2)
-    rows = [{"layout": name, "ms": 1e3 * t, "time_vs_interleaved": t / seconds["interleaved"]}
-            for name, t in seconds.items()]
-    return {"size": args.model_size, "config": SIZES[args.model_size], "repeats": args.model_repeats,
-            "max_abs_diff_half_vs_interleaved": output_diff, "results": rows}
+    rows = [
+        {"layout": name, "ms": 1e3 * t, "time_vs_interleaved": t / seconds["interleaved"]}
+        for name, t in seconds.items()
+    ]
+    return {
+        "size": args.model_size,
+        "config": SIZES[args.model_size],
+        "repeats": args.model_repeats,
+        "max_abs_diff_half_vs_interleaved": output_diff,
+        "results": rows,
+    }
 
 
 def projection_and_rotation(
@@ -205,11 +224,13 @@ def projection_and_rotation(
     cases = {
         "projection alone (lower bound)": lambda: (heads(query(states)), heads(key(states))),
         "transformers RoFormer": lambda: theirs(table, heads(query(states)), heads(key(states))),
-        "ours, interleaved": lambda: interleaved_rotation.project_query_key(states, query, key, args.head_dim,
-                                                                            *interleaved),
+        "ours, interleaved": lambda: interleaved_rotation.project_query_key(
+            states, query, key, args.head_dim, *interleaved
+        ),
         "ours, half": lambda: half_rotation.project_query_key(states, query, key, args.head_dim, *half),
         "ours, half, rotated after the projection": lambda: half_rotation.query_key(
-            heads(query(states)), heads(key(states)), *half),
+            heads(query(states)), heads(key(states)), *half
+        ),
     }
 
     def scores(pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -222,8 +243,12 @@ def projection_and_rotation(
         seconds = interleaved_medians(cases, args.repeats, warmup=3)
     their_time, floor = seconds["transformers RoFormer"], seconds["projection alone (lower bound)"]
     rows = [
-        {"implementation": name, "ms": 1e3 * t, "speedup_vs_transformers": their_time / t,
-         "time_vs_projection": t / floor}
+        {
+            "implementation": name,
+            "ms": 1e3 * t,
+            "speedup_vs_transformers": their_time / t,
+            "time_vs_projection": t / floor,
+        }
         for name, t in seconds.items()
     ]
     return {
@@ -239,8 +264,10 @@ def to_markdown(result: dict) -> str:
     shape = result["shape"]
     table = markdown_table(
         ["rotate q and k", "ms", "GB/s", "× faster than transformers", "time / copy"],
-        [[r["implementation"], r["ms"], r["gb_per_s"], r["speedup_vs_transformers"], r["time_vs_copy"]]
-         for r in result["results"]],
+        [
+            [r["implementation"], r["ms"], r["gb_per_s"], r["speedup_vs_transformers"], r["time_vs_copy"]]
+            for r in result["results"]
+        ],
     )
     return (
         f"### Rotation alone (q and k of one layer: batch {shape['batch']}, {shape['heads']} heads, seq "
@@ -260,8 +287,10 @@ def projection_markdown(result: dict) -> str:
     projection, shape = result["projection"], result["shape"]
     table = markdown_table(
         ["project and rotate q and k", "ms", "× faster than transformers", "time / projection alone"],
-        [[r["implementation"], r["ms"], r["speedup_vs_transformers"], r["time_vs_projection"]]
-         for r in projection["results"]],
+        [
+            [r["implementation"], r["ms"], r["speedup_vs_transformers"], r["time_vs_projection"]]
+            for r in projection["results"]
+        ],
     )
     return (
         f"### Projection and rotation (from hidden states: {projection['rows']} rows of {projection['hidden_size']}, "
@@ -274,8 +303,10 @@ def projection_markdown(result: dict) -> str:
 def encoder_markdown(result: dict) -> str:
     encoder, shape = result["encoder"], result["shape"]
     config = encoder["config"]
-    table = markdown_table(["pair layout", "ms", "time / interleaved"],
-                           [[r["layout"], r["ms"], r["time_vs_interleaved"]] for r in encoder["results"]])
+    table = markdown_table(
+        ["pair layout", "ms", "time / interleaved"],
+        [[r["layout"], r["ms"], r["time_vs_interleaved"]] for r in encoder["results"]],
+    )
     return (
         f"### Whole encoder forward ({encoder['size']}: hidden {config['hidden_size']}, {config['num_hidden_layers']} "
         f"layers, {config['num_attention_heads']} heads; batch {shape['batch']}, seq {shape['seq']}, sdpa; median of "

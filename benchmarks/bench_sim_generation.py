@@ -111,7 +111,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     generator = torch.Generator().manual_seed(args.seed + 1)
     source = torch.randint(5, SIZES[args.size]["vocab_size"], (1, args.source_length), generator=generator)
     source[0, 0], source[0, -1] = CLS, SEP
-    inputs = {"input_ids": source, "attention_mask": torch.ones_like(source), "token_type_ids": torch.zeros_like(source)}
+    inputs = {
+        "input_ids": source,
+        "attention_mask": torch.ones_like(source),
+        "token_type_ids": torch.zeros_like(source),
+    }
     length = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "pad_token_id": PAD}
     n = args.candidates
 

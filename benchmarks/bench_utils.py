@@ -35,9 +35,7 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     return statistics.median(times)
 
 
-def interleaved_medians(
-    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
-) -> dict[str, float | str]:
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float | str]:
     """Median time of each function, running them in turn (a, b, a, b, ...) so that load changes hit all alike.
 
     A function that runs out of memory (see `memory_limit`) is reported as the string "out of memory" and not

@@ -28,8 +28,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=["inference", "training"], default="inference")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--rows", type=int, default=14, help="operators listed per model")
-    parser.add_argument("--attention", choices=["softmax", "linear"], default="softmax",
-                        help="linear: our linear-attention model only (transformers has none)")
+    parser.add_argument(
+        "--attention",
+        choices=["softmax", "linear"],
+        default="softmax",
+        help="linear: our linear-attention model only (transformers has none)",
+    )
     return parser.parse_args(argv)
 
 
@@ -59,8 +63,10 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             step(model)
-        print(f"\n{name}: {args.mode}, seq {args.seq}, batch {args.batch}, {torch.get_num_threads()} threads, "
-              f"{time.perf_counter() - start:.2f} s (profiled)")
+        print(
+            f"\n{name}: {args.mode}, seq {args.seq}, batch {args.batch}, {torch.get_num_threads()} threads, "
+            f"{time.perf_counter() - start:.2f} s (profiled)"
+        )
         print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

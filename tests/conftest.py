@@ -61,7 +61,9 @@ def processors_for_text_config():
 
     from roformer_ext import RoFormerExtImageProcessor, RoFormerExtProcessor
 
-    AutoImageProcessor.register(RoFormerExtConfig, image_processor_classes={"pil": RoFormerExtImageProcessor}, exist_ok=True)
+    AutoImageProcessor.register(
+        RoFormerExtConfig, image_processor_classes={"pil": RoFormerExtImageProcessor}, exist_ok=True
+    )
     AutoProcessor.register(RoFormerExtConfig, RoFormerExtProcessor, exist_ok=True)
     yield
     IMAGE_PROCESSOR_MAPPING._extra_content.pop(RoFormerExtConfig, None)

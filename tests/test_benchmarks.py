@@ -19,22 +19,52 @@ def run_script(name: str, *args: str) -> dict:
 
 
 def test_bench_rope_writes_results(tmp_path):
-    run_script("bench_rope.py", "--batch", "2", "--seq", "16", "--heads", "2", "--head-dim", "8", "--repeats", "2",
-               "--model-size", "tiny", "--model-repeats", "1", "--out", str(tmp_path))
+    run_script(
+        "bench_rope.py",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--heads",
+        "2",
+        "--head-dim",
+        "8",
+        "--repeats",
+        "2",
+        "--model-size",
+        "tiny",
+        "--model-repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
     result = json.loads((tmp_path / "bench_rope.json").read_text())
     names = {row["implementation"] for row in result["results"]}
-    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half", "plain formula, half"} <= names
+    assert {
+        "copy (lower bound)",
+        "transformers RoFormer",
+        "ours, interleaved",
+        "ours, half",
+        "plain formula, half",
+    } <= names
     for row in result["results"]:
         assert row["ms"] > 0 and row["speedup_vs_transformers"] > 0 and row["time_vs_copy"] > 0
     assert result["max_abs_diff_ours_vs_transformers"] < 1e-4
     assert result["max_abs_score_diff_fast_vs_plain_half"] < 1e-4
     projection = {row["implementation"]: row for row in result["projection"]["results"]}
-    assert {"projection alone (lower bound)", "transformers RoFormer", "ours, half",
-            "ours, half, rotated after the projection"} <= projection.keys()
+    assert {
+        "projection alone (lower bound)",
+        "transformers RoFormer",
+        "ours, half",
+        "ours, half, rotated after the projection",
+    } <= projection.keys()
     assert result["projection"]["rows"] == 32 > result["projection"]["hidden_size"]  # the half rows are reordered
     assert result["projection"]["max_abs_score_diff_half_vs_plain_formula"] < 1e-5
     assert [row["layout"] for row in result["encoder"]["results"]] == [
-        "interleaved", "half", "half, rotated after the projection"]
+        "interleaved",
+        "half",
+        "half, rotated after the projection",
+    ]
     assert result["encoder"]["max_abs_diff_half_vs_interleaved"] < 1e-5  # the same function in both layouts
     assert result["machine"]["torch"] and result["load_average_before"] is not None
     markdown = (tmp_path / "bench_rope.md").read_text()
@@ -42,13 +72,25 @@ def test_bench_rope_writes_results(tmp_path):
 
 
 def test_bench_model_writes_results(tmp_path):
-    run_script("bench_model.py", "--size", "tiny", "--seqs", "16", "--tokens", "32", "--repeats", "1",
-               "--gemm-size", "128", "--out", str(tmp_path))
+    run_script(
+        "bench_model.py",
+        "--size",
+        "tiny",
+        "--seqs",
+        "16",
+        "--tokens",
+        "32",
+        "--repeats",
+        "1",
+        "--gemm-size",
+        "128",
+        "--out",
+        str(tmp_path),
+    )
     result = json.loads((tmp_path / "bench_model.json").read_text())
     assert result["size"] == "tiny" and set(result["gemm_gflops"]) == {"fp32", "bf16"}
     assert result["max_abs_diff_encoder"] < 1e-4  # same weights through the converter
-    assert [(r["mode"], r["seq"], r["batch"]) for r in result["results"]] == [("inference", 16, 2),
-                                                                              ("training", 16, 2)]
+    assert [(r["mode"], r["seq"], r["batch"]) for r in result["results"]] == [("inference", 16, 2), ("training", 16, 2)]
     for row in result["results"]:
         for field in ("theirs_ms", "ours_ms", "speedup", "ours_gflops", "flops", "memory_ratio"):
             assert row[field] > 0, field
@@ -63,8 +105,25 @@ def test_bench_model_writes_results(tmp_path):
 
 
 def test_bench_model_linear_attention(tmp_path):
-    run_script("bench_model.py", "--size", "tiny", "--attention", "linear", "--seqs", "16", "64", "--tokens", "64",
-               "--repeats", "1", "--gemm-size", "128", "--no-memory", "--out", str(tmp_path))
+    run_script(
+        "bench_model.py",
+        "--size",
+        "tiny",
+        "--attention",
+        "linear",
+        "--seqs",
+        "16",
+        "64",
+        "--tokens",
+        "64",
+        "--repeats",
+        "1",
+        "--gemm-size",
+        "128",
+        "--no-memory",
+        "--out",
+        str(tmp_path),
+    )
     result = json.loads((tmp_path / "bench_model_linear.json").read_text())
     assert [r["seq"] for r in result["results"]] == [16, 64]
     for row in result["results"]:
@@ -81,8 +140,22 @@ def test_profile_ops_lists_both_models(capsys):
 
 
 def test_bench_model_memory_only(tmp_path):
-    run_script("bench_model.py", "--size", "tiny", "--seqs", "16", "--tokens", "32", "--modes", "training",
-               "--memory-only", "--gemm-size", "128", "--out", str(tmp_path))
+    run_script(
+        "bench_model.py",
+        "--size",
+        "tiny",
+        "--seqs",
+        "16",
+        "--tokens",
+        "32",
+        "--modes",
+        "training",
+        "--memory-only",
+        "--gemm-size",
+        "128",
+        "--out",
+        str(tmp_path),
+    )
     result = json.loads((tmp_path / "bench_model.json").read_text())
     (row,) = result["results"]
     assert row["mode"] == "training" and "theirs_ms" not in row  # nothing timed
@@ -93,14 +166,32 @@ def test_bench_model_memory_only(tmp_path):
 
 
 def test_profile_ops_linear_attention(capsys):
-    run_script("profile_ops.py", "--size", "tiny", "--attention", "linear", "--seq", "16", "--batch", "1",
-               "--rows", "3")
+    run_script(
+        "profile_ops.py", "--size", "tiny", "--attention", "linear", "--seq", "16", "--batch", "1", "--rows", "3"
+    )
     assert "ours (linear): inference, seq 16" in capsys.readouterr().out
 
 
 def test_bench_packed_attention_writes_results(tmp_path):
-    run_script("bench_packed_attention.py", "--size", "tiny", "--corpora", "blocks", "--parts", "attention",
-               "--repeats", "1", "--batch", "4", "--block-length", "16", "--out", str(tmp_path))
+    run_script(
+        "bench_packed_attention.py",
+        "--size",
+        "tiny",
+        "--corpora",
+        "blocks",
+        "--parts",
+        "attention",
+        "--repeats",
+        "1",
+        "--batch",
+        "4",
+        "--block-length",
+        "16",
+        "--out",
+        str(tmp_path),
+    )
     text = (tmp_path / "bench_packed_attention.md").read_text()
-    assert "per_sequence_sdpa: one split, 4D pieces (now)" in text and "previous / now" in text and "Load average" in text
+    assert (
+        "per_sequence_sdpa: one split, 4D pieces (now)" in text and "previous / now" in text and "Load average" in text
+    )
     assert json.loads((tmp_path / "bench_packed_attention.json").read_text())

@@ -21,9 +21,8 @@ from roformer_ext import (
     RoFormerExtVisionTextConfig,
     RoFormerExtVisionTextForCausalLM,
 )
-from roformer_ext.positions import build_position_ids
 from roformer_ext.compat import output_cache
-
+from roformer_ext.positions import build_position_ids
 
 # --- resize_token_embeddings: the LM head's bias follows ------------------------------------------------------------
 
@@ -66,7 +65,9 @@ def test_causal_lm_does_not_make_the_callers_config_causal():
 def seq2seq() -> EncoderDecoderModel:
     torch.manual_seed(0)
     encoder = RoFormerExtModel(tiny_config(attn_implementation="eager"))
-    decoder = RoFormerExtForCausalLM(tiny_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager"))
+    decoder = RoFormerExtForCausalLM(
+        tiny_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager")
+    )
     model = EncoderDecoderModel(encoder=encoder, decoder=decoder).eval()
     model.config.decoder_start_token_id = 2
     model.config.pad_token_id = 0
@@ -78,8 +79,12 @@ def test_cross_attention_reads_the_encoder():
     input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
     decoder_input_ids = torch.randint(5, 99, (2, 4))
     with torch.no_grad():
-        out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                    output_attentions=True)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            output_attentions=True,
+        )
         other = model(input_ids=input_ids.flip(1), attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     assert not torch.allclose(out.logits, other.logits)  # the encoder's input changes the decoder's output
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 4, 9)
@@ -96,8 +101,9 @@ def test_cross_attention_cache_greedy_equals_recomputation():
     decoder_ids = torch.full((2, 1), 2)
     with torch.no_grad():
         for _ in range(5):
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids,
-                           use_cache=False).logits[:, -1]
+            logits = model(
+                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids, use_cache=False
+            ).logits[:, -1]
             decoder_ids = torch.cat([decoder_ids, logits.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(generated, decoder_ids)
 
@@ -158,8 +164,16 @@ def test_user_positions_that_jump_keep_full_causal_attention():
 def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
     torch.manual_seed(0)
     config = RoFormerExtVisionTextConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-        image_token_id=97, video_token_id=98, patch_size=2, temporal_patch_size=1, num_channels=1,
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        image_token_id=97,
+        video_token_id=98,
+        patch_size=2,
+        temporal_patch_size=1,
+        num_channels=1,
         rope_parameters={"position_scheme": scheme, "axes": 3 if scheme != "rope_2d_rows" else 2},
     )
     return RoFormerExtVisionTextForCausalLM(config).eval()
@@ -168,10 +182,16 @@ def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
 def image_inputs(seed: int = 0, text_after: int = 3, grid: tuple[int, int, int] = (1, 2, 3)) -> dict:
     generator = torch.Generator().manual_seed(seed)
     patches = grid[0] * grid[1] * grid[2]
-    ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((patches,), 97),
-                     torch.randint(5, 90, (text_after,), generator=generator)])[None]
-    return dict(input_ids=ids, pixel_values=torch.randn(patches, 4, generator=generator),
-                image_grid_thw=torch.tensor([grid]))
+    ids = torch.cat(
+        [
+            torch.randint(5, 90, (3,), generator=generator),
+            torch.full((patches,), 97),
+            torch.randint(5, 90, (text_after,), generator=generator),
+        ]
+    )[None]
+    return dict(
+        input_ids=ids, pixel_values=torch.randn(patches, 4, generator=generator), image_grid_thw=torch.tensor([grid])
+    )
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_2d_rows"])
@@ -219,8 +239,14 @@ def test_interleaved_requests_do_not_share_position_offsets():
 def test_two_threads_generate_as_sequential_runs():
     model = vision_lm("rope_tie")  # RoPE-Tie's delta is h + w: the two prompts' offsets differ (5 and 9)
     prompts = [image_inputs(seed=1, text_after=1, grid=(1, 2, 3)), image_inputs(seed=2, text_after=6, grid=(1, 1, 8))]
-    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98],
-                  return_dict_in_generate=True, output_logits=True)
+    kwargs = dict(
+        max_new_tokens=6,
+        do_sample=False,
+        pad_token_id=0,
+        suppress_tokens=[97, 98],
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
 
     def logits(prompt: dict) -> torch.Tensor:  # logits, not tokens: a wrong offset need not change a random argmax
         return torch.stack(model.generate(**prompt, **kwargs).logits)
@@ -266,8 +292,9 @@ def test_vision_decoding_positions_continue_after_the_prompt():
         cached = model(**inputs, use_cache=True)
         step = model(next_token, cache=output_cache(cached)).logits[:, -1]
         full_ids = torch.cat([inputs["input_ids"], next_token], dim=1)
-        full = model(full_ids, pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
-                     use_cache=False).logits[:, -1]
+        full = model(
+            full_ids, pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], use_cache=False
+        ).logits[:, -1]
     torch.testing.assert_close(step, full, rtol=1e-5, atol=1e-5)
     positions, _ = build_position_ids(full_ids, model.config, inputs["image_grid_thw"])
     assert positions[0, 0, -1] == positions[0, 0, -2] + 1
@@ -341,4 +368,3 @@ def test_attention_mask_longer_than_the_sequence_is_refused(attention_type):
     model = RoFormerExtModel(tiny_config(attention_type=attention_type))
     with pytest.raises(ValueError, match="attention_mask has shape"):
         model(torch.randint(5, 99, (2, 4)), attention_mask=torch.ones(2, 6, dtype=torch.long))
-

@@ -33,8 +33,6 @@ from common.data import (  # noqa: E402
     load_raw_datasets,
 )
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
-
-from roformer_ext.data_collator import FlattenPaddedBatch
 from common.utils import (  # noqa: E402
     accuracy,
     bmes_entities,
@@ -44,6 +42,8 @@ from common.utils import (  # noqa: E402
     resolve_phases,
     tagging_scheme,
 )
+
+from roformer_ext.data_collator import FlattenPaddedBatch
 
 
 def _build_script():
@@ -200,7 +200,12 @@ def test_build_data_files_converts_each_source(tmp_path):
         )
     rows = build.statute_rows(database)
     assert rows == [
-        {"text": "第一条　为了惩罚犯罪。\n第二条　附件\n税率", "label": "刑法", "law_name": "刑法", "chapter": "第一章"},
+        {
+            "text": "第一条　为了惩罚犯罪。\n第二条　附件\n税率",
+            "label": "刑法",
+            "law_name": "刑法",
+            "chapter": "第一章",
+        },
         {"text": "序言", "label": "宪法", "law_name": "宪法", "chapter": ""},
     ]
     build.write_jsonl_xz(rows, tmp_path / "statutes.jsonl.xz")
@@ -258,7 +263,10 @@ def test_folder_of_files_and_save_to_disk_folder_load(tmp_path):
     assert {split: len(d) for split, d in raw.items()} == {"train": 6, "validation": 2}
     Dataset.from_list(_rows(5)).save_to_disk(tmp_path / "single")
     assert len(load_raw_datasets(DataArguments(dataset_name=str(tmp_path / "single")))["train"]) == 5
-    assert describe_source(DataArguments(dataset_name=str(tmp_path / "saved"))) == ("the local dataset `saved`", ["saved"])
+    assert describe_source(DataArguments(dataset_name=str(tmp_path / "saved"))) == (
+        "the local dataset `saved`",
+        ["saved"],
+    )
 
 
 def test_bad_data_arguments_say_what_to_do(tmp_path):
@@ -393,7 +401,13 @@ def test_padding_free_needs_a_roformer_ext_model():
 
     from roformer_ext import RoFormerExtConfig, RoFormerExtForSequenceClassification
 
-    small = {"vocab_size": 40, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}
+    small = {
+        "vocab_size": 40,
+        "hidden_size": 8,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 8,
+    }
     check_padding_free_model(RoFormerExtForSequenceClassification(RoFormerExtConfig(**small)))
     with pytest.raises(ValueError, match="--no_padding_free"):  # it would attend across the packed sequences
         check_padding_free_model(RoFormerForSequenceClassification(RoFormerConfig(**small, embedding_size=8)))
@@ -457,4 +471,3 @@ def test_entity_f1_agrees_with_seqeval_strict(scheme_name):
     for name in ("f1", "precision", "recall"):
         theirs = getattr(metrics, f"{name}_score")(seqeval_tags(gold), seqeval_tags(pred), **kwargs)
         assert ours[name] == pytest.approx(theirs), name
-

@@ -31,7 +31,16 @@ TINY = [
     "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
     "--vocab_size", "1000", "--vocab_min_frequency", "1",
 ]  # fmt: skip
-TRAINER = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size", "8"]
+TRAINER = [
+    "--report_to",
+    "none",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--per_device_train_batch_size",
+    "8",
+]
 CODE_FILES = ("configuration_roformer_ext.py", "modeling_roformer_ext.py", "rope.py", "positions.py")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenization_roformer_ext.py")
 CLASSIFY = EXAMPLES / "text-classification" / "run_classification.py"
@@ -108,6 +117,7 @@ def test_run_classification_trainer_from_json_arguments(tmp_path):
     assert "data: train 64, validation 16, test 16" in result.stderr and "parameters" in result.stderr
 
 
+@pytest.mark.xdist_group("two_processes")  # never beside another two-process run: 2 cores, gloo rendezvous
 def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     out = tmp_path / "ddp"
     args = [
@@ -162,6 +172,7 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     torch.testing.assert_close(torch.tensor(remote["logits"]), logits[0], atol=1e-5, rtol=0)
 
 
+@pytest.mark.xdist_group("two_processes")
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="with an accelerator, torchrun's processes use it")
 def test_torchrun_on_a_cpu_machine_trains_as_two_processes(tmp_path):
     """Without ACCELERATE_USE_CPU, accelerate read torchrun's two processes on a CPU as two one-process runs,
@@ -291,7 +302,9 @@ def test_own_jsonl_sentence_pairs_no_validation_split(tmp_path, monkeypatch):
 
 
 def test_own_parquet_regression(tmp_path, monkeypatch):
-    rows = [{"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)} for i in range(40)]
+    rows = [
+        {"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)} for i in range(40)
+    ]
     Dataset.from_list(rows).to_parquet(tmp_path / "scores.parquet")
     Dataset.from_list(rows[:6]).to_parquet(tmp_path / "more.parquet")
     out = tmp_path / "regression"
@@ -501,7 +514,9 @@ def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_
     assert 'model="outputs/named"' in usage("outputs/named", push_to_hub=False, hub_model_id="you/name")  # not pushed
     pushed = usage("outputs/pushed", push_to_hub=True, hub_model_id="you/name")
     assert 'model="you/name"' in pushed and "outputs" not in pushed
-    assert 'model="someone/default"' in usage("outputs/default", push_to_hub=True)  # the folder's name, user's namespace
+    assert 'model="someone/default"' in usage(
+        "outputs/default", push_to_hub=True
+    )  # the folder's name, user's namespace
     assert [kwargs["repo_id"] for kwargs in hub.uploads()] == ["you/name", "someone/default"]
 
 
@@ -540,8 +555,9 @@ def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, 
     assert json.loads((out / "config.json").read_text())["problem_type"] == "regression"
     written = [float(line.split("\t")[1]) for line in (out / "predict_results.txt").read_text().splitlines()[1:]]
 
-    import roformer_ext  # noqa: F401
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import roformer_ext  # noqa: F401
 
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
     tokenizer = AutoTokenizer.from_pretrained(out)

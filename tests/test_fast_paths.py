@@ -21,13 +21,17 @@ def plain_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout
 def projection_view(batch: int, seq: int, heads: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
     """(batch, heads, seq, head_dim) as a transposed view of a projection output, as the attention layers see it."""
     generator = torch.Generator().manual_seed(0)
-    return torch.randn(batch, seq, heads * head_dim, generator=generator, dtype=dtype).view(
-        batch, seq, heads, head_dim).transpose(1, 2)
+    return (
+        torch.randn(batch, seq, heads * head_dim, generator=generator, dtype=dtype)
+        .view(batch, seq, heads, head_dim)
+        .transpose(1, 2)
+    )
 
 
 def rotary_for(layout: str, heads: int, head_dim: int, batch: int, seq: int, like: torch.Tensor):
-    config = tiny_config(hidden_size=heads * head_dim, num_attention_heads=heads,
-                         rope_parameters={"pair_layout": layout})
+    config = tiny_config(
+        hidden_size=heads * head_dim, num_attention_heads=heads, rope_parameters={"pair_layout": layout}
+    )
     return RotaryEmbedding(config)(like, torch.arange(seq).expand(batch, seq) * 37)  # large angles too
 
 

@@ -9,9 +9,9 @@ import torch
 import transformers
 from conftest import random_inputs
 
+from roformer_ext.compat import output_cache
 from roformer_ext.conversion import CheckpointConversionError
 from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_checkpoint
-from roformer_ext.compat import output_cache
 
 ATOL = 1e-5
 THEIR_HEADS = [
@@ -27,8 +27,15 @@ THEIR_HEADS = [
 
 def their_model(class_name: str, folder, seed: int = 0, **overrides):
     values = dict(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3,
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=3,
     )
     values.update(overrides)
     if class_name == "RoFormerForCausalLM":
@@ -140,7 +147,8 @@ def test_cli_writes_loadable_folder_and_refuses_overwrite(tmp_path):
     torch.testing.assert_close(
         outputs_of(reloaded, "RoFormerForSequenceClassification", "sdpa")["logits"],
         outputs_of(theirs, "RoFormerForSequenceClassification", "eager")["logits"],
-        atol=ATOL, rtol=0,
+        atol=ATOL,
+        rtol=0,
     )
     again = subprocess.run(command, capture_output=True, text=True)
     assert again.returncode != 0 and "--force" in again.stderr
@@ -199,6 +207,8 @@ def test_cli_prints_the_detected_kind_and_the_card_has_no_local_paths(tmp_path, 
     assert "roformer-ext-convert transformers theirs ours\n" in card and str(tmp_path) not in card
     monkeypatch.chdir(tmp_path)  # relative arguments are recorded as typed
     assert main(["transformers", "theirs", "sub/ours"]) == 0
-    assert "roformer-ext-convert transformers theirs sub/ours\n" in (tmp_path / "sub" / "ours" / "README.md").read_text()
+    assert (
+        "roformer-ext-convert transformers theirs sub/ours\n" in (tmp_path / "sub" / "ours" / "README.md").read_text()
+    )
     for path in (tmp_path / "sub" / "ours").iterdir():
         assert str(tmp_path).encode() not in path.read_bytes(), path.name

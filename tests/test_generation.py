@@ -10,12 +10,12 @@ import torch
 from conftest import tiny_config
 from transformers import CompileConfig, DynamicCache, StaticCache
 
-from roformer_ext.compat import CACHE, output_cache
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtVisionTextConfig,
     RoFormerExtVisionTextForCausalLM,
 )
+from roformer_ext.compat import CACHE, output_cache
 
 GREEDY = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
 
@@ -93,9 +93,7 @@ def test_continue_from_cache_equals_one_call():
     model = causal_lm()
     input_ids = prompt(batch=1)
     full = model.generate(input_ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
-    first = model.generate(
-        input_ids, max_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True
-    )
+    first = model.generate(input_ids, max_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
     cache = output_cache(first)
     continued = model.generate(first.sequences, **{CACHE: cache}, max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(continued, full)
@@ -148,8 +146,16 @@ def test_4d_mask_with_static_cache_is_padded_to_its_length():
 def vision_causal_lm(scheme: str = "rope_tie_v2") -> RoFormerExtVisionTextForCausalLM:
     torch.manual_seed(0)
     config = RoFormerExtVisionTextConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-        image_token_id=97, video_token_id=98, patch_size=2, temporal_patch_size=1, num_channels=1,
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        image_token_id=97,
+        video_token_id=98,
+        patch_size=2,
+        temporal_patch_size=1,
+        num_channels=1,
         rope_parameters={"position_scheme": scheme, "axes": 3},
     )
     return RoFormerExtVisionTextForCausalLM(config).eval()
@@ -157,10 +163,16 @@ def vision_causal_lm(scheme: str = "rope_tie_v2") -> RoFormerExtVisionTextForCau
 
 def image_prompt(seed: int = 0) -> dict:
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((4,), 97),
-                     torch.randint(5, 90, (2,), generator=generator)])[None]
-    return dict(input_ids=ids, pixel_values=torch.randn(4, 4, generator=generator),
-                image_grid_thw=torch.tensor([[1, 2, 2]]))
+    ids = torch.cat(
+        [
+            torch.randint(5, 90, (3,), generator=generator),
+            torch.full((4,), 97),
+            torch.randint(5, 90, (2,), generator=generator),
+        ]
+    )[None]
+    return dict(
+        input_ids=ids, pixel_values=torch.randn(4, 4, generator=generator), image_grid_thw=torch.tensor([[1, 2, 2]])
+    )
 
 
 def test_vision_generate_from_inputs_embeds_of_text():

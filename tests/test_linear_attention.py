@@ -7,13 +7,13 @@ import torch
 from conftest import random_inputs, tiny_config
 
 from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel
+from roformer_ext.compat import output_cache
 from roformer_ext.linear_attention import (
     causal_linear_attention,
     feature_map,
     linear_attention_forward,
 )
 from roformer_ext.rope import RotaryEmbedding, apply_rotary
-from roformer_ext.compat import output_cache
 
 TOLERANCE = 1e-5
 
@@ -91,10 +91,12 @@ def test_causal_state_continues_a_prefix():
     q_rot, k_rot = apply_rotary(q, cos, sin, "half"), apply_rotary(k, cos, sin, "half")
     whole, _ = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=8)
     split = 19
-    first, state = causal_linear_attention(q[:, :, :split], q_rot[:, :, :split], k[:, :, :split],
-                                           k_rot[:, :, :split], value[:, :, :split], chunk=8)
-    second, _ = causal_linear_attention(q[:, :, split:], q_rot[:, :, split:], k[:, :, split:],
-                                        k_rot[:, :, split:], value[:, :, split:], state, chunk=8)
+    first, state = causal_linear_attention(
+        q[:, :, :split], q_rot[:, :, :split], k[:, :, :split], k_rot[:, :, :split], value[:, :, :split], chunk=8
+    )
+    second, _ = causal_linear_attention(
+        q[:, :, split:], q_rot[:, :, split:], k[:, :, split:], k_rot[:, :, split:], value[:, :, split:], state, chunk=8
+    )
     torch.testing.assert_close(torch.cat((first, second), dim=2), whole, atol=TOLERANCE, rtol=TOLERANCE)
 
 

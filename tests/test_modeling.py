@@ -6,7 +6,6 @@ import pytest
 import torch
 from conftest import random_inputs, tiny_config
 
-from roformer_ext.compat import enable_activation_checkpointing
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
@@ -16,6 +15,7 @@ from roformer_ext import (
     RoFormerExtForTokenClassification,
     RoFormerExtModel,
 )
+from roformer_ext.compat import enable_activation_checkpointing
 
 ATOL = 1e-5
 HEADS = [

@@ -86,8 +86,10 @@ def cu(lengths) -> torch.Tensor:
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForSequenceClassification])
 def test_zero_length_sequence_is_refused(model_class):
     """A zero-length sequence has no [CLS] and no mean (NaN, or the next sequence's [CLS]): refused by name."""
-    model = model_for(model_class, "sdpa", classifier_pooling="mean") if model_class is not RoFormerExtModel else (
-        model_for(model_class, "sdpa")
+    model = (
+        model_for(model_class, "sdpa", classifier_pooling="mean")
+        if model_class is not RoFormerExtModel
+        else (model_for(model_class, "sdpa"))
     )
     input_ids = torch.randint(5, 99, (1, 9))
     with pytest.raises(ValueError, match=r"sequence 1 .*length 0"):
@@ -194,7 +196,10 @@ def test_padded_rows_of_packed_sequences(model_class):
 
 @pytest.mark.parametrize(
     ("labels", "problem_type"),
-    [([0.5, -1.0, 2.0, 0.25], "regression"), ([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0]], "multi_label_classification")],
+    [
+        ([0.5, -1.0, 2.0, 0.25], "regression"),
+        ([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0]], "multi_label_classification"),
+    ],
 )
 def test_packed_regression_and_multi_label_equal_padded(labels, problem_type):
     """Float targets: a regression value or one 0/1 per class for each packed sequence (labels (sequences, ...))."""

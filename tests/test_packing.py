@@ -114,8 +114,11 @@ def test_packed_mlm_and_token_classification_losses_equal_padded(attn_implementa
     ):
         model = model_for(model_class, attn_implementation)
         with torch.no_grad():
-            ref = model(input_ids, attention_mask=attention_mask, labels=make_labels(labels_padded).masked_fill(
-                attention_mask == 0, -100))
+            ref = model(
+                input_ids,
+                attention_mask=attention_mask,
+                labels=make_labels(labels_padded).masked_fill(attention_mask == 0, -100),
+            )
             out = model(**batch, labels=make_labels(labels_packed))
         torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
 
@@ -220,7 +223,9 @@ def test_packed_question_answering_comes_back_per_sequence():
     hidden = torch.finfo(ref.start_logits.dtype).min
     ref_start = ref.start_logits.masked_fill(attention_mask == 0, hidden)
     ref_end = ref.end_logits.masked_fill(attention_mask == 0, hidden)
-    expected = (torch.nn.functional.cross_entropy(ref_start, starts) + torch.nn.functional.cross_entropy(ref_end, ends)) / 2
+    expected = (
+        torch.nn.functional.cross_entropy(ref_start, starts) + torch.nn.functional.cross_entropy(ref_end, ends)
+    ) / 2
     torch.testing.assert_close(out.loss, expected, rtol=ATOL, atol=ATOL)
 
 

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from roformer_ext.compat import output_cache
 import roformer_ext
 from roformer_ext import (
     PositionEncoding,
@@ -27,6 +26,7 @@ from roformer_ext import (
     register_position_encoding,
     registered_position_encodings,
 )
+from roformer_ext.compat import output_cache
 from roformer_ext.position_encodings import (
     alibi_slopes,
     sinusoidal_table,
@@ -40,9 +40,17 @@ BACKENDS = ("eager", "sdpa", "flex_attention")
 
 def config(position_encoding: str, **overrides) -> RoFormerExtConfig:
     fields = dict(
-        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        position_encoding=position_encoding, max_relative_position=5, relative_attention_num_buckets=8,
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        position_encoding=position_encoding,
+        max_relative_position=5,
+        relative_attention_num_buckets=8,
         relative_attention_max_distance=20,
     )
     return RoFormerExtConfig(**{**fields, **overrides})
@@ -87,8 +95,14 @@ def test_t5_bias_equals_t5_attention_compute_bias(decoder):
 
     model = model_for("t5_bias", decoder)
     t5 = T5Attention(
-        T5Config(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20,
-                 is_decoder=decoder),
+        T5Config(
+            d_model=32,
+            d_kv=8,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            is_decoder=decoder,
+        ),
         has_relative_attention_bias=True,
     )
     encoding = model.roformer.position_encoding
@@ -134,8 +148,14 @@ def test_learned_equals_bert_embeddings():
 
     model = model_for("learned").roformer
     bert = BertEmbeddings(
-        BertConfig(vocab_size=97, hidden_size=32, max_position_embeddings=128, type_vocab_size=2,
-                   hidden_dropout_prob=0.0, layer_norm_eps=1e-12)
+        BertConfig(
+            vocab_size=97,
+            hidden_size=32,
+            max_position_embeddings=128,
+            type_vocab_size=2,
+            hidden_dropout_prob=0.0,
+            layer_norm_eps=1e-12,
+        )
     ).eval()
     ours = model.embeddings
     bert.word_embeddings.weight.data.copy_(ours.word_embeddings.weight)
@@ -158,10 +178,12 @@ def test_sinusoidal_equals_distilberts_table():
     torch.testing.assert_close(sinusoidal_table(torch.arange(50), 32), table, rtol=0, atol=1e-5)
     # and the formula: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(...)
     p, i, d = 37, 5, 32
-    assert math.isclose(float(sinusoidal_table(torch.tensor([p]), d)[0, 2 * i]), math.sin(p / 10000 ** (2 * i / d)),
-                        abs_tol=1e-6)
-    assert math.isclose(float(sinusoidal_table(torch.tensor([p]), d)[0, 2 * i + 1]),
-                        math.cos(p / 10000 ** (2 * i / d)), abs_tol=1e-6)
+    assert math.isclose(
+        float(sinusoidal_table(torch.tensor([p]), d)[0, 2 * i]), math.sin(p / 10000 ** (2 * i / d)), abs_tol=1e-6
+    )
+    assert math.isclose(
+        float(sinusoidal_table(torch.tensor([p]), d)[0, 2 * i + 1]), math.cos(p / 10000 ** (2 * i / d)), abs_tol=1e-6
+    )
 
 
 def test_sinusoidal_scale_multiplies_the_table_and_is_saved(tmp_path):
@@ -171,9 +193,12 @@ def test_sinusoidal_scale_multiplies_the_table_and_is_saved(tmp_path):
     for scale in (1.0, 0.25):
         model = model_for("sinusoidal", sinusoidal_scale=scale)
         captured = []
-        model.roformer.embeddings.norm.register_forward_hook(lambda module, args, out: captured.append(args[0]))
+        hook = model.roformer.embeddings.norm.register_forward_hook(
+            lambda module, args, out, store=captured: store.append(args[0])
+        )
         with torch.no_grad():
             model(input_ids=ids)
+        hook.remove()
         sums[scale] = captured[0]
     table = sinusoidal_table(torch.arange(9), 32)
     torch.testing.assert_close(sums[1.0] - sums[0.25], 0.75 * table.expand(2, 9, 32), rtol=0, atol=1e-6)
@@ -234,7 +259,9 @@ def test_attention_weights_follow_the_plain_formula(encoding, decoder):
 
         def rotate(x):
             x0, x1 = x[..., 0::2], x[..., 1::2]
-            return torch.stack((x0 * angles.cos() - x1 * angles.sin(), x0 * angles.sin() + x1 * angles.cos()), -1).flatten(-2)
+            return torch.stack(
+                (x0 * angles.cos() - x1 * angles.sin(), x0 * angles.sin() + x1 * angles.cos()), -1
+            ).flatten(-2)
 
         q, k = rotate(q), rotate(k)
     scores = q @ k.transpose(-1, -2) / math.sqrt(8)
@@ -267,7 +294,9 @@ def test_backends_agree_with_padding(encoding, decoder):
     outputs = {}
     for implementation in BACKENDS:
         with torch.no_grad():
-            outputs[implementation] = model_for(encoding, decoder, implementation)(input_ids=ids, attention_mask=mask).logits
+            outputs[implementation] = model_for(encoding, decoder, implementation)(
+                input_ids=ids, attention_mask=mask
+            ).logits
     for implementation in BACKENDS[1:]:
         torch.testing.assert_close(outputs[implementation][0], outputs["eager"][0], rtol=0, atol=1e-5)
         torch.testing.assert_close(outputs[implementation][1, :9], outputs["eager"][1, :9], rtol=0, atol=1e-5)
@@ -312,7 +341,9 @@ def test_static_cache_decoding_equals_dynamic(encoding):
     prompt = torch.randint(1, 97, (1, 5))
     with torch.no_grad():
         dynamic = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
-        static = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static")
+        static = model.generate(
+            prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static"
+        )
     torch.testing.assert_close(static, dynamic, rtol=0, atol=0)
 
 
@@ -373,12 +404,17 @@ def test_rope_score_depends_only_on_n_minus_m(m, n, shift):
 
     rotary = RoFormerExtModel(config("rope")).position_encoding.rotary_emb
     generator = torch.Generator().manual_seed(m * 7 + n)
-    q, k = torch.randn(1, 1, 1, 8, generator=generator, dtype=torch.float64), torch.randn(1, 1, 1, 8, generator=generator, dtype=torch.float64)
+    q, k = (
+        torch.randn(1, 1, 1, 8, generator=generator, dtype=torch.float64),
+        torch.randn(1, 1, 1, 8, generator=generator, dtype=torch.float64),
+    )
 
     def score(a, b):
         cos_a, sin_a = rotary(q, torch.tensor([[[float(a)]]], dtype=torch.float64))
         cos_b, sin_b = rotary(k, torch.tensor([[[float(b)]]], dtype=torch.float64))
-        return float((apply_rotary(q, cos_a, sin_a, "interleaved") * apply_rotary(k, cos_b, sin_b, "interleaved")).sum())
+        return float(
+            (apply_rotary(q, cos_a, sin_a, "interleaved") * apply_rotary(k, cos_b, sin_b, "interleaved")).sum()
+        )
 
     shifted_m, shifted_n = m + shift, n + shift
     if min(shifted_m, shifted_n) < 0:
@@ -391,8 +427,9 @@ def test_nope_encoder_is_permutation_equivariant():
     ids = torch.randint(1, 97, (1, 10))
     order = torch.randperm(10)
     with torch.no_grad():
-        torch.testing.assert_close(model(input_ids=ids[:, order]).logits, model(input_ids=ids).logits[:, order],
-                                   rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            model(input_ids=ids[:, order]).logits, model(input_ids=ids).logits[:, order], rtol=0, atol=1e-5
+        )
 
 
 # --- configuration errors and extension ----------------------------------------------------------------------------
@@ -463,8 +500,12 @@ def test_users_register_their_own_encoding():
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize(
     "head",
-    ["RoFormerExtForSequenceClassification", "RoFormerExtForTokenClassification", "RoFormerExtForQuestionAnswering",
-     "RoFormerExtForMultipleChoice"],
+    [
+        "RoFormerExtForSequenceClassification",
+        "RoFormerExtForTokenClassification",
+        "RoFormerExtForQuestionAnswering",
+        "RoFormerExtForMultipleChoice",
+    ],
 )
 def test_every_head_takes_every_encoding(encoding, head):
     """Each head's loss is finite and its gradient reaches the encoding's parameters."""

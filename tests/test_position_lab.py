@@ -133,7 +133,15 @@ def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
         bench = importlib.import_module("bench_extrapolation")
     finally:
         sys.path.remove(str(benchmarks))
-    argv = ["--report-only", "--out", str(tmp_path / "res"), "--images", str(tmp_path / "img"), "--output_dir", str(out)]
+    argv = [
+        "--report-only",
+        "--out",
+        str(tmp_path / "res"),
+        "--images",
+        str(tmp_path / "img"),
+        "--output_dir",
+        str(out),
+    ]
     bench.main(argv + TINY)
     printed = capsys.readouterr().out
     assert "| rope+yarn | 2 |" in printed and "± " in printed and "4× (64)" in printed

@@ -68,7 +68,12 @@ def test_add_vision_tokens_is_idempotent_and_keeps_tokens_whole(tmp_path):
     assert sorted(ids.values()) == list(range(len(VOCAB), len(VOCAB) + 4))
     assert add_vision_tokens(tokenizer) == ids and len(tokenizer) == len(VOCAB) + 4
     encoded = tokenizer("the cat [IMG][IMAGE][VIDEO][/IMG]", add_special_tokens=False)["input_ids"]
-    assert encoded[-4:] == [ids["image_start_token_id"], ids["image_token_id"], ids["video_token_id"], ids["image_end_token_id"]]
+    assert encoded[-4:] == [
+        ids["image_start_token_id"],
+        ids["image_token_id"],
+        ids["video_token_id"],
+        ids["image_end_token_id"],
+    ]
     assert tokenizer.decode(encoded, skip_special_tokens=True) == "the cat"
     config = RoFormerExtConfig(image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"])
     assert config.image_token_id == ids["image_token_id"]
@@ -186,10 +191,18 @@ def test_save_load_round_trip(processor, tmp_path, processors_for_text_config):
     saved = json.loads((tmp_path / "saved" / "processor_config.json").read_text())
     assert saved["processor_class"] == "RoFormerExtProcessor"
     assert saved["image_processor"]["size"] == {"min_pixels": 1024, "max_pixels": 16384}
-    inputs = dict(text=["a [IMAGE] cat", "[IMAGE] [VIDEO]"], images=[image(300, 200), image(40, 40)],
-                  videos=[[image(32, 32)] * 3], padding=True, return_tensors="pt")
+    inputs = dict(
+        text=["a [IMAGE] cat", "[IMAGE] [VIDEO]"],
+        images=[image(300, 200), image(40, 40)],
+        videos=[[image(32, 32)] * 3],
+        padding=True,
+        return_tensors="pt",
+    )
     expected = processor(**inputs)
-    for loaded in (RoFormerExtProcessor.from_pretrained(tmp_path / "saved"), AutoProcessor.from_pretrained(tmp_path / "saved")):
+    for loaded in (
+        RoFormerExtProcessor.from_pretrained(tmp_path / "saved"),
+        AutoProcessor.from_pretrained(tmp_path / "saved"),
+    ):
         assert type(loaded).__name__ == "RoFormerExtProcessor"
         assert loaded.image_processor.to_dict() == processor.image_processor.to_dict()
         assert loaded.image_token_id == processor.image_token_id
@@ -222,7 +235,9 @@ def test_remote_code_round_trip_in_a_fresh_process(processor, tmp_path, monkeypa
         """
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == str(expected)
 

@@ -92,10 +92,19 @@ def test_package_sources_import_siblings_relatively():
     import roformer_ext
 
     folder = pathlib.Path(roformer_ext.__file__).parent
-    patterns = ("configuration_*.py", "modeling_*.py", "tokenization_*.py", "*processing_*.py", "rope.py",
-                "positions.py", "linear_attention.py")
+    patterns = (
+        "configuration_*.py",
+        "modeling_*.py",
+        "tokenization_*.py",
+        "*processing_*.py",
+        "rope.py",
+        "positions.py",
+        "linear_attention.py",
+    )
     remote_files = sorted({p for pattern in patterns for p in folder.glob(pattern)})
     assert len(remote_files) >= 5
     for path in remote_files:
-        import_lines = [l.strip() for l in path.read_text().splitlines() if l.strip().startswith(("from ", "import "))]
-        assert not [l for l in import_lines if l.startswith(("from roformer_ext", "import roformer_ext", "from . import"))], path.name
+        import_lines = [line.strip() for line in path.read_text().splitlines()]
+        import_lines = [line for line in import_lines if line.startswith(("from ", "import "))]
+        absolute = ("from roformer_ext", "import roformer_ext", "from . import")
+        assert not [line for line in import_lines if line.startswith(absolute)], path.name

@@ -14,9 +14,9 @@ from roformer_ext import (
     RoFormerExtModel,
     RotaryEmbedding,
 )
+from roformer_ext.compat import output_cache
 from roformer_ext.conversion.pair_layout import convert_pair_layout
 from roformer_ext.rope import apply_rotary, register_rotary_embedding, registered_rotary_kinds
-from roformer_ext.compat import output_cache
 
 LAYOUTS = ["interleaved", "half"]
 
@@ -69,8 +69,12 @@ def test_interleaved_layout_rotates_adjacent_pairs():
     for i in range(4):
         angle = 3.0 * 10000 ** (-2 * i / 8)
         a, b = x[2 * i], x[2 * i + 1]
-        expected = torch.tensor([a * torch.cos(torch.tensor(angle)) - b * torch.sin(torch.tensor(angle)),
-                                 b * torch.cos(torch.tensor(angle)) + a * torch.sin(torch.tensor(angle))])
+        expected = torch.tensor(
+            [
+                a * torch.cos(torch.tensor(angle)) - b * torch.sin(torch.tensor(angle)),
+                b * torch.cos(torch.tensor(angle)) + a * torch.sin(torch.tensor(angle)),
+            ]
+        )
         torch.testing.assert_close(out[2 * i : 2 * i + 2], expected.double())
 
 
@@ -235,7 +239,9 @@ def test_half_layout_projects_pair_adjacent_rows_when_that_is_cheaper():
     model = _half_model()
     attention = model.roformer.layers[0].attention
     assert isinstance(attention.rotation, HalfPairRotation)
-    assert isinstance(RoFormerExtForMaskedLM(tiny_config()).roformer.layers[0].attention.rotation, InterleavedPairRotation)
+    assert isinstance(
+        RoFormerExtForMaskedLM(tiny_config()).roformer.layers[0].attention.rotation, InterleavedPairRotation
+    )
     input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)  # 48 rows > 32 outputs
     states = torch.randn(4, 12, 32)
     assert projects_pair_adjacent(states, attention.query, attention.key)

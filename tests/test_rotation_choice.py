@@ -131,8 +131,16 @@ def _expected_keys(encoding: str, layers: int = 2) -> set[str]:
     keys = {f"embeddings.{name}.weight" for name in ("word_embeddings", "token_type_embeddings", "norm")}
     keys.add("embeddings.norm.bias")
     for i in range(layers):
-        for part in ("attention.query", "attention.key", "attention.value", "attention.output", "attention_norm",
-                     "feed_forward.intermediate", "feed_forward.output", "output_norm"):
+        for part in (
+            "attention.query",
+            "attention.key",
+            "attention.value",
+            "attention.output",
+            "attention_norm",
+            "feed_forward.intermediate",
+            "feed_forward.output",
+            "output_norm",
+        ):
             keys |= {f"layers.{i}.{part}.weight", f"layers.{i}.{part}.bias"}
         if encoding == "shaw":
             keys.add(f"layers.{i}.attention.relative_table.weight")
@@ -168,8 +176,12 @@ def test_one_call_per_forward_gives_what_the_layers_need(encoding):
     positions = torch.arange(5.0).expand(1, 2, 5)
     terms = model.position_encoding.attention_terms(hidden, positions, lambda: positions[0], per_score=False)
     given = {name for name, value in terms._asdict().items() if value is not None}
-    expected = {"rope": {"position_embeddings"}, "t5_bias": {"shared_bias"}, "alibi": {"shared_bias"},
-                "shaw": {"relative_scores"}}.get(encoding, set())
+    expected = {
+        "rope": {"position_embeddings"},
+        "t5_bias": {"shared_bias"},
+        "alibi": {"shared_bias"},
+        "shaw": {"relative_scores"},
+    }.get(encoding, set())
     assert given == expected
     if encoding == "rope":
         cos, sin = terms.position_embeddings

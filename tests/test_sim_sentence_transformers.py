@@ -20,7 +20,6 @@ from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoForme
 from roformer_ext.conversion.cli import main
 from roformer_ext.similarity import save_for_sentence_transformers
 
-
 TEXTS = ["今天天气很好", "我想去公园玩", "今天天气不错，我想去公园玩。", "a"]
 
 

@@ -21,9 +21,7 @@ from roformer_ext.similarity import SimilarSentence, SimilarSentenceGenerator, j
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("similar")
-    return {
-        name: convert_original_checkpoint(FIXTURES / f"roformer_{name}", root / name) for name in ("sim", "sim_ft")
-    }
+    return {name: convert_original_checkpoint(FIXTURES / f"roformer_{name}", root / name) for name in ("sim", "sim_ft")}
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,15 @@ def test_video_questions_are_answered_by_the_named_tile(script):
     labels = np.arange(200) % 10
     data = script.make_video_split(np.arange(200), labels, 50, 3, 2, np.random.default_rng(0))
     for row in data:
-        frame, r, c = (int(x) - 1 for x in row["question"].removeprefix("which digit is in frame ").rstrip("?").replace(", row ", " ").replace(", column ", " ").split())
+        frame, r, c = (
+            int(x) - 1
+            for x in row["question"]
+            .removeprefix("which digit is in frame ")
+            .rstrip("?")
+            .replace(", row ", " ")
+            .replace(", column ", " ")
+            .split()
+        )
         assert row["label"] == labels[row["tiles"][frame * 4 + r * 2 + c]]
         assert row["kind"] == f"frame {frame + 1}"
 
@@ -95,7 +103,9 @@ def test_video_runs_get_a_frame_axis_for_every_scheme(script, prepared):
 def test_question_readout_pools_the_question_and_cls_readout_is_the_library_head(script, prepared):
     _, model_args, data = prepared
     data = data["image"]
-    config = script.build_config(replace(model_args, position_scheme="mrope", axis_allocation="sections"), data.processor, 8)
+    config = script.build_config(
+        replace(model_args, position_scheme="mrope", axis_allocation="sections"), data.processor, 8
+    )
     torch.manual_seed(0)
     model = script.QuestionReadoutForSequenceClassification(config).eval()
     _, batch = _batch(script, data, "after")
@@ -169,7 +179,12 @@ def test_tiny_grid_end_to_end(tmp_path):
 
     results = json.loads(output.read_text())
     runs = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in results["runs"]}
-    expected = {(s, m, layout, 0) for s in ("rope_tie_v2", "mrope") for m in ("image", "video") for layout in ("before", "after")}
+    expected = {
+        (s, m, layout, 0)
+        for s in ("rope_tie_v2", "mrope")
+        for m in ("image", "video")
+        for layout in ("before", "after")
+    }
     assert runs == expected
     cells = {(c["scheme"], c["modality"], c["layout"]): c for c in results["cells"]}
     assert set(cells) == {(s, m, layout) for s, m, _, _ in expected for layout in ("before", "after", "after-before")}
@@ -177,7 +192,9 @@ def test_tiny_grid_end_to_end(tmp_path):
         assert cell["n"] == 1 and cell["std"] is None
         if layout != "after-before":
             assert 0.0 <= cell["mean"] <= 1.0
-            run = next(r for r in results["runs"] if (r["scheme"], r["modality"], r["layout"]) == (scheme, modality, layout))
+            run = next(
+                r for r in results["runs"] if (r["scheme"], r["modality"], r["layout"]) == (scheme, modality, layout)
+            )
             assert cell["mean"] == round(run["test_accuracy"], 4)
     mrope_video = next(r for r in results["runs"] if r["scheme"] == "mrope" and r["modality"] == "video")
     assert mrope_video["rope_parameters"]["mrope_section"] == [1, 1, 2]  # head_dim 8: 4 pairs

@@ -34,7 +34,6 @@ from roformer_ext.tokenization_roformer_ext import (
     word_spans,
 )
 
-
 jieba = pytest.importorskip("jieba")
 
 N_LINES = 2000
@@ -275,7 +274,11 @@ print(json.dumps({"module": type(tokenizer).__module__, "segmenter": tokenizer.s
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
     result = subprocess.run(
         [sys.executable, "-c", script, str(folder), str(tmp_path / "sample.json")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])
@@ -333,7 +336,9 @@ def test_unknown_segmenter_is_rejected(vocab_files):
 
 
 # Vocabulary words and chars, Latin with accents and a final-sigma case, controls, and a rare CJK char.
-_ALPHABET = list("中国经济发展我们的工作今天气很好公园") + list("aBcÉé Σ\t\n,.!-１２：（）。") + ["\x00", "\u200b", "龘"]
+_ALPHABET = (
+    list("中国经济发展我们的工作今天气很好公园") + list("aBcÉé Σ\t\n,.!-１２：（）。") + ["\x00", "\u200b", "龘"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -381,7 +386,7 @@ class _ScanCountingString:
     def __str__(self) -> str:
         return self.text
 
-    def __getitem__(self, key: slice | tuple[int, int]) -> "_ScanCountingString":
+    def __getitem__(self, key: slice | tuple[int, int]) -> _ScanCountingString:
         start, end = (key.start, key.stop) if isinstance(key, slice) else key  # both forms slice chars
         assert 0 <= start <= end <= len(self.text)
         self.scanned[0] += len(self.text)

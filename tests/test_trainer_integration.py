@@ -37,9 +37,20 @@ def sentiment_dataset(n: int = 32) -> Dataset:
 def train(tmp_path, name: str, seed: int = 0, **arguments) -> Trainer:
     torch.manual_seed(seed)
     model = RoFormerExtForSequenceClassification(tiny_config(vocab_size=15, num_labels=2))
-    defaults = dict(output_dir=str(tmp_path / name), per_device_train_batch_size=4, learning_rate=1e-3,
-                    logging_steps=1, report_to=[], seed=seed, use_cpu=True, disable_tqdm=True, save_strategy="no")
-    trainer = Trainer(model=model, args=TrainingArguments(**{**defaults, **arguments}), train_dataset=sentiment_dataset())
+    defaults = dict(
+        output_dir=str(tmp_path / name),
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        seed=seed,
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
+    trainer = Trainer(
+        model=model, args=TrainingArguments(**{**defaults, **arguments}), train_dataset=sentiment_dataset()
+    )
     return trainer
 
 

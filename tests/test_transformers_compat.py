@@ -72,7 +72,10 @@ def test_remote_code_outside_the_range_fails_loudly(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
     env.pop("ROFORMER_EXT_ALLOW_UNTESTED_TRANSFORMERS", None)
     done = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOADER, str(tmp_path / "folder"), "9.0.0"], capture_output=True, text=True, env=env
+        [sys.executable, "-c", REMOTE_LOADER, str(tmp_path / "folder"), "9.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert done.returncode != 0
     last_line = done.stderr.strip().splitlines()[-1]

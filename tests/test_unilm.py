@@ -128,8 +128,13 @@ def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
     attention_mask[1, :2] = 0  # left padding
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
     generated = model.generate(
-        input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids), max_new_tokens=5,
-        do_sample=False, pad_token_id=0, cache_implementation=cache_implementation,
+        input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=torch.zeros_like(input_ids),
+        max_new_tokens=5,
+        do_sample=False,
+        pad_token_id=0,
+        cache_implementation=cache_implementation,
     )
     assert torch.equal(generated, unilm_recomputation(model, input_ids, attention_mask, 5))
 
@@ -139,7 +144,8 @@ def test_unilm_generate_without_token_type_ids_treats_the_prompt_as_source():
     input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(2))
     kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(
-        model.generate(input_ids, **kwargs), model.generate(input_ids, token_type_ids=torch.zeros_like(input_ids), **kwargs)
+        model.generate(input_ids, **kwargs),
+        model.generate(input_ids, token_type_ids=torch.zeros_like(input_ids), **kwargs),
     )
 
 

@@ -18,9 +18,20 @@ from roformer_ext import (
 )
 
 IMAGE, VIDEO = 97, 98
-SIZES = dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, patch_size=2, temporal_patch_size=2,
-             num_channels=3, image_token_id=IMAGE, video_token_id=VIDEO)
+SIZES = dict(
+    vocab_size=99,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    patch_size=2,
+    temporal_patch_size=2,
+    num_channels=3,
+    image_token_id=IMAGE,
+    video_token_id=VIDEO,
+)
 # head_dim 24 -> 12 frequency pairs: sections [4, 4, 4] for mrope.
 SCHEMES = {
     "rope_1d": {"axes": 3, "position_scheme": "rope_1d"},
@@ -39,9 +50,15 @@ def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
 def mixed_batch(seed: int = 0):
     """Two samples: text, a 2x3 image, text, a 2-frame 2x2 video, text; the second left-padded by 2."""
     generator = torch.Generator().manual_seed(seed)
-    row = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((6,), IMAGE),
-                     torch.randint(5, 90, (2,), generator=generator), torch.full((8,), VIDEO),
-                     torch.randint(5, 90, (2,), generator=generator)])
+    row = torch.cat(
+        [
+            torch.randint(5, 90, (3,), generator=generator),
+            torch.full((6,), IMAGE),
+            torch.randint(5, 90, (2,), generator=generator),
+            torch.full((8,), VIDEO),
+            torch.randint(5, 90, (2,), generator=generator),
+        ]
+    )
     short = torch.cat([torch.zeros(2, dtype=torch.long), row[:-2]])
     input_ids = torch.stack([row, short])
     attention_mask = (input_ids != 0).long()
@@ -49,15 +66,24 @@ def mixed_batch(seed: int = 0):
     video_grid_thw = torch.tensor([[2, 2, 2], [2, 2, 2]])
     pixel_values = torch.randn(12, PATCH_DIM, generator=generator)
     pixel_values_videos = torch.randn(16, PATCH_DIM, generator=generator)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
-                image_grid_thw=image_grid_thw, pixel_values_videos=pixel_values_videos, video_grid_thw=video_grid_thw)
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        pixel_values=pixel_values,
+        image_grid_thw=image_grid_thw,
+        pixel_values_videos=pixel_values_videos,
+        video_grid_thw=video_grid_thw,
+    )
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
 @pytest.mark.parametrize(
     "text_class, vision_class",
-    [(RoFormerExtModel, RoFormerExtVisionTextModel), (RoFormerExtForMaskedLM, RoFormerExtVisionTextForMaskedLM),
-     (RoFormerExtForSequenceClassification, RoFormerExtVisionTextForSequenceClassification)],
+    [
+        (RoFormerExtModel, RoFormerExtVisionTextModel),
+        (RoFormerExtForMaskedLM, RoFormerExtVisionTextForMaskedLM),
+        (RoFormerExtForSequenceClassification, RoFormerExtVisionTextForSequenceClassification),
+    ],
 )
 def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, tmp_path):
     torch.manual_seed(0)
@@ -81,8 +107,12 @@ def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_head_runs_on_images_and_video(scheme):
     batch = mixed_batch()
-    for model_class in (RoFormerExtVisionTextModel, RoFormerExtVisionTextForMaskedLM,
-                        RoFormerExtVisionTextForSequenceClassification, RoFormerExtVisionTextForCausalLM):
+    for model_class in (
+        RoFormerExtVisionTextModel,
+        RoFormerExtVisionTextForMaskedLM,
+        RoFormerExtVisionTextForSequenceClassification,
+        RoFormerExtVisionTextForCausalLM,
+    ):
         torch.manual_seed(0)
         model = model_class(vision_config(scheme)).eval()
         with torch.no_grad():

@@ -25,7 +25,6 @@ table times 0.02·sqrt(2), the norm of an initial word embedding) and "linear_at
 import hashlib
 import json
 import logging
-import math
 import sys
 import tempfile
 import time
@@ -89,7 +88,9 @@ class LabArguments:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "Training seeds."})
     corpus: str = field(default="statutes", metadata={"help": f"Bundled corpus, one of {CORPORA}."})
     train_length: int = field(default=64, metadata={"help": "Training block length in tokens."})
-    eval_factors: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16], metadata={"help": "Eval lengths / train_length."})
+    eval_factors: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 8, 16], metadata={"help": "Eval lengths / train_length."}
+    )
     eval_blocks: int = field(default=32, metadata={"help": "Blocks of the longest eval length; fixes the eval tokens."})
     eval_batch_tokens: int = field(default=8192, metadata={"help": "Tokens per eval forward pass."})
     mask_seed: int = field(default=1234, metadata={"help": "Seed of the eval masks (shared by every encoding)."})
@@ -357,7 +358,9 @@ def evaluate(model, args: LabArguments, tokenizer, stream: torch.Tensor) -> dict
             else:  # sparse prediction: logits of the scored tokens only, in row-major order
                 logits = model(input_ids=batch_inputs, labels=batch_labels).logits
             scored = batch_labels != -100
-            losses = F.cross_entropy(logits[scored] if logits.dim() == 3 else logits, batch_labels[scored], reduction="none")
+            losses = F.cross_entropy(
+                logits[scored] if logits.dim() == 3 else logits, batch_labels[scored], reduction="none"
+            )
             beyond = positions[scored] >= args.train_length
             total, count = total + losses.sum().item(), count + len(losses)
             beyond_total, beyond_count = beyond_total + losses[beyond].sum().item(), beyond_count + int(beyond.sum())
@@ -458,7 +461,9 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
     bounds = {d: long_range_decay(max_distance, d) for d in dict.fromkeys((head_dim, 128))}
     panels = {
         "rope (formula)": {
-            "curves": {f"d = {d}" + (" (paper)" if d == 128 else " (these heads)"): b / b[0] for d, b in bounds.items()},
+            "curves": {
+                f"d = {d}" + (" (paper)" if d == 128 else " (these heads)"): b / b[0] for d, b in bounds.items()
+            },
             "ylabel": "upper bound mean_j |S_j|, rel. to k = 0",
             "note": "RoFormer §3.4.3",
         },
@@ -468,19 +473,26 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
         },
         "alibi (formula)": {
             "curves": {
-                f"head {h}": row for h, row in enumerate(alibi_bias(alibi_slopes(args.num_attention_heads), max_distance))
+                f"head {h}": row
+                for h, row in enumerate(alibi_bias(alibi_slopes(args.num_attention_heads), max_distance))
             },
             "ylabel": "score bias −slope·k",
         },
     }
     models = Path(args.output_dir) / "models" / args.objective
-    trained = {e: models / e / f"seed{seed}" for e in ("t5_bias", "shaw", "learned") if (models / e / f"seed{seed}").is_dir()}
+    trained = {
+        e: models / e / f"seed{seed}" for e in ("t5_bias", "shaw", "learned") if (models / e / f"seed{seed}").is_dir()
+    }
     if "t5_bias" in trained:
         config = RoFormerExtConfig.from_pretrained(trained["t5_bias"])
         table = model_class(args.objective).from_pretrained(trained["t5_bias"]).roformer.position_encoding
         bias = t5_bias_by_distance(
-            table.relative_attention_bias.weight, max_distance, bidirectional=not config.is_decoder,
-            num_buckets=table.num_buckets, bucket_max_distance=table.max_distance, direction=-1,
+            table.relative_attention_bias.weight,
+            max_distance,
+            bidirectional=not config.is_decoder,
+            num_buckets=table.num_buckets,
+            bucket_max_distance=table.max_distance,
+            direction=-1,
         )
         panels[f"t5_bias (trained, seed {seed})"] = {
             "curves": {f"head {h}": row for h, row in enumerate(bias)},

@@ -44,8 +44,10 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 EXAMPLES = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(EXAMPLES / "vision-text"))  # run_spatial_digits (which puts examples/ on the path too)
+sys.path.insert(0, str(EXAMPLES))  # common/
+sys.path.insert(0, str(EXAMPLES / "vision-text"))  # run_spatial_digits
 
+from common.utils import accuracy, get_tokenizer, no_pin_memory_without_accelerator, save_json  # noqa: E402
 from run_spatial_digits import (  # noqa: E402
     QUESTION_POSITIONS,
     GridCollator,
@@ -59,8 +61,6 @@ from run_spatial_digits import (  # noqa: E402
     place_question,
     split_digits,
 )
-
-from common.utils import accuracy, get_tokenizer, no_pin_memory_without_accelerator, save_json  # noqa: E402
 
 from roformer_ext import RoFormerExtVisionTextForSequenceClassification  # noqa: E402
 from roformer_ext.positions import build_position_ids  # noqa: E402
@@ -123,14 +123,18 @@ class SymmetryArguments:
     image_grid: int = field(default=3, metadata={"help": "Image: digits per side."})
     video_grid: int = field(default=2, metadata={"help": "Video: digits per side of each frame."})
     video_frames: int = field(default=4, metadata={"help": "Video: frames (T)."})
-    num_test: int = field(default=1000, metadata={"help": "Test questions per modality (digit images unseen in training)."})
+    num_test: int = field(
+        default=1000, metadata={"help": "Test questions per modality (digit images unseen in training)."}
+    )
     max_steps: int = field(default=900, metadata={"help": "Training steps of every run (one epoch of new grids)."})
     batch_size: int = field(default=32, metadata={"help": "Training batch of every run."})
     learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate of every run (AdamW)."})
     warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps of every run."})
     lr_scheduler_type: str = field(
         default="constant_with_warmup",
-        metadata={"help": "Trainer's schedule; a constant rate leaves the 'bag of digits' plateau sooner than linear decay."},
+        metadata={
+            "help": "Trainer's schedule; a constant rate leaves the 'bag of digits' plateau sooner than linear decay."
+        },
     )
     grid_seed: int = field(default=0, metadata={"help": "Seed of the digit split, the grids and the questions."})
     torch_threads: int = field(default=1, metadata={"help": "torch.set_num_threads; 1 on a busy small CPU."})
@@ -212,10 +216,15 @@ class SymmetryCollator(GridCollator):
             batch = super().__call__(rows)
         else:
             videos = [
-                [compose_grid(tiles, self.grid) for tiles in self.digits[row["tiles"]].reshape(self.frames, self.grid**2, *self.digits.shape[1:])]
+                [
+                    compose_grid(tiles, self.grid)
+                    for tiles in self.digits[row["tiles"]].reshape(self.frames, self.grid**2, *self.digits.shape[1:])
+                ]
                 for row in rows
             ]
-            texts = [place_question(self.processor.video_token, row["question"], self.question_position) for row in rows]
+            texts = [
+                place_question(self.processor.video_token, row["question"], self.question_position) for row in rows
+            ]
             batch = dict(self.processor(text=texts, videos=videos, padding=True, return_tensors="pt"))
             batch["labels"] = torch.tensor([row["label"] for row in rows])
         if self.readout == "question":
@@ -243,7 +252,9 @@ class EncodedSplit(torch.utils.data.Dataset):
         self.pixel_key = "pixel_values" if "pixel_values" in parts[0] else "pixel_values_videos"
         self.grid_key = "image_grid_thw" if self.pixel_key == "pixel_values" else "video_grid_thw"
         self.features = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
-        self.features[self.pixel_key] = self.features[self.pixel_key].reshape(len(rows), -1, self.features[self.pixel_key].shape[-1])
+        self.features[self.pixel_key] = self.features[self.pixel_key].reshape(
+            len(rows), -1, self.features[self.pixel_key].shape[-1]
+        )
         self.kinds = list(rows["kind"])
 
     def __len__(self) -> int:
@@ -358,7 +369,9 @@ def train_and_test(
 ) -> dict:
     """One run: a fresh model for `scheme`, trained with the shared budget, scored on the test questions."""
     position_scheme, allocation = SCHEMES[scheme]
-    run_args = replace(model_args, position_scheme=position_scheme, axis_allocation=allocation, frame_axis=data.frames > 1)
+    run_args = replace(
+        model_args, position_scheme=position_scheme, axis_allocation=allocation, frame_axis=data.frames > 1
+    )
     tile = data.digits.shape[-1]
     set_seed(seed)
     model = QuestionReadoutForSequenceClassification(build_config(run_args, data.processor, tile))
@@ -406,9 +419,7 @@ def summarize(runs: list[dict]) -> list[dict]:
     cells = []
     keys = dict.fromkeys((run["scheme"], run["modality"]) for run in runs)
     for scheme, modality in keys:
-        by_layout = {
-            run["layout"]: {} for run in runs if (run["scheme"], run["modality"]) == (scheme, modality)
-        }
+        by_layout = {run["layout"]: {} for run in runs if (run["scheme"], run["modality"]) == (scheme, modality)}
         for run in runs:
             if (run["scheme"], run["modality"]) == (scheme, modality):
                 by_layout[run["layout"]][run["seed"]] = run["test_accuracy"]
@@ -439,14 +450,20 @@ def markdown_table(results: dict) -> str:
     modalities = [m for m in MODALITIES if any(key[1] == m for key in cells)]
     schemes = [s for s in SCHEMES if any(key[0] == s for key in cells)]
     columns = [(m, layout) for m in modalities for layout in ("before", "after", "after-before")]
-    header = "| scheme | " + " | ".join(f"{m}: {'after − before' if l == 'after-before' else l}" for m, l in columns) + " |"
+    header = (
+        "| scheme | "
+        + " | ".join(f"{m}: {'after − before' if side == 'after-before' else side}" for m, side in columns)
+        + " |"
+    )
     lines = [header, "|---|" + "---:|" * len(columns)]
 
     def show(cell: dict | None, signed: bool) -> str:
         if cell is None:
             return "–"
         spread = "" if cell["std"] is None else f" ± {cell['std']:.3f}"
-        return f"{cell['mean']:+.3f}{spread} (n={cell['n']})" if signed else f"{cell['mean']:.3f}{spread} (n={cell['n']})"
+        return (
+            f"{cell['mean']:+.3f}{spread} (n={cell['n']})" if signed else f"{cell['mean']:.3f}{spread} (n={cell['n']})"
+        )
 
     for scheme in schemes:
         shown = [show(cells.get((scheme, m, layout)), layout == "after-before") for m, layout in columns]
@@ -486,7 +503,16 @@ def main() -> None:
     torch.set_num_threads(args.torch_threads)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    model_fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size", "config_overrides", "rope_type", "pair_layout")
+    model_fields = (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "config_overrides",
+        "rope_type",
+        "pair_layout",
+    )
     setup = {**args.setup(), "model": {name: getattr(model_args, name) for name in model_fields}}
     runs = load_previous(output, setup, args.overwrite)
     done = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in runs}

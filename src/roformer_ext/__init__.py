@@ -25,6 +25,7 @@ from transformers.utils import is_vision_available
 from .configuration_roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
 from .data_collator import DataCollatorForPackedClassification, FlattenPaddedBatch
 from .image_processing_roformer_ext import RoFormerExtImageProcessor
+from .masking_roformer_ext import unilm_attention_mask
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
@@ -41,13 +42,12 @@ from .modeling_roformer_ext_vision import (
     RoFormerExtVisionTextForSequenceClassification,
     RoFormerExtVisionTextModel,
 )
+from .position_encodings import PositionEncoding, register_position_encoding, registered_position_encodings
 from .positions import build_position_ids, register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
-from .position_encodings import PositionEncoding, register_position_encoding, registered_position_encodings
 from .rope import RotaryEmbedding, apply_rotary, register_rotary_embedding, registered_rotary_kinds
 from .similarity import SimilarSentence, SimilarSentenceGenerator, save_for_sentence_transformers
 from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
-from .masking_roformer_ext import unilm_attention_mask
 
 __version__ = "0.1.0"
 

@@ -49,7 +49,9 @@ class DataCollatorForPackedClassification:
 
     def __init__(self, return_tensors: str = "pt") -> None:
         if return_tensors != "pt":
-            raise ValueError(f"DataCollatorForPackedClassification returns PyTorch tensors only; got {return_tensors!r}.")
+            raise ValueError(
+                f"DataCollatorForPackedClassification returns PyTorch tensors only; got {return_tensors!r}."
+            )
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         if not features:

@@ -43,7 +43,6 @@ from transformers.image_utils import (
 from transformers.processing_utils import ImagesKwargs, Unpack
 from transformers.utils import is_vision_available
 
-
 if is_vision_available():
     from PIL import Image
     from transformers.image_utils import PILImageResampling
@@ -276,7 +275,9 @@ class RoFormerExtImageProcessor(PilBackend):
         if min_pixels is None or max_pixels is None:
             raise ValueError(f"size must be {{'min_pixels': int, 'max_pixels': int}}, got {dict(size or {})}.")
         if not 0 < min_pixels <= max_pixels:
-            raise ValueError(f"Need 0 < min_pixels <= max_pixels, got min_pixels={min_pixels}, max_pixels={max_pixels}.")
+            raise ValueError(
+                f"Need 0 < min_pixels <= max_pixels, got min_pixels={min_pixels}, max_pixels={max_pixels}."
+            )
         if max_pixels < patch_size * patch_size:
             raise ValueError(f"max_pixels={max_pixels} is smaller than one {patch_size}x{patch_size} patch.")
 

@@ -308,8 +308,11 @@ def packed_linear_attention(
         rotations = [end_to_end(t.expand(batch, -1, -1), 1).split(packed.lengths, dim=1) for t in position_embeddings]
     pieces = [
         linear_attention_forward(
-            module, *(t[i] for t in per_sequence), None if rotations is None else (rotations[0][i], rotations[1][i]),
-            None, None,
+            module,
+            *(t[i] for t in per_sequence),
+            None if rotations is None else (rotations[0][i], rotations[1][i]),
+            None,
+            None,
         )
         for i in range(len(packed.lengths))
     ]
@@ -392,7 +395,13 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attn_output, _ = self.attention(
-            hidden_states, position_embeddings, attention_mask, cache, relative_scores, packed, attention_function,
+            hidden_states,
+            position_embeddings,
+            attention_mask,
+            cache,
+            relative_scores,
+            packed,
+            attention_function,
             **kwargs,
         )
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
@@ -581,9 +590,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             mask = add_scores_to_mask(mask, terms.shared_bias.to(embeddings.dtype))
         return terms.position_embeddings, mask, terms.relative_scores
 
-    def key_positions(
-        self, query_positions: torch.Tensor, cache: Cache | None, past_length: int
-    ) -> torch.Tensor:
+    def key_positions(self, query_positions: torch.Tensor, cache: Cache | None, past_length: int) -> torch.Tensor:
         """Positions of the keys a layer sees: the queries' own without a cache; with one, 0, 1, ... over every cached
         slot (a static cache's unwritten slots too: the mask hides them), as text decoding numbers them."""
         cache = self_attention_cache(cache)
@@ -650,11 +657,15 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if position_ids is None:
             position_ids = text_position_ids(batch, seq, past_length, axes, tokens.device)
         position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
-        embeddings = self.embeddings(
-            input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0]
-        )
+        embeddings = self.embeddings(input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0])
         mask, attention_function = self_attention_mask(
-            self.config, attention_mask, embeddings, cache, past_length, token_type_ids, packed,
+            self.config,
+            attention_mask,
+            embeddings,
+            cache,
+            past_length,
+            token_type_ids,
+            packed,
             self.position_encoding.has_relative_scores,
         )
         cross_mask = None
@@ -1012,7 +1023,9 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         if self.config.classifier_pooling == "cls":  # each packed sequence's first token
             return hidden[packed.cu_seq_lens[:-1].long()]
         # the mean of each packed sequence's own (unpadded) tokens
-        weights = hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden.dtype)
+        weights = (
+            hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden.dtype)
+        )
         sequence = packed.sequence_ids.reshape(-1)
         sums = hidden.new_zeros(len(packed.lengths), hidden.shape[-1]).index_add(0, sequence, hidden * weights[:, None])
         counts = hidden.new_zeros(len(packed.lengths)).index_add(0, sequence, weights)

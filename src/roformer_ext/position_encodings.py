@@ -90,9 +90,7 @@ class PositionEncoding(nn.Module):
         """
         return AttentionTerms()
 
-    def relative_scores(
-        self, query_positions: torch.Tensor, key_positions: torch.Tensor
-    ) -> "RelativeScores | None":
+    def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> "RelativeScores | None":
         """Relative encodings return the per-forward object the attention layers add to their scores."""
         return None
 
@@ -285,7 +283,9 @@ class ShawPositionEncoding(RelativePositionEncoding):
         return nn.Embedding(2 * int(config.max_relative_position) + 1, config.head_dim)
 
 
-def t5_relative_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
+def t5_relative_bucket(
+    distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
     """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`
     (bidirectional: half the buckets for keys after the query; causal: only keys at or before it count).
     transformers' own T5 function, so the buckets are T5's by construction."""
@@ -330,8 +330,12 @@ class T5BiasPositionEncoding(RelativePositionEncoding):
 
     def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> T5Scores:
         return T5Scores(
-            query_positions, key_positions, self.relative_attention_bias, self.bidirectional,
-            self.num_buckets, self.max_distance,
+            query_positions,
+            key_positions,
+            self.relative_attention_bias,
+            self.bidirectional,
+            self.num_buckets,
+            self.max_distance,
         )
 
 

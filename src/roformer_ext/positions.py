@@ -419,9 +419,7 @@ def remember_position_deltas(cache: Any, deltas: torch.Tensor) -> None:
         setattr(cache, _CACHE_DELTAS, deltas)
 
 
-def decoding_position_ids(
-    text_positions: torch.Tensor, cache: Any, config: Any
-) -> torch.Tensor:
+def decoding_position_ids(text_positions: torch.Tensor, cache: Any, config: Any) -> torch.Tensor:
     """Positions of tokens generated after a prompt: (index among real tokens) + the prompt's delta, every axis.
 
     `text_positions` is (batch, seq), as `generate` passes `position_ids`. A cache without deltas (a text prompt, or

@@ -211,8 +211,12 @@ class RoFormerExtProcessor(ProcessorMixin):
     def _expand_marks(texts: list[str], image_grid_thw: Any, video_grid_thw: Any) -> list[str]:
         """Replace the k-th mark of each kind by "[IMG]" + t*h*w marks + "[/IMG]", in reading order."""
         counts = {
-            IMAGE_TOKEN: iter([] if image_grid_thw is None else [int(t * h * w) for t, h, w in image_grid_thw.tolist()]),
-            VIDEO_TOKEN: iter([] if video_grid_thw is None else [int(t * h * w) for t, h, w in video_grid_thw.tolist()]),
+            IMAGE_TOKEN: iter(
+                [] if image_grid_thw is None else [int(t * h * w) for t, h, w in image_grid_thw.tolist()]
+            ),
+            VIDEO_TOKEN: iter(
+                [] if video_grid_thw is None else [int(t * h * w) for t, h, w in video_grid_thw.tolist()]
+            ),
         }
         pattern = re.compile(f"{re.escape(IMAGE_TOKEN)}|{re.escape(VIDEO_TOKEN)}")
 

@@ -340,7 +340,9 @@ class HalfPairRotation(QueryKeyRotation):
         half = head_dim // 2
         cos_pairs, sin_pairs = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
         return tuple(
-            _rotate_adjacent_pairs(_heads(F.linear(states, *rows(projection, head_dim)), head_dim), cos_pairs, sin_pairs)
+            _rotate_adjacent_pairs(
+                _heads(F.linear(states, *rows(projection, head_dim)), head_dim), cos_pairs, sin_pairs
+            )
             for rows, projection in ((self.query_rows, query_projection), (self.key_rows, key_projection))
         )
 

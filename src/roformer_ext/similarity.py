@@ -224,7 +224,10 @@ class SimilarSentenceGenerator:
         chunks = []
         for start in range(0, len(texts), batch_size):
             batch = self.tokenizer(
-                list(texts[start : start + batch_size]), padding=True, truncation=True, max_length=max_length,
+                list(texts[start : start + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=max_length,
                 return_tensors="pt",
             ).to(self.encoder.device)
             chunks.append(self.encoder(**batch).pooler_output.float())

@@ -42,7 +42,6 @@ from tokenizers.models import WordPiece
 from transformers import PythonBackend, TokenizersBackend
 from transformers.utils import logging
 
-
 logger = logging.get_logger(__name__)
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}

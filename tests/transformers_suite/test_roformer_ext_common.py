@@ -11,7 +11,6 @@ import torch
 from transformers import PreTrainedConfig
 from transformers.testing_utils import torch_device
 
-from roformer_ext.compat import output_cache
 from roformer_ext import (
     RoFormerExtConfig,
     RoFormerExtForCausalLM,
@@ -22,6 +21,7 @@ from roformer_ext import (
     RoFormerExtForTokenClassification,
     RoFormerExtModel,
 )
+from roformer_ext.compat import output_cache
 
 from .auto_names import AutoClassNamesMixin
 from .upstream_mixins import (

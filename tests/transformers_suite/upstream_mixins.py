@@ -16,6 +16,7 @@ if _fetched != transformers_version:
         f"installed. Run `{FETCH_COMMAND}` from the repository root (it downloads the transformers sdist with pip)."
     )
 
+from .upstream.generation.test_utils import GenerationTesterMixin  # noqa: E402
 from .upstream.test_configuration_common import ConfigTester  # noqa: E402
 from .upstream.test_modeling_common import (  # noqa: E402
     TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION,
@@ -25,7 +26,6 @@ from .upstream.test_modeling_common import (  # noqa: E402
     random_attention_mask,
 )
 from .upstream.utils.test_configuration_utils import config_common_kwargs  # noqa: E402
-from .upstream.generation.test_utils import GenerationTesterMixin  # noqa: E402
 
 __all__ = [
     "TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION",

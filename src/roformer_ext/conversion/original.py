@@ -360,7 +360,6 @@ def save_converted(
     (folder / "README.md").write_text(readme, encoding="utf-8")
 
 
-
 # -------------------------------------------------------------------------------------------- main
 def convert_original_checkpoint(
     src: str | Path,
