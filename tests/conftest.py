@@ -2,9 +2,17 @@
 
 import logging
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The tests are grouped by idea in folders; a test may reuse another folder's helpers (the converted fixtures of
+# conversion/, say) by module name, as pytest imports test modules.
+for _folder in sorted(Path(__file__).resolve().parent.iterdir()):
+    if _folder.is_dir() and _folder.name not in ("fixtures", "transformers_suite", "__pycache__"):
+        sys.path.append(str(_folder))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -56,7 +56,7 @@ _DIRECT_SLICE_CHARS = 64
 
 #: Stand-ins for an unknown code point: old punctuation (Po, Unicode <= 5.1) that Python's and tokenizers' tables
 #: both split off as a token of its own and that no normaliser changes. A tokenizer takes the first one that no
-#: vocabulary token contains, so the stand-in can only become [UNK] (tests/test_tokenizer_unicode.py checks each).
+#: vocabulary token contains, so the stand-in can only become [UNK] (tests/tokenization/test_tokenizer_unicode.py checks each).
 _UNKNOWN_MARKERS = (
     "\u2e2e",  # REVERSED QUESTION MARK
     "\u2e18",  # INVERTED INTERROBANG

@@ -4,7 +4,7 @@ The real `GenerationTesterMixin` (`generate` with every decoding strategy and ca
 transformers' repository, not in its sdist, and pulls in much of the repository's test tree. Our
 `ModelTesterMixin.test_generation_tester_mixin_inheritance` checks that a tester whose classes can `generate`
 inherits this mixin; ours do, so that check holds, and generation itself is covered by the project's own tests
-(tests/test_modeling.py, tests/test_vision_models.py).
+(tests/model/test_modeling.py, tests/vision/test_vision_models.py).
 """
 
 

@@ -26,7 +26,7 @@ import torch
 from datasets import ClassLabel, Dataset, Features, Image, Sequence, Value
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = [
     "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
     "--vocab_size", "1000", "--vocab_min_frequency", "1",

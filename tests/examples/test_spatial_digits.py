@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoProcessor
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "vision-text" / "run_spatial_digits.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "vision-text" / "run_spatial_digits.py"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "position-lab" / "run_extrapolation.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "run_extrapolation.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = [
     "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
@@ -127,7 +127,7 @@ def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
 
 def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
     args, results, out = study
-    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
     sys.path.insert(0, str(benchmarks))
     try:
         bench = importlib.import_module("bench_extrapolation")
@@ -155,7 +155,7 @@ def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
 
 def test_benchmark_merges_seeds_run_in_another_process(script, study, tmp_path):
     args, results, out = study
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         bench = importlib.import_module("bench_extrapolation")
     finally:

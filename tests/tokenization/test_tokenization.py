@@ -42,7 +42,7 @@ N_LINES = 2000
 ROFORMER_AGREEMENT_FLOOR = 0.99
 SLOW_LINES = 500  # the pure-Python tokenizer is checked on fewer lines, to keep the file fast
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-FIXTURE_VOCAB = Path(__file__).parent / "fixtures" / "original_tf" / "roformer_v1" / "vocab.txt"
+FIXTURE_VOCAB = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf" / "roformer_v1" / "vocab.txt"
 
 _TAGGED = re.compile(r"^\[?(.+?)/[A-Za-z]+(?:\][A-Za-z]+)?$")  # "[中央/n", "电台/n]nt", "的/u"
 _DATE_ID = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}/m$")  # "19980101-01-001-001/m" in some releases

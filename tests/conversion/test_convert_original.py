@@ -28,7 +28,7 @@ from roformer_ext.conversion.output_folder import OutputExistsError, OutputOverl
 from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
-FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 NAMES = ("roformer_v1", "roformer_v2", "roformer_sim", "roformer_sim_ft")
 INPUTS = ("single", "pair", "masked", "batch_padded", "long")
 SOURCE_FILES = ("bert_config.json", "vocab.txt", "checkpoint")

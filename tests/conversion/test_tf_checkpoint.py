@@ -1,5 +1,5 @@
 """Our TF-checkpoint reader: the real files TensorFlow wrote, round trips through our writer (a test helper,
-tests/tf_checkpoint_writer.py), and damaged copies."""
+tests/conversion/tf_checkpoint_writer.py), and damaged copies."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from roformer_ext.conversion.tf_checkpoint import (
     resolve_checkpoint_prefix,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 VARIABLE_COUNTS = {"roformer_v1": 41, "roformer_v2": 14, "roformer_sim": 43, "roformer_sim_ft": 38}
 DATA = "bert_model.ckpt.data-00000-of-00001"
 INDEX = "bert_model.ckpt.index"

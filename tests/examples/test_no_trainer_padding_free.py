@@ -17,7 +17,7 @@ import torch
 
 from roformer_ext import RoFormerExtForSequenceClassification
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPT = EXAMPLES / "text-classification" / "run_classification_no_trainer.py"
 TINY = [
     "--dataset", "chinese_sentiment", "--max_train_samples", "32", "--max_eval_samples", "16",

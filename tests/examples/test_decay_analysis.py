@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-POSITION_LAB = Path(__file__).resolve().parents[1] / "examples" / "position-lab"
+POSITION_LAB = Path(__file__).resolve().parents[2] / "examples" / "position-lab"
 sys.path.insert(0, str(POSITION_LAB))
 
 from decay_analysis import (  # noqa: E402

@@ -19,7 +19,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from roformer_ext.conversion.original import convert_original_checkpoint
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sentence-similarity" / "run_similarity.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "sentence-similarity" / "run_similarity.py"
 SAMPLE = SCRIPT.parent / "sample_pairs.jsonl"
 TRAINER = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size",
            "8", "--learning_rate", "1e-3"]  # fmt: skip

@@ -28,7 +28,7 @@ from roformer_ext.compat import (
     output_cache,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_declared_range_is_the_enforced_range():

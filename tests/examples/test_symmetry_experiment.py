@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "position-lab" / "run_symmetry.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "run_symmetry.py"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def test_bench_padding_free_writes_results(tmp_path):

@@ -15,7 +15,7 @@ from test_from_transformers import their_model
 
 from roformer_ext.conversion.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "original_tf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

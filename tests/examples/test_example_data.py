@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from datasets import Dataset, DatasetDict
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 from common import corpora as ed  # noqa: E402

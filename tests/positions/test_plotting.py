@@ -26,7 +26,7 @@ def test_plot_writes_both_figures(tmp_path, capsys):
 
 
 def test_python_dash_m_runs_the_cli(tmp_path):
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, "-m", "roformer_ext.cli", "plot", "--out", str(tmp_path), "--max-distance", "32"],
@@ -104,7 +104,7 @@ def test_library_imports_with_install_requires_only():
         print("ok")
         """
     )
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
