@@ -61,7 +61,9 @@ def self_attention_mask(
     unilm = unilm_source_overlay(config, token_type_ids, past_length, cache) if config.is_decoder else None
     same_sequence = None
     if packed is not None:
-        if config._attn_implementation == "sdpa" and unilm is None and attention_mask is None and not has_score_term:
+        alone = unilm is None and attention_mask is None and not has_score_term
+        # traced (torch.compile): the mask path, whose shapes do not depend on the lengths (no graph break)
+        if config._attn_implementation == "sdpa" and alone and not torch.compiler.is_compiling():
             return None, per_sequence_sdpa
         same_sequence = within_each_sequence(packed, seq)
     if attention_mask is not None and attention_mask.dim() == 4:

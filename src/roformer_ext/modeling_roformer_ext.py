@@ -302,10 +302,11 @@ def packed_linear_attention(
     batch, heads, seq, head_dim = query.shape
     # The rows end to end, then one split (a slice per sequence would fill a zero tensor of the whole row each in
     # backward): (1, heads, length, head_dim) per sequence.
-    per_sequence = [end_to_end(t, 2).split(packed.lengths, dim=2) for t in (query, key, value)]
+    lengths = packed.sequence_lengths()
+    per_sequence = [end_to_end(t, 2).split(lengths, dim=2) for t in (query, key, value)]
     rotations = None
     if position_embeddings is not None:
-        rotations = [end_to_end(t.expand(batch, -1, -1), 1).split(packed.lengths, dim=1) for t in position_embeddings]
+        rotations = [end_to_end(t.expand(batch, -1, -1), 1).split(lengths, dim=1) for t in position_embeddings]
     pieces = [
         linear_attention_forward(
             module,
@@ -314,7 +315,7 @@ def packed_linear_attention(
             None,
             None,
         )
-        for i in range(len(packed.lengths))
+        for i in range(len(lengths))
     ]
     return torch.cat(pieces, dim=1).view(batch, seq, heads, head_dim)  # (batch, seq, heads, head_dim)
 
@@ -981,9 +982,9 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         """
         tokens = input_ids if input_ids is not None else inputs_embeds
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
-        if packed is not None and labels is not None and (labels.dim() == 0 or labels.shape[0] != len(packed.lengths)):
+        if packed is not None and labels is not None and (labels.dim() == 0 or labels.shape[0] != packed.num_sequences):
             raise ValueError(
-                f"A packed batch of {len(packed.lengths)} sequences needs one label per packed sequence; got labels of "
+                f"A packed batch of {packed.num_sequences} sequences needs one label per packed sequence; got labels of "
                 f"shape {tuple(labels.shape)}. transformers' DataCollatorWithFlattening turns a class label into token "
                 "labels for language modelling: use roformer_ext.DataCollatorForPackedClassification instead."
             )
@@ -1021,14 +1022,16 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
         hidden = end_to_end(hidden, 1)[0]  # (rows * seq, hidden): the sequences in order
         if self.config.classifier_pooling == "cls":  # each packed sequence's first token
-            return hidden[packed.cu_seq_lens[:-1].long()]
+            return hidden[packed.first_tokens()]
         # the mean of each packed sequence's own (unpadded) tokens
         weights = (
             hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden.dtype)
         )
         sequence = packed.sequence_ids.reshape(-1)
-        sums = hidden.new_zeros(len(packed.lengths), hidden.shape[-1]).index_add(0, sequence, hidden * weights[:, None])
-        counts = hidden.new_zeros(len(packed.lengths)).index_add(0, sequence, weights)
+        sums = hidden.new_zeros(packed.num_sequences, hidden.shape[-1]).index_add(
+            0, sequence, hidden * weights[:, None]
+        )
+        counts = hidden.new_zeros(packed.num_sequences).index_add(0, sequence, weights)
         return sums / counts.clamp(min=1).unsqueeze(-1)
 
 

@@ -23,28 +23,51 @@ class PackedBatch:
     """
 
     sequence_ids: torch.Tensor  # (rows, seq) long: the index of each token's sequence
-    cu_seq_lens: torch.Tensor  # (sequences + 1,) int32: 0, len0, len0 + len1, ... over the rows end to end
-    lengths: tuple[int, ...]  # each sequence's length
-    max_length: int
+    # (sequences + 1,) int32: 0, len0, len0 + len1, ... over the rows end to end; None only when traced without it
+    cu_seq_lens: torch.Tensor | None
+    lengths: tuple[int, ...] | None  # each sequence's length; None when traced (torch.compile): not on the host
+    max_length: int | None
 
     @property
     def rows(self) -> int:
         return self.sequence_ids.shape[0]
 
+    @property
+    def num_sequences(self) -> int:
+        """How many sequences: from the shape of `cu_seq_lens` (no host round trip when traced)."""
+        if self.cu_seq_lens is not None:
+            return self.cu_seq_lens.numel() - 1
+        return int(self.sequence_ids.max()) + 1
+
+    def sequence_lengths(self) -> tuple[int, ...]:
+        """Each sequence's length on the host (a split needs them; when traced this is where the graph breaks)."""
+        if self.lengths is not None:
+            return self.lengths
+        return tuple(torch.unique_consecutive(self.sequence_ids.reshape(-1), return_counts=True)[1].tolist())
+
     def attention_kwargs(self) -> dict:
         """What transformers' attention functions read for packed rows (flash varlen: cu_seq_lens / max_length)."""
-        return dict(
-            cu_seq_lens_q=self.cu_seq_lens,
-            cu_seq_lens_k=self.cu_seq_lens,
-            max_length_q=self.max_length,
-            max_length_k=self.max_length,
-        )
+        given = dict(cu_seq_lens_q=self.cu_seq_lens, cu_seq_lens_k=self.cu_seq_lens)
+        given.update(max_length_q=self.max_length, max_length_k=self.max_length)
+        return {name: value for name, value in given.items() if value is not None}
+
+    def starts(self) -> torch.Tensor:
+        """(rows, seq) bool: the first token of each sequence."""
+        new = torch.ones_like(self.sequence_ids, dtype=torch.bool)
+        new[:, 1:] = self.sequence_ids[:, 1:] != self.sequence_ids[:, :-1]
+        return new
+
+    def first_tokens(self) -> torch.Tensor:
+        """The index of each sequence's first token in the rows laid end to end, (sequences,)."""
+        if self.cu_seq_lens is not None:
+            return self.cu_seq_lens[:-1].long()
+        return torch.nonzero(self.starts().reshape(-1)).squeeze(-1)
 
     def positions(self) -> torch.Tensor:
-        """(rows, seq) positions restarting at 0 in each sequence, for callers that gave none."""
-        flat = self.sequence_ids.reshape(-1)
-        starts = self.cu_seq_lens[:-1].long()[flat]
-        return (torch.arange(flat.numel(), device=flat.device) - starts).view_as(self.sequence_ids)
+        """(rows, seq) positions restarting at 0 in each sequence, for callers that gave none (tensor ops only)."""
+        index = torch.arange(self.sequence_ids.shape[1], device=self.sequence_ids.device).expand_as(self.sequence_ids)
+        start = torch.where(self.starts(), index, 0).cummax(dim=1).values
+        return index - start
 
 
 def end_to_end(tensor: torch.Tensor, seq_dim: int) -> torch.Tensor:
@@ -72,6 +95,8 @@ def describe_packed_batch(
     collator's default output), given per row or once for every row, with no padding mask and no cache. A forward
     jump in positions never starts a sequence.
     """
+    if torch.compiler.is_compiling():
+        return _traced_description(batch, seq, attention_mask, position_ids, past_length, cu_seq_lens_q, seq_idx)
     if int(past_length) != 0 and (cu_seq_lens_q is not None or seq_idx is not None):
         raise ValueError(
             "Packed sequences (cu_seq_lens_q / seq_idx) cannot continue a KV cache: a cached step extends one "
@@ -111,6 +136,38 @@ def describe_packed_batch(
         return None
     per_row = torch.cumsum(starts.long(), dim=1).expand(batch, seq)
     return _packed(_global_sequence_ids(per_row, batch, seq), None)
+
+
+def _traced_description(
+    batch: int,
+    seq: int,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    past_length: int | torch.Tensor,
+    cu_seq_lens: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+) -> PackedBatch | None:
+    """Under torch.compile: the same description from tensor operations only, so tracing does not break the graph.
+
+    The checks that need the lengths on the host run in eager calls only. Restarting positions need no decision on
+    the host either: a row without a restart is one sequence, which attends as an ordinary row does.
+    """
+    if cu_seq_lens is not None:
+        tokens = torch.arange(batch * seq, device=cu_seq_lens.device)
+        sequence_ids = torch.searchsorted(cu_seq_lens[1:].long(), tokens, right=True).view(batch, seq)
+        return PackedBatch(sequence_ids, cu_seq_lens, None, None)
+    if seq_idx is not None:
+        per_row = seq_idx.long().expand(batch, seq)
+    elif position_ids is None or attention_mask is not None or int(past_length) != 0 or position_ids.dim() != 2:
+        return None
+    elif position_ids.shape[-1] != seq or position_ids.shape[0] not in (1, batch):
+        return None
+    else:
+        starts = torch.cat([torch.zeros_like(position_ids[:, :1], dtype=torch.bool), position_ids[:, 1:] == 0], dim=1)
+        per_row = torch.cumsum(starts.long(), dim=1).expand(batch, seq)
+    new_sequence = torch.cat([torch.ones_like(per_row[:, :1], dtype=torch.bool), per_row[:, 1:] != per_row[:, :-1]], 1)
+    sequence_ids = torch.cumsum(new_sequence.reshape(-1).long(), 0).view(batch, seq) - 1
+    return PackedBatch(sequence_ids, None, None, None)
 
 
 def _checked_lengths(cu_seq_lens: torch.Tensor, name: str, tokens: int) -> list[int]:

@@ -195,3 +195,23 @@ def test_bench_packed_attention_writes_results(tmp_path):
         "per_sequence_sdpa: one split, 4D pieces (now)" in text and "previous / now" in text and "Load average" in text
     )
     assert json.loads((tmp_path / "bench_packed_attention.json").read_text())
+
+
+def test_bench_packed_compile_writes_results(tmp_path):
+    run_script(
+        "bench_packed_compile.py",
+        "--size",
+        "tiny",
+        "--batch",
+        "4",
+        "--batches",
+        "1",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
+    text = (tmp_path / "bench_packed_compile.md").read_text()
+    assert "torch.compile (one graph, masked SDPA)" in text and "Compile warm-up" in text
+    result = json.loads((tmp_path / "bench_packed_compile.json").read_text())
+    assert result["median_step_ms"]["eager"] > 0 and result["median_step_ms"]["compiled"] > 0
