@@ -8,6 +8,7 @@ a model whose generation may be silently wrong (as transformers 5.24's rename of
 made it for every model that read only the old name).
 
 What moved, and since when:
+- transformers 5.24 made the kwargs class of `ProcessorMixin._merge_kwargs` optional (required before).
 - transformers 5.23 renamed `gradient_checkpointing_enable` to `activation_checkpointing_enable` (the old name a
   deprecated alias).
 - transformers 5.24 renamed `past_key_values` to `cache` in forward arguments, model outputs, the mask helpers
@@ -85,6 +86,14 @@ def enable_activation_checkpointing(model, **kwargs) -> None:
     enable(**kwargs)
 
 
+def merge_processor_kwargs(processor, tokenizer_init_kwargs: dict, kwargs: dict) -> dict[str, dict]:
+    """transformers' `ProcessorMixin._merge_kwargs` with the processor's kwargs class given explicitly: required
+    before 5.24, the default since."""
+    return processor._merge_kwargs(
+        processor.valid_processor_kwargs, tokenizer_init_kwargs=tokenizer_init_kwargs, **kwargs
+    )
+
+
 def cache_field(cache) -> dict:
     """Keyword arguments that put a cache into a model output (`cache=` on 5.24+, `past_key_values=` before)."""
     return {CACHE: cache}
@@ -109,6 +118,7 @@ __all__ = [
     "check_transformers_version",
     "enable_activation_checkpointing",
     "mask_cache",
+    "merge_processor_kwargs",
     "output_cache",
     "accepts_old_cache_name",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
+from .compat import merge_processor_kwargs
 from .image_processing_roformer_ext import flatten_images, flatten_videos, is_video
 
 IMAGE_START_TOKEN = "[IMG]"
@@ -107,7 +108,7 @@ class RoFormerExtProcessor(ProcessorMixin):
         if text is None and images is None and videos is None:
             raise ValueError("Pass at least one of `text`, `images` or `videos`.")
         texts = self._as_text_list(text)
-        merged = self._merge_kwargs(tokenizer_init_kwargs=self.tokenizer.init_kwargs, **kwargs)
+        merged = merge_processor_kwargs(self, self.tokenizer.init_kwargs, kwargs)
         return_tensors = merged["text_kwargs"].get("return_tensors") or merged["images_kwargs"].get("return_tensors")
 
         flat_images = self._match_marks(texts, images, IMAGE_TOKEN, "image")
