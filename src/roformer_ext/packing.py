@@ -227,6 +227,7 @@ def unpack(packed: torch.Tensor, cu_seq_lens: torch.Tensor, fill: float) -> torc
     return torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True, padding_value=fill)
 
 
+@torch.compiler.disable  # its split sizes are the lengths on the host: traced, it runs outside the graph
 def per_sequence_sdpa(
     module: torch.nn.Module,
     query: torch.Tensor,
