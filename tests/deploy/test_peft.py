@@ -1,0 +1,152 @@
+"""PEFT LoRA on roformer-ext models: the documented target names, adapters that reload equal on a fresh base, merged
+weights equal to the unmerged adapter (both pair layouts, padded and packed batches, generation)."""
+
+import pytest
+import torch
+from conftest import random_inputs, tiny_config
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForSequenceClassification,
+)
+from roformer_ext.adapters import LORA_TARGET_MODULES, lora_config, lora_target_modules
+
+LAYOUTS = ["interleaved", "half"]
+
+
+def layout_config(layout: str, **overrides):
+    return tiny_config(
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "pair_layout": layout}, **overrides
+    )
+
+
+def lora_model(model, task_type, seed: int = 1, **kwargs):
+    """LoRA with random A *and* B (init_lora_weights=False), so the adapter changes the outputs from the start."""
+    torch.manual_seed(seed)
+    config = lora_config(task_type, r=4, lora_alpha=8, init_lora_weights=False, **kwargs)
+    return get_peft_model(model, config)
+
+
+def lora_layers(model) -> list[str]:
+    return sorted(name for name, module in model.named_modules() if hasattr(module, "lora_A"))
+
+
+def test_documented_names_pick_each_family_and_no_other():
+    torch.manual_seed(0)
+    peft_model = get_peft_model(
+        RoFormerExtForSequenceClassification(tiny_config()),
+        LoraConfig(task_type="SEQ_CLS", target_modules=lora_target_modules("attention_output")),
+    )
+    # `attention.output` is the attention's output only, never the feed-forward output (the `output.dense` trap)
+    assert [name.split("roformer.")[-1] for name in lora_layers(peft_model)] == [
+        "layers.0.attention.output",
+        "layers.1.attention.output",
+    ]
+    everything = get_peft_model(
+        RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS", families="all")
+    )
+    per_layer = {name.split("layers.0.")[-1] for name in lora_layers(everything) if "layers.0." in name}
+    assert per_layer == {
+        "attention.query",
+        "attention.key",
+        "attention.value",
+        "attention.output",
+        "feed_forward.intermediate",
+        "feed_forward.output",
+    }
+    assert sum(len(names) for names in LORA_TARGET_MODULES.values()) == len(per_layer)
+
+
+def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
+    """PEFT has no public way to declare a default for a custom model type: a bare LoraConfig still stops in PEFT,
+    `lora_config(task_type)` fills the targets, and the head is trained in full (modules_to_save)."""
+    with pytest.raises(ValueError, match="target_modules"):
+        get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), LoraConfig(task_type="SEQ_CLS"))
+    peft_model = get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS"))
+    assert sorted(peft_model.peft_config["default"].target_modules) == ["attention.output", "key", "query", "value"]
+    trainable = {name for name, p in peft_model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
+    assert any("classifier.modules_to_save" in name for name in trainable)
+    with pytest.raises(ValueError, match="choose from attention, attention_output, feed_forward or 'all'"):
+        lora_target_modules("ffn")
+
+
+def test_all_linear_also_works_and_leaves_the_lm_head_out():
+    peft_model = get_peft_model(
+        RoFormerExtForMaskedLM(tiny_config()), LoraConfig(target_modules="all-linear", task_type=None)
+    )
+    names = lora_layers(peft_model)
+    assert len(names) == 2 * 6 + 1 and not any("decoder" in name for name in names)  # 6 per layer + lm transform
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_adapter_reloads_equal_on_a_fresh_base(tmp_path, layout):
+    torch.manual_seed(0)
+    base = RoFormerExtForSequenceClassification(layout_config(layout, num_labels=3)).eval()
+    base.save_pretrained(tmp_path / "base")
+    input_ids, attention_mask, token_type_ids = random_inputs()
+    peft_model = lora_model(base, "SEQ_CLS", families="all").eval()
+    with torch.no_grad():
+        expected = peft_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        base_only = RoFormerExtForSequenceClassification.from_pretrained(tmp_path / "base").eval()(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )
+    assert (expected - base_only.logits).abs().max() > 1e-3  # the adapter (and the trained head) matter
+    peft_model.save_pretrained(tmp_path / "adapter")
+
+    fresh = RoFormerExtForSequenceClassification.from_pretrained(tmp_path / "base")
+    reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        again = reloaded(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+    torch.testing.assert_close(again, expected, atol=0, rtol=0)
+
+
+def packed_row(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The padded rows as one packed row: the real tokens end to end, positions restarting at 0 per sequence."""
+    pieces = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
+    positions = torch.cat([torch.arange(len(piece)) for piece in pieces])
+    return torch.cat(pieces)[None], positions[None]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_merged_equals_unmerged_padded_and_packed(layout):
+    torch.manual_seed(0)
+    peft_model = lora_model(RoFormerExtForMaskedLM(layout_config(layout)), None, families="all").eval()
+    input_ids, attention_mask, _ = random_inputs()
+    packed_ids, positions = packed_row(input_ids, attention_mask)
+    with torch.no_grad():
+        padded = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+        packed = peft_model(input_ids=packed_ids, position_ids=positions).logits
+        # packed == padded, sequence by sequence (attention stays within each sequence with the adapter on)
+        torch.testing.assert_close(packed[0], padded[attention_mask.bool()], atol=1e-5, rtol=1e-5)
+        merged = peft_model.merge_and_unload()
+        assert not lora_layers(merged) and type(merged) is RoFormerExtForMaskedLM
+        merged_padded = merged(input_ids=input_ids, attention_mask=attention_mask).logits
+        merged_packed = merged(input_ids=packed_ids, position_ids=positions).logits
+    mask = attention_mask.bool()
+    torch.testing.assert_close(merged_padded[mask], padded[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(merged_packed, packed, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("decoder_attention", ["causal", "unilm"])
+def test_generation_merged_equals_unmerged(layout, decoder_attention):
+    torch.manual_seed(0)
+    decoder = RoFormerExtForCausalLM(layout_config(layout, is_decoder=True, decoder_attention=decoder_attention))
+    peft_model = lora_model(decoder, "CAUSAL_LM").eval()
+    prompt = torch.tensor([[2, 17, 33, 41, 8], [0, 0, 2, 55, 61]])  # the second row left-padded
+    attention_mask = (prompt != 0).long()
+    options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        with peft_model.disable_adapter():
+            without = peft_model.generate(input_ids=prompt, attention_mask=attention_mask, **options)
+        unmerged = peft_model.generate(input_ids=prompt, attention_mask=attention_mask, **options)
+        logits = peft_model(input_ids=prompt, attention_mask=attention_mask).logits
+        merged_model = peft_model.merge_and_unload()
+        merged = merged_model.generate(input_ids=prompt, attention_mask=attention_mask, **options)
+        merged_logits = merged_model(input_ids=prompt, attention_mask=attention_mask).logits
+    torch.testing.assert_close(merged_logits, logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(merged, unmerged)
+    assert not torch.equal(without, unmerged)  # the adapter changes what is generated
