@@ -86,6 +86,25 @@ class RoFormerExtConfig(PreTrainedConfig):
 
     model_type = "roformer_ext"
     keys_to_ignore_at_inference = [CACHE]
+    # transformers' distributed engine (`from_pretrained(..., tp_plan="auto")` / `DistributedConfig`), docs/distributed.md.
+    # Tensor parallel: q/k/v and the intermediate column-wise, each rank holding whole heads (RoPE rotates local heads),
+    # the output projections row-wise (a decoder's cross-attention stays whole); the word embeddings on the vocabulary
+    # (a tied LM decoder is sharded alike).
+    base_model_tp_plan = {
+        "embeddings.word_embeddings": "embedding_rowwise",
+        "layers.*.attention.query": "colwise",
+        "layers.*.attention.key": "colwise",
+        "layers.*.attention.value": "colwise",
+        "layers.*.attention.output": "rowwise",
+        "layers.*.feed_forward.intermediate": "colwise",
+        "layers.*.feed_forward.output": "rowwise",
+    }
+    # FSDP2: one fully_shard per layer and one for the word embeddings (kept whole after forward by an LM head that
+    # ties its decoder to them); norms, token types and heads go with the root's.
+    base_model_fsdp_plan = {"embeddings.word_embeddings": "free_full_weight", "layers.*": "free_full_weight"}
+    # No pipeline plan: transformers' pipeline stages replace `embed_tokens` / `norm` and feed hidden states back as
+    # `inputs_embeds`, which our embeddings would add token types to and normalise a second time.
+    base_model_pp_plan = None
     ignore_keys_at_rope_validation = ROPE_LAYOUT_KEYS
 
     vocab_size: int = 50000

@@ -227,6 +227,8 @@ class RoFormerExtAttention(AttentionProjections):
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
+        if query.shape[1] != self.config.num_attention_heads:  # tensor parallel: this rank holds some of the heads
+            check_terms_fit_local_heads(self.config, query.shape[1], attention_mask, relative_scores)
         if relative_scores is not None:
             attention_mask, attention_function = self.with_relative_scores(query, attention_mask, relative_scores)
         return self.attend(query, key, value, attention_mask, attention_function, **kwargs)
@@ -249,6 +251,28 @@ class RoFormerExtAttention(AttentionProjections):
             score_mod = relative_scores.score_mod(query, self.relative_table)
             return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
         return add_scores_to_mask(attention_mask, relative_scores.dense(query, self.relative_table)), None
+
+
+def check_terms_fit_local_heads(
+    config: RoFormerExtConfig,
+    local_heads: int,
+    attention_mask: torch.Tensor | None,
+    relative_scores: RelativeScores | None,
+) -> None:
+    """Under tensor parallel each rank computes `local_heads` of the heads. RoPE, Shaw's table (shared by the heads)
+    and linear attention work per head; a term with one value per head (T5's buckets, ALiBi's slopes) would be read by
+    local head index, so rank 1 would use rank 0's heads' terms: refused."""
+    per_head_bias = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] != 1
+    per_head_scores = (
+        relative_scores is not None and type(relative_scores).shared_bias is not RelativeScores.shared_bias
+    )
+    if per_head_bias or per_head_scores:
+        raise ValueError(
+            f"position_encoding={config.position_encoding!r} adds one term per attention head, but this process holds "
+            f"{local_heads} of the {config.num_attention_heads} heads (tensor parallel). Load it without tensor "
+            "parallelism (FSDP2 / DDP shard or replicate whole heads), or use position_encoding 'rope', 'shaw', "
+            "'sinusoidal', 'learned' or 'none' under tp_plan."
+        )
 
 
 def flex_attention_with_score_mod(
@@ -767,11 +791,17 @@ class RoFormerExtLMHead(nn.Module):
 
 
 _LM_TIED_WEIGHTS = {"lm_head.decoder.weight": "roformer.embeddings.word_embeddings.weight"}
+# Distributed plans of the LM heads (the base model's are on the config): the decoder sharded on the vocabulary like the
+# word embeddings it is tied to, its logits gathered; under FSDP2 kept whole from the embeddings' forward to the head.
+_LM_TP_PLAN = {"lm_head.decoder": "colwise_gather_output"}
+_LM_FSDP_PLAN = {"lm_head.decoder": "keep_full_weight"}
 
 
 @auto_docstring
 class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
     _tied_weights_keys = _LM_TIED_WEIGHTS
+    _tp_plan = _LM_TP_PLAN
+    _fsdp_plan = _LM_FSDP_PLAN
 
     def __init__(self, config: RoFormerExtConfig) -> None:
         super().__init__(config)
@@ -827,6 +857,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
     """Decoder-only RoFormer (the roformer-gpt release): causal attention, KV cache, `generate`."""
 
     _tied_weights_keys = _LM_TIED_WEIGHTS
+    _tp_plan = _LM_TP_PLAN
+    _fsdp_plan = _LM_FSDP_PLAN
     # A RoFormer-Sim folder carries its retrieval pooler, which generation does not use.
     _keys_to_ignore_on_load_unexpected = [r"^roformer\.pooler\."]
 

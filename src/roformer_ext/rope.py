@@ -430,9 +430,24 @@ def reorder_rows(
     weight: torch.Tensor, bias: torch.Tensor | None, head_dim: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Weight rows (and bias) of a q/k projection in each head's pair-adjacent order: 0, d/2, 1, d/2 + 1, ..."""
+    if _is_distributed(weight) or weight.shape[0] % head_dim:
+        raise ValueError(
+            f"The half pair layout reorders whole heads of q/k projection rows; got a {type(weight).__name__} of "
+            f"{weight.shape[0]} rows (head_dim {head_dim}), a shard of a distributed weight. Run the projection's own "
+            "forward for it (projects_pair_adjacent does), or shard whole heads."
+        )
     rows_per_head = torch.arange(weight.shape[0], device=weight.device).view(-1, head_dim)
     order = _half_to_interleaved(rows_per_head).flatten()
     return weight[order], None if bias is None else bias[order]
+
+
+def _is_distributed(weight: torch.Tensor) -> bool:
+    """Whether `weight` is a torch.distributed DTensor (its `shape` the whole tensor's, its data a shard)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(weight, DTensor)
 
 
 def projects_pair_adjacent(states: torch.Tensor, query_projection: nn.Module, key_projection: nn.Module) -> bool:
@@ -444,6 +459,10 @@ def projects_pair_adjacent(states: torch.Tensor, query_projection: nn.Module, ke
     projection has outputs (a decoding step's few rows are cheaper to move than to project anew).
     """
     if torch.compiler.is_compiling() or states.dtype not in (torch.float32, torch.float64):
+        return False
+    # A distributed weight (a DTensor: tensor parallel's shard, FSDP2's outside its all-gather) is never read as if
+    # whole: the projection's own forward, which its engine wraps, runs instead (tensor parallel gives local heads).
+    if any(_is_distributed(p.weight) for p in (query_projection, key_projection)):
         return False
     # Hooks registered for every module (torch.nn.modules.module.register_module_forward_hook) must see q and k too.
     if any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks")):
