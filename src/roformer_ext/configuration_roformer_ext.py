@@ -11,9 +11,7 @@ from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .compat import CACHE
-from .position_encodings import position_encoding_class
-from .positions import registered_position_schemes
-from .rope import AXIS_ALLOCATIONS, PAIR_LAYOUTS, registered_rotary_kinds
+from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS
 
 #: The keys we add to transformers' rope_parameters; its validators must not warn about them.
 ROPE_LAYOUT_KEYS = {"pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme"}
@@ -227,8 +225,8 @@ class RoFormerExtConfig(PreTrainedConfig):
         """Every rope_parameters field has the right type and range: a wrong one otherwise surfaces as an unrelated
         error (or NaN) in the first forward pass. Integer fields refuse bools and floats, numbers refuse inf / nan."""
         rope = self.rope_parameters
-        _check_choice("rope_parameters['rope_type']", rope["rope_type"], registered_rotary_kinds())
-        _check_choice("rope_parameters['position_scheme']", rope["position_scheme"], registered_position_schemes())
+        ROTARY_KINDS.check(rope["rope_type"])
+        POSITION_SCHEMES.check(rope["position_scheme"])
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
         _check_choice("rope_parameters['axis_allocation']", rope["axis_allocation"], AXIS_ALLOCATIONS)
         _check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
@@ -273,14 +271,9 @@ class RoFormerExtConfig(PreTrainedConfig):
             raise ValueError(f"head_dim // 2 = {pairs} frequency pairs cannot cover {axes} axes.")
 
     def validate_position_encoding(self) -> None:
-        """The encoding is registered, its sizes make sense, and it fits the attention type."""
-        encoding = position_encoding_class(self.position_encoding)  # ValueError listing the registered names
-        if self.attention_type == "linear" and not encoding.supports_linear_attention:
-            raise ValueError(
-                f"position_encoding={self.position_encoding!r} adds a term to the softmax attention scores, which "
-                "linear attention never forms. Use attention_type='softmax', or 'rope' / 'sinusoidal' / 'learned' / "
-                "'none' with linear attention."
-            )
+        """The encoding is registered and its sizes make sense (whether it fits linear attention, the encoding
+        itself checks when the model is built: the configuration imports no model code)."""
+        POSITION_ENCODINGS.check(self.position_encoding)
         for name in ("max_relative_position", "relative_attention_num_buckets", "relative_attention_max_distance"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

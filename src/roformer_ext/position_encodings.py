@@ -24,9 +24,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from .registries import POSITION_ENCODINGS
 from .rope import rotary_embedding_class
-
-_POSITION_ENCODINGS: dict[str, type["PositionEncoding"]] = {}
 
 
 def register_position_encoding(name: str) -> Callable[[type["PositionEncoding"]], type["PositionEncoding"]]:
@@ -35,7 +34,7 @@ def register_position_encoding(name: str) -> Callable[[type["PositionEncoding"]]
     def decorator(cls: type[PositionEncoding]) -> type[PositionEncoding]:
         if not (isinstance(cls, type) and issubclass(cls, PositionEncoding)):
             raise TypeError(f"register_position_encoding({name!r}) expects a PositionEncoding subclass, got {cls!r}.")
-        _POSITION_ENCODINGS[name] = cls
+        POSITION_ENCODINGS.register(name, cls)
         return cls
 
     return decorator
@@ -43,17 +42,11 @@ def register_position_encoding(name: str) -> Callable[[type["PositionEncoding"]]
 
 def registered_position_encodings() -> tuple[str, ...]:
     """Names accepted as `config.position_encoding`."""
-    return tuple(sorted(_POSITION_ENCODINGS))
+    return POSITION_ENCODINGS.registered()
 
 
 def position_encoding_class(name: str) -> type["PositionEncoding"]:
-    try:
-        return _POSITION_ENCODINGS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown position_encoding {name!r}. Registered encodings: {', '.join(registered_position_encodings())}. "
-            "Register a new one with roformer_ext.register_position_encoding(name)."
-        ) from None
+    return POSITION_ENCODINGS.get(name)
 
 
 class PositionEncoding(nn.Module):
@@ -70,6 +63,12 @@ class PositionEncoding(nn.Module):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
+        if config.attention_type == "linear" and not self.supports_linear_attention:
+            raise ValueError(
+                f"position_encoding={config.position_encoding!r} adds a term to the softmax attention scores, which "
+                "linear attention never forms. Use attention_type='softmax', or 'rope' / 'sinusoidal' / 'learned' / "
+                "'none' with linear attention."
+            )
 
     def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Absolute encodings add their vectors here (before the embedding norm, as BERT)."""

@@ -55,6 +55,8 @@ from typing import Any
 
 import torch
 
+from .registries import POSITION_SCHEMES
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -68,8 +70,6 @@ class Segment:
 #: A scheme maps a sample's segments and the number of axes to (positions (axes, tokens), next text position).
 PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
 
-_SCHEMES: dict[str, PositionScheme] = {}
-
 
 def register_position_scheme(name: str, *, overwrite: bool = False) -> Callable[[PositionScheme], PositionScheme]:
     """Register a scheme under `name`, so `rope_parameters={"position_scheme": name}` selects it.
@@ -80,9 +80,7 @@ def register_position_scheme(name: str, *, overwrite: bool = False) -> Callable[
     """
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
-        if name in _SCHEMES and not overwrite:
-            raise ValueError(f"Position scheme {name!r} is already registered; pass overwrite=True to replace it.")
-        _SCHEMES[name] = scheme
+        POSITION_SCHEMES.register(name, scheme, overwrite=overwrite)
         return scheme
 
     return decorator
@@ -90,17 +88,11 @@ def register_position_scheme(name: str, *, overwrite: bool = False) -> Callable[
 
 def registered_position_schemes() -> tuple[str, ...]:
     """Names accepted as `rope_parameters["position_scheme"]`."""
-    return tuple(sorted(_SCHEMES))
+    return POSITION_SCHEMES.registered()
 
 
 def get_position_scheme(name: str) -> PositionScheme:
-    try:
-        return _SCHEMES[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown position scheme {name!r}. Registered schemes: {', '.join(registered_position_schemes())}. "
-            "Register a new one with roformer_ext.positions.register_position_scheme(name)."
-        ) from None
+    return POSITION_SCHEMES.get(name)
 
 
 # ----------------------------------------------------------------------------------------------------------

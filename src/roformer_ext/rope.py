@@ -21,10 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-PAIR_LAYOUTS = ("interleaved", "half")
-AXIS_ALLOCATIONS = ("interleaved", "sections", "split")
-
-_ROTARY_KINDS: dict[str, type[RotaryEmbedding]] = {}
+from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
 
 
 def register_rotary_embedding(name: str) -> Callable[[type[RotaryEmbedding]], type[RotaryEmbedding]]:
@@ -36,7 +33,7 @@ def register_rotary_embedding(name: str) -> Callable[[type[RotaryEmbedding]], ty
     def decorator(cls: type[RotaryEmbedding]) -> type[RotaryEmbedding]:
         if not (isinstance(cls, type) and issubclass(cls, RotaryEmbedding)):
             raise TypeError(f"register_rotary_embedding({name!r}) expects a RotaryEmbedding subclass, got {cls!r}.")
-        _ROTARY_KINDS[name] = cls
+        ROTARY_KINDS.register(name, cls)
         return cls
 
     return decorator
@@ -44,17 +41,11 @@ def register_rotary_embedding(name: str) -> Callable[[type[RotaryEmbedding]], ty
 
 def registered_rotary_kinds() -> tuple[str, ...]:
     """Names accepted as `rope_parameters["rope_type"]`."""
-    return tuple(sorted(_ROTARY_KINDS))
+    return ROTARY_KINDS.registered()
 
 
 def rotary_embedding_class(rope_type: str) -> type[RotaryEmbedding]:
-    try:
-        return _ROTARY_KINDS[rope_type]
-    except KeyError:
-        raise ValueError(
-            f"Unknown rotary kind {rope_type!r}. Registered kinds: {', '.join(registered_rotary_kinds())}. "
-            "Register a new one with roformer_ext.register_rotary_embedding(name)."
-        ) from None
+    return ROTARY_KINDS.get(rope_type)
 
 
 class _HeadDimView:

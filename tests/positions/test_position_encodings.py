@@ -32,6 +32,7 @@ from roformer_ext.position_encodings import (
     sinusoidal_table,
     t5_relative_bucket,
 )
+from roformer_ext.registries import POSITION_ENCODINGS
 
 ENCODINGS = ("rope", "sinusoidal", "learned", "shaw", "t5_bias", "alibi", "none")
 RELATIVE = ("rope", "shaw", "t5_bias", "alibi")
@@ -70,7 +71,7 @@ def model_for(position_encoding: str, decoder: bool = False, implementation: str
 
 def test_registry_lists_every_encoding():
     assert set(ENCODINGS) <= set(registered_position_encodings())
-    with pytest.raises(ValueError, match="Registered encodings: .*alibi.*t5_bias"):
+    with pytest.raises(ValueError, match="Registered choices: .*alibi.*t5_bias"):
         config("rotary-ish")
 
 
@@ -438,7 +439,7 @@ def test_nope_encoder_is_permutation_equivariant():
 @pytest.mark.parametrize("encoding", ["shaw", "t5_bias", "alibi"])
 def test_score_terms_need_softmax_attention(encoding):
     with pytest.raises(ValueError, match="linear attention never forms"):
-        config(encoding, attention_type="linear")
+        RoFormerExtModel(config(encoding, attention_type="linear"))
 
 
 def test_linear_attention_with_absolute_positions_runs():
@@ -490,9 +491,7 @@ def test_users_register_their_own_encoding():
         with torch.no_grad():
             assert not torch.allclose(model(input_ids=ids).logits, model_for("none")(input_ids=ids).logits)
     finally:
-        from roformer_ext import position_encodings
-
-        position_encodings._POSITION_ENCODINGS.pop("constant_offset_test")
+        POSITION_ENCODINGS.unregister("constant_offset_test")
     with pytest.raises(TypeError, match="PositionEncoding subclass"):
         register_position_encoding("bad")(object)
 
@@ -529,7 +528,6 @@ def test_every_head_takes_every_encoding(encoding, head):
 
 def test_documented_custom_encoding_runs():
     """The example of docs/position-encodings.md: a learnable scale on the sinusoidal table."""
-    from roformer_ext import position_encodings
 
     @register_position_encoding("scaled_sinusoidal_doc")
     class ScaledSinusoidal(PositionEncoding):
@@ -546,7 +544,7 @@ def test_documented_custom_encoding_runs():
         model(input_ids=ids, labels=ids).loss.backward()
         assert model.roformer.position_encoding.scale.grad is not None
     finally:
-        position_encodings._POSITION_ENCODINGS.pop("scaled_sinusoidal_doc")
+        POSITION_ENCODINGS.unregister("scaled_sinusoidal_doc")
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

@@ -1,0 +1,84 @@
+"""The names a configuration may use, in one torch-free module the configuration can import.
+
+Three things are pluggable by name: position encodings (`config.position_encoding`), rotary kinds
+(`rope_parameters["rope_type"]`) and position schemes (`rope_parameters["position_scheme"]`). Each has one
+`Registry` here. The model modules fill them (`@register_position_encoding`, `@register_rotary_embedding`,
+`@register_position_scheme`); the configuration only checks names, so it must not import those modules (a
+configuration loaded on its own, e.g. `AutoConfig` with remote code, then needs no model code). The built-in names
+are therefore declared here as data; `tests/positions/test_registries.py` checks they are exactly what the model
+modules register.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+PAIR_LAYOUTS = ("interleaved", "half")
+AXIS_ALLOCATIONS = ("interleaved", "sections", "split")
+
+
+class Registry:
+    """Name -> implementation, filled by decorators in the model modules; names are known before they are filled."""
+
+    def __init__(self, field: str, register_hint: str, builtin: tuple[str, ...]) -> None:
+        self.field, self.register_hint, self.builtin = field, register_hint, builtin
+        self._entries: dict[str, Any] = {}
+
+    def register(self, name: str, entry: Any, *, overwrite: bool = True) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{self.field} names are non-empty strings; got {name!r}.")
+        if name in self._entries and not overwrite:
+            raise ValueError(f"{self.field} {name!r} is already registered; pass overwrite=True to replace it.")
+        self._entries[name] = entry
+
+    def unregister(self, name: str) -> None:
+        """Remove a name a user registered (built-ins stay known to the configuration)."""
+        self._entries.pop(name, None)
+
+    def names(self) -> tuple[str, ...]:
+        """Every accepted name: the built-ins (registered or not yet imported) and the user's."""
+        return tuple(sorted(set(self.builtin) | set(self._entries)))
+
+    def registered(self) -> tuple[str, ...]:
+        """The names with an implementation now."""
+        return tuple(sorted(self._entries))
+
+    def check(self, name: Any) -> None:
+        """ValueError naming the accepted names (and how to add one) unless `name` is one of them."""
+        if not isinstance(name, str) or name not in self.names():
+            raise ValueError(
+                f"Unknown {self.field} {name!r}. Registered choices: {', '.join(map(repr, self.names()))}. "
+                f"{self.register_hint}"
+            )
+
+    def get(self, name: str) -> Any:
+        self.check(name)
+        return self._entries[name]
+
+
+POSITION_ENCODINGS = Registry(
+    "position_encoding",
+    "Register a new one with roformer_ext.register_position_encoding(name).",
+    ("alibi", "learned", "none", "rope", "shaw", "sinusoidal", "t5_bias"),
+)
+ROTARY_KINDS = Registry(
+    "rope_parameters['rope_type']",
+    "Register a new one with roformer_ext.register_rotary_embedding(name).",
+    ("default", *ROPE_INIT_FUNCTIONS),
+)
+POSITION_SCHEMES = Registry(
+    "rope_parameters['position_scheme']",
+    "Register a new one with roformer_ext.positions.register_position_scheme(name).",
+    ("mrope", "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2"),
+)
+
+__all__ = [
+    "AXIS_ALLOCATIONS",
+    "PAIR_LAYOUTS",
+    "POSITION_ENCODINGS",
+    "POSITION_SCHEMES",
+    "ROTARY_KINDS",
+    "Registry",
+]

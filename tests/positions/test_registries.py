@@ -1,0 +1,69 @@
+"""The configuration checks names against `roformer_ext.registries` without importing model code: the built-in
+names declared there must be exactly what the model modules register."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import roformer_ext  # noqa: F401  (registers every built-in)
+from roformer_ext import RoFormerExtConfig, RoFormerExtModel
+from roformer_ext.registries import Registry
+
+
+def test_declared_builtins_are_what_the_model_registers():
+    """In a fresh process: other tests here register names of their own."""
+    code = (
+        "import roformer_ext\n"
+        "from roformer_ext.registries import POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS\n"
+        "for registry in (POSITION_ENCODINGS, ROTARY_KINDS, POSITION_SCHEMES):\n"
+        "    assert registry.registered() == tuple(sorted(registry.builtin)), (registry.field, registry.registered())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_configuration_imports_no_model_code(tmp_path):
+    """As remote code loads a configuration: its file and the siblings it imports, nothing else."""
+    package = tmp_path / "config_only"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = Path(roformer_ext.__file__).parent
+    for name in ("configuration_roformer_ext.py", "compat.py", "registries.py"):
+        shutil.copy(source / name, package / name)
+    code = (
+        "import sys\n"
+        "from config_only.configuration_roformer_ext import RoFormerExtConfig\n"
+        "RoFormerExtConfig(position_encoding='t5_bias', hidden_size=64, num_attention_heads=2, rope_parameters={\n"
+        "    'position_scheme': 'mrope', 'axes': 3, 'axis_allocation': 'sections', 'mrope_section': [8, 4, 4]})\n"
+        "print(sorted(m for m in sys.modules if m.startswith('config_only')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    loaded = ["config_only", "config_only.compat", "config_only.configuration_roformer_ext", "config_only.registries"]
+    assert result.stdout.strip() == str(loaded)
+
+
+def test_user_names_are_accepted_and_removed():
+    registry = Registry("thing", "Register with register_thing(name).", ("a",))
+    assert registry.names() == ("a",) and registry.registered() == ()
+    registry.register("b", object)
+    assert registry.names() == ("a", "b") and registry.registered() == ("b",)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("b", object, overwrite=False)
+    registry.unregister("b")
+    with pytest.raises(ValueError, match=r"Unknown thing 'b'\. Registered choices: 'a'\. Register with"):
+        registry.get("b")
+    with pytest.raises(ValueError, match="Unknown thing 3"):
+        registry.check(3)
+
+
+def test_linear_attention_refuses_score_terms_when_built():
+    config = RoFormerExtConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=37,
+        position_encoding="alibi", attention_type="linear",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="linear attention never forms"):
+        RoFormerExtModel(config)
