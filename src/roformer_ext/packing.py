@@ -53,9 +53,7 @@ class PackedBatch:
 
     def starts(self) -> torch.Tensor:
         """(rows, seq) bool: the first token of each sequence."""
-        new = torch.ones_like(self.sequence_ids, dtype=torch.bool)
-        new[:, 1:] = self.sequence_ids[:, 1:] != self.sequence_ids[:, :-1]
-        return new
+        return _run_starts(self.sequence_ids)
 
     def first_tokens(self) -> torch.Tensor:
         """The index of each sequence's first token in the rows laid end to end, (sequences,)."""
@@ -126,16 +124,10 @@ def describe_packed_batch(
         return _packed(sequence_ids, lengths)
     if seq_idx is not None:
         return _packed(_global_sequence_ids(seq_idx, batch, seq), None)
-    if position_ids is None or attention_mask is not None or int(past_length) != 0:
+    per_row = _restart_counter(batch, seq, attention_mask, position_ids, past_length)
+    if per_row is None or not bool(per_row[:, -1].any()):  # no row restarts: an ordinary batch
         return None
-    if position_ids.dim() != 2 or position_ids.shape[-1] != seq or position_ids.shape[0] not in (1, batch):
-        return None  # multi-axis or odd positions: never read as boundaries (as_axes_batch_seq checks the shape)
-    starts = position_ids == 0
-    starts[:, 0] = False
-    if not bool(starts.any()):
-        return None
-    per_row = torch.cumsum(starts.long(), dim=1).expand(batch, seq)
-    return _packed(_global_sequence_ids(per_row, batch, seq), None)
+    return _packed(_numbered(per_row), None)
 
 
 def _traced_description(
@@ -158,16 +150,38 @@ def _traced_description(
         return PackedBatch(sequence_ids, cu_seq_lens, None, None)
     if seq_idx is not None:
         per_row = seq_idx.long().expand(batch, seq)
-    elif position_ids is None or attention_mask is not None or int(past_length) != 0 or position_ids.dim() != 2:
-        return None
-    elif position_ids.shape[-1] != seq or position_ids.shape[0] not in (1, batch):
-        return None
     else:
-        starts = torch.cat([torch.zeros_like(position_ids[:, :1], dtype=torch.bool), position_ids[:, 1:] == 0], dim=1)
-        per_row = torch.cumsum(starts.long(), dim=1).expand(batch, seq)
-    new_sequence = torch.cat([torch.ones_like(per_row[:, :1], dtype=torch.bool), per_row[:, 1:] != per_row[:, :-1]], 1)
-    sequence_ids = torch.cumsum(new_sequence.reshape(-1).long(), 0).view(batch, seq) - 1
-    return PackedBatch(sequence_ids, None, None, None)
+        per_row = _restart_counter(batch, seq, attention_mask, position_ids, past_length)
+        if per_row is None:
+            return None
+    return PackedBatch(_numbered(per_row), None, None, None)
+
+
+def _restart_counter(
+    batch: int,
+    seq: int,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    past_length: int | torch.Tensor,
+) -> torch.Tensor | None:
+    """(batch, seq) per-row count of restarts to 0 so far, from text positions given with no mask and no cache; None
+    where positions cannot mark boundaries (multi-axis or odd shapes: as_axes_batch_seq checks those)."""
+    if position_ids is None or attention_mask is not None or int(past_length) != 0 or position_ids.dim() != 2:
+        return None
+    if position_ids.shape[-1] != seq or position_ids.shape[0] not in (1, batch):
+        return None
+    restarts = torch.cat([torch.zeros_like(position_ids[:, :1], dtype=torch.bool), position_ids[:, 1:] == 0], dim=1)
+    return torch.cumsum(restarts.long(), dim=1).expand(batch, seq)
+
+
+def _run_starts(per_row: torch.Tensor) -> torch.Tensor:
+    """(rows, seq) bool: where a run of equal values begins in each row (every row's first token included)."""
+    return torch.cat([torch.ones_like(per_row[:, :1], dtype=torch.bool), per_row[:, 1:] != per_row[:, :-1]], dim=1)
+
+
+def _numbered(per_row: torch.Tensor) -> torch.Tensor:
+    """Per-row sequence labels (runs of equal values) -> sequence indices 0 .. sequences - 1 over all rows."""
+    return torch.cumsum(_run_starts(per_row).reshape(-1).long(), 0).view_as(per_row) - 1
 
 
 def _checked_lengths(cu_seq_lens: torch.Tensor, name: str, tokens: int) -> list[int]:
@@ -209,9 +223,7 @@ def _global_sequence_ids(per_row: torch.Tensor, batch: int, seq: int) -> torch.T
             "seq_idx must not decrease along a row: each packed sequence is one contiguous run of tokens. Got "
             f"{per_row.tolist()}."
         )
-    new_sequence = torch.ones_like(per_row, dtype=torch.bool)
-    new_sequence[:, 1:] = per_row[:, 1:] != per_row[:, :-1]
-    return torch.cumsum(new_sequence.reshape(-1).long(), 0).view(batch, seq) - 1
+    return _numbered(per_row)
 
 
 def _packed(sequence_ids: torch.Tensor, lengths: list[int] | None) -> PackedBatch:
