@@ -5,6 +5,7 @@ import torch
 from conftest import random_inputs, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from roformer_ext import (
@@ -122,6 +123,20 @@ def test_registering_a_learned_frequency_kind(tmp_path):
     reloaded = RoFormerExtForMaskedLM.from_pretrained(tmp_path)
     learned = reloaded.roformer.position_encoding.rotary_emb.log_inv_freq
     torch.testing.assert_close(learned, model.roformer.position_encoding.rotary_emb.log_inv_freq)
+
+    # A folder saved before the rotary embedding moved into the position encoding (keys roformer.rotary_emb.*)
+    # loads with transformers' key_mapping, as docs/configuration.md shows.
+    old_folder = tmp_path / "old_keys"
+    model.save_pretrained(old_folder)
+    weights = load_file(old_folder / "model.safetensors")
+    renamed = {
+        key.replace("roformer.position_encoding.rotary_emb.", "roformer.rotary_emb."): v for key, v in weights.items()
+    }
+    assert "roformer.rotary_emb.log_inv_freq" in renamed
+    save_file(renamed, old_folder / "model.safetensors", metadata={"format": "pt"})
+    mapping = {r"^roformer\.rotary_emb\.": "roformer.position_encoding.rotary_emb."}
+    remapped = RoFormerExtForMaskedLM.from_pretrained(old_folder, key_mapping=mapping)
+    torch.testing.assert_close(remapped.roformer.position_encoding.rotary_emb.log_inv_freq, learned, rtol=0, atol=0)
 
 
 def test_register_rejects_non_rotary_class():
