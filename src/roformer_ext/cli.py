@@ -1,5 +1,9 @@
 """`roformer-ext` console script (also `python -m roformer_ext.cli`).
 
+`roformer-ext export MODEL_DIR OUT_DIR [--task TASK] [--int8]` writes OUT_DIR/model.onnx (dynamic batch and
+length), the tokenizer and config beside it, and with `--int8` ONNX Runtime's dynamic int8 `model_int8.onnx`
+(`roformer_ext.export`; needs the `onnx` extra). Load them with `roformer_ext.export.OnnxModel.from_pretrained`.
+
 `roformer-ext plot --out DIR` writes `positions.png` (where every position scheme puts a text–image–text
 layout) and `long_range_decay.png` (RoPE's long-term decay, RoFormer §3.4.3). Needs matplotlib, the `plot`
 extra; without it the command exits with the pip command to run.
@@ -14,7 +18,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="roformer-ext", description="roformer-ext utilities.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{plot}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{plot,export}")
     plot = commands.add_parser(
         "plot",
         help="draw the position schemes and RoPE's long-range decay",
@@ -31,6 +35,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument("--dim", type=_even, default=128, help="head dimension d of the decay curve")
     plot.add_argument("--base", type=float, default=10000.0, help="RoPE base: θ_i = base^(-2i/d)")
+    from .export import TASK_OUTPUTS
+
+    export = commands.add_parser(
+        "export",
+        help="export an encoder to ONNX (fp32, and int8 with --int8)",
+        description="Write OUT_DIR/model.onnx (+ model_int8.onnx with --int8), the tokenizer and the config.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    export.add_argument("model_dir", help="a saved roformer-ext folder (save_pretrained / the examples' output)")
+    export.add_argument("out_dir", help="folder for the ONNX files")
+    export.add_argument(
+        "--task",
+        choices=sorted(TASK_OUTPUTS),
+        default=None,
+        help="what the graph returns (default: from the folder's architectures; sentence-embedding for a base "
+        "model with a pooler, as RoFormer-Sim)",
+    )
+    export.add_argument("--int8", action="store_true", help="also write ONNX Runtime's dynamic int8 model_int8.onnx")
+    export.add_argument(
+        "--example-length", type=_positive, default=16, help="tokens per row of the batch the graph is traced on"
+    )
     return parser
 
 
@@ -60,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from pathlib import Path
 
+    if args.command == "export":
+        return _export(parser, args)
+
     from .plotting import plot_long_range_decay, plot_positions
 
     out = Path(args.out)
@@ -70,6 +98,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     except ImportError as error:  # matplotlib missing: say what to install, without a traceback
         parser.exit(1, f"roformer-ext plot: {error}\n")
+    for path in written:
+        print(path)
+    return 0
+
+
+def _export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        from .export import export_folder
+
+        written = export_folder(args.model_dir, args.out_dir, args.task, args.int8, args.example_length)
+    except ImportError as error:  # onnx / onnxscript / onnxruntime missing
+        parser.exit(1, f"roformer-ext export: {error} (pip install 'roformer-ext[onnx]')\n")
+    except (OSError, ValueError, TypeError) as error:
+        parser.exit(1, f"roformer-ext export: {error}\n")
     for path in written:
         print(path)
     return 0

@@ -1,0 +1,131 @@
+"""ONNX export and ONNX Runtime inference: outputs equal PyTorch within 1e-4 on batches longer than the one the graph
+was traced on, the Sim embedding through `roformer-ext export` equals `SentenceTransformer(folder).encode`, int8
+files run, and what the graph cannot take (packed batches, generation) is refused with a message naming the fix."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_inputs, tiny_config
+from sentence_transformers import SentenceTransformer
+from test_convert_original import FIXTURES
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtModel,
+)
+from roformer_ext.cli import main as cli
+from roformer_ext.conversion.cli import main as convert
+from roformer_ext.export import OnnxModel, export_onnx, quantize_dynamic_int8, quantize_onnx
+
+EXPORT_LENGTH = 8
+TEXTS = ["今天天气很好", "我想去公园玩", "今天天气不错，我想去公园玩。" * 12, "a"]  # the third: 170 tokens
+
+
+@pytest.fixture(scope="module")
+def classifier_onnx(tmp_path_factory):
+    torch.manual_seed(0)
+    config = tiny_config(
+        num_labels=3, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "half"}
+    )
+    model = RoFormerExtForSequenceClassification(config).eval()
+    path = export_onnx(model, tmp_path_factory.mktemp("onnx") / "classifier.onnx", example_length=EXPORT_LENGTH)
+    return model, path
+
+
+@pytest.mark.parametrize("batch, length", [(1, EXPORT_LENGTH), (3, 64), (2, 300)])
+def test_classifier_equals_pytorch_beyond_the_export_length(classifier_onnx, batch, length):
+    model, path = classifier_onnx
+    onnx_model = OnnxModel(path)
+    input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.numpy()
+    logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
+    assert logits.shape == expected.shape
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
+    # without attention_mask / token_type_ids: all real tokens, one segment (as the model's own defaults)
+    with torch.no_grad():
+        expected = model(input_ids).logits.numpy()
+    np.testing.assert_allclose(onnx_model(input_ids.numpy())["logits"], expected, rtol=0, atol=1e-4)
+
+
+def test_int8_files_run_and_stay_near(classifier_onnx, tmp_path):
+    model, path = classifier_onnx
+    int8 = quantize_onnx(path, tmp_path / "classifier_int8.onnx")
+    assert int8.stat().st_size < path.stat().st_size
+    input_ids, attention_mask, token_type_ids = random_inputs(batch=4, seq=40)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        torch_int8 = quantize_dynamic_int8(model)(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).logits
+    onnx_int8 = torch.from_numpy(OnnxModel(int8)(input_ids, attention_mask, token_type_ids)["logits"])
+    assert type(quantize_dynamic_int8(model).roformer.layers[0].attention.query).__name__ == "Linear"  # a copy
+    scale = expected.abs().max()
+    for logits in (torch_int8, onnx_int8):  # random weights: near, not equal (fidelity on trained ones: below)
+        assert logits.shape == expected.shape and 0 < (logits - expected).abs().max() < 0.2 * scale
+
+
+def test_packed_batches_and_stray_inputs_are_refused(classifier_onnx):
+    onnx_model = OnnxModel(classifier_onnx[1])
+    ids = np.array([[2, 7, 9, 3, 2, 8, 3]])
+    with pytest.raises(ValueError, match="padded batches.*position_ids.*pad the sequences"):
+        onnx_model(ids, position_ids=np.array([[0, 1, 2, 3, 0, 1, 2]]))
+    with pytest.raises(ValueError, match="cu_seq_lens_q"):
+        onnx_model(ids, cu_seq_lens_q=np.array([0, 4, 7]))
+    with pytest.raises(TypeError, match="Unexpected inputs \\['labels'\\]"):
+        onnx_model(ids, labels=np.array([1]))
+    with pytest.raises(TypeError, match="integers"):
+        onnx_model(ids.astype(np.float32))
+    with pytest.raises(ValueError, match="encode needs a sentence-embedding export"):
+        onnx_model.encode(["x"])
+
+
+def test_what_cannot_be_exported_says_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="keep generation in PyTorch"):
+        export_onnx(RoFormerExtForCausalLM(tiny_config(is_decoder=True)), tmp_path / "x.onnx")
+    with pytest.raises(ValueError, match="no pooler"):
+        export_onnx(RoFormerExtModel(tiny_config()), tmp_path / "x.onnx", task="sentence-embedding")
+    with pytest.raises(ValueError, match="serves task 'fill-mask'"):
+        export_onnx(RoFormerExtForMaskedLM(tiny_config()), tmp_path / "x.onnx", task="sequence-classification")
+    with pytest.raises(SystemExit):
+        cli(["export", str(tmp_path / "missing"), str(tmp_path / "out")])
+    with pytest.raises(FileNotFoundError, match="roformer-ext export .* --int8"):
+        OnnxModel.from_pretrained(tmp_path, file_name="model_int8.onnx")
+
+
+@pytest.fixture(scope="module")
+def sim_export(tmp_path_factory):
+    """A converted RoFormer-Sim folder (a sentence-transformers folder) and its `roformer-ext export --int8`."""
+    root = tmp_path_factory.mktemp("sim")
+    assert convert(["original", str(FIXTURES / "roformer_sim"), str(root / "sim")]) == 0
+    assert cli(["export", str(root / "sim"), str(root / "onnx"), "--int8", "--example-length", "8"]) == 0
+    return root / "sim", root / "onnx"
+
+
+def test_sim_embedding_cli_export_equals_sentence_transformers(sim_export):
+    folder, out = sim_export
+    assert sorted(p.name for p in out.glob("*.onnx")) == ["model.onnx", "model_int8.onnx"]
+    expected = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, batch_size=3)
+    onnx_model = OnnxModel.from_pretrained(out)
+    assert onnx_model.tokenizer("x", return_tensors="np")["input_ids"].shape[1] == 3  # [CLS] x [SEP]
+    embeddings = onnx_model.encode(TEXTS, batch_size=3)
+    assert embeddings.shape == expected.shape and max(len(t) for t in TEXTS) > EXPORT_LENGTH * 10
+    np.testing.assert_allclose(embeddings, expected, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(onnx_model.encode(TEXTS[0]), expected[0], rtol=0, atol=1e-4)
+    normalized = onnx_model.encode(TEXTS, normalize_embeddings=True)
+    np.testing.assert_allclose(np.linalg.norm(normalized, axis=-1), 1.0, rtol=1e-5)
+    int8 = OnnxModel.from_pretrained(out, file_name="model_int8.onnx").encode(TEXTS, batch_size=3)
+    assert int8.shape == expected.shape and np.isfinite(int8).all()
+
+
+def test_sentence_transformers_onnx_backend_needs_optimum(sim_export):
+    """What docs/deployment.md says: sentence-transformers' backend="onnx" goes through optimum's ONNX Runtime
+    classes, and optimum-onnx requires transformers < 4.58, so it cannot be installed beside transformers 5."""
+    folder, _ = sim_export
+    with pytest.raises(Exception, match="(?i)requires installing optimum"):
+        SentenceTransformer(str(folder), device="cpu", backend="onnx")
+    assert Path(folder, "modules.json").is_file()
