@@ -19,6 +19,13 @@ departments; long text: try 512 / 1024 / 2048).
 
 With none of --do_train / --do_eval / --do_predict the script does all three.
 
+LoRA (PEFT, `pip install peft`): `--lora_r 8` trains low-rank adapters on the attention (`--lora_targets`:
+attention, attention_output, feed_forward or all, comma-separated) and the classifier head in full, instead of
+every weight; the adapter is saved in OUTPUT_DIR/adapter and the merged model in OUTPUT_DIR (docs/deployment.md):
+
+    python run_classification.py --model_name_or_path out/sentiment --output_dir out/sentiment-lora \
+        --lora_r 8 --lora_alpha 16 --learning_rate 1e-3
+
 Batches are padding-free by default: each batch is packed into one row without padding tokens and attention stays
 within each sentence (docs/fine-tuning.md#padding-free-batches). `--no_padding_free` pads each batch to its longest
 sequence instead; `--group_by_length` draws batches of similar lengths.
@@ -139,6 +146,46 @@ class ClassificationDataArguments(DataArguments):
             self.dataset = "chinese_sentiment"
         if self.dataset is not None and self.dataset not in BUNDLED:
             raise ValueError(f"--dataset must be one of {BUNDLED}, not {self.dataset!r}.")
+
+
+@dataclass
+class LoraArguments:
+    """LoRA through PEFT instead of full fine-tuning (`--lora_r` > 0)."""
+
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 (the default) trains every weight instead."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scale numerator (default: 2 x lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_targets: str = field(
+        default="attention,attention_output",
+        metadata={
+            "help": "Comma-separated families of layers that get adapters: attention (q, k, v), attention_output, "
+            "feed_forward, or all (roformer_ext.adapters)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.lora_r < 0:
+            raise ValueError(f"--lora_r must be >= 0 (0: no LoRA), got {self.lora_r}.")
+
+    def wrap(self, model):
+        """The model with LoRA adapters (PEFT), or the model itself when --lora_r is 0."""
+        if not self.lora_r:
+            return model
+        try:
+            from peft import get_peft_model
+        except ImportError as error:
+            raise ImportError("--lora_r needs PEFT: pip install peft (or the roformer-ext[peft] extra).") from error
+        from roformer_ext.adapters import lora_config
+
+        families = [name.strip() for name in self.lora_targets.split(",") if name.strip()]
+        config = lora_config(
+            "SEQ_CLS",
+            families=families[0] if families == ["all"] else families,
+            r=self.lora_r,
+            lora_alpha=self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_r,
+            lora_dropout=self.lora_dropout,
+        )
+        return get_peft_model(model, config)
 
 
 @dataclass
@@ -272,8 +319,8 @@ def load_classification_data(
 
 
 def main() -> None:
-    model_args, data_args, batching, training_args = parse_arguments(
-        (ModelArguments, ClassificationDataArguments, BatchingArguments, TrainingArguments)
+    model_args, data_args, batching, lora_args, training_args = parse_arguments(
+        (ModelArguments, ClassificationDataArguments, BatchingArguments, LoraArguments, TrainingArguments)
     )
     setup_logging()
     batching.apply(training_args)
@@ -303,6 +350,9 @@ def main() -> None:
             "problem_type": "single_label_classification",
         }
     model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    if lora_args.lora_r and not model_args.model_name_or_path:
+        logger.warning("--lora_r without --model_name_or_path trains adapters on a randomly initialised model")
+    model = lora_args.wrap(model)
     log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
     collator = DataCollatorWithPadding(tokenizer)
     if batching.padding_free:
@@ -354,6 +404,9 @@ def main() -> None:
         predictions = output.predictions
     trainer.log_metrics("all", metrics)
 
+    if do_train and lora_args.lora_r:  # the adapter on its own, then the merged model where the full one goes
+        trainer.model.save_pretrained(Path(training_args.output_dir) / "adapter")
+        trainer.model = model = trainer.model.merge_and_unload()
     if do_train:
         trainer.save_model(training_args.output_dir)  # model, config with auto_map, modelling code, tokenizer
     if not trainer.is_world_process_zero():
@@ -375,7 +428,13 @@ def main() -> None:
     card = ModelCardInfo(
         title=f"RoFormerExt for {(data_args.dataset or 'text').replace('_', ' ')} classification",
         task="text-classification",
-        summary="A RoFormer (rotary position embedding) sequence classifier from `roformer-ext`.",
+        summary="A RoFormer (rotary position embedding) sequence classifier from `roformer-ext`."
+        + (
+            f" Fine-tuned with LoRA (rank {lora_args.lora_r} on {lora_args.lora_targets}, merged; the adapter alone "
+            "is in `adapter/`)."
+            if lora_args.lora_r
+            else ""
+        ),
         data=data.description
         + f" Rows: {sizes_text(data.raw)}. Inputs truncated to {data_args.max_seq_length} tokens."
         + (f" Labels: {', '.join(data.label_names)}." if data.label_names else " Regression on a float label."),

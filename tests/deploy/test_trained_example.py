@@ -1,0 +1,100 @@
+"""On a classifier trained by the classification example (not random weights): LoRA through the example's
+`--lora_r` flags, and the fidelity of the CPU serving paths (ONNX Runtime fp32 / int8, torch dynamic int8) —
+accuracy change, prediction agreement and embedding cosine to fp32."""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from roformer_ext.export import OnnxModel, export_folder, quantize_dynamic_int8
+
+CLASSIFY = Path(__file__).resolve().parents[2] / "examples" / "text-classification" / "run_classification.py"
+TINY = [
+    "--dataset", "chinese_sentiment", "--max_seq_length", "64", "--hidden_size", "32", "--num_hidden_layers", "2",
+    "--num_attention_heads", "4", "--intermediate_size", "64", "--vocab_size", "1500", "--report_to", "none",
+    "--save_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size", "16", "--seed", "0",
+    "--max_eval_samples", "256", "--max_predict_samples", "16",
+]  # fmt: skip
+
+
+def run_example(args: list[str]) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(CLASSIFY.parent))
+        patch.setattr(sys, "argv", [str(CLASSIFY), *args])
+        runpy.run_path(str(CLASSIFY), run_name="__main__")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """The example trained from scratch on 1,200 reviews for 2 epochs (~150 steps of a hidden-32 model)."""
+    out = tmp_path_factory.mktemp("trained") / "sentiment"
+    run_example([*TINY, "--output_dir", str(out), "--max_train_samples", "1200", "--num_train_epochs", "2",
+                 "--learning_rate", "2e-3"])  # fmt: skip
+    return out
+
+
+def validation_batch(folder: Path, n: int = 256):
+    sys.path.insert(0, str(CLASSIFY.parents[1]))
+    from common import corpora
+
+    validation = corpora.load_example_dataset("chinese_sentiment")["validation"].select(range(n))
+    labels = np.array(validation["label"])
+    inputs = AutoTokenizer.from_pretrained(folder)(
+        list(validation["text"]), padding=True, truncation=True, max_length=64, return_tensors="pt"
+    )
+    return inputs, labels
+
+
+def test_lora_flags_train_an_adapter_that_reloads_equal_to_the_merged_model(trained, tmp_path):
+    out = tmp_path / "lora"
+    run_example([*TINY, "--model_name_or_path", str(trained), "--output_dir", str(out), "--max_train_samples", "64",
+                 "--max_steps", "6", "--lora_r", "4", "--lora_targets", "attention,feed_forward",
+                 "--learning_rate", "1e-2"])  # fmt: skip
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
+    assert sorted(adapter["target_modules"]) == sorted(
+        ["query", "key", "value", "feed_forward.intermediate", "feed_forward.output"]
+    )
+    assert "classifier" in adapter["modules_to_save"]
+    assert "LoRA (rank 4" in (out / "README.md").read_text()
+    inputs, _ = validation_batch(out, 16)
+    merged = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    base = AutoModelForSequenceClassification.from_pretrained(trained).eval()
+    reloaded = PeftModel.from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained(trained), out / "adapter"
+    ).eval()
+    with torch.no_grad():
+        merged_logits, adapter_logits = merged(**inputs).logits, reloaded(**inputs).logits
+        base_logits = base(**inputs).logits
+    torch.testing.assert_close(merged_logits, adapter_logits, atol=1e-5, rtol=1e-5)
+    assert (merged_logits - base_logits).abs().max() > 1e-4  # the adapter was trained
+    assert {name for name, _ in base.named_parameters()} == {name for name, _ in merged.named_parameters()}
+
+
+def test_int8_fidelity_on_the_trained_classifier(trained, tmp_path):
+    export_folder(trained, tmp_path / "onnx", int8=True, example_length=8)
+    inputs, labels = validation_batch(trained)
+    model = AutoModelForSequenceClassification.from_pretrained(trained).eval()
+    with torch.no_grad():
+        fp32 = model(**inputs).logits.numpy()
+        torch_int8 = quantize_dynamic_int8(model)(**inputs).logits.numpy()
+        cls_fp32 = model.roformer(**inputs).last_hidden_state[:, 0]
+        cls_int8 = quantize_dynamic_int8(model).roformer(**inputs).last_hidden_state[:, 0]
+    feeds = {name: inputs[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
+    onnx_fp32 = OnnxModel(tmp_path / "onnx" / "model.onnx")(**feeds)["logits"]
+    onnx_int8 = OnnxModel(tmp_path / "onnx" / "model_int8.onnx")(**feeds)["logits"]
+    np.testing.assert_allclose(onnx_fp32, fp32, rtol=0, atol=1e-4)
+
+    accuracy = (fp32.argmax(-1) == labels).mean()
+    assert accuracy > 0.6  # trained: well above chance (0.5)
+    for logits in (torch_int8, onnx_int8):
+        assert abs((logits.argmax(-1) == labels).mean() - accuracy) <= 0.03
+        assert (logits.argmax(-1) == fp32.argmax(-1)).mean() >= 0.95
+    assert torch.nn.functional.cosine_similarity(cls_int8, cls_fp32).min() > 0.99
