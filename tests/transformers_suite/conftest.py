@@ -16,6 +16,8 @@ UPSTREAM_MARKS = {
     "flash_attn_4_test": "flash attention 4 (transformers' mark; skipped without a GPU)",
     "torch_compile_test": "torch.compile (transformers' mark)",
     "slow": "transformers' @slow tests (skipped unless RUN_SLOW=1)",
+    "is_tensor_parallel_test": "transformers' tensor parallel tester (skipped when RUN_TENSOR_PARALLEL_TESTS=0)",
+    "is_fsdp_test": "transformers' FSDP tester (skipped when RUN_FSDP_TESTS=0)",
 }
 
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python
 """Fetch transformers' common model tests for the installed transformers version.
 
-`ModelTesterMixin` (tests/test_modeling_common.py) and `ConfigTester` (tests/test_configuration_common.py) are
-not in the transformers wheel, only in its source distribution on PyPI. This script downloads that sdist with
-pip, checks that it is the installed version, and extracts just those two files into `upstream/` next to our
-small stand-ins for the three modules they import that the sdist lacks. The two files are gitignored: they are
-transformers' code, not ours.
+`ModelTesterMixin` (tests/test_modeling_common.py), `ConfigTester` (tests/test_configuration_common.py) and the
+distributed testers `TensorParallelTesterMixin` (tests/test_tensor_parallel_mixin.py) and `FSDPTesterMixin`
+(tests/test_fsdp_mixin.py) are not in the transformers wheel, only in its source distribution on PyPI. This script
+downloads that sdist with pip, checks that it is the installed version, and extracts just those files into
+`upstream/` next to our small stand-ins for the modules they import that the sdist lacks. The fetched files are
+gitignored: they are transformers' code, not ours.
 
 Idempotent: when the files are there and were fetched for the installed version, it does nothing.
 
@@ -26,7 +27,12 @@ from pathlib import Path
 
 UPSTREAM_DIR = Path(__file__).resolve().parent / "upstream"
 #: Paths inside the sdist (below its `transformers-<version>/` folder) -> file name in UPSTREAM_DIR.
-UPSTREAM_FILES = ("tests/test_modeling_common.py", "tests/test_configuration_common.py")
+UPSTREAM_FILES = (
+    "tests/test_modeling_common.py",
+    "tests/test_configuration_common.py",
+    "tests/test_tensor_parallel_mixin.py",
+    "tests/test_fsdp_mixin.py",
+)
 #: What was fetched, for which transformers version: read by the test modules to refuse stale files.
 STAMP = UPSTREAM_DIR / "fetched_common_tests.json"
 FETCH_COMMAND = "python tests/transformers_suite/fetch_upstream.py"
@@ -75,7 +81,7 @@ def download_sdist(version: str, destination: Path) -> Path:
 
 
 def extract_common_tests(sdist: Path, version: str) -> dict[str, bytes]:
-    """The two files from `sdist`, after checking its PKG-INFO names transformers at `version`."""
+    """The UPSTREAM_FILES from `sdist`, after checking its PKG-INFO names transformers at `version`."""
     root = f"transformers-{version}"
     try:
         with tarfile.open(sdist, "r:gz") as archive:

@@ -1,4 +1,4 @@
-"""fetch_upstream.py: takes the two files only from the sdist of the installed version, and notices stale files."""
+"""fetch_upstream.py: takes the upstream files only from the sdist of the installed version, and notices stale files."""
 
 import io
 import tarfile
@@ -36,13 +36,15 @@ def upstream_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return target
 
 
-def test_extracts_the_two_files_and_records_the_version(tmp_path, upstream_dir):
+def test_extracts_the_files_and_records_the_version(tmp_path, upstream_dir):
     version = fetch_upstream.installed_transformers_version()
     sdist = make_sdist(tmp_path / f"transformers-{version}.tar.gz", version)
     fetch_upstream.fetch(sdist)
     assert sorted(path.name for path in upstream_dir.glob("test_*.py")) == [
         "test_configuration_common.py",
+        "test_fsdp_mixin.py",
         "test_modeling_common.py",
+        "test_tensor_parallel_mixin.py",
     ]
     assert (upstream_dir / "test_modeling_common.py").read_text() == f"# tests/test_modeling_common.py of {version}\n"
     assert fetch_upstream.fetched_version() == version
