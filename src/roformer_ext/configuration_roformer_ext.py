@@ -11,10 +11,19 @@ from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .compat import CACHE
-from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS
+from .registries import (
+    AXIS_ALLOCATIONS,
+    PAIR_LAYOUTS,
+    POSITION_ENCODINGS,
+    POSITION_SCHEME_DEFAULTS,
+    POSITION_SCHEME_KEYS,
+    POSITION_SCHEMES,
+    ROTARY_KINDS,
+    SECTIONED_ALLOCATIONS,
+)
 
 #: The keys we add to transformers' rope_parameters; its validators must not warn about them.
-ROPE_LAYOUT_KEYS = {"pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme"}
+ROPE_LAYOUT_KEYS = {"pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *POSITION_SCHEME_KEYS}
 
 DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
     "rope_type": "default",
@@ -172,7 +181,10 @@ class RoFormerExtConfig(PreTrainedConfig):
             value = dict(value)
             if "type" in value:
                 value.setdefault("rope_type", value.pop("type"))
-            value = {**self.default_rope_parameters, **value}
+            # A multimodal variant named here brings its frequency allocation (and axes) unless they are given.
+            scheme = value.get("position_scheme")
+            variant = POSITION_SCHEME_DEFAULTS.get(scheme, {}) if isinstance(scheme, str) else {}
+            value = {**self.default_rope_parameters, **variant, **value}
         super().__setattr__(key, value)
 
     def validate_rope(self) -> None:
@@ -228,7 +240,10 @@ class RoFormerExtConfig(PreTrainedConfig):
         ROTARY_KINDS.check(rope["rope_type"])
         POSITION_SCHEMES.check(rope["position_scheme"])
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
-        _check_choice("rope_parameters['axis_allocation']", rope["axis_allocation"], AXIS_ALLOCATIONS)
+        AXIS_ALLOCATIONS.check(rope["axis_allocation"])
+        for key, kind in POSITION_SCHEME_KEYS.items():
+            if key in rope:
+                _check_scheme_knob(key, rope[key], kind)
         _check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
         for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
             if key not in ROPE_LAYOUT_KEYS and key != "rope_theta":
@@ -246,11 +261,12 @@ class RoFormerExtConfig(PreTrainedConfig):
         allocation, section = rope["axis_allocation"], rope.get("mrope_section")
         if section is not None:
             _check_mrope_section(section)
-        if allocation == "sections":
+        if allocation in SECTIONED_ALLOCATIONS:
             if section is None:
                 raise ValueError(
-                    f"axis_allocation 'sections' needs rope_parameters['mrope_section'] with {axes} entries "
-                    f"summing to head_dim // 2 = {pairs}; got {section}."
+                    f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries "
+                    f"summing to head_dim // 2 = {pairs} (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's "
+                    f"[16, 24, 24] for head_dim 128); got {section}."
                 )
             if len(section) != axes:
                 raise ValueError(
@@ -352,6 +368,22 @@ def _check_finite(name: str, value: Any) -> None:
     for item in values:
         if isinstance(item, float) and not math.isfinite(item):
             raise ValueError(f"{name} must be finite; got {value!r}. Give an ordinary number (e.g. factor 2.0).")
+
+
+def _check_scheme_knob(key: str, value: Any, kind: str) -> None:
+    """A position design's knob (registries.POSITION_SCHEME_KEYS) has the declared kind."""
+    if kind == "True or False":
+        ok = isinstance(value, bool)
+    elif kind == "a positive number":
+        ok = _is_positive_finite(value)
+    else:  # three positive numbers
+        ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(_is_positive_finite(v) for v in value)
+    if not ok:
+        raise ValueError(f"rope_parameters[{key!r}] must be {kind}; got {value!r}.")
+
+
+def _is_positive_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _check_mrope_section(section: Any) -> None:

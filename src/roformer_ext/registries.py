@@ -16,7 +16,6 @@ from typing import Any
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 PAIR_LAYOUTS = ("interleaved", "half")
-AXIS_ALLOCATIONS = ("interleaved", "sections", "split")
 
 
 class Registry:
@@ -71,14 +70,49 @@ ROTARY_KINDS = Registry(
 POSITION_SCHEMES = Registry(
     "rope_parameters['position_scheme']",
     "Register a new one with roformer_ext.positions.register_position_scheme(name).",
-    ("mrope", "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2"),
+    (
+        "hope", "ilrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl", "qwen3_vl",
+        "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope",
+    ),
+)  # fmt: skip
+#: Which rotary frequency pair reads which position axis (rope.py registers the functions).
+AXIS_ALLOCATIONS = Registry(
+    "rope_parameters['axis_allocation']",
+    "Register a new one with roformer_ext.rope.register_axis_allocation(name).",
+    ("hope", "interleaved", "mmrope", "mrope_interleaved", "sections", "split", "videorope"),
 )
+#: Allocations that read rope_parameters['mrope_section'] (frequency pairs per axis, summing to head_dim // 2).
+SECTIONED_ALLOCATIONS = ("hope", "mrope_interleaved", "sections", "videorope")
+
+#: A multimodal variant is a position design (the function registered under its name in positions.py) plus a frequency
+#: allocation: naming the variant in rope_parameters fills in what it needs, unless the user gave it.
+POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_5_vl": {"axes": 3, "axis_allocation": "sections"},
+    "qwen3_vl": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "mrope_interleave": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "ilrope": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "omnirope": {"axes": 3, "axis_allocation": "sections"},
+    "videorope": {"axes": 3, "axis_allocation": "videorope"},
+    "hope": {"axes": 3, "axis_allocation": "hope"},
+    "mmrope": {"axes": 3, "axis_allocation": "mmrope"},
+}
+#: The knobs of the built-in position designs, read from rope_parameters by the design's keyword-only arguments.
+POSITION_SCHEME_KEYS = {
+    "temporal_stride": "a positive number",
+    "spatial_reset": "True or False",
+    "tokens_per_second": "a positive number",
+    "visual_stride": "a positive number",
+    "position_scale": "three positive numbers",
+}
 
 __all__ = [
     "AXIS_ALLOCATIONS",
     "PAIR_LAYOUTS",
     "POSITION_ENCODINGS",
     "POSITION_SCHEMES",
+    "POSITION_SCHEME_DEFAULTS",
+    "POSITION_SCHEME_KEYS",
+    "SECTIONED_ALLOCATIONS",
     "ROTARY_KINDS",
     "Registry",
 ]

@@ -58,20 +58,82 @@ class _HeadDimView:
         return getattr(self._config, name)
 
 
-def axis_of_pair(num_pairs: int, axes: int, allocation: str, mrope_section: list[int] | None = None) -> torch.Tensor:
-    """For each frequency pair, the index of the position axis that drives it.
+#: An allocation maps (number of frequency pairs, number of axes, mrope_section) to the axis that drives each pair,
+#: as a list of ints; -1 leaves a pair unrotated (NoPE). Pair i has frequency θ_i = base^(−2i/d): low i is high frequency.
+AxisAllocation = Callable[[int, int, "list[int] | None"], list[int]]
 
-    interleaved: θ0→axis 0, θ1→axis 1, ... (RoPE-Tie, Qwen3-VL); sections: contiguous bands of
-    `mrope_section` (Qwen2-VL); split: equal contiguous halves/thirds, each with its own full θ set (RoPE-2D).
+
+def register_axis_allocation(name: str, *, overwrite: bool = False) -> Callable[[AxisAllocation], AxisAllocation]:
+    """Register a frequency allocation under `name`, so `rope_parameters={"axis_allocation": name}` selects it.
+
+    The function gets `(num_pairs, axes, mrope_section)` and returns, for each pair, the index of the position axis
+    that rotates it, or -1 for a pair left unrotated. Re-registering a name needs `overwrite=True`.
     """
+
+    def decorator(allocation: AxisAllocation) -> AxisAllocation:
+        AXIS_ALLOCATIONS.register(name, allocation, overwrite=overwrite)
+        return allocation
+
+    return decorator
+
+
+def axis_of_pair(num_pairs: int, axes: int, allocation: str, mrope_section: list[int] | None = None) -> torch.Tensor:
+    """For each frequency pair, the index of the position axis that drives it (-1: not rotated)."""
     # Plain Python lists: this also runs under the meta device, where repeat_interleave cannot.
-    if allocation == "interleaved":
-        return torch.tensor([pair % axes for pair in range(num_pairs)])
-    if allocation == "sections":
-        return torch.tensor([axis for axis, size in enumerate(mrope_section) for _ in range(size)])
-    if allocation == "split":
-        return torch.tensor([pair // (num_pairs // axes) for pair in range(num_pairs)])
-    raise ValueError(f"Unknown axis_allocation {allocation!r}; choose one of {', '.join(AXIS_ALLOCATIONS)}.")
+    return torch.tensor(AXIS_ALLOCATIONS.get(allocation)(num_pairs, axes, mrope_section), dtype=torch.long)
+
+
+@register_axis_allocation("interleaved")
+def interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """θ0→axis 0, θ1→axis 1, ... (RoPE-Tie)."""
+    return [pair % axes for pair in range(num_pairs)]
+
+
+@register_axis_allocation("sections")
+def sections_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """Contiguous bands of `mrope_section` pairs per axis (Qwen2-VL / Qwen2.5-VL M-RoPE)."""
+    return [axis for axis, size in enumerate(mrope_section) for _ in range(size)]
+
+
+@register_axis_allocation("split")
+def split_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """Equal contiguous halves / thirds, each with its own full θ set (RoPE-2D for ViT)."""
+    return [pair // (num_pairs // axes) for pair in range(num_pairs)]
+
+
+def _strided(num_pairs: int, mrope_section: list[int], period: int, offsets: tuple[int, int]) -> list[int]:
+    """Axis 0 everywhere, then axis a on pairs offsets[a−1], +period, ... below period · mrope_section[a]."""
+    axis = [0] * num_pairs
+    for a, offset in enumerate(offsets, start=1):
+        for pair in range(offset, min(period * mrope_section[a], num_pairs), period):
+            axis[pair] = a
+    return axis
+
+
+@register_axis_allocation("mrope_interleaved")
+def mrope_interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """Qwen3-VL's interleaved M-RoPE (MRoPE-Interleave): T,H,W,T,H,W,...: pair 3m+1 reads h while m < section[1],
+    pair 3m+2 reads w while m < section[2], every other pair reads t."""
+    return _strided(num_pairs, mrope_section, 3, (1, 2))
+
+
+@register_axis_allocation("videorope")
+def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """VideoRoPE: h and w alternate on the high frequencies (pairs 1, 3, 5, ... < 2·section[1] read h; 2, 4, ...
+    < 2·section[2] read w), t takes pair 0 and the lowest frequencies (the last section[0] − 1 pairs)."""
+    return _strided(num_pairs, mrope_section, 2, (1, 2))
+
+
+@register_axis_allocation("hope")
+def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """HoPE: VideoRoPE's allocation with the temporal pairs left unrotated (NoPE)."""
+    return [-1 if axis == 0 else axis for axis in videorope_allocation(num_pairs, axes, mrope_section)]
+
+
+@register_axis_allocation("mmrope")
+def mmrope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """MM-RoPE (Lumos-1): meta components of 8 pairs T,T,H,W,H,W,H,W (2:3:3), repeated from the highest frequency."""
+    return [(0, 0, 1, 2, 1, 2, 1, 2)[pair % 8] for pair in range(num_pairs)]
 
 
 class RotaryEmbedding(nn.Module):
@@ -122,8 +184,9 @@ class RotaryEmbedding(nn.Module):
         self.axis_of_pair.copy_(axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section")))
 
     def pair_frequencies(self) -> torch.Tensor:
-        """One inverse frequency per rotated pair (head_dim // 2,), after the split allocation is applied."""
-        return self.inv_freq.repeat(self.split_axes)
+        """One inverse frequency per rotated pair (head_dim // 2,), after the split allocation is applied; 0 for a pair
+        the allocation leaves unrotated."""
+        return self.inv_freq.repeat(self.split_axes) * (self.axis_of_pair >= 0)
 
     def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
         """Angle of each pair: position on its axis × its frequency. (axes, b, s) -> (b, s, head_dim // 2)."""
@@ -132,7 +195,7 @@ class RotaryEmbedding(nn.Module):
         if self.axes == 1:
             return position_ids[0].to(dtype)[..., None] * freqs
         # Pick, for every pair, the position of the axis that drives it: (b, s, pairs).
-        positions = position_ids.to(dtype).permute(1, 2, 0)[..., self.axis_of_pair]
+        positions = position_ids.to(dtype).permute(1, 2, 0)[..., self.axis_of_pair.clamp(min=0)]
         return positions * freqs
 
     def normalize_position_ids(self, position_ids: torch.Tensor) -> torch.Tensor:
@@ -484,6 +547,7 @@ __all__ = [
     "QueryKeyRotation",
     "interleaved_to_half_permutation",
     "query_key_rotation",
+    "register_axis_allocation",
     "register_rotary_embedding",
     "registered_rotary_kinds",
     "rotary_embedding_class",

@@ -17,8 +17,8 @@ def test_declared_builtins_are_what_the_model_registers():
     """In a fresh process: other tests here register names of their own."""
     code = (
         "import roformer_ext\n"
-        "from roformer_ext.registries import POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS\n"
-        "for registry in (POSITION_ENCODINGS, ROTARY_KINDS, POSITION_SCHEMES):\n"
+        "from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS\n"
+        "for registry in (POSITION_ENCODINGS, ROTARY_KINDS, POSITION_SCHEMES, AXIS_ALLOCATIONS):\n"
         "    assert registry.registered() == tuple(sorted(registry.builtin)), (registry.field, registry.registered())\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
