@@ -54,6 +54,8 @@ _VISION_ARGS_DOC = r"""
             Video patches from `RoFormerExtImageProcessor`.
         video_grid_thw (`torch.LongTensor` of shape `(num_videos, 3)`, *optional*):
             (t, h, w) patch grid of each video.
+        second_per_grid_ts (`torch.Tensor` of shape `(num_videos,)`, *optional*):
+            Seconds between two temporal patches of each video, for time-aligned position schemes (`qwen2_5_vl`).
 """
 
 
@@ -144,6 +146,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         cache: Cache | None,
         image_grid_thw: torch.LongTensor | None,
         video_grid_thw: torch.LongTensor | None,
+        second_per_grid_ts: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Where every token sits, (axes, batch, seq): the caller's 3D positions, a prompt's layout, or decoding.
 
@@ -165,7 +168,9 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                     )
                 input_ids = torch.full((batch, seq), -1, device=inputs_embeds.device)  # -1: never a placeholder
             mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
-            positions, deltas = build_position_ids(input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d)
+            positions, deltas = build_position_ids(
+                input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d, second_per_grid_ts
+            )
             remember_position_deltas(cache, deltas)
             return positions
         if position_ids is None:
@@ -187,6 +192,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
+        second_per_grid_ts: torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -214,7 +220,14 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 "write the patch embeddings into the embeddings yourself."
             )
         position_ids = self.compute_position_ids(
-            input_ids, inputs_embeds, attention_mask, position_ids, cache, image_grid_thw, video_grid_thw
+            input_ids,
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            cache,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
         )
         return super().forward(
             inputs_embeds=inputs_embeds,
@@ -255,6 +268,7 @@ class VisionTextHeadMixin:
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
+        second_per_grid_ts: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
@@ -268,6 +282,7 @@ class VisionTextHeadMixin:
             "image_grid_thw": image_grid_thw,
             "pixel_values_videos": pixel_values_videos,
             "video_grid_thw": video_grid_thw,
+            "second_per_grid_ts": second_per_grid_ts,
         }
         return super().forward(
             input_ids=input_ids,
@@ -311,6 +326,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         image_grid_thw: torch.LongTensor | None = None,
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
+        second_per_grid_ts: torch.Tensor | None = None,
         cache: Cache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -335,6 +351,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
             image_grid_thw=image_grid_thw,
             pixel_values_videos=pixel_values_videos,
             video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
             labels=labels,
             cache=cache,
             use_cache=use_cache,

@@ -49,6 +49,8 @@ next text token.
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,11 +62,15 @@ from .registries import POSITION_SCHEMES
 
 @dataclass(frozen=True)
 class Segment:
-    """A maximal run of real tokens of one kind: "text", "image" or "video"; `grid` is (t, h, w) for vision."""
+    """A maximal run of real tokens of one kind: "text", "image" or "video"; `grid` is (t, h, w) for vision.
+
+    `seconds_per_grid` is a video's time between two temporal patches (Qwen2.5-VL's `second_per_grid_ts`), when known.
+    """
 
     kind: str
     length: int
     grid: tuple[int, int, int] | None = None
+    seconds_per_grid: float | None = None
 
 
 #: A scheme maps a sample's segments and the number of axes to (positions (axes, tokens), next text position).
@@ -72,10 +78,13 @@ PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
 
 
 def register_position_scheme(name: str, *, overwrite: bool = False) -> Callable[[PositionScheme], PositionScheme]:
-    """Register a scheme under `name`, so `rope_parameters={"position_scheme": name}` selects it.
+    """Register a scheme (a *position design*) under `name`, so `rope_parameters={"position_scheme": name}` selects it.
 
     The function gets `(segments, axes)` and returns float positions of shape (axes, sum of lengths) and the
-    position the next text token would get. It raises ValueError for a layout it cannot place.
+    position the next text token would get. It raises ValueError for a layout it cannot place. Its keyword-only
+    arguments are its knobs: each is read from `rope_parameters` under its own name when given there (e.g.
+    `def my_scheme(segments, axes, *, temporal_stride=1.0)`). Which frequency pair reads which axis is the
+    *frequency allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.rope.register_axis_allocation`).
     Re-registering a name needs `overwrite=True`, so a plug-in cannot silently replace a built-in.
     """
 
@@ -93,6 +102,19 @@ def registered_position_schemes() -> tuple[str, ...]:
 
 def get_position_scheme(name: str) -> PositionScheme:
     return POSITION_SCHEMES.get(name)
+
+
+def scheme_knobs(scheme: PositionScheme, rope_parameters: dict) -> dict[str, Any]:
+    """The values of `scheme`'s keyword-only arguments that `rope_parameters` sets."""
+    try:
+        parameters = inspect.signature(scheme).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature takes no knobs
+        return {}
+    return {
+        p.name: rope_parameters[p.name]
+        for p in parameters
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in rope_parameters
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -235,6 +257,200 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# The multimodal variants of the literature (position designs; each pairs with a frequency allocation in rope.py,
+# filled in by registries.POSITION_SCHEME_DEFAULTS when rope_parameters name the variant). All are 3-axis (t, h, w):
+# text is (n, n, n) and a vision segment starts at st = the position the next text token would have had.
+# ----------------------------------------------------------------------------------------------------------
+
+VisionBlock = Callable[[float, Segment], tuple[torch.Tensor, float]]
+
+
+def _place(segments: Sequence[Segment], axes: int, vision: VisionBlock) -> tuple[torch.Tensor, float]:
+    """Text 1D on every axis; each vision segment is `vision(st, segment)` -> (block (3, t·h·w), next text position)."""
+    blocks, next_pos = [], 0.0
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(next_pos, segment.length, axes))
+            next_pos += segment.length
+        else:
+            block, next_pos = vision(next_pos, segment)
+            blocks.append(block)
+    return _concat(blocks, axes), float(next_pos)
+
+
+def _need_three_axes(scheme: str, axes: int) -> None:
+    if axes != 3:
+        raise ValueError(
+            f"Position scheme {scheme!r} needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}; set "
+            "rope_parameters['axes'] = 3."
+        )
+
+
+def _positive(scheme: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"Position scheme {scheme!r}: rope_parameters[{name!r}] must be a positive number; got {value!r}."
+        )
+    return float(value)
+
+
+def _grid_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    frames, rows, cols = patch_indices(grid)
+    return frames.float(), rows.float(), cols.float()
+
+
+@register_position_scheme("qwen2_5_vl")
+def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: float = 2.0) -> tuple[torch.Tensor, float]:
+    """Qwen2.5-VL's M-RoPE with time-aligned temporal positions.
+
+    Frame k of a video is at temporal index floor(k · tokens_per_second · second_per_grid_t) (the video's
+    `second_per_grid_ts` entry, 1.0 when not given; images: k = 0): patch (k, i, j), 0-based, is
+    (st + floor(k·interval), st + i, st + j). Text after the segment continues at max(segment) + 1, as Qwen2.5-VL's
+    original `get_rope_index` (transformers 5.21-5.24 advance by max(h, w) only: they agree while the temporal extent
+    fits in max(h, w)).
+    """
+    _need_three_axes("qwen2_5_vl", axes)
+    tokens_per_second = _positive("qwen2_5_vl", "tokens_per_second", tokens_per_second)
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        frames, rows, cols = patch_indices(segment.grid)
+        if segment.kind == "video":
+            # float32 product, truncated as the reference's `.long()` does (positions here are never negative)
+            interval = torch.tensor(segment.seconds_per_grid or 1.0, dtype=torch.float32) * tokens_per_second
+            frames = (frames * interval).long()
+        block = st + torch.stack((frames, rows, cols)).float()
+        return block, float(block.max()) + 1
+
+    return _place(segments, axes, vision)
+
+
+@register_position_scheme("qwen3_vl")
+def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    """Qwen3-VL: every frame is placed as an image, one after another (Qwen3-VL separates frames by timestamp text;
+    here consecutive frames simply follow each other): frame k starts at st_k, patch (i, j) is (st_k, st_k + i,
+    st_k + j), st_{k+1} = st_k + max(h, w); text continues at the last st. Pair it with the "mrope_interleaved"
+    allocation (Qwen3-VL's interleaved M-RoPE), the default for this name."""
+    _need_three_axes("qwen3_vl", axes)
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        t, h, w = segment.grid
+        _, rows, cols = _grid_indices((1, h, w))
+        frames = []
+        for _ in range(t):
+            frames.append(torch.stack((torch.full_like(rows, st), st + rows, st + cols)))
+            st += max(h, w)
+        return torch.cat(frames, dim=1), st
+
+    return _place(segments, axes, vision)
+
+
+def _reset_block(st: float, grid: tuple[int, int, int], temporal_stride: float, spatial_reset: bool):
+    """(st + k·stride, [st +] i, [st +] j), next text at st + max((T−1)·stride, h−1, w−1) + 1."""
+    frames, rows, cols = _grid_indices(grid)
+    offset = 0.0 if spatial_reset else st
+    block = torch.stack((st + frames * temporal_stride, offset + rows, offset + cols))
+    t, h, w = grid
+    return block, st + max((t - 1) * temporal_stride, h - 1, w - 1) + 1
+
+
+@register_position_scheme("mrope_interleave")
+def mrope_interleave(
+    segments: Sequence[Segment], axes: int, *, spatial_reset: bool = True, temporal_stride: float = 1.0
+) -> tuple[torch.Tensor, float]:
+    """MRoPE-Interleave (Huang et al., ICLR 2026): patch (k, i, j), 0-based, is (st + k·temporal_stride, i, j) with
+    spatial reset (the h and w axes restart at 0 in every image), (st + k·s, st + i, st + j) without; the next text
+    token is at st + max((T−1)·s, h−1, w−1) + 1 either way. Allocation: "mrope_interleaved"."""
+    _need_three_axes("mrope_interleave", axes)
+    if not isinstance(spatial_reset, bool):
+        raise ValueError(f"rope_parameters['spatial_reset'] must be True or False; got {spatial_reset!r}.")
+    stride = _positive("mrope_interleave", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
+
+
+def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
+    """ILRoPE / OmniRoPE's reset visual layout: (st + k·temporal_stride, i, j), 0-based; next text at
+    st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "sections"."""
+    _need_three_axes("spatial_reset_layout", axes)
+    stride = _positive("spatial_reset_layout", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
+
+
+register_position_scheme("ilrope")(spatial_reset_layout)
+register_position_scheme("omnirope")(spatial_reset_layout)
+
+
+def _diagonal_video_block(st: float, grid: tuple[int, int, int], temporal_stride: float):
+    """VideoRoPE's diagonal layout: t = st + k·s, h = t + i − ⌊(h−1)/2⌋, w = t + j − ⌊(w−1)/2⌋; next at max(t) + 1."""
+    frames, rows, cols = _grid_indices(grid)
+    t, h, w = grid
+    temporal = st + frames * temporal_stride
+    block = torch.stack((temporal, temporal + rows - (h - 1) // 2, temporal + cols - (w - 1) // 2))
+    return block, st + (t - 1) * temporal_stride + 1
+
+
+@register_position_scheme("videorope")
+def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 2.0) -> tuple[torch.Tensor, float]:
+    """VideoRoPE (Wei et al., 2025): the diagonal layout (`_diagonal_video_block`) with temporal stride δ (default 2);
+    allocation "videorope" (temporal axis on the lowest frequencies, h and w interleaved on the rest)."""
+    _need_three_axes("videorope", axes)
+    stride = _positive("videorope", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
+
+
+@register_position_scheme("hope")
+def hope(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0) -> tuple[torch.Tensor, float]:
+    """HoPE (Li et al., 2025): VideoRoPE's diagonal layout with a temporal scaling factor (one value here; HoPE
+    draws it per video while training) and NoPE on the temporal frequencies (allocation "hope")."""
+    _need_three_axes("hope", axes)
+    stride = _positive("hope", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
+
+
+@register_position_scheme("v2pe")
+def v2pe(segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0) -> tuple[torch.Tensor, float]:
+    """V2PE (Ge et al., 2024): one flat sequence whose visual tokens advance by a smaller step. A vision segment of V
+    tokens after position p gets p + δ·(n + 1), n = 0…V−1, δ = visual_stride / V; the next text token is at
+    ⌈last visual position⌉ + 1. The same position on every axis (so any allocation is 1D RoPE)."""
+    stride = _positive("v2pe", "visual_stride", visual_stride)
+    blocks, last = [], -1.0
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(last + 1, segment.length, axes))
+            last += segment.length
+        else:
+            step = stride / segment.length
+            # first + n·step in float64, rounded to float32 once (as a float arange from last + step computes them)
+            values = ((last + step) + torch.arange(segment.length, dtype=torch.float64) * step).float()
+            blocks.append(values.expand(axes, -1))
+            last = float(math.ceil(values[-1].item()))
+    return _concat(blocks, axes), last + 1
+
+
+@register_position_scheme("mmrope")
+def mmrope(
+    segments: Sequence[Segment],
+    axes: int,
+    *,
+    temporal_stride: float = 1.0,
+    position_scale: Sequence[float] = (1.0, 1.0, 1.0),
+) -> tuple[torch.Tensor, float]:
+    """MM-RoPE (Lumos-1, Yuan et al., 2025): M-RoPE positions scaled per axis, (st + k·s·σ_t, st + i·σ_h,
+    st + j·σ_w), next text at max(segment) + 1; allocation "mmrope" (T,T,H,W,H,W,H,W repeated)."""
+    _need_three_axes("mmrope", axes)
+    stride = _positive("mmrope", "temporal_stride", temporal_stride)
+    if not isinstance(position_scale, (list, tuple)) or len(position_scale) != 3:
+        raise ValueError(f"rope_parameters['position_scale'] must be three positive numbers; got {position_scale!r}.")
+    scale = torch.tensor([_positive("mmrope", "position_scale", v) for v in position_scale], dtype=torch.float32)
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        frames, rows, cols = _grid_indices(segment.grid)
+        block = st + torch.stack((frames * stride, rows, cols)) * scale[:, None]
+        return block, float(block.max()) + 1
+
+    return _place(segments, axes, vision)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # From token ids to segments
 # ----------------------------------------------------------------------------------------------------------
 
@@ -273,6 +489,7 @@ def _split_segments(
     real: torch.Tensor,
     token_ids: tuple[int | None, int | None],
     grids: tuple[list | None, list | None],
+    video_seconds: list[float] | None = None,
 ) -> list[list[Segment]]:
     """Segments of every sample, with the grids assigned and every count checked.
 
@@ -305,7 +522,13 @@ def _split_segments(
                 "by another token."
             )
 
+    if video_seconds is not None and len(video_seconds) != len(grids[1] or []):
+        raise ValueError(
+            f"second_per_grid_ts has {len(video_seconds)} entries but video_grid_thw has {len(grids[1] or [])} rows; "
+            "give one time per video (seconds between two temporal patches)."
+        )
     iterators: list[Iterator | None] = [None] + [iter(grid) if grid is not None else None for grid in grids]
+    seconds = iter(video_seconds or [])
     samples = []
     for b, (run_kinds, lengths) in enumerate(runs):
         segments = []
@@ -316,7 +539,8 @@ def _split_segments(
                     f"Sample {b}: a {_KINDS[kind]} group has {length} placeholder tokens but its grid (t, h, w) = "
                     f"{grid} needs t*h*w = {grid[0] * grid[1] * grid[2]}."
                 )
-            segments.append(Segment(_KINDS[kind], length, grid))
+            time = next(seconds, None) if kind == 2 else None
+            segments.append(Segment(_KINDS[kind], length, grid, time))
         samples.append(segments)
     return samples
 
@@ -327,15 +551,18 @@ def build_position_ids(
     image_grid_thw: torch.Tensor | None = None,
     video_grid_thw: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
+    second_per_grid_ts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids (axes, batch, seq) float32 and deltas (batch, 1) float32 for `input_ids` (batch, seq).
 
-    `config` only needs `rope_parameters` ("position_scheme", "axes") and, for vision input,
-    `image_token_id` / `video_token_id`. See the module docstring for the schemes and the meaning of deltas.
-    Raises ValueError when the placeholders and the grids disagree or the scheme needs more axes.
+    `config` only needs `rope_parameters` ("position_scheme", "axes", the scheme's knobs) and, for vision input,
+    `image_token_id` / `video_token_id`. `second_per_grid_ts` (num_videos,): seconds between two temporal patches of
+    each video, read by time-aligned schemes (qwen2_5_vl). See the module docstring for the schemes and the meaning
+    of deltas. Raises ValueError when the placeholders and the grids disagree or the scheme needs more axes.
     """
     rope = getattr(config, "rope_parameters", None) or {}
     scheme = get_position_scheme(rope.get("position_scheme", "rope_1d"))
+    knobs = scheme_knobs(scheme, rope)
     axes = int(rope.get("axes", 1))
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (batch, seq); got {tuple(input_ids.shape)}.")
@@ -350,15 +577,16 @@ def build_position_ids(
     device = input_ids.device
     token_ids = (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
     grids = (_grid_rows(image_grid_thw, "image_grid_thw"), _grid_rows(video_grid_thw, "video_grid_thw"))
+    seconds = None if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts).flatten().tolist()
     input_ids, real = input_ids.cpu(), real.cpu()
 
     batch, seq = input_ids.shape
     placed: dict[tuple[Segment, ...], tuple[torch.Tensor, float]] = {}  # rows of one layout share their positions
     per_row, deltas = [], torch.zeros(batch, 1)
-    for b, segments in enumerate(_split_segments(input_ids, real, token_ids, grids)):
+    for b, segments in enumerate(_split_segments(input_ids, real, token_ids, grids, seconds)):
         layout = tuple(segments)
         if layout not in placed:
-            placed[layout] = scheme(segments, axes)
+            placed[layout] = scheme(segments, axes, **knobs)
         positions, next_pos = placed[layout]
         per_row.append(positions)
         deltas[b, 0] = next_pos - positions.shape[1]
@@ -444,4 +672,5 @@ __all__ = [
     "patch_indices",
     "register_position_scheme",
     "registered_position_schemes",
+    "scheme_knobs",
 ]
