@@ -1,0 +1,137 @@
+"""The distributed user path on this machine, 2 CPU processes (gloo) under torchrun: DDP, FSDP2 (transformers'
+FSDP plan: fully_shard per layer) and tensor-parallel inference of a converted checkpoint
+(examples/distributed/run_distributed.py) against one process, and per position encoding what tensor parallelism
+does (tp_encodings_worker.py). docs/distributed.md lists what is verified where.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtForSequenceClassification
+from roformer_ext.conversion.cli import main as convert
+from roformer_ext.conversion.pair_layout import convert_pair_layout
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "examples" / "distributed" / "run_distributed.py"
+WORKER = Path(__file__).resolve().parent / "tp_encodings_worker.py"
+FIXTURE = ROOT / "tests" / "fixtures" / "original_tf" / "roformer_v1"
+#: Tolerances: training losses of the sharded runs against one process (measured up to 1.9e-6 on 4 steps), and
+#: logits of tensor parallel against one process (partial sums added in another order; measured up to 1.3e-5 on
+#: logits of magnitude ~10 from the converted checkpoint).
+LOSS_ATOL = 1e-5
+LOGITS_ATOL = 1e-4
+
+pytestmark = [
+    pytest.mark.xdist_group("two_processes"),  # never beside another two-process run: 2 cores, gloo rendezvous
+    pytest.mark.skipif(torch.accelerator.is_available(), reason="the runs compare CPU processes (gloo)"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(*args: str | Path) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
+    result = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> Path:
+    """The bert4keras RoFormer v1 fixture converted (hidden 64, 4 heads, 2 layers, vocab 128)."""
+    out = tmp_path_factory.mktemp("converted") / "roformer_v1"
+    assert convert(["original", str(FIXTURE), str(out)]) == 0
+    return out
+
+
+def run_example(converted_folder: Path, out: Path, task: str, modes: str) -> dict:
+    result = torchrun(SCRIPT, "--model_name_or_path", converted_folder, "--task", task, "--modes", modes,
+                      "--output_dir", out, "--no_dropout")  # fmt: skip
+    report = json.loads((out / "results.json").read_text())
+    assert report["world_size"] == 2 and list(report["modes"]) == modes.split(",")
+    for mode in report["modes"]:
+        assert f"[{mode}] parameters held per process:" in result.stdout
+    return report
+
+
+def check_training(result: dict, share: float) -> None:
+    assert len(result["losses"]) == 4 and result["losses"] != result["losses"][:1] * 4  # it trained
+    assert result["max_abs_diff_to_single_process"] <= LOSS_ATOL, result
+    assert all(abs(s - share) <= 0.01 for s in result["local_share"]), result["local_share"]
+
+
+def check_tensor_parallel(result: dict) -> None:
+    assert result["max_abs_diff_to_single_process"] <= LOGITS_ATOL, result
+    assert result["reload_max_abs_diff"] <= LOGITS_ATOL and result["saved_weights_max_abs_diff"] == 0.0, result
+    # heads, intermediate and vocabulary split in two; norms, token types and the MLM transform stay whole
+    assert all(0.5 <= s <= 0.6 for s in result["local_share"]), result["local_share"]
+
+
+def test_mlm_ddp_fsdp2_and_tensor_parallel_match_one_process(converted, tmp_path):
+    """The converted masked LM in the half pair layout (its q/k rows reordered per head: a shard must not be)."""
+    model = RoFormerExtForMaskedLM.from_pretrained(converted)
+    half = tmp_path / "half"
+    convert_pair_layout(model, "half").save_pretrained(half)
+    report = run_example(half, tmp_path / "out", "mlm", "ddp,fsdp2,tp")
+    check_training(report["modes"]["ddp"], share=1.0)
+    check_training(report["modes"]["fsdp2"], share=0.5)
+    assert report["modes"]["fsdp2"]["reload_max_abs_diff"] == 0.0
+    check_tensor_parallel(report["modes"]["tp"])
+
+
+def test_classification_fsdp2_and_tensor_parallel_match_one_process(converted, tmp_path):
+    torch.manual_seed(0)
+    folder = tmp_path / "classifier"
+    RoFormerExtForSequenceClassification.from_pretrained(converted, num_labels=3).save_pretrained(folder)
+    report = run_example(folder, tmp_path / "out", "classification", "fsdp2,tp")
+    check_training(report["modes"]["fsdp2"], share=0.5)
+    assert report["modes"]["fsdp2"]["reload_max_abs_diff"] == 0.0
+    check_tensor_parallel(report["modes"]["tp"])
+
+
+ENCODINGS = {
+    "rope_half": dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "half"}),
+    "linear_attention": dict(attention_type="linear"),
+    "shaw": dict(position_encoding="shaw"),
+    "alibi": dict(position_encoding="alibi"),
+    "t5_bias": dict(position_encoding="t5_bias"),
+}
+
+
+def test_tensor_parallel_per_position_encoding(tmp_path):
+    """RoPE (half layout), linear attention and Shaw's table (shared by the heads) work on each process's heads;
+    ALiBi and T5 biases (one term per head) are refused with the fix named."""
+    folders = {}
+    for name, overrides in ENCODINGS.items():
+        torch.manual_seed(0)
+        config = RoFormerExtConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                   attn_implementation="sdpa", **overrides)  # fmt: skip
+        folders[name] = tmp_path / name
+        RoFormerExtForMaskedLM(config).save_pretrained(folders[name])
+    torchrun(WORKER, tmp_path / "results.json", *folders.values())
+    results = {name: json.loads((tmp_path / "results.json").read_text())[str(folders[name])] for name in folders}
+    for name in ("rope_half", "linear_attention", "shaw"):
+        assert results[name].get("max_abs_diff", 1.0) <= 1e-5, (name, results[name])
+    assert results["rope_half"]["kept_rows_filled"] is False
+    for name in ("alibi", "t5_bias"):
+        assert "adds one term per attention head" in results[name].get("error", ""), (name, results[name])
+        assert "holds 2 of the 4 heads (tensor parallel)" in results[name]["error"]

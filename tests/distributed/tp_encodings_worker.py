@@ -1,0 +1,48 @@
+"""Run by test_distributed_runs.py under `torchrun --nproc_per_node 2`: each folder given is loaded with transformers'
+tensor parallel (`DistributedConfig(tp_size=2)`) and one process's copy; rank 0 writes, per folder, the largest
+logit difference or the error the tensor-parallel forward raised, and whether the half layout's kept q/k rows were
+ever filled (they must not be: a shard is never reordered as if it were the whole weight).
+
+    torchrun --nproc_per_node 2 tp_encodings_worker.py RESULTS_JSON FOLDER...
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from transformers import DistributedConfig
+
+from roformer_ext import RoFormerExtForMaskedLM
+
+
+def check(folder: str) -> dict:
+    model = RoFormerExtForMaskedLM.from_pretrained(folder, distributed_config=DistributedConfig(tp_size=2)).eval()
+    reference = RoFormerExtForMaskedLM.from_pretrained(folder).eval()
+    # 2 x 48 rows, more than the q projection's 32 outputs: the half layout's pair-adjacent path is eligible
+    input_ids = torch.randint(5, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    result = {"local_heads": model.config.num_attention_heads // 2}
+    with torch.no_grad():
+        expected = reference(input_ids).logits
+        try:
+            result["max_abs_diff"] = (model(input_ids).logits - expected).abs().max().item()
+        except ValueError as err:
+            result["error"] = str(err)
+    rotations = [layer.attention.rotation for layer in model.roformer.layers]
+    result["kept_rows_filled"] = any(
+        getattr(r, "query_rows", None) and r.query_rows._rows is not None for r in rotations
+    )
+    return result
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    results = {folder: check(folder) for folder in sys.argv[2:]}
+    if dist.get_rank() == 0:
+        with open(sys.argv[1], "w") as f:
+            json.dump(results, f, indent=2)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
