@@ -215,3 +215,35 @@ def test_bench_packed_compile_writes_results(tmp_path):
     assert "torch.compile (per-sequence SDPA outside the graph)" in text and "Compile warm-up" in text
     result = json.loads((tmp_path / "bench_packed_compile.json").read_text())
     assert result["median_step_ms"]["eager"] > 0 and result["median_step_ms"]["compiled"] > 0
+
+
+def test_bench_before_after_equal_code_gives_equal_outputs(tmp_path):
+    """This checkout against a copy of itself: the same weights give bit-equal outputs in every case."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    result = run_script(
+        "bench_before_after.py",
+        *(
+            "--old-src",
+            str(src),
+            "--size",
+            "tiny",
+            "--seqs",
+            "16",
+            "--tokens",
+            "32",
+            "--reviews",
+            "3",
+            "--repeats",
+            "1",
+        ),
+        *("--layouts", "half", "--out", str(tmp_path)),
+    )
+    assert [(row["case"].split()[0], row["mode"]) for row in result["rows"]] == [
+        ("16", "inference"),
+        ("16", "training"),
+        ("packed", "inference"),
+        ("packed", "training"),
+    ]
+    assert all(row["max_diff"] == 0 and row["old_ms"] > 0 and row["new_ms"] > 0 for row in result["rows"])
+    assert json.loads((tmp_path / "bench_before_after.json").read_text())["rows"] == result["rows"]
+    assert "| half | 16 x 2 | inference |" in (tmp_path / "bench_before_after.md").read_text()
