@@ -119,15 +119,19 @@ def mrope_interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[
 
 @register_axis_allocation("videorope")
 def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
-    """VideoRoPE: h and w alternate on the high frequencies (pairs 1, 3, 5, ... < 2·section[1] read h; 2, 4, ...
-    < 2·section[2] read w), t takes pair 0 and the lowest frequencies (the last section[0] − 1 pairs)."""
-    return _strided(num_pairs, mrope_section, 2, (1, 2))
+    """VideoRoPE (official code, `apply_m_modify_multimodal_rotary_pos_emb`): the first section[1] + section[2] pairs
+    (high frequencies) alternate h, w, h, w, ...; the temporal axis takes the last section[0] pairs, the lowest
+    frequencies."""
+    spatial = num_pairs - mrope_section[0]
+    return [(1 if pair % 2 == 0 else 2) if pair < spatial else 0 for pair in range(num_pairs)]
 
 
 @register_axis_allocation("hope")
 def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
-    """HoPE: VideoRoPE's allocation with the temporal pairs left unrotated (NoPE)."""
-    return [-1 if axis == 0 else axis for axis in videorope_allocation(num_pairs, axes, mrope_section)]
+    """HoPE as the ICLR 2026 reference (Multimodal-RoPEs) implements it: its VideoRoPE allocation (pairs 1, 3, 5, ...
+    < 2·section[1] read h, pairs 2, 4, ... < 2·section[2] read w) with every other pair, the temporal ones (pair 0 and
+    the lowest frequencies), left unrotated (NoPE)."""
+    return [-1 if axis == 0 else axis for axis in _strided(num_pairs, mrope_section, 2, (1, 2))]
 
 
 @register_axis_allocation("mmrope")
