@@ -1,0 +1,171 @@
+"""The multimodal variants against fixtures from the authors' reference code: JJJYmmm/Multimodal-RoPEs (the ICLR 2026
+paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE's positions, VideoRoPE's positions, HoPE, V2PE,
+ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
+frequency allocation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
+
+Layout mapping. The reference lays tokens out as Qwen3-VL does: `<vision_start> image tokens <vision_end>` per image
+and `<timestamp> <vision_start> frame tokens <vision_end>` per video frame, its video_grid_thw holding one (t, h, w) row
+per video that it splits into t rows (1, h, w). Our placeholders are the same tokens (the markers and timestamps are
+text to us), so our video_grid_thw gets those t rows (1, h, w), one per frame group. Compared on every real token:
+positions exactly, deltas as ours = theirs + the row's padding (the reference subtracts the padded row length, we
+the real tokens: with left padding, generation continues at the same position either way). Padding positions differ
+by design (the reference writes 1, we 0) and are not compared. cos / sin: the reference's rotary module (half pair
+layout, head_dim 32) against our `RotaryEmbedding` with the variant's allocation, on the reference's positions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from roformer_ext import RoFormerExtVisionTextConfig
+from roformer_ext.positions import build_position_ids
+from roformer_ext.registries import AXIS_ALLOCATIONS
+from roformer_ext.rope import RotaryEmbedding, apply_rotary, register_axis_allocation
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "multimodal_rope"
+IMAGE, VIDEO = 90, 91
+
+#: fixture -> our rope_parameters (the variant's default allocation unless named)
+OURS = {
+    "mrope_interleave": {"position_scheme": "mrope_interleave", "mrope_section": [6, 5, 5], "spatial_reset": True},
+    "mrope_interleave_no_reset": {
+        "position_scheme": "mrope_interleave",
+        "mrope_section": [6, 5, 5],
+        "spatial_reset": False,
+    },
+    # The ICLR reference re-implements VideoRoPE's allocation with Qwen3-VL's slicing (pair 0 reads t, then h on odd
+    # and w on even pairs); the official code's (our "videorope") is checked below against the official repository.
+    "videorope": {
+        "position_scheme": "videorope",
+        "mrope_section": [4, 6, 6],
+        "temporal_stride": 2.0,
+        "axis_allocation": "videorope_multimodal_ropes",
+    },
+    "hope": {"position_scheme": "hope", "mrope_section": [4, 6, 6], "temporal_stride": 2.0},
+    "v2pe": {"position_scheme": "v2pe", "visual_stride": 16.0},
+    "v2pe_stride5": {"position_scheme": "v2pe", "visual_stride": 5.0},
+    "ilrope": {"position_scheme": "ilrope", "mrope_section": [6, 5, 5]},
+    "omnirope": {"position_scheme": "omnirope", "mrope_section": [4, 6, 6]},
+    "mmrope": {"position_scheme": "mmrope", "position_scale": [1.0, 2.0, 0.5]},
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def reference_videorope_allocation():
+    """The ICLR reference's VideoRoPE allocation, registered as a user would (`register_axis_allocation`): h on pairs
+    1, 3, ... < 2·section[1], w on 2, 4, ... < 2·section[2], t elsewhere."""
+
+    @register_axis_allocation("videorope_multimodal_ropes")
+    def allocation(num_pairs, axes, mrope_section):
+        axis = [0] * num_pairs
+        for a, offset in ((1, 1), (2, 2)):
+            for pair in range(offset, min(2 * mrope_section[a], num_pairs), 2):
+                axis[pair] = a
+        return axis
+
+    yield
+    AXIS_ALLOCATIONS.unregister("videorope_multimodal_ropes")
+
+
+def load(name: str) -> dict:
+    return torch.load(FIXTURES / f"{name}.pt", weights_only=True)
+
+
+def our_config(name: str) -> RoFormerExtVisionTextConfig:
+    return RoFormerExtVisionTextConfig(
+        hidden_size=128,
+        num_attention_heads=4,
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        rope_parameters={**OURS[name], "pair_layout": "half"},
+    )
+
+
+def frame_groups(video_grid_thw: torch.Tensor | None) -> torch.Tensor | None:
+    """The reference's split of (t, h, w) rows into t rows (1, h, w): one per frame group in the tokens."""
+    if video_grid_thw is None:
+        return None
+    frames = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
+    frames[:, 0] = 1
+    return frames
+
+
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_positions_and_deltas_match_the_reference(name):
+    fixture, config = load(name), our_config(name)
+    assert len(fixture["cases"]) == 40
+    for case, record in enumerate(fixture["cases"]):
+        mask = record["attention_mask"]
+        ours, deltas = build_position_ids(
+            record["input_ids"], config, record["image_grid_thw"], frame_groups(record["video_grid_thw"]), mask
+        )
+        real = mask.bool()
+        message = f"{name} case {case}: {record['layouts']}"
+        assert torch.equal(ours.permute(1, 0, 2)[real.unsqueeze(1).expand(-1, 3, -1)],
+                           record["position_ids"].float().permute(1, 0, 2)[real.unsqueeze(1).expand(-1, 3, -1)]), message  # fmt: skip
+        real_tokens = mask.sum(1, keepdim=True)
+        padding = (mask.shape[1] - real_tokens).float()
+        # Text-only batches take the reference's other branch, which writes 1 at padding before taking each row's
+        # maximum: a padded row of one real token then counts that 1 as its last position. Not compared there.
+        artefact = (record["image_grid_thw"] is None) & (record["video_grid_thw"] is None) & (real_tokens == 1)
+        artefact &= padding > 0
+        assert torch.equal(deltas[~artefact], (record["deltas"].float() + padding)[~artefact]), message
+
+
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_cos_sin_match_the_reference(name):
+    fixture, config = load(name), our_config(name)
+    rotary = RotaryEmbedding(config)
+    with_cos = [record for record in fixture["cases"] if "cos" in record]
+    assert len(with_cos) == 6
+    for record in with_cos:
+        real = record["attention_mask"].bool()
+        cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
+        torch.testing.assert_close(cos[real], record["cos"][real], atol=1e-6, rtol=0)
+        torch.testing.assert_close(sin[real], record["sin"][real], atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Official VideoRoPE: Qwen2-VL's layout, multi-frame videos in one group, so the temporal stride shows
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, stride", [("videorope_official", 2.0), ("videorope_official_scale05", 0.5)])
+def test_videorope_matches_the_official_code(name, stride):
+    """Same tokens on both sides (the vision markers are text to us; one group and one grid row per video). Positions
+    exactly, deltas as above; the allocation through the rotation: the official `apply_m_modify_multimodal_rotary_pos_emb`
+    on random queries / keys against ours with allocation "videorope" (half layout) on the same positions."""
+    fixture = load(name)
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=64,
+        num_attention_heads=2,
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "videorope", "mrope_section": [4, 6, 6], "temporal_stride": stride,
+                         "pair_layout": "half"},
+    )  # fmt: skip
+    assert config.rope_parameters["axis_allocation"] == "videorope"
+    rotary, frames_above_one, rotated = RotaryEmbedding(config), 0, 0
+    for case, record in enumerate(fixture["cases"]):
+        mask = record["attention_mask"]
+        real = mask.bool()
+        ours, deltas = build_position_ids(
+            record["input_ids"], config, record["image_grid_thw"], record["video_grid_thw"], mask
+        )
+        message = f"{name} case {case}: {record['layouts']}"
+        for b in range(mask.shape[0]):
+            assert torch.equal(ours[:, b, real[b]], record["position_ids"][:, b, real[b]].float()), message
+        padding = (mask.shape[1] - mask.sum(1, keepdim=True)).float()
+        assert torch.equal(deltas, record["deltas"].float() + padding), message
+        videos = record["video_grid_thw"]
+        frames_above_one += videos is not None and int(videos[:, 0].max()) > 1
+        if "query" in record:
+            cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
+            for x, expected in ((record["query"], record["rotated_query"]), (record["key"], record["rotated_key"])):
+                # both rotate with the fixture's positions, padding included
+                torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
+            rotated += 1
+    assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
