@@ -79,11 +79,12 @@ def accepts_old_cache_name(forward: Callable) -> Callable:
     return renamed
 
 
-def enable_activation_checkpointing(model, **kwargs) -> None:
+def enable_activation_checkpointing(model, checkpointing_kwargs: dict | None = None, **kwargs) -> None:
     """Turn on activation (gradient) checkpointing: `activation_checkpointing_enable` since transformers 5.23,
-    `gradient_checkpointing_enable` (its deprecated alias there) before."""
+    `gradient_checkpointing_enable` (its deprecated alias there) before. `checkpointing_kwargs` (torch's checkpoint
+    arguments, e.g. {"use_reentrant": False}) go positionally: the two names call that argument differently."""
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-    enable(**kwargs)
+    enable(checkpointing_kwargs, **kwargs)
 
 
 def merge_processor_kwargs(processor, tokenizer_init_kwargs: dict, kwargs: dict) -> dict[str, dict]:

@@ -71,6 +71,14 @@ class RoFormerExtConfig(PreTrainedConfig):
     "shaw" (relative key embeddings clipped at `max_relative_position`), "t5_bias" (T5's bucketed bias,
     `relative_attention_num_buckets`, `relative_attention_max_distance`), "alibi" (linear biases) and "none" (NoPE).
     E.g. `RoFormerExtConfig(position_encoding="alibi")`. The vision-text models need "rope".
+    The RoFormer paper's other alternatives, each with the fields its paper / transformers names:
+    "transformer_xl" (Transformer-XL / XLNet relative attention; `clamp_len` clamps distances when > 0, XLNet's -1:
+    never), "tupe" (untied positional encoding: `tupe_rel_pos` adds T5's bucketed bias with
+    `relative_attention_num_buckets` / `relative_attention_max_distance`, `tupe_cls_reset` unties the first token;
+    `max_position_embeddings` rows) and "deberta" (DeBERTa-v2 disentangled attention: `pos_att_type` a list or
+    "c2p|p2c" string of the terms, `position_buckets` log buckets (<= 0: none), `max_relative_positions` (<= 0:
+    max_position_embeddings), `share_att_key`, `norm_rel_ebd` "layer_norm" | "none"; defaults as DeBERTa-v3's
+    checkpoints).
     `sinusoidal_scale` multiplies the "sinusoidal" table (1.0: Vaswani's and DistilBERT's). Its rows have norm
     sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from scratch the table drowns the tokens
     after the embedding norm, so train from scratch with `initializer_range * 2 ** 0.5` (both start at one norm).
@@ -147,6 +155,14 @@ class RoFormerExtConfig(PreTrainedConfig):
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     sinusoidal_scale: float = 1.0
+    clamp_len: int = -1
+    tupe_rel_pos: bool = True
+    tupe_cls_reset: bool = True
+    position_buckets: int = 256
+    max_relative_positions: int = -1
+    pos_att_type: str | list[str] = "c2p|p2c"
+    share_att_key: bool = True
+    norm_rel_ebd: str = "layer_norm"
     is_decoder: bool = False
     add_cross_attention: bool = False
     decoder_attention: str = "causal"
@@ -166,6 +182,8 @@ class RoFormerExtConfig(PreTrainedConfig):
         if self.mlm_head_transform is None:
             self.mlm_head_transform = self.norm_type == "layer_norm"
         self.rope_parameters = self.rope_parameters or {}
+        if isinstance(self.pos_att_type, str):  # as DebertaV2Config: "c2p|p2c" -> ["c2p", "p2c"]
+            self.pos_att_type = [term.strip() for term in self.pos_att_type.lower().split("|")]
         super().__post_init__(**kwargs)
         self.validate_fields()
 
@@ -295,6 +313,7 @@ class RoFormerExtConfig(PreTrainedConfig):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}.")
         _check_positive_number("sinusoidal_scale", self.sinusoidal_scale, "1.0 is Vaswani's table")
+        self.validate_seed_encodings()
         if self.position_encoding == "t5_bias" and not (
             4 <= self.relative_attention_num_buckets
             and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
@@ -303,6 +322,58 @@ class RoFormerExtConfig(PreTrainedConfig):
                 "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than "
                 f"half the buckets (T5: 32 and 128); got {self.relative_attention_num_buckets} and "
                 f"{self.relative_attention_max_distance}."
+            )
+
+    def validate_seed_encodings(self) -> None:
+        """The fields of "transformer_xl", "tupe" and "deberta" (checked whichever encoding is selected, so a saved
+        config is valid for all of them)."""
+        for name in ("clamp_len", "position_buckets", "max_relative_positions"):
+            if not _is_int(getattr(self, name)):
+                raise TypeError(
+                    f"{name} must be an int (<= 0 turns it off); got {getattr(self, name)!r} "
+                    f"({type(getattr(self, name)).__name__})."
+                )
+        for name in ("tupe_rel_pos", "tupe_cls_reset", "share_att_key"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        _check_choice("norm_rel_ebd", self.norm_rel_ebd, ("layer_norm", "none"))
+        terms = self.pos_att_type
+        if isinstance(terms, str):
+            terms = [term.strip() for term in terms.lower().split("|")]
+        if (
+            not isinstance(terms, (list, tuple))
+            or not terms
+            or not set(terms) <= {"c2p", "p2c"}
+            or len(set(terms)) != len(terms)
+        ):
+            raise ValueError(
+                f"pos_att_type lists DeBERTa's position terms, 'c2p' and / or 'p2c' (e.g. ['c2p', 'p2c'] or "
+                f"'c2p|p2c'); got {self.pos_att_type!r}."
+            )
+        max_relative = self.max_relative_positions if self.max_relative_positions > 0 else self.max_position_embeddings
+        if (
+            self.position_encoding == "deberta"
+            and self.position_buckets > 0
+            and not (self.position_buckets >= 2 and max_relative - 1 > self.position_buckets // 2)
+        ):
+            raise ValueError(
+                f"deberta's log buckets need position_buckets >= 2 and max_relative_positions - 1 larger than half "
+                f"of them (DeBERTa-v3: 256 and 512); got position_buckets={self.position_buckets}, "
+                f"max_relative_positions={max_relative}. Raise max_relative_positions or set position_buckets=-1."
+            )
+        if (
+            self.position_encoding == "tupe"
+            and self.tupe_rel_pos
+            and not (
+                4 <= self.relative_attention_num_buckets
+                and self.relative_attention_num_buckets % 2 == 0
+                and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
+            )
+        ):
+            raise ValueError(
+                "tupe's relative bias (tupe_rel_pos=True) needs an even relative_attention_num_buckets >= 4 and "
+                "relative_attention_max_distance larger than half the buckets (TUPE: 32 and 128); got "
+                f"{self.relative_attention_num_buckets} and {self.relative_attention_max_distance}."
             )
 
 

@@ -48,6 +48,7 @@ from .position_encodings import (
     AlibiPositionEncoding,
     PositionEncoding,
     RelativeScores,
+    TransformerXLLayerParameters,
     add_scores_to_mask,
     position_encoding_class,
 )
@@ -195,8 +196,11 @@ class RoFormerExtAttention(AttentionProjections):
         self.rotary_value = config.rotary_value
         # How q and k (and v) are rotated, chosen once for the pair layout (convert_pair_layout chooses again).
         self.rotation = query_key_rotation(config)
-        # Shaw's relative key table: each layer its own (None for every other encoding).
-        self.relative_table = position_encoding_class(config.position_encoding).layer_table(config)
+        # A module of this layer's own for the encoding's score term (Shaw's key table, Transformer-XL's W_r, u, v), and
+        # the encoding's factor on q·k/√d (TUPE, DeBERTa); None and 1 for the others.
+        encoding = position_encoding_class(config.position_encoding)
+        self.relative_table = encoding.layer_table(config)
+        self.scaling *= encoding.content_scale(config)
 
     def forward(
         self,
@@ -230,7 +234,7 @@ class RoFormerExtAttention(AttentionProjections):
         if query.shape[1] != self.config.num_attention_heads:  # tensor parallel: this rank holds some of the heads
             check_terms_fit_local_heads(self.config, query.shape[1], attention_mask, relative_scores)
         if relative_scores is not None:
-            attention_mask, attention_function = self.with_relative_scores(query, attention_mask, relative_scores)
+            attention_mask, attention_function = self.with_relative_scores(query, key, attention_mask, relative_scores)
         return self.attend(query, key, value, attention_mask, attention_function, **kwargs)
 
     def rotated_query_key_value(
@@ -244,13 +248,17 @@ class RoFormerExtAttention(AttentionProjections):
         return query, key, value
 
     def with_relative_scores(
-        self, query: torch.Tensor, attention_mask: torch.Tensor | None, relative_scores: RelativeScores
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        relative_scores: RelativeScores,
     ) -> tuple[torch.Tensor | None, Callable | None]:
         """The mask and backend that add the relative term: a score_mod for flex, an additive bias otherwise."""
         if self.config._attn_implementation == "flex_attention":
-            score_mod = relative_scores.score_mod(query, self.relative_table)
+            score_mod = relative_scores.layer_term(self, query, key, per_score=True)
             return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
-        return add_scores_to_mask(attention_mask, relative_scores.dense(query, self.relative_table)), None
+        return add_scores_to_mask(attention_mask, relative_scores.layer_term(self, query, key, per_score=False)), None
 
 
 def check_terms_fit_local_heads(
@@ -260,12 +268,11 @@ def check_terms_fit_local_heads(
     relative_scores: RelativeScores | None,
 ) -> None:
     """Under tensor parallel each rank computes `local_heads` of the heads. RoPE, Shaw's table (shared by the heads)
-    and linear attention work per head; a term with one value per head (T5's buckets, ALiBi's slopes) would be read by
-    local head index, so rank 1 would use rank 0's heads' terms: refused."""
+    and linear attention work per head; a term with one value per head (T5's buckets, ALiBi's slopes, TUPE's) would be
+    read by local head index, so rank 1 would use rank 0's heads' terms, and Transformer-XL's and DeBERTa's position
+    parameters hold every head: refused (`RelativeScores.fits_local_heads`)."""
     per_head_bias = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] != 1
-    per_head_scores = (
-        relative_scores is not None and type(relative_scores).shared_bias is not RelativeScores.shared_bias
-    )
+    per_head_scores = relative_scores is not None and not relative_scores.fits_local_heads
     if per_head_bias or per_head_scores:
         raise ValueError(
             f"position_encoding={config.position_encoding!r} adds one term per attention head, but this process holds "
@@ -533,6 +540,9 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, AlibiPositionEncoding):
             module.reset_slopes()
+            return
+        if isinstance(module, TransformerXLLayerParameters):  # u and v (its W_r is a Linear, initialised below)
+            module.init_parameters(self.config.initializer_range)
             return
         if isinstance(module, RotaryEmbedding):
             # Ours, not the base class's: that one looks up transformers' registry, which lacks our kinds.

@@ -60,7 +60,7 @@ class Registry:
 POSITION_ENCODINGS = Registry(
     "position_encoding",
     "Register a new one with roformer_ext.register_position_encoding(name).",
-    ("alibi", "learned", "none", "rope", "shaw", "sinusoidal", "t5_bias"),
+    ("alibi", "deberta", "learned", "none", "rope", "shaw", "sinusoidal", "t5_bias", "transformer_xl", "tupe"),
 )
 ROTARY_KINDS = Registry(
     "rope_parameters['rope_type']",

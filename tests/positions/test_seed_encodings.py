@@ -1,0 +1,615 @@
+"""The RoFormer paper's other alternatives: Transformer-XL / XLNet, TUPE and DeBERTa, each exact against its own
+implementation on the same weights and inputs, and working wherever the other encodings do.
+
+References: transformers' `XLNetRelativeAttention.rel_attn_core` (with XLNet's own relative sinusoid and rel_shift)
+and `DisentangledSelfAttention` (DeBERTa-v2, with its `DebertaV2Encoder`'s relative embeddings and positions); TUPE
+has no transformers implementation: fixtures written by its authors' code (tests/fixtures/tupe, PROVENANCE.md), and
+the formula written plainly here for what that code cannot run (no [CLS] reset, a decoder). fp32, 1e-5.
+"""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file
+from torch import nn
+
+from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
+from roformer_ext.compat import enable_activation_checkpointing, output_cache
+from roformer_ext.modeling_roformer_ext import check_terms_fit_local_heads
+from roformer_ext.position_encodings import deberta_log_bucket, t5_relative_bucket, xlnet_relative_sinusoid
+
+SEED_ENCODINGS = ("transformer_xl", "tupe", "deberta")
+#: Each encoding and its other settings: TUPE-A (no relative bias) and without the [CLS] reset, DeBERTa with its own
+#: position projections, one term only, no buckets, XL with clamped distances.
+VARIANTS = {
+    "transformer_xl": {},
+    "transformer_xl_clamped": {"position_encoding": "transformer_xl", "clamp_len": 4},
+    "tupe": {},
+    "tupe_a_no_reset": {"position_encoding": "tupe", "tupe_rel_pos": False, "tupe_cls_reset": False},
+    "tupe_r_no_reset": {"position_encoding": "tupe", "tupe_cls_reset": False},
+    "tupe_a": {"position_encoding": "tupe", "tupe_rel_pos": False},
+    "deberta": {},
+    "deberta_separate_c2p": {"position_encoding": "deberta", "share_att_key": False, "pos_att_type": ["c2p"]},
+    "deberta_p2c_no_buckets": {
+        "position_encoding": "deberta",
+        "pos_att_type": "p2c",
+        "position_buckets": -1,
+        "max_relative_positions": 6,
+        "norm_rel_ebd": "none",
+    },
+}
+BACKENDS = ("eager", "sdpa", "flex_attention")
+#: flex compiles a kernel per score_mod and shape on CPU (seconds each): every variant on eager / sdpa, flex for the
+#: three encodings' defaults.
+CASES = [(variant, backend) for variant in VARIANTS for backend in ("eager", "sdpa")] + [
+    (encoding, "flex_attention") for encoding in SEED_ENCODINGS
+]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tupe"
+
+
+def config(variant: str = "deberta", **overrides) -> RoFormerExtConfig:
+    fields = dict(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        position_encoding=variant,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+        position_buckets=8,
+        max_relative_positions=20,
+    )
+    fields.update(VARIANTS.get(variant, {}))
+    return RoFormerExtConfig(**{**fields, **overrides})
+
+
+def randomize_position_parameters(model: nn.Module) -> None:
+    """Non-trivial position parameters (σ = 0.5), so a term that went missing or wrong would show."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "position_encoding" in name or "relative_table" in name:
+                parameter.normal_(0.0, 0.5)
+
+
+def model_for(variant: str, decoder: bool = False, implementation: str = "eager", **overrides):
+    torch.manual_seed(0)
+    cls = RoFormerExtForCausalLM if decoder else RoFormerExtForMaskedLM
+    model = cls(config(variant, is_decoder=decoder, **overrides)).eval()
+    randomize_position_parameters(model)
+    model.set_attn_implementation(implementation)
+    return model
+
+
+def layer0_attention(model, **inputs):
+    """Layer 0's input, attention probabilities, attention context (before the output projection) and the layer's
+    output after its attention norm."""
+    attention = model.roformer.layers[0].attention
+    captured = {}
+    hooks = [
+        attention.output.register_forward_pre_hook(lambda m, args: captured.setdefault("context", args[0])),
+        model.roformer.layers[0].attention_norm.register_forward_hook(
+            lambda m, args, out: captured.setdefault("normed", out)
+        ),
+    ]
+    with torch.no_grad():
+        out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    for hook in hooks:
+        hook.remove()
+    return out, captured
+
+
+# --- DeBERTa: exact against transformers' DisentangledSelfAttention --------------------------------------------------
+
+
+def deberta_v2_config(our_config: RoFormerExtConfig):
+    from transformers import DebertaV2Config
+
+    return DebertaV2Config(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        max_position_embeddings=our_config.max_position_embeddings,
+        relative_attention=True,
+        position_buckets=our_config.position_buckets,
+        max_relative_positions=our_config.max_relative_positions,
+        pos_att_type=list(our_config.pos_att_type),
+        share_att_key=our_config.share_att_key,
+        norm_rel_ebd=our_config.norm_rel_ebd,
+        layer_norm_eps=our_config.layer_norm_eps,
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # DeBERTa-v3's form: c2p + p2c, shared keys, log buckets, LayerNorm'd table
+        {"share_att_key": False},
+        {"pos_att_type": ["c2p"], "share_att_key": False, "norm_rel_ebd": "none"},
+        {"pos_att_type": "p2c"},
+        {"position_buckets": -1, "max_relative_positions": 6},  # plain distances, clamped to ±6
+        {"position_buckets": 16, "max_relative_positions": 40},  # 23 tokens: past the exact buckets
+    ],
+)
+def test_deberta_equals_transformers_disentangled_self_attention(overrides):
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Encoder, DisentangledSelfAttention
+
+    model = model_for("deberta", **overrides)
+    ours = model.roformer.layers[0].attention
+    encoding = model.roformer.position_encoding
+    theirs_config = deberta_v2_config(model.config)
+    theirs = DisentangledSelfAttention(theirs_config).eval()
+    encoder = DebertaV2Encoder(theirs_config).eval()  # holds the shared relative embeddings and builds the positions
+    with torch.no_grad():
+        for name in ("query", "key", "value"):
+            getattr(theirs, f"{name}_proj").load_state_dict(getattr(ours, name).state_dict())
+        for name in ("pos_key_proj", "pos_query_proj"):
+            if hasattr(theirs, name):
+                getattr(theirs, name).load_state_dict(getattr(ours.relative_table, name).state_dict())
+        encoder.rel_embeddings.load_state_dict(encoding.rel_embeddings.state_dict())
+        if encoding.norm is not None:
+            encoder.LayerNorm.load_state_dict(encoding.norm.state_dict())
+    ids = torch.randint(1, 97, (2, 23), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 23, dtype=torch.long)
+    mask[1, 17:] = 0
+    out, captured = layer0_attention(model, input_ids=ids, attention_mask=mask)
+    hidden = out.hidden_states[0]
+    with torch.no_grad():
+        context, probabilities = theirs(
+            hidden,
+            encoder.get_attention_mask(mask),
+            output_attentions=True,
+            relative_pos=encoder.get_rel_pos(hidden),
+            rel_embeddings=encoder.get_rel_embedding(),
+        )
+    keep = mask.bool()  # padded query rows have no defined output
+    torch.testing.assert_close(out.attentions[0][0], probabilities[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.attentions[0][1][:, keep[1]], probabilities[1][:, keep[1]], rtol=0, atol=1e-5)
+    torch.testing.assert_close(captured["context"][keep], context[keep], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("buckets, max_relative", [(8, 20), (256, 512), (16, 40), (2, 4)])
+def test_deberta_rows_equal_transformers_buckets_at_every_distance(buckets, max_relative):
+    """Our rows go through a lookup over distances clamped at ±max(span, max_relative_positions); transformers
+    buckets every distance. They agree far past the clamp."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    encoding = RoFormerExtModel(
+        config(position_buckets=buckets, max_relative_positions=max_relative, max_position_embeddings=4096)
+    ).position_encoding
+    positions = torch.arange(3 * max(buckets, max_relative))[None]
+    scores = encoding.relative_scores(positions, positions)
+    distance = positions[0, :, None] - positions[0, None, :]  # query − key
+    expected = (make_log_bucket_position(distance, buckets, max_relative).long() + buckets).clamp(0, 2 * buckets - 1)
+    torch.testing.assert_close(scores.rows[0], expected, rtol=0, atol=0)
+    unclamped = make_log_bucket_position(distance, buckets, max_relative).long()
+    torch.testing.assert_close(deberta_log_bucket(distance, buckets, max_relative), unclamped, rtol=0, atol=0)
+
+
+# --- Transformer-XL: exact against XLNet's relative attention core ---------------------------------------------------
+
+
+def xlnet_attention_from(model, clamp_len: int, attn_type: str):
+    """XLNet's relative attention and a tiny XLNet model (its relative sinusoid), with our layer 0's weights."""
+    from transformers import XLNetConfig, XLNetModel
+    from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention
+
+    xlnet_config = XLNetConfig(
+        vocab_size=97,
+        d_model=32,
+        n_layer=1,
+        n_head=4,
+        d_inner=64,
+        dropout=0.0,
+        clamp_len=clamp_len,
+        attn_type=attn_type,
+    )
+    theirs = XLNetRelativeAttention(xlnet_config).eval()
+    ours = model.roformer.layers[0].attention
+    with torch.no_grad():  # our (out, in) Linear weights as XLNet's (in, heads, head_dim) parameters
+        for name, linear in (("q", ours.query), ("k", ours.key), ("v", ours.value), ("r", ours.relative_table.r)):
+            getattr(theirs, name).copy_(linear.weight.T.reshape(32, 4, 8))
+        theirs.o.copy_(ours.output.weight.reshape(32, 4, 8))  # attn_out = einsum("ibnd,hnd->ibh", vec, o)
+        theirs.r_w_bias.copy_(ours.relative_table.r_w_bias)
+        theirs.r_r_bias.copy_(ours.relative_table.r_r_bias)
+        theirs.layer_norm.load_state_dict(model.roformer.layers[0].attention_norm.state_dict())
+    return theirs, XLNetModel(xlnet_config).eval()
+
+
+def xlnet_heads(theirs, states):
+    """XLNet's own einsums: (seq, batch, hidden) -> (seq, batch, heads, head_dim)."""
+    return {name: torch.einsum("ibh,hnd->ibnd", states, getattr(theirs, name)) for name in ("q", "k", "v")}
+
+
+@pytest.mark.parametrize("clamp_len", [-1, 5])
+def test_transformer_xl_equals_xlnet_rel_attn_core(clamp_len):
+    """Encoder (XLNet's bidirectional attn_type="bi"), one padded row: probabilities, the attention vector, and the
+    output after the output projection and the attention norm (XLNet's post_attention)."""
+    model = model_for("transformer_xl", clamp_len=clamp_len, use_bias=False)  # XLNet's q/k/v/o have no bias
+    theirs, xlnet = xlnet_attention_from(model, clamp_len, "bi")
+    ids = torch.randint(1, 97, (2, 13), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones(2, 13, dtype=torch.long)
+    mask[1, 9:] = 0
+    out, captured = layer0_attention(model, input_ids=ids, attention_mask=mask)
+    hidden = out.hidden_states[0].transpose(0, 1)  # (seq, batch, hidden), XLNet's layout
+    with torch.no_grad():
+        heads = xlnet_heads(theirs, hidden)
+        r = xlnet.relative_positional_encoding(13, 13, bsz=2)
+        k_head_r = torch.einsum("ibh,hnd->ibnd", r, theirs.r)
+        padding = (1 - mask).float().T[None, :, :, None].expand(13, 13, 2, 1)  # (i, j, batch, 1): 1 hides key j
+        vector, probabilities = theirs.rel_attn_core(
+            heads["q"], heads["k"], heads["v"], k_head_r, attn_mask=padding, output_attentions=True
+        )
+        output = theirs.post_attention(hidden, vector)
+    keep = mask.bool()
+    probabilities = probabilities.permute(2, 3, 0, 1)  # (i, j, b, n) -> (b, n, i, j)
+    torch.testing.assert_close(out.attentions[0][keep[:, None, :, None].expand(-1, 4, -1, 13)],
+                               probabilities[keep[:, None, :, None].expand(-1, 4, -1, 13)], rtol=0, atol=1e-5)  # fmt: skip
+    torch.testing.assert_close(captured["context"][keep], vector.transpose(0, 1).flatten(2)[keep], rtol=0, atol=1e-5)
+    torch.testing.assert_close(captured["normed"][keep], output.transpose(0, 1)[keep], rtol=0, atol=1e-5)
+
+
+def test_transformer_xl_cached_step_equals_xlnet_with_memory():
+    """A decoder's cached step (3 new tokens after 6) is XLNet's core with the 6 as memory (klen = mlen + qlen), its
+    unidirectional attn_type="uni" sinusoid, and a causal mask: same probabilities and attention vector."""
+    model = model_for("transformer_xl", decoder=True, use_bias=False)
+    theirs, xlnet = xlnet_attention_from(model, -1, "uni")
+    ids = torch.randint(1, 97, (2, 9), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        first = model(ids[:, :6], use_cache=True)
+    out, captured = layer0_attention(model, input_ids=ids[:, 6:], cache=output_cache(first))
+    with torch.no_grad():  # layer 0's input has no position in it: the memory is the first 6 tokens' embeddings
+        states = model.roformer.embeddings(ids).transpose(0, 1)  # (9, batch, hidden)
+        keys = xlnet_heads(theirs, states)
+        query = torch.einsum("ibh,hnd->ibnd", states[6:], theirs.q)
+        k_head_r = torch.einsum("ibh,hnd->ibnd", xlnet.relative_positional_encoding(3, 9, bsz=2), theirs.r)
+        future = (torch.arange(9)[None, :] > torch.arange(6, 9)[:, None]).float()  # key after the query
+        vector, probabilities = theirs.rel_attn_core(
+            query, keys["k"], keys["v"], k_head_r, attn_mask=future[:, :, None, None], output_attentions=True
+        )
+    torch.testing.assert_close(out.attentions[0], probabilities.permute(2, 3, 0, 1), rtol=0, atol=1e-5)
+    torch.testing.assert_close(captured["context"], vector.transpose(0, 1).flatten(2), rtol=0, atol=1e-5)
+
+
+def test_xlnet_sinusoid_equals_xlnets():
+    from transformers import XLNetConfig, XLNetModel
+
+    xlnet = XLNetModel(XLNetConfig(vocab_size=10, d_model=32, n_layer=1, n_head=4, d_inner=8, attn_type="bi"))
+    expected = xlnet.relative_positional_encoding(7, 7)[:, 0]  # distances 7, 6, ..., -6
+    torch.testing.assert_close(xlnet_relative_sinusoid(torch.arange(7, -7, -1), 32), expected, rtol=0, atol=0)
+
+
+# --- TUPE: against its authors' code (fixtures) and the formula --------------------------------------------------------
+
+
+def tupe_from_fixture(name: str, cls_reset: bool = True):
+    """Our encoder with the weights the authors' TransformerSentenceEncoder ran with (fixture), and the fixture."""
+    fixture = load_file(FIXTURES / f"{name}.safetensors")
+    weights = {key.removeprefix("weights."): value for key, value in fixture.items() if key.startswith("weights.")}
+    model = RoFormerExtModel(
+        config(
+            "tupe",
+            vocab_size=40,
+            max_position_embeddings=24,
+            layer_norm_eps=1e-5,
+            hidden_act="gelu",
+            tupe_rel_pos=name == "tupe_r",
+            tupe_cls_reset=cls_reset,
+            pooler_activation=None,
+        )
+    ).eval()
+    state = {
+        "embeddings.word_embeddings.weight": weights["embed_tokens.weight"],
+        "embeddings.token_type_embeddings.weight": torch.zeros(2, 32),
+        "embeddings.norm.weight": weights["emb_layer_norm.weight"],
+        "embeddings.norm.bias": weights["emb_layer_norm.bias"],
+        "position_encoding.position_embeddings.weight": weights["pos.weight"],
+        "position_encoding.norm.weight": weights["pos_ln.weight"],
+        "position_encoding.norm.bias": weights["pos_ln.bias"],
+    }
+    for ours, theirs in (("query", "pos_q_linear"), ("key", "pos_k_linear")):
+        for kind in ("weight", "bias"):
+            state[f"position_encoding.{ours}.{kind}"] = weights[f"{theirs}.{kind}"]
+    if name == "tupe_r":
+        state["position_encoding.relative_attention_bias.weight"] = weights["relative_attention_bias.weight"]
+    for i in range(2):
+        prefix = f"layers.{i}.self_attn."
+        for kind in ("weight", "bias"):
+            for part, chunk in zip(("query", "key", "value"), weights[f"{prefix}in_proj_{kind}"].chunk(3)):
+                state[f"layers.{i}.attention.{part}.{kind}"] = chunk
+            state[f"layers.{i}.attention.output.{kind}"] = weights[f"{prefix}out_proj.{kind}"]
+            for ours, theirs in (
+                ("attention_norm", "self_attn_layer_norm"),
+                ("feed_forward.intermediate", "fc1"),
+                ("feed_forward.output", "fc2"),
+                ("output_norm", "final_layer_norm"),
+            ):
+                state[f"layers.{i}.{ours}.{kind}"] = weights[f"layers.{i}.{theirs}.{kind}"]
+    model.load_state_dict(state, strict=True)
+    return model, fixture
+
+
+@pytest.mark.parametrize("name", ["tupe_r", "tupe_a"])
+def test_tupe_equals_the_authors_encoder(name):
+    """guolinke/TUPE's TransformerSentenceEncoder (TUPE-R: with the relative bias; TUPE-A: without; both with the
+    [CLS] reset, which that code always applies): the same position bias, and the same last hidden states on the
+    real tokens (the authors zero padded embeddings, we mask them: padded rows differ, keys are hidden in both)."""
+    model, fixture = tupe_from_fixture(name)
+    tokens = fixture["tokens"]
+    mask = (tokens != 0).long()
+    positions = torch.arange(tokens.shape[1])[None]
+    with torch.no_grad():
+        bias = model.position_encoding.relative_scores(positions, positions).shared_bias()[0]
+        hidden = model(input_ids=tokens, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(bias, fixture["self_attn_bias"], rtol=0, atol=1e-5)
+    keep = mask.bool()
+    torch.testing.assert_close(hidden[keep], fixture["last_hidden_state"][keep], rtol=0, atol=1e-5)
+
+
+def test_tupe_without_reset_is_the_untied_formula():
+    """No [CLS] reset (the authors' code always resets; the formula, written here): token n reads table row n + 1,
+    bias_ij = LN(p_{i+1}) U_q · LN(p_{j+1}) U_k / √(2d) + b[bucket(j − i)]; away from the first row and column it is
+    the authors' bias."""
+    model, fixture = tupe_from_fixture("tupe_r", cls_reset=False)
+    encoding = model.position_encoding
+    positions = torch.arange(19)[None]
+    with torch.no_grad():
+        bias = encoding.relative_scores(positions, positions).shared_bias()[0]
+        table = encoding.norm(encoding.position_embeddings.weight[1:20])
+        pq = encoding.query(table).view(19, 4, 8).transpose(0, 1) / math.sqrt(2 * 8)
+        pk = encoding.key(table).view(19, 4, 8).transpose(0, 1)
+        buckets = t5_relative_bucket(positions[0][None, :] - positions[0][:, None], True, 8, 20)
+        expected = pq @ pk.transpose(-1, -2) + encoding.relative_attention_bias.weight[buckets].permute(2, 0, 1)
+    torch.testing.assert_close(bias, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(bias[:, 1:, 1:], fixture["self_attn_bias"][:, 1:, 1:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("decoder", [False, True])
+@pytest.mark.parametrize("variant", ["tupe", "tupe_a_no_reset"])
+def test_tupe_attention_weights_follow_the_plain_formula(variant, decoder):
+    """Layer 0's eager probabilities = softmax(q·k/√(2d) + the TUPE bias written here [+ causal mask]), the reset
+    included (decoder: the first token's row and column read the spare bucket)."""
+    model = model_for(variant, decoder)
+    encoding = model.roformer.position_encoding
+    ids = torch.randint(1, 97, (2, 9))
+    out, _ = layer0_attention(model, input_ids=ids, use_cache=False)
+    attention = model.roformer.layers[0].attention
+    hidden = out.hidden_states[0]
+    q, k = (p(hidden).view(2, 9, 4, 8).transpose(1, 2) for p in (attention.query, attention.key))
+    with torch.no_grad():
+        rows = encoding.norm(encoding.position_embeddings.weight)  # row 0: the reset's; token n: row n + 1
+        pq = encoding.query(rows).view(-1, 4, 8).transpose(0, 1) / math.sqrt(16)
+        pk = encoding.key(rows).view(-1, 4, 8).transpose(0, 1)
+        term = torch.empty(4, 9, 9)
+        for i in range(9):
+            for j in range(9):
+                if encoding.cls_reset and i == 0:
+                    term[:, i, j] = (pq[:, 0] * pk[:, 0]).sum(-1)
+                elif encoding.cls_reset and j == 0:
+                    term[:, i, j] = (pq[:, 1] * pk[:, 1]).sum(-1)
+                else:
+                    term[:, i, j] = (pq[:, i + 1] * pk[:, j + 1]).sum(-1)
+                if encoding.rel_pos:
+                    bucket = int(t5_relative_bucket(torch.tensor(j - i), not decoder, 8, 20))
+                    if encoding.cls_reset and (i == 0 or j == 0):
+                        bucket = 4 if (i == 0 and not decoder) else 8
+                    term[:, i, j] += encoding.relative_attention_bias.weight[bucket]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(16) + term
+        if decoder:
+            scores = scores.masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(out.attentions[0], scores.softmax(-1), rtol=0, atol=1e-5)
+
+
+# --- everywhere the other encodings work ------------------------------------------------------------------------------
+
+
+def test_ten_encodings_are_selectable_by_name():
+    from roformer_ext import registered_position_encodings
+
+    assert set(SEED_ENCODINGS) <= set(registered_position_encodings())
+    assert len(set(registered_position_encodings()) & {"rope", "sinusoidal", "learned", "shaw", "t5_bias", "alibi",
+                                                       "none", *SEED_ENCODINGS}) == 10  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "variant, implementation, decoder",
+    [(v, backend, decoder) for v, backend in CASES if backend == "sdpa" for decoder in (False, True)]
+    + [(v, backend, False) for v, backend in CASES if backend == "flex_attention"],
+)
+def test_backends_agree_with_padding(variant, implementation, decoder):
+    ids = torch.randint(1, 97, (2, 13), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 13, dtype=torch.long)
+    mask[1, 9:] = 0
+    outputs = {}
+    for backend in ("eager", implementation):
+        with torch.no_grad():
+            outputs[backend] = model_for(variant, decoder, backend)(
+                input_ids=ids, attention_mask=mask, use_cache=False
+            ).logits
+    torch.testing.assert_close(outputs[implementation][0], outputs["eager"][0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(outputs[implementation][1, :9], outputs["eager"][1, :9], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "variant, implementation", [case for case in CASES if case[1] != "flex_attention"] + [("tupe", "flex_attention")]
+)
+def test_packed_rows_equal_each_sequence_alone(variant, implementation):
+    """Positions restart per sequence: relative distances and TUPE's absolute rows (and its [CLS] reset on each
+    sequence's first token) are each sequence's own."""
+    lengths = (5, 9, 3)
+    model = model_for(variant, implementation=implementation)
+    sequences = [torch.randint(1, 97, (n,), generator=torch.Generator().manual_seed(n)) for n in lengths]
+    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+    with torch.no_grad():
+        packed = model(input_ids=torch.cat(sequences)[None], position_ids=position_ids).logits[0]
+        start = 0
+        for sequence in sequences:
+            alone = model(input_ids=sequence[None]).logits[0]
+            torch.testing.assert_close(packed[start : start + len(sequence)], alone, rtol=0, atol=1e-5)
+            start += len(sequence)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_decoding_equals_recomputation_dynamic_and_static(variant):
+    model = model_for(variant, decoder=True)
+    prompt = torch.randint(1, 97, (2, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cached = model.generate(prompt, max_new_tokens=8, do_sample=False, use_cache=True, pad_token_id=0)
+        uncached = model.generate(prompt, max_new_tokens=8, do_sample=False, use_cache=False, pad_token_id=0)
+        static = model.generate(
+            prompt, max_new_tokens=8, do_sample=False, pad_token_id=0, cache_implementation="static"
+        )
+        full = model(cached, use_cache=False).logits[:, -1]
+        first = model(cached[:, :-3], use_cache=True)
+        step = model(cached[:, -3:], cache=output_cache(first)).logits[:, -1]
+    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
+    torch.testing.assert_close(static, cached, rtol=0, atol=0)
+    torch.testing.assert_close(step, full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant, implementation", CASES)
+def test_decoder_never_sees_later_tokens(variant, implementation):
+    model = model_for(variant, decoder=True, implementation=implementation)
+    ids = torch.randint(1, 97, (1, 12), generator=torch.Generator().manual_seed(4))
+    changed = ids.clone()
+    changed[0, 8:] = (changed[0, 8:] + 1) % 97
+    with torch.no_grad():
+        before, after = (model(input_ids=x, use_cache=False).logits for x in (ids, changed))
+    torch.testing.assert_close(after[:, :8], before[:, :8], rtol=0, atol=1e-6)
+    assert (after[:, 8:] - before[:, 8:]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("encoding", SEED_ENCODINGS)
+def test_save_and_reload_keeps_the_function(encoding, tmp_path):
+    model = model_for(encoding)
+    model.save_pretrained(tmp_path)
+    reloaded = RoFormerExtForMaskedLM.from_pretrained(tmp_path).eval()
+    reloaded.set_attn_implementation("eager")
+    assert reloaded.config.position_encoding == encoding
+    ids = torch.randint(1, 97, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_gradients_reach_every_position_parameter_and_checkpointing_keeps_them(variant):
+    """One training step (dropout off): every position parameter gets a gradient, and gradient checkpointing
+    (reentrant and not: the per-forward terms reach each layer as arguments) gives the same gradients."""
+    ids = torch.randint(1, 97, (2, 12), generator=torch.Generator().manual_seed(8))
+    gradients = []
+    for checkpointing in (None, {"use_reentrant": True}, {"use_reentrant": False}):
+        model = model_for(variant)
+        model.train()
+        if checkpointing is not None:
+            enable_activation_checkpointing(model, checkpointing)
+        model(input_ids=ids, labels=ids).loss.backward()
+        gradients.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    for name, _ in model.named_parameters():
+        if "position_encoding" in name or "relative_table" in name:
+            assert name in gradients[0] and gradients[0][name].abs().sum() > 0, name
+    for other in gradients[1:]:
+        assert other.keys() == gradients[0].keys()
+        for name in gradients[0]:
+            torch.testing.assert_close(other[name], gradients[0][name], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("encoding", ["transformer_xl", "deberta"])
+@settings(max_examples=5, deadline=None)
+@given(shift=st.integers(min_value=1, max_value=500))
+def test_relative_encodings_are_shift_invariant(encoding, shift):
+    model = model_for(encoding)
+    ids = torch.randint(1, 97, (1, 10), generator=torch.Generator().manual_seed(shift))
+    positions = torch.arange(10)[None]
+    with torch.no_grad():
+        base = model(input_ids=ids, position_ids=positions).logits
+        shifted = model(input_ids=ids, position_ids=positions + shift).logits
+    torch.testing.assert_close(shifted, base, rtol=0, atol=1e-5)
+
+
+def test_tupe_is_absolute_and_its_table_length_is_a_clear_error():
+    model = model_for("tupe")
+    ids = torch.randint(1, 97, (1, 10))
+    with torch.no_grad():
+        moved = model(input_ids=ids, position_ids=torch.arange(10)[None] + 7).logits
+        assert (moved - model(input_ids=ids).logits).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="max_position_embeddings = 64"):
+        model(input_ids=torch.randint(1, 97, (1, 65)))
+
+
+@pytest.mark.parametrize("encoding", SEED_ENCODINGS)
+def test_linear_flash_and_tensor_parallel_are_clear_errors(encoding):
+    with pytest.raises(ValueError, match="linear attention never forms"):
+        RoFormerExtModel(config(encoding, attention_type="linear"))
+    model = model_for(encoding)
+    model.config._attn_implementation = "flash_attention_2"  # what set_attn_implementation would do with a GPU
+    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
+        model(input_ids=torch.randint(1, 97, (1, 5)))
+    positions = torch.arange(5)[None]
+    scores = model.roformer.position_encoding.relative_scores(positions, positions)
+    with pytest.raises(ValueError, match="tensor parallel"):  # a rank holding 2 of the 4 heads
+        check_terms_fit_local_heads(model.config, 2, None, scores)
+
+
+def test_bad_fields_are_clear_errors():
+    with pytest.raises(ValueError, match="pos_att_type lists DeBERTa's position terms"):
+        config(pos_att_type=["c2p", "p2p"])
+    with pytest.raises(ValueError, match="pos_att_type"):
+        config(pos_att_type=[])
+    with pytest.raises(ValueError, match="deberta's log buckets need"):
+        config(position_buckets=64, max_relative_positions=20)
+    with pytest.raises(ValueError, match="norm_rel_ebd"):
+        config(norm_rel_ebd="batch_norm")
+    with pytest.raises(TypeError, match="share_att_key must be True or False"):
+        config(share_att_key=1)
+    with pytest.raises(TypeError, match="clamp_len must be an int"):
+        config("transformer_xl", clamp_len=2.5)
+    with pytest.raises(ValueError, match="needs an even relative_attention_num_buckets"):
+        config("tupe", relative_attention_num_buckets=9)
+    assert config(pos_att_type="P2C | c2p").pos_att_type == ["p2c", "c2p"]  # DeBERTa's string form
+
+
+def test_parameters_and_their_homes():
+    """XL: W_r, u, v in every layer; DeBERTa: one relative table for all layers (+ per-layer projections without
+    share_att_key); TUPE: one table, U_q, U_k and bias for all layers. Content scaled by 1/√(s·d)."""
+    xl = RoFormerExtModel(config("transformer_xl"))
+    keys = set(xl.state_dict())
+    assert {"layers.1.attention.relative_table.r.weight", "layers.1.attention.relative_table.r_w_bias"} <= keys
+    assert xl.layers[0].attention.scaling == 8**-0.5
+    deberta = RoFormerExtModel(config("deberta_separate_c2p"))
+    assert "position_encoding.rel_embeddings.weight" in deberta.state_dict()
+    assert "layers.0.attention.relative_table.pos_key_proj.weight" in deberta.state_dict()
+    assert not hasattr(deberta.layers[0].attention.relative_table, "pos_query_proj")
+    assert math.isclose(deberta.layers[0].attention.scaling, (8 * 2) ** -0.5)
+    assert RoFormerExtModel(config("deberta")).layers[0].attention.relative_table is None
+    tupe = RoFormerExtModel(config("tupe"))
+    assert tupe.position_encoding.position_embeddings.weight.shape == (65, 32)
+    assert tupe.position_encoding.relative_attention_bias.weight.shape == (9, 4)
+    assert math.isclose(tupe.layers[0].attention.scaling, (8 * 2) ** -0.5)
+
+
+@pytest.mark.parametrize("encoding", ["transformer_xl"])  # the three share the copied files; one fresh process
+def test_trust_remote_code_in_fresh_process(encoding, tmp_path):
+    from test_remote_code import run_isolated
+
+    model = model_for(encoding)
+    folder = tmp_path / "saved"
+    model.save_pretrained(folder)
+    inputs = dict(input_ids=torch.randint(1, 97, (2, 9)), attention_mask=torch.ones(2, 9, dtype=torch.long))
+    inputs["attention_mask"][1, 6:] = 0
+    torch.save(inputs, folder / "inputs.pt")
+    result = run_isolated(folder, "AutoModelForMaskedLM", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    torch.testing.assert_close(torch.load(folder / "remote_output.pt"), expected, atol=1e-6, rtol=0)
