@@ -4,6 +4,7 @@ FSDP plan: fully_shard per layer) and tensor-parallel inference of a converted c
 does (tp_encodings_worker.py). docs/distributed.md lists what is verified where.
 """
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -135,3 +136,15 @@ def test_tensor_parallel_per_position_encoding(tmp_path):
     for name in ("alibi", "t5_bias"):
         assert "adds one term per attention head" in results[name].get("error", ""), (name, results[name])
         assert "holds 2 of the 4 heads (tensor parallel)" in results[name]["error"]
+
+
+def test_fsdp2_refuses_tied_embeddings_that_do_not_divide():
+    """torch 2.13's FSDP2 trains tied word embeddings wrongly when the vocabulary does not divide by the processes
+    (measured in docs/distributed.md): the example refuses them with the fix."""
+    spec = importlib.util.spec_from_file_location("run_distributed", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(ValueError, match=r"resize_token_embeddings\(pad_to_multiple_of=2\)"):
+        script.check_fsdp_vocabulary(RoFormerExtConfig(vocab_size=99, tie_word_embeddings=True), 2)
+    script.check_fsdp_vocabulary(RoFormerExtConfig(vocab_size=100, tie_word_embeddings=True), 2)
+    script.check_fsdp_vocabulary(RoFormerExtConfig(vocab_size=99, tie_word_embeddings=False), 2)
