@@ -147,12 +147,14 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         image_grid_thw: torch.LongTensor | None,
         video_grid_thw: torch.LongTensor | None,
         second_per_grid_ts: torch.Tensor | None = None,
+        cu_seq_lens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Where every token sits, (axes, batch, seq): the caller's 3D positions, a prompt's layout, or decoding.
 
         A prompt (nothing cached) is laid out from its placeholders and grids, and its delta (next text position −
         real tokens) is kept on the cache; each later token continues at its index among real tokens (the 2D
-        `position_ids` that `generate` passes) + that delta.
+        `position_ids` that `generate` passes) + that delta. Packed rows (`cu_seq_lens`, the caller's `cu_seq_lens_q`)
+        lay out each sequence alone.
         """
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
@@ -169,7 +171,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 input_ids = torch.full((batch, seq), -1, device=inputs_embeds.device)  # -1: never a placeholder
             mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
             positions, deltas = build_position_ids(
-                input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d, second_per_grid_ts
+                input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d, second_per_grid_ts, cu_seq_lens
             )
             remember_position_deltas(cache, deltas)
             return positions
@@ -228,6 +230,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
+            kwargs.get("cu_seq_lens_q"),
         )
         return super().forward(
             inputs_embeds=inputs_embeds,

@@ -552,14 +552,23 @@ def build_position_ids(
     video_grid_thw: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
     second_per_grid_ts: torch.Tensor | None = None,
+    cu_seq_lens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids (axes, batch, seq) float32 and deltas (batch, 1) float32 for `input_ids` (batch, seq).
+
+    `cu_seq_lens` (packed rows, as transformers' `DataCollatorWithFlattening` gives `cu_seq_lens_q`: cumulative
+    sequence lengths over the rows end to end): every packed sequence is laid out on its own, as if it were alone
+    (positions restart with each); a row's delta is then that of its last sequence.
 
     `config` only needs `rope_parameters` ("position_scheme", "axes", the scheme's knobs) and, for vision input,
     `image_token_id` / `video_token_id`. `second_per_grid_ts` (num_videos,): seconds between two temporal patches of
     each video, read by time-aligned schemes (qwen2_5_vl). See the module docstring for the schemes and the meaning
     of deltas. Raises ValueError when the placeholders and the grids disagree or the scheme needs more axes.
     """
+    if cu_seq_lens is not None:
+        return _packed_position_ids(
+            input_ids, config, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, cu_seq_lens
+        )
     rope = getattr(config, "rope_parameters", None) or {}
     scheme = get_position_scheme(rope.get("position_scheme", "rope_1d"))
     knobs = scheme_knobs(scheme, rope)
@@ -593,6 +602,31 @@ def build_position_ids(
     position_ids = torch.zeros(batch, seq, axes)
     position_ids[real] = torch.cat(per_row, dim=1).to(position_ids.dtype).T  # real tokens in row-major order
     return position_ids.permute(2, 0, 1).contiguous().to(device), deltas.to(device)
+
+
+def _packed_position_ids(input_ids, config, image_grid_thw, video_grid_thw, attention_mask, seconds, cu_seq_lens):
+    """Each packed sequence laid out alone: the sequences become the rows of one right-padded batch (grids are
+    assigned in token order either way), and the positions go back to their places."""
+    batch, seq = input_ids.shape
+    bounds = torch.as_tensor(cu_seq_lens).cpu().long().flatten().tolist()
+    if bounds[0] != 0 or bounds[-1] != batch * seq or any(b <= a for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(
+            f"cu_seq_lens must rise from 0 to batch * seq = {batch * seq} (the packed sequences' cumulative lengths over "
+            f"the rows end to end); got {bounds}."
+        )
+    flat_ids = input_ids.reshape(-1)
+    flat_mask = torch.ones_like(flat_ids) if attention_mask is None else attention_mask.reshape(-1).to(flat_ids.dtype)
+    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+    longest = max(lengths)
+    rows = torch.zeros(len(lengths), longest, dtype=flat_ids.dtype, device=flat_ids.device)
+    masks = torch.zeros_like(rows)
+    for i, (start, length) in enumerate(zip(bounds, lengths)):
+        rows[i, :length], masks[i, :length] = flat_ids[start : start + length], flat_mask[start : start + length]
+    positions, deltas = build_position_ids(rows, config, image_grid_thw, video_grid_thw, masks, seconds)
+    flat = torch.cat([positions[:, i, :length] for i, length in enumerate(lengths)], dim=1)
+    # the sequence holding each row's last token: the first whose end reaches it
+    last = torch.searchsorted(torch.tensor(bounds[1:]), torch.arange(1, batch + 1) * seq)
+    return flat.reshape(positions.shape[0], batch, seq), deltas[last.to(deltas.device)]
 
 
 # ----------------------------------------------------------------------------------------------------------

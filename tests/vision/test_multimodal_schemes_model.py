@@ -1,0 +1,222 @@
+"""Every multimodal variant in the model: cached decoding equals recomputation, packed rows equal each sequence alone,
+left padding leaves real tokens unchanged, save / load and remote code (a fresh process without roformer_ext)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from roformer_ext import (
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+    RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextModel,
+)
+
+IMAGE, VIDEO = 97, 98
+SIZES = dict(
+    vocab_size=99,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    patch_size=2,
+    temporal_patch_size=2,
+    num_channels=3,
+    image_token_id=IMAGE,
+    video_token_id=VIDEO,
+)
+PATCH_DIM = 3 * 2 * 2 * 2
+SECTION = [4, 4, 4]  # head_dim 24 -> 12 frequency pairs
+# Each variant by name; its allocation (and axes) come with the name. Knobs away from their defaults where they exist.
+SCHEMES = {
+    "qwen2_5_vl": {"mrope_section": SECTION, "tokens_per_second": 4},
+    "qwen3_vl": {"mrope_section": SECTION},
+    "mrope_interleave": {"mrope_section": SECTION, "temporal_stride": 2.0},
+    "ilrope": {"mrope_section": SECTION},
+    "omnirope": {"mrope_section": SECTION},
+    "videorope": {"mrope_section": SECTION, "temporal_stride": 3.0},
+    "hope": {"mrope_section": SECTION, "temporal_stride": 0.5},
+    "v2pe": {"visual_stride": 4.0},
+    "mmrope": {"position_scale": [1.0, 2.0, 0.5]},
+}
+
+
+def config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
+    return RoFormerExtVisionTextConfig(
+        **{**SIZES, "rope_parameters": {"position_scheme": scheme, **SCHEMES[scheme]}, **overrides}
+    )
+
+
+def sample(generator: torch.Generator, image: tuple, video: tuple) -> dict:
+    """text, an image, text, a video, text: (ids, pixels, grids)."""
+    ids = torch.cat(
+        [
+            torch.randint(5, 90, (3,), generator=generator),
+            torch.full((image[0] * image[1] * image[2],), IMAGE),
+            torch.randint(5, 90, (2,), generator=generator),
+            torch.full((video[0] * video[1] * video[2],), VIDEO),
+            torch.randint(5, 90, (2,), generator=generator),
+        ]
+    )
+    return {
+        "ids": ids,
+        "pixels": torch.randn(image[0] * image[1] * image[2], PATCH_DIM, generator=generator),
+        "video_pixels": torch.randn(video[0] * video[1] * video[2], PATCH_DIM, generator=generator),
+        "image": image,
+        "video": video,
+    }
+
+
+def samples(seed: int = 0) -> list[dict]:
+    generator = torch.Generator().manual_seed(seed)
+    return [sample(generator, (1, 2, 3), (3, 2, 2)), sample(generator, (1, 3, 2), (2, 1, 2))]
+
+
+def batch_of(parts: list[dict], left_pad: list[int]) -> dict:
+    width = max(len(p["ids"]) + pad for p, pad in zip(parts, left_pad))
+    rows, masks = [], []
+    for part, pad in zip(parts, left_pad):
+        right = width - pad - len(part["ids"])
+        rows.append(torch.cat([torch.zeros(pad, dtype=torch.long), part["ids"], torch.zeros(right, dtype=torch.long)]))
+        masks.append(torch.tensor([0] * pad + [1] * len(part["ids"]) + [0] * right))
+    return {
+        "input_ids": torch.stack(rows),
+        "attention_mask": torch.stack(masks),
+        "pixel_values": torch.cat([p["pixels"] for p in parts]),
+        "image_grid_thw": torch.tensor([p["image"] for p in parts]),
+        "pixel_values_videos": torch.cat([p["video_pixels"] for p in parts]),
+        "video_grid_thw": torch.tensor([p["video"] for p in parts]),
+        "second_per_grid_ts": torch.tensor([0.5] * len(parts)),
+    }
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_config_names_the_variant_and_its_allocation(scheme):
+    rope = config(scheme).rope_parameters
+    assert rope["axes"] == 3 and rope["position_scheme"] == scheme
+    expected = {"qwen2_5_vl": "sections", "omnirope": "sections", "videorope": "videorope", "hope": "hope",
+                "mmrope": "mmrope", "v2pe": "interleaved"}.get(scheme, "mrope_interleaved")  # fmt: skip
+    assert rope["axis_allocation"] == expected
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_cached_decoding_equals_recomputation(scheme):
+    """Greedy generation after an image + video prompt (both rows left-padded, by different amounts): the cached run's
+    tokens and logits equal a run that recomputes the whole sequence at every step (in float64, where the two orders
+    of summation agree to ~1e-12; in float32 they differ by ~5e-5, as for mrope)."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(config(scheme)).double().eval()
+    parts = samples()
+    batch = batch_of(parts, [3, 3 + len(parts[0]["ids"]) - len(parts[1]["ids"])])
+    batch["pixel_values"], batch["pixel_values_videos"] = (
+        batch["pixel_values"].double(),
+        batch["pixel_values_videos"].double(),
+    )
+    kwargs = dict(
+        max_new_tokens=4, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
+        return_dict_in_generate=True, output_logits=True,
+    )  # fmt: skip
+    cached = model.generate(**batch, use_cache=True, **kwargs)
+    recomputed = model.generate(**batch, use_cache=False, **kwargs)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    for step_cached, step_recomputed in zip(cached.logits, recomputed.logits):
+        torch.testing.assert_close(step_cached, step_recomputed, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_left_padding_leaves_real_tokens_unchanged(scheme):
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextModel(config(scheme)).eval()
+    parts = samples()
+    with torch.no_grad():
+        padded = model(**batch_of(parts, [4, 0])).last_hidden_state[0, 4:]
+        alone = model(**batch_of(parts[:1], [0])).last_hidden_state[0]
+    torch.testing.assert_close(padded, alone, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa", "flex_attention"])
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_packed_row_equals_each_sequence_alone(scheme, attention):
+    """Two samples packed into one row (cu_seq_lens_q, as DataCollatorWithFlattening gives): each is laid out alone."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextModel(config(scheme, attn_implementation=attention)).eval()
+    parts = samples()
+    packed = batch_of(parts, [0, 0])
+    lengths = [len(p["ids"]) for p in parts]
+    packed["input_ids"] = torch.cat([p["ids"] for p in parts])[None]
+    packed["attention_mask"] = None
+    packed["cu_seq_lens_q"] = packed["cu_seq_lens_k"] = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32)
+    packed["max_length_q"] = packed["max_length_k"] = max(lengths)
+    with torch.no_grad():
+        row = model(**packed).last_hidden_state[0]
+        alone = [model(**batch_of([part], [0])).last_hidden_state[0] for part in parts]
+    torch.testing.assert_close(row, torch.cat(alone), atol=1e-5, rtol=0)
+
+
+REMOTE_LOADER = textwrap.dedent(
+    """
+    import sys
+    sys.modules["roformer_ext"] = None  # the package must not be importable here
+    import torch, transformers
+    for folder in sys.argv[1:]:
+        model = transformers.AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+        assert not type(model).__module__.startswith("roformer_ext"), type(model).__module__
+        inputs = torch.load(folder + "/inputs.pt")
+        with torch.no_grad():
+            torch.save(model(**inputs).logits, folder + "/remote_output.pt")
+    """
+)
+
+
+def test_save_load_and_remote_code_keep_every_variant(tmp_path):
+    """Each variant saved with its knobs, reloaded in this process and, in one fresh process where roformer_ext cannot
+    be imported, through trust_remote_code: the same logits."""
+    inputs, folders, expected = batch_of(samples(), [0, 3]), [], {}
+    for scheme in sorted(SCHEMES):
+        torch.manual_seed(0)
+        model = RoFormerExtVisionTextForMaskedLM(config(scheme)).eval()
+        folder = tmp_path / scheme
+        model.save_pretrained(folder)
+        torch.save(inputs, folder / "inputs.pt")
+        reloaded = RoFormerExtVisionTextForMaskedLM.from_pretrained(folder).eval()
+        assert reloaded.config.rope_parameters == model.config.rope_parameters
+        with torch.no_grad():
+            expected[scheme] = model(**inputs).logits
+            torch.testing.assert_close(reloaded(**inputs).logits, expected[scheme], atol=0, rtol=0)
+        folders.append(str(folder))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    result = subprocess.run([sys.executable, "-c", REMOTE_LOADER, *folders], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for scheme in sorted(SCHEMES):
+        remote = torch.load(tmp_path / scheme / "remote_output.pt")
+        torch.testing.assert_close(remote, expected[scheme], atol=1e-6, rtol=0)
+
+
+def test_packed_positions_restart_per_sequence():
+    """build_position_ids with cu_seq_lens: each sequence's positions are those it gets alone."""
+    from roformer_ext.positions import build_position_ids
+
+    parts, cfg = samples(), config("videorope")
+    packed_ids = torch.cat([p["ids"] for p in parts])[None]
+    lengths = [len(p["ids"]) for p in parts]
+    grids = dict(image_grid_thw=torch.tensor([p["image"] for p in parts]),
+                 video_grid_thw=torch.tensor([p["video"] for p in parts]))  # fmt: skip
+    packed, deltas = build_position_ids(
+        packed_ids, cfg, **grids, cu_seq_lens=torch.tensor([0, lengths[0], sum(lengths)])
+    )
+    first, _ = build_position_ids(parts[0]["ids"][None], cfg, grids["image_grid_thw"][:1], grids["video_grid_thw"][:1])
+    second, second_delta = build_position_ids(
+        parts[1]["ids"][None], cfg, grids["image_grid_thw"][1:], grids["video_grid_thw"][1:]
+    )
+    assert torch.equal(packed, torch.cat([first, second], dim=2))
+    assert torch.equal(deltas, second_delta)
+    with pytest.raises(ValueError, match="cu_seq_lens must rise from 0 to batch \\* seq"):
+        build_position_ids(packed_ids, cfg, **grids, cu_seq_lens=torch.tensor([0, 5]))
