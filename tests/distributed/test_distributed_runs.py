@@ -13,8 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_vision_models import (  # tests/vision (tests/conftest.py puts each test folder on the path)
+    mixed_batch,
+    vision_config,
+)
 
-from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtForSequenceClassification
+from roformer_ext import (
+    RoFormerExtConfig,
+    RoFormerExtForMaskedLM,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtVisionTextForMaskedLM,
+)
 from roformer_ext.conversion.cli import main as convert
 from roformer_ext.conversion.pair_layout import convert_pair_layout
 
@@ -118,8 +127,9 @@ ENCODINGS = {
 
 
 def test_tensor_parallel_per_position_encoding(tmp_path):
-    """RoPE (half layout), linear attention and Shaw's table (shared by the heads) work on each process's heads;
-    ALiBi and T5 biases (one term per head) are refused with the fix named."""
+    """RoPE (half layout), linear attention and Shaw's table (shared by the heads) work on each process's heads, and
+    so does the vision-text model on text, an image and a video (M-RoPE, RoPE-Tie); ALiBi and T5 biases (one term per
+    head) are refused with the fix named."""
     folders = {}
     for name, overrides in ENCODINGS.items():
         torch.manual_seed(0)
@@ -128,9 +138,14 @@ def test_tensor_parallel_per_position_encoding(tmp_path):
                                    attn_implementation="sdpa", **overrides)  # fmt: skip
         folders[name] = tmp_path / name
         RoFormerExtForMaskedLM(config).save_pretrained(folders[name])
+    for scheme in ("mrope", "rope_tie"):  # the vision-text family: its configuration inherits the plans
+        torch.manual_seed(0)
+        folders[f"vision_{scheme}"] = tmp_path / f"vision_{scheme}"
+        RoFormerExtVisionTextForMaskedLM(vision_config(scheme)).save_pretrained(folders[f"vision_{scheme}"])
+        torch.save(mixed_batch(), folders[f"vision_{scheme}"] / "inputs.pt")  # text, an image, text, a video, text
     torchrun(WORKER, tmp_path / "results.json", *folders.values())
     results = {name: json.loads((tmp_path / "results.json").read_text())[str(folders[name])] for name in folders}
-    for name in ("rope_half", "linear_attention", "shaw"):
+    for name in ("rope_half", "linear_attention", "shaw", "vision_mrope", "vision_rope_tie"):
         assert results[name].get("max_abs_diff", 1.0) <= 1e-5, (name, results[name])
     assert results["rope_half"]["kept_rows_filled"] is False
     for name in ("alibi", "t5_bias"):

@@ -8,24 +8,30 @@ ever filled (they must not be: a shard is never reordered as if it were the whol
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from transformers import DistributedConfig
+from transformers import AutoConfig, DistributedConfig
 
-from roformer_ext import RoFormerExtForMaskedLM
+from roformer_ext import RoFormerExtForMaskedLM, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForMaskedLM
 
 
 def check(folder: str) -> dict:
-    model = RoFormerExtForMaskedLM.from_pretrained(folder, distributed_config=DistributedConfig(tp_size=2)).eval()
-    reference = RoFormerExtForMaskedLM.from_pretrained(folder).eval()
-    # 2 x 48 rows, more than the q projection's 32 outputs: the half layout's pair-adjacent path is eligible
-    input_ids = torch.randint(5, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    vision = isinstance(AutoConfig.from_pretrained(folder), RoFormerExtVisionTextConfig)
+    cls = RoFormerExtVisionTextForMaskedLM if vision else RoFormerExtForMaskedLM
+    model = cls.from_pretrained(folder, distributed_config=DistributedConfig(tp_size=2)).eval()
+    reference = cls.from_pretrained(folder).eval()
+    if (Path(folder) / "inputs.pt").is_file():  # a vision-text batch the test wrote
+        inputs = torch.load(Path(folder) / "inputs.pt")
+    else:  # 2 x 48 rows, more than the q projection's 32 outputs: the half layout's pair-adjacent path is eligible
+        generator = torch.Generator().manual_seed(0)
+        inputs = {"input_ids": torch.randint(5, model.config.vocab_size, (2, 48), generator=generator)}
     result = {"local_heads": model.config.num_attention_heads // 2}
     with torch.no_grad():
-        expected = reference(input_ids).logits
+        expected = reference(**inputs).logits
         try:
-            result["max_abs_diff"] = (model(input_ids).logits - expected).abs().max().item()
+            result["max_abs_diff"] = (model(**inputs).logits - expected).abs().max().item()
         except ValueError as err:
             result["error"] = str(err)
     rotations = [layer.attention.rotation for layer in model.roformer.layers]
