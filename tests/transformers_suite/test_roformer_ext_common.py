@@ -369,6 +369,11 @@ def _position_encoding_test(name: str) -> type:
 RoFormerExtLearnedModelTest = _position_encoding_test("learned")
 RoFormerExtT5BiasModelTest = _position_encoding_test("t5_bias")
 RoFormerExtShawModelTest = _position_encoding_test("shaw")
+# The RoFormer paper's other alternatives: per-layer W_r, u, v (Transformer-XL), a shared untied table (TUPE), a shared
+# relative table projected by each layer (DeBERTa).
+RoFormerExtTransformerXLModelTest = _position_encoding_test("transformer_xl")
+RoFormerExtTupeModelTest = _position_encoding_test("tupe")
+RoFormerExtDebertaModelTest = _position_encoding_test("deberta")
 
 
 class HalfPairLayoutModelTester(RoFormerExtModelTester):
