@@ -13,6 +13,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from .compat import CACHE
 from .registries import (
     AXIS_ALLOCATIONS,
+    HEADWISE_ALLOCATIONS,
     PAIR_LAYOUTS,
     POSITION_ENCODINGS,
     POSITION_SCHEME_DEFAULTS,
@@ -279,7 +280,20 @@ class RoFormerExtConfig(PreTrainedConfig):
         allocation, section = rope["axis_allocation"], rope.get("mrope_section")
         if section is not None:
             _check_mrope_section(section)
-        if allocation in SECTIONED_ALLOCATIONS:
+        if allocation in HEADWISE_ALLOCATIONS:
+            heads = self.num_attention_heads
+            if section is None or len(section) != axes or sum(section) > heads:
+                raise ValueError(
+                    f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries, the "
+                    f"attention heads per axis, summing to at most num_attention_heads = {heads} (MHRoPE's [2, 3, 3] "
+                    f"for 8 heads); got {section}."
+                )
+            if self.attention_type == "linear":
+                raise ValueError(
+                    f"axis_allocation {allocation!r} rotates each head by its own axis, which linear attention does not "
+                    "support; use attention_type='softmax' or another allocation."
+                )
+        elif allocation in SECTIONED_ALLOCATIONS:
             if section is None:
                 raise ValueError(
                     f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries "

@@ -71,7 +71,7 @@ POSITION_SCHEMES = Registry(
     "rope_parameters['position_scheme']",
     "Register a new one with roformer_ext.positions.register_position_scheme(name).",
     (
-        "hope", "ilrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl", "qwen3_vl",
+        "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl", "qwen3_vl",
         "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope",
     ),
 )  # fmt: skip
@@ -79,10 +79,12 @@ POSITION_SCHEMES = Registry(
 AXIS_ALLOCATIONS = Registry(
     "rope_parameters['axis_allocation']",
     "Register a new one with roformer_ext.rope.register_axis_allocation(name).",
-    ("hope", "interleaved", "mmrope", "mrope_interleaved", "sections", "split", "videorope"),
+    ("headwise", "hope", "interleaved", "mmrope", "mrope_interleaved", "sections", "split", "videorope"),
 )
 #: Allocations that read rope_parameters['mrope_section'] (frequency pairs per axis, summing to head_dim // 2).
 SECTIONED_ALLOCATIONS = ("hope", "mrope_interleaved", "sections", "videorope")
+#: Allocations whose rope_parameters['mrope_section'] counts attention heads per axis (at most num_attention_heads).
+HEADWISE_ALLOCATIONS = ("headwise",)
 
 #: A multimodal variant is a position design (the function registered under its name in positions.py) plus a frequency
 #: allocation: naming the variant in rope_parameters fills in what it needs, unless the user gave it.
@@ -90,6 +92,7 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2_5_vl": {"axes": 3, "axis_allocation": "sections"},
     "qwen3_vl": {"axes": 3, "axis_allocation": "mrope_interleaved"},
     "mrope_interleave": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "mhrope": {"axes": 3, "axis_allocation": "headwise"},
     "ilrope": {"axes": 3, "axis_allocation": "mrope_interleaved"},
     "omnirope": {"axes": 3, "axis_allocation": "sections"},
     "videorope": {"axes": 3, "axis_allocation": "videorope"},
@@ -107,6 +110,7 @@ POSITION_SCHEME_KEYS = {
 
 __all__ = [
     "AXIS_ALLOCATIONS",
+    "HEADWISE_ALLOCATIONS",
     "PAIR_LAYOUTS",
     "POSITION_ENCODINGS",
     "POSITION_SCHEMES",

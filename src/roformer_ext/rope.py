@@ -63,24 +63,40 @@ class _HeadDimView:
 AxisAllocation = Callable[[int, int, "list[int] | None"], list[int]]
 
 
-def register_axis_allocation(name: str, *, overwrite: bool = False) -> Callable[[AxisAllocation], AxisAllocation]:
+def register_axis_allocation(
+    name: str, *, overwrite: bool = False, headwise: bool = False
+) -> Callable[[AxisAllocation], AxisAllocation]:
     """Register a frequency allocation under `name`, so `rope_parameters={"axis_allocation": name}` selects it.
 
     The function gets `(num_pairs, axes, mrope_section)` and returns, for each pair, the index of the position axis
-    that rotates it, or -1 for a pair left unrotated. Re-registering a name needs `overwrite=True`.
+    that rotates it, or -1 for a pair left unrotated. A `headwise` allocation also gets `num_heads` and returns one
+    such list per attention head (cos / sin then carry a heads axis: (batch, heads, seq, head_dim)).
+    Re-registering a name needs `overwrite=True`.
     """
 
     def decorator(allocation: AxisAllocation) -> AxisAllocation:
+        allocation.headwise = headwise
         AXIS_ALLOCATIONS.register(name, allocation, overwrite=overwrite)
         return allocation
 
     return decorator
 
 
-def axis_of_pair(num_pairs: int, axes: int, allocation: str, mrope_section: list[int] | None = None) -> torch.Tensor:
-    """For each frequency pair, the index of the position axis that drives it (-1: not rotated)."""
+def is_headwise(allocation: str) -> bool:
+    """Whether the allocation gives each attention head its own axes (cos / sin (batch, heads, seq, head_dim))."""
+    return getattr(AXIS_ALLOCATIONS.get(allocation), "headwise", False)
+
+
+def axis_of_pair(
+    num_pairs: int, axes: int, allocation: str, mrope_section: list[int] | None = None, num_heads: int | None = None
+) -> torch.Tensor:
+    """For each frequency pair (and each head, for a head-wise allocation), the position axis that drives it (-1: not
+    rotated): (num_pairs,) or (num_heads, num_pairs)."""
+    entry = AXIS_ALLOCATIONS.get(allocation)
     # Plain Python lists: this also runs under the meta device, where repeat_interleave cannot.
-    return torch.tensor(AXIS_ALLOCATIONS.get(allocation)(num_pairs, axes, mrope_section), dtype=torch.long)
+    if getattr(entry, "headwise", False):
+        return torch.tensor(entry(num_pairs, axes, mrope_section, num_heads), dtype=torch.long)
+    return torch.tensor(entry(num_pairs, axes, mrope_section), dtype=torch.long)
 
 
 @register_axis_allocation("interleaved")
@@ -134,6 +150,15 @@ def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) 
     return [-1 if axis == 0 else axis for axis in _strided(num_pairs, mrope_section, 2, (1, 2))]
 
 
+@register_axis_allocation("headwise", headwise=True)
+def headwise_allocation(num_pairs: int, axes: int, mrope_section: list[int], num_heads: int) -> list[list[int]]:
+    """MHRoPE (Huang et al., ICLR 2026): `mrope_section` counts heads per axis: the first section[0] heads rotate every
+    pair with t, the next section[1] with h, the next section[2] with w; heads left over are not rotated (NoPE)."""
+    per_head = [axis for axis, count in enumerate(mrope_section) for _ in range(count)]
+    per_head += [-1] * (num_heads - len(per_head))
+    return [[axis] * num_pairs for axis in per_head]
+
+
 @register_axis_allocation("mmrope")
 def mmrope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """MM-RoPE (Lumos-1): meta components of 8 pairs T,T,H,W,H,W,H,W (2:3:3), repeated from the highest frequency."""
@@ -161,7 +186,8 @@ class RotaryEmbedding(nn.Module):
         inv_freq, self.attention_scaling = self.compute_inv_freq(self.config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
-        axis = axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section"))
+        self.num_heads: int = config.num_attention_heads
+        axis = axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section"), self.num_heads)
         self.register_buffer("axis_of_pair", axis, persistent=False)
 
     @property
@@ -185,21 +211,26 @@ class RotaryEmbedding(nn.Module):
         self.original_inv_freq.copy_(inv_freq)
         rope = self.config.rope_parameters
         allocation = rope.get("axis_allocation", "interleaved")
-        self.axis_of_pair.copy_(axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section")))
+        self.axis_of_pair.copy_(
+            axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section"), self.num_heads)
+        )
 
     def pair_frequencies(self) -> torch.Tensor:
         """One inverse frequency per rotated pair (head_dim // 2,), after the split allocation is applied; 0 for a pair
-        the allocation leaves unrotated."""
+        the allocation leaves unrotated. (heads, head_dim // 2) for a head-wise allocation."""
         return self.inv_freq.repeat(self.split_axes) * (self.axis_of_pair >= 0)
 
     def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """Angle of each pair: position on its axis × its frequency. (axes, b, s) -> (b, s, head_dim // 2)."""
+        """Angle of each pair: position on its axis × its frequency. (axes, b, s) -> (b, s, head_dim // 2), or
+        (b, heads, s, head_dim // 2) for a head-wise allocation."""
         dtype = torch.float64 if position_ids.dtype == torch.float64 else torch.float32  # fp64 only if asked
         freqs = self.pair_frequencies().to(dtype)
         if self.axes == 1:
             return position_ids[0].to(dtype)[..., None] * freqs
-        # Pick, for every pair, the position of the axis that drives it: (b, s, pairs).
+        # Pick, for every pair, the position of the axis that drives it: (b, s, pairs) or (b, s, heads, pairs).
         positions = position_ids.to(dtype).permute(1, 2, 0)[..., self.axis_of_pair.clamp(min=0)]
+        if self.axis_of_pair.dim() == 2:
+            return (positions * freqs).transpose(1, 2)
         return positions * freqs
 
     def normalize_position_ids(self, position_ids: torch.Tensor) -> torch.Tensor:
@@ -429,9 +460,28 @@ class FusedHalfPairRotation(HalfPairRotation):
         return fused_half_rotate_query_key(query, key, cos, sin)
 
 
+class HeadwiseRotation(QueryKeyRotation):
+    """Rotation for a head-wise allocation (MHRoPE): cos / sin are (batch, heads, seq, head_dim), each head its own
+    angles, applied by the formula in the layout's own dim order (scores only need q and k in the same order)."""
+
+    def __init__(self, pair_layout: str) -> None:
+        self.pair_layout = pair_layout
+        self.rotate = rotate_half if pair_layout == "half" else rotate_interleaved
+
+    def for_scores(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return x * cos + self.rotate(x) * sin
+
+    def values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.for_scores(x, cos, sin)
+
+
 def query_key_rotation(config: Any) -> QueryKeyRotation:
     """A new rotation for one attention layer of `config`'s pair layout (each layer keeps its own reordered rows)."""
     pair_layout = config.rope_parameters.get("pair_layout", "interleaved")
+    if is_headwise(config.rope_parameters.get("axis_allocation", "interleaved")):
+        if pair_layout not in PAIR_LAYOUTS:
+            raise ValueError(f"Unknown pair_layout {pair_layout!r}; choose one of {', '.join(PAIR_LAYOUTS)}.")
+        return HeadwiseRotation(pair_layout)
     if pair_layout == "interleaved":
         return InterleavedPairRotation()
     if pair_layout != "half":
@@ -551,6 +601,8 @@ __all__ = [
     "QueryKeyRotation",
     "interleaved_to_half_permutation",
     "query_key_rotation",
+    "HeadwiseRotation",
+    "is_headwise",
     "register_axis_allocation",
     "register_rotary_embedding",
     "registered_rotary_kinds",
