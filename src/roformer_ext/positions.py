@@ -367,6 +367,10 @@ def mrope_interleave(
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
 
 
+# MHRoPE (the same paper) places tokens as MRoPE-Interleave does; its allocation is head-wise ("headwise").
+register_position_scheme("mhrope")(mrope_interleave)
+
+
 def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
     """ILRoPE / OmniRoPE's reset visual layout: (st + k·temporal_stride, i, j), 0-based; next text at
     st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "sections"."""

@@ -1,5 +1,6 @@
 """The multimodal variants against fixtures from the authors' reference code: JJJYmmm/Multimodal-RoPEs (the ICLR 2026
-paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE's positions, VideoRoPE's positions, HoPE, V2PE,
+paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE (positions and head-wise cos / sin), VideoRoPE's
+positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
 frequency allocation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
 
@@ -38,6 +39,7 @@ OURS = {
     },
     # The ICLR reference re-implements VideoRoPE's allocation with Qwen3-VL's slicing (pair 0 reads t, then h on odd
     # and w on even pairs); the official code's (our "videorope") is checked below against the official repository.
+    "mhrope": {"position_scheme": "mhrope", "mrope_section": [1, 2, 1]},  # heads per axis; the 4th head: NoPE
     "videorope": {
         "position_scheme": "videorope",
         "mrope_section": [4, 6, 6],
@@ -124,8 +126,12 @@ def test_cos_sin_match_the_reference(name):
     for record in with_cos:
         real = record["attention_mask"].bool()
         cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
-        torch.testing.assert_close(cos[real], record["cos"][real], atol=1e-6, rtol=0)
-        torch.testing.assert_close(sin[real], record["sin"][real], atol=1e-6, rtol=0)
+        if cos.dim() == 4:  # head-wise (MHRoPE): (batch, heads, seq, head_dim) on both sides
+            cos, sin, their_cos, their_sin = (t.transpose(1, 2) for t in (cos, sin, record["cos"], record["sin"]))
+        else:
+            their_cos, their_sin = record["cos"], record["sin"]
+        torch.testing.assert_close(cos[real], their_cos[real], atol=1e-6, rtol=0)
+        torch.testing.assert_close(sin[real], their_sin[real], atol=1e-6, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -46,12 +46,15 @@ SCHEMES = {
     "hope": {"mrope_section": SECTION, "temporal_stride": 0.5},
     "v2pe": {"visual_stride": 4.0},
     "mmrope": {"position_scale": [1.0, 2.0, 0.5]},
+    "mhrope": {"mrope_section": [1, 1, 1]},  # heads per axis: 4 heads, the 4th unrotated (head_dim 12)
 }
+HEADS = {"mhrope": 4}
 
 
 def config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
+    sizes = {**SIZES, "num_attention_heads": HEADS.get(scheme, SIZES["num_attention_heads"])}
     return RoFormerExtVisionTextConfig(
-        **{**SIZES, "rope_parameters": {"position_scheme": scheme, **SCHEMES[scheme]}, **overrides}
+        **{**sizes, "rope_parameters": {"position_scheme": scheme, **SCHEMES[scheme]}, **overrides}
     )
 
 
@@ -103,7 +106,7 @@ def test_config_names_the_variant_and_its_allocation(scheme):
     rope = config(scheme).rope_parameters
     assert rope["axes"] == 3 and rope["position_scheme"] == scheme
     expected = {"qwen2_5_vl": "sections", "omnirope": "sections", "videorope": "videorope", "hope": "hope",
-                "mmrope": "mmrope", "v2pe": "interleaved"}.get(scheme, "mrope_interleaved")  # fmt: skip
+                "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise"}.get(scheme, "mrope_interleaved")  # fmt: skip
     assert rope["axis_allocation"] == expected
 
 
@@ -220,3 +223,21 @@ def test_packed_positions_restart_per_sequence():
     assert torch.equal(deltas, second_delta)
     with pytest.raises(ValueError, match="cu_seq_lens must rise from 0 to batch \\* seq"):
         build_position_ids(packed_ids, cfg, **grids, cu_seq_lens=torch.tensor([0, 5]))
+
+
+@pytest.mark.parametrize(
+    "rope, fields, message",
+    [
+        ({"position_scheme": "mhrope", "mrope_section": [2, 2, 1]}, {}, "summing to at most num_attention_heads = 4"),
+        ({"position_scheme": "mhrope"}, {}, r"attention heads per axis.*got None"),
+        ({"position_scheme": "mhrope", "mrope_section": [1, 1, 1]}, {"attention_type": "linear"}, "linear attention"),
+        ({"position_scheme": "videorope"}, {}, "'videorope' needs rope_parameters\\['mrope_section'\\]"),
+        ({"position_scheme": "videorope", "mrope_section": SECTION, "temporal_stride": -1}, {}, "a positive number"),
+        ({"position_scheme": "mrope_interleave", "mrope_section": SECTION, "spatial_reset": 1}, {}, "True or False"),
+        ({"position_scheme": "mmrope", "position_scale": [1, 2]}, {}, "three positive numbers"),
+        ({"position_scheme": "qwen3_vl", "axis_allocation": "nope"}, {}, "Register a new one with .*register_axis_"),
+    ],
+)
+def test_bad_variant_parameters_name_the_fix(rope, fields, message):
+    with pytest.raises(ValueError, match=message):
+        RoFormerExtVisionTextConfig(**{**SIZES, "num_attention_heads": 4, "rope_parameters": rope, **fields})
