@@ -13,6 +13,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from .compat import CACHE
 from .registries import (
     AXIS_ALLOCATIONS,
+    FOUR_AXIS_SCHEMES,
     HEADWISE_ALLOCATIONS,
     PAIR_LAYOUTS,
     POSITION_ENCODINGS,
@@ -275,7 +276,9 @@ class RoFormerExtConfig(PreTrainedConfig):
                 f"rope_parameters['axes'] must be an int (1, 2 or 3); got {axes!r} ({type(axes).__name__}). "
                 "Use 1 for text, 2 for images (row, col), 3 for video (row, col, frame)."
             )
-        if axes not in (1, 2, 3):
+        if axes == 4 and rope["position_scheme"] in FOUR_AXIS_SCHEMES:
+            pass  # VRoPE: four diagonal directions
+        elif axes not in (1, 2, 3):
             raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got {axes}.")
         allocation, section = rope["axis_allocation"], rope.get("mrope_section")
         if section is not None:

@@ -72,7 +72,7 @@ POSITION_SCHEMES = Registry(
     "Register a new one with roformer_ext.positions.register_position_scheme(name).",
     (
         "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl", "qwen3_vl",
-        "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope",
+        "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope", "vrope",
     ),
 )  # fmt: skip
 #: Which rotary frequency pair reads which position axis (rope.py registers the functions).
@@ -98,7 +98,10 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "videorope": {"axes": 3, "axis_allocation": "videorope"},
     "hope": {"axes": 3, "axis_allocation": "hope"},
     "mmrope": {"axes": 3, "axis_allocation": "mmrope"},
+    "vrope": {"axes": 4, "axis_allocation": "interleaved"},
 }
+#: Schemes that place tokens on more than the usual 1-3 axes: VRoPE's four diagonal directions.
+FOUR_AXIS_SCHEMES = ("vrope",)
 #: The knobs of the built-in position designs, read from rope_parameters by the design's keyword-only arguments.
 POSITION_SCHEME_KEYS = {
     "temporal_stride": "a positive number",
@@ -110,6 +113,7 @@ POSITION_SCHEME_KEYS = {
 
 __all__ = [
     "AXIS_ALLOCATIONS",
+    "FOUR_AXIS_SCHEMES",
     "HEADWISE_ALLOCATIONS",
     "PAIR_LAYOUTS",
     "POSITION_ENCODINGS",
