@@ -430,6 +430,26 @@ def v2pe(segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0)
     return _concat(blocks, axes), last + 1
 
 
+@register_position_scheme("vrope")
+def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    """VRoPE (Liu et al., EMNLP 2025), 4 axes: patch (k, i, j), 0-based, of a T×h×w video (an image: T = 1) is at
+    st + k·(h + w − 1) + (i + j, i + (w−1−j), (h−1−i) + j, (h−1−i) + (w−1−j)), the four diagonal directions; the
+    next text token is at st + T·(h + w − 1). Allocation "interleaved" over the 4 axes (pair p reads axis p mod 4),
+    as the official code's channel allocation (no temporal channels)."""
+    if axes != 4:
+        raise ValueError(f"Position scheme 'vrope' needs 4 axes, but config.rope_parameters['axes'] = {axes}; set 4.")
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        frames, rows, cols = _grid_indices(segment.grid)
+        t, h, w = segment.grid
+        span = h + w - 1
+        flipped_rows, flipped_cols = h - 1 - rows, w - 1 - cols
+        block = torch.stack((rows + cols, rows + flipped_cols, flipped_rows + cols, flipped_rows + flipped_cols))
+        return st + frames * span + block, st + t * span
+
+    return _place(segments, axes, vision)
+
+
 @register_position_scheme("mmrope")
 def mmrope(
     segments: Sequence[Segment],

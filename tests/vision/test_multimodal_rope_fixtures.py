@@ -175,3 +175,38 @@ def test_videorope_matches_the_official_code(name, stride):
                 torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
             rotated += 1
     assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
+
+
+# ------------------------------------------------------------------------------------------------
+# Official VRoPE: per-pair position ids of text / image / video sequences
+# ------------------------------------------------------------------------------------------------
+
+
+def test_vrope_matches_the_official_code():
+    """The official `VRoPE` takes the shapes themselves (no tokens): each text / image / video shape becomes a run of
+    our tokens (placeholders with their grid). It gives every token one position per frequency pair (head_dim 16:
+    8 pairs); ours is the position on the axis the allocation gives that pair (4 axes, pair p -> axis p mod 4).
+    Compared exactly, with the next text position (its `current_index`)."""
+    fixture = load("vrope")
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=32, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "vrope"},
+    )  # fmt: skip
+    axis = RotaryEmbedding(config).axis_of_pair
+    assert axis.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    videos_with_frames = 0
+    for case, record in enumerate(fixture["cases"]):
+        ids, images, videos = [], [], []
+        for kind, value in record["layout"]:
+            if kind == "text":
+                ids += [1 + (len(ids) + k) % 50 for k in range(value)]
+            else:
+                ids += [IMAGE if kind == "image" else VIDEO] * (value[0] * value[1] * value[2])
+                (images if kind == "image" else videos).append(list(value))
+                videos_with_frames += kind == "video" and value[0] > 1
+        grid = lambda rows: torch.tensor(rows) if rows else None  # noqa: E731
+        ours, delta = build_position_ids(torch.tensor([ids]), config, grid(images), grid(videos))
+        per_pair = ours[:, 0].T[:, axis]  # (tokens, pairs)
+        assert torch.equal(per_pair, record["position_ids"].float()), f"case {case}: {record['layout']}"
+        assert delta.item() == record["next_index"] - len(ids), f"case {case}: {record['layout']}"
+    assert videos_with_frames >= 20, videos_with_frames

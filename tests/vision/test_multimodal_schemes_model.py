@@ -46,6 +46,7 @@ SCHEMES = {
     "hope": {"mrope_section": SECTION, "temporal_stride": 0.5},
     "v2pe": {"visual_stride": 4.0},
     "mmrope": {"position_scale": [1.0, 2.0, 0.5]},
+    "vrope": {},
     "mhrope": {"mrope_section": [1, 1, 1]},  # heads per axis: 4 heads, the 4th unrotated (head_dim 12)
 }
 HEADS = {"mhrope": 4}
@@ -104,9 +105,9 @@ def batch_of(parts: list[dict], left_pad: list[int]) -> dict:
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_config_names_the_variant_and_its_allocation(scheme):
     rope = config(scheme).rope_parameters
-    assert rope["axes"] == 3 and rope["position_scheme"] == scheme
+    assert rope["axes"] == (4 if scheme == "vrope" else 3) and rope["position_scheme"] == scheme
     expected = {"qwen2_5_vl": "sections", "omnirope": "sections", "videorope": "videorope", "hope": "hope",
-                "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise"}.get(scheme, "mrope_interleaved")  # fmt: skip
+                "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise", "vrope": "interleaved"}.get(scheme, "mrope_interleaved")  # fmt: skip
     assert rope["axis_allocation"] == expected
 
 
