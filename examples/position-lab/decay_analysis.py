@@ -76,6 +76,45 @@ def position_cosine_by_distance(table: torch.Tensor, max_distance: int | None = 
     return torch.stack([(unit[: len(unit) - k] * unit[k:]).sum(-1).mean() for k in range(max_distance + 1)])
 
 
+@torch.no_grad()
+def transformer_xl_position_bias(layer_parameters, max_distance: int = 256, scale: float | None = None) -> torch.Tensor:
+    """Transformer-XL's query-free position term v·W_r r_k / √d per head for a key k tokens to the left (query − key =
+    k): the global position bias v (`r_r_bias`) read through the layer's W_r. (heads, max_distance + 1). The term
+    q_i·W_r r_k adds to it per query; this is the part every query shares."""
+    from roformer_ext.position_encodings import xlnet_relative_sinusoid
+
+    projection = layer_parameters.r
+    sinusoid = xlnet_relative_sinusoid(torch.arange(max_distance + 1), projection.in_features)
+    rows = projection(sinusoid).view(max_distance + 1, -1, layer_parameters.head_dim)  # (k, heads, head_dim)
+    scale = layer_parameters.head_dim**-0.5 if scale is None else scale
+    return (rows * layer_parameters.r_r_bias[None]).sum(-1).T.double() * scale
+
+
+@torch.no_grad()
+def tupe_bias_by_distance(encoding, max_distance: int = 256) -> torch.Tensor:
+    """TUPE's shared position bias (untied absolute correlation + relative bucket bias) averaged over the queries of a
+    sequence of max_distance + 1 tokens, for a key k tokens to the left; the first token ([CLS] reset) left out.
+    (heads, max_distance + 1): the bias depends on both absolute positions, so this is a mean, not a function of k."""
+    positions = torch.arange(max_distance + 1)[None]
+    bias = encoding.relative_scores(positions, positions).shared_bias()[0].double()  # (heads, q, k)
+    curves = [bias[:, torch.arange(max(k, 1), max_distance + 1), torch.arange(max(k, 1), max_distance + 1) - k].mean(-1)
+              for k in range(max_distance + 1)]  # fmt: skip
+    return torch.stack(curves, dim=-1)
+
+
+@torch.no_grad()
+def deberta_embedding_by_distance(encoding, max_distance: int = 256) -> torch.Tensor:
+    """DeBERTa's relative embedding row for a key k tokens to the left (LayerNorm'd as the layers read it, no dropout):
+    the cosine between row δ(k) and row δ(0), (max_distance + 1,). Its terms q·K_r, k·Q_r depend on the content, so
+    there is no query-free curve (as Shaw's); rows past the exact buckets are shared by growing ranges of k."""
+    positions = torch.arange(max_distance + 1)[None]
+    scores = encoding.relative_scores(positions[:, -1:], positions)  # the last query: keys 0…max_distance to its left
+    rows = scores.rows[0, 0].flip(0)  # key k to the left
+    table = encoding.rel_embeddings.weight
+    table = (encoding.norm(table) if encoding.norm is not None else table).double()
+    return torch.nn.functional.cosine_similarity(table[rows], table[rows[0]][None], dim=-1)
+
+
 def plot_decay_panels(path: str | Path, panels: dict[str, dict], columns: int = 4, title: str | None = None) -> Path:
     """One small panel per encoding: its position term against relative distance.
 

@@ -42,11 +42,14 @@ from common.corpora import load_example_dataset  # noqa: E402
 from common.utils import train_wordpiece_tokenizer  # noqa: E402
 from decay_analysis import (  # noqa: E402
     alibi_bias,
+    deberta_embedding_by_distance,
     plot_decay_panels,
     position_cosine_by_distance,
     relative_embedding_by_distance,
     sinusoidal_similarity,
     t5_bias_by_distance,
+    transformer_xl_position_bias,
+    tupe_bias_by_distance,
 )
 
 import roformer_ext  # noqa: E402
@@ -520,8 +523,29 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
             },
             "ylabel": "mean cos(p_m, p_m+k)",
         }
+    for encoding in ("transformer_xl", "tupe", "deberta"):
+        folder = models / encoding / f"seed{seed}"
+        if folder.is_dir():
+            panels.update(seed_encoding_panel(model_class(args.objective).from_pretrained(folder), max_distance, seed))
     panels["none (NoPE)"] = {"curves": {"no position term": torch.zeros(max_distance + 1)}, "ylabel": "0"}
     return panels
+
+
+def seed_encoding_panel(model, max_distance: int, seed: int) -> dict[str, dict]:
+    """The decay panel of a trained transformer_xl, tupe or deberta model (decay_analysis.py has the curves)."""
+    encoding = model.config.position_encoding
+    title = f"{encoding} (trained, seed {seed})"
+    if encoding == "transformer_xl":
+        curves = {}
+        for i, layer in enumerate(model.roformer.layers):
+            for h, row in enumerate(transformer_xl_position_bias(layer.attention.relative_table, max_distance)):
+                curves[f"layer {i} head {h}"] = row
+        return {title: {"curves": curves, "ylabel": "v·W_r r_k / √d (key k to the left)"}}
+    if encoding == "tupe":
+        bias = tupe_bias_by_distance(model.roformer.position_encoding, max_distance)
+        return {title: {"curves": {f"head {h}": row for h, row in enumerate(bias)}, "ylabel": "mean bias over queries"}}
+    cosine = deberta_embedding_by_distance(model.roformer.position_encoding, max_distance)
+    return {title: {"curves": {"cos(K_r row δ(k), δ(0))": cosine}, "ylabel": "cosine of relative embeddings"}}
 
 
 def plot_trained_decay(args: LabArguments, path: str | Path) -> Path:

@@ -613,3 +613,36 @@ def test_trust_remote_code_in_fresh_process(encoding, tmp_path):
     with torch.no_grad():
         expected = model(**inputs).logits
     torch.testing.assert_close(torch.load(folder / "remote_output.pt"), expected, atol=1e-6, rtol=0)
+
+
+# --- the position lab's decay curves of the three ------------------------------------------------------------------
+
+
+def _decay_analysis():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "position-lab"))
+    import decay_analysis
+
+    return decay_analysis
+
+
+def test_decay_curves_are_the_models_own_terms():
+    """XL: v·W_r r_k/√d is the layer's term for a zero query (keys k to the left of the last query); TUPE: the mean
+    of its shared bias along each diagonal; DeBERTa: cosine 1 at k = 0 and one row per distance in the exact buckets."""
+    analysis = _decay_analysis()
+    xl = model_for("transformer_xl").roformer
+    attention = xl.layers[1].attention
+    positions = torch.arange(21)[None]
+    zeros = torch.zeros(1, 4, 21, 8)
+    with torch.no_grad():
+        term = xl.position_encoding.relative_scores(positions, positions).layer_term(attention, zeros, zeros, False)
+    curve = analysis.transformer_xl_position_bias(attention.relative_table, 20)
+    torch.testing.assert_close(curve.float(), term[0, :, 20].flip(-1), rtol=0, atol=1e-6)
+    tupe = model_for("tupe").roformer.position_encoding
+    with torch.no_grad():
+        bias = tupe.relative_scores(positions, positions).shared_bias()[0]
+    curve = analysis.tupe_bias_by_distance(tupe, 20)
+    torch.testing.assert_close(curve[:, 3].float(), torch.stack([bias[:, i, i - 3] for i in range(3, 21)], -1).mean(-1))
+    cosine = analysis.deberta_embedding_by_distance(model_for("deberta").roformer.position_encoding, 20)
+    assert cosine[0] == pytest.approx(1.0) and len(set(cosine[:4].tolist())) == 4
