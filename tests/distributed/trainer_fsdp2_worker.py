@@ -1,0 +1,31 @@
+"""Run by test_trainer_fsdp2.py under `torchrun --nproc_per_node 2`: transformers' `Trainer` on a masked LM sharded at
+load by `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=2))` (the model's FSDP plan), on CPU.
+Rank 0 writes the logged losses and the parameter elements each process held.
+
+    torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from trainer_fsdp2_common import train
+from transformers import DistributedConfig
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    folder, results = sys.argv[1], sys.argv[2]
+    losses, model = train(folder, per_device_batch=4, distributed_config=DistributedConfig(fsdp_size=2))
+    held = torch.tensor([sum(p.to_local().numel() for p in model.parameters())])
+    gathered = [torch.zeros_like(held) for _ in range(2)]
+    dist.all_gather(gathered, held)
+    if dist.get_rank() == 0:
+        with open(results, "w") as f:
+            json.dump({"losses": losses, "local_parameters": [int(t) for t in gathered]}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
