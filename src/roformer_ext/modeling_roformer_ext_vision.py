@@ -3,9 +3,10 @@
 A linear patch embedding writes each image (video) patch into the position of its placeholder token; the
 encoder is the text model's, unchanged. Where every token sits is decided in one place, the vision-text base model
 (`RoFormerExtVisionTextModel.compute_position_ids`, with the formulas in `positions.py`): the prompt's layout under
-the configured scheme (rope_1d, rope_2d_rows, rope_tie, rope_tie_v2, mrope) and the continuation while decoding,
-whose per-request offset travels with the KV cache. The heads are the text heads around this base model; they never
-see positions. A text checkpoint loads into any of them and reports only `roformer.patch_embed.*` as new.
+the configured scheme (any registered position scheme: Su's, M-RoPE and the multimodal variants) and the
+continuation while decoding, whose per-request offset travels with the KV cache. The heads are the text heads around
+this base model; they never see positions. A text checkpoint loads into any of them and reports only
+`roformer.patch_embed.*` as new.
 """
 
 import torch

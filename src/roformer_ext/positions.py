@@ -37,6 +37,11 @@ Text token positions are the same on every axis, except in `rope_2d_rows`.
   positions of the video (T=4, h=2, w=3 after 2 text tokens: video t-axis 2..5, next text (5, 5, 5)
   there, (6, 6, 6) here). Images (T = 1) and videos with T ≤ max(h, w) agree exactly.
 
+The multimodal variants of the literature (qwen2_5_vl, qwen3_vl, mrope_interleave, mhrope, ilrope, omnirope,
+videorope, hope, v2pe, mmrope, vrope) are further down, each a small function with its formula in its docstring and
+its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in rope.py
+(registries.POSITION_SCHEME_DEFAULTS).
+
 In the Su schemes a 2-axis config places images (T = 1) with the 2D form; a 3-axis config treats every
 image as a one-frame video, which for rope_tie_v2 is the 2D form plus a third axis and for rope_tie has
 its own (doubled) steps.
