@@ -169,15 +169,7 @@ def _diagonal_scheme(place_vision: VisionPlacer) -> PositionScheme:
     """A scheme whose text goes 1D on every axis and whose vision block is `place_vision(n, grid, axes)`."""
 
     def scheme(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
-        blocks, next_pos = [], 0.0
-        for segment in segments:
-            if segment.grid is None:
-                blocks.append(_text(next_pos, segment.length, axes))
-                next_pos += segment.length
-            else:
-                block, next_pos = place_vision(next_pos, segment.grid, axes)
-                blocks.append(block)
-        return _concat(blocks, axes), next_pos
+        return _place(segments, axes, lambda start, segment: place_vision(start, segment.grid, axes))
 
     return scheme
 
