@@ -5,9 +5,11 @@ its results file lacks), then writes the table (mean ± standard deviation over 
     python benchmarks/bench_extrapolation.py --output_dir examples/position-lab/out --objective causal --seeds 0
     python benchmarks/bench_extrapolation.py --output_dir examples/position-lab/out --report-only   # no training
 
-Every argument other than the three below goes to the example script (its --help lists them). Writes
+Every argument other than this script's own (--out, --images, --report-only, --decay, --merge,
+--merge-encodings, --collect) goes to the example script (its --help lists them). Writes
 <out>/extrapolation_<objective>.{json,md}, <images>/extrapolation_<objective>.png and, with --decay,
-<images>/position_decay_<objective>.png (the decay curves of the study's trained seed-0 models).
+<images>/position_decay_<objective>.png (the decay curves of the study's trained seed-0 models, or of
+--decay_seed's). --collect joins results files of separate processes into one file for --merge.
 """
 
 import argparse
@@ -30,25 +32,56 @@ def load_example():
     return module
 
 
-def merge_runs(results: dict, other: dict) -> None:
-    """Add `other`'s runs that `results` lacks; the two must be the same study (setup equal but for the seeds)."""
+def _check_same_study(setup: dict, other: dict) -> None:
     ignored = {"seeds", "encodings", "rope_scalings", "command", "load_average_before_after", "merged_commands"}
-    mine = {k: v for k, v in results["setup"].items() if k not in ignored}
-    theirs = {k: v for k, v in other["setup"].items() if k not in ignored}
+    mine = {k: v for k, v in setup.items() if k not in ignored}
+    theirs = {k: v for k, v in other.items() if k not in ignored}
     if mine != theirs:
         changed = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
         raise ValueError(f"Cannot merge results of a different study: {changed} differ.")
+
+
+def merge_runs(results: dict, other: dict, encodings: list[str] | None = None) -> None:
+    """Add `other`'s runs that `results` lacks; the two must be the same study (setup equal but for the seeds).
+
+    `other` is one process's results file ({"setup", "runs"}) or several processes' joined by `collect`
+    ({"setups", "runs"}: every setup must match). `encodings`: take only these encodings' runs."""
+    setups = other["setups"] if "setups" in other else [other["setup"]]
+    for setup in setups:
+        _check_same_study(results["setup"], setup)
     seen = {(r["objective"], r["encoding"], r["seed"]) for r in results["runs"]}
-    results["runs"] += [r for r in other["runs"] if (r["objective"], r["encoding"], r["seed"]) not in seen]
-    results["setup"]["merged_commands"] = results["setup"].get("merged_commands", []) + [other["setup"]["command"]]
+    new = [r for r in other["runs"] if (r["objective"], r["encoding"], r["seed"]) not in seen]
+    new = [r for r in new if encodings is None or r["encoding"] in encodings]
+    results["runs"] += new
+    commands = [s["command"] for s in setups if s["command"] not in results["setup"].get("merged_commands", [])]
+    results["setup"]["merged_commands"] = results["setup"].get("merged_commands", []) + commands
     for key in ("seeds", "encodings"):  # what the merged file now holds
-        results["setup"][key] = list(dict.fromkeys([*results["setup"][key], *other["setup"][key]]))
+        held = [v for s in setups for v in s[key] if key == "seeds" or encodings is None or v in encodings]
+        results["setup"][key] = list(dict.fromkeys([*results["setup"][key], *held]))
+
+
+def collect(path: Path, files: list[str]) -> dict:
+    """Append the runs of `files` (one process's results each) to `path`, a {"note", "setups", "runs"} file of runs
+    made in separate processes; a run (objective, encoding, seed) already there is kept, not replaced."""
+    joined = json.loads(path.read_text()) if path.is_file() else {"note": "", "setups": [], "runs": []}
+    seen = {(r["objective"], r["encoding"], r["seed"]) for r in joined["runs"]}
+    for file in files:
+        other = json.loads(Path(file).read_text())
+        if joined["setups"]:
+            _check_same_study(joined["setups"][0], other["setup"])
+        new = [r for r in other["runs"] if (r["objective"], r["encoding"], r["seed"]) not in seen]
+        if new:
+            joined["setups"].append(other["setup"])
+            joined["runs"] += new
+            seen |= {(r["objective"], r["encoding"], r["seed"]) for r in new}
+    path.write_text(json.dumps(joined, indent=1) + "\n")
+    return joined
 
 
 def summarise(results: dict) -> tuple[list[str], list[str], dict]:
     """Encodings in study order, eval lengths, and {(encoding, length): (mean, std, n)} of the loss over seeds."""
     order = ["rope", "rope+linear", "rope+dynamic", "rope+yarn", "sinusoidal", "sinusoidal_scaled", "learned", "shaw"]
-    order += ["t5_bias", "alibi"]
+    order += ["t5_bias", "alibi", "transformer_xl", "tupe", "deberta"]
     order += ["none", "linear_attention"]
     names = dict.fromkeys(run["encoding"] for run in results["runs"])
     encodings = sorted(names, key=lambda name: order.index(name) if name in order else len(order))
@@ -144,7 +177,22 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="JSON",
         help="Results files of the same study run elsewhere (other seeds, in another process): their runs are added.",
     )
+    parser.add_argument(
+        "--merge-encodings",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="Take only these encodings' runs from the --merge files (e.g. those with every seed).",
+    )
+    parser.add_argument(
+        "--collect",
+        default=None,
+        metavar="JSON",
+        help="Append the runs of the --merge files to this {note, setups, runs} file and stop (no table, no training).",
+    )
     own, rest = parser.parse_known_args(argv)
+    if own.collect:
+        return collect(Path(own.collect), own.merge)
     example = load_example()
     args = example.parse_args(rest)
     load_before = load_average()
@@ -157,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
         results = example.run(args, command=command)
         results["setup"]["load_average_before_after"] = [load_before, load_average()]
     for path in own.merge:
-        merge_runs(results, json.loads(Path(path).read_text()))
+        merge_runs(results, json.loads(Path(path).read_text()), own.merge_encodings)
     markdown = table(results)
     print(markdown)
     write_results(own.out, f"extrapolation_{args.objective}", results, markdown)

@@ -110,8 +110,9 @@ class LabArguments:
     warmup_ratio: float = 0.05
     torch_threads: int = field(default=1, metadata={"help": "torch.set_num_threads (the study's figures: 1)."})
     decay_plot: str | None = field(
-        default=None, metadata={"help": "Write the decay figure of the trained models (seed 0) to this PNG and exit."}
+        default=None, metadata={"help": "Write the decay figure of the trained models to this PNG and exit."}
     )
+    decay_seed: int = field(default=0, metadata={"help": "Seed of the trained models the decay figure reads."})
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -412,7 +413,8 @@ def run(args: LabArguments, command: str = "") -> dict:
     tokenizer, train_stream, test_stream = load_token_streams(args, out / "tokenizer")
     blocks = train_blocks(train_stream, args.train_length)
     results = load_results(args.results_path)
-    setup = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "results_file", "decay_plot")}
+    ignored = ("output_dir", "results_file", "decay_plot", "decay_seed")
+    setup = {k: v for k, v in asdict(args).items() if k not in ignored}
     setup.update(
         vocab_size_trained=len(tokenizer),
         train_blocks=len(blocks),
@@ -551,7 +553,7 @@ def seed_encoding_panel(model, max_distance: int, seed: int) -> dict[str, dict]:
 def plot_trained_decay(args: LabArguments, path: str | Path) -> Path:
     return plot_decay_panels(
         path,
-        decay_panels(args),
+        decay_panels(args, seed=args.decay_seed),
         title=f"Position term vs relative distance ({args.objective}; trained at {args.train_length} tokens)",
     )
 
