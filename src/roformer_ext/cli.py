@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--int8", action="store_true", help="also write ONNX Runtime's dynamic int8 model_int8.onnx")
     export.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing OUT_DIR (only an empty folder or an earlier roformer-ext export)",
+    )
+    export.add_argument(
         "--example-length", type=_positive, default=16, help="tokens per row of the batch the graph is traced on"
     )
     return parser
@@ -107,7 +112,9 @@ def _export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         from .export import export_folder
 
-        written = export_folder(args.model_dir, args.out_dir, args.task, args.int8, args.example_length)
+        written = export_folder(
+            args.model_dir, args.out_dir, args.task, args.int8, args.example_length, force=args.force
+        )
     except ImportError as error:  # onnx / onnxscript / onnxruntime missing
         parser.exit(1, f"roformer-ext export: {error} (pip install 'roformer-ext[onnx]')\n")
     except (OSError, ValueError, TypeError) as error:

@@ -15,7 +15,7 @@ fp32 on a 384 -> 1536 -> 384 feed-forward (torchao 0.18, torch 2.13, this reposi
 torch.ao's ran 1.5x faster; so the torch.ao call stays, its deprecation warning silenced at that one call, and
 ONNX Runtime int8 is the path that does not depend on it.
 
-Command line: `roformer-ext export MODEL_DIR OUT_DIR [--task ...] [--int8]` (docs/deployment.md).
+Command line: `roformer-ext export MODEL_DIR OUT_DIR [--task ...] [--int8] [--force]` (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .conversion.output_folder import output_folder
 
 #: What each exported task returns, by the class of the model (the output names of the ONNX graph).
 TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -300,9 +302,14 @@ def export_folder(
     task: str | None = None,
     int8: bool = False,
     example_length: int = 16,
+    force: bool = False,
 ) -> list[Path]:
     """Load `model_dir` for `task`, write `out_dir`/model.onnx with the tokenizer and config beside it, and
     `model_int8.onnx` with `int8`. Returns the files written.
+
+    As the converters do, everything is written to a hidden sibling folder that becomes `out_dir` by a rename once
+    complete: a failed export leaves nothing. An existing `out_dir` is refused unless `force`, and even then replaced
+    only when it is empty or an earlier roformer-ext output; `out_dir` may not be, hold or sit inside `model_dir`.
 
     The default task: "sentence-embedding" for a sentence-transformers folder (`modules.json`, as
     `save_for_sentence_transformers` and the converter write for RoFormer-Sim), else from the config's
@@ -320,13 +327,16 @@ def export_folder(
     if task not in TASK_AUTO_CLASSES:
         raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASK_AUTO_CLASSES)}.")
     model = getattr(transformers, TASK_AUTO_CLASSES[task]).from_pretrained(model_dir, dtype=torch.float32)
-    out_dir = Path(out_dir)
-    written = [export_onnx(model, out_dir / ONNX_FILE, task=task, example_length=example_length)]
-    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out_dir)
-    model.config.save_pretrained(out_dir)
-    if int8:
-        written.append(quantize_onnx(out_dir / ONNX_FILE, out_dir / ONNX_INT8_FILE))
-    return written
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    out_dir = Path(out_dir).absolute()
+    names = [ONNX_FILE, ONNX_INT8_FILE] if int8 else [ONNX_FILE]
+    with output_folder(out_dir, force=force, sources=[model_dir]) as partial:
+        export_onnx(model, partial / ONNX_FILE, task=task, example_length=example_length)
+        tokenizer.save_pretrained(partial)
+        model.config.save_pretrained(partial)
+        if int8:
+            quantize_onnx(partial / ONNX_FILE, partial / ONNX_INT8_FILE)
+    return [out_dir / name for name in names]
 
 
 def _task_from_architectures(config: Any) -> str:

@@ -122,6 +122,40 @@ def test_sim_embedding_cli_export_equals_sentence_transformers(sim_export):
     assert int8.shape == expected.shape and np.isfinite(int8).all()
 
 
+def test_cli_export_writes_all_or_nothing_and_never_replaces_what_it_did_not_write(sim_export, tmp_path, monkeypatch):
+    """As the converters: an existing OUT_DIR needs --force, which replaces only an earlier export; OUT_DIR may not
+    sit inside the model folder; a failure half-way leaves neither OUT_DIR nor a hidden sibling."""
+    import roformer_ext.export as export_module
+
+    folder, out = sim_export
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    with pytest.raises(SystemExit, match="1"):
+        cli(["export", str(folder), str(out)])
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # untouched
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a roformer-ext folder"):
+        export_module.export_folder(folder, foreign, force=True)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    with pytest.raises(ValueError, match="inside the source folder"):
+        export_module.export_folder(folder, folder / "onnx")
+
+    def broken_quantize(source, target, per_channel=False):
+        raise RuntimeError("quantizer crashed")
+
+    monkeypatch.setattr(export_module, "quantize_onnx", broken_quantize)
+    target = tmp_path / "half-way"
+    with pytest.raises(RuntimeError, match="quantizer crashed"):
+        export_module.export_folder(folder, target, int8=True, example_length=4)
+    assert list(tmp_path.iterdir()) == [foreign]  # no OUT_DIR, no .half-way.partial-* sibling
+    monkeypatch.undo()
+    written = export_module.export_folder(folder, target, example_length=4)
+    assert written == [target.absolute() / "model.onnx"] and written[0].is_file()
+    again = export_module.export_folder(folder, target, example_length=4, force=True)  # an earlier export: replaced
+    assert again == written and sorted(p.name for p in target.glob("*.onnx")) == ["model.onnx"]
+
+
 def test_sentence_transformers_onnx_backend_needs_optimum(sim_export):
     """What docs/deployment.md says: sentence-transformers' backend="onnx" goes through optimum's ONNX Runtime
     classes, and optimum-onnx requires transformers < 4.58, so it cannot be installed beside transformers 5."""
