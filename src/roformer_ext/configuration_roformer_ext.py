@@ -464,10 +464,26 @@ def _check_scheme_knob(key: str, value: Any, kind: str) -> None:
         ok = isinstance(value, bool)
     elif kind == "a positive number":
         ok = _is_positive_finite(value)
+    elif kind == "a number in [0, 1]":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    elif kind.startswith("None (off)"):
+        ok = value is None or (_is_positive_finite(value) or (value == 0 and not isinstance(value, bool)))
+    elif kind.startswith("a positive number, 'auto'"):  # Circle-RoPE's radius
+        ok = _is_positive_finite(value) or value == "auto" or _is_auto_scale(value)
     else:  # three positive numbers
         ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(_is_positive_finite(v) for v in value)
     if not ok:
         raise ValueError(f"rope_parameters[{key!r}] must be {kind}; got {value!r}.")
+
+
+def _is_auto_scale(value: Any) -> bool:
+    """'auto-<positive number>' (Circle-RoPE's radius: the largest coordinate times that scale)."""
+    if not isinstance(value, str) or not value.startswith("auto-"):
+        return False
+    try:
+        return _is_positive_finite(float(value[5:]))
+    except ValueError:
+        return False
 
 
 def _is_positive_finite(value: Any) -> bool:

@@ -38,7 +38,7 @@ Text token positions are the same on every axis, except in `rope_2d_rows`.
   there, (6, 6, 6) here). Images (T = 1) and videos with T ≤ max(h, w) agree exactly.
 
 The multimodal variants of the literature (qwen2_5_vl, qwen3_vl, mrope_interleave, mhrope, ilrope, omnirope,
-videorope, hope, v2pe, mmrope, vrope) are further down, each a small function with its formula in its docstring and
+videorope, hope, v2pe, mmrope, vrope, circle_rope) are further down, each a small function with its formula in its docstring and
 its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in rope.py
 (registries.POSITION_SCHEME_DEFAULTS).
 
@@ -469,6 +469,124 @@ def mmrope(
         return block, float(block.max()) + 1
 
     return _place(segments, axes, vision)
+
+
+def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:
+    """Circle-RoPE's knobs, checked: radius a positive number, "auto" or "auto-<scale>" (the largest coordinate
+    times scale), alpha and dff_rate in [0, 1], move_to_positive None or an offset >= 0."""
+
+    def fail(name: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"Position scheme 'circle_rope': rope_parameters[{name!r}] must be {want}; got {value!r}.")
+
+    scale = None
+    if isinstance(radius, str):
+        head, _, tail = radius.partition("-")
+        try:
+            scale = 1.0 if radius == "auto" else float(tail) if head == "auto" else None
+        except ValueError:
+            scale = None
+        if scale is None or not math.isfinite(scale) or scale <= 0:
+            raise fail("circle_radius", "a positive number, 'auto' or 'auto-<positive scale>'", radius)
+        radius = ("auto", scale)
+    else:
+        radius = _positive("circle_rope", "circle_radius", radius)
+    for name, value in (("circle_alpha", alpha), ("circle_dff_rate", dff_rate)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise fail(name, "a number in [0, 1]", value)
+    if move_to_positive is not None and (
+        isinstance(move_to_positive, bool)
+        or not isinstance(move_to_positive, (int, float))
+        or not math.isfinite(move_to_positive)
+        or move_to_positive < 0
+    ):
+        raise fail("circle_move_to_positive", "None (off) or an offset >= 0", move_to_positive)
+    return radius, float(alpha), float(dff_rate), move_to_positive
+
+
+def _in_text_plane(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(x, y) as coordinates in the plane through 0 orthogonal to the text direction (1, 1, 1), with the basis
+    u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u: x·u + y·v, shape (3, ...), the (w, h, t) axes. Float32, every step as
+    the official Circle-RoPE code takes it, so positions match it bit for bit."""
+    text = torch.ones(3) / torch.norm(torch.ones(3))
+    u = torch.stack([-text[1], text[0], torch.tensor(0.0)])
+    u = u / torch.norm(u)
+    v = torch.linalg.cross(text, u, dim=0)
+    v = v / torch.norm(v)
+    return torch.stack([x * u[a] + y * v[a] for a in range(3)])
+
+
+def _circle_coordinates(
+    grid: tuple[int, int, int], radius: Any, alpha: float, move_to_origin: bool, dff_rate: float, move_to_positive: Any
+) -> torch.Tensor:
+    """Circle-RoPE's (t, h, w) offsets of an h×w image's patches, (3, h·w), before adding the start position."""
+    _, h, w = grid
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    coords = torch.stack((cols, rows, torch.zeros_like(rows)))  # (x, y, z) = (w, h, t) index, int64
+    if move_to_origin:  # the box's centre to 0, per axis
+        coords = coords - ((coords.amax(dim=(1, 2)) + coords.amin(dim=(1, 2))) / 2.0).view(3, 1, 1)
+    if isinstance(radius, tuple):  # "auto": the largest coordinate (after centring) times the scale
+        radius = coords.max().abs() * radius[1]
+    x, y = coords[0], coords[1]
+    angle = torch.atan2(y, x)
+    spread = angle.max() - angle.min()
+    if spread > 0:  # the patches' own angles, stretched over the full turn
+        angle = (angle - angle.min()) / spread * (2 * math.pi)
+    by_index = torch.arange(h * w, dtype=torch.float32).reshape(h, w) / (h * w) * (2 * math.pi)
+    angle = alpha * angle + (1 - alpha) * by_index
+    ring = _in_text_plane(radius * torch.cos(angle), radius * torch.sin(angle))
+    if dff_rate:  # towards the unbent grid, turned into the same plane
+        ring = (1 - dff_rate) * ring + dff_rate * _in_text_plane(x, y)
+    if move_to_positive is not None:  # as the official code: + |min| (also when the minimum is positive) + offset
+        ring = ring + torch.abs(torch.min(ring)) + float(move_to_positive)
+    return ring.flip(0).reshape(3, -1)  # (w, h, t) -> (t, h, w)
+
+
+@register_position_scheme("circle_rope")
+def circle_rope(
+    segments: Sequence[Segment],
+    axes: int,
+    *,
+    circle_radius: float | str = 10.0,
+    circle_alpha: float = 0.5,
+    circle_move_to_origin: bool = True,
+    circle_dff_rate: float = 0.0,
+    circle_move_to_positive: float | None = None,
+) -> tuple[torch.Tensor, float]:
+    """Circle-RoPE (Wang et al., 2025, "Cone-like Decoupled Rotary Positional Embedding"): an image's patches sit on a
+    ring of radius R in the plane orthogonal to the text direction (1, 1, 1), so every patch is equally far from each
+    text token's line. Patch (i, j) of an h×w image (0-based, index p = i·w + j), with the grid centred
+    (x = j − (w−1)/2, y = i − (h−1)/2; uncentred with circle_move_to_origin False) gets the angle
+    θ = α·θ_grid + (1 − α)·2π·p/(h·w), θ_grid its atan2(y, x) stretched linearly over [0, 2π]; the point
+    (R cos θ, R sin θ) in the basis u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u is its (w, h, t) offset o, mixed with the
+    unbent grid's as (1 − d)·o + d·(x·u + y·v) (d = circle_dff_rate) and optionally shifted by |min| + offset
+    (circle_move_to_positive). Position = (n − m) + m + o where m is the text since the last vision segment, the
+    float32 order of the official code; text after it continues at max(block) + 1. Images only (t = 1): the official
+    code has no placement for several frames. Allocation "sections" (Qwen2.5-VL's, the model the authors patch).
+    Not here: the authors' AGE mode, which alternates layers between these and Qwen2.5-VL's M-RoPE positions."""
+    _need_three_axes("circle_rope", axes)
+    if not isinstance(circle_move_to_origin, bool):
+        raise ValueError(
+            f"rope_parameters['circle_move_to_origin'] must be True or False; got {circle_move_to_origin!r}."
+        )
+    radius, alpha, dff_rate, offset = _circle_knobs(circle_radius, circle_alpha, circle_dff_rate,
+                                                    circle_move_to_positive)  # fmt: skip
+    blocks, start, text_since = [], 0.0, 0  # start: the reference's `st_idx` (float32 value), text since it
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(start + text_since, segment.length, axes))
+            text_since += segment.length
+            continue
+        if segment.grid[0] != 1:
+            raise ValueError(
+                f"Position scheme 'circle_rope' places images (grid t = 1); got a {segment.kind} grid (t, h, w) = "
+                f"{segment.grid}. The official Circle-RoPE code has no placement for several frames: give each frame "
+                "its own group (t = 1) or choose a video scheme (videorope, hope, mrope_interleave)."
+            )
+        offsets = _circle_coordinates(segment.grid, radius, alpha, circle_move_to_origin, dff_rate, offset)
+        block = (offsets + text_since) + torch.tensor(start, dtype=torch.float32)
+        blocks.append(block)
+        start, text_since = float(block.max()) + 1, 0
+    return _concat(blocks, axes), start + text_since
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -71,8 +71,8 @@ POSITION_SCHEMES = Registry(
     "rope_parameters['position_scheme']",
     "Register a new one with roformer_ext.positions.register_position_scheme(name).",
     (
-        "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl", "qwen3_vl",
-        "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope", "vrope",
+        "circle_rope", "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl",
+        "qwen3_vl", "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope", "vrope",
     ),
 )  # fmt: skip
 #: Which rotary frequency pair reads which position axis (rope.py registers the functions).
@@ -99,6 +99,7 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "hope": {"axes": 3, "axis_allocation": "hope"},
     "mmrope": {"axes": 3, "axis_allocation": "mmrope"},
     "vrope": {"axes": 4, "axis_allocation": "interleaved"},
+    "circle_rope": {"axes": 3, "axis_allocation": "sections"},
 }
 #: Schemes that place tokens on more than the usual 1-3 axes: VRoPE's four diagonal directions.
 FOUR_AXIS_SCHEMES = ("vrope",)
@@ -109,6 +110,11 @@ POSITION_SCHEME_KEYS = {
     "tokens_per_second": "a positive number",
     "visual_stride": "a positive number",
     "position_scale": "three positive numbers",
+    "circle_radius": "a positive number, 'auto' or 'auto-<positive scale>'",
+    "circle_alpha": "a number in [0, 1]",
+    "circle_move_to_origin": "True or False",
+    "circle_dff_rate": "a number in [0, 1]",
+    "circle_move_to_positive": "None (off) or an offset >= 0",
 }
 
 __all__ = [

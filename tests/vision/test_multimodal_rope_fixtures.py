@@ -210,3 +210,75 @@ def test_vrope_matches_the_official_code():
         assert torch.equal(per_pair, record["position_ids"].float()), f"case {case}: {record['layout']}"
         assert delta.item() == record["next_index"] - len(ids), f"case {case}: {record['layout']}"
     assert videos_with_frames >= 20, videos_with_frames
+
+
+# ------------------------------------------------------------------------------------------------
+# Official Circle-RoPE: Qwen2.5-VL's layout, images (and one-frame videos) on a ring
+# ------------------------------------------------------------------------------------------------
+
+CIRCLE = {
+    "circle_rope": {},  # the official code/config.json's circle_rope (alpha 0.5, radius 10, centred): our defaults
+    "circle_rope_auto": {"circle_alpha": 0.25, "circle_radius": "auto-2", "circle_move_to_origin": False,
+                         "circle_dff_rate": 0.3, "circle_move_to_positive": 1.5},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CIRCLE))
+def test_circle_rope_matches_the_official_code(name):
+    """Same tokens on both sides (`<vision_start> h·w placeholders <vision_end>`, the markers text to us, one group and
+    one grid row per image or one-frame video). Positions exactly (they are float: ring points plus the start), deltas
+    as above to 1e-5 (the reference rounds max + 1 − padded length in float32; text-only padded rows of one token
+    aside, as above); cos / sin: transformers' `Qwen2_5_VLRotaryEmbedding` (mrope_section [4, 6, 6], head_dim 32) on
+    the fixture's positions against ours with the scheme's default allocation ("sections"), to 1e-6."""
+    fixture = load(name)
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=128, num_attention_heads=4, image_token_id=IMAGE, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "circle_rope", "mrope_section": [4, 6, 6], "pair_layout": "half",
+                         **CIRCLE[name]},
+    )  # fmt: skip
+    assert config.rope_parameters["axis_allocation"] == "sections"
+    rotary, images, with_cos = RotaryEmbedding(config), 0, 0
+    for case, record in enumerate(fixture["cases"]):
+        mask = record["attention_mask"]
+        real = mask.bool()
+        ours, deltas = build_position_ids(
+            record["input_ids"], config, record["image_grid_thw"], record["video_grid_thw"], mask,
+            record["second_per_grid_ts"],
+        )  # fmt: skip
+        message = f"{name} case {case}: {record['layouts']}"
+        for b in range(mask.shape[0]):
+            assert torch.equal(ours[:, b, real[b]], record["position_ids"][:, b, real[b]]), message
+        real_tokens = mask.sum(1, keepdim=True)
+        padding = (mask.shape[1] - real_tokens).float()
+        artefact = (record["image_grid_thw"] is None) & (record["video_grid_thw"] is None) & (real_tokens == 1)
+        artefact &= padding > 0
+        torch.testing.assert_close(deltas[~artefact], (record["deltas"] + padding)[~artefact], atol=1e-5, rtol=0)
+        images += 0 if record["image_grid_thw"] is None else len(record["image_grid_thw"])
+        if "cos" in record:
+            cos, sin = rotary(torch.zeros(1), record["position_ids"])
+            torch.testing.assert_close(cos[real], record["cos"][real], atol=1e-6, rtol=0)
+            torch.testing.assert_close(sin[real], record["sin"][real], atol=1e-6, rtol=0)
+            with_cos += 1
+    assert images >= 40 and with_cos == 6, (images, with_cos)
+
+
+def test_circle_rope_refuses_several_frames_and_bad_knobs():
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=128, num_attention_heads=4, image_token_id=IMAGE, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "circle_rope", "mrope_section": [4, 6, 6]},
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="places images \\(grid t = 1\\)"):
+        build_position_ids(torch.tensor([[1] + [VIDEO] * 8]), config, video_grid_thw=torch.tensor([[2, 2, 2]]))
+    for knob, value, message in [
+        ("circle_radius", "auto-x", "'auto' or 'auto-<positive scale>'"),
+        ("circle_radius", 0, "'auto' or 'auto-<positive scale>'"),
+        ("circle_alpha", 1.5, "a number in \\[0, 1\\]"),
+        ("circle_dff_rate", True, "a number in \\[0, 1\\]"),
+        ("circle_move_to_origin", 1, "True or False"),
+        ("circle_move_to_positive", -1.0, "None \\(off\\) or an offset >= 0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            RoFormerExtVisionTextConfig(
+                hidden_size=128, num_attention_heads=4,
+                rope_parameters={"position_scheme": "circle_rope", "mrope_section": [4, 6, 6], knob: value},
+            )  # fmt: skip

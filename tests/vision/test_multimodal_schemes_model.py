@@ -48,7 +48,10 @@ SCHEMES = {
     "mmrope": {"position_scale": [1.0, 2.0, 0.5]},
     "vrope": {},
     "mhrope": {"mrope_section": [1, 1, 1]},  # heads per axis: 4 heads, the 4th unrotated (head_dim 12)
+    "circle_rope": {"mrope_section": SECTION, "circle_radius": 3.0, "circle_alpha": 0.3, "circle_dff_rate": 0.2},
 }
+#: Schemes that place images only (grid t = 1): their samples' videos are one frame.
+IMAGES_ONLY = ("circle_rope",)
 HEADS = {"mhrope": 4}
 
 
@@ -79,8 +82,10 @@ def sample(generator: torch.Generator, image: tuple, video: tuple) -> dict:
     }
 
 
-def samples(seed: int = 0) -> list[dict]:
+def samples(seed: int = 0, scheme: str | None = None) -> list[dict]:
     generator = torch.Generator().manual_seed(seed)
+    if scheme in IMAGES_ONLY:
+        return [sample(generator, (1, 2, 3), (1, 2, 2)), sample(generator, (1, 3, 2), (1, 1, 2))]
     return [sample(generator, (1, 2, 3), (3, 2, 2)), sample(generator, (1, 3, 2), (2, 1, 2))]
 
 
@@ -107,7 +112,8 @@ def test_config_names_the_variant_and_its_allocation(scheme):
     rope = config(scheme).rope_parameters
     assert rope["axes"] == (4 if scheme == "vrope" else 3) and rope["position_scheme"] == scheme
     expected = {"qwen2_5_vl": "sections", "omnirope": "sections", "videorope": "videorope", "hope": "hope",
-                "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise", "vrope": "interleaved"}.get(scheme, "mrope_interleaved")  # fmt: skip
+                "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise", "vrope": "interleaved",
+                "circle_rope": "sections"}.get(scheme, "mrope_interleaved")  # fmt: skip
     assert rope["axis_allocation"] == expected
 
 
@@ -118,7 +124,7 @@ def test_cached_decoding_equals_recomputation(scheme):
     of summation agree to ~1e-12; in float32 they differ by ~5e-5, as for mrope)."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(config(scheme)).double().eval()
-    parts = samples()
+    parts = samples(scheme=scheme)
     batch = batch_of(parts, [3, 3 + len(parts[0]["ids"]) - len(parts[1]["ids"])])
     batch["pixel_values"], batch["pixel_values_videos"] = (
         batch["pixel_values"].double(),
@@ -139,7 +145,7 @@ def test_cached_decoding_equals_recomputation(scheme):
 def test_left_padding_leaves_real_tokens_unchanged(scheme):
     torch.manual_seed(0)
     model = RoFormerExtVisionTextModel(config(scheme)).eval()
-    parts = samples()
+    parts = samples(scheme=scheme)
     with torch.no_grad():
         padded = model(**batch_of(parts, [4, 0])).last_hidden_state[0, 4:]
         alone = model(**batch_of(parts[:1], [0])).last_hidden_state[0]
@@ -152,7 +158,7 @@ def test_packed_row_equals_each_sequence_alone(scheme, attention):
     """Two samples packed into one row (cu_seq_lens_q, as DataCollatorWithFlattening gives): each is laid out alone."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextModel(config(scheme, attn_implementation=attention)).eval()
-    parts = samples()
+    parts = samples(scheme=scheme)
     packed = batch_of(parts, [0, 0])
     lengths = [len(p["ids"]) for p in parts]
     packed["input_ids"] = torch.cat([p["ids"] for p in parts])[None]
@@ -183,8 +189,9 @@ REMOTE_LOADER = textwrap.dedent(
 def test_save_load_and_remote_code_keep_every_variant(tmp_path):
     """Each variant saved with its knobs, reloaded in this process and, in one fresh process where roformer_ext cannot
     be imported, through trust_remote_code: the same logits."""
-    inputs, folders, expected = batch_of(samples(), [0, 3]), [], {}
+    folders, expected = [], {}
     for scheme in sorted(SCHEMES):
+        inputs = batch_of(samples(scheme=scheme), [0, 3])
         torch.manual_seed(0)
         model = RoFormerExtVisionTextForMaskedLM(config(scheme)).eval()
         folder = tmp_path / scheme
