@@ -752,6 +752,11 @@ def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tens
             f"input_ids must have shape (batch, seq) with seq >= 1; got {tuple(input_ids.shape)}. "
             "Add a batch axis with input_ids[None] (a tokenizer with return_tensors='pt' gives this shape)."
         )
+    if input_ids is not None and input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"input_ids must hold integer token ids as torch.long (or torch.int32); got dtype {input_ids.dtype}. "
+            "Convert with input_ids.long() (or pass vectors as inputs_embeds)."
+        )
     if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[1] == 0):
         raise ValueError(
             f"inputs_embeds must have shape (batch, seq, embedding_size) with seq >= 1; got {tuple(inputs_embeds.shape)}."

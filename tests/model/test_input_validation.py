@@ -122,3 +122,20 @@ def test_rope_fields_set_later_are_checked_when_a_model_is_built():
 def test_vision_config_rejects_bad_axes_too():
     with pytest.raises(ValueError, match=r"rope_parameters\['axes'\] must be 1, 2 or 3"):
         RoFormerExtVisionTextConfig(hidden_size=32, num_attention_heads=4, rope_parameters={"axes": 4})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.complex64, torch.uint8, torch.int16])
+def test_non_integer_input_ids_are_a_type_error_naming_the_fix(dtype):
+    model = RoFormerExtModel(tiny_config()).eval()
+    with pytest.raises(
+        TypeError, match=r"input_ids must hold integer token ids as torch.long .*; got dtype .*input_ids\.long\(\)"
+    ):
+        model(torch.ones(2, 3, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_int32_and_int64_input_ids_are_accepted(dtype):
+    model = RoFormerExtModel(tiny_config()).eval()
+    with torch.no_grad():
+        expected = model(torch.full((2, 3), 7)).last_hidden_state
+        assert torch.equal(model(torch.full((2, 3), 7, dtype=dtype)).last_hidden_state, expected)
