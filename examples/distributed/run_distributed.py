@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from distributed_arguments import check_fsdp_vocabulary, local_parameter_elements  # this folder
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 from transformers import DistributedConfig
@@ -92,11 +93,6 @@ def rows(batch: dict, rank: int, world: int) -> dict:
     """This process's contiguous share of the batch's rows."""
     per_rank = batch["input_ids"].shape[0] // world
     return {key: value[rank * per_rank : (rank + 1) * per_rank] for key, value in batch.items()}
-
-
-def local_parameter_elements(model: torch.nn.Module) -> int:
-    """Parameter elements this process holds: a DTensor's local shard, else the whole tensor (tied ones once)."""
-    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
 
 
 def local_bytes(tensor: torch.Tensor) -> int:
@@ -161,17 +157,6 @@ def reshard(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
-
-
-def check_fsdp_vocabulary(config, world: int) -> None:
-    """FSDP2 (torch 2.13, transformers 5.24) trains tied word embeddings wrongly when the vocabulary does not divide
-    by the processes (measured: vocabulary 99 on 2 processes, the second loss 4.5928 against one process's 4.5886;
-    100, or untied, equal to 1e-6)."""
-    if getattr(config, "tie_word_embeddings", False) and config.vocab_size % world:
-        raise ValueError(
-            f"FSDP2 with tied word embeddings needs vocab_size ({config.vocab_size}) divisible by the {world} "
-            f"processes: pad it first, model.resize_token_embeddings(pad_to_multiple_of={world}), and save."
-        )
 
 
 def load(cls, args, **kwargs):

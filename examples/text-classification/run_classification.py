@@ -26,6 +26,15 @@ every weight; the adapter is saved in OUTPUT_DIR/adapter and the merged model in
     python run_classification.py --model_name_or_path out/sentiment --output_dir out/sentiment-lora \
         --lora_r 8 --lora_alpha 16 --learning_rate 1e-3
 
+Several processes (docs/distributed.md): `torchrun --nproc_per_node 2 run_classification.py ...` trains data
+parallel (DDP; give each process half the batch: `--per_device_train_batch_size` is per process);
+`--fsdp_size 2` shards a checkpoint's parameters, gradients and optimizer state over the 2 processes (FSDP2, loaded
+with transformers' `DistributedConfig`; Trainer's own `--fsdp` runs as DDP on a CPU); `--tp_size 2 --do_predict`
+evaluates / predicts with the heads split over them (tensor parallel). Each process's parameter count is printed.
+
+    torchrun --nproc_per_node 2 run_classification.py --model_name_or_path out/sentiment --fsdp_size 2 \
+        --dataset chinese_sentiment --output_dir out/sentiment_fsdp2 --per_device_train_batch_size 16
+
 Batches are padding-free by default: each batch is packed into one row without padding tokens and attention stays
 within each sentence (docs/fine-tuning.md#padding-free-batches). `--no_padding_free` pads each batch to its longest
 sequence instead; `--group_by_length` draws batches of similar lengths.
@@ -37,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from datasets import ClassLabel, DatasetDict, Value
 from transformers import (
     AutoModelForSequenceClassification,
@@ -48,6 +58,7 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "distributed"))  # --fsdp_size / --tp_size
 
 from common import corpora  # noqa: E402
 from common.card import (  # noqa: E402
@@ -82,6 +93,13 @@ from common.utils import (  # noqa: E402
     setup_logging,
     take_over_hub_push,
 )
+from distributed_arguments import (
+    DistributedArguments,
+    end_process_group,
+    evaluate_in_order,
+    parameters_held,
+    resave_whole,
+)  # noqa: E402
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
 from roformer_ext.data_collator import FlattenPaddedBatch  # noqa: E402
@@ -319,12 +337,22 @@ def load_classification_data(
 
 
 def main() -> None:
-    model_args, data_args, batching, lora_args, training_args = parse_arguments(
-        (ModelArguments, ClassificationDataArguments, BatchingArguments, LoraArguments, TrainingArguments)
+    model_args, data_args, batching, lora_args, distributed, training_args = parse_arguments(
+        (
+            ModelArguments,
+            ClassificationDataArguments,
+            BatchingArguments,
+            LoraArguments,
+            DistributedArguments,
+            TrainingArguments,
+        )
     )
     setup_logging()
     batching.apply(training_args)
     do_train, do_eval, do_predict = resolve_phases(training_args)
+    distributed.check(model_args.model_name_or_path, do_train)
+    if distributed.sharded and lora_args.lora_r:
+        raise ValueError("--lora_r with --fsdp_size / --tp_size is not supported here: use DDP (torchrun alone).")
     if do_train:
         check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     push = take_over_hub_push(training_args)
@@ -349,7 +377,17 @@ def main() -> None:
             "label2id": {name: i for i, name in enumerate(data.label_names)},
             "problem_type": "single_label_classification",
         }
-    model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    if distributed.sharded:  # transformers shards it as it loads (FSDP2 or tensor parallel)
+        config = load_config(model_args, **task_kwargs)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_args.model_name_or_path,
+            config=config,
+            trust_remote_code=model_args.trust_remote_code,
+            distributed_config=distributed.distributed_config(config),
+        )
+    else:
+        model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    held = parameters_held(model)  # under torchrun: what each process holds (printed by rank 0)
     if lora_args.lora_r and not model_args.model_name_or_path:
         logger.warning("--lora_r without --model_name_or_path trains adapters on a randomly initialised model")
     model = lora_args.wrap(model)
@@ -380,6 +418,11 @@ def main() -> None:
             return {"mse": float((errors**2).mean()), "mae": float(np.abs(errors).mean())}
         return {"accuracy": accuracy(predicted, prediction.label_ids)}
 
+    if distributed.tp_size > 1:  # evaluation / prediction only (checked above); Trainer cannot hold it on a CPU
+        evaluate_tensor_parallel(
+            model, encoded, collator, compute_metrics, training_args, do_eval, do_predict, data, held
+        )
+        return
     trainer = PaddingFreeTrainer(
         model=model,
         args=training_args,
@@ -393,6 +436,7 @@ def main() -> None:
     if do_train:
         metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
         metrics["train_samples"] = len(encoded["train"])
+        trainer.save_state()  # trainer_state.json: every logged loss (the multi-process runs are compared on them)
     if do_eval and "validation" in encoded:
         metrics.update(trainer.evaluate(encoded["validation"], metric_key_prefix="eval"))
     elif do_eval:
@@ -411,8 +455,13 @@ def main() -> None:
         trainer.save_model(training_args.output_dir)  # model, config with auto_map, modelling code, tokenizer
     if not trainer.is_world_process_zero():
         return
+    if do_train and distributed.fsdp_size > 1:
+        resave_whole(training_args.output_dir, AutoModelForSequenceClassification)
     trainer.save_metrics("all", metrics)
+    if held is not None:
+        save_json(Path(training_args.output_dir) / "parameters_held.json", held)
     if predictions is not None:
+        np.save(Path(training_args.output_dir) / "predict_logits.npy", predictions)  # raw outputs, in test order
         write_predictions(
             Path(training_args.output_dir) / "predict_results.txt",
             predicted_labels(predictions, data.label_names is None),
@@ -457,7 +506,54 @@ def main() -> None:
         commit_message=f"RoFormerExt {data_args.dataset or 'text'} classifier",
     )
     print(f"model saved to {training_args.output_dir}")
-    demo_pipeline(trainer.model, tokenizer, data, data_args.dataset)
+    # A sharded model runs only with every process: the demo reloads the saved (gathered) one into this process.
+    demo_model = (
+        AutoModelForSequenceClassification.from_pretrained(training_args.output_dir)
+        if distributed.sharded
+        else trainer.model
+    )
+    demo_pipeline(demo_model, tokenizer, data, data_args.dataset)
+
+
+def evaluate_tensor_parallel(model, encoded, collator, compute_metrics, training_args, do_eval, do_predict, data, held):
+    """`--tp_size`: what Trainer's evaluate / predict give, from `evaluate_in_order` (every process runs every batch;
+    accelerate refuses a tensor-parallel model in Trainer on a CPU). The main process writes the same files."""
+    metrics: dict[str, float] = {}
+    predictions = None
+    for wanted, split, prefix in ((do_eval, "validation", "eval"), (do_predict, "test", "test")):
+        if wanted and split in encoded:
+            split_metrics, outputs = evaluate_in_order(
+                model,
+                encoded[split],
+                collator,
+                training_args.per_device_eval_batch_size,
+                training_args.seed,
+                compute_metrics if split_has_labels(encoded[split]) else None,
+                prefix=prefix,
+            )
+            metrics.update(split_metrics)
+            predictions = outputs if prefix == "test" else predictions
+    logger.info("tensor parallel: %s", metrics)
+    if torch.distributed.get_rank() != 0:
+        return
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_json(output_dir / "all_results.json", metrics)
+    save_json(output_dir / "parameters_held.json", held)
+    if predictions is not None:
+        np.save(output_dir / "predict_logits.npy", predictions)
+        write_predictions(
+            output_dir / "predict_results.txt",
+            predicted_labels(predictions, data.label_names is None),
+            data.label_names,
+        )
+    for split in ("eval", "test"):
+        if f"{split}_accuracy" in metrics:
+            print(f"{split} accuracy {metrics[f'{split}_accuracy']:.4f}")
+
+
+def split_has_labels(dataset) -> bool:
+    return "label" in dataset.column_names
 
 
 def write_predictions(path: Path, predicted: np.ndarray, label_names: list[str] | None) -> None:
@@ -497,4 +593,7 @@ def demo_pipeline(model, tokenizer, data: ClassificationData, dataset: str | Non
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        end_process_group()  # under torchrun: no gloo threads left alive at exit
