@@ -24,8 +24,19 @@ With `--line_by_line`, batches are padding-free by default (one row per batch, n
 each line; docs/fine-tuning.md#padding-free-batches): tokens are masked per line first, then the padding is dropped.
 `--no_padding_free` pads instead; `--group_by_length` groups lines of similar lengths. Blocks (the default) are all
 `--max_seq_length` long: there is no padding to drop.
+
+Several processes (docs/distributed.md): `torchrun --nproc_per_node 2 run_mlm.py ...` trains data parallel (DDP;
+`--per_device_train_batch_size` is per process); `--fsdp_size 2` shards a checkpoint's parameters, gradients and
+optimizer state over the 2 processes (FSDP2, loaded with transformers' `DistributedConfig`); `--tp_size 2 --do_eval`
+evaluates with the heads and the vocabulary split over them (tensor parallel). Each process's parameter count is
+printed. The masks are random, drawn by each process for its rows: to compare a run on N processes with one,
+`--mlm_probability 1 --mask_replace_prob 0 --random_replace_prob 0` predicts every token from the unmasked text
+(deterministic; tests/examples/test_distributed_examples.py).
+
+    torchrun --nproc_per_node 2 run_mlm.py --model_name_or_path out/mlm --fsdp_size 2 --output_dir out/mlm_fsdp2
 """
 
+import json
 import logging
 import math
 import sys
@@ -45,6 +56,7 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "distributed"))  # --fsdp_size / --tp_size
 
 from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
 from common.corpora import load_mlm_corpus  # noqa: E402
@@ -62,12 +74,20 @@ from common.utils import (  # noqa: E402
     check_output_dir,
     get_model,
     get_tokenizer,
+    load_config,
     log_run_summary,
     no_pin_memory_without_accelerator,
     parse_arguments,
     resolve_phases,
     setup_logging,
     take_over_hub_push,
+)
+from distributed_arguments import (  # noqa: E402
+    DistributedArguments,
+    end_process_group,
+    evaluate_in_order,
+    parameters_held,
+    resave_whole,
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
@@ -96,6 +116,12 @@ class MLMDataArguments(DataArguments):
     )
     whole_word_masking: bool = field(default=False, metadata={"help": "Mask jieba words as a whole."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens (or words) masked."})
+    mask_replace_prob: float = field(
+        default=0.8, metadata={"help": "Of the masked tokens, the share replaced by [MASK] (the collator's)."}
+    )
+    random_replace_prob: float = field(
+        default=0.1, metadata={"help": "Of the masked tokens, the share replaced by a random token (the rest kept)."}
+    )
 
 
 def text_column(data_args: MLMDataArguments, columns: list[str]) -> str:
@@ -143,12 +169,13 @@ def group_texts(batch: dict, block: int) -> dict:
 
 
 def main() -> None:
-    model_args, data_args, batching, training_args = parse_arguments(
-        (ModelArguments, MLMDataArguments, BatchingArguments, TrainingArguments)
+    model_args, data_args, batching, distributed, training_args = parse_arguments(
+        (ModelArguments, MLMDataArguments, BatchingArguments, DistributedArguments, TrainingArguments)
     )
     setup_logging()
     batching.apply(training_args)
     do_train, do_eval, do_predict = resolve_phases(training_args)
+    distributed.check(model_args.model_name_or_path, do_train)
     if do_train:
         check_output_dir(training_args.output_dir, data_args.overwrite_output_dir, training_args.resume_from_checkpoint)
     push = take_over_hub_push(training_args)
@@ -162,7 +189,17 @@ def main() -> None:
     if do_train and "train" not in raw:
         raise ValueError("Training needs a train split: give --train_file or a dataset with one.")
     tokenizer = get_tokenizer(model_args, raw["train"]["text"] if "train" in raw else [])
-    model = get_model(AutoModelForMaskedLM, model_args, tokenizer)
+    if distributed.sharded:  # transformers shards it as it loads (FSDP2 or tensor parallel)
+        config = load_config(model_args)
+        model = AutoModelForMaskedLM.from_pretrained(
+            model_args.model_name_or_path,
+            config=config,
+            trust_remote_code=model_args.trust_remote_code,
+            distributed_config=distributed.distributed_config(config),
+        )
+    else:
+        model = get_model(AutoModelForMaskedLM, model_args, tokenizer)
+    held = parameters_held(model)  # under torchrun: what each process holds (printed by rank 0)
 
     # Line by line, samples differ in length; the collator pads input ids but not the offsets that whole-word
     # masking needs, so those samples are padded here.
@@ -197,7 +234,11 @@ def main() -> None:
     )
 
     collator = DataCollatorForLanguageModeling(
-        tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_masking
+        tokenizer,
+        mlm_probability=data_args.mlm_probability,
+        whole_word_mask=data_args.whole_word_masking,
+        mask_replace_prob=data_args.mask_replace_prob,
+        random_replace_prob=data_args.random_replace_prob,
     )
     # Blocks of --max_seq_length hold no padding: packing them gains nothing (training measured 10-20 % slower).
     if batching.padding_free and data_args.line_by_line:  # masked per token on the padded rows, then unpadded
@@ -211,6 +252,9 @@ def main() -> None:
         masked = prediction.label_ids != -100
         return {"masked_accuracy": float((prediction.predictions[masked] == prediction.label_ids[masked]).mean())}
 
+    if distributed.tp_size > 1:  # evaluation only (checked above); Trainer cannot hold it on a CPU
+        evaluate_tensor_parallel(model, data, collator, compute_metrics, predicted_ids, training_args, held)
+        return
     trainer = PaddingFreeTrainer(
         model=model,
         args=training_args,
@@ -224,6 +268,7 @@ def main() -> None:
     metrics: dict[str, float] = {}
     if do_train:
         metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
+        trainer.save_state()  # trainer_state.json: every logged loss (the multi-process runs are compared on them)
     for wanted, split, prefix in ((do_eval, "validation", "eval"), (do_predict, "test", "test")):
         if wanted and split in data:
             metrics.update(trainer.evaluate(data[split], metric_key_prefix=prefix))
@@ -237,7 +282,11 @@ def main() -> None:
         trainer.save_model(training_args.output_dir)
     if not trainer.is_world_process_zero():
         return
+    if do_train and distributed.fsdp_size > 1:
+        resave_whole(training_args.output_dir, AutoModelForMaskedLM)
     trainer.save_metrics("all", metrics)
+    if held is not None:
+        (Path(training_args.output_dir) / "parameters_held.json").write_text(json.dumps(held, indent=2) + "\n")
     if "eval_loss" in metrics:
         print(
             f"eval loss {metrics['eval_loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
@@ -277,10 +326,47 @@ def main() -> None:
         commit_message="RoFormerExt masked LM",
     )
     print(f"model saved to {training_args.output_dir}")
-    fill = pipeline("fill-mask", model=trainer.model, tokenizer=tokenizer, device=trainer.model.device)
+    # A sharded model runs only with every process: the demo reloads the saved (gathered) one into this process.
+    demo_model = (
+        AutoModelForMaskedLM.from_pretrained(training_args.output_dir) if distributed.sharded else trainer.model
+    )
+    fill = pipeline("fill-mask", model=demo_model, tokenizer=tokenizer, device=demo_model.device)
     demo = DEMO if not data_args.own_data else [_masked_example(raw, tokenizer)]
     for text in demo:
         print(f"pipeline: {text} -> " + " ".join(f"{r['token_str']}({r['score']:.2f})" for r in fill(text, top_k=3)))
+
+
+def evaluate_tensor_parallel(model, data, collator, compute_metrics, predicted_ids, training_args, held) -> None:
+    """`--tp_size`: Trainer's evaluation, from `evaluate_in_order` (every process runs every batch, with the same
+    masks; accelerate refuses a tensor-parallel model in Trainer on a CPU). The main process writes the metrics."""
+    metrics: dict[str, float] = {}
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split in data:
+            split_metrics, _ = evaluate_in_order(
+                model,
+                data[split],
+                collator,
+                training_args.per_device_eval_batch_size,
+                training_args.seed,
+                compute_metrics,
+                preprocess_logits=predicted_ids,
+                prefix=prefix,
+            )
+            metrics.update(split_metrics)
+    if "eval_loss" in metrics:
+        metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50.0))
+    logger.info("tensor parallel: %s", metrics)
+    if torch.distributed.get_rank() != 0:
+        return
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "all_results.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (output_dir / "parameters_held.json").write_text(json.dumps(held, indent=2) + "\n")
+    if "eval_loss" in metrics:
+        print(
+            f"eval loss {metrics['eval_loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
+            f"masked accuracy {metrics['eval_masked_accuracy']:.4f}"
+        )
 
 
 def _masked_example(raw: DatasetDict, tokenizer) -> str:
@@ -292,4 +378,7 @@ def _masked_example(raw: DatasetDict, tokenizer) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        end_process_group()  # under torchrun: no gloo threads left alive at exit
