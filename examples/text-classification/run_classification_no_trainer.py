@@ -11,6 +11,11 @@ or a bundled `--dataset`).
         run_classification_no_trainer.py --train_file train.csv ...       # 2 CPU processes (DDP over gloo)
     torchrun --nproc_per_node 2 run_classification_no_trainer.py ...     # the same, on a machine without a GPU
 
+FSDP2 on any machine, CPU included: `torchrun --nproc_per_node 2 run_classification_no_trainer.py
+--model_name_or_path CHECKPOINT --fsdp_size 2 ...` loads the checkpoint sharded by transformers' `DistributedConfig`
+(the model's FSDP plan) and hands accelerate only the optimizer, scheduler and data (accelerate's own FSDP runs as
+DDP on a CPU). Each process's parameter count is printed (docs/distributed.md).
+
 `accelerate launch --cpu` starts one process whatever `--num_processes` says (accelerate 1.15). Each rank writes
 `train_log_rank{i}.json` (its losses and the number of processes), so a run shows that every process trained.
 
@@ -29,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DataLoaderConfiguration, set_seed
 from run_classification import (
     ClassificationData,
     ClassificationDataArguments,
@@ -42,6 +47,7 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "distributed"))  # --fsdp_size
 
 from common.card import (  # noqa: E402
     REGRESSION_USAGE,
@@ -63,6 +69,12 @@ from common.utils import (  # noqa: E402
     parse_arguments,
     save_json,
     setup_logging,
+)
+from distributed_arguments import (  # noqa: E402
+    DistributedArguments,
+    end_process_group,
+    parameters_held,
+    resave_whole,
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
@@ -104,17 +116,24 @@ class LoopArguments:
 
 
 def main() -> None:
-    model_args, data_args, batching, args = parse_arguments(
-        (ModelArguments, ClassificationDataArguments, BatchingArguments, LoopArguments)
+    model_args, data_args, batching, distributed, args = parse_arguments(
+        (ModelArguments, ClassificationDataArguments, BatchingArguments, DistributedArguments, LoopArguments)
     )
     setup_logging()
     do_train, do_eval, do_predict = args.phases()
+    if distributed.tp_size > 1:
+        raise ValueError("--tp_size: evaluate with run_classification.py --tp_size (this loop splits every batch).")
+    distributed.check(model_args.model_name_or_path, do_train)
     if do_train:
         check_output_dir(args.output_dir, data_args.overwrite_output_dir)
     # Without an accelerator, say so: accelerate otherwise reads torchrun's processes (`accelerate launch --multi_gpu`,
     # `torchrun`) as one-process runs on a CPU, and each would train alone on all the data.
+    # The seedable sampler draws the training order from --seed alone: the same rows make up each step's batch on
+    # one process and on N (each takes its share), so their losses compare (docs/distributed.md).
     accelerator = Accelerator(
-        cpu=not torch.accelerator.is_available(), gradient_accumulation_steps=args.gradient_accumulation_steps
+        cpu=not torch.accelerator.is_available(),
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
@@ -157,7 +176,17 @@ def main() -> None:
             "label2id": {name: i for i, name in enumerate(data.label_names)},
             "problem_type": "single_label_classification",
         }
-    model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    if distributed.sharded:  # FSDP2: transformers shards it as it loads
+        config = load_config(model_args, **task_kwargs)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_args.model_name_or_path,
+            config=config,
+            trust_remote_code=model_args.trust_remote_code,
+            distributed_config=distributed.distributed_config(config),
+        )
+    else:
+        model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    held = parameters_held(model)  # several processes: what each holds (printed by the main process)
     if accelerator.is_main_process:
         log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
 
@@ -200,9 +229,18 @@ def main() -> None:
         else 0
     )
     max_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(args.warmup_ratio * max_steps), max_steps)
+    # accelerate steps a prepared scheduler once per process at each optimizer step (its schedules count the steps of
+    # one process on all the data): counted here in those steps, the schedule is the same on any number of processes.
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer,
+        int(args.warmup_ratio * max_steps) * accelerator.num_processes,
+        max_steps * accelerator.num_processes,
+    )
     splits = list(loaders)
-    model, optimizer, scheduler, *prepared = accelerator.prepare(model, optimizer, scheduler, *loaders.values())
+    if distributed.sharded:  # already FSDP2: accelerate would wrap it in DDP; it gets the rest
+        optimizer, scheduler, *prepared = accelerator.prepare(optimizer, scheduler, *loaders.values())
+    else:
+        model, optimizer, scheduler, *prepared = accelerator.prepare(model, optimizer, scheduler, *loaders.values())
     loaders = dict(zip(splits, prepared))
 
     losses: list[float] = []
@@ -270,7 +308,12 @@ def main() -> None:
 
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model)
-    if do_train:
+    if do_train and distributed.sharded:  # every process: transformers gathers the shards
+        unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process)
+        if accelerator.is_main_process:
+            resave_whole(output_dir, AutoModelForSequenceClassification)
+            unwrapped = AutoModelForSequenceClassification.from_pretrained(output_dir)  # whole, for the demo
+    elif do_train:
         unwrapped.save_pretrained(
             output_dir,
             is_main_process=accelerator.is_main_process,
@@ -280,6 +323,8 @@ def main() -> None:
     if accelerator.is_main_process:
         metrics["num_processes"] = accelerator.num_processes
         save_json(output_dir / "all_results.json", metrics)
+        if held is not None:
+            save_json(output_dir / "parameters_held.json", held)
         if test_predictions is not None:
             write_predictions(output_dir / "predict_results.txt", test_predictions, data.label_names)
         for split in ("eval", "test"):
@@ -322,4 +367,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        end_process_group()  # under torchrun: no gloo threads left alive at exit
