@@ -50,6 +50,7 @@ sys.path.insert(0, str(EXAMPLES / "vision-text"))  # run_spatial_digits
 from common.utils import accuracy, get_tokenizer, no_pin_memory_without_accelerator, save_json  # noqa: E402
 from run_spatial_digits import (  # noqa: E402
     QUESTION_POSITIONS,
+    SCHEMES,
     GridCollator,
     SpatialModelArguments,
     build_config,
@@ -67,15 +68,16 @@ from roformer_ext.positions import build_position_ids  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
-#: Table name -> (position_scheme, axis_allocation); None keeps run_spatial_digits' default for the scheme.
-SCHEMES = {
-    "rope_1d": ("rope_1d", None),
-    "rope_2d_rows": ("rope_2d_rows", None),
-    "rope_tie": ("rope_tie", None),
-    "rope_tie_v2": ("rope_tie_v2", None),
-    "mrope": ("mrope", "sections"),
-    "mrope_interleaved": ("mrope", "interleaved"),
-}
+#: Table name -> (position_scheme, axis_allocation); None keeps the scheme's own allocation (run_spatial_digits).
+#: Every built-in scheme by its name, plus M-RoPE's positions with plain interleaved frequencies (the first study's
+#: `mrope_interleaved`; Qwen3-VL's own interleaving is `qwen3_vl`).
+SCHEMES = {name: (name, None) for name in SCHEMES}  # run_spatial_digits' tuple of names, as a table
+SCHEMES["mrope"] = ("mrope", "sections")
+SCHEMES["mrope_interleaved"] = ("mrope", "interleaved")
+#: The first study's six schemes: the default grid.
+FIRST_STUDY = ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "mrope_interleaved")
+#: Schemes that place images only (a one-frame grid): no video runs.
+IMAGES_ONLY = ("circle_rope",)
 MODALITIES = ("image", "video")
 READOUTS = ("question", "cls")
 
@@ -100,9 +102,9 @@ class SymmetryModelArguments(SpatialModelArguments):
         metadata={"help": "Set per run: videos need a third (frame) axis in the Su schemes and rope_2d_rows."},
     )
 
-    def rope_parameters(self, head_dim: int) -> dict:
+    def rope_parameters(self, head_dim: int, num_heads: int | None = None) -> dict:
         """run_spatial_digits' rope_parameters, with 3 axes instead of 2 when videos are fed."""
-        rope = super().rope_parameters(head_dim)
+        rope = super().rope_parameters(head_dim, num_heads)
         if self.frame_axis and rope["axes"] == 2:
             rope["axes"] = 3
         return rope
@@ -112,7 +114,9 @@ class SymmetryModelArguments(SpatialModelArguments):
 class SymmetryArguments:
     """The grid of runs, the data, and the budget shared by every run."""
 
-    schemes: str = field(default=",".join(SCHEMES), metadata={"help": "Comma-separated: " + ", ".join(SCHEMES)})
+    schemes: str = field(
+        default=",".join(FIRST_STUDY), metadata={"help": "Comma-separated, or 'all': " + ", ".join(SCHEMES)}
+    )
     modalities: str = field(default=",".join(MODALITIES), metadata={"help": "Comma-separated: image, video"})
     layouts: str = field(default=",".join(QUESTION_POSITIONS), metadata={"help": "Comma-separated: before, after"})
     seeds: str = field(default="0,1,2", metadata={"help": "Comma-separated training seeds (init, batch order)."})
@@ -123,6 +127,13 @@ class SymmetryArguments:
     image_grid: int = field(default=3, metadata={"help": "Image: digits per side."})
     video_grid: int = field(default=2, metadata={"help": "Video: digits per side of each frame."})
     video_frames: int = field(default=4, metadata={"help": "Video: frames (T)."})
+    long_video_frames: int = field(
+        default=0,
+        metadata={
+            "help": "Video runs: also test on videos of this many frames (0: off), asking only about the first "
+            "--video_frames frames, so only the video's length (and the distance to the text after it) is new."
+        },
+    )
     num_test: int = field(
         default=1000, metadata={"help": "Test questions per modality (digit images unseen in training)."}
     )
@@ -145,7 +156,9 @@ class SymmetryArguments:
     overwrite: bool = field(default=False, metadata={"help": "Start over even if --output holds finished runs."})
 
     def __post_init__(self) -> None:
-        self.scheme_list = _choices(self.schemes, tuple(SCHEMES), "--schemes")
+        self.scheme_list = (
+            list(SCHEMES) if self.schemes == "all" else _choices(self.schemes, tuple(SCHEMES), "--schemes")
+        )
         self.modality_list = _choices(self.modalities, MODALITIES, "--modalities")
         self.layout_list = _choices(self.layouts, QUESTION_POSITIONS, "--layouts")
         try:
@@ -158,6 +171,11 @@ class SymmetryArguments:
             raise ValueError(f"--readout must be one of {READOUTS}, not {self.readout!r}.")
         if min(self.image_grid, self.video_grid, self.video_frames, self.max_steps, self.batch_size, self.num_test) < 1:
             raise ValueError("Grid sizes, frames, steps, batch and test size must be positive.")
+        if self.long_video_frames and self.long_video_frames <= self.video_frames:
+            raise ValueError(
+                f"--long_video_frames ({self.long_video_frames}) must exceed --video_frames ({self.video_frames}), "
+                "or be 0 (no long-video test)."
+            )
 
     def setup(self) -> dict:
         """What makes runs comparable: everything but the output path, the grid's extent and resuming."""
@@ -179,15 +197,23 @@ def video_question(frame: int, row: int, col: int) -> str:
 
 
 def make_video_split(
-    pool: np.ndarray, labels: np.ndarray, count: int, frames: int, grid: int, rng: np.random.Generator
+    pool: np.ndarray,
+    labels: np.ndarray,
+    count: int,
+    frames: int,
+    grid: int,
+    rng: np.random.Generator,
+    asked_frames: int | None = None,
 ) -> Dataset:
-    """`count` videos of `frames` grids (tiles frame-major, then row-major), one cell question each.
+    """`count` videos of `frames` grids (tiles frame-major, then row-major), one cell question each, about one of
+    the first `asked_frames` frames (default all).
 
     `kind` is "frame f", so the accuracy can be read per frame.
     """
     cells = grid * grid
     tiles = rng.choice(pool, size=(count, frames * cells))
-    frame, row, col = (rng.integers(frames, size=count), rng.integers(grid, size=count), rng.integers(grid, size=count))
+    asked = rng.integers(asked_frames or frames, size=count)
+    frame, row, col = (asked, rng.integers(grid, size=count), rng.integers(grid, size=count))
     index = frame * cells + row * grid + col
     return Dataset.from_dict(
         {
@@ -327,6 +353,8 @@ class ModalityData:
     grid: int
     frames: int
     floor: float  # accuracy of answering the grid's most frequent digit: the "bag of digits" plateau
+    long_test: Dataset | None = None  # longer videos, questions about the first `frames` frames
+    long_frames: int = 0
     encoded: dict[tuple[str, str], dict[str, EncodedSplit]] = field(default_factory=dict)
 
     def encode(self, layout: str, readout: str) -> dict[str, EncodedSplit]:
@@ -334,6 +362,9 @@ class ModalityData:
         if (layout, readout) not in self.encoded:
             collator = SymmetryCollator(self.processor, self.digits, self.grid, layout, self.frames, readout)
             splits = {"train": EncodedSplit(self.train, collator), "test": EncodedSplit(self.test, collator)}
+            if self.long_test is not None:
+                long_collator = replace(collator, frames=self.long_frames)
+                splits["long_test"] = EncodedSplit(self.long_test, long_collator)
             self.encoded[layout, readout] = splits
         return self.encoded[layout, readout]
 
@@ -357,10 +388,15 @@ def prepare(args: SymmetryArguments, model_args: SymmetryModelArguments, modalit
         grid, frames = args.video_grid, args.video_frames
         train = make_video_split(pools["train"], labels, count, frames, grid, rng)
         test = make_video_split(pools["test"], labels, args.num_test, frames, grid, rng)
+    long_frames = args.long_video_frames if modality == "video" else 0
+    long_test = None
+    if long_frames:  # drawn after the others: the train and test sets do not change with the flag
+        long_test = make_video_split(pools["test"], labels, args.num_test, long_frames, grid, rng, frames)
     tile = digits.shape[-1]
     tokenizer = get_tokenizer(model_args, train["question"])
     processor = build_processor(tokenizer, digits[pools["train"]], tile, grid * tile)
-    return ModalityData(train, test, processor, digits, grid, frames, most_frequent_digit_accuracy(test, labels))
+    floor = most_frequent_digit_accuracy(test, labels)
+    return ModalityData(train, test, processor, digits, grid, frames, floor, long_test, long_frames)
 
 
 # ----------------------------------------------------------------------------------------------------- runs
@@ -399,6 +435,19 @@ def train_and_test(
         trainer = Trainer(model=model, args=training_args, train_dataset=splits["train"], data_collator=collator)
         train_loss = trainer.train().training_loss
         prediction = trainer.predict(splits["test"])
+        long_scores = {}
+        if "long_test" in splits:  # its own layout: its own shared positions
+            long_split = splits["long_test"]
+            trainer.data_collator = EncodedCollator(long_split.pixel_key, long_split.shared_position_ids(model.config))
+            long_prediction = trainer.predict(long_split)
+            long_predicted = np.argmax(long_prediction.predictions, axis=-1)
+            long_scores = {
+                "long_video_frames": data.long_frames,
+                "long_test_accuracy": accuracy(long_predicted, long_prediction.label_ids),
+                "long_test_accuracy_by_kind": per_kind_accuracy(
+                    long_predicted, long_prediction.label_ids, long_split.kinds
+                ),
+            }
     predicted = np.argmax(prediction.predictions, axis=-1)
     return {
         "scheme": scheme,
@@ -410,6 +459,7 @@ def train_and_test(
         "train_loss": round(float(train_loss), 4),
         "rope_parameters": model.config.rope_parameters,
         "wall_time_s": round(time.time() - started, 1),
+        **long_scores,
     }
 
 
@@ -420,11 +470,23 @@ def summarize(runs: list[dict]) -> list[dict]:
     keys = dict.fromkeys((run["scheme"], run["modality"]) for run in runs)
     for scheme, modality in keys:
         by_layout = {run["layout"]: {} for run in runs if (run["scheme"], run["modality"]) == (scheme, modality)}
+        long = {layout: {} for layout in by_layout}
         for run in runs:
             if (run["scheme"], run["modality"]) == (scheme, modality):
                 by_layout[run["layout"]][run["seed"]] = run["test_accuracy"]
+                if "long_test_accuracy" in run:
+                    long[run["layout"]][run["seed"]] = run["long_test_accuracy"] - run["test_accuracy"]
         for layout, by_seed in by_layout.items():
             cells.append({"scheme": scheme, "modality": modality, "layout": layout, **_stats(list(by_seed.values()))})
+            if long[layout]:  # long-video accuracy minus the training-length accuracy, per seed
+                cells.append(
+                    {
+                        "scheme": scheme,
+                        "modality": "long_video",
+                        "layout": layout,
+                        **_stats(list(long[layout].values())),
+                    }
+                )
         if {"before", "after"} <= set(by_layout):
             paired = sorted(set(by_layout["before"]) & set(by_layout["after"]))
             differences = [by_layout["after"][seed] - by_layout["before"][seed] for seed in paired]
@@ -476,6 +538,20 @@ def markdown_table(results: dict) -> str:
         + ", ".join(f"{m} {floors[m]:.3f}" for m in modalities if m in floors)
         + "."
     )
+    long_schemes = [s for s in SCHEMES if any(key[:2] == (s, "long_video") for key in cells)]
+    if long_schemes:
+        frames = results["setup"]["video_frames"], results["setup"]["long_video_frames"]
+        lines += [
+            "",
+            f"Long videos: accuracy on {frames[1]}-frame videos minus accuracy on the {frames[0]}-frame videos of "
+            f"training (questions about the first {frames[0]} frames), per seed:",
+            "",
+            "| scheme | question before | question after |",
+            "|---|---:|---:|",
+        ]
+        for scheme in long_schemes:
+            shown = [show(cells.get((scheme, "long_video", layout)), True) for layout in ("before", "after")]
+            lines.append(f"| `{scheme}` | " + " | ".join(shown) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -537,6 +613,9 @@ def main() -> None:
             for scheme in args.scheme_list:
                 for layout in args.layout_list:
                     if (scheme, modality, layout, seed) in done:
+                        continue
+                    if modality == "video" and scheme in IMAGES_ONLY:
+                        logger.info("%s places images only: no video runs", scheme)
                         continue
                     run = train_and_test(args, model_args, data[modality], scheme, layout, seed)
                     logger.info(

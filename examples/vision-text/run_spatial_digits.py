@@ -89,7 +89,13 @@ from roformer_ext import (  # noqa: E402
 logger = logging.getLogger(__name__)
 
 DATASETS = ("mnist", "sklearn_digits")
-SCHEMES = ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope")
+#: Su's schemes: (row, col) positions on 2 interleaved axes (3 with a frame axis for videos).
+SU_SCHEMES = ("rope_2d_rows", "rope_tie", "rope_tie_v2")
+#: Every built-in position scheme (position-schemes.md), in the order of the tables.
+SCHEMES = (
+    "rope_1d", *SU_SCHEMES, "mrope", "qwen2_5_vl", "qwen3_vl", "mrope_interleave", "mhrope", "ilrope", "omnirope",
+    "videorope", "hope", "v2pe", "mmrope", "vrope", "circle_rope",
+)  # fmt: skip
 KINDS = ("position", "left", "right", "above", "below")
 #: Where the question goes relative to the picture's mark in the prompt.
 QUESTION_POSITIONS = ("before", "after")
@@ -120,6 +126,13 @@ class SpatialModelArguments(ModelArguments):
             "for mrope (Qwen2-VL), 'interleaved' for the others."
         },
     )
+    rope_theta: float = field(
+        default=10000.0,
+        metadata={
+            "help": "RoPE base: theta_i = rope_theta^(-2i/d). With few frequency pairs per axis a smaller base keeps "
+            "every pair able to tell neighbouring patches apart."
+        },
+    )
     vocab_size: int = field(
         default=128, metadata={"help": "From scratch: WordPiece vocabulary cap (the questions use ~40 words)."}
     )
@@ -129,24 +142,40 @@ class SpatialModelArguments(ModelArguments):
         metadata={"help": "More config fields, 'key=value,...'. Default: no dropout (every training grid is new)."},
     )
 
-    def rope_parameters(self, head_dim: int) -> dict:
-        """The scheme's rope_parameters: Su's schemes on 2 interleaved axes (row, col), mrope on 3 sections."""
+    def rope_parameters(self, head_dim: int, num_heads: int | None = None) -> dict:
+        """The scheme's rope_parameters. Su's schemes on 2 interleaved axes (row, col); `rope_1d` and `v2pe` one flat
+        index; mrope and the other (t, h, w) variants their own allocation with Qwen2-VL's 1/4 : 3/8 : 3/8 share of the
+        head_dim/2 frequency pairs (`--mrope_section` overrides it); `mhrope` the same share of the heads; `vrope` its 4
+        diagonal axes."""
         if self.position_scheme not in SCHEMES:
             raise ValueError(f"--position_scheme must be one of {SCHEMES}, not {self.position_scheme!r}.")
-        rope = {"rope_type": self.rope_type, "pair_layout": self.pair_layout, "position_scheme": self.position_scheme}
-        if self.position_scheme == "rope_1d":  # one flat index per token: plain 1D RoPE over the whole stream
+        rope = {
+            "rope_type": self.rope_type,
+            "rope_theta": self.rope_theta,
+            "pair_layout": self.pair_layout,
+            "position_scheme": self.position_scheme,
+        }
+        scheme = self.position_scheme
+        if scheme in ("rope_1d", "v2pe"):  # one flat index per token: 1D RoPE over the whole stream
             return {**rope, "axes": 1, "axis_allocation": "interleaved"}
-        if self.position_scheme != "mrope":
+        if scheme in SU_SCHEMES:
             return {**rope, "axes": 2, "axis_allocation": self.axis_allocation or "interleaved"}
-        if (self.axis_allocation or "sections") != "sections":  # e.g. Qwen3-VL-style interleaved frequencies
+        if scheme == "vrope":
+            return {**rope, "axes": 4, "axis_allocation": "interleaved"}
+        if scheme == "mmrope":  # its allocation fixes which pairs read which axis
+            return {**rope, "axes": 3}
+        if scheme == "mrope" and (self.axis_allocation or "sections") != "sections":  # e.g. Qwen3-VL-style
             return {**rope, "axes": 3, "axis_allocation": self.axis_allocation}
-        pairs = head_dim // 2
+        units = num_heads if scheme == "mhrope" else head_dim // 2  # MHRoPE shares heads, the others frequency pairs
+        if units is None:
+            raise ValueError("mhrope allocates attention heads to axes: pass num_heads.")
         if self.mrope_section:
             section = [int(x) for x in self.mrope_section.split(",")]
         else:
-            temporal = pairs // 4
-            section = [temporal, (pairs - temporal) // 2, pairs - temporal - (pairs - temporal) // 2]
-        return {**rope, "axes": 3, "axis_allocation": "sections", "mrope_section": section}
+            temporal = units // 4
+            section = [temporal, (units - temporal) // 2, units - temporal - (units - temporal) // 2]
+        rope = {**rope, "axes": 3, "mrope_section": section}
+        return {**rope, "axis_allocation": "sections"} if scheme == "mrope" else rope
 
 
 @dataclass
@@ -402,7 +431,9 @@ def build_config(
         image_token_id=processor.image_token_id,
         video_token_id=processor.video_token_id,
     )
-    kwargs["rope_parameters"] = model_args.rope_parameters(kwargs["hidden_size"] // kwargs["num_attention_heads"])
+    kwargs["rope_parameters"] = model_args.rope_parameters(
+        kwargs["hidden_size"] // kwargs["num_attention_heads"], kwargs["num_attention_heads"]
+    )
     return RoFormerExtVisionTextConfig(**kwargs)
 
 

@@ -90,10 +90,14 @@ def test_video_questions_are_answered_by_the_named_tile(script):
 
 def test_video_runs_get_a_frame_axis_for_every_scheme(script, prepared):
     _, model_args, data = prepared
+    assert set(script.SCHEMES) >= set(script.FIRST_STUDY) and len(script.SCHEMES) == 18  # every built-in scheme
     for name, (scheme, allocation) in script.SCHEMES.items():
+        if name in script.IMAGES_ONLY:
+            continue
         run_args = replace(model_args, position_scheme=scheme, axis_allocation=allocation, frame_axis=True)
         config = script.build_config(run_args, data["video"].processor, 8)
-        assert config.rope_parameters["axes"] == (1 if name == "rope_1d" else 3), name
+        axes = {"rope_1d": 1, "v2pe": 1, "vrope": 4}.get(name, 3)
+        assert config.rope_parameters["axes"] == axes, name
         _, batch = _batch(script, data["video"], "after")
         model = script.QuestionReadoutForSequenceClassification(config).eval()
         with torch.no_grad():
@@ -168,7 +172,7 @@ def test_bad_arguments_name_the_flag(script, flag, value):
 def test_tiny_grid_end_to_end(tmp_path):
     output = tmp_path / "symmetry.json"
     args = [
-        "--schemes", "rope_tie_v2,mrope", "--seeds", "0", "--max_steps", "2", "--batch_size", "8", "--warmup_steps", "0",
+        "--schemes", "rope_tie_v2,mrope,circle_rope", "--seeds", "0", "--long_video_frames", "5", "--max_steps", "2", "--batch_size", "8", "--warmup_steps", "0",
         "--num_test", "16", "--video_frames", "3", "--hidden_size", "32", "--intermediate_size", "64",
         "--num_hidden_layers", "1", "--output", str(output),
     ]  # fmt: skip
@@ -181,13 +185,31 @@ def test_tiny_grid_end_to_end(tmp_path):
     runs = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in results["runs"]}
     expected = {
         (s, m, layout, 0)
-        for s in ("rope_tie_v2", "mrope")
+        for s in ("rope_tie_v2", "mrope", "circle_rope")
         for m in ("image", "video")
         for layout in ("before", "after")
+        if (s, m) != ("circle_rope", "video")  # images only
     }
     assert runs == expected
     cells = {(c["scheme"], c["modality"], c["layout"]): c for c in results["cells"]}
+    long_cells = {key: cells.pop(key) for key in list(cells) if key[1] == "long_video"}
     assert set(cells) == {(s, m, layout) for s, m, _, _ in expected for layout in ("before", "after", "after-before")}
+    # the long-video test: 5-frame videos asking about the first 3 frames, as a difference to the 3-frame accuracy
+    assert set(long_cells) == {
+        (s, "long_video", layout) for s in ("rope_tie_v2", "mrope") for layout in ("before", "after")
+    }
+    for run in results["runs"]:
+        if run["modality"] == "video":
+            assert run["long_video_frames"] == 5 and 0.0 <= run["long_test_accuracy"] <= 1.0
+            assert set(run["long_test_accuracy_by_kind"]) <= {
+                "accuracy_frame 1",
+                "accuracy_frame 2",
+                "accuracy_frame 3",
+            }
+            cell = long_cells[run["scheme"], "long_video", run["layout"]]
+            assert cell["mean"] == round(run["long_test_accuracy"] - run["test_accuracy"], 4)
+        else:
+            assert "long_test_accuracy" not in run
     for (scheme, modality, layout), cell in cells.items():
         assert cell["n"] == 1 and cell["std"] is None
         if layout != "after-before":
@@ -202,6 +224,7 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert results["sizes"]["video"]["grid_thw"] == [3, 2, 2] and set(results["floors"]) == {"image", "video"}
     table = output.with_suffix(".md").read_text()
     assert "| `rope_tie_v2` |" in table and "| `mrope` |" in table and "video: after − before" in table
+    assert "Long videos: accuracy on 5-frame videos minus accuracy on the 3-frame videos" in table
 
     # the same call again resumes: every run is already there, nothing is retrained
     again = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=300)
