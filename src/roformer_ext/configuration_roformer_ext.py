@@ -466,6 +466,10 @@ def _check_scheme_knob(key: str, value: Any, kind: str) -> None:
         ok = _is_positive_finite(value)
     elif kind == "a number in [0, 1]":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    elif kind == "None or a non-empty list of positive numbers":  # HoPE's temporal scales drawn from while training
+        ok = value is None or (
+            isinstance(value, (list, tuple)) and len(value) > 0 and all(map(_is_positive_finite, value))
+        )
     elif kind.startswith("None (off)"):
         ok = value is None or (_is_positive_finite(value) or (value == 0 and not isinstance(value, bool)))
     elif kind.startswith("a positive number, 'auto'"):  # Circle-RoPE's radius

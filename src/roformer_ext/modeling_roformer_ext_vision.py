@@ -172,7 +172,14 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 input_ids = torch.full((batch, seq), -1, device=inputs_embeds.device)  # -1: never a placeholder
             mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
             positions, deltas = build_position_ids(
-                input_ids, self.config, image_grid_thw, video_grid_thw, mask_2d, second_per_grid_ts, cu_seq_lens
+                input_ids,
+                self.config,
+                image_grid_thw,
+                video_grid_thw,
+                mask_2d,
+                second_per_grid_ts,
+                cu_seq_lens,
+                training=self.training,
             )
             remember_position_deltas(cache, deltas)
             return positions

@@ -57,7 +57,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -70,12 +70,15 @@ class Segment:
     """A maximal run of real tokens of one kind: "text", "image" or "video"; `grid` is (t, h, w) for vision.
 
     `seconds_per_grid` is a video's time between two temporal patches (Qwen2.5-VL's `second_per_grid_ts`), when known.
+    `temporal_scale` is a scale drawn for this vision segment while training (HoPE's dynamic temporal scaling: see
+    `build_position_ids`), None otherwise.
     """
 
     kind: str
     length: int
     grid: tuple[int, int, int] | None = None
     seconds_per_grid: float | None = None
+    temporal_scale: float | None = None
 
 
 #: A scheme maps a sample's segments and the number of axes to (positions (axes, tokens), next text position).
@@ -398,13 +401,38 @@ def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float 
     return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
 
 
+def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
+    if scales is None:
+        return None
+    if not isinstance(scales, (list, tuple)) or not scales:
+        raise ValueError(
+            f"Position scheme {scheme!r}: rope_parameters['temporal_scales'] must be a non-empty list of positive "
+            f"numbers (the scales drawn from while training, e.g. [0.5, 0.75, 1.0, 1.25, 1.5]) or None; got {scales!r}."
+        )
+    return tuple(_positive(scheme, "temporal_scales", scale) for scale in scales)
+
+
 @register_position_scheme("hope")
-def hope(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0) -> tuple[torch.Tensor, float]:
-    """HoPE (Li et al., 2025): VideoRoPE's diagonal layout with a temporal scaling factor (one value here; HoPE
-    draws it per video while training) and NoPE on the temporal frequencies (allocation "hope")."""
+def hope(
+    segments: Sequence[Segment],
+    axes: int,
+    *,
+    temporal_stride: float = 1.0,
+    temporal_scales: Sequence[float] | None = None,
+) -> tuple[torch.Tensor, float]:
+    """HoPE (Li et al., 2025): VideoRoPE's diagonal layout with a temporal scale δ, and NoPE on the temporal
+    frequencies (allocation "hope"). Dynamic temporal scaling: with `temporal_scales` set, a model in training mode
+    draws δ for every vision segment from that set (`build_position_ids(..., training=True)` records the draw on the
+    segment, `segment.temporal_scale`); otherwise (eval, or no set) δ = `temporal_stride`, the fixed inference scale."""
     _need_three_axes("hope", axes)
     stride = _positive("hope", "temporal_stride", temporal_stride)
-    return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
+    _temporal_scales("hope", temporal_scales)  # checked here too: a scheme runs also when nothing is drawn
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        scale = stride if segment.temporal_scale is None else segment.temporal_scale
+        return _diagonal_video_block(st, segment.grid, scale)
+
+    return _place(segments, axes, vision)
 
 
 @register_position_scheme("v2pe")
@@ -692,8 +720,15 @@ def build_position_ids(
     attention_mask: torch.Tensor | None = None,
     second_per_grid_ts: torch.Tensor | None = None,
     cu_seq_lens: torch.Tensor | None = None,
+    training: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids (axes, batch, seq) float32 and deltas (batch, 1) float32 for `input_ids` (batch, seq).
+
+    `training` (the model passes `self.training`): a scheme with a `temporal_scales` knob that rope_parameters set
+    (HoPE's dynamic temporal scaling) then gets, for every vision segment of every row in token order, a scale drawn
+    uniformly from that set with `torch.randint` on the default generator (so `torch.manual_seed` reproduces it),
+    recorded on the segment (`Segment.temporal_scale`). The draw happens here, once per forward, and only here;
+    without `training` nothing is drawn and the scheme uses its fixed scale.
 
     `cu_seq_lens` (packed rows, as transformers' `DataCollatorWithFlattening` gives `cu_seq_lens_q`: cumulative
     sequence lengths over the rows end to end): every packed sequence is laid out on its own, as if it were alone
@@ -706,7 +741,7 @@ def build_position_ids(
     """
     if cu_seq_lens is not None:
         return _packed_position_ids(
-            input_ids, config, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, cu_seq_lens
+            input_ids, config, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, cu_seq_lens, training
         )
     rope = getattr(config, "rope_parameters", None) or {}
     scheme = get_position_scheme(rope.get("position_scheme", "rope_1d"))
@@ -729,9 +764,12 @@ def build_position_ids(
     input_ids, real = input_ids.cpu(), real.cpu()
 
     batch, seq = input_ids.shape
+    samples = _split_segments(input_ids, real, token_ids, grids, seconds)
+    if training and knobs.get("temporal_scales") is not None:
+        samples = _draw_temporal_scales(samples, _temporal_scales(rope["position_scheme"], knobs["temporal_scales"]))
     placed: dict[tuple[Segment, ...], tuple[torch.Tensor, float]] = {}  # rows of one layout share their positions
     per_row, deltas = [], torch.zeros(batch, 1)
-    for b, segments in enumerate(_split_segments(input_ids, real, token_ids, grids, seconds)):
+    for b, segments in enumerate(samples):
         layout = tuple(segments)
         if layout not in placed:
             placed[layout] = scheme(segments, axes, **knobs)
@@ -743,7 +781,20 @@ def build_position_ids(
     return position_ids.permute(2, 0, 1).contiguous().to(device), deltas.to(device)
 
 
-def _packed_position_ids(input_ids, config, image_grid_thw, video_grid_thw, attention_mask, seconds, cu_seq_lens):
+def _draw_temporal_scales(samples: list[list[Segment]], scales: Sequence[float]) -> list[list[Segment]]:
+    """Every vision segment (all rows, token order) with a scale drawn uniformly from `scales` (HoPE's dynamic
+    temporal scaling): one `torch.randint` on the default generator for the whole batch."""
+    count = sum(segment.grid is not None for segments in samples for segment in segments)
+    drawn = iter(torch.randint(len(scales), (count,)).tolist())
+    return [
+        [segment if segment.grid is None else replace(segment, temporal_scale=scales[next(drawn)]) for segment in row]
+        for row in samples
+    ]
+
+
+def _packed_position_ids(
+    input_ids, config, image_grid_thw, video_grid_thw, attention_mask, seconds, cu_seq_lens, training=False
+):
     """Each packed sequence laid out alone: the sequences become the rows of one right-padded batch (grids are
     assigned in token order either way), and the positions go back to their places."""
     batch, seq = input_ids.shape
@@ -761,7 +812,9 @@ def _packed_position_ids(input_ids, config, image_grid_thw, video_grid_thw, atte
     masks = torch.zeros_like(rows)
     for i, (start, length) in enumerate(zip(bounds, lengths)):
         rows[i, :length], masks[i, :length] = flat_ids[start : start + length], flat_mask[start : start + length]
-    positions, deltas = build_position_ids(rows, config, image_grid_thw, video_grid_thw, masks, seconds)
+    positions, deltas = build_position_ids(
+        rows, config, image_grid_thw, video_grid_thw, masks, seconds, training=training
+    )
     flat = torch.cat([positions[:, i, :length] for i, length in enumerate(lengths)], dim=1)
     # the sequence holding each row's last token: the first whose end reaches it
     last = torch.searchsorted(torch.tensor(bounds[1:]), torch.arange(1, batch + 1) * seq)

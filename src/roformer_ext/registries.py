@@ -110,6 +110,7 @@ POSITION_SCHEME_KEYS = {
     "tokens_per_second": "a positive number",
     "visual_stride": "a positive number",
     "position_scale": "three positive numbers",
+    "temporal_scales": "None or a non-empty list of positive numbers",
     "circle_radius": "a positive number, 'auto' or 'auto-<positive scale>'",
     "circle_alpha": "a number in [0, 1]",
     "circle_move_to_origin": "True or False",

@@ -233,6 +233,67 @@ def test_packed_positions_restart_per_sequence():
         build_position_ids(packed_ids, cfg, **grids, cu_seq_lens=torch.tensor([0, 5]))
 
 
+def _video_positions(cfg, parts, training: bool) -> torch.Tensor:
+    from roformer_ext.positions import build_position_ids
+
+    batch = batch_of(parts, [0, 2])
+    positions, _ = build_position_ids(
+        batch["input_ids"], cfg, batch["image_grid_thw"], batch["video_grid_thw"], batch["attention_mask"],
+        training=training,
+    )  # fmt: skip
+    return positions
+
+
+HOPE_SCALES = [0.5, 1.5, 3.0]
+
+
+def test_hope_dynamic_temporal_scaling():
+    """HoPE's dynamic temporal scaling (`temporal_scales`): in eval, nothing is drawn and the positions are those of
+    the fixed scale (`temporal_stride`); in training every video gets a scale drawn from the set (each row's positions
+    equal those of one fixed scale of the set, and over 12 seeds every scale shows); the same seed, the same draw."""
+    parts = samples()
+    dynamic = config("hope", rope_parameters={"position_scheme": "hope", "mrope_section": SECTION,
+                                              "temporal_stride": 2.0, "temporal_scales": HOPE_SCALES})  # fmt: skip
+    fixed = {scale: config("hope", rope_parameters={"position_scheme": "hope", "mrope_section": SECTION,
+                                                    "temporal_stride": scale}) for scale in [2.0, *HOPE_SCALES]}  # fmt: skip
+    expected = {scale: _video_positions(cfg, parts, False) for scale, cfg in fixed.items()}
+    assert torch.equal(_video_positions(dynamic, parts, False), expected[2.0])
+    seen = set()
+    for seed in range(12):
+        torch.manual_seed(seed)
+        drawn = _video_positions(dynamic, parts, True)
+        torch.manual_seed(seed)
+        assert torch.equal(_video_positions(dynamic, parts, True), drawn)
+        for row in range(len(parts)):
+            matches = [scale for scale in HOPE_SCALES if torch.equal(drawn[:, row], expected[scale][:, row])]
+            assert matches, (seed, row)
+            seen.update(matches)
+    assert seen == set(HOPE_SCALES)
+
+
+def test_hope_model_draws_in_training_only():
+    """The model passes `training=self.training` to the one place positions are computed: a training forward (no
+    dropout) equals an eval forward given the positions drawn under the same seed, and repeats under that seed."""
+    rope = {"position_scheme": "hope", "mrope_section": SECTION, "temporal_stride": 2.0, "temporal_scales": HOPE_SCALES}
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextModel(config("hope", rope_parameters=rope))
+    batch = batch_of(samples(), [0, 2])
+    with torch.no_grad():
+        model.eval()
+        first, second = model(**batch).last_hidden_state, model(**batch).last_hidden_state
+        assert torch.equal(first, second)
+        torch.manual_seed(5)
+        drawn = _video_positions(model.config, samples(), True)
+        given = model(**batch, position_ids=drawn).last_hidden_state
+        model.train()
+        torch.manual_seed(5)
+        trained = model(**batch).last_hidden_state
+        torch.manual_seed(5)
+        assert torch.equal(model(**batch).last_hidden_state, trained)
+    torch.testing.assert_close(trained, given, atol=1e-6, rtol=0)
+    assert not torch.allclose(trained, first)  # no scale of the set is the fixed 2.0
+
+
 @pytest.mark.parametrize(
     "rope, fields, message",
     [
@@ -243,6 +304,12 @@ def test_packed_positions_restart_per_sequence():
         ({"position_scheme": "videorope", "mrope_section": SECTION, "temporal_stride": -1}, {}, "a positive number"),
         ({"position_scheme": "mrope_interleave", "mrope_section": SECTION, "spatial_reset": 1}, {}, "True or False"),
         ({"position_scheme": "mmrope", "position_scale": [1, 2]}, {}, "three positive numbers"),
+        (
+            {"position_scheme": "hope", "mrope_section": SECTION, "temporal_scales": []},
+            {},
+            "non-empty list of positive",
+        ),
+        ({"position_scheme": "hope", "mrope_section": SECTION, "temporal_scales": [1, -2]}, {}, "non-empty list of"),
         ({"position_scheme": "qwen3_vl", "axis_allocation": "nope"}, {}, "Register a new one with .*register_axis_"),
     ],
 )
