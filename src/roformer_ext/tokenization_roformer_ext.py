@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any, Self
 
 from tokenizers import (
+    Encoding,
     NormalizedString,
     PreTokenizedString,
     Tokenizer,
@@ -289,6 +290,291 @@ class _JiebaPreTokenizer:
         pretok.split(self._split)
 
 
+def _word_cut(library: str):
+    """`text -> [word, ...]` of `library` with HMM off: the words of `_word_tokenize`, without their offsets."""
+    if library == "rjieba":
+        import rjieba
+
+        return functools.partial(rjieba.cut, hmm=False)
+    return functools.partial(_import_jieba().lcut, HMM=False)
+
+
+@functools.cache
+def _cjk_pattern() -> re.Pattern[str]:
+    """One character of `_is_cjk`'s ranges."""
+    return re.compile(
+        "[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b81f\U0002b920-\U0002ceaf"
+        "\uf900-\ufaff\U0002f800-\U0002fa1f]"
+    )
+
+
+class _WordMarker:
+    """Word mode's pieces of a text, written so that BERT's Rust pre-tokenizer finds exactly them (the fast route).
+
+    `marker(text)` returns `(marked, shifts)` or `None`. `marked` is `text` with one space between every two
+    elements (an element is a piece of `word_spans`, or a run of spaces between pieces); an offset `o` in piece `k`
+    of `marked` is `o - shifts[k]` in `text` (`shifts` is `None` when `text` has no space: then `shifts[k]` is `k`). BERT's pre-tokenizer splits `marked` at spaces and punctuation, which gives the same pieces, in the same
+    order, as the Python pre-tokenizer gives for `text`, so the same tokens and word ids.
+
+    `None` when the Rust split could differ (the caller then takes the Python pre-tokenizer): normalisation changes
+    `text` (offsets would need its alignment), a piece longer than one character holds a character that is not a
+    letter or digit (Rust's punctuation and whitespace tables may split it where Python's do not), a piece is a
+    whitespace character, or the text between pieces is anything but ASCII spaces.
+    """
+
+    def __init__(self, vocab: Container[str], split_cjk: bool, library: str, normalize) -> None:
+        self.vocab = vocab
+        self.split_cjk = split_cjk
+        self.cut = _word_cut(library)
+        self.normalize = normalize
+        # word -> its elements, as a tuple and joined by spaces; False: the word cannot take the fast route
+        self.tuples: dict[str, tuple[str, ...] | bool] = {}
+        self.joined: dict[str, str | bool] = {}
+
+    def _elements(self, word: str) -> tuple[str, ...] | None:
+        if word in self.vocab:
+            safe = word.isalnum() or (len(word) == 1 and not word.isspace())
+            return (word,) if safe else None
+        if word.isalnum() and (not self.split_cjk or len(word) == 1 or not _cjk_pattern().search(word)):
+            return (word,)
+        if word.isalnum() and not _cjk_pattern().sub("", word):  # an out-of-vocabulary CJK word: its characters
+            return tuple(word)
+        elements, end = [], 0
+        for a, b in basic_spans(word, self.split_cjk):
+            if a > end:  # what `basic_spans` dropped: whitespace
+                elements.append(word[end:a])
+            elements.append(word[a:b])
+            end = b
+        if end < len(word):
+            elements.append(word[end:])
+        for element in elements:
+            if element.strip(" ") if element.isspace() else len(element) > 1 and not element.isalnum():
+                return None
+        return tuple(elements)
+
+    def _learn(self, words: list[str]) -> None:
+        if len(self.tuples) > 1_000_000:
+            self.tuples.clear()
+            self.joined.clear()
+        for word in words:
+            if word not in self.tuples:
+                elements = self._elements(word)
+                self.tuples[word] = False if elements is None else elements
+                self.joined[word] = False if elements is None else " ".join(elements)
+
+    def unchanged(self, texts: list[str], chunk: int = 64) -> list[bool]:
+        """Whether normalisation leaves each text as it is, checked on chunks of texts joined by newlines.
+
+        The normaliser works char by char and maps a newline to a space; none of its outputs is a character it
+        removes or changes, so the joined chunk comes out as the texts joined by spaces exactly when every text of
+        it comes out unchanged (and holds no newline of its own)."""
+        result = []
+        for start in range(0, len(texts), chunk):
+            part = texts[start : start + chunk]
+            if self.normalize("\n".join(part)) == " ".join(part):
+                result.extend([True] * len(part))
+            else:
+                result.extend(self.normalize(text) == text for text in part)
+        return result
+
+    def __call__(self, text: str, unchanged: bool | None = None) -> tuple[str, list[int] | None] | None:
+        if not (self.normalize(text) == text if unchanged is None else unchanged):
+            return None
+        words = self.cut(text)
+        joined = [*map(self.joined.get, words)]
+        if None in joined:
+            self._learn(words)
+            joined = [*map(self.joined.get, words)]
+        if False in joined or sum(map(len, words)) != len(text):  # (or the words do not tile the text)
+            return None
+        if " " not in text:  # no run of spaces between pieces: piece k has k spaces before it
+            return " ".join(joined), None
+        elements = [element for word in words for element in self.tuples[word]]
+        return " ".join(elements), [index for index, element in enumerate(elements) if not element.isspace()]
+
+
+def _fixed_encoding(encoding: Encoding, shifts: list[list[int] | None]) -> Encoding:
+    """`encoding` (of marked texts) with each token's offsets moved back into the input texts (`_WordMarker`)."""
+    if len(shifts) == 1 and shifts[0] is None:  # one text without spaces: shift = word index
+        fixed = [(s - w, e - w) if w else (s, e) for (s, e), w in zip(encoding.offsets, encoding.word_ids)]
+    else:
+        fixed = []
+        for offset, word, sequence in zip(encoding.offsets, encoding.word_ids, encoding.sequence_ids):
+            if word is None:
+                fixed.append(offset)
+            else:
+                sequence_shifts = shifts[sequence]
+                shift = word if sequence_shifts is None else sequence_shifts[word]
+                fixed.append((offset[0] - shift, offset[1] - shift))
+    state = encoding.__getstate__()
+    start = state.index(b'"offsets":') + len(b'"offsets":')  # serde writes the fields in order: the first is ours
+    end = state.index(b',"special_tokens_mask":', start)
+    state = b"".join((state[:start], str(fixed).replace("(", "[").replace(")", "]").encode(), state[end:]))
+    overflowing = encoding.overflowing
+    if overflowing:  # nested encodings (truncation with overflow): through the JSON
+        parsed = json.loads(state)
+        parsed["overflowing"] = [json.loads(_fixed_encoding(o, shifts).__getstate__()) for o in overflowing]
+        state = json.dumps(parsed).encode()
+    result = Encoding()
+    result.__setstate__(state)
+    return result
+
+
+class _FixedOnAccess(list):
+    """`BatchEncoding.encodings` of the fast route when no offsets were asked for: a list whose encodings of marked
+    text get their offsets moved back into the input (`_fixed_encoding`) the first time anything reads the list."""
+
+    def __init__(self, encodings: list, pending: dict[int, tuple[Encoding, list]]) -> None:
+        super().__init__(encodings)
+        self._pending = pending
+
+    def _fix(self) -> None:
+        if self._pending:
+            for index, encoding in enumerate(list.__iter__(self)):
+                entry = self._pending.get(id(encoding))
+                if entry is not None and entry[0] is encoding:
+                    list.__setitem__(self, index, _fixed_encoding(encoding, entry[1]))
+            self._pending = {}
+
+    def __getitem__(self, index: Any) -> Any:
+        self._fix()
+        return list.__getitem__(self, index)
+
+    def __iter__(self) -> Iterator[Encoding]:
+        self._fix()
+        return list.__iter__(self)
+
+    def __reversed__(self) -> Iterator[Encoding]:
+        self._fix()
+        return list.__reversed__(self)
+
+    def __repr__(self) -> str:
+        self._fix()
+        return list.__repr__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._fix()
+        return list.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickles, copies as a plain list of fixed encodings
+        self._fix()
+        return list, (list(list.__iter__(self)),)
+
+    def copy(self) -> list:
+        self._fix()
+        return list(list.__iter__(self))
+
+    def pop(self, *args: Any) -> Encoding:
+        self._fix()
+        return list.pop(self, *args)
+
+    def index(self, *args: Any) -> int:
+        self._fix()
+        return list.index(self, *args)
+
+    def count(self, value: Any) -> int:
+        self._fix()
+        return list.count(self, value)
+
+    def __contains__(self, value: Any) -> bool:
+        self._fix()
+        return list.__contains__(self, value)
+
+
+class _WordModeBackend:
+    """Stands in for the word-mode `tokenizers.Tokenizer` during one `_encode_plus` call: `encode_batch` cuts every
+    text with the segmenter in one pass and lets the Rust pipeline (BERT's pre-tokenizer) split the marked text,
+    instead of calling the Python pre-tokenizer once per text (see `RoFormerExtTokenizerFast._encode_plus`).
+    Everything else goes to the real backend."""
+
+    def __init__(self, backend: Tokenizer, owner: RoFormerExtTokenizerFast, fix_later: bool) -> None:
+        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_owner", owner)
+        # id -> (encoding of marked text, shifts): offsets fixed on first access (`_FixedOnAccess`); None: at once
+        object.__setattr__(self, "_fix_later", {} if fix_later else None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._backend, name, value)
+
+    def _plans(self, inputs: list[Any]) -> list[list[tuple[str, list[int] | None]] | None]:
+        """Per input (a text or a pair), the `_WordMarker` result of each text, or None for the Python route."""
+        owner = self._owner
+        marker, added = owner._word_marker(), owner._added_tokens_pattern()
+        items = [(item,) if isinstance(item, str) else item for item in inputs]
+        valid = [
+            isinstance(item, (tuple, list))
+            and 1 <= len(item) <= 2
+            and all(isinstance(text, str) and (added is None or not added.search(text)) for text in item)
+            for item in items
+        ]
+        texts = [text for item, ok in zip(items, valid) if ok for text in item]
+        unchanged = iter(marker.unchanged(texts))
+        plans = []
+        for item, ok in zip(items, valid):
+            if not ok:
+                plans.append(None)
+                continue
+            marks = [marker(text, next(unchanged)) for text in item]
+            plans.append(None if None in marks else marks)
+        return plans
+
+    def encode_batch(self, inputs: Any, add_special_tokens: bool = True, is_pretokenized: bool = False) -> list:
+        backend = self._backend
+        if is_pretokenized or not isinstance(inputs, (list, tuple)):
+            return backend.encode_batch(inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_pretokenized)
+        owner = self._owner
+        plans = self._plans(inputs)
+        fast = [index for index, plan in enumerate(plans) if plan is not None]
+        if not fast:
+            return backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        slow = [index for index, plan in enumerate(plans) if plan is None]
+        padding = backend.padding
+        if slow and padding is not None:  # two calls, padded together afterwards as one batch
+            backend.no_padding()
+        encodings: list[Any] = [None] * len(inputs)
+        try:
+            if slow:
+                slow_encodings = backend.encode_batch([inputs[i] for i in slow], add_special_tokens=add_special_tokens)
+                for index, encoding in zip(slow, slow_encodings):
+                    encodings[index] = encoding
+            marked = [plans[i][0][0] if len(plans[i]) == 1 else (plans[i][0][0], plans[i][1][0]) for i in fast]
+            pre_tokenizer = backend.pre_tokenizer
+            backend.pre_tokenizer = owner._word_route_pre_tokenizer
+            try:
+                fast_encodings = backend.encode_batch(marked, add_special_tokens=add_special_tokens)
+            finally:
+                backend.pre_tokenizer = pre_tokenizer
+        finally:
+            if slow and padding is not None:
+                backend.enable_padding(**padding)
+        for index, encoding in zip(fast, fast_encodings):
+            shifts = [shifts for _, shifts in plans[index]]
+            if self._fix_later is None:
+                encodings[index] = _fixed_encoding(encoding, shifts)
+            else:
+                encodings[index] = encoding
+                self._fix_later[id(encoding)] = (encoding, shifts)
+        if slow and padding is not None:  # tokenizers' `pad_encodings`
+            length = padding["length"] or max(len(encoding.ids) for encoding in encodings)
+            multiple = padding["pad_to_multiple_of"]
+            if multiple and length % multiple:
+                length += multiple - length % multiple
+            for encoding in encodings:
+                encoding.pad(
+                    length,
+                    direction=padding["direction"],
+                    pad_id=padding["pad_id"],
+                    pad_type_id=padding["pad_type_id"],
+                    pad_token=padding["pad_token"],
+                )
+        return encodings
+
+
 class _FromVocabFileMixin:
     @classmethod
     def from_vocab_file(cls, vocab_file: str | os.PathLike, segmenter: str | None = "auto", **kwargs: Any) -> Self:
@@ -530,9 +816,11 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
             clean_text=True, handle_chinese_chars=False, strip_accents=self.strip_accents, lowercase=self.do_lower_case
         )
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
-        self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(
-            _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
-        )
+        jieba_pre_tokenizer = _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
+        self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
+        self.__dict__.pop("_word_marker_cache", None)
+        self.__dict__["_word_route_pre_tokenizer"] = pre_tokenizers.BertPreTokenizer()
+        self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
 
     @contextlib.contextmanager
     def _serialisable(self) -> Iterator[None]:
@@ -545,6 +833,8 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        for cached in ("_word_pre_tokenizer", "_word_route_pre_tokenizer", "_added_tokens_cache", "_word_marker_cache"):
+            state.pop(cached, None)  # rebuilt by `_set_segmenter` / on first use
         with self._serialisable():
             state["_tokenizer"] = Tokenizer.from_str(self._tokenizer.to_str())
         return state
@@ -574,8 +864,47 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
             return type(value)(self._mark_unknown(item) for item in value)
         return value  # not text: transformers' checks report it
 
+    #: Word mode's fast route (`_WordModeBackend`); False keeps the Python pre-tokenizer for every text.
+    word_fast_route = True
+
     def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
-        return super()._encode_plus(self._mark_unknown(text), text_pair=self._mark_unknown(text_pair), **kwargs)
+        text, text_pair = self._mark_unknown(text), self._mark_unknown(text_pair)
+        if self.segmenter != "jieba" or not self.word_fast_route or kwargs.get("is_split_into_words"):
+            return super()._encode_plus(text, text_pair=text_pair, **kwargs)
+        backend = self._tokenizer
+        fix_later = not (kwargs.get("return_offsets_mapping") or kwargs.get("return_overflowing_tokens"))
+        self._tokenizer = route = _WordModeBackend(backend, self, fix_later)
+        try:
+            result = super()._encode_plus(text, text_pair=text_pair, **kwargs)
+        finally:
+            self._tokenizer = backend
+        if route._fix_later and getattr(result, "_encodings", None) is not None:
+            result._encodings = _FixedOnAccess(result._encodings, route._fix_later)
+        return result
+
+    def _word_marker(self) -> _WordMarker:
+        """The fast route's `_WordMarker` for this tokenizer's vocabulary, normaliser and segmenter."""
+        marker = self.__dict__.get("_word_marker_cache")
+        if marker is None:
+            pre_tokenizer = self.__dict__["_word_pre_tokenizer"]
+            normalize = self._tokenizer.normalizer.normalize_str
+            marker = _WordMarker(pre_tokenizer.vocab, pre_tokenizer.split_cjk, pre_tokenizer.library, normalize)
+            self.__dict__["_word_marker_cache"] = marker
+        marker.normalize = self._tokenizer.normalizer.normalize_str  # the normaliser now in place
+        return marker
+
+    def _added_tokens_pattern(self) -> re.Pattern[str] | None:
+        """Any added token's text, as written or normalised, in any case: a text holding one takes the Python
+        pre-tokenizer, which sees the pieces between added tokens one by one."""
+        backend = self._tokenizer
+        contents = tuple(sorted({token.content for token in backend.get_added_tokens_decoder().values()}))
+        cached = self.__dict__.get("_added_tokens_cache")
+        if cached is None or cached[0] != contents:
+            normalize = backend.normalizer.normalize_str
+            variants = sorted({v for c in contents for v in (c, normalize(c)) if v}, key=len, reverse=True)
+            pattern = re.compile("|".join(map(re.escape, variants)), re.IGNORECASE) if variants else None
+            cached = self.__dict__["_added_tokens_cache"] = (contents, pattern)
+        return cached[1]
 
     def _encode_without_added_tokens(self, text: str) -> list[int]:
         return super()._encode_without_added_tokens(self._mark_unknown(text))
