@@ -587,6 +587,7 @@ def main() -> None:
         "vocab_size",
         "config_overrides",
         "rope_type",
+        "rope_theta",
         "pair_layout",
     )
     setup = {**args.setup(), "model": {name: getattr(model_args, name) for name in model_fields}}
