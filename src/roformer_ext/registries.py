@@ -65,7 +65,7 @@ POSITION_ENCODINGS = Registry(
 ROTARY_KINDS = Registry(
     "rope_parameters['rope_type']",
     "Register a new one with roformer_ext.register_rotary_embedding(name).",
-    ("default", *ROPE_INIT_FUNCTIONS),
+    ("default", "grape_m", *ROPE_INIT_FUNCTIONS),
 )
 POSITION_SCHEMES = Registry(
     "rope_parameters['position_scheme']",
@@ -111,6 +111,8 @@ POSITION_SCHEME_KEYS = {
     "visual_stride": "a positive number",
     "position_scale": "three positive numbers",
     "temporal_scales": "None or a non-empty list of positive numbers",
+    "grape_log_freq_scale": "a positive number",
+    "grape_learnable_freq": "True or False",
     "circle_radius": "a positive number, 'auto' or 'auto-<positive scale>'",
     "circle_alpha": "a number in [0, 1]",
     "circle_move_to_origin": "True or False",

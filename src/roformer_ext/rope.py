@@ -265,6 +265,39 @@ for _name in ("default", *ROPE_INIT_FUNCTIONS):
     register_rotary_embedding(_name)(RotaryEmbedding)
 
 
+@register_rotary_embedding("grape_m")
+class GrapeRotaryEmbedding(RotaryEmbedding):
+    """Multiplicative GRAPE, commuting (Zhang et al., ICLR 2026, "Group Representational Position Encoding", §3.1; the
+    official `MSGRAPECommuting`): position n acts on each canonical plane of a pair by exp(n·ω_i·L_i), i.e. RoPE's
+    rotations with *learned* frequencies ω_i = exp(log_freq_i / s), initialised to RoPE's spectrum (log_freq =
+    s·log θ_i, s = rope_parameters["grape_log_freq_scale"], 16: a learning-rate scaling), shared by all heads, one set
+    per model here (the official model has one per layer). As the official code, a pair turns by −n·ω_i (the same
+    relative law; RoPE's sign convention mirrored). `grape_learnable_freq` False freezes them. The log-frequencies
+    are a parameter, saved with the model."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        rope = config.rope_parameters
+        self.log_freq_scale = float(rope.get("grape_log_freq_scale", 16.0))
+        learnable = rope.get("grape_learnable_freq", True)
+        self.log_freq = nn.Parameter(self.inv_freq.log() * self.log_freq_scale, requires_grad=learnable)
+
+    @torch.no_grad()
+    def reset_frequencies(self) -> None:
+        """The buffers, and the log-frequencies at RoPE's spectrum unless loaded from a checkpoint."""
+        from transformers import initialization as init
+
+        super().reset_frequencies()
+        init.copy_(self.log_freq, self.inv_freq.log() * self.log_freq_scale)
+
+    def pair_frequencies(self) -> torch.Tensor:
+        frequencies = torch.exp(self.log_freq / self.log_freq_scale)
+        return frequencies.repeat(self.split_axes) * (self.axis_of_pair >= 0)
+
+    def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return -super().angles(position_ids)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """Pairs (i, i + d/2): (x1, x2) -> (-x2, x1)."""
     x1, x2 = x.chunk(2, dim=-1)

@@ -2,7 +2,8 @@
 paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE (positions and head-wise cos / sin), VideoRoPE's
 positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
-frequency allocation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
+frequency allocation), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
+(multiplicative GRAPE's learned-frequency rotation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
 
 Layout mapping. The reference lays tokens out as Qwen3-VL does: `<vision_start> image tokens <vision_end>` per image
 and `<timestamp> <vision_start> frame tokens <vision_end>` per video frame, its video_grid_thw holding one (t, h, w) row
@@ -282,3 +283,48 @@ def test_circle_rope_refuses_several_frames_and_bad_knobs():
                 hidden_size=128, num_attention_heads=4,
                 rope_parameters={"position_scheme": "circle_rope", "mrope_section": [4, 6, 6], knob: value},
             )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Official GRAPE (multiplicative, commuting): learned frequencies on RoPE's planes
+# ------------------------------------------------------------------------------------------------
+
+
+def grape_rotary(fixture: dict, **rope) -> torch.nn.Module:
+    from roformer_ext import RoFormerExtConfig
+    from roformer_ext.rope import rotary_embedding_class
+
+    config = RoFormerExtConfig(
+        hidden_size=fixture["heads"] * fixture["head_dim"], num_attention_heads=fixture["heads"],
+        rope_parameters={"rope_type": "grape_m", "rope_theta": fixture["base"], "pair_layout": "half", **rope},
+    )  # fmt: skip
+    return rotary_embedding_class("grape_m")(config)
+
+
+def test_grape_m_matches_the_official_code():
+    """The official `MSGRAPECommuting` (its planes (i, i + d/2), our "half" layout) with log-frequencies moved off
+    RoPE's (as training moves them): our initial log-frequencies equal its, and with its learned ones loaded, cos
+    equal and sin negated (it turns by −n·ω) within 1e-6, the rotated queries and keys within 1e-6."""
+    fixture = load("grape_m")
+    rotary = grape_rotary(fixture)
+    torch.testing.assert_close(rotary.log_freq.detach(), fixture["initial_log_freq"], atol=0, rtol=0)
+    with torch.no_grad():
+        rotary.log_freq.copy_(fixture["log_freq"])
+    seq, pairs = fixture["query"].shape[1], fixture["head_dim"] // 2
+    cos, sin = rotary(torch.zeros(1), torch.arange(seq)[None])
+    torch.testing.assert_close(cos[0, :, :pairs], fixture["cos"][0, :, 0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(sin[0, :, :pairs], -fixture["sin"][0, :, 0], atol=1e-6, rtol=0)
+    for name in ("query", "key"):
+        ours = apply_rotary(fixture[name].transpose(1, 2), cos, sin, "half").transpose(1, 2)
+        torch.testing.assert_close(ours, fixture[f"rotated_{name}"], atol=1e-6, rtol=0)
+
+
+def test_grape_m_frequencies_learn_or_stay_frozen():
+    fixture = load("grape_m")
+    rotary = grape_rotary(fixture)
+    cos, sin = rotary(torch.zeros(1), torch.arange(8)[None])
+    apply_rotary(fixture["query"][:, :8].transpose(1, 2), cos, sin, "half").square().sum().backward()
+    assert rotary.log_freq.grad is not None and rotary.log_freq.grad.abs().sum() > 0
+    assert not grape_rotary(fixture, grape_learnable_freq=False).log_freq.requires_grad
+    with pytest.raises(ValueError, match="grape_log_freq_scale"):
+        grape_rotary(fixture, grape_log_freq_scale=0)

@@ -294,6 +294,39 @@ def test_hope_model_draws_in_training_only():
     assert not torch.allclose(trained, first)  # no scale of the set is the fixed 2.0
 
 
+def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path):
+    """GRAPE's learned frequencies (`rope_type` "grape_m") under a multimodal scheme: moved off RoPE's, they survive
+    save / load (same logits), cached decoding equals recomputation (float64), and a loss reaches them."""
+    rope = {"rope_type": "grape_m", "position_scheme": "mrope_interleave", "mrope_section": SECTION}
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(config("mrope_interleave", rope_parameters=rope)).eval()
+    rotary = model.base_model.rotary_emb
+    with torch.no_grad():
+        rotary.log_freq.add_(torch.randn_like(rotary.log_freq) * 4)
+    parts = samples()
+    batch = batch_of(parts, [3, 3 + len(parts[0]["ids"]) - len(parts[1]["ids"])])
+    model.save_pretrained(tmp_path)
+    reloaded = RoFormerExtVisionTextForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(reloaded.base_model.rotary_emb.log_freq, rotary.log_freq)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, atol=0, rtol=0)
+    model.train()
+    model(**batch, labels=batch["input_ids"]).loss.backward()
+    assert rotary.log_freq.grad is not None and rotary.log_freq.grad.abs().sum() > 0
+    model = model.double().eval()
+    batch["pixel_values"], batch["pixel_values_videos"] = (
+        batch["pixel_values"].double(),
+        batch["pixel_values_videos"].double(),
+    )
+    kwargs = dict(max_new_tokens=3, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
+                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
+    cached = model.generate(**batch, use_cache=True, **kwargs)
+    recomputed = model.generate(**batch, use_cache=False, **kwargs)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    for step_cached, step_recomputed in zip(cached.logits, recomputed.logits):
+        torch.testing.assert_close(step_cached, step_recomputed, atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize(
     "rope, fields, message",
     [
