@@ -1,0 +1,247 @@
+"""Word mode's fast route (each text cut once, split by the Rust pre-tokenizer) gives what the Python pre-tokenizer
+path gives: the same ids, offsets, word ids, sequence ids, overflow and padding, on People's Daily (the corpus and
+vocabularies of test_tokenization.py) and on hostile inputs.
+
+`word_fast_route = False` on an instance keeps the Python pre-tokenizer for every text: that is the reference.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_tokenization import _long_text, lines, vocab_files  # noqa: F401  (module fixtures)
+
+from roformer_ext import RoFormerExtTokenizerFast
+from roformer_ext.tokenization_roformer_ext import _FixedOnAccess
+
+ENCODING_FIELDS = (
+    "ids", "type_ids", "tokens", "offsets", "word_ids", "sequence_ids", "attention_mask", "special_tokens_mask",
+    "n_sequences",
+)  # fmt: skip
+
+
+def _same_encoding(new, old) -> None:
+    for field in ENCODING_FIELDS:
+        assert getattr(new, field) == getattr(old, field), field
+    assert len(new.overflowing) == len(old.overflowing)
+    for a, b in zip(new.overflowing, old.overflowing):
+        _same_encoding(a, b)
+
+
+def _same(new, old) -> None:
+    assert type(new) is type(old) and list(new.keys()) == list(old.keys())
+    for key in old:
+        if isinstance(old[key], torch.Tensor):
+            assert new[key].dtype == old[key].dtype and torch.equal(new[key], old[key]), key
+        else:
+            assert new[key] == old[key], key
+    if old.encodings is None:
+        assert new.encodings is None
+        return
+    assert len(new.encodings) == len(old.encodings)
+    for index, (a, b) in enumerate(zip(new.encodings, old.encodings)):
+        _same_encoding(a, b)
+        assert new.word_ids(index) == old.word_ids(index)
+
+
+@pytest.fixture(scope="module")
+def pair(vocab_files):  # noqa: F811
+    """(fast route, Python pre-tokenizer) tokenizers of the word vocabulary."""
+    new = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    old = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    old.word_fast_route = False
+    assert new.segmenter == "jieba"
+    return new, old
+
+
+def _both(pair, *args, **kwargs) -> None:
+    new, old = pair
+    _same(new(*args, **kwargs), old(*args, **kwargs))
+
+
+def test_corpus_lines_take_the_route_and_agree(pair, lines):  # noqa: F811
+    new, old = pair
+    marker = new._word_marker()
+    routed = sum(marker(line) is not None for line in lines)
+    assert routed >= 0.9 * len(lines), routed  # measured: 1,955 of 1,999
+    reference = old(lines, return_offsets_mapping=True)
+    _same(new(lines, return_offsets_mapping=True), reference)  # offsets fixed at once
+    lazy = new(lines)
+    assert type(lazy._encodings) is _FixedOnAccess  # offsets fixed when .encodings is first read
+    assert lazy["input_ids"] == reference["input_ids"]
+    assert [e.offsets for e in lazy.encodings] == reference["offset_mapping"]
+
+
+HOSTILE = [
+    "",
+    " ",
+    "   ",
+    "\t\n\r",
+    "\u3000",
+    "中国人民银行今天发布消息",
+    "我爱Python编程😀！很好",
+    "学习C++语言， e-mail 地址 1998-01-01",
+    "İstanbul 大学 ÉCOLE Ωμέγα ΣΑΣ",  # normalisation changes it: the Python route
+    "[MASK]中国人民[mask]经济 [SEP]",  # added tokens: the Python route
+    "a\x00b中国\u200b发展\ufffd",
+    "１９９８年，中国经济发展。",
+    "   前导和尾随空格   ",
+    "😀😀😀 🇨🇳 👍🏽",
+    "中" * 200,
+    "ａｂｃ中国ＡＢＣ",
+]
+
+
+@pytest.fixture(scope="module")
+def hostile(lines):  # noqa: F811
+    return HOSTILE + [_long_text(lines, 6000), lines[0], lines[1]]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"return_offsets_mapping": True},
+        {"add_special_tokens": False, "return_offsets_mapping": True},
+        {"padding": True, "return_special_tokens_mask": True, "return_length": True},
+        {"padding": "max_length", "max_length": 48, "truncation": True, "pad_to_multiple_of": 16},
+        {"padding": True, "padding_side": "left", "return_offsets_mapping": True},
+        {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True},
+        {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True, "padding": True,
+         "return_offsets_mapping": True},
+        {"padding": True, "truncation": True, "max_length": 64, "return_tensors": "pt"},
+        {"padding": True, "return_tensors": "pt", "return_offsets_mapping": True},
+    ],
+)  # fmt: skip
+def test_hostile_batches_singles_and_pairs(pair, hostile, kwargs):
+    _both(pair, hostile, **kwargs)
+    _both(pair, hostile[5:6], **kwargs)  # a batch of one
+    for text in (hostile[0], hostile[6], hostile[8], hostile[-3]):
+        _both(pair, text, **kwargs)
+    pair_kwargs = dict(kwargs)
+    if pair_kwargs.get("return_overflowing_tokens"):
+        pair_kwargs["truncation"] = "only_second"
+        pair_kwargs["max_length"] = 40
+    firsts = [text[:30] for text in hostile]
+    _both(pair, firsts, hostile[::-1], **pair_kwargs)
+    _both(pair, hostile[5], hostile[6], **pair_kwargs)
+
+
+def test_mixed_batch_pads_as_one(pair, lines):  # noqa: F811
+    """Texts of both routes in one padded batch: padded to the same length as the Python route pads them."""
+    new, _ = pair
+    batch = [lines[2], "ÉCOLE 中国", lines[3] * 3, "[MASK] 经济", lines[4]]
+    marker = new._word_marker()
+    assert [marker(text) is None for text in batch] == [False, True, False, True, False]  # lower-cased: Python
+    for kwargs in ({"padding": True}, {"padding": True, "pad_to_multiple_of": 7, "padding_side": "left"},
+                   {"padding": "max_length", "max_length": 300, "truncation": True, "return_tensors": "pt"}):  # fmt: skip
+        _both(pair, batch, **kwargs)
+
+
+def test_other_entry_points(pair, hostile):
+    new, old = pair
+    for text in hostile[5:9]:
+        assert new.tokenize(text) == old.tokenize(text)
+        assert new.encode(text) == old.encode(text)
+        assert new.tokenize(text, text[::-1], add_special_tokens=True) == old.tokenize(
+            text, text[::-1], add_special_tokens=True
+        )
+    words = [["中国", "人民"], ["经济", "发展", "很好"]]
+    _both(pair, words, is_split_into_words=True, return_offsets_mapping=True)  # the Python route
+
+
+def test_encodings_are_fixed_on_access(pair, lines):  # noqa: F811
+    new, old = pair
+    texts = lines[:4]
+    reference = old(texts)
+    for read in (
+        lambda e: e.encodings[1].offsets,
+        lambda e: [x.offsets for x in e.encodings],
+        lambda e: e.token_to_chars(2, 3),
+        lambda e: e.char_to_token(3, 10),
+        lambda e: [x.offsets for x in pickle.loads(pickle.dumps(e)).encodings],
+        lambda e: [x.offsets for x in e.encodings.copy()],
+        lambda e: e.encodings[-1].offsets,
+    ):
+        assert read(new(texts)) == read(reference)
+    encoding = new(texts[0])
+    assert encoding.word_ids() == old(texts[0]).word_ids()
+
+
+def test_overflow_offsets_are_moved_back(pair, lines):  # noqa: F811
+    """Overflowing encodings (nested in the serialised Encoding) are moved back too."""
+    new, old = pair
+    kwargs = {"truncation": True, "max_length": 10, "stride": 2, "return_overflowing_tokens": True}
+    a, b = new(lines[3], **kwargs), old(lines[3], **kwargs)
+    _same(a, b)
+    assert len(b.encodings) > 2
+
+
+def test_added_tokens_after_construction(vocab_files, lines):  # noqa: F811
+    new = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    old = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    old.word_fast_route = False
+    for tokenizer in (new, old):
+        tokenizer.add_tokens(["人民银行", "Café"])
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<ent>"]})
+    texts = [lines[4], "中国人民银行行长", "cafe 和 CAFÉ 中国", "<ent>中国<ent>", lines[5]]
+    _same(new(texts, return_offsets_mapping=True), old(texts, return_offsets_mapping=True))
+
+
+def test_save_pickle_and_reload_keep_the_route(pair, lines, tmp_path):  # noqa: F811
+    new, old = pair
+    reference = old(lines[:20], return_offsets_mapping=True)
+    new.save_pretrained(tmp_path)
+    assert '"Custom"' not in (tmp_path / "tokenizer.json").read_text(encoding="utf-8")
+    for reloaded in (RoFormerExtTokenizerFast.from_pretrained(tmp_path), pickle.loads(pickle.dumps(new))):
+        assert reloaded.segmenter == "jieba" and reloaded.word_fast_route
+        _same(reloaded(lines[:20], return_offsets_mapping=True), reference)
+    _same(new(lines[:20], return_offsets_mapping=True), reference)  # saving left the route in place
+
+
+def test_jieba_library_takes_the_route_too(vocab_files, lines, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("ROFORMER_EXT_WORD_SEGMENTER", "jieba")
+    new = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    old = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    old.word_fast_route = False
+    _same(new(lines[:200], return_offsets_mapping=True), old(lines[:200], return_offsets_mapping=True))
+
+
+_ALPHABET = (
+    list("中国经济发展我们的工作今天气很好公园人民银行")
+    + list("aBcÉé xyz Σ\t\n,.!-+#１２：（）。《》—…")
+    + ["😀", "🇨", "\u3000", "\x00", "\u200b", "龘", "[MASK]", "ab", "  "]
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    texts=st.lists(st.lists(st.sampled_from(_ALPHABET), max_size=24).map("".join), min_size=1, max_size=4),
+    pairs=st.booleans(),
+    options=st.sampled_from(
+        [
+            {},
+            {"padding": True},
+            {"truncation": True, "max_length": 9, "padding": "max_length"},
+            {"truncation": "longest_first", "max_length": 8, "stride": 2, "return_overflowing_tokens": True},
+        ]
+    ),  # fmt: skip
+)
+def test_property_fast_route_equals_python_route(pair, texts, pairs, options):
+    if pairs:
+        if options.get("return_overflowing_tokens"):
+            options = {**options, "truncation": "only_second", "max_length": 20}
+        try:
+            expected = pair[1](texts, texts[::-1], return_offsets_mapping=True, **options)
+        except Exception as error:  # e.g. a pair too long to truncate: the same error either way
+            with pytest.raises(type(error)):
+                pair[0](texts, texts[::-1], return_offsets_mapping=True, **options)
+            return
+        _same(pair[0](texts, texts[::-1], return_offsets_mapping=True, **options), expected)
+    else:
+        _both(pair, texts, return_offsets_mapping=True, **options)
+        _both(pair, texts, **options)
