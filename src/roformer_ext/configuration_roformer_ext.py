@@ -217,6 +217,10 @@ class RoFormerExtConfig(PreTrainedConfig):
                 "'factor': 2.0}."
             ) from None
 
+    def _validate_grape_m_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
+        """transformers' hook for a rope_type it does not know (it warns without one): GRAPE's keys are checked in
+        `validate_rope_layout` (registries.POSITION_SCHEME_KEYS)."""
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
