@@ -237,7 +237,9 @@ def test_property_fast_route_equals_python_route(pair, texts, pairs, options):
             options = {**options, "truncation": "only_second", "max_length": 20}
         try:
             expected = pair[1](texts, texts[::-1], return_offsets_mapping=True, **options)
-        except Exception as error:  # e.g. a pair too long to truncate: the same error either way
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:  # a pair too long to truncate (Rust panics): the same error either way
             with pytest.raises(type(error)):
                 pair[0](texts, texts[::-1], return_offsets_mapping=True, **options)
             return
