@@ -15,7 +15,6 @@ Trainer (transformers >= 5.21) trains as FSDP2 on CPU too. docs/distributed.md l
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -115,22 +114,6 @@ def parameters_held(model: torch.nn.Module) -> dict | None:
     if dist.get_rank() == 0:
         print(f"parameters held per process: {counts} of {total} ({', '.join(f'{s:.1%}' for s in shares)})", flush=True)
     return {"world_size": dist.get_world_size(), "parameters": total, "held_per_process": counts, "shares": shares}
-
-
-def resave_whole(folder: str | Path, auto_class) -> None:
-    """Rank 0, after `save_pretrained` / `Trainer.save_model` of an FSDP2 model (the weights gathered whole):
-    write the folder's remote code again from a whole copy. torch's `fully_shard` swaps the model's class for a
-    generated `FSDP<name>` subclass defined in torch, so the sharded model's save wrote that class into
-    `config.auto_map` and copied torch's FSDP modules instead of `modeling_roformer_ext.py` (measured with torch
-    2.13, transformers 5.24): the folder would not load with `trust_remote_code=True` elsewhere."""
-    from torch.distributed.fsdp import _fully_shard
-
-    folder = Path(folder)
-    model = auto_class.from_pretrained(folder)  # roformer_ext is imported: its own classes, not the auto_map
-    model.config.auto_map = None  # drop the generated class's entry; save_pretrained writes ours
-    for name in {path.name for path in Path(_fully_shard.__file__).parent.glob("_*.py")} - {"__init__.py"}:
-        (folder / name).unlink(missing_ok=True)
-    model.save_pretrained(folder)
 
 
 @torch.no_grad()

@@ -87,7 +87,6 @@ from distributed_arguments import (  # noqa: E402
     end_process_group,
     evaluate_in_order,
     parameters_held,
-    resave_whole,
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
@@ -282,8 +281,6 @@ def main() -> None:
         trainer.save_model(training_args.output_dir)
     if not trainer.is_world_process_zero():
         return
-    if do_train and distributed.fsdp_size > 1:
-        resave_whole(training_args.output_dir, AutoModelForMaskedLM)
     trainer.save_metrics("all", metrics)
     if held is not None:
         (Path(training_args.output_dir) / "parameters_held.json").write_text(json.dumps(held, indent=2) + "\n")

@@ -98,7 +98,6 @@ from distributed_arguments import (
     end_process_group,
     evaluate_in_order,
     parameters_held,
-    resave_whole,
 )  # noqa: E402
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
@@ -455,8 +454,6 @@ def main() -> None:
         trainer.save_model(training_args.output_dir)  # model, config with auto_map, modelling code, tokenizer
     if not trainer.is_world_process_zero():
         return
-    if do_train and distributed.fsdp_size > 1:
-        resave_whole(training_args.output_dir, AutoModelForSequenceClassification)
     trainer.save_metrics("all", metrics)
     if held is not None:
         save_json(Path(training_args.output_dir) / "parameters_held.json", held)

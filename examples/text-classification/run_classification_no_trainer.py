@@ -74,7 +74,6 @@ from distributed_arguments import (  # noqa: E402
     DistributedArguments,
     end_process_group,
     parameters_held,
-    resave_whole,
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
@@ -311,7 +310,6 @@ def main() -> None:
     if do_train and distributed.sharded:  # every process: transformers gathers the shards
         unwrapped.save_pretrained(output_dir, is_main_process=accelerator.is_main_process)
         if accelerator.is_main_process:
-            resave_whole(output_dir, AutoModelForSequenceClassification)
             unwrapped = AutoModelForSequenceClassification.from_pretrained(output_dir)  # whole, for the demo
     elif do_train:
         unwrapped.save_pretrained(

@@ -7,6 +7,9 @@ attention), feed-forward, layer, pre-trained base, model, heads. RoFormer-V2 is 
 
 import copy
 import functools
+import os
+import shutil
+import sys
 from collections.abc import Callable
 
 import torch
@@ -15,6 +18,7 @@ from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.dynamic_module_utils import get_relative_import_files
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_masks_for_generate
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -458,6 +462,12 @@ class RoFormerExtPooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
+def _defining_class(cls: type) -> type:
+    """The model class a wrapper subclassed: the first class of the MRO not defined by torch (FSDP2's `fully_shard`
+    swaps a module's class for a generated `FSDP<name>` subclass whose module is torch's)."""
+    return next(c for c in cls.__mro__ if not c.__module__.startswith("torch."))
+
+
 @auto_docstring
 class RoFormerExtPreTrainedModel(PreTrainedModel):
     config: RoFormerExtConfig
@@ -531,10 +541,26 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
             given["seq_idx"],
         )
 
-    def save_pretrained(self, *args, **kwargs):
-        if self._auto_class is not None:  # registered for remote code (importing roformer_ext does that)
-            self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
-        return super().save_pretrained(*args, **kwargs)
+    @classmethod
+    def is_remote_code(cls) -> bool:
+        """transformers saves the module of `cls` as the folder's remote code. A wrapper's generated subclass (FSDP2's
+        `fully_shard` makes `FSDP<name>`, defined in torch) is not remote code: `save_pretrained` saves its model's."""
+        return cls._auto_class is not None and _defining_class(cls) is cls
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        if self._auto_class is None:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        # registered for remote code (importing roformer_ext does that): one folder serves every head of the family
+        self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
+        defining = _defining_class(type(self))
+        if defining is not type(self) and self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
+            # the wrapped model's own class and files, written before transformers saves (and maybe pushes) the folder
+            module = sys.modules[defining.__module__]
+            self.config.auto_map[defining._auto_class] = f"{module.__name__.rsplit('.', 1)[-1]}.{defining.__name__}"
+            os.makedirs(save_directory, exist_ok=True)
+            for source in (module.__file__, *get_relative_import_files(module.__file__)):
+                shutil.copyfile(source, os.path.join(save_directory, os.path.basename(source)))
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_distributed_runs import torchrun
+from test_remote_code import run_isolated
 from trainer_fsdp2_common import train
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM
@@ -25,10 +26,26 @@ def test_trainer_trains_a_model_sharded_at_load_as_one_process(tmp_path):
     )  # fmt: skip  (a vocabulary the 2 processes divide)
     model = RoFormerExtForMaskedLM(config)
     model.save_pretrained(tmp_path / "model")
-    torchrun(WORKER, tmp_path / "model", tmp_path / "results.json")
+    torchrun(WORKER, tmp_path / "model", tmp_path / "results.json", tmp_path / "saved")
     results = json.loads((tmp_path / "results.json").read_text())
-    expected, _ = train(str(tmp_path / "model"), per_device_batch=8)
+    expected, trained = train(str(tmp_path / "model"), per_device_batch=8)
     assert len(results["losses"]) == len(expected) == 2
     assert results["losses"] == pytest.approx(expected, abs=1e-5), (results["losses"], expected)
     total = sum(p.numel() for p in model.parameters())
     assert all(abs(n / total - 0.5) <= 0.01 for n in results["local_parameters"]), results["local_parameters"]
+
+    # The sharded model's save_pretrained wrote our remote code, not torch's generated FSDP<name> class and its files:
+    # the same files and auto_map as one process's save, and it loads with trust_remote_code where roformer_ext is
+    # not importable, giving the one-process model's logits.
+    saved, whole = tmp_path / "saved", tmp_path / "whole"
+    trained.save_pretrained(whole)
+    assert sorted(p.name for p in saved.iterdir()) == sorted(p.name for p in whole.iterdir())
+    auto_maps = [json.loads((folder / "config.json").read_text())["auto_map"] for folder in (saved, whole)]
+    assert auto_maps[0] == auto_maps[1] and auto_maps[0]["AutoModelForMaskedLM"].startswith("modeling_roformer_ext.")
+    inputs = {"input_ids": torch.randint(5, 100, (2, 16), generator=torch.Generator().manual_seed(1))}
+    torch.save(inputs, saved / "inputs.pt")
+    loaded = run_isolated(saved, "AutoModelForMaskedLM", tmp_path)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    with torch.no_grad():
+        reference = trained.eval()(**inputs).logits
+    torch.testing.assert_close(torch.load(saved / "remote_output.pt"), reference, atol=1e-4, rtol=0)

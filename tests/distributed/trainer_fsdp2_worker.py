@@ -1,8 +1,9 @@
 """Run by test_trainer_fsdp2.py under `torchrun --nproc_per_node 2`: transformers' `Trainer` on a masked LM sharded at
 load by `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=2))` (the model's FSDP plan), on CPU.
-Rank 0 writes the logged losses and the parameter elements each process held.
+Rank 0 writes the logged losses and the parameter elements each process held; the trained, still sharded model is
+saved with `save_pretrained` to SAVED_FOLDER.
 
-    torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON
+    torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON SAVED_FOLDER
 """
 
 import gc
@@ -17,7 +18,7 @@ from transformers import DistributedConfig
 
 def main() -> None:
     dist.init_process_group("gloo")
-    folder, results = sys.argv[1], sys.argv[2]
+    folder, results, saved = sys.argv[1:4]
     losses, model = train(folder, per_device_batch=4, distributed_config=DistributedConfig(fsdp_size=2))
     held = torch.tensor([sum(p.to_local().numel() for p in model.parameters())])
     gathered = [torch.zeros_like(held) for _ in range(2)]
@@ -25,6 +26,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         with open(results, "w") as f:
             json.dump({"losses": losses, "local_parameters": [int(t) for t in gathered]}, f)
+    model.save_pretrained(saved)  # every process: the shards are gathered, rank 0 writes
     # Free the sharded model (and any gloo work its FSDP2 hooks still hold) while the interpreter is alive, then
     # leave together: a gloo work object destroyed during interpreter shutdown aborts the process ("terminate
     # called without an active exception", seen once in CI on transformers 5.21.0 after the run had finished).
