@@ -15,6 +15,13 @@ installed, else from jieba: the same dictionary and, with HMM off, the same word
 Daily), several times faster. `ROFORMER_EXT_WORD_SEGMENTER=jieba` keeps jieba, e.g. after `jieba.add_word`, which
 rjieba does not see.
 
+The fast class does not call the Python pre-tokenizer once per text in word mode: `_encode_plus` cuts each text
+with the segmenter, writes it with a space between pieces, lets the Rust BERT pre-tokenizer split that, and moves the
+offsets back into the input (`_WordModeBackend`, `_WordMarker`). Texts the Rust split could get wrong (normalisation
+changes them, they hold an added token, a piece holds punctuation) keep the Python pre-tokenizer; the ids, offsets
+and word ids are the same either way (tests/tokenization/test_word_fast_route.py). `word_fast_route = False` on an
+instance turns the route off.
+
 A code point the running Python calls unassigned (category Cn) or a lone surrogate (Cs) becomes one `[UNK]` token
 of its own in both classes: `mark_unknown_chars` puts a punctuation stand-in in its place before anything else
 runs (tokenizers' Rust tables are of another Unicode version, and Rust strings cannot hold a surrogate).
@@ -29,6 +36,7 @@ import functools
 import json
 import os
 import re
+import threading
 import unicodedata
 from collections.abc import Container, Iterable, Iterator
 from types import ModuleType
@@ -822,6 +830,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
         self.__dict__.pop("_word_marker_cache", None)
         self.__dict__["_word_route_pre_tokenizer"] = pre_tokenizers.BertPreTokenizer()
+        self.__dict__.setdefault("_word_route_lock", threading.RLock())
         self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
 
     @contextlib.contextmanager
@@ -835,7 +844,13 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for cached in ("_word_pre_tokenizer", "_word_route_pre_tokenizer", "_added_tokens_cache", "_word_marker_cache"):
+        for cached in (
+            "_word_pre_tokenizer",
+            "_word_route_pre_tokenizer",
+            "_added_tokens_cache",
+            "_word_marker_cache",
+            "_word_route_lock",
+        ):
             state.pop(cached, None)  # rebuilt by `_set_segmenter` / on first use
         with self._serialisable():
             state["_tokenizer"] = Tokenizer.from_str(self._tokenizer.to_str())
@@ -873,13 +888,15 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         text, text_pair = self._mark_unknown(text), self._mark_unknown(text_pair)
         if self.segmenter != "jieba" or not self.word_fast_route or kwargs.get("is_split_into_words"):
             return super()._encode_plus(text, text_pair=text_pair, **kwargs)
-        backend = self._tokenizer
         fix_later = not (kwargs.get("return_offsets_mapping") or kwargs.get("return_overflowing_tokens"))
-        self._tokenizer = route = _WordModeBackend(backend, self, fix_later)
-        try:
-            result = super()._encode_plus(text, text_pair=text_pair, **kwargs)
-        finally:
-            self._tokenizer = backend
+        # The route swaps `_tokenizer` (and the backend's pre-tokenizer) for the call: one call at a time.
+        with self.__dict__["_word_route_lock"]:
+            backend = self._tokenizer
+            self._tokenizer = route = _WordModeBackend(backend, self, fix_later)
+            try:
+                result = super()._encode_plus(text, text_pair=text_pair, **kwargs)
+            finally:
+                self._tokenizer = backend
         if route._fix_later and getattr(result, "_encodings", None) is not None:
             result._encodings = _FixedOnAccess(result._encodings, route._fix_later)
         return result

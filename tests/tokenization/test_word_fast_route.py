@@ -247,3 +247,22 @@ def test_property_fast_route_equals_python_route(pair, texts, pairs, options):
     else:
         _both(pair, texts, return_offsets_mapping=True, **options)
         _both(pair, texts, **options)
+
+
+def test_threads_sharing_one_tokenizer(pair, lines):  # noqa: F811
+    """Calls from several threads on one tokenizer: the same results as one by one, and the backend left in place."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tokenizers import Tokenizer
+
+    new, old = pair
+    batches = [lines[i : i + 25] for i in range(0, 200, 25)]
+    expected = [old(batch, padding=i % 2 == 0, return_offsets_mapping=True) for i, batch in enumerate(batches)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda ib: new(ib[1], padding=ib[0] % 2 == 0, return_offsets_mapping=True), enumerate(batches))
+        )
+    for result, reference in zip(results, expected):
+        _same(result, reference)
+    assert type(new._tokenizer) is Tokenizer
+    assert new._tokenizer.pre_tokenizer.__class__.__name__ == "PreTokenizer"
