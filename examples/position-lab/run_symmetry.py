@@ -154,6 +154,13 @@ class SymmetryArguments:
         metadata={"help": "Results JSON (the Markdown table is written next to it, same name, .md)."},
     )
     overwrite: bool = field(default=False, metadata={"help": "Start over even if --output holds finished runs."})
+    merge: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated results files of other processes run with the same settings (e.g. other seeds): "
+            "their runs join --output's before the grid runs (a run in both is kept once)."
+        },
+    )
 
     def __post_init__(self) -> None:
         self.scheme_list = (
@@ -179,7 +186,7 @@ class SymmetryArguments:
 
     def setup(self) -> dict:
         """What makes runs comparable: everything but the output path, the grid's extent and resuming."""
-        skip = {"schemes", "modalities", "layouts", "seeds", "output", "overwrite", "torch_threads"}
+        skip = {"schemes", "modalities", "layouts", "seeds", "output", "overwrite", "torch_threads", "merge"}
         return {key: value for key, value in asdict(self).items() if key not in skip}
 
 
@@ -593,6 +600,15 @@ def main() -> None:
     setup = {**args.setup(), "model": {name: getattr(model_args, name) for name in model_fields}}
     runs = load_previous(output, setup, args.overwrite)
     done = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in runs}
+    for other in (args.merge or "").split(","):
+        if other.strip():
+            if not Path(other.strip()).is_file():
+                raise FileNotFoundError(f"--merge names {other.strip()}, which does not exist.")
+            for run in load_previous(Path(other.strip()), setup, overwrite=False):
+                key = (run["scheme"], run["modality"], run["layout"], run["seed"])
+                if key not in done:
+                    runs.append(run)
+                    done.add(key)
     results = {
         "setup": setup,
         "environment": {

@@ -231,3 +231,18 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(output.read_text())["runs"] == results["runs"]
     assert "test accuracy" not in again.stderr
+
+    # another process's seed joins with --merge, without training anything again
+    other = output.with_name("other.json")
+    one_seed = [*args[: args.index("--output")], "--output", str(other)]
+    one_seed[one_seed.index("--schemes") + 1], one_seed[one_seed.index("--seeds") + 1] = "rope_tie_v2", "1"
+    one_seed += ["--modalities", "image", "--layouts", "after"]
+    assert subprocess.run([sys.executable, str(SCRIPT), *one_seed], env=env, timeout=300).returncode == 0
+    merged = subprocess.run([*command, "--merge", str(other)], capture_output=True, text=True, env=env, timeout=300)
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    assert "test accuracy" not in merged.stderr
+    runs = json.loads(output.read_text())["runs"]
+    assert runs[: len(results["runs"])] == results["runs"]
+    assert [(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in runs[len(results["runs"]) :]] == [
+        ("rope_tie_v2", "image", "after", 1)
+    ]
