@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
         }
         for name, s in seconds.items()
     ]
-    info = machine_info("bench_tokenizers.py", [f"--lines {args.lines}", f"--out {args.out}"])
+    flags = [f"--lines {args.lines}"] + (["--parallel"] if args.parallel else []) + [f"--out {args.out}"]
+    info = machine_info("bench_tokenizers.py", flags)
     info["tokenizers_parallelism"] = os.environ.get("TOKENIZERS_PARALLELISM", "(default)")
     payload = {
         "lines": len(texts),
