@@ -620,11 +620,18 @@ def main() -> None:
         },
     }
     data = {modality: prepare(args, model_args, modality) for modality in args.modality_list}
-    results["floors"] = {modality: round(d.floor, 4) for modality, d in data.items()}
-    results["sizes"] = {
-        modality: {"train": len(d.train), "test": len(d.test), "grid_thw": [d.frames, d.grid, d.grid]}
-        for modality, d in data.items()
-    }
+    # this call's modalities, over those of the files it resumes or merges (a call may prepare only some)
+    earlier = [output, *(Path(o.strip()) for o in (args.merge or "").split(",") if o.strip())]
+    earlier = [json.loads(path.read_text()) for path in earlier if path.is_file() and not args.overwrite]
+    results["floors"] = {k: v for e in earlier for k, v in e.get("floors", {}).items()}
+    results["floors"].update({modality: round(d.floor, 4) for modality, d in data.items()})
+    results["sizes"] = {k: v for e in earlier for k, v in e.get("sizes", {}).items()}
+    results["sizes"].update(
+        {
+            modality: {"train": len(d.train), "test": len(d.test), "grid_thw": [d.frames, d.grid, d.grid]}
+            for modality, d in data.items()
+        }
+    )
     for seed in args.seed_list:  # seeds outermost: a cut-short grid still has every cell
         for modality in args.modality_list:
             for scheme in args.scheme_list:
