@@ -144,10 +144,11 @@ def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | N
 
 @register_axis_allocation("hope")
 def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
-    """HoPE as the ICLR 2026 reference (Multimodal-RoPEs) implements it: its VideoRoPE allocation (pairs 1, 3, 5, ...
-    < 2·section[1] read h, pairs 2, 4, ... < 2·section[2] read w) with every other pair, the temporal ones (pair 0 and
-    the lowest frequencies), left unrotated (NoPE)."""
-    return [-1 if axis == 0 else axis for axis in _strided(num_pairs, mrope_section, 2, (1, 2))]
+    """HoPE's hybrid frequency allocation (official hrlics/HoPE code, `apply_hybrid_multimodal_rotary_pos_emb`):
+    VideoRoPE's (the first section[1] + section[2] pairs alternate h, w, h, w, ...) with the last section[0] pairs,
+    the lowest frequencies, left unrotated (NoPE) instead of reading t. (The ICLR 2026 reference, Multimodal-RoPEs,
+    lays h and w on pairs 1, 2, 3, ... and NoPE on pair 0 too; its fixture test registers that variant itself.)"""
+    return [-1 if axis == 0 else axis for axis in videorope_allocation(num_pairs, axes, mrope_section)]
 
 
 @register_axis_allocation("headwise", headwise=True)

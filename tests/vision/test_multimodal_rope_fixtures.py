@@ -2,6 +2,7 @@
 paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE (positions and head-wise cos / sin), VideoRoPE's
 positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
+frequency allocation), hrlics/HoPE (official HoPE: positions with its temporal scale and its hybrid
 frequency allocation), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
 (multiplicative GRAPE's learned-frequency rotation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
 
@@ -47,7 +48,14 @@ OURS = {
         "temporal_stride": 2.0,
         "axis_allocation": "videorope_multimodal_ropes",
     },
-    "hope": {"position_scheme": "hope", "mrope_section": [4, 6, 6], "temporal_stride": 2.0},
+    # Likewise HoPE's: the reference lays h / w on pairs 1, 2, ... and NoPE on pair 0 as well; the official hybrid
+    # allocation (our "hope", the first pairs h, w, ..., NoPE on the last section[0]) is checked against hrlics/HoPE.
+    "hope": {
+        "position_scheme": "hope",
+        "mrope_section": [4, 6, 6],
+        "temporal_stride": 2.0,
+        "axis_allocation": "hope_multimodal_ropes",
+    },
     "v2pe": {"position_scheme": "v2pe", "visual_stride": 16.0},
     "v2pe_stride5": {"position_scheme": "v2pe", "visual_stride": 5.0},
     "ilrope": {"position_scheme": "ilrope", "mrope_section": [6, 5, 5]},
@@ -69,8 +77,14 @@ def reference_videorope_allocation():
                 axis[pair] = a
         return axis
 
+    @register_axis_allocation("hope_multimodal_ropes")
+    def hope_allocation(num_pairs, axes, mrope_section):
+        """The ICLR reference's HoPE: the allocation above with the temporal pairs unrotated (NoPE)."""
+        return [-1 if axis == 0 else axis for axis in allocation(num_pairs, axes, mrope_section)]
+
     yield
     AXIS_ALLOCATIONS.unregister("videorope_multimodal_ropes")
+    AXIS_ALLOCATIONS.unregister("hope_multimodal_ropes")
 
 
 def load(name: str) -> dict:
@@ -173,6 +187,50 @@ def test_videorope_matches_the_official_code(name, stride):
             cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
             for x, expected in ((record["query"], record["rotated_query"]), (record["key"], record["rotated_key"])):
                 # both rotate with the fixture's positions, padding included
+                torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
+            rotated += 1
+    assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
+
+
+# ------------------------------------------------------------------------------------------------
+# Official HoPE: VideoRoPE's layout with a temporal scale, NoPE on the lowest frequencies
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, scale", [("hope_official", 2.0), ("hope_official_scale05", 0.5), ("hope_official_scale125", 1.25)]
+)
+def test_hope_matches_the_official_code(name, scale):
+    """Official hrlics/HoPE (`get_dynamic_rope_index` with one scale in `scale_factors`, so its `random.choice` is
+    fixed; `apply_hybrid_multimodal_rotary_pos_emb`). Same tokens on both sides, as for official VideoRoPE (Qwen2-VL's
+    layout; the vision markers are text to us; one group and one grid row per video). Positions exactly (float32 on
+    both sides: t = st + k·δ, h / w offset from t), deltas as above; the allocation through the rotation: theirs on
+    random queries / keys (head_dim 32, mrope_section [4, 6, 6]) against ours with the scheme's default allocation
+    "hope" (half layout) on the same positions, within 1e-5 (float32 products of values up to ~5)."""
+    fixture = load(name)
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "hope", "mrope_section": [4, 6, 6], "temporal_stride": scale,
+                         "pair_layout": "half"},
+    )  # fmt: skip
+    assert config.rope_parameters["axis_allocation"] == "hope" and fixture["scale_factor"] == scale
+    rotary, frames_above_one, rotated = RotaryEmbedding(config), 0, 0
+    for case, record in enumerate(fixture["cases"]):
+        mask = record["attention_mask"]
+        real = mask.bool()
+        ours, deltas = build_position_ids(
+            record["input_ids"], config, record["image_grid_thw"], record["video_grid_thw"], mask
+        )
+        message = f"{name} case {case}: {record['layouts']}"
+        for b in range(mask.shape[0]):
+            assert torch.equal(ours[:, b, real[b]], record["position_ids"][:, b, real[b]].float()), message
+        padding = (mask.shape[1] - mask.sum(1, keepdim=True)).float()
+        assert torch.equal(deltas, record["deltas"].float() + padding), message
+        videos = record["video_grid_thw"]
+        frames_above_one += videos is not None and int(videos[:, 0].max()) > 1
+        if "query" in record:
+            cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
+            for x, expected in ((record["query"], record["rotated_query"]), (record["key"], record["rotated_key"])):
                 torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
             rotated += 1
     assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
