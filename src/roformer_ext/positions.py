@@ -436,18 +436,31 @@ def hope(
 
 
 @register_position_scheme("v2pe")
-def v2pe(segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0) -> tuple[torch.Tensor, float]:
+def v2pe(
+    segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0, visual_stride_tokens: int | None = None
+) -> tuple[torch.Tensor, float]:
     """V2PE (Ge et al., 2024): one flat sequence whose visual tokens advance by a smaller step. A vision segment of V
-    tokens after position p gets p + δ·(n + 1), n = 0…V−1, δ = visual_stride / V; the next text token is at
-    ⌈last visual position⌉ + 1. The same position on every axis (so any allocation is 1D RoPE)."""
+    tokens after position p gets p + δ·(n + 1), n = 0…V−1; the next text token is at ⌈last visual position⌉ + 1. The
+    same position on every axis (so any allocation is 1D RoPE). δ = visual_stride / visual_stride_tokens, a step per
+    visual token as the official code (OpenGVLab/V2PE) takes it, with 256 there (the tokens of one InternVL tile: an
+    image of n tiles spans n·visual_stride); with visual_stride_tokens None (the default) δ = visual_stride / V, every
+    segment spanning visual_stride, as the ICLR 2026 reference (Multimodal-RoPEs) takes it. The two agree when V
+    equals visual_stride_tokens."""
     stride = _positive("v2pe", "visual_stride", visual_stride)
+    if visual_stride_tokens is not None and (
+        isinstance(visual_stride_tokens, bool) or not isinstance(visual_stride_tokens, int) or visual_stride_tokens < 1
+    ):
+        raise ValueError(
+            "Position scheme 'v2pe': rope_parameters['visual_stride_tokens'] must be None (a segment spans "
+            f"visual_stride) or a positive integer (tokens per visual_stride, 256 in V2PE); got {visual_stride_tokens!r}."
+        )
     blocks, last = [], -1.0
     for segment in segments:
         if segment.grid is None:
             blocks.append(_text(last + 1, segment.length, axes))
             last += segment.length
         else:
-            step = stride / segment.length
+            step = stride / (segment.length if visual_stride_tokens is None else visual_stride_tokens)
             # first + n·step in float64, rounded to float32 once (as a float arange from last + step computes them)
             values = ((last + step) + torch.arange(segment.length, dtype=torch.float64) * step).float()
             blocks.append(values.expand(axes, -1))

@@ -3,7 +3,7 @@ paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE (positions 
 positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
 frequency allocation), hrlics/HoPE (official HoPE: positions with its temporal scale and its hybrid
-frequency allocation), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
+frequency allocation), OpenGVLab/V2PE (official V2PE's positions), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
 (multiplicative GRAPE's learned-frequency rotation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
 
 Layout mapping. The reference lays tokens out as Qwen3-VL does: `<vision_start> image tokens <vision_end>` per image
@@ -234,6 +234,59 @@ def test_hope_matches_the_official_code(name, scale):
                 torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
             rotated += 1
     assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
+
+
+# ------------------------------------------------------------------------------------------------
+# Official V2PE: InternVL's layout, a fixed step per visual token
+# ------------------------------------------------------------------------------------------------
+
+
+def test_v2pe_matches_the_official_code():
+    """Official OpenGVLab/V2PE `get_rope_pos_id` ("v2pe_fix", float32, strides 1, 16, 64) on InternVL rows: `<img>` 256·n
+    tile tokens `</img>` per image of n tiles, a video as "Frame k:" text before each one-tile frame. Mapping: `<img>`,
+    `</img>` and the frame labels are text to us, the 256·n tokens one image group of grid (1, 16, 16·n). Ours with
+    `visual_stride_tokens` 256 (the official step, visual_stride / 256 per token): every position exactly. Without it
+    (the ICLR reference's rule, a segment spans visual_stride) one-tile images agree and multi-tile ones do not."""
+    fixture = load("v2pe_official")
+    assert fixture["tokens_per_tile"] == 256
+    multi_tile = 0
+    for case, record in enumerate(fixture["cases"]):
+        ids, grids = [], []
+        for kind, value in record["layout"]:
+            if kind == "text":
+                ids += [1 + (len(ids) + k) % 50 for k in range(value)]
+            else:
+                ids += [1] + [IMAGE] * (256 * value) + [2]  # <img> tiles </img>
+                grids.append([1, 16, 16 * value])
+        positions = {}
+        for tokens in (256, None):
+            config = RoFormerExtVisionTextConfig(
+                hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
+                rope_parameters={"position_scheme": "v2pe", "visual_stride": float(record["stride"]),
+                                 "visual_stride_tokens": tokens},
+            )  # fmt: skip
+            ours, _ = build_position_ids(torch.tensor([ids]), config, torch.tensor(grids))
+            positions[tokens] = ours[:, 0]
+        message = f"case {case}: stride {record['stride']}, {record['layout']}"
+        assert torch.equal(positions[256], record["position_ids"].expand(3, -1)), message
+        tiles = max(g[2] for g in grids) // 16
+        multi_tile += tiles > 1
+        assert torch.equal(positions[None], positions[256]) == (tiles == 1), message
+    assert multi_tile >= 10, multi_tile
+
+
+def test_v2pe_refuses_bad_visual_stride_tokens():
+    def config(value):
+        return RoFormerExtVisionTextConfig(
+            hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
+            rope_parameters={"position_scheme": "v2pe", "visual_stride_tokens": value},
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="visual_stride_tokens"):
+        config(True)
+    for value in (0, 2.5):  # the config's kind check lets these through; the scheme refuses them
+        with pytest.raises(ValueError, match="visual_stride_tokens"):
+            build_position_ids(torch.tensor([[1, IMAGE, IMAGE]]), config(value), torch.tensor([[1, 1, 2]]))
 
 
 # ------------------------------------------------------------------------------------------------
