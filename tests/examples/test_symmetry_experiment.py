@@ -246,3 +246,13 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert [(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in runs[len(results["runs"]) :]] == [
         ("rope_tie_v2", "image", "after", 1)
     ]
+
+    # a figure per question: before vs after, and the long videos
+    plot = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("plot_symmetry.py")), str(output), "--out", str(tmp_path / "figures")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert plot.returncode == 0, plot.stderr[-3000:]
+    figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert figures == ["symmetry_before_after.png", "symmetry_long_video.png"], figures
+    assert all((tmp_path / "figures" / name).stat().st_size > 10_000 for name in figures)
