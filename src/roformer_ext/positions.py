@@ -497,7 +497,9 @@ def mmrope(
     position_scale: Sequence[float] = (1.0, 1.0, 1.0),
 ) -> tuple[torch.Tensor, float]:
     """MM-RoPE (Lumos-1, Yuan et al., 2025): M-RoPE positions scaled per axis, (st + k·s·σ_t, st + i·σ_h,
-    st + j·σ_w), next text at max(segment) + 1; allocation "mmrope" (T,T,H,W,H,W,H,W repeated)."""
+    st + j·σ_w), next text at max(segment) + 1; allocation "mmrope" (T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W repeated,
+    as Lumos-1's code). Lumos-1 itself keeps text at its token index and offsets all visual tokens of a row by the
+    row's first visual token (frames counted over the row): not this design; see docs/position-schemes.md."""
     _need_three_axes("mmrope", axes)
     stride = _positive("mmrope", "temporal_stride", temporal_stride)
     if not isinstance(position_scale, (list, tuple)) or len(position_scale) != 3:

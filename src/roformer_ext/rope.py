@@ -162,8 +162,11 @@ def headwise_allocation(num_pairs: int, axes: int, mrope_section: list[int], num
 
 @register_axis_allocation("mmrope")
 def mmrope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
-    """MM-RoPE (Lumos-1): meta components of 8 pairs T,T,H,W,H,W,H,W (2:3:3), repeated from the highest frequency."""
-    return [(0, 0, 1, 2, 1, 2, 1, 2)[pair % 8] for pair in range(num_pairs)]
+    """MM-RoPE (Lumos-1), as its official code (alibaba-damo-academy/Lumos, `ChameleonRotaryEmbedding`'s
+    indices_frame / indices_h / indices_w, half layout) allocates it: meta components of 16 pairs
+    T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W (4:6:6), repeated from the highest frequency. (The ICLR 2026 reference,
+    Multimodal-RoPEs, takes 8-pair components T,T,H,W,H,W,H,W; its fixture test registers that variant itself.)"""
+    return [(0, 0, 0, 0, 1, 1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2)[pair % 16] for pair in range(num_pairs)]
 
 
 class RotaryEmbedding(nn.Module):

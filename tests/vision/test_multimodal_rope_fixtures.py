@@ -3,7 +3,8 @@ paper's, for MRoPE-Interleave with and without spatial reset, MHRoPE (positions 
 positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
 frequency allocation), hrlics/HoPE (official HoPE: positions with its temporal scale and its hybrid
-frequency allocation), OpenGVLab/V2PE (official V2PE's positions), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
+frequency allocation), OpenGVLab/V2PE (official V2PE's positions),
+alibaba-damo-academy/Lumos (Lumos-1's MM-RoPE allocation; its positions where the designs coincide), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
 (multiplicative GRAPE's learned-frequency rotation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
 
 Layout mapping. The reference lays tokens out as Qwen3-VL does: `<vision_start> image tokens <vision_end>` per image
@@ -60,7 +61,12 @@ OURS = {
     "v2pe_stride5": {"position_scheme": "v2pe", "visual_stride": 5.0},
     "ilrope": {"position_scheme": "ilrope", "mrope_section": [6, 5, 5]},
     "omnirope": {"position_scheme": "omnirope", "mrope_section": [4, 6, 6]},
-    "mmrope": {"position_scheme": "mmrope", "position_scale": [1.0, 2.0, 0.5]},
+    # and MM-RoPE's: 8-pair components T,T,H,W,H,W,H,W, where Lumos-1's code (our "mmrope") takes 16-pair ones
+    "mmrope": {
+        "position_scheme": "mmrope",
+        "position_scale": [1.0, 2.0, 0.5],
+        "axis_allocation": "mmrope_multimodal_ropes",
+    },
 }
 
 
@@ -82,8 +88,14 @@ def reference_videorope_allocation():
         """The ICLR reference's HoPE: the allocation above with the temporal pairs unrotated (NoPE)."""
         return [-1 if axis == 0 else axis for axis in allocation(num_pairs, axes, mrope_section)]
 
+    @register_axis_allocation("mmrope_multimodal_ropes")
+    def mmrope_allocation(num_pairs, axes, mrope_section):
+        """The ICLR reference's MM-RoPE: components of 8 pairs T,T,H,W,H,W,H,W from the highest frequency."""
+        return [(0, 0, 1, 2, 1, 2, 1, 2)[pair % 8] for pair in range(num_pairs)]
+
     yield
     AXIS_ALLOCATIONS.unregister("videorope_multimodal_ropes")
+    AXIS_ALLOCATIONS.unregister("mmrope_multimodal_ropes")
     AXIS_ALLOCATIONS.unregister("hope_multimodal_ropes")
 
 
@@ -287,6 +299,54 @@ def test_v2pe_refuses_bad_visual_stride_tokens():
     for value in (0, 2.5):  # the config's kind check lets these through; the scheme refuses them
         with pytest.raises(ValueError, match="visual_stride_tokens"):
             build_position_ids(torch.tensor([[1, IMAGE, IMAGE]]), config(value), torch.tensor([[1, 1, 2]]))
+
+
+# ------------------------------------------------------------------------------------------------
+# Official MM-RoPE (Lumos-1): its allocation, and the positions where its design and ours coincide
+# ------------------------------------------------------------------------------------------------
+
+LUMOS_CONTENT = 5000  # the fixture's visual content token (new-line tokens, 8803, close every latent row)
+
+
+def test_mmrope_matches_the_official_code():
+    """Official alibaba-damo-academy/Lumos (Lumos-1): `generate_mm_position_ids` + `set_3d_global_offset` and
+    `mm_rotary_emb` on single rows of text and frames (`<image_start> <h> <w> h·(w+1) tokens <image_end>`).
+
+    cos / sin: on its own positions (text tokens: the token index on every axis, full-dimension RoPE; visual content:
+    its (t, h, w)) our `RotaryEmbedding` with the default allocation "mmrope" (half layout, head_dim 32) equals theirs
+    within 1e-6 on every token. Positions: the designs differ. Theirs puts text at its token index and every visual
+    token of the row at o + (4k, 8i, 8j), o the index of the row's first visual token and k counting frames over the
+    whole row (all images and videos of a row form one frame sequence); ours starts every group at the next text
+    position and puts text after a group at its maximum + 1. They coincide up to the end of the first frame: mapped
+    as the text before it (the markers and size tokens text to us) and its h·(w+1) tokens (new-line column included)
+    as one image group of grid (1, h, w + 1), ours with position_scale [4, 8, 8] equals theirs exactly there."""
+    fixture = load("mmrope_official")
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=64, num_attention_heads=2, image_token_id=LUMOS_CONTENT, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "mmrope", "position_scale": [4.0, 8.0, 8.0], "pair_layout": "half"},
+    )  # fmt: skip
+    assert config.rope_parameters["axis_allocation"] == "mmrope"
+    rotary, with_cos, first_frames, videos = RotaryEmbedding(config), 0, 0, 0
+    for case, record in enumerate(fixture["cases"]):
+        flag = record["image_content_flag"][0].bool()
+        theirs = torch.where(flag, record["position_ids_3d"][:, 0], record["text_position_ids"][0]).float()
+        message = f"case {case}: {record['layout']}"
+        if "cos" in record:
+            cos, sin = rotary(torch.zeros(1), theirs[:, None, :])
+            torch.testing.assert_close(cos, record["cos"], atol=1e-6, rtol=0, msg=message)
+            torch.testing.assert_close(sin, record["sin"], atol=1e-6, rtol=0, msg=message)
+            with_cos += 1
+        frames = [value for kind, value in record["layout"] if kind == "frames"]
+        videos += any(t > 1 for t, _, _ in frames)
+        if frames:
+            first, (_, h, w) = int(flag.nonzero()[0]), frames[0]
+            end = first + h * (w + 1)
+            ids = torch.ones(end, dtype=torch.long)
+            ids[first:] = LUMOS_CONTENT
+            ours, _ = build_position_ids(ids[None], config, torch.tensor([[1, h, w + 1]]))
+            assert torch.equal(ours[:, 0], theirs[:, :end]), message
+            first_frames += 1
+    assert with_cos == 8 and first_frames >= 25 and videos >= 10, (with_cos, first_frames, videos)
 
 
 # ------------------------------------------------------------------------------------------------
