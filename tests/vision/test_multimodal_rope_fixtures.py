@@ -4,7 +4,8 @@ positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
 frequency allocation), hrlics/HoPE (official HoPE: positions with its temporal scale and its hybrid
 frequency allocation), OpenGVLab/V2PE (official V2PE's positions),
-alibaba-damo-academy/Lumos (Lumos-1's MM-RoPE allocation; its positions where the designs coincide), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
+alibaba-damo-academy/Lumos (Lumos-1's MM-RoPE allocation; its positions where the designs coincide),
+VectorSpaceLab/OmniGen2 (OmniRoPE's positions), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
 (multiplicative GRAPE's learned-frequency rotation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
 
 Layout mapping. The reference lays tokens out as Qwen3-VL does: `<vision_start> image tokens <vision_end>` per image
@@ -347,6 +348,38 @@ def test_mmrope_matches_the_official_code():
             assert torch.equal(ours[:, 0], theirs[:, :end]), message
             first_frames += 1
     assert with_cos == 8 and first_frames >= 25 and videos >= 10, (with_cos, first_frames, videos)
+
+
+# ------------------------------------------------------------------------------------------------
+# Official OmniRoPE (OmniGen2): caption, reference images, output image
+# ------------------------------------------------------------------------------------------------
+
+
+def test_omnirope_positions_match_the_official_code():
+    """Official VectorSpaceLab/OmniGen2 `OmniGen2RotaryPosEmbed` (positions read off its gather, see the generator):
+    a caption at 0, 1, ..., then each reference image and the output image at (s, i, j), s advancing by max(h, w).
+    Mapping: the caption is text to us and each image one group of grid (1, h, w); OmniGen2 puts images back to back,
+    so consecutive images alternate our image and video placeholders (two runs, two groups; a one-frame group is
+    placed as an image). Ours ("omnirope", temporal_stride 1): every position exactly. Frequencies are not compared:
+    OmniGen2 gives each axis its own ladder (diffusers' `get_1d_rotary_pos_embed(axes_dim[a])`, interleaved pairs),
+    ours slices one ladder over head_dim ("sections"): a different allocation, recorded in docs/position-schemes.md."""
+    fixture = load("omnirope_official")
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "omnirope", "mrope_section": [4, 6, 6]},
+    )  # fmt: skip
+    with_references = 0
+    for case, record in enumerate(fixture["cases"]):
+        ids = [1 + k % 50 for k in range(record["caption"])]
+        images, videos = [], []
+        for n, (h, w) in enumerate([*record["references"], record["output"]]):
+            ids += [(IMAGE, VIDEO)[n % 2]] * (h * w)
+            (images, videos)[n % 2].append([1, h, w])
+        grid = lambda rows: torch.tensor(rows) if rows else None  # noqa: E731
+        ours, _ = build_position_ids(torch.tensor([ids]), config, grid(images), grid(videos))
+        assert torch.equal(ours[:, 0].T.double(), record["position_ids"]), f"case {case}: {record}"
+        with_references += len(record["references"]) >= 2
+    assert with_references >= 15, with_references
 
 
 # ------------------------------------------------------------------------------------------------
