@@ -474,6 +474,8 @@ def _check_scheme_knob(key: str, value: Any, kind: str) -> None:
         ok = value is None or (
             isinstance(value, (list, tuple)) and len(value) > 0 and all(map(_is_positive_finite, value))
         )
+    elif kind.startswith("None or a positive integer"):  # V2PE's tokens per visual stride
+        ok = value is None or (_is_int(value) and value > 0)
     elif kind.startswith("None (off)"):
         ok = value is None or (_is_positive_finite(value) or (value == 0 and not isinstance(value, bool)))
     elif kind.startswith("a positive number, 'auto'"):  # Circle-RoPE's radius

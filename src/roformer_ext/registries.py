@@ -109,7 +109,7 @@ POSITION_SCHEME_KEYS = {
     "spatial_reset": "True or False",
     "tokens_per_second": "a positive number",
     "visual_stride": "a positive number",
-    "visual_stride_tokens": "None (off) or a positive token count (per visual_stride)",
+    "visual_stride_tokens": "None or a positive integer (tokens per visual_stride; 256 in V2PE)",
     "position_scale": "three positive numbers",
     "temporal_scales": "None or a non-empty list of positive numbers",
     "grape_log_freq_scale": "a positive number",

@@ -139,3 +139,17 @@ def test_int32_and_int64_input_ids_are_accepted(dtype):
     with torch.no_grad():
         expected = model(torch.full((2, 3), 7)).last_hidden_state
         assert torch.equal(model(torch.full((2, 3), 7, dtype=dtype)).last_hidden_state, expected)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "256"])
+def test_v2pe_visual_stride_tokens_is_checked_with_the_config(value):
+    with pytest.raises(
+        ValueError, match=r"rope_parameters\['visual_stride_tokens'\] must be None or a positive integer"
+    ):
+        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "v2pe", "visual_stride_tokens": value})
+
+
+@pytest.mark.parametrize("value", [None, 1, 256])
+def test_v2pe_visual_stride_tokens_accepts_none_and_positive_integers(value):
+    config = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "v2pe", "visual_stride_tokens": value})
+    assert config.rope_parameters["visual_stride_tokens"] == value
