@@ -83,7 +83,7 @@ def long_video_figure(runs: list[dict], results: dict, path: Path) -> Path | Non
     axis.axhline(0.1, color="0.5", ls="--", lw=0.8)
     axis.set_title(
         f"trained on {trained}-frame videos (hollow) → tested on {longer}-frame videos (filled), questions about the "
-        f"first {trained} frames; blue: question before, orange: after; one pair per seed"
+        f"first {trained} frames\nblue: question before, orange: after; one pair per seed and layout"
     )
     axis.set_xticks(range(len(schemes)), schemes, rotation=35, ha="right", fontsize=8)
     axis.set_ylabel("test accuracy")
