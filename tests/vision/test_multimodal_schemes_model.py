@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 import torch
+from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import (
     RoFormerExtVisionTextConfig,
@@ -18,22 +19,6 @@ from roformer_ext import (
     RoFormerExtVisionTextModel,
 )
 
-IMAGE, VIDEO = 97, 98
-SIZES = dict(
-    vocab_size=99,
-    hidden_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-    patch_size=2,
-    temporal_patch_size=2,
-    num_channels=3,
-    image_token_id=IMAGE,
-    video_token_id=VIDEO,
-)
-PATCH_DIM = 3 * 2 * 2 * 2
 SECTION = [4, 4, 4]  # head_dim 24 -> 12 frequency pairs
 # Each variant by name; its allocation (and axes) come with the name. Knobs away from their defaults where they exist.
 SCHEMES = {

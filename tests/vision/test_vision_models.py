@@ -4,6 +4,7 @@ import pytest
 import torch
 import transformers
 from conftest import random_inputs
+from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import (
     RoFormerExtConfig,
@@ -17,21 +18,6 @@ from roformer_ext import (
     RoFormerExtVisionTextModel,
 )
 
-IMAGE, VIDEO = 97, 98
-SIZES = dict(
-    vocab_size=99,
-    hidden_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-    patch_size=2,
-    temporal_patch_size=2,
-    num_channels=3,
-    image_token_id=IMAGE,
-    video_token_id=VIDEO,
-)
 # head_dim 24 -> 12 frequency pairs: sections [4, 4, 4] for mrope.
 SCHEMES = {
     "rope_1d": {"axes": 3, "position_scheme": "rope_1d"},
@@ -40,7 +26,6 @@ SCHEMES = {
     "rope_tie_v2": {"axes": 3, "position_scheme": "rope_tie_v2"},
     "mrope": {"axes": 3, "position_scheme": "mrope", "axis_allocation": "sections", "mrope_section": [4, 4, 4]},
 }
-PATCH_DIM = 3 * 2 * 2 * 2
 
 
 def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
