@@ -27,17 +27,20 @@ import copy
 import json
 import os
 import resource
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from distributed_arguments import check_fsdp_vocabulary, local_parameter_elements  # this folder
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 from transformers import DistributedConfig
 
 from roformer_ext import RoFormerExtForMaskedLM, RoFormerExtForSequenceClassification
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
+from common.distributed import check_fsdp_vocabulary, local_parameter_elements  # noqa: E402
 
 TASKS = {"mlm": RoFormerExtForMaskedLM, "classification": RoFormerExtForSequenceClassification}
 MODES = ("ddp", "fsdp2", "tp")

@@ -56,7 +56,6 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "distributed"))  # --fsdp_size / --tp_size
 
 from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
 from common.corpora import load_mlm_corpus  # noqa: E402
@@ -67,6 +66,12 @@ from common.data import (  # noqa: E402
     limit_splits,
     load_raw_datasets,
     sizes_text,
+)
+from common.distributed import (  # noqa: E402
+    DistributedArguments,
+    end_process_group,
+    evaluate_in_order,
+    parameters_held,
 )
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
@@ -81,12 +86,6 @@ from common.utils import (  # noqa: E402
     resolve_phases,
     setup_logging,
     take_over_hub_push,
-)
-from distributed_arguments import (  # noqa: E402
-    DistributedArguments,
-    end_process_group,
-    evaluate_in_order,
-    parameters_held,
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)

@@ -58,7 +58,6 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "distributed"))  # --fsdp_size / --tp_size
 
 from common import corpora  # noqa: E402
 from common.card import (  # noqa: E402
@@ -77,6 +76,12 @@ from common.data import (  # noqa: E402
     sizes_text,
     split_sizes,
 )
+from common.distributed import (
+    DistributedArguments,
+    end_process_group,
+    evaluate_in_order,
+    parameters_held,
+)  # noqa: E402
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
     ModelArguments,
@@ -93,12 +98,6 @@ from common.utils import (  # noqa: E402
     setup_logging,
     take_over_hub_push,
 )
-from distributed_arguments import (
-    DistributedArguments,
-    end_process_group,
-    evaluate_in_order,
-    parameters_held,
-)  # noqa: E402
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
 from roformer_ext.data_collator import FlattenPaddedBatch  # noqa: E402

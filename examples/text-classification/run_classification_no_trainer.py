@@ -47,7 +47,6 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "distributed"))  # --fsdp_size
 
 from common.card import (  # noqa: E402
     REGRESSION_USAGE,
@@ -57,6 +56,11 @@ from common.card import (  # noqa: E402
     save_card_and_push,
 )
 from common.data import sizes_text, split_sizes  # noqa: E402
+from common.distributed import (  # noqa: E402
+    DistributedArguments,
+    end_process_group,
+    parameters_held,
+)
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
     ModelArguments,
@@ -69,11 +73,6 @@ from common.utils import (  # noqa: E402
     parse_arguments,
     save_json,
     setup_logging,
-)
-from distributed_arguments import (  # noqa: E402
-    DistributedArguments,
-    end_process_group,
-    parameters_held,
 )
 
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)

@@ -156,7 +156,7 @@ def test_tensor_parallel_per_position_encoding(tmp_path):
 def test_fsdp2_refuses_tied_embeddings_that_do_not_divide(monkeypatch):
     """torch 2.13's FSDP2 trains tied word embeddings wrongly when the vocabulary does not divide by the processes
     (measured in docs/distributed.md): the examples refuse them with the fix."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # run_distributed.py imports distributed_arguments beside it
+    monkeypatch.syspath_prepend(str(SCRIPT.parents[1]))  # examples/: run_distributed.py imports common.distributed
     spec = importlib.util.spec_from_file_location("run_distributed", SCRIPT)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
