@@ -1,7 +1,7 @@
 """`--fsdp_size` / `--tp_size` for the example scripts: transformers' distributed engine, applied at load.
 
 The Trainer and accelerate examples (run_mlm.py, run_classification.py, run_classification_no_trainer.py) import
-this module (they put examples/distributed/ on the path) and load the checkpoint with
+this module (`common.distributed`) and load the checkpoint with
 `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N))` (FSDP2: the model's FSDP plan,
 `fully_shard` per layer and on the word embeddings) or `DistributedConfig(tp_size=N)` (tensor parallel, the model's
 TP plan). Launch with `torchrun --nproc_per_node N`. Plain DDP needs neither flag: torchrun alone makes Trainer and
@@ -15,11 +15,14 @@ Trainer (transformers >= 5.21) trains as FSDP2 on CPU too. docs/distributed.md l
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from transformers import DistributedConfig
+
+from .utils import get_model, load_config
 
 
 @dataclass
@@ -70,6 +73,18 @@ class DistributedArguments:
                 raise ValueError(
                     f"--fsdp_size / --tp_size {size} needs `torchrun --nproc_per_node {size}` (found {world})."
                 )
+
+    def load_model(self, auto_class: Any, model_args: Any, tokenizer: Any, **task_kwargs: Any):
+        """`get_model`, or with --fsdp_size / --tp_size the checkpoint as transformers shards it while it loads."""
+        if not self.sharded:
+            return get_model(auto_class, model_args, tokenizer, **task_kwargs)
+        config = load_config(model_args, **task_kwargs)
+        return auto_class.from_pretrained(
+            model_args.model_name_or_path,
+            config=config,
+            trust_remote_code=model_args.trust_remote_code,
+            distributed_config=self.distributed_config(config),
+        )
 
     def distributed_config(self, config=None) -> DistributedConfig | None:
         """What `from_pretrained` takes (`None`: load whole). `config`: the model's, checked for FSDP2."""

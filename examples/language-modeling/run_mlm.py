@@ -77,9 +77,7 @@ from common.padding_free import BatchingArguments, check_padding_free_model  # n
 from common.utils import (  # noqa: E402
     ModelArguments,
     check_output_dir,
-    get_model,
     get_tokenizer,
-    load_config,
     log_run_summary,
     no_pin_memory_without_accelerator,
     parse_arguments,
@@ -187,16 +185,8 @@ def main() -> None:
     if do_train and "train" not in raw:
         raise ValueError("Training needs a train split: give --train_file or a dataset with one.")
     tokenizer = get_tokenizer(model_args, raw["train"]["text"] if "train" in raw else [])
-    if distributed.sharded:  # transformers shards it as it loads (FSDP2 or tensor parallel)
-        config = load_config(model_args)
-        model = AutoModelForMaskedLM.from_pretrained(
-            model_args.model_name_or_path,
-            config=config,
-            trust_remote_code=model_args.trust_remote_code,
-            distributed_config=distributed.distributed_config(config),
-        )
-    else:
-        model = get_model(AutoModelForMaskedLM, model_args, tokenizer)
+    # transformers shards it as it loads with --fsdp_size / --tp_size (FSDP2 / tensor parallel)
+    model = distributed.load_model(AutoModelForMaskedLM, model_args, tokenizer)
     held = parameters_held(model)  # under torchrun: what each process holds (printed by rank 0)
 
     # Line by line, samples differ in length; the collator pads input ids but not the offsets that whole-word

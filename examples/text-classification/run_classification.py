@@ -87,7 +87,6 @@ from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
     check_output_dir,
-    get_model,
     get_tokenizer,
     load_config,
     log_run_summary,
@@ -375,16 +374,8 @@ def main() -> None:
             "label2id": {name: i for i, name in enumerate(data.label_names)},
             "problem_type": "single_label_classification",
         }
-    if distributed.sharded:  # transformers shards it as it loads (FSDP2 or tensor parallel)
-        config = load_config(model_args, **task_kwargs)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            model_args.model_name_or_path,
-            config=config,
-            trust_remote_code=model_args.trust_remote_code,
-            distributed_config=distributed.distributed_config(config),
-        )
-    else:
-        model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    # transformers shards it as it loads with --fsdp_size / --tp_size (FSDP2 / tensor parallel)
+    model = distributed.load_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
     held = parameters_held(model)  # under torchrun: what each process holds (printed by rank 0)
     if lora_args.lora_r and not model_args.model_name_or_path:
         logger.warning("--lora_r without --model_name_or_path trains adapters on a randomly initialised model")

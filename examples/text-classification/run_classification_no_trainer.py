@@ -66,7 +66,6 @@ from common.utils import (  # noqa: E402
     ModelArguments,
     accuracy,
     check_output_dir,
-    get_model,
     get_tokenizer,
     load_config,
     log_run_summary,
@@ -174,16 +173,8 @@ def main() -> None:
             "label2id": {name: i for i, name in enumerate(data.label_names)},
             "problem_type": "single_label_classification",
         }
-    if distributed.sharded:  # FSDP2: transformers shards it as it loads
-        config = load_config(model_args, **task_kwargs)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            model_args.model_name_or_path,
-            config=config,
-            trust_remote_code=model_args.trust_remote_code,
-            distributed_config=distributed.distributed_config(config),
-        )
-    else:
-        model = get_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
+    # with --fsdp_size transformers shards it (FSDP2) as it loads
+    model = distributed.load_model(AutoModelForSequenceClassification, model_args, tokenizer, **task_kwargs)
     held = parameters_held(model)  # several processes: what each holds (printed by the main process)
     if accelerator.is_main_process:
         log_run_summary(logger, split_sizes(data.raw), data.label_names, model)
