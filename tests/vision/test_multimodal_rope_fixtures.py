@@ -167,21 +167,10 @@ def test_cos_sin_match_the_reference(name):
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, stride", [("videorope_official", 2.0), ("videorope_official_scale05", 0.5)])
-def test_videorope_matches_the_official_code(name, stride):
-    """Same tokens on both sides (the vision markers are text to us; one group and one grid row per video). Positions
-    exactly, deltas as above; the allocation through the rotation: the official `apply_m_modify_multimodal_rotary_pos_emb`
-    on random queries / keys against ours with allocation "videorope" (half layout) on the same positions."""
-    fixture = load(name)
-    config = RoFormerExtVisionTextConfig(
-        hidden_size=64,
-        num_attention_heads=2,
-        image_token_id=IMAGE,
-        video_token_id=VIDEO,
-        rope_parameters={"position_scheme": "videorope", "mrope_section": [4, 6, 6], "temporal_stride": stride,
-                         "pair_layout": "half"},
-    )  # fmt: skip
-    assert config.rope_parameters["axis_allocation"] == "videorope"
+def check_official_qwen_layout_fixture(name: str, fixture: dict, config: RoFormerExtVisionTextConfig) -> None:
+    """An official VideoRoPE / HoPE fixture (Qwen2-VL's token layout, left padding): positions of the real tokens
+    exactly, deltas up to the padding, and (first 6 cases) queries / keys rotated with the fixture's positions,
+    padding included, within 1e-5 (float32 products of values up to ~5)."""
     rotary, frames_above_one, rotated = RotaryEmbedding(config), 0, 0
     for case, record in enumerate(fixture["cases"]):
         mask = record["attention_mask"]
@@ -203,6 +192,24 @@ def test_videorope_matches_the_official_code(name, stride):
                 torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
             rotated += 1
     assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
+
+
+@pytest.mark.parametrize("name, stride", [("videorope_official", 2.0), ("videorope_official_scale05", 0.5)])
+def test_videorope_matches_the_official_code(name, stride):
+    """Same tokens on both sides (the vision markers are text to us; one group and one grid row per video). Positions
+    exactly, deltas as above; the allocation through the rotation: the official `apply_m_modify_multimodal_rotary_pos_emb`
+    on random queries / keys against ours with allocation "videorope" (half layout) on the same positions."""
+    fixture = load(name)
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=64,
+        num_attention_heads=2,
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "videorope", "mrope_section": [4, 6, 6], "temporal_stride": stride,
+                         "pair_layout": "half"},
+    )  # fmt: skip
+    assert config.rope_parameters["axis_allocation"] == "videorope"
+    check_official_qwen_layout_fixture(name, fixture, config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -227,26 +234,7 @@ def test_hope_matches_the_official_code(name, scale):
                          "pair_layout": "half"},
     )  # fmt: skip
     assert config.rope_parameters["axis_allocation"] == "hope" and fixture["scale_factor"] == scale
-    rotary, frames_above_one, rotated = RotaryEmbedding(config), 0, 0
-    for case, record in enumerate(fixture["cases"]):
-        mask = record["attention_mask"]
-        real = mask.bool()
-        ours, deltas = build_position_ids(
-            record["input_ids"], config, record["image_grid_thw"], record["video_grid_thw"], mask
-        )
-        message = f"{name} case {case}: {record['layouts']}"
-        for b in range(mask.shape[0]):
-            assert torch.equal(ours[:, b, real[b]], record["position_ids"][:, b, real[b]].float()), message
-        padding = (mask.shape[1] - mask.sum(1, keepdim=True)).float()
-        assert torch.equal(deltas, record["deltas"].float() + padding), message
-        videos = record["video_grid_thw"]
-        frames_above_one += videos is not None and int(videos[:, 0].max()) > 1
-        if "query" in record:
-            cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
-            for x, expected in ((record["query"], record["rotated_query"]), (record["key"], record["rotated_key"])):
-                torch.testing.assert_close(apply_rotary(x, cos, sin, "half"), expected, atol=1e-5, rtol=0)
-            rotated += 1
-    assert frames_above_one >= 20 and rotated == 6, (frames_above_one, rotated)
+    check_official_qwen_layout_fixture(name, fixture, config)
 
 
 # ------------------------------------------------------------------------------------------------
