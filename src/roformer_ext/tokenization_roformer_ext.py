@@ -317,17 +317,19 @@ def _cjk_pattern() -> re.Pattern[str]:
 
 
 class _WordMarker:
-    """Word mode's pieces of a text, written so that BERT's Rust pre-tokenizer finds exactly them (the fast route).
+    """Word mode's pieces of a text, written so that a split at spaces finds exactly them (the fast route).
 
-    `marker(text)` returns `(marked, shifts)` or `None`. `marked` is `text` with one space between every two
-    elements (an element is a piece of `word_spans`, or a run of spaces between pieces); an offset `o` in piece `k`
-    of `marked` is `o - shifts[k]` in `text` (`shifts` is `None` when `text` has no space: then `shifts[k]` is `k`). BERT's pre-tokenizer splits `marked` at spaces and punctuation, which gives the same pieces, in the same
-    order, as the Python pre-tokenizer gives for `text`, so the same tokens and word ids.
+    `marker(text)` returns `(marked, shifts)` or `None`. `marked` is the normalised `text` with one space between
+    every two elements (an element is a piece of `word_spans`, or a run of spaces between pieces); an offset `o` in
+    piece `k` of `marked` is `o - shifts[k]` in `text` (`shifts` is `None` when the text has no space: then
+    `shifts[k]` is `k`). Split at spaces, `marked` gives the same pieces, in the same order, as the Python
+    pre-tokenizer gives for `text`, so the same tokens and word ids.
 
-    `None` when the Rust split could differ (the caller then takes the Python pre-tokenizer): normalisation changes
-    `text` (offsets would need its alignment), a piece longer than one character holds a character that is not a
-    letter or digit (Rust's punctuation and whitespace tables may split it where Python's do not), a piece is a
-    whitespace character, or the text between pieces is anything but ASCII spaces.
+    `None` when the result could differ (the caller then takes the Python pre-tokenizer): the normaliser does not
+    make one character of each character (offsets would need its alignment; see `normalized`), a piece longer than
+    one character holds a character that is not a letter or digit (kept from when BERT's pre-tokenizer split the
+    marked text: its punctuation table may split such a piece where Python's does not), a piece is a whitespace
+    character, or the text between pieces is anything but spaces.
     """
 
     def __init__(self, vocab: Container[str], split_cjk: bool, library: str, normalize) -> None:
@@ -336,7 +338,7 @@ class _WordMarker:
         self.cut = _word_cut(library)
         self.normalize = normalize  # set again before each batch: the characters below were checked with it
         self.stable_chars: set[str] = set()
-        self.changed_chars: set[str] = set()
+        self.images: dict[int, str | None] = {}  # ord(char) -> what the normaliser makes of it, None: not one char
         # word -> its elements, as a tuple and joined by spaces; False: the word cannot take the fast route
         self.tuples: dict[str, tuple[str, ...] | bool] = {}
         self.joined: dict[str, str | bool] = {}
@@ -372,28 +374,33 @@ class _WordMarker:
                 self.tuples[word] = False if elements is None else elements
                 self.joined[word] = False if elements is None else " ".join(elements)
 
-    def unchanged(self, text: str) -> bool:
-        """Whether normalisation leaves `text` as it is.
+    def normalized(self, text: str) -> str | None:
+        """`text` through the normaliser when it makes one character of each character (so an offset into the result
+        is the same offset into `text`), else None.
 
         The normaliser works char by char (clean-up, accent stripping, lower-casing; nothing that looks at a
-        neighbour, except the reordering of combining marks, which count as changed here), so a text whose every
-        character the normaliser leaves as it is comes out unchanged. Each distinct character is put through the
-        Rust normaliser once; a text is then a set lookup."""
+        neighbour, except the reordering of combining marks, which do not count as one character here), so the text
+        is its characters' images. Each distinct character is put through the Rust normaliser once; a text is then a
+        set lookup, and a `str.translate` when a character changes (full-width or capital letters, tabs)."""
         chars = set(text)
         if chars <= self.stable_chars:
-            return True
+            return text
+        images = self.images
         for char in chars - self.stable_chars:
-            if char in self.changed_chars:
-                return False
-            if self.normalize(char) == char and not unicodedata.combining(char):
-                self.stable_chars.add(char)
-            else:
-                self.changed_chars.add(char)
-                return False
-        return True
+            code = ord(char)
+            if code not in images:
+                image = self.normalize(char)
+                one = len(image) == 1 and not unicodedata.combining(char) and not unicodedata.combining(image)
+                images[code] = image if one else None
+                if image == char and one:
+                    self.stable_chars.add(char)
+            if images[code] is None:
+                return None
+        return text.translate(images)
 
     def __call__(self, text: str) -> tuple[str, list[int] | None] | None:
-        if not self.unchanged(text):
+        text = self.normalized(text)
+        if text is None:
             return None
         words = self.cut(text)
         joined = [*map(self.joined.get, words)]
@@ -408,7 +415,7 @@ class _WordMarker:
         return " ".join(elements), [index for index, element in enumerate(elements) if not element.isspace()]
 
 
-def _fixed_encoding(encoding: Encoding, shifts: list[list[int] | None]) -> Encoding:
+def _fixed_encoding(encoding: Encoding, shifts: tuple[list[int] | None, ...]) -> Encoding:
     """`encoding` (of marked texts) with each token's offsets moved back into the input texts (`_WordMarker`)."""
     if len(shifts) == 1 and shifts[0] is None:  # one text without spaces: shift = word index
         fixed = [(s - w, e - w) if w else (s, e) for (s, e), w in zip(encoding.offsets, encoding.word_ids)]
@@ -437,19 +444,19 @@ def _fixed_encoding(encoding: Encoding, shifts: list[list[int] | None]) -> Encod
 
 class _FixedOnAccess(list):
     """`BatchEncoding.encodings` of the fast route when no offsets were asked for: a list whose encodings of marked
-    text get their offsets moved back into the input (`_fixed_encoding`) the first time anything reads the list."""
+    text get their offsets moved back into the input (`_fixed_encoding`) the first time anything reads the list.
+    `shifts[i]`: the shifts of encoding `i`'s texts, None for an encoding to leave as it is (the Python route)."""
 
-    def __init__(self, encodings: list, pending: dict[int, tuple[Encoding, list]]) -> None:
+    def __init__(self, encodings: list, shifts: list) -> None:
         super().__init__(encodings)
-        self._pending = pending
+        self._marked = tuple(encodings)  # fixing starts from these, so two threads reading at once fix the same way
+        self._shifts = shifts
 
     def _fix(self) -> None:
-        if self._pending:
-            for index, encoding in enumerate(list.__iter__(self)):
-                entry = self._pending.get(id(encoding))
-                if entry is not None and entry[0] is encoding:
-                    list.__setitem__(self, index, _fixed_encoding(encoding, entry[1]))
-            self._pending = {}
+        if self._shifts is not None:
+            fixed = [e if s is None else _fixed_encoding(e, s) for e, s in zip(self._marked, self._shifts)]
+            list.__setitem__(self, slice(None), fixed)
+            self._shifts = self._marked = None
 
     def __getitem__(self, index: Any) -> Any:
         self._fix()
@@ -498,17 +505,35 @@ class _FixedOnAccess(list):
         return list.__contains__(self, value)
 
 
+def _route_plan(item: Any, marker: _WordMarker, added: re.Pattern[str] | None) -> tuple[Any, tuple] | None:
+    """`(marked input, shifts of each of its texts)` for a text or a pair that can take the fast route, else None."""
+    texts = (item,) if isinstance(item, str) else item
+    if not isinstance(texts, (tuple, list)) or not 1 <= len(texts) <= 2:
+        return None
+    marks = []
+    for text in texts:
+        mark = marker(text) if isinstance(text, str) and (added is None or not added.search(text)) else None
+        if mark is None:
+            return None
+        marks.append(mark)
+    if len(marks) == 1:
+        return marks[0][0], (marks[0][1],)
+    return (marks[0][0], marks[1][0]), (marks[0][1], marks[1][1])
+
+
 class _WordModeBackend:
     """Stands in for the word-mode `tokenizers.Tokenizer` during one `_encode_plus` call: `encode_batch` cuts every
-    text with the segmenter in one pass and lets the Rust pipeline (BERT's pre-tokenizer) split the marked text,
-    instead of calling the Python pre-tokenizer once per text (see `RoFormerExtTokenizerFast._encode_plus`).
+    text with the segmenter in one pass and encodes the marked texts with the fast route's all-Rust pipeline
+    (`RoFormerExtTokenizerFast._word_route`), instead of calling the Python pre-tokenizer once per text.
     Everything else goes to the real backend."""
 
     def __init__(self, backend: Tokenizer, owner: RoFormerExtTokenizerFast, fix_later: bool) -> None:
         object.__setattr__(self, "_backend", backend)
         object.__setattr__(self, "_owner", owner)
-        # id -> (encoding of marked text, shifts): offsets fixed on first access (`_FixedOnAccess`); None: at once
-        object.__setattr__(self, "_fix_later", {} if fix_later else None)
+        object.__setattr__(self, "_fix_later", fix_later)
+        # After `encode_batch` with `fix_later`: per input, the shifts of its texts (None: the Python route), for
+        # `_FixedOnAccess`; without `fix_later` the offsets are moved back at once.
+        object.__setattr__(self, "shifts", None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
@@ -516,29 +541,13 @@ class _WordModeBackend:
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._backend, name, value)
 
-    def _plans(self, inputs: list[Any]) -> list[list[tuple[str, list[int] | None]] | None]:
-        """Per input (a text or a pair), the `_WordMarker` result of each text, or None for the Python route."""
-        owner = self._owner
-        marker, added = owner._word_marker(), owner._added_tokens_pattern()
-        items = [(item,) if isinstance(item, str) else item for item in inputs]
-        valid = [
-            isinstance(item, (tuple, list))
-            and 1 <= len(item) <= 2
-            and all(isinstance(text, str) and (added is None or not added.search(text)) for text in item)
-            for item in items
-        ]
-        plans = []
-        for item, ok in zip(items, valid):
-            marks = [marker(text) for text in item] if ok else [None]
-            plans.append(None if None in marks else marks)
-        return plans
-
     def encode_batch(self, inputs: Any, add_special_tokens: bool = True, is_pretokenized: bool = False) -> list:
         backend = self._backend
         if is_pretokenized or not isinstance(inputs, (list, tuple)):
             return backend.encode_batch(inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_pretokenized)
         owner = self._owner
-        plans = self._plans(inputs)
+        marker, added = owner._word_marker(), owner._added_tokens_pattern()
+        plans = [_route_plan(item, marker, added) for item in inputs]
         fast = [index for index, plan in enumerate(plans) if plan is not None]
         if not fast:
             return backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
@@ -552,23 +561,18 @@ class _WordModeBackend:
                 slow_encodings = backend.encode_batch([inputs[i] for i in slow], add_special_tokens=add_special_tokens)
                 for index, encoding in zip(slow, slow_encodings):
                     encodings[index] = encoding
-            marked = [plans[i][0][0] if len(plans[i]) == 1 else (plans[i][0][0], plans[i][1][0]) for i in fast]
-            pre_tokenizer = backend.pre_tokenizer
-            backend.pre_tokenizer = owner._word_route_pre_tokenizer
-            try:
-                fast_encodings = backend.encode_batch(marked, add_special_tokens=add_special_tokens)
-            finally:
-                backend.pre_tokenizer = pre_tokenizer
+            route = owner._word_route(backend)
+            fast_encodings = route.encode_batch([plans[i][0] for i in fast], add_special_tokens=add_special_tokens)
         finally:
             if slow and padding is not None:
                 backend.enable_padding(**padding)
-        for index, encoding in zip(fast, fast_encodings):
-            shifts = [shifts for _, shifts in plans[index]]
-            if self._fix_later is None:
-                encodings[index] = _fixed_encoding(encoding, shifts)
-            else:
+        if self._fix_later:
+            object.__setattr__(self, "shifts", [None if plan is None else plan[1] for plan in plans])
+            for index, encoding in zip(fast, fast_encodings):
                 encodings[index] = encoding
-                self._fix_later[id(encoding)] = (encoding, shifts)
+        else:
+            for index, encoding in zip(fast, fast_encodings):
+                encodings[index] = _fixed_encoding(encoding, plans[index][1])
         if slow and padding is not None:  # tokenizers' `pad_encodings`
             length = padding["length"] or max(len(encoding.ids) for encoding in encodings)
             multiple = padding["pad_to_multiple_of"]
@@ -829,7 +833,11 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         jieba_pre_tokenizer = _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
         self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
         self.__dict__.pop("_word_marker_cache", None)
-        self.__dict__["_word_route_pre_tokenizer"] = pre_tokenizers.BertPreTokenizer()
+        # The fast route's pipeline for marked text: no normaliser (the marker only takes text the normaliser leaves
+        # as it is), a split at spaces (the marker isolates every piece), then this tokenizer's WordPiece and template.
+        route = Tokenizer(self._tokenizer.model)
+        route.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        self.__dict__["_word_route_tokenizer"] = route
         self.__dict__.setdefault("_word_route_lock", threading.RLock())
         self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
 
@@ -846,7 +854,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         state = self.__dict__.copy()
         for cached in (
             "_word_pre_tokenizer",
-            "_word_route_pre_tokenizer",
+            "_word_route_tokenizer",
             "_added_tokens_cache",
             "_word_marker_cache",
             "_word_route_lock",
@@ -889,7 +897,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         if self.segmenter != "jieba" or not self.word_fast_route or kwargs.get("is_split_into_words"):
             return super()._encode_plus(text, text_pair=text_pair, **kwargs)
         fix_later = not (kwargs.get("return_offsets_mapping") or kwargs.get("return_overflowing_tokens"))
-        # The route swaps `_tokenizer` (and the backend's pre-tokenizer) for the call: one call at a time.
+        # The route stands in for `_tokenizer` during the call (`_WordModeBackend`): one call at a time.
         with self.__dict__["_word_route_lock"]:
             backend = self._tokenizer
             self._tokenizer = route = _WordModeBackend(backend, self, fix_later)
@@ -897,9 +905,25 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
                 result = super()._encode_plus(text, text_pair=text_pair, **kwargs)
             finally:
                 self._tokenizer = backend
-        if route._fix_later and getattr(result, "_encodings", None) is not None:
-            result._encodings = _FixedOnAccess(result._encodings, route._fix_later)
+        if route.shifts is not None and getattr(result, "_encodings", None) is not None:
+            result._encodings = _FixedOnAccess(result._encodings, route.shifts)
         return result
+
+    def _word_route(self, backend: Tokenizer) -> Tokenizer:
+        """The fast route's pipeline (`_set_segmenter`) with `backend`'s model, template, truncation and padding of
+        this call (transformers sets them on the backend just before it encodes; copying them costs ~1 µs)."""
+        route = self.__dict__["_word_route_tokenizer"]
+        route.model, route.post_processor = backend.model, backend.post_processor
+        truncation, padding = backend.truncation, backend.padding
+        if truncation is None:
+            route.no_truncation()
+        else:
+            route.enable_truncation(**truncation)
+        if padding is None:
+            route.no_padding()
+        else:
+            route.enable_padding(**padding)
+        return route
 
     def _word_marker(self) -> _WordMarker:
         """The fast route's `_WordMarker` for this tokenizer's vocabulary, normaliser and segmenter."""
@@ -911,7 +935,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
             self.__dict__["_word_marker_cache"] = marker
         normalize = self._tokenizer.normalizer.normalize_str
         if marker.normalize.__self__.__getstate__() != normalize.__self__.__getstate__():  # replaced by the user
-            marker.normalize, marker.stable_chars, marker.changed_chars = normalize, set(), set()
+            marker.normalize, marker.stable_chars, marker.images = normalize, set(), {}
         return marker
 
     def _added_tokens_pattern(self) -> re.Pattern[str] | None:
