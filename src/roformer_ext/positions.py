@@ -373,7 +373,8 @@ register_position_scheme("mhrope")(mrope_interleave)
 
 def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
     """ILRoPE / OmniRoPE's reset visual layout: (st + k·temporal_stride, i, j), 0-based; next text at
-    st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "sections"."""
+    st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "omnirope" (OmniGen2's
+    per-axis frequency ladders)."""
     _need_three_axes("spatial_reset_layout", axes)
     stride = _positive("spatial_reset_layout", "temporal_stride", temporal_stride)
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
@@ -496,22 +497,31 @@ def mmrope(
     temporal_stride: float = 1.0,
     position_scale: Sequence[float] = (1.0, 1.0, 1.0),
 ) -> tuple[torch.Tensor, float]:
-    """MM-RoPE (Lumos-1, Yuan et al., 2025): M-RoPE positions scaled per axis, (st + k·s·σ_t, st + i·σ_h,
-    st + j·σ_w), next text at max(segment) + 1; allocation "mmrope" (T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W repeated,
-    as Lumos-1's code). Lumos-1 itself keeps text at its token index and offsets all visual tokens of a row by the
-    row's first visual token (frames counted over the row): not this design; see docs/position-schemes.md."""
+    """MM-RoPE (Lumos-1, Yuan et al., ICLR 2026), as its official code places a row (alibaba-damo-academy/Lumos,
+    `generate_mm_position_ids` + `set_3d_global_offset`): every text token at its token index n (on every axis);
+    patch (k, i, j) of a vision segment at o + ((f + k)·s·σ_t, i·σ_h, j·σ_w), o the token index of the sample's first
+    vision token, f the frames of the sample's earlier vision segments (an image counts one): one offset and one
+    frame counter for all images and videos of a sample. The next text token is at the token count (delta 0).
+    s = temporal_stride, σ = position_scale; Lumos-1 takes σ = (4, 8, 8) (its Cosmos tokenizer's strides) and gives
+    every latent row a new-line token, i.e. grid (t, h, w + 1). Allocation "mmrope" (T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W
+    repeated, as Lumos-1's code). (The ICLR 2026 reference, Multimodal-RoPEs, places M-RoPE blocks instead,
+    (st + k·s·σ_t, st + i·σ_h, st + j·σ_w) with text after at max + 1; its fixture test registers that design.)"""
     _need_three_axes("mmrope", axes)
     stride = _positive("mmrope", "temporal_stride", temporal_stride)
     if not isinstance(position_scale, (list, tuple)) or len(position_scale) != 3:
         raise ValueError(f"rope_parameters['position_scale'] must be three positive numbers; got {position_scale!r}.")
     scale = torch.tensor([_positive("mmrope", "position_scale", v) for v in position_scale], dtype=torch.float32)
-
-    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
-        frames, rows, cols = _grid_indices(segment.grid)
-        block = st + torch.stack((frames * stride, rows, cols)) * scale[:, None]
-        return block, float(block.max()) + 1
-
-    return _place(segments, axes, vision)
+    blocks, index, origin, frames = [], 0, None, 0
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(index, segment.length, axes))
+        else:
+            origin = index if origin is None else origin
+            k, rows, cols = _grid_indices(segment.grid)
+            blocks.append(origin + torch.stack(((frames + k) * stride, rows, cols)) * scale[:, None])
+            frames += segment.grid[0]
+        index += segment.length
+    return _concat(blocks, axes), float(index)
 
 
 def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:

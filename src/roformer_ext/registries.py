@@ -79,10 +79,10 @@ POSITION_SCHEMES = Registry(
 AXIS_ALLOCATIONS = Registry(
     "rope_parameters['axis_allocation']",
     "Register a new one with roformer_ext.rope.register_axis_allocation(name).",
-    ("headwise", "hope", "interleaved", "mmrope", "mrope_interleaved", "sections", "split", "videorope"),
+    ("headwise", "hope", "interleaved", "mmrope", "mrope_interleaved", "omnirope", "sections", "split", "videorope"),
 )
 #: Allocations that read rope_parameters['mrope_section'] (frequency pairs per axis, summing to head_dim // 2).
-SECTIONED_ALLOCATIONS = ("hope", "mrope_interleaved", "sections", "videorope")
+SECTIONED_ALLOCATIONS = ("hope", "mrope_interleaved", "omnirope", "sections", "videorope")
 #: Allocations whose rope_parameters['mrope_section'] counts attention heads per axis (at most num_attention_heads).
 HEADWISE_ALLOCATIONS = ("headwise",)
 
@@ -94,7 +94,7 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "mrope_interleave": {"axes": 3, "axis_allocation": "mrope_interleaved"},
     "mhrope": {"axes": 3, "axis_allocation": "headwise"},
     "ilrope": {"axes": 3, "axis_allocation": "mrope_interleaved"},
-    "omnirope": {"axes": 3, "axis_allocation": "sections"},
+    "omnirope": {"axes": 3, "axis_allocation": "omnirope"},
     "videorope": {"axes": 3, "axis_allocation": "videorope"},
     "hope": {"axes": 3, "axis_allocation": "hope"},
     "mmrope": {"axes": 3, "axis_allocation": "mmrope"},

@@ -64,18 +64,21 @@ AxisAllocation = Callable[[int, int, "list[int] | None"], list[int]]
 
 
 def register_axis_allocation(
-    name: str, *, overwrite: bool = False, headwise: bool = False
+    name: str, *, overwrite: bool = False, headwise: bool = False, axis_ladders: bool = False
 ) -> Callable[[AxisAllocation], AxisAllocation]:
     """Register a frequency allocation under `name`, so `rope_parameters={"axis_allocation": name}` selects it.
 
     The function gets `(num_pairs, axes, mrope_section)` and returns, for each pair, the index of the position axis
     that rotates it, or -1 for a pair left unrotated. A `headwise` allocation also gets `num_heads` and returns one
-    such list per attention head (cos / sin then carry a heads axis: (batch, heads, seq, head_dim)).
-    Re-registering a name needs `overwrite=True`.
+    such list per attention head (cos / sin then carry a heads axis: (batch, heads, seq, head_dim)). With
+    `axis_ladders` every axis gets its own frequency ladder: the k-th of the n_a pairs axis a reads (in pair order)
+    turns at θ^(−2k/(2·n_a)), as if the axis were a head of its own (OmniGen2); otherwise pair i turns at θ^(−2i/d),
+    whichever axis reads it. Re-registering a name needs `overwrite=True`.
     """
 
     def decorator(allocation: AxisAllocation) -> AxisAllocation:
         allocation.headwise = headwise
+        allocation.axis_ladders = axis_ladders
         AXIS_ALLOCATIONS.register(name, allocation, overwrite=overwrite)
         return allocation
 
@@ -109,6 +112,15 @@ def interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] |
 def sections_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Contiguous bands of `mrope_section` pairs per axis (Qwen2-VL / Qwen2.5-VL M-RoPE)."""
     return [axis for axis, size in enumerate(mrope_section) for _ in range(size)]
+
+
+@register_axis_allocation("omnirope", axis_ladders=True)
+def omnirope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
+    """OmniRoPE (OmniGen2), as its official code allocates it (`OmniGen2RotaryPosEmbed`: diffusers'
+    `get_1d_rotary_pos_embed(axes_dim[a])` per axis, concatenated, interleaved pairs): contiguous bands of
+    `mrope_section` pairs per axis (t, h, w), as "sections", each band with its own ladder θ^(−2k/axes_dim[a]),
+    axes_dim[a] = 2·mrope_section[a] (OmniGen2's axes_dim_rope (32, 32, 32) is mrope_section [16, 16, 16])."""
+    return sections_allocation(num_pairs, axes, mrope_section)
 
 
 @register_axis_allocation("split")
@@ -187,7 +199,14 @@ class RotaryEmbedding(nn.Module):
         # transformers' dynamic/longrope updates re-read frequencies through self.config.
         self.config = config if self.split_axes == 1 else _HeadDimView(config, self.head_dim // self.split_axes)
         self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
-        inv_freq, self.attention_scaling = self.compute_inv_freq(self.config)
+        self.axis_ladders: bool = getattr(AXIS_ALLOCATIONS.get(allocation), "axis_ladders", False)
+        if self.axis_ladders and self.rope_type in ("dynamic", "longrope"):
+            raise ValueError(
+                f"axis_allocation {allocation!r} gives each axis its own frequency ladder, which rope_type "
+                f"{self.rope_type!r} (frequencies recomputed for the whole head while running) does not support; use "
+                "another rope_type (default, linear, yarn, ...) or allocation 'sections'."
+            )
+        inv_freq, self.attention_scaling = self.initial_frequencies()
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
         self.num_heads: int = config.num_attention_heads
@@ -207,10 +226,28 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
         return inv_freq, 1.0
 
+    def initial_frequencies(self) -> tuple[torch.Tensor, float]:
+        """`compute_inv_freq` of the head (of one axis group for "split"), or with an `axis_ladders` allocation one
+        ladder per axis, of 2·(pairs the axis reads) dims, its k-th frequency on the axis's k-th pair."""
+        if not self.axis_ladders:
+            return self.compute_inv_freq(self.config)
+        rope = self.config.rope_parameters
+        axis = AXIS_ALLOCATIONS.get(rope["axis_allocation"])(self.head_dim // 2, self.axes, rope.get("mrope_section"))
+        ladders = {a: self.compute_inv_freq(_HeadDimView(self.config, 2 * axis.count(a))) for a in set(axis) if a >= 0}
+        taken = dict.fromkeys(ladders, 0)
+        pieces = []  # plain Python bookkeeping: this also runs under the meta device
+        for a in axis:
+            if a < 0:
+                pieces.append(torch.ones(1))  # an unrotated pair: its frequency is masked in pair_frequencies
+            else:
+                pieces.append(ladders[a][0][taken[a] : taken[a] + 1].float())
+                taken[a] += 1
+        return torch.cat(pieces), next(iter(ladders.values()))[1]
+
     @torch.no_grad()
     def reset_frequencies(self) -> None:
         """Recompute the buffers: `from_pretrained` and meta-device init leave non-persistent buffers empty."""
-        inv_freq, self.attention_scaling = self.compute_inv_freq(self.config)
+        inv_freq, self.attention_scaling = self.initial_frequencies()
         self.inv_freq.copy_(inv_freq)
         self.original_inv_freq.copy_(inv_freq)
         rope = self.config.rope_parameters

@@ -4,9 +4,11 @@ positions, HoPE, V2PE,
 ILRoPE, OmniRoPE, MM-RoPE) and Wiselnn570/VideoRoPE (official VideoRoPE: positions of multi-frame videos and its
 frequency allocation), hrlics/HoPE (official HoPE: positions with its temporal scale and its hybrid
 frequency allocation), OpenGVLab/V2PE (official V2PE's positions),
-alibaba-damo-academy/Lumos (Lumos-1's MM-RoPE allocation; its positions where the designs coincide),
-VectorSpaceLab/OmniGen2 (OmniRoPE's positions), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
+alibaba-damo-academy/Lumos (Lumos-1's MM-RoPE: positions and cos / sin),
+VectorSpaceLab/OmniGen2 (OmniRoPE's positions and per-axis frequency ladders), johncaged/VRoPE, lose4578/CircleRoPE (Circle-RoPE's positions) and model-architectures/GRAPE
 (multiplicative GRAPE's learned-frequency rotation). Commits and commands in tests/fixtures/multimodal_rope/PROVENANCE.
+The official MM-RoPE, V2PE and OmniRoPE fixtures hold single rows; their batch tests left-pad several rows (different
+layouts) into one batch and compare ours at each row's real tokens with that row's official output.
 
 Layout mapping. The reference lays tokens out as Qwen3-VL does: `<vision_start> image tokens <vision_end>` per image
 and `<timestamp> <vision_start> frame tokens <vision_end>` per video frame, its video_grid_thw holding one (t, h, w) row
@@ -26,8 +28,8 @@ import pytest
 import torch
 
 from roformer_ext import RoFormerExtVisionTextConfig
-from roformer_ext.positions import build_position_ids
-from roformer_ext.registries import AXIS_ALLOCATIONS
+from roformer_ext.positions import build_position_ids, patch_indices, register_position_scheme
+from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
 from roformer_ext.rope import RotaryEmbedding, apply_rotary, register_axis_allocation
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "multimodal_rope"
@@ -61,10 +63,13 @@ OURS = {
     "v2pe": {"position_scheme": "v2pe", "visual_stride": 16.0},
     "v2pe_stride5": {"position_scheme": "v2pe", "visual_stride": 5.0},
     "ilrope": {"position_scheme": "ilrope", "mrope_section": [6, 5, 5]},
-    "omnirope": {"position_scheme": "omnirope", "mrope_section": [4, 6, 6]},
-    # and MM-RoPE's: 8-pair components T,T,H,W,H,W,H,W, where Lumos-1's code (our "mmrope") takes 16-pair ones
+    # OmniRoPE's: one ladder sliced into sections, where OmniGen2's code (our "omnirope") gives each axis its own
+    "omnirope": {"position_scheme": "omnirope", "mrope_section": [4, 6, 6], "axis_allocation": "sections"},
+    # and MM-RoPE: its allocation has 8-pair components T,T,H,W,H,W,H,W, where Lumos-1's code (our "mmrope") takes
+    # 16-pair ones, and its design places M-RoPE blocks, where Lumos-1 (our "mmrope") keeps text at its token index
     "mmrope": {
-        "position_scheme": "mmrope",
+        "position_scheme": "mmrope_multimodal_ropes",
+        "axes": 3,
         "position_scale": [1.0, 2.0, 0.5],
         "axis_allocation": "mmrope_multimodal_ropes",
     },
@@ -74,7 +79,8 @@ OURS = {
 @pytest.fixture(autouse=True, scope="module")
 def reference_videorope_allocation():
     """The ICLR reference's VideoRoPE allocation, registered as a user would (`register_axis_allocation`): h on pairs
-    1, 3, ... < 2·section[1], w on 2, 4, ... < 2·section[2], t elsewhere."""
+    1, 3, ... < 2·section[1], w on 2, 4, ... < 2·section[2], t elsewhere. Likewise its HoPE and MM-RoPE allocations
+    and its MM-RoPE position design (`register_position_scheme`)."""
 
     @register_axis_allocation("videorope_multimodal_ropes")
     def allocation(num_pairs, axes, mrope_section):
@@ -94,7 +100,24 @@ def reference_videorope_allocation():
         """The ICLR reference's MM-RoPE: components of 8 pairs T,T,H,W,H,W,H,W from the highest frequency."""
         return [(0, 0, 1, 2, 1, 2, 1, 2)[pair % 8] for pair in range(num_pairs)]
 
+    @register_position_scheme("mmrope_multimodal_ropes")
+    def mmrope_design(segments, axes, *, temporal_stride=1.0, position_scale=(1.0, 1.0, 1.0)):
+        """The ICLR reference's MM-RoPE design: M-RoPE blocks scaled per axis, patch (k, i, j) at
+        (st + k·s·σ_t, st + i·σ_h, st + j·σ_w), st the next text position, text after at max + 1. (Lumos-1's own
+        design, our "mmrope", is checked against its code below.)"""
+        blocks, next_pos, scale = [], 0.0, torch.tensor(position_scale, dtype=torch.float32)[:, None]
+        for segment in segments:
+            if segment.grid is None:
+                blocks.append((next_pos + torch.arange(segment.length, dtype=torch.float32)).expand(axes, -1))
+                next_pos += segment.length
+            else:
+                k, i, j = (index.float() for index in patch_indices(segment.grid))
+                blocks.append(next_pos + torch.stack((k * temporal_stride, i, j)) * scale)
+                next_pos = float(blocks[-1].max()) + 1
+        return torch.cat(blocks, dim=1), next_pos
+
     yield
+    POSITION_SCHEMES.unregister("mmrope_multimodal_ropes")
     AXIS_ALLOCATIONS.unregister("videorope_multimodal_ropes")
     AXIS_ALLOCATIONS.unregister("mmrope_multimodal_ropes")
     AXIS_ALLOCATIONS.unregister("hope_multimodal_ropes")
@@ -242,6 +265,26 @@ def test_hope_matches_the_official_code(name, scale):
 # ------------------------------------------------------------------------------------------------
 
 
+def v2pe_row(record: dict) -> tuple[torch.Tensor, list]:
+    """A fixture row in our terms: `<img>`, `</img>` and the frame labels are text, each image's 256·n tile tokens one
+    image group of grid (1, 16, 16·n)."""
+    ids, grids = [], []
+    for kind, value in record["layout"]:
+        if kind == "text":
+            ids += [1 + (len(ids) + k) % 50 for k in range(value)]
+        else:
+            ids += [1] + [IMAGE] * (256 * value) + [2]  # <img> tiles </img>
+            grids.append([1, 16, 16 * value])
+    return torch.tensor(ids), grids
+
+
+def v2pe_config(stride: float, tokens: int | None = 256) -> RoFormerExtVisionTextConfig:
+    return RoFormerExtVisionTextConfig(
+        hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
+        rope_parameters={"position_scheme": "v2pe", "visual_stride": float(stride), "visual_stride_tokens": tokens},
+    )  # fmt: skip
+
+
 def test_v2pe_matches_the_official_code():
     """Official OpenGVLab/V2PE `get_rope_pos_id` ("v2pe_fix", float32, strides 1, 16, 64) on InternVL rows: `<img>` 256·n
     tile tokens `</img>` per image of n tiles, a video as "Frame k:" text before each one-tile frame. Mapping: `<img>`,
@@ -252,21 +295,11 @@ def test_v2pe_matches_the_official_code():
     assert fixture["tokens_per_tile"] == 256
     multi_tile = 0
     for case, record in enumerate(fixture["cases"]):
-        ids, grids = [], []
-        for kind, value in record["layout"]:
-            if kind == "text":
-                ids += [1 + (len(ids) + k) % 50 for k in range(value)]
-            else:
-                ids += [1] + [IMAGE] * (256 * value) + [2]  # <img> tiles </img>
-                grids.append([1, 16, 16 * value])
+        ids, grids = v2pe_row(record)
         positions = {}
         for tokens in (256, None):
-            config = RoFormerExtVisionTextConfig(
-                hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
-                rope_parameters={"position_scheme": "v2pe", "visual_stride": float(record["stride"]),
-                                 "visual_stride_tokens": tokens},
-            )  # fmt: skip
-            ours, _ = build_position_ids(torch.tensor([ids]), config, torch.tensor(grids))
+            config = v2pe_config(record["stride"], tokens)
+            ours, _ = build_position_ids(ids[None], config, torch.tensor(grids))
             positions[tokens] = ours[:, 0]
         message = f"case {case}: stride {record['stride']}, {record['layout']}"
         assert torch.equal(positions[256], record["position_ids"].expand(3, -1)), message
@@ -274,6 +307,29 @@ def test_v2pe_matches_the_official_code():
         multi_tile += tiles > 1
         assert torch.equal(positions[None], positions[256]) == (tiles == 1), message
     assert multi_tile >= 10, multi_tile
+
+
+def test_v2pe_batches_match_the_official_rows():
+    """The official `get_rope_pos_id` takes one row (batch 1, no padding); ours takes a left-padded batch. A batch
+    shares one config, so the fixture's 36 rows go in batches of 4 rows of one stride (rows c, c + 3, c + 6, c + 9: the
+    fixture cycles strides 1, 16, 64), different layouts per row; our image grids are the rows' grids in row order
+    (each row mapped as in `v2pe_row`), and row b's official positions must equal ours at row b's real tokens exactly,
+    `visual_stride_tokens` 256 (padding is not compared)."""
+    cases, batches, padded_rows = load("v2pe_official")["cases"], 0, 0
+    for start in range(0, len(cases), 12):
+        for offset in range(3):
+            members = [start + offset + 3 * k for k in range(4)]
+            assert len({cases[c]["stride"] for c in members}) == 1
+            rows = [v2pe_row(cases[c]) for c in members]
+            ids, mask = left_padded([row[0] for row in rows])
+            grids = torch.tensor([grid for row in rows for grid in row[1]])
+            ours, _ = build_position_ids(ids, v2pe_config(cases[members[0]]["stride"]), grids, attention_mask=mask)
+            for b, c in enumerate(members):
+                real = mask[b].bool()
+                assert torch.equal(ours[:, b, real], cases[c]["position_ids"].expand(3, -1)), f"case {c}"
+                padded_rows += not real.all()
+            batches += 1
+    assert batches == 9 and padded_rows >= 20, (batches, padded_rows)
 
 
 def test_v2pe_refuses_bad_visual_stride_tokens():
@@ -291,51 +347,96 @@ def test_v2pe_refuses_bad_visual_stride_tokens():
 
 
 # ------------------------------------------------------------------------------------------------
-# Official MM-RoPE (Lumos-1): its allocation, and the positions where its design and ours coincide
+# Official MM-RoPE (Lumos-1): positions and cos / sin, single rows and left-padded batches
 # ------------------------------------------------------------------------------------------------
 
 LUMOS_CONTENT = 5000  # the fixture's visual content token (new-line tokens, 8803, close every latent row)
 
 
-def test_mmrope_matches_the_official_code():
-    """Official alibaba-damo-academy/Lumos (Lumos-1): `generate_mm_position_ids` + `set_3d_global_offset` and
-    `mm_rotary_emb` on single rows of text and frames (`<image_start> <h> <w> h·(w+1) tokens <image_end>`).
-
-    cos / sin: on its own positions (text tokens: the token index on every axis, full-dimension RoPE; visual content:
-    its (t, h, w)) our `RotaryEmbedding` with the default allocation "mmrope" (half layout, head_dim 32) equals theirs
-    within 1e-6 on every token. Positions: the designs differ. Theirs puts text at its token index and every visual
-    token of the row at o + (4k, 8i, 8j), o the index of the row's first visual token and k counting frames over the
-    whole row (all images and videos of a row form one frame sequence); ours starts every group at the next text
-    position and puts text after a group at its maximum + 1. They coincide up to the end of the first frame: mapped
-    as the text before it (the markers and size tokens text to us) and its h·(w+1) tokens (new-line column included)
-    as one image group of grid (1, h, w + 1), ours with position_scale [4, 8, 8] equals theirs exactly there."""
-    fixture = load("mmrope_official")
+def lumos_config() -> RoFormerExtVisionTextConfig:
+    """Ours as Lumos-1 runs it: position_scale (4, 8, 8), Cosmos' strides; the default allocation "mmrope"."""
     config = RoFormerExtVisionTextConfig(
         hidden_size=64, num_attention_heads=2, image_token_id=LUMOS_CONTENT, video_token_id=VIDEO,
         rope_parameters={"position_scheme": "mmrope", "position_scale": [4.0, 8.0, 8.0], "pair_layout": "half"},
     )  # fmt: skip
     assert config.rope_parameters["axis_allocation"] == "mmrope"
-    rotary, with_cos, first_frames, videos = RotaryEmbedding(config), 0, 0, 0
+    return config
+
+
+def lumos_row(record: dict) -> tuple[torch.Tensor, list, torch.Tensor]:
+    """A fixture row in our terms: its tokens (theirs: the content tokens, new-line tokens included, become our image
+    placeholders, every other token is text to us), one image grid (1, h, w + 1) per frame (each frame's
+    h·(w + 1) content tokens are one group, the markers and size tokens between frames part them), and the official
+    positions (3, seq): the content tokens' (t, h, w), every other token's text index on all three axes."""
+    flag = record["image_content_flag"][0].bool()
+    ids = torch.where(flag, LUMOS_CONTENT, 1)
+    frames = [value for kind, value in record["layout"] if kind == "frames"]
+    grids = [[1, h, w + 1] for t, h, w in frames for _ in range(t)]
+    theirs = torch.where(flag, record["position_ids_3d"][:, 0], record["text_position_ids"][0]).float()
+    return ids, grids, theirs
+
+
+def test_mmrope_matches_the_official_code():
+    """Official alibaba-damo-academy/Lumos (Lumos-1): `generate_mm_position_ids` + `set_3d_global_offset` and
+    `mm_rotary_emb` on 64 single rows: text only, or text with 1-4 images and videos of 2-5 frames, mixed
+    (`<image_start> <h> <w> h·(w+1) tokens <image_end>` per frame). Mapping in `lumos_row`. Ours ("mmrope",
+    position_scale [4, 8, 8]): every position exactly (text at its token index, every visual token of the row at
+    o + (4f, 8i, 8j), o the row's first visual token, f its frame counted over the row), delta 0; cos / sin (first 12
+    rows) from our positions with our default allocation "mmrope" (half layout, head_dim 32) within 1e-6 of theirs."""
+    fixture, config = load("mmrope_official"), lumos_config()
+    rotary, with_cos, counts = RotaryEmbedding(config), 0, {"text only": 0, "video": 0, "several items": 0}
     for case, record in enumerate(fixture["cases"]):
-        flag = record["image_content_flag"][0].bool()
-        theirs = torch.where(flag, record["position_ids_3d"][:, 0], record["text_position_ids"][0]).float()
+        ids, grids, theirs = lumos_row(record)
+        ours, delta = build_position_ids(ids[None], config, torch.tensor(grids) if grids else None)
         message = f"case {case}: {record['layout']}"
+        assert torch.equal(ours[:, 0], theirs), message
+        assert delta.item() == 0, message
         if "cos" in record:
-            cos, sin = rotary(torch.zeros(1), theirs[:, None, :])
+            cos, sin = rotary(torch.zeros(1), ours)
             torch.testing.assert_close(cos, record["cos"], atol=1e-6, rtol=0, msg=message)
             torch.testing.assert_close(sin, record["sin"], atol=1e-6, rtol=0, msg=message)
             with_cos += 1
         frames = [value for kind, value in record["layout"] if kind == "frames"]
-        videos += any(t > 1 for t, _, _ in frames)
-        if frames:
-            first, (_, h, w) = int(flag.nonzero()[0]), frames[0]
-            end = first + h * (w + 1)
-            ids = torch.ones(end, dtype=torch.long)
-            ids[first:] = LUMOS_CONTENT
-            ours, _ = build_position_ids(ids[None], config, torch.tensor([[1, h, w + 1]]))
-            assert torch.equal(ours[:, 0], theirs[:, :end]), message
-            first_frames += 1
-    assert with_cos == 8 and first_frames >= 25 and videos >= 10, (with_cos, first_frames, videos)
+        counts["text only"] += not frames
+        counts["video"] += any(t > 1 for t, _, _ in frames)
+        counts["several items"] += len(frames) >= 2
+    assert with_cos == 12 and min(counts.values()) >= 8, (with_cos, counts)
+
+
+def left_padded(rows: list[torch.Tensor], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of different lengths left-padded into (ids, attention_mask)."""
+    length = max(len(row) for row in rows)
+    ids = torch.full((len(rows), length), pad, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, length - len(row) :], mask[b, length - len(row) :] = row, 1
+    return ids, mask
+
+
+def test_mmrope_batches_match_the_official_rows():
+    """The official functions take one row; ours takes a left-padded batch. The fixture's 64 rows in batches of 4
+    consecutive rows (different layouts per row, text-only rows among them): our batch's image grids are the rows'
+    grids in row order (each row mapped as in `lumos_row`), and row b's official positions must equal ours at row b's
+    real tokens exactly (padding is not compared), the deltas 0, and where the row has cos / sin, ours at its real
+    tokens within 1e-6."""
+    fixture, config = load("mmrope_official"), lumos_config()
+    rotary, padded_rows = RotaryEmbedding(config), 0
+    cases = fixture["cases"]
+    for first in range(0, len(cases), 4):
+        rows = [lumos_row(record) for record in cases[first : first + 4]]
+        ids, mask = left_padded([row[0] for row in rows])
+        grids = [grid for row in rows for grid in row[1]]
+        ours, deltas = build_position_ids(ids, config, torch.tensor(grids) if grids else None, attention_mask=mask)
+        cos, sin = rotary(torch.zeros(1), ours)
+        assert torch.equal(deltas, torch.zeros_like(deltas))
+        for b, (record, (_, _, theirs)) in enumerate(zip(cases[first : first + 4], rows)):
+            real, message = mask[b].bool(), f"case {first + b}: {record['layout']}"
+            assert torch.equal(ours[:, b, real], theirs), message
+            padded_rows += not real.all()
+            if "cos" in record:
+                torch.testing.assert_close(cos[b, real], record["cos"][0], atol=1e-6, rtol=0, msg=message)
+                torch.testing.assert_close(sin[b, real], record["sin"][0], atol=1e-6, rtol=0, msg=message)
+    assert padded_rows >= 40, padded_rows
 
 
 # ------------------------------------------------------------------------------------------------
@@ -343,31 +444,95 @@ def test_mmrope_matches_the_official_code():
 # ------------------------------------------------------------------------------------------------
 
 
-def test_omnirope_positions_match_the_official_code():
-    """Official VectorSpaceLab/OmniGen2 `OmniGen2RotaryPosEmbed` (positions read off its gather, see the generator):
-    a caption at 0, 1, ..., then each reference image and the output image at (s, i, j), s advancing by max(h, w).
-    Mapping: the caption is text to us and each image one group of grid (1, h, w); OmniGen2 puts images back to back,
-    so consecutive images alternate our image and video placeholders (two runs, two groups; a one-frame group is
-    placed as an image). Ours ("omnirope", temporal_stride 1): every position exactly. Frequencies are not compared:
-    OmniGen2 gives each axis its own ladder (diffusers' `get_1d_rotary_pos_embed(axes_dim[a])`, interleaved pairs),
-    ours slices one ladder over head_dim ("sections"): a different allocation, recorded in docs/position-schemes.md."""
-    fixture = load("omnirope_official")
-    config = RoFormerExtVisionTextConfig(
+def omnigen_row(record: dict) -> tuple[torch.Tensor, list, list]:
+    """A fixture row in our terms: the caption is text, each image one group of grid (1, h, w). OmniGen2 puts images
+    back to back, so consecutive images alternate our image and video placeholders (two runs, two groups; a one-frame
+    group is placed as an image): (ids, image grids, video grids)."""
+    ids, grids = [1 + k % 50 for k in range(record["caption"])], ([], [])
+    for n, (h, w) in enumerate([*record["references"], record["output"]]):
+        ids += [(IMAGE, VIDEO)[n % 2]] * (h * w)
+        grids[n % 2].append([1, h, w])
+    return torch.tensor(ids), *grids
+
+
+def omnirope_config(**rope) -> RoFormerExtVisionTextConfig:
+    """Ours for OmniGen2's axes_dim (8, 12, 12): head_dim 32, mrope_section [4, 6, 6] pairs per axis."""
+    return RoFormerExtVisionTextConfig(
         hidden_size=64, num_attention_heads=2, image_token_id=IMAGE, video_token_id=VIDEO,
-        rope_parameters={"position_scheme": "omnirope", "mrope_section": [4, 6, 6]},
+        rope_parameters={"position_scheme": "omnirope", "mrope_section": [4, 6, 6], **rope},
     )  # fmt: skip
-    with_references = 0
+
+
+def grids_or_none(rows: list) -> torch.Tensor | None:
+    return torch.tensor(rows) if rows else None
+
+
+def test_omnirope_matches_the_official_code():
+    """Official VectorSpaceLab/OmniGen2 `OmniGen2RotaryPosEmbed` (diffusers 0.33.1's `get_1d_rotary_pos_embed` per
+    axis, axes_dim (8, 12, 12)) and `apply_rotary_emb(use_real=False)` on 60 single rows: a caption at 0, 1, ..., then
+    each reference image and the output image at (s, i, j), s advancing by max(h, w). Mapping in `omnigen_row`. Ours
+    ("omnirope", temporal_stride 1, its default allocation "omnirope": each axis its own ladder θ^(−2k/d_a) on its
+    mrope_section pairs, interleaved pairs): every position exactly; cos / sin (24 rows) from our positions within
+    1e-5 of the official complex128 tables (ours float32); random queries / keys (8 rows) rotated by ours within 1e-5.
+    Without the per-axis ladders ("sections", one ladder sliced over the head) the h / w frequencies differ."""
+    fixture, config = load("omnirope_official"), omnirope_config()
+    assert config.rope_parameters["axis_allocation"] == "omnirope" and fixture["axes_dim"] == (8, 12, 12)
+    rotary, sliced = RotaryEmbedding(config), RotaryEmbedding(omnirope_config(axis_allocation="sections"))
+    with_references, with_freqs, rotated = 0, 0, 0
     for case, record in enumerate(fixture["cases"]):
-        ids = [1 + k % 50 for k in range(record["caption"])]
-        images, videos = [], []
-        for n, (h, w) in enumerate([*record["references"], record["output"]]):
-            ids += [(IMAGE, VIDEO)[n % 2]] * (h * w)
-            (images, videos)[n % 2].append([1, h, w])
-        grid = lambda rows: torch.tensor(rows) if rows else None  # noqa: E731
-        ours, _ = build_position_ids(torch.tensor([ids]), config, grid(images), grid(videos))
-        assert torch.equal(ours[:, 0].T.double(), record["position_ids"]), f"case {case}: {record}"
+        ids, images, videos = omnigen_row(record)
+        ours, _ = build_position_ids(ids[None], config, grids_or_none(images), grids_or_none(videos))
+        message = f"case {case}: {record['caption']}, {record['references']}, {record['output']}"
+        assert torch.equal(ours[:, 0].T.double(), record["position_ids"]), message
         with_references += len(record["references"]) >= 2
-    assert with_references >= 15, with_references
+        if "cos" in record:
+            cos, sin = rotary(torch.zeros(1), ours)
+            torch.testing.assert_close(cos[0, :, 0::2].double(), record["cos"], atol=1e-5, rtol=0, msg=message)
+            torch.testing.assert_close(sin[0, :, 0::2].double(), record["sin"], atol=1e-5, rtol=0, msg=message)
+            assert not torch.allclose(sliced(torch.zeros(1), ours)[0][0, :, 0::2].double(), record["cos"], atol=1e-3)
+            with_freqs += 1
+        if "query" in record:
+            for name in ("query", "key"):  # theirs (batch, seq, heads, head_dim), ours (batch, heads, seq, head_dim)
+                x = record[name].transpose(1, 2)
+                ours_rotated = apply_rotary(x, cos, sin, "interleaved").transpose(1, 2)
+                torch.testing.assert_close(ours_rotated, record[f"rotated_{name}"], atol=1e-5, rtol=0, msg=message)
+            rotated += 1
+    assert with_references >= 15 and with_freqs == 24 and rotated == 8, (with_references, with_freqs, rotated)
+
+
+def test_omnirope_batches_match_the_official_rows():
+    """OmniGen2's forward takes a batch (captions right-padded, sequences padded at the end); its generator checked
+    that each row's batched output equals its single-row output, which the fixture records. Ours takes left-padded
+    batches: the 60 rows in batches of 4 consecutive rows (different captions and image counts per row), our grids the
+    rows' grids in row order (each row mapped as in `omnigen_row`); row b's official positions must equal ours at row
+    b's real tokens exactly, and where recorded, its cos / sin ours there within 1e-5 (padding is not compared)."""
+    fixture, config = load("omnirope_official"), omnirope_config()
+    rotary, cases, padded_rows = RotaryEmbedding(config), fixture["cases"], 0
+    for first in range(0, len(cases), 4):
+        rows = [omnigen_row(record) for record in cases[first : first + 4]]
+        ids, mask = left_padded([row[0] for row in rows])
+        images = grids_or_none([grid for row in rows for grid in row[1]])
+        videos = grids_or_none([grid for row in rows for grid in row[2]])
+        ours, _ = build_position_ids(ids, config, images, videos, attention_mask=mask)
+        cos, sin = rotary(torch.zeros(1), ours)
+        for b, record in enumerate(cases[first : first + 4]):
+            real, message = mask[b].bool(), f"case {first + b}"
+            assert torch.equal(ours[:, b, real].T.double(), record["position_ids"]), message
+            padded_rows += not real.all()
+            if "cos" in record:
+                torch.testing.assert_close(cos[b, real][:, 0::2].double(), record["cos"], atol=1e-5, rtol=0)
+                torch.testing.assert_close(sin[b, real][:, 0::2].double(), record["sin"], atol=1e-5, rtol=0)
+    assert padded_rows >= 30, padded_rows
+
+
+def test_omnirope_ladders_refuse_frequencies_recomputed_for_the_head():
+    """dynamic / longrope recompute one ladder for the whole head while running: refused with the per-axis ladders;
+    a scaling fixed at build time (linear) scales each axis's ladder."""
+    with pytest.raises(ValueError, match="its own frequency ladder"):
+        RotaryEmbedding(omnirope_config(rope_type="dynamic", factor=2.0))
+    plain, linear = RotaryEmbedding(omnirope_config()), RotaryEmbedding(omnirope_config(rope_type="linear", factor=4.0))
+    torch.testing.assert_close(linear.inv_freq, plain.inv_freq / 4, atol=0, rtol=0)
+    assert plain.inv_freq[[0, 4, 10]].tolist() == [1.0, 1.0, 1.0]  # each axis's ladder starts at θ^0
 
 
 # ------------------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def batch_of(parts: list[dict], left_pad: list[int]) -> dict:
 def test_config_names_the_variant_and_its_allocation(scheme):
     rope = config(scheme).rope_parameters
     assert rope["axes"] == (4 if scheme == "vrope" else 3) and rope["position_scheme"] == scheme
-    expected = {"qwen2_5_vl": "sections", "omnirope": "sections", "videorope": "videorope", "hope": "hope",
+    expected = {"qwen2_5_vl": "sections", "omnirope": "omnirope", "videorope": "videorope", "hope": "hope",
                 "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise", "vrope": "interleaved",
                 "circle_rope": "sections"}.get(scheme, "mrope_interleaved")  # fmt: skip
     assert rope["axis_allocation"] == expected
