@@ -53,7 +53,7 @@ from tokenizers import (
     processors,
 )
 from tokenizers.models import WordPiece
-from transformers import PythonBackend, TokenizersBackend
+from transformers import BatchEncoding, PythonBackend, TokenizersBackend
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
@@ -339,9 +339,9 @@ class _WordMarker:
         self.normalize = normalize  # set again before each batch: the characters below were checked with it
         self.stable_chars: set[str] = set()
         self.images: dict[int, str | None] = {}  # ord(char) -> what the normaliser makes of it, None: not one char
-        # word -> its elements, as a tuple and joined by spaces; False: the word cannot take the fast route
+        # word -> its elements as a tuple (False: the word cannot take the fast route), and joined by spaces
         self.tuples: dict[str, tuple[str, ...] | bool] = {}
-        self.joined: dict[str, str | bool] = {}
+        self.joined: dict[str, str] = {}  # only the words that can
 
     def _elements(self, word: str) -> tuple[str, ...] | None:
         if word in self.vocab:
@@ -372,7 +372,8 @@ class _WordMarker:
             if word not in self.tuples:
                 elements = self._elements(word)
                 self.tuples[word] = False if elements is None else elements
-                self.joined[word] = False if elements is None else " ".join(elements)
+                if elements is not None:
+                    self.joined[word] = " ".join(elements)
 
     def normalized(self, text: str) -> str | None:
         """`text` through the normaliser when it makes one character of each character (so an offset into the result
@@ -404,10 +405,12 @@ class _WordMarker:
             return None
         words = self.cut(text)
         joined = [*map(self.joined.get, words)]
-        if None in joined:
+        if None in joined:  # a word not seen yet, or one that cannot take the route
             self._learn(words)
             joined = [*map(self.joined.get, words)]
-        if False in joined or sum(map(len, words)) != len(text):  # (or the words do not tile the text)
+            if None in joined:
+                return None
+        if sum(map(len, words)) != len(text):  # (the words do not tile the text)
             return None
         if " " not in text:  # no run of spaces between pieces: piece k has k spaces before it
             return " ".join(joined), None
@@ -415,23 +418,28 @@ class _WordMarker:
         return " ".join(elements), [index for index, element in enumerate(elements) if not element.isspace()]
 
 
-def _fixed_encoding(encoding: Encoding, shifts: tuple[list[int] | None, ...]) -> Encoding:
-    """`encoding` (of marked texts) with each token's offsets moved back into the input texts (`_WordMarker`)."""
+def _fixed_offsets(encoding: Encoding, shifts: tuple[list[int] | None, ...]) -> list[tuple[int, int]]:
+    """The offsets of `encoding` (of marked texts) moved back into the input texts (`_WordMarker`)."""
     if len(shifts) == 1 and shifts[0] is None:  # one text without spaces: shift = word index
-        fixed = [(s - w, e - w) if w else (s, e) for (s, e), w in zip(encoding.offsets, encoding.word_ids)]
-    else:
-        fixed = []
-        for offset, word, sequence in zip(encoding.offsets, encoding.word_ids, encoding.sequence_ids):
-            if word is None:
-                fixed.append(offset)
-            else:
-                sequence_shifts = shifts[sequence]
-                shift = word if sequence_shifts is None else sequence_shifts[word]
-                fixed.append((offset[0] - shift, offset[1] - shift))
+        return [(s - w, e - w) if w else (s, e) for (s, e), w in zip(encoding.offsets, encoding.word_ids)]
+    fixed = []
+    for offset, word, sequence in zip(encoding.offsets, encoding.word_ids, encoding.sequence_ids):
+        if word is None:
+            fixed.append(offset)
+        else:
+            sequence_shifts = shifts[sequence]
+            shift = word if sequence_shifts is None else sequence_shifts[word]
+            fixed.append((offset[0] - shift, offset[1] - shift))
+    return fixed
+
+
+def _fixed_encoding(encoding: Encoding, shifts: tuple[list[int] | None, ...]) -> Encoding:
+    """`encoding` with `_fixed_offsets` (tokenizers has no setter: through its serialised form)."""
+    fixed = _fixed_offsets(encoding, shifts)
     state = encoding.__getstate__()
     start = state.index(b'"offsets":') + len(b'"offsets":')  # serde writes the fields in order: the first is ours
     end = state.index(b',"special_tokens_mask":', start)
-    state = b"".join((state[:start], str(fixed).replace("(", "[").replace(")", "]").encode(), state[end:]))
+    state = b"".join((state[:start], json.dumps(fixed).encode(), state[end:]))  # (tuples are written as arrays)
     overflowing = encoding.overflowing
     if overflowing:  # nested encodings (truncation with overflow): through the JSON
         parsed = json.loads(state)
@@ -896,7 +904,8 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         text, text_pair = self._mark_unknown(text), self._mark_unknown(text_pair)
         if self.segmenter != "jieba" or not self.word_fast_route or kwargs.get("is_split_into_words"):
             return super()._encode_plus(text, text_pair=text_pair, **kwargs)
-        fix_later = not (kwargs.get("return_offsets_mapping") or kwargs.get("return_overflowing_tokens"))
+        # Overflowing encodings are fixed at once (they are nested); else `.encodings` when first read.
+        fix_later = not kwargs.get("return_overflowing_tokens")
         # The route stands in for `_tokenizer` during the call (`_WordModeBackend`): one call at a time.
         with self.__dict__["_word_route_lock"]:
             backend = self._tokenizer
@@ -905,8 +914,19 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
                 result = super()._encode_plus(text, text_pair=text_pair, **kwargs)
             finally:
                 self._tokenizer = backend
-        if route.shifts is not None and getattr(result, "_encodings", None) is not None:
-            result._encodings = _FixedOnAccess(result._encodings, route.shifts)
+        if route.shifts is None or getattr(result, "_encodings", None) is None:
+            return result
+        encodings = result._encodings
+        if kwargs.get("return_offsets_mapping"):  # as lists now: cheaper than new encodings
+            rows = [e.offsets if s is None else _fixed_offsets(e, s) for e, s in zip(encodings, route.shifts)]
+            tensors = kwargs.get("return_tensors")
+            if tensors is None and not isinstance(text, (list, tuple)):  # transformers' single-input unbatching
+                result["offset_mapping"] = rows[0]
+            else:
+                result["offset_mapping"] = BatchEncoding({"offset_mapping": rows}, tensor_type=tensors)[
+                    "offset_mapping"
+                ]
+        result._encodings = _FixedOnAccess(encodings, route.shifts)
         return result
 
     def _word_route(self, backend: Tokenizer) -> Tokenizer:
