@@ -62,9 +62,9 @@ def self_attention_mask(
     same_sequence = None
     if packed is not None:
         alone = unilm is None and attention_mask is None and not has_score_term
-        # Traced (torch.compile), per-sequence SDPA runs outside the graph (a break per layer) when the lengths are
-        # known: a masked SDPA over the whole row costs total² (a compiled packed MLM step 3.4x slower than eager,
-        # benchmarks/bench_packed_compile.py); without cu_seq_lens, and with eager attention, the mask path traces.
+        # Traced (torch.compile) too, per-sequence SDPA runs when the lengths are known (as one opaque operator, no
+        # graph break): a masked SDPA over the whole row costs total² (a compiled packed MLM step 3.4x slower than
+        # eager, benchmarks/bench_packed_compile.py); without cu_seq_lens, and with eager attention, the mask path.
         if config._attn_implementation == "sdpa" and alone and packed.cu_seq_lens is not None:
             return None, per_sequence_sdpa
         same_sequence = within_each_sequence(packed, seq)
