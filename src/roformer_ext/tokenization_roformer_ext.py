@@ -15,12 +15,13 @@ installed, else from jieba: the same dictionary and, with HMM off, the same word
 Daily), several times faster. `ROFORMER_EXT_WORD_SEGMENTER=jieba` keeps jieba, e.g. after `jieba.add_word`, which
 rjieba does not see.
 
-The fast class does not call the Python pre-tokenizer once per text in word mode: `_encode_plus` cuts each text
-with the segmenter, writes it with a space between pieces, lets the Rust BERT pre-tokenizer split that, and moves the
-offsets back into the input (`_WordModeBackend`, `_WordMarker`). Texts the Rust split could get wrong (normalisation
-changes them, they hold an added token, a piece holds punctuation) keep the Python pre-tokenizer; the ids, offsets
-and word ids are the same either way (tests/tokenization/test_word_fast_route.py). `word_fast_route = False` on an
-instance turns the route off.
+The fast class does not call the Python pre-tokenizer once per text in word mode: `_encode_plus` normalises each
+text char by char, cuts it with the segmenter, writes it with a space between pieces, encodes the batch with a second,
+prepared Rust `Tokenizer` (no normaliser, a split at spaces, the same WordPiece and template), and moves the offsets
+back into the input (`_WordModeBackend`, `_WordMarker`). Texts where that could differ (the normaliser deletes a
+character or makes several of one, they hold an added token, a piece holds punctuation) keep the Python
+pre-tokenizer; the ids, offsets and word ids are the same either way (tests/tokenization/test_word_fast_route.py).
+`word_fast_route = False` on an instance turns the route off.
 
 A code point the running Python calls unassigned (category Cn) or a lone surrogate (Cs) becomes one `[UNK]` token
 of its own in both classes: `mark_unknown_chars` puts a punctuation stand-in in its place before anything else
