@@ -462,10 +462,11 @@ class _FixedOnAccess(list):
         self._shifts = shifts
 
     def _fix(self) -> None:
-        if self._shifts is not None:
-            fixed = [e if s is None else _fixed_encoding(e, s) for e, s in zip(self._marked, self._shifts)]
+        marked, shifts = self._marked, self._shifts  # both None once the list holds the fixed encodings
+        if marked is not None and shifts is not None:
+            fixed = [e if s is None else _fixed_encoding(e, s) for e, s in zip(marked, shifts)]
             list.__setitem__(self, slice(None), fixed)
-            self._shifts = self._marked = None
+            self._marked = self._shifts = None
 
     def __getitem__(self, index: Any) -> Any:
         self._fix()

@@ -280,3 +280,16 @@ def test_threads_sharing_one_tokenizer(pair, lines):  # noqa: F811
         _same(result, reference)
     assert type(new._tokenizer) is Tokenizer
     assert new._tokenizer.pre_tokenizer.__class__.__name__ == "PreTokenizer"
+
+
+def test_threads_reading_lazy_encodings(pair, lines):  # noqa: F811
+    """Several threads reading one result's `.encodings` for the first time at once all see the fixed offsets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    new, old = pair
+    expected = old(lines[:200], return_offsets_mapping=True)["offset_mapping"]
+    for _ in range(3):
+        result = new(lines[:200])
+        with ThreadPoolExecutor(4) as pool:
+            seen = list(pool.map(lambda r: [e.offsets for e in r.encodings], [result] * 4))
+        assert all(offsets == expected for offsets in seen)
