@@ -39,7 +39,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .compat import CACHE, accepts_old_cache_name, cache_field, output_cache
 from .configuration_roformer_ext import RoFormerExtConfig
-from .linear_attention import linear_attention_forward
+from .linear_attention import linear_attention_forward, per_sequence_linear_attention
 from .masking_roformer_ext import (
     check_padding_mask,
     cross_attention_mask,
@@ -335,24 +335,11 @@ def packed_linear_attention(
     if packed is None:
         return linear_attention_forward(module, query, key, value, position_embeddings, attention_mask, cache)
     batch, heads, seq, head_dim = query.shape
-    # The rows end to end, then one split (a slice per sequence would fill a zero tensor of the whole row each in
-    # backward): (1, heads, length, head_dim) per sequence.
-    lengths = packed.sequence_lengths()
-    per_sequence = [end_to_end(t, 2).split(lengths, dim=2) for t in (query, key, value)]
     rotations = None
-    if position_embeddings is not None:
-        rotations = [end_to_end(t.expand(batch, -1, -1), 1).split(lengths, dim=1) for t in position_embeddings]
-    pieces = [
-        linear_attention_forward(
-            module,
-            *(t[i] for t in per_sequence),
-            None if rotations is None else (rotations[0][i], rotations[1][i]),
-            None,
-            None,
-        )
-        for i in range(len(lengths))
-    ]
-    return torch.cat(pieces, dim=1).view(batch, seq, heads, head_dim)  # (batch, seq, heads, head_dim)
+    if position_embeddings is not None:  # (batch or 1, seq, dim) -> (1, total, dim), as the rows
+        rotations = tuple(end_to_end(t.expand(batch, -1, -1), 1) for t in position_embeddings)
+    output = per_sequence_linear_attention(module, *(end_to_end(t, 2) for t in (query, key, value)), rotations, packed)
+    return output.view(batch, seq, heads, head_dim)  # (batch, seq, heads, head_dim)
 
 
 class RoFormerExtCrossAttention(AttentionProjections):

@@ -3,7 +3,7 @@ on any graph break).
 
 The packed-batch description is built from tensor operations when traced; with eager attention (and on sdpa when
 only restarting positions mark the sequences) the mask path traces; on sdpa with cu_seq_lens, per-sequence SDPA runs
-as one opaque custom operator per layer (its split sizes are host lengths; a masked SDPA over the whole row measured
+as one opaque custom operator per layer, as linear attention's per-sequence sums do (its split sizes are host lengths; a masked SDPA over the whole row measured
 3.4x slower, benchmarks/bench_packed_compile.py).
 
 Tolerance 1e-5 (fp32).
@@ -17,6 +17,7 @@ from transformers import DataCollatorWithFlattening
 
 from roformer_ext import (
     DataCollatorForPackedClassification,
+    RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
     RoFormerExtForSequenceClassification,
 )
@@ -35,23 +36,32 @@ def batches() -> dict:
             RoFormerExtForSequenceClassification,
             DataCollatorForPackedClassification()([{"input_ids": s, "label": i % 2} for i, s in enumerate(seqs)]),
         ),
+        "causal-cu_seq_lens": (
+            RoFormerExtForCausalLM,
+            DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(flatten),
+        ),
     }
 
 
 @pytest.mark.parametrize(
-    ("case", "attn_implementation"),
+    ("case", "attn_implementation", "attention_type"),
     [
-        ("mlm-cu_seq_lens", "eager"),
-        ("mlm-positions", "sdpa"),
-        ("classification", "eager"),
-        ("mlm-cu_seq_lens", "sdpa"),
-        ("classification", "sdpa"),
+        ("mlm-cu_seq_lens", "eager", "softmax"),
+        ("mlm-positions", "sdpa", "softmax"),
+        ("classification", "eager", "softmax"),
+        ("mlm-cu_seq_lens", "sdpa", "softmax"),
+        ("classification", "sdpa", "softmax"),
+        ("mlm-cu_seq_lens", "sdpa", "linear"),
+        ("mlm-positions", "sdpa", "linear"),
+        ("causal-cu_seq_lens", "sdpa", "linear"),
     ],
 )
-def test_packed_training_step_compiles_as_one_graph_and_equals_eager(case, attn_implementation):
+def test_packed_training_step_compiles_as_one_graph_and_equals_eager(case, attn_implementation, attention_type):
     model_class, batch = batches()[case]
     torch.manual_seed(0)
-    model = model_class(tiny_config(attn_implementation=attn_implementation)).train()
+    decoder = {"is_decoder": True} if model_class is RoFormerExtForCausalLM else {}
+    config = tiny_config(attn_implementation=attn_implementation, attention_type=attention_type, **decoder)
+    model = model_class(config).train()
     steps = []
     for forward in (model, torch.compile(model, fullgraph=True)):
         model.zero_grad()
