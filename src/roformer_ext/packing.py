@@ -317,8 +317,10 @@ def _random_state(device: torch.device) -> torch.Tensor:
 
 
 def _fused_cpu(query: torch.Tensor, dropout: float) -> bool:
-    """Whether SDPA runs each sequence on torch's fused CPU kernel (no dropout), whose backward needs its log-sum-exp."""
-    return query.device.type == "cpu" and dropout == 0
+    """Whether SDPA runs each sequence on torch's fused CPU kernel (no dropout), whose backward needs its log-sum-exp
+    (a torch without that kernel's operators takes the recomputing path)."""
+    fused = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
+    return fused and query.device.type == "cpu" and dropout == 0
 
 
 def _log_sum_exp_dtype(query: torch.Tensor) -> torch.dtype:
