@@ -278,6 +278,9 @@ def per_sequence_sdpa(
             )
     query, key, value = (end_to_end(tensor, 2) for tensor in (query, key, value))  # (1, heads, total, head_dim)
     if torch.compiler.is_compiling():
+        device = query.device.type
+        if torch.is_autocast_enabled(device):  # as autocast casts SDPA's inputs (a custom operator it leaves alone)
+            query, key, value = (tensor.to(torch.get_autocast_dtype(device)) for tensor in (query, key, value))
         output = _traced_sdpa(query, key, value, cu_seq_lens_q, float(dropout), bool(is_causal), scaling)[0]
     else:
         output = _split_sdpa(query, key, value, torch.diff(cu_seq_lens_q).tolist(), dropout, is_causal, scaling)
