@@ -16,13 +16,11 @@ Sums run in float32 even under bf16 autocast: they accumulate over the whole seq
 
 from __future__ import annotations
 
-import re
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .packing import PackedBatch
+from .packing import PackedBatch, defined_operator, operator_name
 from .rope import apply_rotary, rotate_for_scores
 
 #: Queries per chunk in the causal form: the (C×C) intra-chunk products grow with C, the per-chunk (d×d) states
@@ -202,12 +200,10 @@ def _split_linear_attention(
 
 def _define_traced_linear_attention():
     """The split as a custom operator (shapes from the query's); backward recomputes each sequence and
-    differentiates it (linear attention draws no random numbers). The name carries the module's: a remote-code
-    folder imports these files again under another."""
-    operator = "roformer_ext::per_sequence_linear_attention_" + re.sub(r"\W", "_", __name__)
-    namespace, name = operator.split("::")
-    if hasattr(getattr(torch.ops, namespace), name):  # this module imported again (importlib.reload)
-        return getattr(getattr(torch.ops, namespace), name)
+    differentiates it (linear attention draws no random numbers)."""
+    operator = operator_name("per_sequence_linear_attention", __name__)
+    if (defined := defined_operator(operator)) is not None:
+        return defined
 
     @torch.library.custom_op(operator, mutates_args=())
     def traced(

@@ -310,8 +310,22 @@ def _split_sdpa(
 # eager split's autograd would run: on CPU without dropout (where SDPA takes torch's fused CPU kernel) the kernel's
 # own backward per sequence, from the log-sum-exp the forward kept; elsewhere (dropout, CUDA) each sequence's
 # attention is recomputed, with the forward's random state so dropout draws the same mask, and differentiated. Eager
-# calls never use it. The name carries the module's: a remote-code folder imports these files again under another.
-_OPERATOR = "roformer_ext::per_sequence_sdpa_" + re.sub(r"\W", "_", __name__)
+# calls never use it.
+
+
+def operator_name(kind: str, module: str) -> str:
+    """A custom operator's name: it carries the defining module's, because a remote-code folder imports these files
+    again under another module name, and torch refuses a name defined twice."""
+    return f"roformer_ext::{kind}_" + re.sub(r"\W", "_", module)
+
+
+def defined_operator(name: str) -> Callable | None:
+    """The operator `name` if this process defined it already (its module imported again, e.g. importlib.reload)."""
+    namespace, short = name.split("::")
+    return getattr(getattr(torch.ops, namespace), short, None)
+
+
+_OPERATOR = operator_name("per_sequence_sdpa", __name__)
 
 
 def _random_state(device: torch.device) -> torch.Tensor:
@@ -331,9 +345,8 @@ def _log_sum_exp_dtype(query: torch.Tensor) -> torch.dtype:
 
 
 def _define_traced_sdpa() -> Callable:
-    namespace, name = _OPERATOR.split("::")
-    if hasattr(getattr(torch.ops, namespace), name):  # this module imported again (importlib.reload)
-        return getattr(getattr(torch.ops, namespace), name)
+    if (operator := defined_operator(_OPERATOR)) is not None:
+        return operator
 
     @torch.library.custom_op(_OPERATOR, mutates_args=())
     def traced_sdpa(
