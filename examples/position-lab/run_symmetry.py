@@ -25,6 +25,10 @@ every run; a rerun with the same settings resumes) and a Markdown table next to 
     python examples/position-lab/run_symmetry.py --output benchmarks/results/symmetry/symmetry.json
 
 A tiny smoke run: `--schemes rope_tie_v2,mrope --seeds 0 --max_steps 2 --num_test 16 --hidden_size 32`.
+
+Beside the 18 scheme names: variants with more rope_parameters (`VARIANTS`: HoPE's temporal scaling, MM-RoPE with
+Lumos-1's position scale; not in `--schemes all`), and training on several video lengths (`--train_video_frames 1,2`);
+docs/vision-symmetry.md, third round.
 """
 
 import json
@@ -39,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
-from datasets import Dataset
+from datasets import Dataset, concatenate_datasets
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 from transformers.modeling_outputs import SequenceClassifierOutput
 
@@ -74,6 +78,20 @@ logger = logging.getLogger(__name__)
 SCHEMES = {name: (name, None) for name in SCHEMES}  # run_spatial_digits' tuple of names, as a table
 SCHEMES["mrope"] = ("mrope", "sections")
 SCHEMES["mrope_interleaved"] = ("mrope", "interleaved")
+#: Variants run beside the 18 names (not part of `--schemes all`): table name -> (position_scheme, axis_allocation,
+#: more rope_parameters). `hope_dynamic`: HoPE with its dynamic temporal scaling, a scale drawn per video from HoPE's
+#: training set in training mode (eval keeps `temporal_stride`); `mmrope_lumos_scale`: MM-RoPE with Lumos-1's
+#: position scale (4, 8, 8), which spreads h and w over 8 steps per patch. `hope_stride2` / `hope_dynamic_stride2`:
+#: the same with a frame step of 2 (VideoRoPE's default; HoPE's set times 2 while training): with HoPE's step 1 and
+#: its unrotated time pairs, cell (i + 1, j + 1) of a frame and cell (i, j) of the next share every rotated position.
+VARIANTS = {
+    "hope_dynamic": ("hope", None, {"temporal_scales": [0.5, 0.75, 1.0, 1.25, 1.5]}),
+    "hope_stride2": ("hope", None, {"temporal_stride": 2.0}),
+    "hope_dynamic_stride2": ("hope", None, {"temporal_stride": 2.0, "temporal_scales": [1.0, 1.5, 2.0, 2.5, 3.0]}),
+    "mmrope_lumos_scale": ("mmrope", None, {"position_scale": [4.0, 8.0, 8.0]}),
+}
+#: Table order: every variant right after the scheme it varies.
+TABLE_ORDER = [n for name in SCHEMES for n in (name, *(v for v, entry in VARIANTS.items() if entry[0] == name))]
 #: The first study's six schemes: the default grid.
 FIRST_STUDY = ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "mrope_interleaved")
 #: Schemes that place images only (a one-frame grid): no video runs.
@@ -101,13 +119,17 @@ class SymmetryModelArguments(SpatialModelArguments):
         default=False,
         metadata={"help": "Set per run: videos need a third (frame) axis in the Su schemes and rope_2d_rows."},
     )
+    rope_knobs: str | None = field(
+        default=None,
+        metadata={"help": "Set per run: more rope_parameters as JSON (a variant's knobs, e.g. temporal_scales)."},
+    )
 
     def rope_parameters(self, head_dim: int, num_heads: int | None = None) -> dict:
-        """run_spatial_digits' rope_parameters, with 3 axes instead of 2 when videos are fed."""
+        """run_spatial_digits' rope_parameters, with 3 axes instead of 2 when videos are fed, and the variant's knobs."""
         rope = super().rope_parameters(head_dim, num_heads)
         if self.frame_axis and rope["axes"] == 2:
             rope["axes"] = 3
-        return rope
+        return {**rope, **json.loads(self.rope_knobs or "{}")}
 
 
 @dataclass
@@ -115,7 +137,13 @@ class SymmetryArguments:
     """The grid of runs, the data, and the budget shared by every run."""
 
     schemes: str = field(
-        default=",".join(FIRST_STUDY), metadata={"help": "Comma-separated, or 'all': " + ", ".join(SCHEMES)}
+        default=",".join(FIRST_STUDY),
+        metadata={
+            "help": "Comma-separated, or 'all' (the 18 names): "
+            + ", ".join(SCHEMES)
+            + "; variants (not in 'all'): "
+            + ", ".join(VARIANTS)
+        },
     )
     modalities: str = field(default=",".join(MODALITIES), metadata={"help": "Comma-separated: image, video"})
     layouts: str = field(default=",".join(QUESTION_POSITIONS), metadata={"help": "Comma-separated: before, after"})
@@ -132,6 +160,14 @@ class SymmetryArguments:
         metadata={
             "help": "Video runs: also test on videos of this many frames (0: off), asking only about the first "
             "--video_frames frames, so only the video's length (and the distance to the text after it) is new."
+        },
+    )
+    train_video_frames: str | None = field(
+        default=None,
+        metadata={
+            "help": "Video runs: train on videos of these frame counts instead (comma-separated, e.g. '1,2': an equal "
+            "share of each, every batch of one length); the test sets stay those of --video_frames and "
+            "--long_video_frames. Default: --video_frames only."
         },
     )
     num_test: int = field(
@@ -158,13 +194,13 @@ class SymmetryArguments:
         default=None,
         metadata={
             "help": "Comma-separated results files of other processes run with the same settings (e.g. other seeds): "
-            "their runs join --output's before the grid runs (a run in both is kept once)."
+            "their runs of this call's --schemes join --output's before the grid runs (a run in both is kept once)."
         },
     )
 
     def __post_init__(self) -> None:
         self.scheme_list = (
-            list(SCHEMES) if self.schemes == "all" else _choices(self.schemes, tuple(SCHEMES), "--schemes")
+            list(SCHEMES) if self.schemes == "all" else _choices(self.schemes, tuple(TABLE_ORDER), "--schemes")
         )
         self.modality_list = _choices(self.modalities, MODALITIES, "--modalities")
         self.layout_list = _choices(self.layouts, QUESTION_POSITIONS, "--layouts")
@@ -183,10 +219,25 @@ class SymmetryArguments:
                 f"--long_video_frames ({self.long_video_frames}) must exceed --video_frames ({self.video_frames}), "
                 "or be 0 (no long-video test)."
             )
+        try:
+            self.train_frames_list = [int(n) for n in (self.train_video_frames or "").split(",") if n.strip()] or None
+        except ValueError:
+            raise ValueError(
+                f"--train_video_frames must be comma-separated integers, not {self.train_video_frames!r}."
+            ) from None
+        if self.train_frames_list and (
+            min(self.train_frames_list) < 1 or max(self.train_frames_list) > self.video_frames
+        ):
+            raise ValueError(
+                f"--train_video_frames ({self.train_video_frames}) must be frame counts from 1 to --video_frames "
+                f"({self.video_frames}), the length of the test videos."
+            )
 
     def setup(self) -> dict:
         """What makes runs comparable: everything but the output path, the grid's extent and resuming."""
         skip = {"schemes", "modalities", "layouts", "seeds", "output", "overwrite", "torch_threads", "merge"}
+        if self.train_video_frames is None:  # unset: the setup of the files written before the flag existed
+            skip.add("train_video_frames")
         return {key: value for key, value in asdict(self).items() if key not in skip}
 
 
@@ -239,13 +290,15 @@ def question_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor, s
 
 @dataclass
 class SymmetryCollator(GridCollator):
-    """`GridCollator` for images, its video twin for `frames > 1`, plus the question read-out mask."""
+    """`GridCollator` for images, its video twin for `frames > 1` (or `video`: one-frame videos), plus the question
+    read-out mask."""
 
     frames: int = 1
     readout: str = "question"
+    video: bool = False
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
-        if self.frames == 1:
+        if self.frames == 1 and not self.video:
             batch = super().__call__(rows)
         else:
             videos = [
@@ -307,6 +360,36 @@ class EncodedSplit(torch.utils.data.Dataset):
         return build_position_ids(ids[:1], config, attention_mask=mask[:1], **grid)[0]
 
 
+class LengthBatches(torch.utils.data.Dataset):
+    """Whole training batches from encoded splits of several video lengths, every batch of one length (their
+    inputs differ in shape): item k is batch k, ready for the model (feed it with batch size 1 and `first_item`).
+
+    Each split's samples are shuffled with `seed` and cut into batches of `batch_size` (a last short one dropped);
+    the Trainer's sampler then shuffles the batches. `shared` gives each length its shared positions.
+    """
+
+    def __init__(self, parts: list[EncodedSplit], batch_size: int, seed: int, config, shared: bool) -> None:
+        rng = np.random.default_rng(seed)
+        self.batches = []
+        for part in parts:
+            collate = EncodedCollator(part.pixel_key, part.shared_position_ids(config) if shared else None)
+            order = rng.permutation(len(part))
+            for start in range(0, len(order) - batch_size + 1, batch_size):
+                self.batches.append((part, order[start : start + batch_size], collate))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        part, rows, collate = self.batches[index]
+        return collate([part[int(row)] for row in rows])
+
+
+def first_item(items: list[dict]) -> dict:
+    """The collator of `LengthBatches`: its items are batches already."""
+    return items[0]
+
+
 @dataclass
 class EncodedCollator:
     """Stacks `EncodedSplit` samples into a model batch (pixels flattened to (patches, dim), as the processor
@@ -362,13 +445,21 @@ class ModalityData:
     floor: float  # accuracy of answering the grid's most frequent digit: the "bag of digits" plateau
     long_test: Dataset | None = None  # longer videos, questions about the first `frames` frames
     long_frames: int = 0
+    train_by_frames: dict[int, Dataset] | None = None  # mixed-length training: the training videos per length
     encoded: dict[tuple[str, str], dict[str, EncodedSplit]] = field(default_factory=dict)
 
     def encode(self, layout: str, readout: str) -> dict[str, EncodedSplit]:
         """The train and test splits as model inputs for `layout` and `readout` (computed on first use)."""
         if (layout, readout) not in self.encoded:
             collator = SymmetryCollator(self.processor, self.digits, self.grid, layout, self.frames, readout)
-            splits = {"train": EncodedSplit(self.train, collator), "test": EncodedSplit(self.test, collator)}
+            splits = {"test": EncodedSplit(self.test, collator)}
+            if self.train_by_frames is None:
+                splits["train"] = EncodedSplit(self.train, collator)
+            else:  # one encoded split per length; the runs cut them into batches
+                splits["train_parts"] = [
+                    EncodedSplit(rows, replace(collator, frames=frames, video=True))
+                    for frames, rows in self.train_by_frames.items()
+                ]
             if self.long_test is not None:
                 long_collator = replace(collator, frames=self.long_frames)
                 splits["long_test"] = EncodedSplit(self.long_test, long_collator)
@@ -399,11 +490,19 @@ def prepare(args: SymmetryArguments, model_args: SymmetryModelArguments, modalit
     long_test = None
     if long_frames:  # drawn after the others: the train and test sets do not change with the flag
         long_test = make_video_split(pools["test"], labels, args.num_test, long_frames, grid, rng, frames)
+    train_by_frames = None
+    if modality == "video" and args.train_frames_list:  # its own stream: the test sets stay those above
+        mixed_rng = np.random.default_rng([args.grid_seed, MODALITIES.index(modality), 1])
+        share = count // len(args.train_frames_list)
+        train_by_frames = {
+            n: make_video_split(pools["train"], labels, share, n, grid, mixed_rng) for n in args.train_frames_list
+        }
+        train = concatenate_datasets(list(train_by_frames.values()))
     tile = digits.shape[-1]
     tokenizer = get_tokenizer(model_args, train["question"])
     processor = build_processor(tokenizer, digits[pools["train"]], tile, grid * tile)
     floor = most_frequent_digit_accuracy(test, labels)
-    return ModalityData(train, test, processor, digits, grid, frames, floor, long_test, long_frames)
+    return ModalityData(train, test, processor, digits, grid, frames, floor, long_test, long_frames, train_by_frames)
 
 
 # ----------------------------------------------------------------------------------------------------- runs
@@ -411,21 +510,33 @@ def train_and_test(
     args: SymmetryArguments, model_args: SymmetryModelArguments, data: ModalityData, scheme: str, layout: str, seed: int
 ) -> dict:
     """One run: a fresh model for `scheme`, trained with the shared budget, scored on the test questions."""
-    position_scheme, allocation = SCHEMES[scheme]
+    position_scheme, allocation, knobs = (*SCHEMES[scheme], {}) if scheme in SCHEMES else VARIANTS[scheme]
     run_args = replace(
-        model_args, position_scheme=position_scheme, axis_allocation=allocation, frame_axis=data.frames > 1
+        model_args,
+        position_scheme=position_scheme,
+        axis_allocation=allocation,
+        frame_axis=data.frames > 1,
+        rope_knobs=json.dumps(knobs) if knobs else None,
     )
     tile = data.digits.shape[-1]
     set_seed(seed)
     model = QuestionReadoutForSequenceClassification(build_config(run_args, data.processor, tile))
     splits = data.encode(layout, args.readout)
-    collator = EncodedCollator(splits["train"].pixel_key, splits["train"].shared_position_ids(model.config))
+    # positions drawn per training batch (HoPE's temporal scales) are the model's to compute: none shared in training
+    drawn = model.config.rope_parameters.get("temporal_scales") is not None
+    if "train_parts" in splits:  # several lengths: whole batches of one length each
+        train_set = LengthBatches(splits["train_parts"], args.batch_size, seed, model.config, shared=not drawn)
+        collator, batch_size = first_item, 1
+    else:
+        shared = None if drawn else splits["train"].shared_position_ids(model.config)
+        train_set, collator = splits["train"], EncodedCollator(splits["train"].pixel_key, shared)
+        batch_size = args.batch_size
     started = time.time()
     with tempfile.TemporaryDirectory() as folder:
         training_args = TrainingArguments(
             output_dir=folder,
             max_steps=args.max_steps,
-            per_device_train_batch_size=args.batch_size,
+            per_device_train_batch_size=batch_size,
             per_device_eval_batch_size=128,
             learning_rate=args.learning_rate,
             warmup_steps=args.warmup_steps,
@@ -439,8 +550,11 @@ def train_and_test(
             remove_unused_columns=False,  # readout_mask is not in the library class's signature
         )
         no_pin_memory_without_accelerator(training_args)
-        trainer = Trainer(model=model, args=training_args, train_dataset=splits["train"], data_collator=collator)
+        trainer = Trainer(model=model, args=training_args, train_dataset=train_set, data_collator=collator)
         train_loss = trainer.train().training_loss
+        trainer.data_collator = EncodedCollator(
+            splits["test"].pixel_key, splits["test"].shared_position_ids(model.config)
+        )
         prediction = trainer.predict(splits["test"])
         long_scores = {}
         if "long_test" in splits:  # its own layout: its own shared positions
@@ -517,7 +631,7 @@ def markdown_table(results: dict) -> str:
     """scheme x {image, video} x {before, after, after - before}: mean ± std (n), and the floors."""
     cells = {(c["scheme"], c["modality"], c["layout"]): c for c in results["cells"]}
     modalities = [m for m in MODALITIES if any(key[1] == m for key in cells)]
-    schemes = [s for s in SCHEMES if any(key[0] == s for key in cells)]
+    schemes = [s for s in TABLE_ORDER if any(key[0] == s for key in cells)]
     columns = [(m, layout) for m in modalities for layout in ("before", "after", "after-before")]
     header = (
         "| scheme | "
@@ -545,13 +659,16 @@ def markdown_table(results: dict) -> str:
         + ", ".join(f"{m} {floors[m]:.3f}" for m in modalities if m in floors)
         + "."
     )
-    long_schemes = [s for s in SCHEMES if any(key[:2] == (s, "long_video") for key in cells)]
+    long_schemes = [s for s in TABLE_ORDER if any(key[:2] == (s, "long_video") for key in cells)]
     if long_schemes:
         frames = results["setup"]["video_frames"], results["setup"]["long_video_frames"]
+        trained = results["setup"].get("train_video_frames")
+        title = f"Long videos, trained on {trained}-frame videos" if trained else "Long videos"
+        of_training = "" if trained else " of training"
         lines += [
             "",
-            f"Long videos: accuracy on {frames[1]}-frame videos minus accuracy on the {frames[0]}-frame videos of "
-            f"training (questions about the first {frames[0]} frames), per seed:",
+            f"{title}: accuracy on {frames[1]}-frame videos minus accuracy on the {frames[0]}-frame videos"
+            f"{of_training} (questions about the first {frames[0]} frames), per seed:",
             "",
             "| scheme | question before | question after |",
             "|---|---:|---:|",
@@ -606,7 +723,7 @@ def main() -> None:
                 raise FileNotFoundError(f"--merge names {other.strip()}, which does not exist.")
             for run in load_previous(Path(other.strip()), setup, overwrite=False):
                 key = (run["scheme"], run["modality"], run["layout"], run["seed"])
-                if key not in done:
+                if key not in done and run["scheme"] in args.scheme_list:
                     runs.append(run)
                     done.add(key)
     results = {

@@ -256,3 +256,63 @@ def test_tiny_grid_end_to_end(tmp_path):
     figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert figures == ["symmetry_before_after.png", "symmetry_long_video.png"], figures
     assert all((tmp_path / "figures" / name).stat().st_size > 10_000 for name in figures)
+
+
+def test_variants_and_mixed_length_training_end_to_end(tmp_path):
+    """hope_dynamic (HoPE's temporal scales, drawn in training only) and mmrope_lumos_scale run beside the 18 names
+    but not in 'all'; --train_video_frames 1,2 trains on one- and two-frame videos in batches of one length, and
+    tests on the 2- and 4-frame videos; --merge joins only the runs of this call's schemes."""
+    output = tmp_path / "mixed.json"
+    args = [
+        "--schemes", "hope_dynamic,mmrope_lumos_scale", "--modalities", "video", "--seeds", "0", "--max_steps", "4",
+        "--batch_size", "4", "--warmup_steps", "0", "--num_test", "8", "--video_frames", "2",
+        "--long_video_frames", "4", "--train_video_frames", "1,2", "--hidden_size", "32", "--intermediate_size", "64",
+        "--num_hidden_layers", "1", "--output", str(output),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(output.read_text())
+    assert results["setup"]["train_video_frames"] == "1,2" and results["sizes"]["video"]["train"] == 16
+    by_scheme = {(r["scheme"], r["layout"]): r for r in results["runs"]}
+    assert set(by_scheme) == {(s, side) for s in ("hope_dynamic", "mmrope_lumos_scale") for side in ("before", "after")}
+    assert by_scheme["hope_dynamic", "after"]["rope_parameters"]["temporal_scales"] == [0.5, 0.75, 1.0, 1.25, 1.5]
+    assert by_scheme["mmrope_lumos_scale", "after"]["rope_parameters"]["position_scale"] == [4.0, 8.0, 8.0]
+    assert all(r["long_video_frames"] == 4 for r in results["runs"])
+    assert (
+        "Long videos, trained on 1,2-frame videos: accuracy on 4-frame videos" in output.with_suffix(".md").read_text()
+    )
+
+    # merging a file keeps only this call's schemes
+    other = tmp_path / "other.json"
+    merged = [*args[: args.index("--output")], "--output", str(other), "--merge", str(output)]
+    merged[merged.index("--schemes") + 1] = "hope_dynamic"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *merged], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test accuracy" not in result.stderr
+    assert {r["scheme"] for r in json.loads(other.read_text())["runs"]} == {"hope_dynamic"}
+
+
+def test_temporal_scales_are_drawn_in_training_only(script, monkeypatch):
+    """hope_dynamic's training batches carry no shared positions (the model draws a scale per video per batch);
+    the test batches do, with the fixed scale."""
+    import roformer_ext.positions as positions
+
+    drawn = []
+    original = positions._draw_temporal_scales
+    monkeypatch.setattr(
+        positions,
+        "_draw_temporal_scales",
+        lambda samples, scales: drawn.append(len(samples)) or original(samples, scales),
+    )
+    args = script.SymmetryArguments(
+        schemes="hope_dynamic", max_steps=2, batch_size=4, num_test=8, video_frames=2, warmup_steps=0
+    )
+    model_args = script.SymmetryModelArguments(hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    data = script.prepare(args, model_args, "video")
+    run = script.train_and_test(args, model_args, data, "hope_dynamic", "after", 0)
+    assert drawn == [4, 4]  # two training steps of 4 videos; nothing drawn at test time
+    assert run["rope_parameters"]["temporal_scales"] == [0.5, 0.75, 1.0, 1.25, 1.5]
+    assert "hope_dynamic" not in script.SymmetryArguments(schemes="all").scheme_list
