@@ -22,6 +22,7 @@ from .registries import (
     POSITION_SCHEMES,
     ROTARY_KINDS,
     SECTIONED_ALLOCATIONS,
+    rotates_per_head,
 )
 
 #: The keys we add to transformers' rope_parameters; its validators must not warn about them.
@@ -287,6 +288,12 @@ class RoFormerExtConfig(PreTrainedConfig):
         allocation, section = rope["axis_allocation"], rope.get("mrope_section")
         if section is not None:
             _check_mrope_section(section)
+        if rotates_per_head(rope) and self.attention_type == "linear":
+            raise ValueError(
+                f"axis_allocation {allocation!r} with rope_type {rope['rope_type']!r} rotates each head its own way "
+                "(head-wise axes, or GRAPE's per-head frequencies), which linear attention does not support; use "
+                "attention_type='softmax', or another allocation / grape_share_across_heads=True."
+            )
         if allocation in HEADWISE_ALLOCATIONS:
             heads = self.num_attention_heads
             if section is None or len(section) != axes or sum(section) > heads:
@@ -294,11 +301,6 @@ class RoFormerExtConfig(PreTrainedConfig):
                     f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries, the "
                     f"attention heads per axis, summing to at most num_attention_heads = {heads} (MHRoPE's [2, 3, 3] "
                     f"for 8 heads); got {section}."
-                )
-            if self.attention_type == "linear":
-                raise ValueError(
-                    f"axis_allocation {allocation!r} rotates each head by its own axis, which linear attention does not "
-                    "support; use attention_type='softmax' or another allocation."
                 )
         elif allocation in SECTIONED_ALLOCATIONS:
             if section is None:

@@ -137,7 +137,10 @@ def eager_attention_forward(
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         attn_weights = attn_weights + attention_mask
-    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    # At least float32 (bf16 / fp16 scores), never less than the scores' own: float64 scores cast to float32 turn a
+    # masked score (float64's min) into -inf, and a fully masked row (left padding) into NaN that spreads.
+    softmax_dtype = torch.promote_types(attn_weights.dtype, torch.float32)
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=softmax_dtype).to(query.dtype)
     attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
     return attn_output, attn_weights

@@ -56,6 +56,10 @@ class Registry:
         self.check(name)
         return self._entries[name]
 
+    def entry(self, name: Any) -> Any | None:
+        """The implementation registered under `name`, None if there is none (yet): no check."""
+        return self._entries.get(name) if isinstance(name, str) else None
+
 
 POSITION_ENCODINGS = Registry(
     "position_encoding",
@@ -86,6 +90,16 @@ SECTIONED_ALLOCATIONS = ("hope", "mrope_interleaved", "omnirope", "sections", "v
 #: Allocations whose rope_parameters['mrope_section'] counts attention heads per axis (at most num_attention_heads).
 HEADWISE_ALLOCATIONS = ("headwise",)
 
+
+def rotates_per_head(rope_parameters: dict) -> bool:
+    """Whether cos / sin differ per attention head (they then carry a heads axis): a head-wise allocation (MHRoPE), or
+    GRAPE with a frequency set per head (`grape_share_across_heads` False, the official code's per-head option)."""
+    allocation = rope_parameters.get("axis_allocation")
+    if allocation in HEADWISE_ALLOCATIONS or getattr(AXIS_ALLOCATIONS.entry(allocation), "headwise", False):
+        return True
+    return rope_parameters.get("rope_type") == "grape_m" and rope_parameters.get("grape_share_across_heads") is False
+
+
 #: A multimodal variant is a position design (the function registered under its name in positions.py) plus a frequency
 #: allocation: naming the variant in rope_parameters fills in what it needs, unless the user gave it.
 POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -114,6 +128,7 @@ POSITION_SCHEME_KEYS = {
     "temporal_scales": "None or a non-empty list of positive numbers",
     "grape_log_freq_scale": "a positive number",
     "grape_learnable_freq": "True or False",
+    "grape_share_across_heads": "True or False",
     "circle_radius": "a positive number, 'auto' or 'auto-<positive scale>'",
     "circle_alpha": "a number in [0, 1]",
     "circle_move_to_origin": "True or False",
@@ -133,4 +148,5 @@ __all__ = [
     "SECTIONED_ALLOCATIONS",
     "ROTARY_KINDS",
     "Registry",
+    "rotates_per_head",
 ]

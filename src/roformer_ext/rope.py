@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
+from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS, rotates_per_head
 
 
 def register_rotary_embedding(name: str) -> Callable[[type[RotaryEmbedding]], type[RotaryEmbedding]]:
@@ -263,16 +263,17 @@ class RotaryEmbedding(nn.Module):
 
     def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
         """Angle of each pair: position on its axis × its frequency. (axes, b, s) -> (b, s, head_dim // 2), or
-        (b, heads, s, head_dim // 2) for a head-wise allocation."""
+        (b, heads, s, head_dim // 2) when heads differ (a head-wise allocation, per-head frequencies)."""
         dtype = torch.float64 if position_ids.dtype == torch.float64 else torch.float32  # fp64 only if asked
-        freqs = self.pair_frequencies().to(dtype)
+        freqs = self.pair_frequencies().to(dtype)  # (pairs,), or (heads, pairs) when they differ per head
         if self.axes == 1:
-            return position_ids[0].to(dtype)[..., None] * freqs
-        # Pick, for every pair, the position of the axis that drives it: (b, s, pairs) or (b, s, heads, pairs).
-        positions = position_ids.to(dtype).permute(1, 2, 0)[..., self.axis_of_pair.clamp(min=0)]
-        if self.axis_of_pair.dim() == 2:
-            return (positions * freqs).transpose(1, 2)
-        return positions * freqs
+            positions = position_ids[0].to(dtype)[..., None]  # (b, s, 1)
+        else:  # for every pair, the position of the axis that drives it: (b, s, pairs) or (b, s, heads, pairs)
+            positions = position_ids.to(dtype).permute(1, 2, 0)[..., self.axis_of_pair.clamp(min=0)]
+        if freqs.dim() == 2 and positions.dim() == 3:  # per-head frequencies, positions shared by the heads
+            positions = positions[:, :, None]
+        angles = positions * freqs
+        return angles.transpose(1, 2) if angles.dim() == 4 else angles
 
     def normalize_position_ids(self, position_ids: torch.Tensor) -> torch.Tensor:
         """Accept (b, s) for text or (axes, b, s); text positions are repeated on every axis."""
@@ -311,17 +312,21 @@ class GrapeRotaryEmbedding(RotaryEmbedding):
     """Multiplicative GRAPE, commuting (Zhang et al., ICLR 2026, "Group Representational Position Encoding", §3.1; the
     official `MSGRAPECommuting`): position n acts on each canonical plane of a pair by exp(n·ω_i·L_i), i.e. RoPE's
     rotations with *learned* frequencies ω_i = exp(log_freq_i / s), initialised to RoPE's spectrum (log_freq =
-    s·log θ_i, s = rope_parameters["grape_log_freq_scale"], 16: a learning-rate scaling), shared by all heads, one set
-    per model here (the official model has one per layer). As the official code, a pair turns by −n·ω_i (the same
-    relative law; RoPE's sign convention mirrored). `grape_learnable_freq` False freezes them. The log-frequencies
-    are a parameter, saved with the model."""
+    s·log θ_i, s = rope_parameters["grape_log_freq_scale"], 16: a learning-rate scaling), shared by all heads or, with
+    `grape_share_across_heads` False, one set per head (the official `share_across_heads` option; cos / sin then carry
+    a heads axis and the layers rotate per head). One set per model here (the official model has one per layer). As
+    the official code, a pair turns by −n·ω_i (the same relative law; RoPE's sign convention mirrored).
+    `grape_learnable_freq` False freezes them. The log-frequencies are a parameter, saved with the model."""
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         rope = config.rope_parameters
         self.log_freq_scale = float(rope.get("grape_log_freq_scale", 16.0))
         learnable = rope.get("grape_learnable_freq", True)
-        self.log_freq = nn.Parameter(self.inv_freq.log() * self.log_freq_scale, requires_grad=learnable)
+        initial = self.inv_freq.log() * self.log_freq_scale  # (pairs,)
+        if rope.get("grape_share_across_heads") is False:
+            initial = initial.expand(self.num_heads, -1).clone()  # (heads, pairs)
+        self.log_freq = nn.Parameter(initial, requires_grad=learnable)
 
     @torch.no_grad()
     def reset_frequencies(self) -> None:
@@ -329,11 +334,11 @@ class GrapeRotaryEmbedding(RotaryEmbedding):
         from transformers import initialization as init
 
         super().reset_frequencies()
-        init.copy_(self.log_freq, self.inv_freq.log() * self.log_freq_scale)
+        init.copy_(self.log_freq, (self.inv_freq.log() * self.log_freq_scale).expand_as(self.log_freq))
 
     def pair_frequencies(self) -> torch.Tensor:
-        frequencies = torch.exp(self.log_freq / self.log_freq_scale)
-        return frequencies.repeat(self.split_axes) * (self.axis_of_pair >= 0)
+        frequencies = torch.exp(self.log_freq / self.log_freq_scale)  # (pairs,) or (heads, pairs)
+        return frequencies.repeat(*[1] * (frequencies.dim() - 1), self.split_axes) * (self.axis_of_pair >= 0)
 
     def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
         return -super().angles(position_ids)
@@ -552,7 +557,7 @@ class HeadwiseRotation(QueryKeyRotation):
 def query_key_rotation(config: Any) -> QueryKeyRotation:
     """A new rotation for one attention layer of `config`'s pair layout (each layer keeps its own reordered rows)."""
     pair_layout = config.rope_parameters.get("pair_layout", "interleaved")
-    if is_headwise(config.rope_parameters.get("axis_allocation", "interleaved")):
+    if rotates_per_head(config.rope_parameters):
         if pair_layout not in PAIR_LAYOUTS:
             raise ValueError(f"Unknown pair_layout {pair_layout!r}; choose one of {', '.join(PAIR_LAYOUTS)}.")
         return HeadwiseRotation(pair_layout)

@@ -277,3 +277,23 @@ def test_sparse_prediction_equals_dense_loss_and_gradients():
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
     # Without labels there is nothing to select: full logits, as with the dense head.
     assert sparse(**inputs).logits.shape == out_dense.logits.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eager_attention_on_a_left_padded_decoder_batch_equals_sdpa(dtype):
+    """A left-padded row's first queries see no key. Eager softmax in float32 turned float64's masked scores into
+    -inf there, so those rows became NaN, and the NaN reached the real tokens through the next layer's values."""
+    input_ids = torch.randint(5, 99, (2, 7), generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.ones(2, 7, dtype=torch.long)
+    attention_mask[1, :3] = 0
+    logits = {}
+    for attn_implementation in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        config = tiny_config(attn_implementation=attn_implementation, is_decoder=True)
+        model = RoFormerExtForCausalLM(config).to(dtype).eval()
+        with torch.no_grad():
+            logits[attn_implementation] = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    assert not logits["eager"].isnan().any()
+    real = attention_mask.bool()
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(logits["eager"][real], logits["sdpa"][real], atol=tolerance, rtol=0)

@@ -30,7 +30,7 @@ import torch
 from roformer_ext import RoFormerExtVisionTextConfig
 from roformer_ext.positions import build_position_ids, patch_indices, register_position_scheme
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
-from roformer_ext.rope import RotaryEmbedding, apply_rotary, register_axis_allocation
+from roformer_ext.rope import HeadwiseRotation, RotaryEmbedding, apply_rotary, register_axis_allocation
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "multimodal_rope"
 IMAGE, VIDEO = 90, 91
@@ -673,6 +673,26 @@ def test_grape_m_matches_the_official_code():
     torch.testing.assert_close(sin[0, :, :pairs], -fixture["sin"][0, :, 0], atol=1e-6, rtol=0)
     for name in ("query", "key"):
         ours = apply_rotary(fixture[name].transpose(1, 2), cos, sin, "half").transpose(1, 2)
+        torch.testing.assert_close(ours, fixture[f"rotated_{name}"], atol=1e-6, rtol=0)
+
+
+def test_grape_m_per_head_matches_the_official_code():
+    """The official per-head option (`share_across_heads=False`, our `grape_share_across_heads` False): a (heads,
+    pairs) set of log-frequencies, moved off RoPE's per head; cos / sin carry a heads axis, equal per head to the
+    official ones (sin negated) within 1e-6, and the rotated queries and keys within 1e-6."""
+    fixture = load("grape_m_per_head")
+    assert not fixture["share_across_heads"]
+    rotary = grape_rotary(fixture, grape_share_across_heads=False)
+    torch.testing.assert_close(rotary.log_freq.detach(), fixture["initial_log_freq"], atol=0, rtol=0)
+    with torch.no_grad():
+        rotary.log_freq.copy_(fixture["log_freq"])
+    seq, pairs = fixture["query"].shape[1], fixture["head_dim"] // 2
+    cos, sin = rotary(torch.zeros(1), torch.arange(seq)[None])  # (1, heads, seq, head_dim)
+    assert cos.shape == (1, fixture["heads"], seq, fixture["head_dim"])
+    torch.testing.assert_close(cos[0, :, :, :pairs].transpose(0, 1), fixture["cos"][0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(sin[0, :, :, :pairs].transpose(0, 1), -fixture["sin"][0], atol=1e-6, rtol=0)
+    for name in ("query", "key"):
+        ours = HeadwiseRotation("half").values(fixture[name].transpose(1, 2), cos, sin).transpose(1, 2)
         torch.testing.assert_close(ours, fixture[f"rotated_{name}"], atol=1e-6, rtol=0)
 
 

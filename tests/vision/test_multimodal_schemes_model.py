@@ -279,19 +279,26 @@ def test_hope_model_draws_in_training_only():
     assert not torch.allclose(trained, first)  # no scale of the set is the fixed 2.0
 
 
-def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path):
-    """GRAPE's learned frequencies (`rope_type` "grape_m") under a multimodal scheme: moved off RoPE's, they survive
-    save / load (same logits), cached decoding equals recomputation (float64), and a loss reaches them."""
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "per-head"])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_implementation):
+    """GRAPE's learned frequencies (`rope_type` "grape_m", shared or one set per head) under a multimodal scheme:
+    moved off RoPE's, they survive save / load (same logits), cached decoding equals recomputation (float64), and a
+    loss reaches them."""
     rope = {"rope_type": "grape_m", "position_scheme": "mrope_interleave", "mrope_section": SECTION}
+    rope["grape_share_across_heads"] = shared
     torch.manual_seed(0)
-    model = RoFormerExtVisionTextForCausalLM(config("mrope_interleave", rope_parameters=rope)).eval()
+    vision_config = config("mrope_interleave", rope_parameters=rope, attn_implementation=attn_implementation)
+    model = RoFormerExtVisionTextForCausalLM(vision_config).eval()
     rotary = model.base_model.rotary_emb
+    assert rotary.log_freq.dim() == (1 if shared else 2)
     with torch.no_grad():
         rotary.log_freq.add_(torch.randn_like(rotary.log_freq) * 4)
     parts = samples()
     batch = batch_of(parts, [3, 3 + len(parts[0]["ids"]) - len(parts[1]["ids"])])
     model.save_pretrained(tmp_path)
-    reloaded = RoFormerExtVisionTextForCausalLM.from_pretrained(tmp_path).eval()
+    reloaded = RoFormerExtVisionTextForCausalLM.from_pretrained(tmp_path, attn_implementation=attn_implementation)
+    reloaded.eval()
     assert torch.equal(reloaded.base_model.rotary_emb.log_freq, rotary.log_freq)
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, atol=0, rtol=0)
