@@ -42,7 +42,8 @@ class PackedBatch:
         return int(self.sequence_ids.max()) + 1
 
     def sequence_lengths(self) -> tuple[int, ...]:
-        """Each sequence's length on the host (a split needs them; when traced this is where the graph breaks)."""
+        """Each sequence's length on the host, for eager splits (traced, the custom operators read them from the
+        tensors inside: `_traced_sdpa`, linear attention's)."""
         if self.lengths is not None:
             return self.lengths
         return tuple(torch.unique_consecutive(self.sequence_ids.reshape(-1), return_counts=True)[1].tolist())
