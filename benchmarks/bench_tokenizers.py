@@ -5,7 +5,12 @@ Word mode runs three ways: the fast tokenizer's fast route (each text cut once i
 by an all-Rust pipeline; the default), the same tokenizer with `word_fast_route = False` (the Python pre-tokenizer
 callback: the behaviour before the fast route), and the slow (pure-Python) tokenizer. Before timing, the script
 checks that the fast route gives the same ids, offsets and word ids as the callback route, and the same ids as the
-slow tokenizer, on every line. Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba
+slow tokenizer, on every line. Without offsets asked for, the fast route encodes without them and `.encodings`
+encodes again when first read: a row times that too.
+
+The table gives the mean of the timed runs and their median. Python's full garbage collections (each a walk over every
+object of a process that has imported torch and transformers) fall on some runs only, so the median can miss them; a
+job that tokenizes a whole corpus pays them, at the mean's rate. Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba
 words of the first 2,000 lines). One thread for every row (TOKENIZERS_PARALLELISM=false; `--parallel` leaves tokenizers' default).
 
     python benchmarks/bench_tokenizers.py --lines 8000 --out benchmarks/results/tokenizers
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_utils import (  # noqa: E402
-    interleaved_medians,
+    interleaved_times,
     load_average,
     machine_info,
     machine_markdown,
@@ -115,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ours fast, word mode, fast route, with offsets (rjieba)": lambda: word["rjieba"](
             texts, return_offsets_mapping=True
         ),
+        "ours fast, word mode, fast route, then reading word ids (rjieba)": lambda: word["rjieba"](texts).word_ids(0),
         "ours fast, word mode, Python pre-tokenizer (rjieba; before)": lambda: callback(texts),
         "ours fast, word mode, fast route (jieba)": lambda: word["jieba"](texts),
         "ours slow, word mode (rjieba)": lambda: slow(texts),
@@ -124,7 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
         "BertTokenizerFast, char mode": lambda: bert_char(texts),
         "ours fast, char mode": lambda: ours_char(texts),
     }
-    seconds = interleaved_medians(fns, repeats=args.repeats, warmup=args.warmup)
+    times = interleaved_times(fns, repeats=args.repeats, warmup=args.warmup)
+    seconds = {name: statistics.mean(runs) for name, runs in times.items()}
     load_after = load_average()
     jieba_s = seconds["jieba alone (cut, HMM off)"]
     before_s = seconds["ours fast, word mode, Python pre-tokenizer (rjieba; before)"]
@@ -132,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
         {
             "what": name,
             "seconds": s,
+            "median_seconds": statistics.median(times[name]),
+            "runs": times[name],
             "lines_per_s": len(texts) / s,
             "vs_jieba_alone": jieba_s / s,
             "vs_before": before_s / s,
@@ -153,14 +163,18 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": info,
     }
     table = markdown_table(
-        ["what", "seconds", "lines / s", "× jieba alone", "× before"],
-        [[r["what"], r["seconds"], r["lines_per_s"], r["vs_jieba_alone"], r["vs_before"]] for r in rows],
+        ["what", "seconds (mean)", "median", "lines / s (mean)", "× jieba alone", "× before"],
+        [
+            [r["what"], r["seconds"], r["median_seconds"], r["lines_per_s"], r["vs_jieba_alone"], r["vs_before"]]
+            for r in rows
+        ],
     )
     markdown = (
         f"### Tokenizer speed, {len(texts):,} People's Daily lines ({payload['characters']:,} characters)\n\n"
         f"{table}\n\nIdentical on every line: {identical}. Lines on the fast route: {fast_route_lines:,} of "
-        f"{len(texts):,} (the others take the Python pre-tokenizer). TOKENIZERS_PARALLELISM="
-        f"{info['tokenizers_parallelism']}.\n\n" + machine_markdown(info, load_before, load_after)
+        f"{len(texts):,} (the others take the Python pre-tokenizer). Means of {args.repeats} timed runs each, "
+        f"interleaved. TOKENIZERS_PARALLELISM={info['tokenizers_parallelism']}.\n\n"
+        + machine_markdown(info, load_before, load_after)
     )
     write_results(args.out, "bench_tokenizers", payload, markdown)
     print(markdown)

@@ -35,8 +35,10 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     return statistics.median(times)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float | str]:
-    """Median time of each function, running them in turn (a, b, a, b, ...) so that load changes hit all alike.
+def interleaved_times(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> dict[str, list[float] | str]:
+    """Every timed run of each function, running them in turn (a, b, a, b, ...) so that load changes hit all alike.
 
     A function that runs out of memory (see `memory_limit`) is reported as the string "out of memory" and not
     called again; the others go on.
@@ -57,7 +59,13 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warm
                 continue
             if round_index >= warmup:
                 times[name].append(time.perf_counter() - start)
-    return {name: failed.get(name) or statistics.median(times[name]) for name in fns}
+    return {name: failed.get(name) or times[name] for name in fns}
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float | str]:
+    """Median time of each function over `interleaved_times`' runs."""
+    times = interleaved_times(fns, repeats, warmup)
+    return {name: t if isinstance(t, str) else statistics.median(t) for name, t in times.items()}
 
 
 def available_memory_mb() -> float:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from test_tokenization import _long_text, lines, vocab_files  # noqa: F401  (module fixtures)
 
 from roformer_ext import RoFormerExtTokenizerFast
-from roformer_ext.tokenization_roformer_ext import _FixedOnAccess, _route_plan
+from roformer_ext.tokenization_roformer_ext import _FixedOnAccess, _Reencode, _route_plan, _WordMarker
 
 ENCODING_FIELDS = (
     "ids", "type_ids", "tokens", "offsets", "word_ids", "sequence_ids", "attention_mask", "special_tokens_mask",
@@ -73,8 +73,39 @@ def test_corpus_lines_take_the_route_and_agree(pair, lines):  # noqa: F811
     _same(new(lines, return_offsets_mapping=True), reference)  # offsets fixed at once
     lazy = new(lines)
     assert type(lazy._encodings) is _FixedOnAccess  # offsets fixed when .encodings is first read
+    assert isinstance(lazy._encodings._pending[2], _Reencode)  # encoded without offsets, again when read
     assert lazy["input_ids"] == reference["input_ids"]
     assert [e.offsets for e in lazy.encodings] == reference["offset_mapping"]
+    assert lazy.word_ids(7) == reference.word_ids(7)
+    with_offsets = new(lines[:5], return_offsets_mapping=True)
+    assert with_offsets._encodings._pending[2] is None  # encoded with offsets: nothing to encode again
+
+
+def test_lazy_encodings_keep_their_call_settings(pair, lines):  # noqa: F811
+    """A result's encodings, encoded again when first read, follow its own call, not the calls made since."""
+    new, old = pair
+    texts = [lines[10], "[MASK] 经济", lines[11] * 2, lines[12]]  # one on the Python route: padded together
+    first = new(texts, padding=True, pad_to_multiple_of=8)
+    second = new(texts[::-1], truncation=True, max_length=9, add_special_tokens=False)
+    third = new(texts[1:], padding="max_length", max_length=400, padding_side="left")
+    _same(third, old(texts[1:], padding="max_length", max_length=400, padding_side="left"))
+    _same(second, old(texts[::-1], truncation=True, max_length=9, add_special_tokens=False))
+    _same(first, old(texts, padding=True, pad_to_multiple_of=8))
+
+
+def test_marker_search_follows_the_checked_characters(pair, lines):  # noqa: F811
+    """The compiled search for characters the normaliser keeps is a shortcut only: a marker that has compiled it on
+    the corpus marks every hostile text as a new marker does, and forgets it with the normaliser."""
+    new, _ = pair
+    marker = new._word_marker()
+    for line in lines:
+        marker(line)
+    assert marker._unstable_search is not None
+    fresh = _WordMarker(marker.vocab, marker.split_cjk, new.__dict__["_word_pre_tokenizer"].library, marker.normalize)
+    for text in [*HOSTILE, "ＡＢＣ中国", "Ｅ-ｍａｉｌ 地址", "中国\t经济"]:
+        assert marker(text) == fresh(text), text
+    marker.forget_normaliser(marker.normalize)
+    assert marker._unstable_search is None and not marker.stable_chars
 
 
 HOSTILE = [
