@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,6 +41,36 @@ from bench_utils import (  # noqa: E402
 )
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+class FullCollections:
+    """Counts CPython's full (generation 2) garbage collections, and their seconds, while `active`."""
+
+    def __init__(self) -> None:
+        self.active, self.count, self.seconds, self._start = False, 0, 0.0, 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if not self.active or info["generation"] != 2:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._start
+
+    def wrap(self, fn):
+        def metered():
+            self.active = True
+            try:
+                return fn()
+            finally:
+                self.active = False
+
+        return metered
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def _is_cjk(char: str) -> bool:
@@ -131,7 +163,29 @@ def main(argv: list[str] | None = None) -> dict:
         "BertTokenizerFast, char mode": lambda: bert_char(texts),
         "ours fast, char mode": lambda: ours_char(texts),
     }
+    fast_row = "ours fast, word mode, fast route (rjieba)"
+    collections_meter = FullCollections()
+    fns[fast_row] = collections_meter.wrap(fns[fast_row])
     times = interleaved_times(fns, repeats=args.repeats, warmup=args.warmup)
+    collections_meter.close()
+    # The fast route's steps one by one (medians): the marking, the Rust encoding, transformers' conversion.
+    tokenizer = word["rjieba"]
+    marked = [mark[0] for mark in map(marker, texts) if mark is not None]
+    route = tokenizer._word_route(tokenizer._tokenizer)
+    encodings = route.encode_batch_fast(marked)
+    part_times = interleaved_times(
+        {
+            "marking: normalisation check, rjieba cut, pieces joined by spaces": lambda: [marker(t) for t in texts],
+            "Rust encode_batch_fast of the marked texts (no offsets)": lambda: route.encode_batch_fast(marked),
+            "Rust encode_batch of the marked texts (with offsets)": lambda: route.encode_batch(marked),
+            "transformers' conversion of the encodings to lists": lambda: [
+                tokenizer._convert_encoding(e) for e in encodings
+            ],
+        },
+        repeats=args.repeats,
+        warmup=args.warmup,
+    )
+    parts = {name: statistics.median(runs) for name, runs in part_times.items()}
     seconds = {name: statistics.mean(runs) for name, runs in times.items()}
     load_after = load_average()
     jieba_s = seconds["jieba alone (cut, HMM off)"]
@@ -158,6 +212,12 @@ def main(argv: list[str] | None = None) -> dict:
         "fast_route_lines": fast_route_lines,
         "identical": identical,
         "rows": rows,
+        "fast_route_parts": parts,
+        "fast_route_full_collections": {
+            "runs": args.warmup + args.repeats,
+            "count": collections_meter.count,
+            "seconds": collections_meter.seconds,
+        },
         "load_before": load_before,
         "load_after": load_after,
         "machine": info,
@@ -169,11 +229,15 @@ def main(argv: list[str] | None = None) -> dict:
             for r in rows
         ],
     )
+    parts_table = markdown_table(["step", "seconds"], [[name, seconds] for name, seconds in parts.items()])
     markdown = (
         f"### Tokenizer speed, {len(texts):,} People's Daily lines ({payload['characters']:,} characters)\n\n"
         f"{table}\n\nIdentical on every line: {identical}. Lines on the fast route: {fast_route_lines:,} of "
         f"{len(texts):,} (the others take the Python pre-tokenizer). Means of {args.repeats} timed runs each, "
         f"interleaved. TOKENIZERS_PARALLELISM={info['tokenizers_parallelism']}.\n\n"
+        f"The fast route's steps alone (medians):\n\n{parts_table}\n\n"
+        f"Full garbage collections during the fast route's {args.warmup + args.repeats} calls (warm-up included): "
+        f"{collections_meter.count}, {collections_meter.seconds:.3f} s in all.\n\n"
         + machine_markdown(info, load_before, load_after)
     )
     write_results(args.out, "bench_tokenizers", payload, markdown)
