@@ -18,7 +18,8 @@ rjieba does not see.
 The fast class does not call the Python pre-tokenizer once per text in word mode: `_encode_plus` normalises each
 text char by char, cuts it with the segmenter, writes it with a space between pieces, encodes the batch with a second,
 prepared Rust `Tokenizer` (no normaliser, a split at spaces, the same WordPiece and template), and moves the offsets
-back into the input (`_WordModeBackend`, `_WordMarker`). Texts where that could differ (the normaliser deletes a
+back into the input (`_WordModeBackend`, `_WordMarker`). Without offsets asked for it encodes without them, and
+`.encodings` encodes again, with them, when first read (`_FixedOnAccess`). Texts where that could differ (the normaliser deletes a
 character or makes several of one, they hold an added token, a piece holds punctuation) keep the Python
 pre-tokenizer; the ids, offsets and word ids are the same either way (tests/tokenization/test_word_fast_route.py).
 `word_fast_route = False` on an instance turns the route off.
@@ -471,8 +472,8 @@ def _fixed_encoding(encoding: Encoding, shifts: tuple[list[int] | None, ...]) ->
 
 
 class _FixedOnAccess(list):
-    """`BatchEncoding.encodings` of the fast route when no offsets were asked for: a list whose encodings of marked
-    text get their offsets moved back into the input (`_fixed_encoding`) the first time anything reads the list.
+    """`BatchEncoding.encodings` of the fast route (unless overflowing tokens were asked for): a list whose encodings
+    of marked text get their offsets moved back into the input (`_fixed_encoding`) the first time anything reads it.
     `shifts[i]`: the shifts of encoding `i`'s texts, None for an encoding to leave as it is (the Python route).
     `reencode`: when the call encoded marked text without offsets (`Tokenizer.encode_batch_fast`, which leaves
     offsets, tokens and word ids empty), a function giving the full encodings of those texts, in order, encoded
