@@ -53,7 +53,12 @@ DIGITS = EXAMPLES / "vision-text" / "run_spatial_digits.py"
 def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """Run a script the way a user would, offline, one thread per process (2 shared cores)."""
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **env}
-    result = subprocess.run(args, check=False, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
+    try:
+        result = subprocess.run(args, check=False, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as error:  # show where it stopped
+        tails = [(stream or b"")[-4000:] for stream in (error.stdout, error.stderr)]
+        tails = [tail.decode(errors="replace") if isinstance(tail, bytes) else tail for tail in tails]
+        raise AssertionError(f"timed out after {error.timeout} s\nstdout: {tails[0]}\nstderr: {tails[1]}") from error
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 

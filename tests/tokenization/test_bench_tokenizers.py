@@ -31,3 +31,4 @@ def test_bench_tokenizers_writes_results(tmp_path, monkeypatch):
     assert "lines / s" in (tmp_path / "bench_tokenizers.md").read_text()
     assert len(written["fast_route_parts"]) == 4 and all(s > 0 for s in written["fast_route_parts"].values())
     assert written["fast_route_full_collections"]["runs"] == 1
+    assert written["fast_route_after_gc_freeze"]["mean"] > 0
