@@ -156,6 +156,16 @@ def test_char_mode_equals_bert_tokenizer(lines, vocab_files):
     assert any(bert.unk_token_id in ids for ids in got["input_ids"])  # the rare chars were exercised
 
 
+def test_char_mode_backend_is_bert_tokenizer_fasts(vocab_files):
+    """Char mode runs the very Rust pipeline of transformers' `BertTokenizerFast` (the same `tokenizer.json`), so
+    the two differ in speed only by our unknown-code-point check (docs/tokenizers.md)."""
+    from transformers import BertTokenizerFast
+
+    ours = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["char"])
+    bert = BertTokenizerFast(str(vocab_files["char"]), do_lower_case=True)
+    assert json.loads(ours.backend_tokenizer.to_str()) == json.loads(bert.backend_tokenizer.to_str())
+
+
 def test_slow_char_mode_equals_bert_tokenizer(lines, vocab_files):
     slow = RoFormerExtTokenizer.from_vocab_file(vocab_files["char"])
     bert = BertTokenizer(vocab=str(vocab_files["char"]))
