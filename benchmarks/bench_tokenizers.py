@@ -8,12 +8,15 @@ checks that the fast route gives the same ids, offsets and word ids as the callb
 slow tokenizer, on every line. Without offsets asked for, the fast route encodes without them and `.encodings`
 encodes again when first read: a row times that too.
 
-The table gives the mean of the timed runs and their median. Python's full garbage collections (each a walk over every
-object of a process that has imported torch and transformers) fall on some runs only, so the median can miss them; a
-job that tokenizes a whole corpus pays them, at the mean's rate. Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba
-words of the first 2,000 lines). One thread for every row (TOKENIZERS_PARALLELISM=false; `--parallel` leaves tokenizers' default).
+The table gives the mean of the timed runs and their median. Python's full garbage collections (each a walk over
+every object of a process that has imported torch and transformers) fall on some runs only, so the median can miss
+them; a job that tokenizes a whole corpus pays them, at the mean's rate. The script also times the fast route's steps
+alone, counts its full collections, and times it after `gc.freeze()`.
 
-    python benchmarks/bench_tokenizers.py --lines 8000 --out benchmarks/results/tokenizers
+Vocabularies are built as tests/tokenization does (3,000 characters + 3,000 jieba words of the first 2,000 lines).
+One thread for every row (TOKENIZERS_PARALLELISM=false; `--parallel` leaves tokenizers' default).
+
+    python benchmarks/bench_tokenizers.py --lines 8000 --repeats 7 --out benchmarks/results/tokenizers
 """
 
 from __future__ import annotations
