@@ -37,12 +37,13 @@ def tiny_config(**overrides) -> RoFormerExtConfig:
     return RoFormerExtConfig(**values)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _fresh_dynamo():
-    """Each test compiles from scratch. Dynamo keeps compiled entries per code object for the life of the process, and
-    transformers' shared decorator wrappers (`can_return_tuple`) collect one per model class and input kind that a
-    worker has compiled: tests that ran earlier in the same worker could push a `fullgraph=True` test over dynamo's
-    recompile limit (8), depending on how xdist spread the tests."""
+    """Each test module compiles from scratch. Dynamo keeps compiled entries per code object for the life of the
+    process, and transformers' shared decorator wrappers (`can_return_tuple`) collect one per model class and input
+    kind that a worker has compiled: modules that ran earlier in the same worker could push a `fullgraph=True` test
+    over dynamo's recompile limit (8), depending on how xdist spread the tests. Per module, not per test: a module's
+    tests may share what they compiled, and recompiling for every test cost CI minutes."""
     torch._dynamo.reset()
     yield
 

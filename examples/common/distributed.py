@@ -13,6 +13,7 @@ builds a `DistributedDataParallel` and every process holds every parameter). The
 Trainer (transformers >= 5.21) trains as FSDP2 on CPU too. docs/distributed.md lists what is verified.
 """
 
+import gc
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,6 +174,20 @@ def evaluate_in_order(
 
 
 def end_process_group() -> None:
-    """Destroy the process group this process joined (gloo's threads would otherwise outlive `main`)."""
+    """Destroy the process group this process joined (gloo's threads would otherwise outlive `main`).
+
+    Unreachable models go first (`gc.collect`): a DistributedDataParallel wrapper's reducer that outlived the group
+    would hold its last reference and destroy it with the GIL held, joining gloo's threads while one of them waits for
+    the GIL to free a finished collective's tensors: a hang at exit (seen with two CPU processes). While the group
+    is still registered, the reducer only drops a reference, and the group itself is destroyed without the GIL."""
+    gc.collect()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_accelerate_training(accelerator: Any) -> None:
+    """`accelerator.end_training()` (which destroys the process group) after accelerate's own references to the
+    prepared model are gone, for the reason `end_process_group` gives. The caller drops its own references first."""
+    accelerator.free_memory()
+    end_process_group()
+    accelerator.end_training()

@@ -58,6 +58,7 @@ from common.card import (  # noqa: E402
 from common.data import sizes_text, split_sizes  # noqa: E402
 from common.distributed import (  # noqa: E402
     DistributedArguments,
+    end_accelerate_training,
     end_process_group,
     parameters_held,
 )
@@ -351,7 +352,8 @@ def main() -> None:
         )
         print(f"model saved to {output_dir}")
         demo_pipeline(unwrapped, tokenizer, data, data_args.dataset)
-    accelerator.end_training()
+    model = None  # the prepared (DDP) model, shared with `predict`: gone before the process group is
+    end_accelerate_training(accelerator)
 
 
 if __name__ == "__main__":
