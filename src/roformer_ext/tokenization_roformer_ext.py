@@ -558,6 +558,30 @@ def _route_plan(item: Any, marker: _WordMarker, added: re.Pattern[str] | None) -
     return (marks[0][0], marks[1][0]), (marks[0][1], marks[1][1])
 
 
+def _route_tokenizer(model: Any) -> Tokenizer:
+    """The fast route's pipeline for marked text: no normaliser (the marker only takes text the normaliser leaves as
+    it is), a split at spaces (the marker isolates every piece), then `model` (the tokenizer's WordPiece)."""
+    route = Tokenizer(model)
+    route.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return route
+
+
+def _set_call_settings(
+    route: Tokenizer, model: Any, post_processor: Any, truncation: dict | None, padding: dict | None
+) -> Tokenizer:
+    """`route` with one call's model, template, truncation and padding (~1 µs)."""
+    route.model, route.post_processor = model, post_processor
+    if truncation is None:
+        route.no_truncation()
+    else:
+        route.enable_truncation(**truncation)
+    if padding is None:
+        route.no_padding()
+    else:
+        route.enable_padding(**padding)
+    return route
+
+
 def _pad(encodings: Iterable[Encoding], length: int, padding: dict[str, Any]) -> None:
     """Pad each of `encodings` to `length` with the settings of `Tokenizer.padding`."""
     for encoding in encodings:
@@ -581,13 +605,8 @@ class _Reencode:
         self.joint_padding = None  # (length, settings) when padded together with the Python route's encodings
 
     def __call__(self) -> list[Encoding]:
-        route = Tokenizer(self.model)
-        route.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        route.post_processor = self.post_processor
-        if self.truncation is not None:
-            route.enable_truncation(**self.truncation)
-        if self.padding is not None:
-            route.enable_padding(**self.padding)
+        route = _route_tokenizer(self.model)
+        _set_call_settings(route, self.model, self.post_processor, self.truncation, self.padding)
         encodings = route.encode_batch(self.marked, add_special_tokens=self.add_special_tokens)
         if self.joint_padding is not None:
             _pad(encodings, *self.joint_padding)
@@ -913,11 +932,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         jieba_pre_tokenizer = _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
         self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
         self.__dict__.pop("_word_marker_cache", None)
-        # The fast route's pipeline for marked text: no normaliser (the marker only takes text the normaliser leaves
-        # as it is), a split at spaces (the marker isolates every piece), then this tokenizer's WordPiece and template.
-        route = Tokenizer(self._tokenizer.model)
-        route.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        self.__dict__["_word_route_tokenizer"] = route
+        self.__dict__["_word_route_tokenizer"] = _route_tokenizer(self._tokenizer.model)
         self.__dict__.setdefault("_word_route_lock", threading.RLock())
         self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
 
@@ -1009,17 +1024,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         """The fast route's pipeline (`_set_segmenter`) with `backend`'s model, template, truncation and padding of
         this call (transformers sets them on the backend just before it encodes; copying them costs ~1 µs)."""
         route = self.__dict__["_word_route_tokenizer"]
-        route.model, route.post_processor = backend.model, backend.post_processor
-        truncation, padding = backend.truncation, backend.padding
-        if truncation is None:
-            route.no_truncation()
-        else:
-            route.enable_truncation(**truncation)
-        if padding is None:
-            route.no_padding()
-        else:
-            route.enable_padding(**padding)
-        return route
+        return _set_call_settings(route, backend.model, backend.post_processor, backend.truncation, backend.padding)
 
     def _word_marker(self) -> _WordMarker:
         """The fast route's `_WordMarker` for this tokenizer's vocabulary, normaliser and segmenter."""
