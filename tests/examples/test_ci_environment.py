@@ -1,0 +1,51 @@
+"""`.ci/run`'s lowest-release environment sees torch and the project inside a virtual environment and outside one.
+
+The overlay is what `.ci/run` builds before installing the lowest declared transformers into it. Here it is built
+from the running interpreter (whatever this suite runs in) and then again from inside that overlay, which is a
+virtual environment: the README's set-up runs `.ci/run` from a venv, where `venv --system-site-packages` would see
+the base interpreter's packages (no torch) instead.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = "import sys, torch, roformer_ext, pytest; print(sys.prefix)"
+
+
+def _overlay(python: str, target: Path) -> Path:
+    subprocess.run([python, str(ROOT / ".ci" / "overlay_venv.py"), str(target)], check=True, timeout=120)
+    return target / "bin" / "python"
+
+
+def test_overlay_sees_the_environment_it_was_made_from(tmp_path):
+    outer = _overlay(sys.executable, tmp_path / "outer")
+    inner = _overlay(str(outer), tmp_path / "inner")  # made from inside a virtual environment
+    for python, prefix in ((outer, tmp_path / "outer"), (inner, tmp_path / "inner")):
+        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert Path(done.stdout.strip()) == prefix  # its own environment, where pip installs the lowest release
+
+
+def test_packages_installed_into_the_overlay_come_first(tmp_path):
+    """What `.ci/run` installs into the overlay (the lowest transformers) shadows this environment's copy."""
+    python = _overlay(sys.executable, tmp_path / "env")
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(site) / "transformers").mkdir()
+    (Path(site) / "transformers" / "__init__.py").write_text("__version__ = 'overlay'\n")
+    done = subprocess.run(
+        [str(python), "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "overlay", done.stderr[-2000:]
+
+
+def test_ci_script_builds_the_lowest_environment_with_the_overlay():
+    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert any("python .ci/overlay_venv.py" in line for line in commands)
+    assert not any("--system-site-packages" in line for line in commands)
