@@ -16,6 +16,8 @@ from typing import Any
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
+from roformer_ext.hub_code import share_code, write_compatibility_section
+
 ROFORMER_CITATION = """@article{su2021roformer,
   title   = {RoFormer: Enhanced Transformer with Rotary Position Embedding},
   author  = {Su, Jianlin and Lu, Yu and Pan, Shengfeng and Murtadha, Ahmed and Wen, Bo and Liu, Yunfeng},
@@ -133,8 +135,10 @@ Load it with `trust_remote_code=True` (the modelling code is in this repository)
         return ModelCard(f"---\n{metadata.to_yaml()}\n---\n{body}")
 
     def write(self, output_dir: str | Path, model_id: str) -> Path:
+        """README.md, with roformer-ext's compatibility section (tested range, how to update the code)."""
         path = Path(output_dir) / "README.md"
         path.write_text(str(self.render(model_id)), encoding="utf-8")
+        write_compatibility_section(output_dir)
         return path
 
 
@@ -178,12 +182,17 @@ def save_card_and_push(
     hub_private_repo: bool | None = None,
     hub_revision: str | None = None,
     commit_message: str = "End of training",
+    code_repo: str | None = None,
 ) -> str:
     """Write README.md and, with `push_to_hub`, upload the folder in ONE commit; returns the model id.
+
+    With `code_repo` the folder's auto_map points to that code repository and its code copies go (`share_code`).
 
     The repository is created first (as Trainer's `init_hf_repo` does, `--hub_model_id` or the output
     folder's name) so that the card names the real repo id (`user/name`) before the single upload.
     """
+    if code_repo:
+        share_code(output_dir, code_repo)
     if not push_to_hub:
         card.write(output_dir, local_model_id(output_dir))
         return local_model_id(output_dir)

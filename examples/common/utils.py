@@ -65,6 +65,13 @@ class ModelArguments:
     license: str = field(
         default="apache-2.0", metadata={"help": "Licence of the trained model, for the model card's metadata."}
     )
+    code_repo: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub code repository ('owner/name', published with `roformer-ext push-code`) the saved folder's "
+            "auto_map points to, instead of carrying copies of the code (docs/compatibility.md)."
+        },
+    )
 
     def config_kwargs(self) -> dict[str, Any]:
         """The `RoFormerExtConfig` fields for a model trained from scratch."""

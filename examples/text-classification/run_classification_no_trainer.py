@@ -345,6 +345,7 @@ def main() -> None:
             output_dir,
             push_to_hub=args.push_to_hub,
             hub_model_id=args.hub_model_id,
+            code_repo=model_args.code_repo,
             hub_token=args.hub_token,
             hub_private_repo=args.hub_private_repo,
             hub_revision=args.hub_revision,

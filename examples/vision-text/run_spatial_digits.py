@@ -616,6 +616,7 @@ def main() -> None:
         training_args.output_dir,
         push_to_hub=push,
         hub_model_id=training_args.hub_model_id,
+        code_repo=model_args.code_repo,
         hub_token=training_args.hub_token,
         hub_private_repo=training_args.hub_private_repo,
         hub_revision=training_args.hub_revision,

@@ -4,6 +4,10 @@
 length), the tokenizer and config beside it, and with `--int8` ONNX Runtime's dynamic int8 `model_int8.onnx`
 (`roformer_ext.export`; needs the `onnx` extra). Load them with `roformer_ext.export.OnnxModel.from_pretrained`.
 
+`roformer-ext push-code OWNER/NAME [--source DIR]` publishes (or updates) the code files in a Hub code repository;
+`roformer-ext share-code FOLDER OWNER/NAME` makes a saved folder load its code from there instead of carrying copies;
+`roformer-ext update-code FOLDER` replaces a folder's copies by this installed version's (`roformer_ext.hub_code`).
+
 `roformer-ext plot --out DIR` writes `positions.png` (where every position scheme puts a text–image–text
 layout) and `long_range_decay.png` (RoPE's long-term decay, RoFormer §3.4.3). Needs matplotlib, the `plot`
 extra; without it the command exits with the pip command to run.
@@ -14,11 +18,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="roformer-ext", description="roformer-ext utilities.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{plot,export}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{plot,export,push-code,share-code,update-code}"
+    )
     plot = commands.add_parser(
         "plot",
         help="draw the position schemes and RoPE's long-range decay",
@@ -61,7 +69,63 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--example-length", type=_positive, default=16, help="tokens per row of the batch the graph is traced on"
     )
+    _add_code_commands(commands)
     return parser
+
+
+def _add_code_commands(commands: Any) -> None:
+    """push-code, share-code and update-code (`commands`: what `add_subparsers` returned)."""
+    push = commands.add_parser(
+        "push-code",
+        help="publish or update the code files in a Hub code repository",
+        description="Upload roformer-ext's code files to OWNER/NAME (created if needed), one commit. Checkpoints "
+        "whose auto_map names OWNER/NAME--... load this code from then on.",
+    )
+    push.add_argument("code_repo", metavar="OWNER/NAME", help="the code repository on the Hub")
+    push.add_argument("--source", help="folder to publish the code files from (default: the installed package)")
+    push.add_argument("--revision", help="branch to commit to (default: main)")
+    push.add_argument("--private", action="store_true", help="create the repository private")
+    push.add_argument("--message", help="commit message")
+    share = commands.add_parser(
+        "share-code",
+        help="make a saved folder load its code from a code repository",
+        description="Point every auto_map in FOLDER at OWNER/NAME and remove the code files it carries.",
+    )
+    share.add_argument("folder", help="a saved roformer-ext folder")
+    share.add_argument("code_repo", metavar="OWNER/NAME", help="the code repository (see push-code)")
+    update = commands.add_parser(
+        "update-code",
+        help="replace a saved folder's code files by this installed version's",
+        description="For a folder that carries its own code: write this version's code files into it.",
+    )
+    update.add_argument("folder", help="a saved roformer-ext folder")
+
+
+def _code_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from . import hub_code
+
+    try:
+        if args.command == "push-code":
+            print(
+                hub_code.push_code(
+                    args.code_repo,
+                    private=args.private or None,
+                    revision=args.revision,
+                    commit_message=args.message,
+                    source=args.source,
+                )
+            )
+        elif args.command == "share-code":
+            if not (Path(args.folder) / "config.json").is_file():
+                raise FileNotFoundError(f"{args.folder} is not a saved model folder (it has no config.json).")
+            hub_code.share_code(args.folder, args.code_repo)
+            print(f"{args.folder} now loads its code from {args.code_repo}")
+        else:
+            for path in hub_code.update_code(args.folder):
+                print(path)
+    except (OSError, ValueError) as error:
+        parser.exit(1, f"roformer-ext {args.command}: {error}\n")
+    return 0
 
 
 def _count(text: str) -> int:
@@ -88,10 +152,10 @@ def _even(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from pathlib import Path
-
     if args.command == "export":
         return _export(parser, args)
+    if args.command in ("push-code", "share-code", "update-code"):
+        return _code_command(parser, args)
 
     from .plotting import plot_long_range_decay, plot_positions
 

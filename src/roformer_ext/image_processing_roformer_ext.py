@@ -43,6 +43,9 @@ from transformers.image_utils import (
 from transformers.processing_utils import ImagesKwargs, Unpack
 from transformers.utils import is_vision_available
 
+from .compat import parent_standardize_kwargs, parent_validate_preprocess_kwargs
+from .hub_code import SharedCodeMixin
+
 if is_vision_available():
     from PIL import Image
     from transformers.image_utils import PILImageResampling
@@ -200,7 +203,7 @@ class RoFormerExtImageProcessorKwargs(ImagesKwargs, total=False):
     max_pixels: int
 
 
-class RoFormerExtImageProcessor(PilBackend):
+class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     r"""Resize to whole patches, normalise, and flatten images and videos into patches.
 
     Args:
@@ -262,7 +265,7 @@ class RoFormerExtImageProcessor(PilBackend):
         return size
 
     def _standardize_kwargs(self, size=None, min_pixels: int | None = None, max_pixels: int | None = None, **kwargs):
-        return super()._standardize_kwargs(size=self._fold_pixel_bounds(size, min_pixels, max_pixels), **kwargs)
+        return parent_standardize_kwargs(super(), size=self._fold_pixel_bounds(size, min_pixels, max_pixels), **kwargs)
 
     @staticmethod
     def _check_options(size: SizeDict | dict | None, patch_size: int, temporal_patch_size: int) -> None:
@@ -282,7 +285,7 @@ class RoFormerExtImageProcessor(PilBackend):
             raise ValueError(f"max_pixels={max_pixels} is smaller than one {patch_size}x{patch_size} patch.")
 
     def _validate_preprocess_kwargs(self, **kwargs) -> None:
-        super()._validate_preprocess_kwargs(**kwargs)
+        parent_validate_preprocess_kwargs(super(), **kwargs)
         self._check_options(kwargs.get("size"), kwargs.get("patch_size"), kwargs.get("temporal_patch_size"))
 
     # ------------------------------------------------------------------------------------------- entry

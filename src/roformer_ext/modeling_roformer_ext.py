@@ -37,9 +37,20 @@ from transformers.utils import TransformersKwargs, auto_docstring, can_return_tu
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .compat import CACHE, accepts_old_cache_name, cache_field, output_cache
+from .compat import (
+    CACHE,
+    accepts_old_cache_name,
+    attn_implementation,
+    auto_class,
+    cache_field,
+    ensure_compatible,
+    output_cache,
+    parent_init_weights,
+    parent_update_model_kwargs_for_generation,
+)
 from .configuration_roformer_ext import RoFormerExtConfig
-from .linear_attention import linear_attention_forward, per_sequence_linear_attention
+from .hub_code import SharedCodeMixin
+from .linear_attention import linear_attention_forward, per_sequence_linear_attention, use_state_layers
 from .masking_roformer_ext import (
     check_padding_mask,
     cross_attention_mask,
@@ -179,7 +190,7 @@ class AttentionProjections(nn.Module):
         """Softmax attention through the configured backend, then the output projection: (batch, seq, hidden)."""
         if attention_interface is None:
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
+                attn_implementation(self.config), eager_attention_forward
             )
         attn_output, attn_weights = attention_interface(
             self,
@@ -262,7 +273,7 @@ class RoFormerExtAttention(AttentionProjections):
         relative_scores: RelativeScores,
     ) -> tuple[torch.Tensor | None, Callable | None]:
         """The mask and backend that add the relative term: a score_mod for flex, an additive bias otherwise."""
-        if self.config._attn_implementation == "flex_attention":
+        if attn_implementation(self.config) == "flex_attention":
             score_mod = relative_scores.layer_term(self, query, key, per_score=True)
             return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
         return add_scores_to_mask(attention_mask, relative_scores.layer_term(self, query, key, per_score=False)), None
@@ -459,7 +470,7 @@ def _defining_class(cls: type) -> type:
 
 
 @auto_docstring
-class RoFormerExtPreTrainedModel(PreTrainedModel):
+class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config: RoFormerExtConfig
     config_class = RoFormerExtConfig
     base_model_prefix = "roformer"
@@ -535,10 +546,10 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
     def is_remote_code(cls) -> bool:
         """transformers saves the module of `cls` as the folder's remote code. A wrapper's generated subclass (FSDP2's
         `fully_shard` makes `FSDP<name>`, defined in torch) is not remote code: `save_pretrained` saves its model's."""
-        return cls._auto_class is not None and _defining_class(cls) is cls
+        return auto_class(cls) is not None and _defining_class(cls) is cls
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        if self._auto_class is None:
+        if auto_class(self) is None:
             return super().save_pretrained(save_directory, *args, **kwargs)
         # registered for remote code (importing roformer_ext does that): one folder serves every head of the family
         self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
@@ -546,7 +557,7 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
         if defining is not type(self) and self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
             # the wrapped model's own class and files, written before transformers saves (and maybe pushes) the folder
             module = sys.modules[defining.__module__]
-            self.config.auto_map[defining._auto_class] = f"{module.__name__.rsplit('.', 1)[-1]}.{defining.__name__}"
+            self.config.auto_map[auto_class(defining)] = f"{module.__name__.rsplit('.', 1)[-1]}.{defining.__name__}"
             os.makedirs(save_directory, exist_ok=True)
             for source in (module.__file__, *get_relative_import_files(module.__file__)):
                 shutil.copyfile(source, os.path.join(save_directory, os.path.basename(source)))
@@ -564,7 +575,7 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
             # Ours, not the base class's: that one looks up transformers' registry, which lacks our kinds.
             module.reset_frequencies()
             return
-        super()._init_weights(module)
+        parent_init_weights(super(), module)
         if isinstance(module, RoFormerExtLMHead) and module.bias is not None:
             init.zeros_(module.bias)
 
@@ -613,12 +624,20 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             return None
         if not self.config.is_decoder or cache is not None:
-            return cache
+            return self.with_state_layers(cache)
         if not (use_cache if use_cache is not None else self.config.use_cache):
             return None
         if encoder_hidden_states is not None:
-            return EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        return DynamicCache(config=self.config)
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        else:
+            cache = DynamicCache(config=self.config)
+        return self.with_state_layers(cache)
+
+    def with_state_layers(self, cache: Cache | None) -> Cache | None:
+        """Linear attention keeps a running state, not keys: its layers of the cache become `LinearAttentionState`."""
+        if cache is not None and self.config.attention_type == "linear":
+            use_state_layers(self_attention_cache(cache), self.config.num_hidden_layers)
+        return cache
 
     def attention_positions(
         self,
@@ -631,7 +650,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         """The position encoding asked once per forward for what the layers need: RoPE's (cos, sin); a relative term
         (Shaw, T5, ALiBi), joined into the mask when every layer shares it on eager / sdpa, else the per-forward
         `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores)."""
-        flex = self.config._attn_implementation == "flex_attention"
+        flex = attn_implementation(self.config) == "flex_attention"
         terms = self.position_encoding.attention_terms(
             embeddings, position_ids, functools.partial(self.key_positions, position_ids[0], cache, past_length), flex
         )
@@ -687,6 +706,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
             accepted too.
         """
+        ensure_compatible()  # outside the tested transformers range: the self-check, at the first forward
         check_token_inputs(input_ids, inputs_embeds)
         if encoder_hidden_states is not None and not self.config.add_cross_attention:
             raise ValueError(
@@ -750,7 +770,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
 
 def check_backend_takes_scores(config: RoFormerExtConfig) -> None:
     """flash attention takes no bias: a position encoding with a term on the scores needs another backend."""
-    implementation = config._attn_implementation or "eager"
+    implementation = attn_implementation(config) or "eager"
     if "flash" in implementation:
         raise ValueError(
             f"position_encoding={config.position_encoding!r} adds a term to the attention scores, which "
@@ -933,8 +953,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
         """transformers repeats the last token type for new tokens; a UniLM decoder's new tokens are the target."""
         token_type_ids = model_kwargs.get("token_type_ids")
-        model_kwargs = super()._update_model_kwargs_for_generation(
-            outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        model_kwargs = parent_update_model_kwargs_for_generation(
+            super(), outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
         )
         if self.config.decoder_attention == "unilm" and token_type_ids is not None:
             target = token_type_ids.new_ones(token_type_ids.shape[0], num_new_tokens)

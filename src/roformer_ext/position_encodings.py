@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from .compat import relative_position_bucket
 from .registries import POSITION_ENCODINGS
 from .rope import rotary_embedding_class
 
@@ -312,9 +313,7 @@ def t5_relative_bucket(
     """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`
     (bidirectional: half the buckets for keys after the query; causal: only keys at or before it count).
     transformers' own T5 function, so the buckets are T5's by construction."""
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    return T5Attention._relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
+    return relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
 
 
 class T5Scores(RelativeScores):

@@ -21,6 +21,7 @@ from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
 from .compat import merge_processor_kwargs
+from .hub_code import SharedCodeMixin
 from .image_processing_roformer_ext import flatten_images, flatten_videos, is_video
 
 IMAGE_START_TOKEN = "[IMG]"
@@ -73,7 +74,7 @@ def add_vision_tokens(tokenizer: Any) -> dict[str, int]:
     return vision_token_ids(tokenizer)
 
 
-class RoFormerExtProcessor(ProcessorMixin):
+class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
     r"""Tokenizer + image processor: expands "[IMAGE]" / "[VIDEO]" marks into patch placeholders.
 
     Args:

@@ -212,3 +212,25 @@ def test_cli_prints_the_detected_kind_and_the_card_has_no_local_paths(tmp_path, 
     )
     for path in (tmp_path / "sub" / "ours").iterdir():
         assert str(tmp_path).encode() not in path.read_bytes(), path.name
+
+
+def test_code_repo_makes_a_folder_without_code_copies(tmp_path, capsys):
+    """`--code-repo`: every auto_map names the code repository, no code file is written, the card says where the
+    code lives and which transformers releases it was tested on; a bad id stops before anything is written."""
+    from roformer_ext.compat import SUPPORTED_RANGE
+    from roformer_ext.conversion.cli import main
+
+    src, out = tmp_path / "theirs", tmp_path / "ours"
+    their_model("RoFormerForMaskedLM", src)
+    (src / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    assert main(["transformers", str(src), str(out), "--code-repo", "owner/roformer-ext"]) == 0
+    assert not list(out.glob("*.py"))
+    for name in ("config.json", "tokenizer_config.json"):
+        refs = json.loads((out / name).read_text())["auto_map"].values()
+        flat = [r for ref in refs for r in (ref if isinstance(ref, list) else [ref]) if r]
+        assert flat and all(r.startswith("owner/roformer-ext--") for r in flat)
+    card = (out / "README.md").read_text()
+    assert SUPPORTED_RANGE in card and "push-code owner/roformer-ext" in card and "--code-repo" in card
+    assert main(["transformers", str(src), str(tmp_path / "bad"), "--code-repo", "no-owner"]) == 1
+    assert "code_repo must be a Hub model repository id" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -1,10 +1,12 @@
-"""Current with transformers: one compat module, the declared range enforced, silence, both cache names.
+"""Current with transformers: one compat module, the tested range and the self-check outside it, silence, both cache
+names.
 
 CI runs this file (with the model, generation, Sim, packing, conversion and remote-code tests) on the lowest release
 setup.cfg declares and the whole suite on the newest, so each test here is checked on both sides of a rename.
 """
 
 import configparser
+import json
 import os
 import subprocess
 import sys
@@ -18,68 +20,153 @@ import transformers
 from conftest import _DeprecationRecords, tiny_config
 from transformers import DynamicCache
 
-from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel
+from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel, compat
 from roformer_ext.compat import (
     CACHE,
+    LOWEST_TORCH,
     LOWEST_TRANSFORMERS,
     SUPPORTED_RANGE,
     TRANSFORMERS_BELOW,
+    IncompatibleTransformersError,
     check_transformers_version,
+    is_tested_release,
     output_cache,
+    self_check,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_declared_range_is_the_enforced_range():
-    """setup.cfg's install_requires, the remote-code check and the README say the same range."""
+def test_declared_range_is_the_tested_range():
+    """setup.cfg's install_requires, compat's range and the README say the same range; torch's floor too."""
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
     requirements = [line.strip() for line in parser["options"]["install_requires"].splitlines() if line.strip()]
     assert f"transformers>={LOWEST_TRANSFORMERS},<{TRANSFORMERS_BELOW}" in requirements
+    assert f"torch>={LOWEST_TORCH}" in requirements
     assert SUPPORTED_RANGE in (ROOT / "README.md").read_text()
+    assert SUPPORTED_RANGE in (ROOT / "docs" / "compatibility.md").read_text()
 
 
 def test_installed_release_is_inside_the_range():
-    check_transformers_version()  # the import already ran it; the suite must run on a supported release
+    assert check_transformers_version()  # CI runs the suite on both ends of the range
 
 
-@pytest.mark.parametrize("version", ["5.20.2", "5.25.0", "6.0.0", "4.57.6"])
-def test_release_outside_the_range_is_refused(version, monkeypatch):
-    monkeypatch.delenv("ROFORMER_EXT_ALLOW_UNTESTED_TRANSFORMERS", raising=False)
-    with pytest.raises(ImportError, match=r"supports transformers>=.*; transformers " + version.replace(".", r"\.")):
-        check_transformers_version(version)
+@pytest.mark.parametrize("version", ["5.21.0", "5.22.2", "5.24.0", "5.24.3"])
+def test_tested_releases(version):
+    assert is_tested_release(version)
 
 
-def test_untested_release_runs_when_the_user_says_so(monkeypatch):
-    monkeypatch.setenv("ROFORMER_EXT_ALLOW_UNTESTED_TRANSFORMERS", "1")
-    check_transformers_version("6.0.0")
+@pytest.mark.parametrize(
+    "version", ["5.20.2", "5.21.0rc1", "5.25.0", "5.25.0.dev0", "5.25.0rc1", "5.26.1", "6.0.0", "4.57.6"]
+)
+def test_releases_outside_the_range_are_untested(version):
+    """Pre-releases of the next minor are outside too (5.25.0.dev0 < 5.25.0 as a version, not as a release)."""
+    assert not is_tested_release(version)
 
 
-REMOTE_LOADER = textwrap.dedent(
+def test_self_check_passes_on_the_installed_release():
+    assert self_check() == []
+
+
+def test_failed_self_check_stops_every_model_build(monkeypatch):
+    """(`compat.transformers`: the module object compat imported; transformers replaces its entry in sys.modules
+    when its image-processor Auto class is first imported.)
+    Outside the range the first model runs the self-check; a failure raises, naming what broke, every time."""
+    monkeypatch.setattr(
+        compat, "_policy", {"tested": None, "warned": True, "checked": False, "running": False, "failure": None}
+    )
+    monkeypatch.setattr(compat.transformers, "__version__", "5.99.0")
+
+    def broken(model):
+        raise AssertionError("generate passed the cache as ['kv_cache']")
+
+    monkeypatch.setattr(compat, "_SELF_CHECKS", (("cached generation", broken),))
+    model = RoFormerExtForCausalLM(tiny_config())  # built under from_pretrained's meta device: checked at forward
+    for _ in range(2):
+        with pytest.raises(IncompatibleTransformersError, match=r"self-check failed under transformers 5\.99\.0"):
+            model(torch.tensor([[5, 6, 7]]))
+
+
+def test_passed_self_check_runs_once(monkeypatch):
+    monkeypatch.setattr(
+        compat, "_policy", {"tested": None, "warned": True, "checked": False, "running": False, "failure": None}
+    )
+    monkeypatch.setattr(compat.transformers, "__version__", "5.99.0")
+    calls = []
+    monkeypatch.setattr(compat, "_SELF_CHECKS", (("counted", calls.append),))
+    RoFormerExtForCausalLM(tiny_config())(torch.tensor([[5, 6, 7]]))
+    RoFormerExtModel(tiny_config())(torch.tensor([[5, 6, 7]]))
+    assert len(calls) == 1 and isinstance(calls[0], RoFormerExtForCausalLM)
+
+
+#: A user's machine: only the saved folder's code (roformer_ext is not importable), a transformers release outside
+#: the tested range, maybe one that renamed the cache again. Prints the warnings of our code and the generated ids.
+FUTURE_RELEASE = textwrap.dedent(
     """
-    import sys
+    import json, sys, warnings
     sys.modules["roformer_ext"] = None  # only the folder's code files
-    import transformers
-    transformers.__version__ = sys.argv[2]  # a user's release outside the range
-    transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+    import torch, transformers
+    from transformers import AutoImageProcessor  # (importing it once replaces the module in sys.modules)
+    sys.modules["transformers"].__version__ = transformers.__version__ = sys.argv[2]
+    if sys.argv[3] == "rename":  # a stand-in release whose generate passes the cache under yet another name
+        from transformers.generation.utils import GenerationMixin
+        prepare = GenerationMixin.prepare_inputs_for_generation
+        def renamed(self, *args, **kwargs):
+            inputs = prepare(self, *args, **kwargs)
+            for old in ("cache", "past_key_values"):
+                if old in inputs:
+                    inputs["kv_cache"] = inputs.pop(old)
+            return inputs
+        GenerationMixin.prepare_inputs_for_generation = renamed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+        again = transformers.AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
+        ids = model.generate(torch.tensor([[5, 6, 7, 8]]), max_new_tokens=6, do_sample=False, pad_token_id=0)
+    ours = [str(w.message) for w in caught if "roformer-ext" in str(w.message)]
+    print(json.dumps({"warnings": ours, "ids": ids.tolist()}))
     """
 )
 
 
-def test_remote_code_outside_the_range_fails_loudly(tmp_path):
-    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path / "folder")
+def _run_future_release(tmp_path, version: str, mode: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    env.pop("ROFORMER_EXT_ALLOW_UNTESTED_TRANSFORMERS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOADER, str(tmp_path / "folder"), "9.0.0"],
+    return subprocess.run(
+        [sys.executable, "-c", FUTURE_RELEASE, str(tmp_path / "folder"), version, mode],
         capture_output=True,
         text=True,
         env=env,
+        timeout=300,
     )
+
+
+def _saved_decoder(tmp_path) -> list[list[int]]:
+    torch.manual_seed(0)
+    model = RoFormerExtForCausalLM(tiny_config(initializer_range=0.5)).eval()
+    model.save_pretrained(tmp_path / "folder")
+    return model.generate(torch.tensor([[5, 6, 7, 8]]), max_new_tokens=6, do_sample=False, pad_token_id=0).tolist()
+
+
+def test_saved_folder_runs_under_a_future_release(tmp_path):
+    """A release outside the range that renamed nothing: the folder loads, warns once and generates correctly."""
+    expected = _saved_decoder(tmp_path)
+    done = _run_future_release(tmp_path, "5.31.0", "same")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ids"] == expected
+    assert len(result["warnings"]) == 1 and SUPPORTED_RANGE in result["warnings"][0]
+
+
+def test_saved_folder_stops_under_a_release_that_renames_the_cache_again(tmp_path):
+    """The same folder under a stand-in release whose generate passes the cache as `kv_cache`: the self-check stops
+    the load with an error that names what broke and how to get updated code (not silently wrong generation)."""
+    _saved_decoder(tmp_path)
+    done = _run_future_release(tmp_path, "5.31.0", "rename")
     assert done.returncode != 0
     last_line = done.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("ImportError: roformer-ext supports " + SUPPORTED_RANGE), done.stderr[-2000:]
+    assert "IncompatibleTransformersError: roformer-ext's self-check failed under transformers 5.31.0" in last_line
+    assert "kv_cache" in last_line and "pip install -U roformer-ext" in last_line and "push-code" in last_line
 
 
 def test_import_is_silent():

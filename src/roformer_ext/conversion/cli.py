@@ -25,6 +25,11 @@ junnyu's Hub folders (his `roformer` package: v1, V2 with `use_bias: false` and 
 layer_norm, Sim with a pooler). The kind is detected from config.json and the weight names."""
 
 
+_CODE_REPO_HELP = (
+    "load the code from this Hub code repository (published with `roformer-ext push-code`) instead of carrying copies"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="roformer-ext-convert", description="Convert RoFormer checkpoints into roformer-ext folders."
@@ -45,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="activation of the pooler, which the checkpoint does not record (default: linear for sim, tanh otherwise)",
     )
     original.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    original.add_argument("--code-repo", metavar="OWNER/NAME", help=_CODE_REPO_HELP)
 
     transformers = commands.add_parser(
         "transformers",
@@ -59,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="activation of a pooler (roformer.pooler.dense) when config.json has no pooler_activation",
     )
     transformers.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    transformers.add_argument("--code-repo", metavar="OWNER/NAME", help=_CODE_REPO_HELP)
     return parser
 
 
@@ -89,7 +96,7 @@ def _report_to_stderr() -> Iterator[None]:
 def _recorded_command(args: argparse.Namespace) -> str:
     """The command for the model card: relative paths as given, absolute ones reduced to folder names."""
     options = []
-    for name in ("variant", "pooler_activation"):
+    for name in ("variant", "pooler_activation", "code_repo"):
         if getattr(args, name, None):
             options += [f"--{name.replace('_', '-')}", getattr(args, name)]
     options += ["--force"] if args.force else []
@@ -143,11 +150,17 @@ def _convert(args: argparse.Namespace) -> Path:
             pooler_activation=args.pooler_activation,
             force=args.force,
             command=_recorded_command(args),
+            code_repo=args.code_repo,
         )
     from .from_transformers import convert_transformers_checkpoint
 
     return convert_transformers_checkpoint(
-        args.src, args.out, force=args.force, pooler_activation=args.pooler_activation, command=_recorded_command(args)
+        args.src,
+        args.out,
+        force=args.force,
+        pooler_activation=args.pooler_activation,
+        command=_recorded_command(args),
+        code_repo=args.code_repo,
     )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..hub_code import check_code_repo, share_code, write_compatibility_section
 from . import CheckpointConversionError
 from .files import (
     add_to_safetensors,
@@ -362,14 +363,21 @@ def convert_transformers_checkpoint(
     force: bool = False,
     pooler_activation: str | None = None,
     command: str | None = None,
+    code_repo: str | None = None,
 ) -> Path:
     """Write our folder (config with auto_map, safetensors, code, tokenizer, card) to `out`, atomically.
 
     The tokenizer becomes ours, built from vocab.txt, so the folder no longer needs rjieba and keeps jieba on
     reload; without vocab.txt the folder has no tokenizer and a warning says so. `pooler_activation` is for a
-    pooler whose config.json does not name its activation. `out` may not be, hold or lie inside `src`.
+    pooler whose config.json does not name its activation. `out` may not be, hold or lie inside `src`. With
+    `code_repo` ("owner/name") the folder loads its code from that Hub code repository instead of carrying copies.
     """
     src, out = Path(src), Path(out)
+    if code_repo is not None:
+        try:
+            check_code_repo(code_repo)
+        except ValueError as error:
+            raise CheckpointConversionError(str(error)) from None
     if not src.is_dir():
         raise CheckpointConversionError(f"Source folder {src} does not exist.")
     with output_folder(out, force=force, sources=[src]) as tmp:
@@ -388,6 +396,9 @@ def convert_transformers_checkpoint(
         if command is None:
             command = portable_command("transformers", portable_path(src), portable_path(out))
         (tmp / "README.md").write_text(_model_card(src, model, kind, command), encoding="utf-8")
+        write_compatibility_section(tmp)
+        if code_repo:
+            share_code(tmp, code_repo)
     return out
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hub_code import check_code_repo, share_code, write_compatibility_section
 from . import CheckpointConversionError
 from .files import (
     add_to_safetensors,
@@ -358,6 +359,7 @@ def save_converted(
     shutil.copyfile(vocab_file, folder / "vocab.txt")
     write_sim_files(folder, config, tokenizer)
     (folder / "README.md").write_text(readme, encoding="utf-8")
+    write_compatibility_section(folder)
 
 
 # -------------------------------------------------------------------------------------------- main
@@ -368,6 +370,7 @@ def convert_original_checkpoint(
     pooler_activation: str | None = None,
     force: bool = False,
     command: str | None = None,
+    code_repo: str | None = None,
 ) -> Path:
     """Convert an original RoFormer release folder `src` into a roformer-ext folder `out`; return `out`.
 
@@ -375,9 +378,15 @@ def convert_original_checkpoint(
     defaults to "linear" for RoFormer-Sim and "tanh" for another checkpoint with a pooler. Nothing is left at
     `out` when anything fails; an existing `out` is refused unless `force` (see `output_folder`), and an `out`
     that is, holds or lies inside `src` always. `command` is what the model card records (default: this call
-    as a command line, absolute paths reduced to folder names).
+    as a command line, absolute paths reduced to folder names). With `code_repo` ("owner/name") the folder loads its
+    code from that Hub code repository instead of carrying copies (`roformer_ext.hub_code`).
     """
     src, out = Path(src), Path(out)
+    if code_repo is not None:
+        try:
+            check_code_repo(code_repo)
+        except ValueError as error:
+            raise CheckpointConversionError(str(error)) from None
     if not src.is_dir():
         raise CheckpointConversionError(f"Source folder {src} does not exist.")
     with output_folder(out, force=force, sources=[src]) as tmp:
@@ -396,6 +405,8 @@ def convert_original_checkpoint(
         if command is None:
             command = _command(src, out, variant, pooler_activation, force)
         save_converted(tmp, plan, state, src / "vocab.txt", model_card(src, plan, command))
+        if code_repo:
+            share_code(tmp, code_repo)
     return out
 
 
