@@ -4,7 +4,7 @@ torch and tokenizers that it reaches, decided here once.
 Modeling code reads one name for each thing that moved; this module maps it onto the installed release by looking at
 what the release has (feature detection). A saved folder loaded with `trust_remote_code=True` runs this file under
 whatever transformers the user has, for years: so a release outside the tested range is never refused on its version
-string. It gets one warning naming the tested range, and the first model built runs `self_check()` (milliseconds, a
+string. It gets one warning naming the tested range, and the first forward runs `self_check()` (seconds at most, a
 tiny random model): cached greedy generation equals recomputation, the cache reaches the forward under the name
 `generate` passes, the mask helpers take what we pass, the processor merges its kwargs. Only a failed check stops it
 (`IncompatibleTransformersError`, naming what broke and how to get updated code): never silently wrong, as
@@ -99,7 +99,7 @@ def check_transformers_version(version: str | None = None) -> bool:
             warnings.warn(
                 f"roformer-ext was tested on {SUPPORTED_RANGE}; transformers {version} is installed. It runs, after "
                 "a self-check of cached generation, the cache's name, the mask helpers and the processor on a tiny "
-                f"model when the first model is built. {UPDATE_HINT}",
+                f"model at the first forward. {UPDATE_HINT}",
                 UntestedTransformersWarning,
                 stacklevel=2,
             )
@@ -139,8 +139,8 @@ def _run_self_check() -> None:
 
 
 def self_check() -> list[str]:
-    """The checks a transformers release must pass for this code to run on it, on tiny random models (about a
-    second on 2 CPU cores, mostly `generate`'s own set-up). Returns what failed, one line each; empty when everything holds."""
+    """The checks a transformers release must pass for this code to run on it, on tiny random models (2-4 s on a
+    busy 2-core machine, mostly `generate`'s own set-up). Returns what failed, one line each; empty when everything holds."""
     failures = []
     try:
         model = _tiny_decoder()

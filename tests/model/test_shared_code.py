@@ -79,7 +79,7 @@ def test_checkpoint_loads_its_code_from_the_code_repository_and_gets_updates(tmp
         loaded = json.loads(first.stdout.strip().splitlines()[-1])
         assert loaded["ids"] == expected.tolist() and loaded["mark"] is None
         assert loaded["module"].startswith("transformers_modules.owner.roformer_hyphen_ext.")  # the repo's code
-        assert loaded["tokenizer"].endswith("tokenization_roformer_ext") and loaded["tokens"] == [[2, 4, 5, 3]]
+        assert loaded["tokenizer"].endswith("tokenization_roformer_ext") and loaded["tokens"] == [2, 4, 5, 3]
 
         patched = tmp_path / "patched"  # the maintainer's fixed checkout
         shutil.copytree(PACKAGE, patched, ignore=shutil.ignore_patterns("__pycache__"))
