@@ -110,9 +110,11 @@ def ensure_compatible() -> None:
     """Outside the tested range, run `self_check()` once per process (the base model's forward calls this first: a
     model is built under transformers' meta-device and dtype contexts, a forward is not); raise
     `IncompatibleTransformersError` when it failed, at every forward after that. Inside the range: one lookup."""
+    if torch.compiler.is_compiling():  # traced: nothing to decide here (an eager forward decides it)
+        return
     if _policy["tested"] is None:
         _policy["tested"] = is_tested_release(transformers.__version__)
-    if _policy["tested"] or torch.compiler.is_compiling():
+    if _policy["tested"]:
         return
     with _policy_lock:
         if _policy["running"]:  # the self-check's own tiny models

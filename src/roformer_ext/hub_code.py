@@ -290,6 +290,7 @@ class SharedCodeMixin:
         with tempfile.TemporaryDirectory() as tmp:
             sizes = {"max_shard_size": max_shard_size} if hasattr(self, "state_dict") else {}
             self.save_pretrained(tmp, code_repo=code_repo, **sizes)
+            _keep_the_repos_card(Path(tmp), repo_id, token, revision)
             if tags:
                 card = Path(tmp) / "README.md"
                 card.write_text(_with_tags(card.read_text(encoding="utf-8"), tags), encoding="utf-8")
@@ -315,6 +316,19 @@ class SharedCodeMixin:
                 raise ValueError("code_repo=True needs a loaded folder that points to a code repository; pass its id.")
             return inherited
         return check_code_repo(code_repo)
+
+
+def _keep_the_repos_card(folder: Path, repo_id: str, token: bool | str | None, revision: str | None) -> None:
+    """A repository that has a README.md keeps it (as transformers' own push does), with our section refreshed."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        existing = hf_hub_download(repo_id, "README.md", token=token, revision=revision)
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        return
+    shutil.copyfile(existing, folder / "README.md")
+    write_compatibility_section(folder)
 
 
 def _with_tags(card: str, tags: list[str]) -> str:

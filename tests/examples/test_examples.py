@@ -500,6 +500,25 @@ def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch):
     assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
 
 
+def test_push_with_a_code_repository_uploads_no_code(tmp_path, monkeypatch):
+    """`--code_repo`: the pushed folder's auto_map names the code repository, it carries no code files, and its card
+    says where the code lives and which transformers releases it was tested on."""
+    hub = RecordingHub(monkeypatch)
+    write_reviews_csv(tmp_path / "train.csv", 40)
+    out = tmp_path / "pushed_shared"
+    args = [
+        "--train_file", str(tmp_path / "train.csv"), "--text_column_names", "review", "--label_column_name", "sentiment",
+        "--output_dir", str(out), "--max_train_steps", "2", "--push_to_hub", "--hub_model_id", "someone/shared",
+        "--code_repo", "someone/roformer-ext", "--per_device_train_batch_size", "8", *TINY,
+    ]  # fmt: skip
+    run_in_process(CLASSIFY_LOOP, args, monkeypatch)
+    (upload,) = hub.uploads()
+    assert "model.safetensors" in upload["files"] and not [f for f in upload["files"] if f.endswith(".py")]
+    auto_map = json.loads((out / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModelForSequenceClassification"].startswith("someone/roformer-ext--modeling_roformer_ext.")
+    assert "## Compatibility" in upload["readme"] and "push-code someone/roformer-ext" in upload["readme"]
+
+
 def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_path, monkeypatch):
     """The card's snippet loads the model from where a reader finds it: the Hub repo, or the local folder."""
     hub = RecordingHub(monkeypatch)

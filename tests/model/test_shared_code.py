@@ -38,6 +38,17 @@ LOADER = textwrap.dedent(
 )
 
 
+#: `push_to_hub(repo_id, code_repo=...)` of a model and its tokenizer, with roformer_ext installed.
+PUSHER = textwrap.dedent(
+    """
+    import sys, transformers
+    import roformer_ext
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
+        auto.from_pretrained(sys.argv[1]).push_to_hub(sys.argv[2], code_repo="owner/roformer-ext")
+    """
+)
+
+
 def _env(hub: StandInHub, tmp_path: Path) -> dict:
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_standin"}
     env.update(HF_HOME=str(tmp_path / "hf_home"), HF_MODULES_CACHE=str(tmp_path / "modules"))
@@ -80,6 +91,18 @@ def test_checkpoint_loads_its_code_from_the_code_repository_and_gets_updates(tmp
         assert loaded["ids"] == expected.tolist() and loaded["mark"] is None
         assert loaded["module"].startswith("transformers_modules.owner.roformer_hyphen_ext.")  # the repo's code
         assert loaded["tokenizer"].endswith("tokenization_roformer_ext") and loaded["tokens"] == [2, 4, 5, 3]
+
+        own_card = b"---\nlicense: mit\n---\n# My own card\n"  # a card the repository has: push keeps it
+        hub.repos["owner/tiny-decoder"] = {"commit": "0" * 40, "files": {"README.md": own_card}}
+        pushed = _run([sys.executable, "-c", PUSHER, str(folder), "owner/tiny-decoder"], env)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        files = hub.repos["owner/tiny-decoder"]["files"]
+        assert "model.safetensors" in files and not [name for name in files if name.endswith(".py")]
+        card = files["README.md"].decode()
+        assert card.startswith(own_card.decode()) and card.count("## Compatibility") == 1 and SUPPORTED_RANGE in card
+        from_hub = _run([sys.executable, "-c", LOADER, "owner/tiny-decoder"], env)  # the checkpoint's repo id
+        assert from_hub.returncode == 0, from_hub.stderr[-3000:]
+        assert json.loads(from_hub.stdout.strip().splitlines()[-1])["ids"] == expected.tolist()
 
         patched = tmp_path / "patched"  # the maintainer's fixed checkout
         shutil.copytree(PACKAGE, patched, ignore=shutil.ignore_patterns("__pycache__"))
