@@ -101,7 +101,8 @@ def memory_limit(fraction: float = 0.85) -> Iterator[float]:
 
 
 def release_freed_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so `available_memory_mb` counts them.
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so `available_memory_mb` counts them, and
+    CUDA's cached blocks back to the device (a fresh process on the same GPU needs them).
 
     Without it, a process that once ran a big case (transformers' N² training tensors) keeps that RSS, and the
     memory processes it starts next get a budget that is smaller by that amount.
@@ -110,6 +111,8 @@ def release_freed_memory() -> None:
     import gc
 
     gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # the caching allocator's blocks, which a fresh process on the same GPU needs
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim

@@ -51,7 +51,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_model import SIZES, autocast, make_inputs, mlm_labels  # noqa: E402
+# bench_model imports roformer_ext: the stages import it, after the environment stage has checked that it imports
 from bench_utils import markdown_table, median_seconds, synchronize  # noqa: E402
 
 STAGES = ("environment", "gpu_tests", "packed_varlen", "fused_rotary", "bf16", "benchmark", "run_mlm")
@@ -113,7 +113,7 @@ PLANS = {
         "train_batch": (2, 16),
         "generate": (2, 5, 4),
         "bench_seqs": (16,),
-        "bench": ["--size", "tiny", "--tokens", "32", "--repeats", "1", "--gemm-size", "64"],
+        "bench": ["--size", "tiny", "--tokens", "32", "--repeats", "1", "--gemm-size", "64", "--no-memory"],
         "mlm": ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4",
                 "--intermediate_size", "64", "--vocab_size", "500", "--vocab_min_frequency", "1",
                 "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--max_steps", "2",
@@ -190,6 +190,8 @@ def median_ms(fn: Callable[[], object], device: str, repeats: int = 5) -> float:
 
 
 def model_config(size: str, **overrides):
+    from bench_model import SIZES
+
     from roformer_ext import RoFormerExtConfig
 
     values = dict(SIZES[size], type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -278,6 +280,7 @@ def stage_gpu_tests(ctx: Context) -> None:
 
 def stage_packed_varlen(ctx: Context) -> None:
     """A packed row (DataCollatorWithFlattening, cu_seq_lens) equals the padded batch per sequence; times both."""
+    from bench_model import SIZES
     from transformers import DataCollatorWithFlattening
 
     from roformer_ext import RoFormerExtModel
@@ -328,6 +331,8 @@ def stage_packed_varlen(ctx: Context) -> None:
 
 def stage_fused_rotary(ctx: Context) -> None:
     """liger-kernel's fused rotary against apply_rotary (kernel and whole model); skipped where it cannot run."""
+    from bench_model import make_inputs
+
     from roformer_ext import RoFormerExtModel
     from roformer_ext.fused_rotary import fused_rotary_available, fused_rotate_query_key
     from roformer_ext.rope import FusedHalfPairRotation, HalfPairRotation, apply_rotary
@@ -388,6 +393,8 @@ def stage_fused_rotary(ctx: Context) -> None:
 
 def stage_bf16(ctx: Context) -> None:
     """bf16 autocast training step and bf16 generate against fp32 on the same weights and inputs."""
+    from bench_model import autocast, make_inputs, mlm_labels
+
     from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForMaskedLM
 
     device, tol, failures = ctx.device, ctx.tolerance, []
@@ -402,7 +409,7 @@ def stage_bf16(ctx: Context) -> None:
         with autocast(dtype, device):
             loss = model(**inputs, labels=labels).loss
         loss.backward()
-        grads = torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
+        grads = torch.cat([p.grad.flatten().double() for p in model.parameters() if p.grad is not None])
         optimizer.step()
         with torch.no_grad(), autocast(dtype, device):
             after = model(**inputs, labels=labels).loss
