@@ -71,54 +71,43 @@ TOLERANCES = {
     "same_weights_abs": (1e-3, "benchmark: max |ours - transformers'| encoder output, fp32, same weights"),
 }
 
-#: Per mode: the limit, each stage's budget (s) and the sizes. run_mlm's budget is a minimum: it gets what is left.
+#: Per mode: the limit (s; check.sh's imports come on top), each stage's budget (s) and the sizes. A stage starts only
+#: if its budget fits in what is left; run_mlm's budget is a minimum: it gets all that is left.
+GPU_SIZES = {
+    "size": "small",
+    "packed_lengths": (512, 1200, 37, 2048, 311),
+    "rotary_shape": (8, 12, 512, 64),
+    "train_batch": (8, 512),
+    "mlm_lines": None,
+}
 PLANS = {
     "full": {
-        "limit": 480,
+        **GPU_SIZES, "limit": 450, "generate": (2, 64, 32),
         "budgets": {"environment": 30, "gpu_tests": 90, "packed_varlen": 45, "fused_rotary": 30, "bf16": 45,
                     "benchmark": 180, "run_mlm": 60},
-        "size": "small",
-        "packed_lengths": (512, 1200, 37, 2048, 311),
-        "rotary_shape": (8, 12, 512, 64),
-        "train_batch": (8, 512),
-        "generate": (2, 64, 32),
-        "bench_seqs": (512, 2048, 8192),
-        "bench": ["--size", "base", "--tokens", "16384", "--repeats", "3"],
+        "bench_seqs": (512, 2048, 8192), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "3"],
         "mlm": ["--hidden_size", "768", "--num_hidden_layers", "12", "--num_attention_heads", "12",
                 "--intermediate_size", "3072", "--vocab_size", "8000", "--max_seq_length", "512", "--bf16",
                 "--per_device_train_batch_size", "32", "--max_steps", "200", "--max_eval_samples", "512"],
-        "mlm_lines": None,
     },
     "quick": {
-        "limit": 170,
-        "budgets": {"environment": 10, "gpu_tests": 45, "packed_varlen": 20, "fused_rotary": 15, "bf16": 20,
-                    "benchmark": 60, "run_mlm": 0},
-        "size": "small",
-        "packed_lengths": (512, 1200, 37, 2048, 311),
-        "rotary_shape": (8, 12, 512, 64),
-        "train_batch": (8, 512),
-        "generate": (2, 64, 16),
-        "bench_seqs": (512, 2048),
-        "bench": ["--size", "base", "--tokens", "16384", "--repeats", "2", "--no-memory"],
+        **GPU_SIZES, "limit": 160, "generate": (2, 64, 16),
+        "budgets": {"environment": 10, "gpu_tests": 40, "packed_varlen": 20, "fused_rotary": 15, "bf16": 20,
+                    "benchmark": 55, "run_mlm": 0},
+        "bench_seqs": (512, 2048), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "2", "--no-memory"],
         "mlm": [],
-        "mlm_lines": None,
     },
-    "dry-run": {  # generous: CI machines are shared; the measured time is in the report
-        "limit": 600,
+    "dry-run": {  # generous budgets: CI machines are shared (the time it took is in the report)
+        "limit": 600, "size": "tiny", "packed_lengths": (5, 9, 3, 8), "rotary_shape": (2, 4, 7, 8),
+        "train_batch": (2, 16), "generate": (2, 5, 4), "mlm_lines": 200,
         "budgets": {"environment": 30, "gpu_tests": 120, "packed_varlen": 60, "fused_rotary": 60, "bf16": 60,
                     "benchmark": 150, "run_mlm": 120},
-        "size": "tiny",
-        "packed_lengths": (5, 9, 3, 8),
-        "rotary_shape": (2, 4, 7, 8),
-        "train_batch": (2, 16),
-        "generate": (2, 5, 4),
-        "bench_seqs": (16,),
-        "bench": ["--size", "tiny", "--tokens", "32", "--repeats", "1", "--gemm-size", "64", "--no-memory"],
+        "bench_seqs": (16,), "bench": ["--size", "tiny", "--tokens", "32", "--repeats", "1", "--gemm-size", "64",
+                                       "--no-memory"],
         "mlm": ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4",
                 "--intermediate_size", "64", "--vocab_size", "500", "--vocab_min_frequency", "1",
                 "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--max_steps", "2",
                 "--max_eval_samples", "16"],
-        "mlm_lines": 200,
     },
 }  # fmt: skip
 
@@ -568,11 +557,9 @@ def run_stage(name: str, ctx: Context, report: dict, blocked: str | None) -> dic
     record = {"name": name, "status": "skipped", "seconds": 0.0, "budget_s": plan_budget, "details": {}}
     if blocked:
         return {**record, "reason": blocked}
-    if left < plan_budget or (name == "run_mlm" and left < 1):
-        return {
-            **record,
-            "reason": f"time budget: {left:.0f} s left of {report['limit_s']:.0f} s, stage needs {plan_budget} s",
-        }
+    if left < plan_budget:
+        reason = f"time budget: {left:.0f} s left of {report['limit_s']:.0f} s, stage needs {plan_budget} s"
+        return {**record, "reason": reason}
     ctx.budget = left if name == "run_mlm" else plan_budget  # the pretraining script takes the time left
     ctx.details = record["details"]
     if ctx.device == "cuda" and torch.cuda.is_available():
@@ -620,6 +607,10 @@ def _escaped(text: object) -> object:
     return text.replace("|", "\\|") if isinstance(text, str) else text
 
 
+def _summary(stage: dict) -> str:
+    return _escaped(stage.get("reason") or stage["details"].get("summary", ""))
+
+
 def to_markdown(report: dict) -> str:
     counts = report["counts"]
     lines = [
@@ -630,16 +621,7 @@ def to_markdown(report: dict) -> str:
         "",
         markdown_table(
             ["stage", "status", "seconds", "budget s", "result or reason"],
-            [
-                [
-                    s["name"],
-                    s["status"],
-                    s["seconds"],
-                    s["budget_s"],
-                    _escaped(s.get("reason") or s["details"].get("summary", "")),
-                ]
-                for s in report["stages"]
-            ],
+            [[s["name"], s["status"], s["seconds"], s["budget_s"], _summary(s)] for s in report["stages"]],
         ),
         "",
         "## Tolerances (after --tolerance-scale " + f"{report['tolerance_scale']:g})",
@@ -654,7 +636,7 @@ def to_markdown(report: dict) -> str:
             lines += ["", f"## {stage['name']}", "", "```json", json.dumps(shown, indent=1)[:4000], "```"]
     benchmark = Path(report["out"]) / "bench_model.md"
     if benchmark.exists():
-        lines += ["", "## Benchmark tables (bench_model.md)", "", benchmark.read_text().replace("### ", "### ", 1)]
+        lines += ["", "## Benchmark tables (bench_model.md)", "", benchmark.read_text()]
     lines += ["", f"Command: `{report['command']}`"]
     return "\n".join(lines)
 
