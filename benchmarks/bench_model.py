@@ -20,6 +20,10 @@ builds the model from its config, runs one step (training: two) and reports `ru_
 set of the whole process: Python, torch, weights, optimizer state, activations) and that peak minus the resident
 set just before the first step.
 
+`--device cuda` runs both models on the GPU (timers wait for the kernels; bf16 = torch.autocast on CUDA); peak
+memory is then the CUDA allocator's peak (`torch.cuda.max_memory_allocated`) in each fresh process, and Δ the peak
+minus the memory allocated before the first step. benchmarks/gpu/check.sh runs it so.
+
 `--attention linear` benchmarks our linear attention (RoFormer §3.4.3) instead: bidirectional and causal
 encoders, and our softmax (SDPA) encoder for reference; transformers has no linear attention.
 
@@ -30,6 +34,7 @@ encoders, and our softmax (SDPA) encoder for reference; transformers has no line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import multiprocessing
@@ -50,6 +55,7 @@ from bench_utils import (
     memory_limit,
     peak_rss_mb,
     release_freed_memory,
+    synchronize,
     write_results,
 )
 from transformers import RoFormerConfig, RoFormerForMaskedLM
@@ -95,7 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", nargs="+", choices=["inference", "training"], default=["inference", "training"])
     parser.add_argument("--attention", choices=["softmax", "linear"], default="softmax")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="bf16 = torch.autocast on CPU")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="bf16 = torch.autocast")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(ours)")
     parser.add_argument(
         "--attention-dropout",
@@ -142,9 +149,9 @@ def build_pair(
     return theirs, ours
 
 
-def make_inputs(batch: int, seq: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_inputs(batch: int, seq: int, vocab: int, seed: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, vocab, (batch, seq), generator=generator)
+    input_ids = torch.randint(5, vocab, (batch, seq), generator=generator).to(device)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
 
@@ -152,17 +159,20 @@ def mlm_labels(input_ids: torch.Tensor, seed: int = 0) -> torch.Tensor:
     """15% of positions predicted, the rest ignored (-100), as in MLM pre-training."""
     generator = torch.Generator().manual_seed(seed)
     picked = torch.rand(input_ids.shape, generator=generator) < 0.15
-    return input_ids.masked_fill(~picked, -100)
+    return input_ids.masked_fill(~picked.to(input_ids.device), -100)
 
 
-def autocast(dtype: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+def autocast(dtype: str, device: torch.device | str = "cpu"):
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
 
 def inference_step(encoder: torch.nn.Module, inputs: dict, dtype: str):
+    device = inputs["input_ids"].device
+
     def step() -> None:
-        with torch.inference_mode(), autocast(dtype):
+        with torch.inference_mode(), autocast(dtype, device):
             encoder(**inputs)
+        synchronize(device)
 
     return step
 
@@ -170,19 +180,21 @@ def inference_step(encoder: torch.nn.Module, inputs: dict, dtype: str):
 def training_step(model: torch.nn.Module, inputs: dict, labels: torch.Tensor, dtype: str, sparse: bool = False):
     """sparse: ours with `sparse_prediction` (vocabulary projection on the labelled 15% only), for this step."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    device = inputs["input_ids"].device
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         if sparse:
             model.config.sparse_prediction = True
         try:
-            with autocast(dtype):
+            with autocast(dtype, device):
                 loss = model(**inputs, labels=labels).loss
         finally:
             if sparse:
                 model.config.sparse_prediction = False
         loss.backward()
         optimizer.step()
+        synchronize(device)
 
     return step
 
@@ -218,7 +230,9 @@ def memory_case(spec: dict) -> dict:
     else:
         ours = our_config(config, spec.get("attention", "softmax"), spec.get("causal", False))
         model = RoFormerExtForMaskedLM(ours) if training else RoFormerExtModel(ours, add_pooling_layer=False)
-    inputs = make_inputs(spec["batch"], spec["seq"], config.vocab_size)
+    device = spec.get("device", "cpu")
+    model.to(device)
+    inputs = make_inputs(spec["batch"], spec["seq"], config.vocab_size, device=device)
     if training:
         step = training_step(
             model.train(), inputs, mlm_labels(inputs["input_ids"]), spec["dtype"], sparse=spec.get("sparse", False)
@@ -226,11 +240,27 @@ def memory_case(spec: dict) -> dict:
     else:
         encoder = model.roformer if spec["impl"] == "theirs" else model
         step = inference_step(encoder.eval(), inputs, spec["dtype"])
-    before = current_rss_mb()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() / 2**20
+    else:
+        before = current_rss_mb()
     for _ in range(2 if training else 1):  # training: the 2nd step's activations meet the AdamW state of the 1st
         step()
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+        return {"peak_cuda_mb": peak, "cuda_before_step_mb": before, "step_peak_mb": peak - before}
     peak = peak_rss_mb()
     return {"peak_rss_mb": peak, "rss_before_step_mb": before, "step_peak_mb": peak - before}
+
+
+#: The peak each device's memory cases report: the whole process's resident set, or the CUDA allocator's peak.
+PEAK_FIELD = {"cpu": "peak_rss_mb", "cuda": "peak_cuda_mb"}
+
+
+def address_space_limit(device: str) -> contextlib.AbstractContextManager:
+    """`memory_limit` on CPU; none on CUDA (its driver reserves far more address space than it uses)."""
+    return memory_limit() if device == "cpu" else contextlib.nullcontext(None)
 
 
 _MEMORY_PRELOAD = ["torch", "transformers.models.roformer.modeling_roformer", "roformer_ext"]
@@ -249,7 +279,7 @@ def _memory_processes() -> multiprocessing.context.BaseContext:
 
 
 def _memory_child(spec: dict, connection) -> None:
-    with memory_limit() as budget_mb:
+    with address_space_limit(spec.get("device", "cpu")) as budget_mb:
         try:
             result = memory_case(spec)
         except (MemoryError, RuntimeError) as error:
@@ -311,9 +341,11 @@ def memory_cases(args: argparse.Namespace, seq: int, batch: int, mode: str) -> d
             "dtype": args.dtype,
             "sparse": impl.endswith("_sparse"),
             "attention_dropout": args.attention_dropout,
+            "device": args.device,
         }
         row[f"{impl}_memory"] = measure_memory(spec)
-    row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get("peak_rss_mb") for impl in ("ours", "theirs")))
+    peak = PEAK_FIELD[args.device]
+    row["memory_ratio"] = ratio(*(row[f"{impl}_memory"].get(peak) for impl in ("ours", "theirs")))
     return row
 
 
@@ -330,8 +362,9 @@ def compare_memory(args: argparse.Namespace, seqs: list[int], save: Callable[[li
 
 def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[list[dict], dict], None]) -> None:
     theirs, ours = build_pair(args.size, max(seqs), args.attention_dropout)
+    theirs, ours = theirs.to(args.device), ours.to(args.device)
     config = ours.config
-    check = make_inputs(2, min(seqs), config.vocab_size)
+    check = make_inputs(2, min(seqs), config.vocab_size, device=args.device)
     with torch.inference_mode():
         diff = theirs.roformer.eval()(**check).last_hidden_state - ours.roformer.eval()(**check).last_hidden_state
     checks = {"max_abs_diff_encoder": diff.abs().max().item()}
@@ -341,7 +374,7 @@ def compare_softmax(args: argparse.Namespace, seqs: list[int], save: Callable[[l
     rows = []
     for seq in seqs:
         batch = max(1, args.tokens // seq)
-        inputs = make_inputs(batch, seq, config.vocab_size)
+        inputs = make_inputs(batch, seq, config.vocab_size, device=args.device)
         labels = mlm_labels(inputs["input_ids"])
         for mode in args.modes:
             training = mode == "training"
@@ -391,11 +424,12 @@ def compare_linear(args: argparse.Namespace, seqs: list[int], save: Callable[[li
     encoders = {}
     for name, (attention, causal) in variants.items():
         torch.manual_seed(0)
-        encoders[name] = RoFormerExtModel(our_config(config, attention, causal), add_pooling_layer=False).eval()
+        encoder = RoFormerExtModel(our_config(config, attention, causal), add_pooling_layer=False)
+        encoders[name] = encoder.to(args.device).eval()
     rows = []
     for seq in seqs:
         batch = max(1, args.tokens // seq)
-        inputs = make_inputs(batch, seq, config.vocab_size)
+        inputs = make_inputs(batch, seq, config.vocab_size, device=args.device)
         print(f"seq {seq} batch {batch} linear ...", file=sys.stderr, flush=True)
         steps = {name: inference_step(encoder, inputs, args.dtype) for name, encoder in encoders.items()}
         seconds = interleaved_medians(steps, args.repeats)
@@ -420,6 +454,7 @@ def compare_linear(args: argparse.Namespace, seqs: list[int], save: Callable[[li
                     "dtype": args.dtype,
                     "attention": attention,
                     "causal": causal,
+                    "device": args.device,
                 }
                 row[f"{name}_memory"] = measure_memory(spec)
         rows.append(row)
@@ -436,13 +471,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "config": SIZES[args.size],
         "attention": args.attention,
         "dtype": args.dtype,
+        "device": args.device,
         "tokens_per_step": args.tokens,
         "repeats": args.repeats,
         "compile": args.compile,
         "attention_dropout": args.attention_dropout,
         "memory_only": args.memory_only,
         "gemm_size": args.gemm_size,
-        "gemm_gflops": {name: gemm_gflops(args.gemm_size, dtype) for name, dtype in DTYPES.items()},
+        "gemm_gflops": {name: gemm_gflops(args.gemm_size, dtype, device=args.device) for name, dtype in DTYPES.items()},
         "results": [],
     }
     stem = "bench_model_linear" if args.attention == "linear" else "bench_model"
@@ -451,7 +487,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         result.update(checks, results=rows, load_average_after=load_average())
         write_results(args.out, stem, result, to_markdown(result))
 
-    with memory_limit() as budget_mb:
+    with address_space_limit(args.device) as budget_mb:
         result["memory_budget_mb"] = budget_mb
         if args.attention == "linear":
             compare_linear(args, seqs, save)
@@ -470,6 +506,10 @@ def _mem(row: dict, key: str, field: str = "peak_rss_mb") -> float | str | None:
     return memory.get(field)
 
 
+def _peak(result: dict) -> str:
+    return PEAK_FIELD[result.get("device", "cpu")]
+
+
 def _percent(gflops: float | None, peak: float) -> float | None:
     return None if gflops is None else 100 * gflops / peak
 
@@ -477,11 +517,11 @@ def _percent(gflops: float | None, peak: float) -> float | None:
 MEMORY_HEADER = ["transformers peak MB", "ours peak MB", "memory ratio", "transformers Δ MB", "ours Δ MB"]
 
 
-def memory_cells(row: dict, sparse: bool) -> list:
-    """The MEMORY_HEADER columns of one row (plus "sparse Δ MB" when `sparse`)."""
+def memory_cells(row: dict, sparse: bool, peak: str = "peak_rss_mb") -> list:
+    """The MEMORY_HEADER columns of one row (plus "sparse Δ MB" when `sparse`); `peak`: the field of PEAK_FIELD."""
     cells = [
-        _mem(row, "theirs_memory"),
-        _mem(row, "ours_memory"),
+        _mem(row, "theirs_memory", peak),
+        _mem(row, "ours_memory", peak),
         row.get("memory_ratio"),
         _mem(row, "theirs_memory", "step_peak_mb"),
         _mem(row, "ours_memory", "step_peak_mb"),
@@ -508,7 +548,7 @@ def softmax_markdown(result: dict) -> str:
             line = [r["seq"], r["batch"], r["theirs_ms"], r["ours_ms"], r["speedup"]]
             line += [r["ours_compiled_ms"], r["compiled_speedup"]] if compiled else []
             line += [r["ours_sparse_ms"], r["sparse_speedup"]] if sparse else []
-            line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), *memory_cells(r, sparse)]
+            line += [r["ours_gflops"], _percent(r["ours_gflops"], fp32), *memory_cells(r, sparse, _peak(result))]
             table.append(line)
         what = "encoder forward" if mode == "inference" else "MLM forward with labels + backward + AdamW step"
         parts.append(f"#### {mode.capitalize()} ({what})\n\n" + markdown_table(header, table))
@@ -517,7 +557,7 @@ def softmax_markdown(result: dict) -> str:
 
 def memory_markdown(result: dict) -> str:
     header = ["seq", "batch", "mode", *MEMORY_HEADER, "sparse Δ MB"]
-    table = [[r["seq"], r["batch"], r["mode"], *memory_cells(r, sparse=True)] for r in result["results"]]
+    table = [[r["seq"], r["batch"], r["mode"], *memory_cells(r, True, _peak(result))] for r in result["results"]]
     return "#### Peak memory only (each case in a fresh process)\n\n" + markdown_table(header, table)
 
 
@@ -566,7 +606,8 @@ def to_markdown(result: dict) -> str:
         f"### {'Linear attention' if result['attention'] == 'linear' else 'transformers RoFormer vs ours'}: "
         f"{result['size']} (hidden {config['hidden_size']}, {config['num_hidden_layers']} layers, "
         f"{config['num_attention_heads']} heads, vocab {config['vocab_size']}), {result['dtype']}, "
-        f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}"
+        + (f"{result['device']}, " if result.get("device", "cpu") != "cpu" else "")
+        + f"batch = max(1, {result['tokens_per_step']} // seq), median of {result['repeats']}"
         + (f", attention dropout {result['attention_dropout']:g}" if result.get("attention_dropout") else "")
     )
     if result["attention"] == "linear":
@@ -575,8 +616,14 @@ def to_markdown(result: dict) -> str:
         body = memory_markdown(result) if result.get("memory_only") else softmax_markdown(result)
     notes = (
         f"GEMM rate measured in this run ({result['gemm_size']}² matmul): fp32 {gemm['fp32']:.0f} GFLOP/s, "
-        f"bf16 {gemm['bf16']:.0f} GFLOP/s. Peak MB = ru_maxrss of a fresh process running that case "
-        "(whole process); Δ = peak − RSS before the first step."
+        f"bf16 {gemm['bf16']:.0f} GFLOP/s. "
+        + (
+            "Peak MB = torch.cuda.max_memory_allocated of a fresh process running that case; Δ = peak − CUDA memory "
+            "allocated before the first step."
+            if result.get("device") == "cuda"
+            else "Peak MB = ru_maxrss of a fresh process running that case (whole process); Δ = peak − RSS before "
+            "the first step."
+        )
     )
     if "max_abs_diff_encoder" in result:
         notes += f" Same weights: encoder outputs differ by at most {result['max_abs_diff_encoder']:.1e}."

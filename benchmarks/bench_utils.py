@@ -56,6 +56,8 @@ def interleaved_times(
                 if not isinstance(error, MemoryError) and "allocate" not in str(error):
                     raise
                 failed[name] = "out of memory"
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()  # the failed step's blocks, for the functions still running
                 continue
             if round_index >= warmup:
                 times[name].append(time.perf_counter() - start)
@@ -99,7 +101,8 @@ def memory_limit(fraction: float = 0.85) -> Iterator[float]:
 
 
 def release_freed_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so `available_memory_mb` counts them.
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so `available_memory_mb` counts them, and
+    CUDA's cached blocks back to the device (a fresh process on the same GPU needs them).
 
     Without it, a process that once ran a big case (transformers' N² training tensors) keeps that RSS, and the
     memory processes it starts next get a budget that is smaller by that amount.
@@ -108,18 +111,31 @@ def release_freed_memory() -> None:
     import gc
 
     gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # the caching allocator's blocks, which a fresh process on the same GPU needs
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
         pass
 
 
-def gemm_gflops(size: int, dtype: torch.dtype, repeats: int = 3) -> float:
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued kernels: CUDA calls return before the work is done, so timers must wait."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_gflops(size: int, dtype: torch.dtype, repeats: int = 3, device: str = "cpu") -> float:
     """Measured GFLOP/s of one square `torch.matmul` of `size`: the machine's practical ceiling for this dtype."""
     generator = torch.Generator().manual_seed(0)
-    a = torch.randn(size, size, generator=generator).to(dtype)
-    b = torch.randn(size, size, generator=generator).to(dtype)
-    seconds = median_seconds(lambda: torch.matmul(a, b), repeats)
+    a = torch.randn(size, size, generator=generator).to(device, dtype)
+    b = torch.randn(size, size, generator=generator).to(device, dtype)
+
+    def product() -> None:
+        torch.matmul(a, b)
+        synchronize(device)
+
+    seconds = median_seconds(product, repeats)
     return 2 * size**3 / seconds / 1e9
 
 
@@ -155,6 +171,8 @@ def machine_info(script: str, argv: list[str]) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "command": " ".join(["python", f"benchmarks/{script}", *argv]),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cuda": torch.version.cuda,
     }
 
 
@@ -197,8 +215,9 @@ def write_results(out_dir: str | Path, stem: str, payload: dict, markdown: str) 
 
 
 def machine_markdown(info: dict, load_before: list[float], load_after: list[float]) -> str:
+    gpu = f"GPU: {info['gpu']} (CUDA {info['cuda']}). " if info.get("gpu") else ""
     return (
-        f"Machine: {info['cpu']}, {info['cpu_count']} CPUs ({info['cpu_capability']}), torch {info['torch']} "
+        gpu + f"Machine: {info['cpu']}, {info['cpu_count']} CPUs ({info['cpu_capability']}), torch {info['torch']} "
         f"({info['torch_threads']} threads), transformers {info['transformers']}, Python {info['python']}. "
         f"Load average (1/5/15 min) before: {load_before}, after: {load_after}.\n\n"
         f"Command: `{info['command']}`"
