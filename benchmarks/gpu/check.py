@@ -232,6 +232,13 @@ def stage_environment(ctx: Context) -> None:
             f"roformer_ext does not import: {error} (carry supported wheels: benchmarks/gpu/fetch_wheels.sh, "
             "then check.sh --wheels .whl)"
         ) from error
+    from roformer_ext.compat import is_tested_release, self_check
+
+    details["transformers_tested"] = is_tested_release(transformers.__version__)
+    if not details["transformers_tested"]:  # outside the tested range: the self-check a model runs at its first forward
+        failures = self_check()
+        if failures:
+            raise CheckFailed(f"roformer_ext's self-check fails on this transformers: {'; '.join(failures)}")
     location = Path(roformer_ext.__file__).resolve()
     if not location.is_relative_to(REPO / "src"):
         raise CheckFailed(f"roformer_ext comes from {location}, not this working tree: set PYTHONPATH=src")
