@@ -154,8 +154,8 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
 
         A prompt (nothing cached) is laid out from its placeholders and grids, and its delta (next text position −
         real tokens) is kept on the cache; each later token continues at its index among real tokens (the 2D
-        `position_ids` that `generate` passes) + that delta. Packed rows (`cu_seq_lens`, the caller's `cu_seq_lens_q`)
-        lay out each sequence alone.
+        `position_ids` that `generate` passes) + that delta. Packed rows (`cu_seq_lens` of the forward's one packed
+        description, whichever input gave the boundaries) lay out each sequence alone.
         """
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
@@ -217,7 +217,12 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         """
         check_token_inputs(input_ids, inputs_embeds)
         cache = self.prepare_cache(cache, use_cache, kwargs.get("encoder_hidden_states"))
-        decoding = cache is not None and self_attention_cache(cache).get_seq_length() > 0
+        past_length = self_attention_cache(cache).get_seq_length() if cache is not None else 0
+        decoding = past_length > 0
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        # the one packed description (a pooling head's, handed down as `packed_batch`, or made here): the layout
+        # and the attention read the same sequence boundaries
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
         if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
             inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
         elif inputs_embeds is None:
@@ -238,7 +243,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
-            kwargs.get("cu_seq_lens_q"),
+            packed.cu_seq_lens if packed is not None else None,
         )
         return super().forward(
             inputs_embeds=inputs_embeds,
@@ -247,6 +252,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             position_ids=position_ids,
             cache=cache,
             use_cache=use_cache,
+            packed_batch=packed,
             **kwargs,
         )
 
