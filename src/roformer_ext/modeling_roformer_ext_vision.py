@@ -223,6 +223,13 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         # the one packed description (a pooling head's, handed down as `packed_batch`, or made here): the layout
         # and the attention read the same sequence boundaries
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
+        if decoding and input_ids is not None:
+            # A later turn of a conversation may come with the conversation's pixels: those images are already in the
+            # cache. As Qwen2-VL, patches are written only where the current tokens hold placeholders.
+            if pixel_values is not None and not bool((input_ids == self.config.image_token_id).any()):
+                pixel_values, image_grid_thw = None, None
+            if pixel_values_videos is not None and not bool((input_ids == self.config.video_token_id).any()):
+                pixel_values_videos, video_grid_thw = None, None
         if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
             inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
         elif inputs_embeds is None:

@@ -5,6 +5,8 @@ by ~1e-6, under the 1e-5 tolerances. These models use initializer_range 1.0, and
 positions of its defect move the compared output far beyond its tolerance, so the test can see the defect.
 """
 
+import copy
+
 import pytest
 import torch
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
@@ -14,6 +16,7 @@ from roformer_ext import (
     RoFormerExtVisionTextForCausalLM,
     RoFormerExtVisionTextForSequenceClassification,
 )
+from roformer_ext.compat import CACHE, output_cache
 from roformer_ext.modeling_roformer_ext_vision import expand_vision_inputs
 from roformer_ext.positions import build_position_ids
 
@@ -128,10 +131,10 @@ def test_generate_with_return_sequences_gives_each_copy_its_own_prompts_patches(
     out = model.generate(**batch, num_return_sequences=2, **kwargs)
     for row, part in enumerate(parts):
         single = model.generate(**alone(part), **kwargs)
-        for copy in (2 * row, 2 * row + 1):
-            assert torch.equal(out.sequences[copy], single.sequences[0])
+        for index in (2 * row, 2 * row + 1):
+            assert torch.equal(out.sequences[index], single.sequences[0])
             for step, step_alone in zip(out.logits, single.logits):
-                torch.testing.assert_close(step[copy], step_alone[0], atol=1e-4, rtol=0)
+                torch.testing.assert_close(step[index], step_alone[0], atol=1e-4, rtol=0)
 
     # The model sees the defect: the first prompt with its patches in the row-by-row order moves the logits far.
     wrong = dict(alone(parts[0]), pixel_values=batch["pixel_values"].repeat_interleave(2, dim=0)[:6])
@@ -178,3 +181,29 @@ def test_expand_vision_inputs_repeats_each_prompts_images_and_videos_as_a_group(
     assert out["second_per_grid_ts"].tolist() == [0.5, 0.5, 2.0, 2.0]
     with pytest.raises(ValueError, match="do not match whole image_grid_thw entries"):
         expand_vision_inputs(ids[:, 1:], config, 2, inputs)
+
+
+def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_them():
+    """Defect (issue #31, 5): a second chat turn given the cache and the conversation's pixel_values raised "The text
+    has 0 image placeholder tokens": the image is in the cache and the new tokens hold no placeholder. As Qwen2-VL,
+    the patches are written only where the current tokens hold placeholders; the turn then equals the call without
+    pixels and a recomputation of the whole conversation (float64, position-sensitive model)."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(sensitive_config()).double().eval()
+    part = image_prompt(torch.Generator().manual_seed(3), 3, (1, 2, 3))
+    first_turn = dict(alone(part), pixel_values=part["pixels"].double())
+    kwargs = dict(GENERATE, do_sample=False, output_logits=True)
+    turn1 = model.generate(**first_turn, **kwargs)
+    conversation = torch.cat([turn1.sequences, torch.tensor([[11, 12, 13]])], dim=1)
+    pixels = {key: first_turn[key] for key in ("pixel_values", "image_grid_thw")}
+    cache = output_cache(turn1)
+
+    def second_turn(**extra):
+        return model.generate(input_ids=conversation, **{CACHE: copy.deepcopy(cache)}, **extra, **kwargs)
+
+    with_pixels, without = second_turn(**pixels), second_turn()
+    recomputed = model.generate(input_ids=conversation, **pixels, use_cache=False, **kwargs)
+    for other in (without, recomputed):
+        assert torch.equal(with_pixels.sequences, other.sequences)
+        for step, step_other in zip(with_pixels.logits, other.logits):
+            torch.testing.assert_close(step, step_other, atol=1e-8, rtol=0)
