@@ -91,10 +91,24 @@ def test_what_cannot_be_exported_says_what_to_do(tmp_path):
         export_onnx(RoFormerExtModel(tiny_config()), tmp_path / "x.onnx", task="sentence-embedding")
     with pytest.raises(ValueError, match="serves task 'fill-mask'"):
         export_onnx(RoFormerExtForMaskedLM(tiny_config()), tmp_path / "x.onnx", task="sequence-classification")
-    with pytest.raises(SystemExit):
-        cli(["export", str(tmp_path / "missing"), str(tmp_path / "out")])
     with pytest.raises(FileNotFoundError, match="roformer-ext export .* --int8"):
         OnnxModel.from_pretrained(tmp_path, file_name="model_int8.onnx")
+
+
+def test_export_of_a_missing_folder_says_the_folder_does_not_exist(tmp_path, monkeypatch, capsys):
+    """Defect (issue #31, 3): exporting a missing folder answered "Repo id must be ..." or "couldn't connect to
+    huggingface.co" (transformers read the path as a Hub id). One line naming the folder, exit status 1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    for model_dir, state in [(str(tmp_path / "missing"), "does not exist"), ("missing", "does not exist"),
+                             ("a-file", "is a file")]:  # fmt: skip
+        with pytest.raises(SystemExit) as error:
+            cli(["export", model_dir, str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert error.value.code == 1 and err.count("\n") == 1, err
+        assert f"Model folder '{model_dir}' {state}" in err
+        assert "Repo id" not in err and "huggingface.co" not in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
