@@ -1236,10 +1236,12 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
             **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
+        # Padding holds no answer: its logits are the dtype's minimum, padded or packed, so both give the same loss
+        # (and a span search never picks a pad).
+        hidden = torch.finfo(logits.dtype).min
+        if attention_mask is not None and attention_mask.dim() == 2:
+            logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
         if packed is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
-            hidden = torch.finfo(logits.dtype).min
-            if attention_mask is not None and attention_mask.dim() == 2:  # padding at the end of packed rows
-                logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
             logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=hidden)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None

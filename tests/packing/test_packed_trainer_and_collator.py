@@ -32,3 +32,22 @@ def test_collator_checks_every_feature_for_a_label():
     mixed_names = collate([{"input_ids": seqs[0], "labels": 2}, {"input_ids": seqs[1], "label": 1}])
     assert mixed_names["labels"].tolist() == [2, 1]
     assert "labels" not in collate([{"input_ids": s} for s in seqs])  # prediction: no labels at all
+
+
+def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
+    """Defect (issue #31, 9): packed question answering set padding logits to the dtype's minimum while the padded
+    path kept the pads' logits, so the losses differed (1.05 vs 1.79). Both mask the padding now: same loss, same
+    start / end logits at the real tokens, and the pads' logits at the minimum in both."""
+    model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
+    seqs = sequences(5)
+    input_ids, attention_mask = padded(seqs)
+    starts, ends = torch.tensor([1, 4, 0, 2]), torch.tensor([3, 8, 2, 7])
+    with torch.no_grad():
+        ref = model(input_ids, attention_mask=attention_mask, start_positions=starts, end_positions=ends)
+        out = model(**packed(seqs), start_positions=starts, end_positions=ends)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=0, atol=ATOL)
+    lowest = torch.finfo(ref.start_logits.dtype).min
+    for logits, ref_logits in ((out.start_logits, ref.start_logits), (out.end_logits, ref.end_logits)):
+        for row, length in enumerate(LENGTHS):
+            torch.testing.assert_close(logits[row, :length], ref_logits[row, :length], rtol=0, atol=ATOL)
+            assert (logits[row, length:] == lowest).all() and (ref_logits[row, length:] == lowest).all()
