@@ -51,3 +51,40 @@ def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
         for row, length in enumerate(LENGTHS):
             torch.testing.assert_close(logits[row, :length], ref_logits[row, :length], rtol=0, atol=ATOL)
             assert (logits[row, length:] == lowest).all() and (ref_logits[row, length:] == lowest).all()
+
+
+def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_path):
+    """Defect (issue #31, 6): with include_for_metrics=["inputs"], PaddingFreeTrainer gave compute_metrics the packed
+    inputs ((batches, total)) beside per-sequence predictions and labels ((sequences, ...)): their rows did not line
+    up. The inputs come per sequence too, row i holding sequence i's tokens (then -100 padding)."""
+    torch.manual_seed(0)
+    model = RoFormerExtForSequenceClassification(tiny_config(num_labels=3))
+    generator = torch.Generator().manual_seed(3)
+    lengths = [5, 9, 3, 8, 6, 4, 7, 2, 9, 5, 3]
+    data = [
+        {"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
+        for i, n in enumerate(lengths)
+    ]
+    seen = {}
+
+    def compute_metrics(prediction):
+        seen.update(inputs=prediction.inputs, predictions=prediction.predictions, labels=prediction.label_ids)
+        return {}
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=4, include_for_metrics=["inputs"], report_to=[],
+        use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = PaddingFreeTrainer(
+        model=model,
+        args=args,
+        eval_dataset=data,
+        data_collator=DataCollatorForPackedClassification(),
+        compute_metrics=compute_metrics,
+    )
+    trainer.evaluate()
+    assert seen["inputs"].shape == (len(data), max(lengths))
+    assert seen["predictions"].shape == (len(data), 3) and seen["labels"].tolist() == [d["label"] for d in data]
+    for row, feature in zip(seen["inputs"].tolist(), data):
+        length = len(feature["input_ids"])
+        assert row[:length] == feature["input_ids"] and all(t == -100 for t in row[length:])
