@@ -52,6 +52,29 @@ def test_classifier_equals_pytorch_beyond_the_export_length(classifier_onnx, bat
     np.testing.assert_allclose(onnx_model(input_ids.numpy())["logits"], expected, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("encoding", ["learned", "tupe"])
+def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
+    """Defect (issue #31, 2): `learned` and `tupe` did not export (torch.export stopped at the host-side check of the
+    largest position against the table, `int(position_ids.max())`). The check runs in eager calls only; the graph
+    equals PyTorch at and beyond the export length, and a row past the table stops in ONNX Runtime (never wraps)."""
+    torch.manual_seed(0)
+    config = tiny_config(num_labels=3, position_encoding=encoding, max_position_embeddings=64)
+    model = RoFormerExtForSequenceClassification(config).eval()
+    path = export_onnx(model, tmp_path / f"{encoding}.onnx", example_length=EXPORT_LENGTH)
+    onnx_model = OnnxModel(path)
+    for batch, length in [(1, EXPORT_LENGTH), (3, 40)]:
+        input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
+        with torch.no_grad():
+            expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.numpy()
+        logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
+    too_long = random_inputs(batch=1, seq=70, seed=1)
+    with pytest.raises(Exception, match="out of data bounds"):
+        onnx_model(*too_long)
+    with pytest.raises(ValueError, match="max_position_embeddings"):  # eager PyTorch still says it clearly
+        model(too_long[0])
+
+
 def test_int8_files_run_and_stay_near(classifier_onnx, tmp_path):
     model, path = classifier_onnx
     int8 = quantize_onnx(path, tmp_path / "classifier_int8.onnx")
