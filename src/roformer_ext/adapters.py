@@ -5,13 +5,14 @@ Every roformer-ext text and vision-text model has the same `nn.Linear` names in 
 
 | family | module names (PEFT `target_modules`) |
 | --- | --- |
-| attention q / k / v | `query`, `key`, `value` (also the cross-attention's, in a decoder with `add_cross_attention`) |
+| attention q / k / v | `attention.query`, `attention.key`, `attention.value` and the cross-attention's `crossattention.query`, `crossattention.key`, `crossattention.value` (a decoder with `add_cross_attention`) |
 | attention output | `attention.output` |
 | feed-forward | `feed_forward.intermediate`, `feed_forward.output` |
 | heads (trained in full, PEFT `modules_to_save`) | `classifier` (sequence / token classification), `qa_outputs` (question answering), `lm_head` (masked / causal LM), `pooler` (the Sim embedding) |
 
 Never target a bare `output`: PEFT matches a name by suffix, and `output` is both the attention output and the
-feed-forward output (BERT recipes that say `output.dense` catch both too).
+feed-forward output (BERT recipes that say `output.dense` catch both too). A bare `query` / `key` has the same trap:
+TUPE's position projections are `roformer.position_encoding.query` / `.key`, which are no attention projections.
 
 PEFT fills `target_modules` from its own table, keyed by `model_type`, when a `LoraConfig` leaves them out. It
 offers no public way to add a model type to that table (peft 0.21: `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
@@ -27,7 +28,14 @@ from typing import Any
 
 #: The LoRA targets of each family of linear layers (PEFT suffix names, see the module docstring).
 LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
-    "attention": ("query", "key", "value"),
+    "attention": (
+        "attention.query",
+        "attention.key",
+        "attention.value",
+        "crossattention.query",
+        "crossattention.key",
+        "crossattention.value",
+    ),
     "attention_output": ("attention.output",),
     "feed_forward": ("feed_forward.intermediate", "feed_forward.output"),
 }

@@ -160,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .plotting import plot_long_range_decay, plot_positions
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        parser.exit(1, f"roformer-ext plot: --out {out} is a file; give a folder (it is created if missing).\n")
     try:
         written = [
             plot_positions(out / "positions.png", args.text_before, args.image_rows, args.image_cols, args.text_after),
@@ -167,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     except ImportError as error:  # matplotlib missing: say what to install, without a traceback
         parser.exit(1, f"roformer-ext plot: {error}\n")
+    except OSError as error:  # a folder that cannot be made or written (a file on the way, permissions)
+        parser.exit(1, f"roformer-ext plot: cannot write into --out {out}: {error}\n")
     for path in written:
         print(path)
     return 0

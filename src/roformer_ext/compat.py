@@ -342,6 +342,9 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.generation.utils:GenerationMixin._update_model_kwargs_for_generation": (
         "override, call - parent_update_model_kwargs_for_generation"
     ),
+    "transformers.generation.utils:GenerationMixin._expand_inputs_for_generation": (
+        "override, call - parent_expand_inputs_for_generation: per-prompt images for beams / return sequences"
+    ),
     "transformers.models.t5.modeling_t5:T5Attention._relative_position_bucket": "call - relative_position_bucket",
     "transformers.trainer:Trainer._get_eval_sampler": "override: evaluation in the packed order",
     # transformers: tokenizers and processors
@@ -413,6 +416,11 @@ def parent_init_weights(parent, module: nn.Module) -> None:
 def parent_update_model_kwargs_for_generation(parent, outputs, model_kwargs: dict, **kwargs) -> dict:
     """`super()._update_model_kwargs_for_generation(...)` (`parent` is the caller's `super()`)."""
     return parent._update_model_kwargs_for_generation(outputs, model_kwargs, **kwargs)
+
+
+def parent_expand_inputs_for_generation(parent, expand_size: int, is_encoder_decoder: bool, input_ids, **kwargs):
+    """`super()._expand_inputs_for_generation(...)`: `generate`'s repeat of each prompt for beams and return sequences."""
+    return parent._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **kwargs)
 
 
 def parent_encode_plus(parent, *args, **kwargs):

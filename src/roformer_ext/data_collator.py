@@ -67,14 +67,28 @@ class DataCollatorForPackedClassification:
             if batch["token_type_ids"].shape != batch["input_ids"].shape:
                 raise ValueError("token_type_ids must have one entry per input id in every feature.")
         batch.update(_packing_fields(lengths))
-        names = [name for name in ("labels", "label") if name in features[0]]
-        if names:
-            labels = [feature[names[0]] for feature in features]
+        labels = [_label_of(feature, index) for index, feature in enumerate(features)]
+        unlabelled = [index for index, label in enumerate(labels) if label is None]
+        if unlabelled and len(unlabelled) < len(labels):  # every label or none: a mix would misalign the rows
+            raise ValueError(
+                f"Features {unlabelled} have no label ('label' or 'labels') while the others have one: a packed batch "
+                "takes one label per sequence, for all of them (training, evaluation) or none (prediction). Label "
+                "every feature, or drop the labels of all."
+            )
+        if not unlabelled:
             labels = [v.tolist() if isinstance(v, torch.Tensor) else v for v in labels]
             # regression values and multi-label targets (one 0/1 per class) are float, as transformers' losses take
             real = any(isinstance(v, (float, list, tuple)) for v in labels)
             batch["labels"] = torch.tensor(labels, dtype=torch.float if real else torch.long)
         return batch
+
+
+def _label_of(feature: dict[str, Any], index: int) -> Any:
+    """A feature's class label under `labels` or `label` (None: no label); both at once is ambiguous."""
+    given = [name for name in ("labels", "label") if feature.get(name) is not None]
+    if len(given) > 1:
+        raise ValueError(f"Feature {index} has both 'label' and 'labels'; give its class label under one name.")
+    return feature[given[0]] if given else None
 
 
 class FlattenPaddedBatch:

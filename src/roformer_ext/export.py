@@ -319,6 +319,12 @@ def export_folder(
 
     from . import RoFormerExtConfig  # noqa: F401  (registers the Auto classes)
 
+    if not Path(model_dir).is_dir():  # else transformers reads the path as a Hub repo id and says so
+        state = "is a file" if Path(model_dir).exists() else "does not exist"
+        raise FileNotFoundError(
+            f"Model folder {str(model_dir)!r} {state}; give a saved roformer-ext folder (save_pretrained, a "
+            "converter's or an example's output)."
+        )
     config = AutoConfig.from_pretrained(model_dir)
     if task is None:
         task = (

@@ -646,28 +646,47 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         mask: torch.Tensor | None,
         cache: Cache | None,
         past_length: int,
+        attention_mask: torch.Tensor | None = None,
     ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None, RelativeScores | None]:
         """The position encoding asked once per forward for what the layers need: RoPE's (cos, sin); a relative term
         (Shaw, T5, ALiBi), joined into the mask when every layer shares it on eager / sdpa, else the per-forward
-        `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores)."""
+        `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores).
+        `attention_mask`: the caller's mask, which numbers the cached keys (`key_positions`)."""
         flex = attn_implementation(self.config) == "flex_attention"
-        terms = self.position_encoding.attention_terms(
-            embeddings, position_ids, functools.partial(self.key_positions, position_ids[0], cache, past_length), flex
-        )
+        keys = functools.partial(self.key_positions, position_ids[0], cache, past_length, attention_mask)
+        terms = self.position_encoding.attention_terms(embeddings, position_ids, keys, flex)
         if terms.shared_bias is not None or terms.relative_scores is not None:
             check_backend_takes_scores(self.config)
         if terms.shared_bias is not None:
             mask = add_scores_to_mask(mask, terms.shared_bias.to(embeddings.dtype))
         return terms.position_embeddings, mask, terms.relative_scores
 
-    def key_positions(self, query_positions: torch.Tensor, cache: Cache | None, past_length: int) -> torch.Tensor:
-        """Positions of the keys a layer sees: the queries' own without a cache; with one, 0, 1, ... over every cached
-        slot (a static cache's unwritten slots too: the mask hides them), as text decoding numbers them."""
+    def key_positions(
+        self,
+        query_positions: torch.Tensor,
+        cache: Cache | None,
+        past_length: int | torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Positions of the keys a layer sees, numbered as the queries are: the queries' own without a cache.
+
+        With one, the keys count back from the last query over the real tokens before it: those the caller's mask
+        lets the last query see (2D padding mask, or the last row of a 4D mask; without one, every slot). `generate`
+        numbers a left-padded prompt by real tokens (its `position_ids`), and its keys are numbered so too; with the
+        default positions (one per slot) every key keeps its slot number. Slots after the last query (a static
+        cache's unwritten ones, hidden by the mask) continue the numbering. (batch | 1, keys)."""
         cache = self_attention_cache(cache)
         if cache is None or (is_first_call(past_length) and not cache.is_compileable):
             return query_positions
-        kv_length = cache.get_mask_sizes(query_positions.shape[1], 0)[0]
-        return torch.arange(kv_length, device=query_positions.device)[None]
+        seq = query_positions.shape[1]
+        kv_length = cache.get_mask_sizes(seq, 0)[0]
+        real = visible_keys(attention_mask, kv_length)  # (batch | 1, kv_length) 1: a real token
+        if real is None:
+            real = torch.ones(1, kv_length, dtype=torch.long, device=query_positions.device)
+        before = F.pad(real.cumsum(-1), (1, 0))[:, :-1]  # real tokens before each slot
+        last = torch.as_tensor(past_length + seq - 1, device=before.device).reshape(1, 1)
+        before_last = before.gather(1, last.expand(before.shape[0], 1))
+        return query_positions[:, -1:].to(before.dtype) - before_last + before
 
     def default_token_type_ids(
         self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
@@ -743,7 +762,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if encoder_hidden_states is not None:
             cross_mask = cross_attention_mask(self.config, encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings, mask, relative_scores = self.attention_positions(
-            embeddings, position_ids, mask, cache, past_length
+            embeddings, position_ids, mask, cache, past_length, attention_mask
         )
 
         hidden_states = embeddings
@@ -766,6 +785,20 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             pooler_output=pooled,
             **cache_field(cache if self.config.is_decoder else None),
         )
+
+
+def visible_keys(attention_mask: torch.Tensor | None, kv_length: int) -> torch.Tensor | None:
+    """(batch, kv_length) long, 1 where a key is a real token: a 2D padding mask (cached + new tokens; slots beyond it
+    count as real), or the keys a 4D mask's last query may see (bool / integer nonzero, or additive 0). None without
+    a tensor mask."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
+        return None
+    if attention_mask.dim() == 4:
+        row = attention_mask[:, 0, -1, :kv_length]
+        real = row > torch.finfo(row.dtype).min / 2 if row.is_floating_point() else row != 0
+    else:
+        real = attention_mask[:, :kv_length] != 0
+    return F.pad(real.long(), (0, kv_length - real.shape[-1]), value=1)
 
 
 def check_backend_takes_scores(config: RoFormerExtConfig) -> None:
@@ -1256,10 +1289,12 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
             **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
+        # Padding holds no answer: its logits are the dtype's minimum, padded or packed, so both give the same loss
+        # (and a span search never picks a pad).
+        hidden = torch.finfo(logits.dtype).min
+        if attention_mask is not None and attention_mask.dim() == 2:
+            logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
         if packed is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
-            hidden = torch.finfo(logits.dtype).min
-            if attention_mask is not None and attention_mask.dim() == 2:  # padding at the end of packed rows
-                logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
             logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=hidden)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None

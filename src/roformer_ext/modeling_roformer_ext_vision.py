@@ -16,7 +16,7 @@ from transformers.generation import GenerationMixin
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 
-from .compat import accepts_old_cache_name
+from .compat import accepts_old_cache_name, parent_expand_inputs_for_generation
 from .configuration_roformer_ext import RoFormerExtVisionTextConfig
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
@@ -154,8 +154,8 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
 
         A prompt (nothing cached) is laid out from its placeholders and grids, and its delta (next text position −
         real tokens) is kept on the cache; each later token continues at its index among real tokens (the 2D
-        `position_ids` that `generate` passes) + that delta. Packed rows (`cu_seq_lens`, the caller's `cu_seq_lens_q`)
-        lay out each sequence alone.
+        `position_ids` that `generate` passes) + that delta. Packed rows (`cu_seq_lens` of the forward's one packed
+        description, whichever input gave the boundaries) lay out each sequence alone.
         """
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
@@ -217,7 +217,19 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         """
         check_token_inputs(input_ids, inputs_embeds)
         cache = self.prepare_cache(cache, use_cache, kwargs.get("encoder_hidden_states"))
-        decoding = cache is not None and self_attention_cache(cache).get_seq_length() > 0
+        past_length = self_attention_cache(cache).get_seq_length() if cache is not None else 0
+        decoding = past_length > 0
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        # the one packed description (a pooling head's, handed down as `packed_batch`, or made here): the layout
+        # and the attention read the same sequence boundaries
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
+        if decoding and input_ids is not None:
+            # A later turn of a conversation may come with the conversation's pixels: those images are already in the
+            # cache. As Qwen2-VL, patches are written only where the current tokens hold placeholders.
+            if pixel_values is not None and not bool((input_ids == self.config.image_token_id).any()):
+                pixel_values, image_grid_thw = None, None
+            if pixel_values_videos is not None and not bool((input_ids == self.config.video_token_id).any()):
+                pixel_values_videos, video_grid_thw = None, None
         if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
             inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
         elif inputs_embeds is None:
@@ -238,7 +250,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
-            kwargs.get("cu_seq_lens_q"),
+            packed.cu_seq_lens if packed is not None else None,
         )
         return super().forward(
             inputs_embeds=inputs_embeds,
@@ -247,8 +259,70 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             position_ids=position_ids,
             cache=cache,
             use_cache=use_cache,
+            packed_batch=packed,
             **kwargs,
         )
+
+
+#: Vision inputs given per image or video (not per prompt): generate must repeat them per prompt.
+_PER_ITEM_VISION_INPUTS = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_values_videos",
+    "video_grid_thw",
+    "second_per_grid_ts",
+)
+
+
+def expand_vision_inputs(
+    input_ids: torch.Tensor, config: RoFormerExtVisionTextConfig, expand_size: int, inputs: dict
+) -> dict:
+    """The vision inputs of `inputs` for `input_ids` repeated `expand_size` times per row (beams, return sequences).
+
+    Patches, grids and `second_per_grid_ts` are per image / video, not per prompt: each prompt's images (found by
+    counting its placeholders, in token order) are repeated as a group, so every copy of a prompt sees that prompt's
+    patches. A row-by-row repeat would hand a prompt's copies the patches of its neighbours."""
+    expanded = dict(inputs)
+    kinds = (
+        ("image", config.image_token_id, "pixel_values", "image_grid_thw", ()),
+        ("video", config.video_token_id, "pixel_values_videos", "video_grid_thw", ("second_per_grid_ts",)),
+    )
+    for kind, token_id, pixels_name, grid_name, per_item in kinds:
+        grids = inputs.get(grid_name)
+        if grids is None:
+            continue
+        sizes = [int(t * h * w) for t, h, w in torch.as_tensor(grids).reshape(-1, 3).tolist()]
+        counts = (input_ids == token_id).sum(-1).tolist() if token_id is not None else [0] * input_ids.shape[0]
+        owned, item = [], 0  # the range of grids that each prompt's placeholders hold
+        for row, count in enumerate(counts):
+            first, taken = item, 0
+            while taken < count and item < len(sizes):
+                taken, item = taken + sizes[item], item + 1
+            if taken != count:
+                raise ValueError(
+                    f"Prompt {row} has {count} {kind} placeholder tokens, which do not match whole {grid_name} entries "
+                    f"(patches per {kind}: {sizes}); build the inputs with RoFormerExtProcessor."
+                )
+            owned.append(range(first, item))
+        if item != len(sizes):
+            raise ValueError(
+                f"{grid_name} gives {len(sizes)} {kind}s but the prompts' placeholders hold {item}; build the inputs "
+                "with RoFormerExtProcessor."
+            )
+        order = [index for items in owned for _ in range(expand_size) for index in items]
+        device = grids.device if isinstance(grids, torch.Tensor) else None
+        index = torch.tensor(order, dtype=torch.long, device=device)
+        expanded[grid_name] = torch.as_tensor(grids).reshape(-1, 3)[index]
+        pixels = inputs.get(pixels_name)
+        if pixels is not None:
+            starts = [0, *torch.tensor(sizes).cumsum(0).tolist()]
+            rows = [torch.arange(starts[i], starts[i + 1]) for i in order]
+            expanded[pixels_name] = pixels[torch.cat(rows).to(pixels.device)] if rows else pixels[:0]
+        for name in per_item:
+            if inputs.get(name) is not None:
+                values = torch.as_tensor(inputs[name]).flatten()
+                expanded[name] = values[index.to(values.device)]
+    return expanded
 
 
 class VisionTextHeadMixin:
@@ -321,6 +395,22 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM, GenerationMixin):
     """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
     (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
+
+    # Override of a private transformers hook (listed in compat.PRIVATE_NAMES; Qwen2-VL overrode it too before
+    # transformers moved to expanding encoder outputs): generate calls it to repeat each prompt for beams and return
+    # sequences, and its row-by-row repeat is wrong for inputs given per image.
+    def _expand_inputs_for_generation(
+        self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids: torch.Tensor | None = None, **kwargs
+    ):
+        vision = {}
+        if expand_size > 1 and input_ids is not None:  # without input_ids the forward refuses pixels anyway
+            vision = {name: kwargs.pop(name) for name in _PER_ITEM_VISION_INPUTS if kwargs.get(name) is not None}
+        expanded_ids, kwargs = parent_expand_inputs_for_generation(
+            super(), expand_size, is_encoder_decoder, input_ids, **kwargs
+        )
+        if vision:
+            kwargs.update(expand_vision_inputs(input_ids, self.config, expand_size, vision))
+        return expanded_ids, kwargs
 
     @accepts_old_cache_name
     @can_return_tuple

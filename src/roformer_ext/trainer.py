@@ -30,6 +30,8 @@ class PaddingFreeTrainer(Trainer):
     A packed batch's token-level logits and labels are (1, total): concatenated over batches they would make one
     "sequence" per batch, so entity spans could join across sentences and a predictions file would get one line
     per batch. Sequence-level outputs (classification logits) are already one row per sequence and pass through.
+    With `include_for_metrics=["inputs"]` the inputs given to `compute_metrics` are per sequence as well
+    ((sequences, longest), padded with -100), row for row with the predictions and labels.
 
     Evaluation and prediction read the data in its own order. transformers 5's Trainer also draws evaluation
     batches through `LengthGroupedSampler` under `train_sampling_strategy="group_by_length"`, so `predict()` would
@@ -55,6 +57,12 @@ class PaddingFreeTrainer(Trainer):
         if cu_seq_lens is None:
             return loss, logits, labels
         cu_seq_lens = cu_seq_lens.cpu()
+        if "inputs" in (self.args.include_for_metrics or []):
+            # Trainer reads the inputs for compute_metrics from this batch right after this step: per sequence too,
+            # so they line up with the predictions and labels (the batch is this loop's own, used up here)
+            name = getattr(self.model, "main_input_name", "input_ids")
+            if name in inputs:
+                inputs[name] = _per_sequence(inputs[name], cu_seq_lens)
         return loss, _per_sequence(logits, cu_seq_lens), _per_sequence(labels, cu_seq_lens)
 
 

@@ -52,6 +52,29 @@ def test_classifier_equals_pytorch_beyond_the_export_length(classifier_onnx, bat
     np.testing.assert_allclose(onnx_model(input_ids.numpy())["logits"], expected, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("encoding", ["learned", "tupe"])
+def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
+    """Defect (issue #31, 2): `learned` and `tupe` did not export (torch.export stopped at the host-side check of the
+    largest position against the table, `int(position_ids.max())`). The check runs in eager calls only; the graph
+    equals PyTorch at and beyond the export length, and a row past the table stops in ONNX Runtime (never wraps)."""
+    torch.manual_seed(0)
+    config = tiny_config(num_labels=3, position_encoding=encoding, max_position_embeddings=64)
+    model = RoFormerExtForSequenceClassification(config).eval()
+    path = export_onnx(model, tmp_path / f"{encoding}.onnx", example_length=EXPORT_LENGTH)
+    onnx_model = OnnxModel(path)
+    for batch, length in [(1, EXPORT_LENGTH), (3, 40)]:
+        input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
+        with torch.no_grad():
+            expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.numpy()
+        logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
+    too_long = random_inputs(batch=1, seq=70, seed=1)
+    with pytest.raises(Exception, match="out of data bounds"):
+        onnx_model(*too_long)
+    with pytest.raises(ValueError, match="max_position_embeddings"):  # eager PyTorch still says it clearly
+        model(too_long[0])
+
+
 def test_int8_files_run_and_stay_near(classifier_onnx, tmp_path):
     model, path = classifier_onnx
     int8 = quantize_onnx(path, tmp_path / "classifier_int8.onnx")
@@ -91,10 +114,24 @@ def test_what_cannot_be_exported_says_what_to_do(tmp_path):
         export_onnx(RoFormerExtModel(tiny_config()), tmp_path / "x.onnx", task="sentence-embedding")
     with pytest.raises(ValueError, match="serves task 'fill-mask'"):
         export_onnx(RoFormerExtForMaskedLM(tiny_config()), tmp_path / "x.onnx", task="sequence-classification")
-    with pytest.raises(SystemExit):
-        cli(["export", str(tmp_path / "missing"), str(tmp_path / "out")])
     with pytest.raises(FileNotFoundError, match="roformer-ext export .* --int8"):
         OnnxModel.from_pretrained(tmp_path, file_name="model_int8.onnx")
+
+
+def test_export_of_a_missing_folder_says_the_folder_does_not_exist(tmp_path, monkeypatch, capsys):
+    """Defect (issue #31, 3): exporting a missing folder answered "Repo id must be ..." or "couldn't connect to
+    huggingface.co" (transformers read the path as a Hub id). One line naming the folder, exit status 1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    for model_dir, state in [(str(tmp_path / "missing"), "does not exist"), ("missing", "does not exist"),
+                             ("a-file", "is a file")]:  # fmt: skip
+        with pytest.raises(SystemExit) as error:
+            cli(["export", model_dir, str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert error.value.code == 1 and err.count("\n") == 1, err
+        assert f"Model folder '{model_dir}' {state}" in err
+        assert "Repo id" not in err and "huggingface.co" not in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")

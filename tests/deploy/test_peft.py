@@ -56,7 +56,24 @@ def test_documented_names_pick_each_family_and_no_other():
         "feed_forward.intermediate",
         "feed_forward.output",
     }
-    assert sum(len(names) for names in LORA_TARGET_MODULES.values()) == len(per_layer)
+    assert sum(len(names) for names in LORA_TARGET_MODULES.values()) == len(per_layer) + 3  # + cross-attention q/k/v
+
+
+def test_attention_family_leaves_tupe_position_projections_out_and_takes_cross_attention():
+    """Defect (issue #31, 4): the attention family's bare `query` / `key` also caught TUPE's position projections
+    (`roformer.position_encoding.query` / `.key`), which are no attention projections. It takes exactly the self- and
+    cross-attention q, k, v of every layer."""
+    config = tiny_config(position_encoding="tupe", is_decoder=True, add_cross_attention=True)
+    peft_model = get_peft_model(RoFormerExtForCausalLM(config), lora_config("CAUSAL_LM", families="attention"))
+    names = [name.split("roformer.")[-1] for name in lora_layers(peft_model)]
+    assert not any("position_encoding" in name for name in names)
+    expected = [
+        f"layers.{i}.{kind}.{proj}"
+        for i in range(config.num_hidden_layers)
+        for kind in ("attention", "crossattention")
+        for proj in ("query", "key", "value")
+    ]
+    assert sorted(names) == sorted(expected)
 
 
 def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
@@ -65,7 +82,9 @@ def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
     with pytest.raises(ValueError, match="target_modules"):
         get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), LoraConfig(task_type="SEQ_CLS"))
     peft_model = get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS"))
-    assert sorted(peft_model.peft_config["default"].target_modules) == ["attention.output", "key", "query", "value"]
+    assert sorted(peft_model.peft_config["default"].target_modules) == sorted(
+        ["attention.output", *LORA_TARGET_MODULES["attention"]]
+    )
     trainable = {name for name, p in peft_model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
     assert any("classifier.modules_to_save" in name for name in trainable)

@@ -59,9 +59,8 @@ def test_lora_flags_train_an_adapter_that_reloads_equal_to_the_merged_model(trai
                  "--learning_rate", "1e-2"])  # fmt: skip
     adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
-    assert sorted(adapter["target_modules"]) == sorted(
-        ["query", "key", "value", "feed_forward.intermediate", "feed_forward.output"]
-    )
+    attention = [f"{kind}.{name}" for kind in ("attention", "crossattention") for name in ("query", "key", "value")]
+    assert sorted(adapter["target_modules"]) == sorted([*attention, "feed_forward.intermediate", "feed_forward.output"])
     assert "classifier" in adapter["modules_to_save"]
     assert "LoRA (rank 4" in (out / "README.md").read_text()
     inputs, _ = validation_batch(out, 16)

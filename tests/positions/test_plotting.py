@@ -108,3 +108,20 @@ def test_library_imports_with_install_requires_only():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_plot_into_an_existing_file_is_one_clear_line(tmp_path, capsys):
+    """Defect (issue #31, 3): `roformer-ext plot --out FILE` ended in a traceback. One line, exit status 1."""
+    target = tmp_path / "taken.txt"
+    target.write_text("not a folder")
+    with pytest.raises(SystemExit) as error:
+        main(["plot", "--out", str(target)])
+    assert error.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"--out {target} is a file; give a folder" in err
+    with pytest.raises(SystemExit) as error:  # a file on the way to the folder
+        main(["plot", "--out", str(target / "images")])
+    err = capsys.readouterr().err
+    assert error.value.code == 1 and err.count("\n") == 1 and "cannot write into --out" in err
+    assert target.read_text() == "not a folder"

@@ -1,0 +1,90 @@
+"""Packed batches through the collator, the question-answering head and PaddingFreeTrainer line up with the padded
+batch row for row (issue #31, defects 6, 7 and 9)."""
+
+import pytest
+import torch
+from conftest import tiny_config
+from test_packing import LENGTHS, model_for, packed, padded, sequences
+from transformers import TrainingArguments
+
+from roformer_ext import (
+    DataCollatorForPackedClassification,
+    RoFormerExtForQuestionAnswering,
+    RoFormerExtForSequenceClassification,
+)
+from roformer_ext.trainer import PaddingFreeTrainer
+
+ATOL = 1e-5
+
+
+def test_collator_checks_every_feature_for_a_label():
+    """Defect (issue #31, 7): only the first feature was checked for a label, so a later feature's label was dropped
+    silently (first unlabelled) or a later missing one raised a bare KeyError. Every label or none; a mix is a
+    ValueError naming the features."""
+    collate = DataCollatorForPackedClassification()
+    seqs = sequences()
+    with pytest.raises(ValueError, match=r"Features \[0, 2\] have no label"):
+        collate([{"input_ids": seqs[0]}, {"input_ids": seqs[1], "label": 1}, {"input_ids": seqs[2]}])
+    with pytest.raises(ValueError, match=r"Features \[1\] have no label"):
+        collate([{"input_ids": seqs[0], "label": 0}, {"input_ids": seqs[1]}])
+    with pytest.raises(ValueError, match="Feature 1 has both 'label' and 'labels'"):
+        collate([{"input_ids": seqs[0], "label": 0}, {"input_ids": seqs[1], "label": 1, "labels": 1}])
+    mixed_names = collate([{"input_ids": seqs[0], "labels": 2}, {"input_ids": seqs[1], "label": 1}])
+    assert mixed_names["labels"].tolist() == [2, 1]
+    assert "labels" not in collate([{"input_ids": s} for s in seqs])  # prediction: no labels at all
+
+
+def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
+    """Defect (issue #31, 9): packed question answering set padding logits to the dtype's minimum while the padded
+    path kept the pads' logits, so the losses differed (1.05 vs 1.79). Both mask the padding now: same loss, same
+    start / end logits at the real tokens, and the pads' logits at the minimum in both."""
+    model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
+    seqs = sequences(5)
+    input_ids, attention_mask = padded(seqs)
+    starts, ends = torch.tensor([1, 4, 0, 2]), torch.tensor([3, 8, 2, 7])
+    with torch.no_grad():
+        ref = model(input_ids, attention_mask=attention_mask, start_positions=starts, end_positions=ends)
+        out = model(**packed(seqs), start_positions=starts, end_positions=ends)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=0, atol=ATOL)
+    lowest = torch.finfo(ref.start_logits.dtype).min
+    for logits, ref_logits in ((out.start_logits, ref.start_logits), (out.end_logits, ref.end_logits)):
+        for row, length in enumerate(LENGTHS):
+            torch.testing.assert_close(logits[row, :length], ref_logits[row, :length], rtol=0, atol=ATOL)
+            assert (logits[row, length:] == lowest).all() and (ref_logits[row, length:] == lowest).all()
+
+
+def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_path):
+    """Defect (issue #31, 6): with include_for_metrics=["inputs"], PaddingFreeTrainer gave compute_metrics the packed
+    inputs ((batches, total)) beside per-sequence predictions and labels ((sequences, ...)): their rows did not line
+    up. The inputs come per sequence too, row i holding sequence i's tokens (then -100 padding)."""
+    torch.manual_seed(0)
+    model = RoFormerExtForSequenceClassification(tiny_config(num_labels=3))
+    generator = torch.Generator().manual_seed(3)
+    lengths = [5, 9, 3, 8, 6, 4, 7, 2, 9, 5, 3]
+    data = [
+        {"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
+        for i, n in enumerate(lengths)
+    ]
+    seen = {}
+
+    def compute_metrics(prediction):
+        seen.update(inputs=prediction.inputs, predictions=prediction.predictions, labels=prediction.label_ids)
+        return {}
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=4, include_for_metrics=["inputs"], report_to=[],
+        use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = PaddingFreeTrainer(
+        model=model,
+        args=args,
+        eval_dataset=data,
+        data_collator=DataCollatorForPackedClassification(),
+        compute_metrics=compute_metrics,
+    )
+    trainer.evaluate()
+    assert seen["inputs"].shape == (len(data), max(lengths))
+    assert seen["predictions"].shape == (len(data), 3) and seen["labels"].tolist() == [d["label"] for d in data]
+    for row, feature in zip(seen["inputs"].tolist(), data):
+        length = len(feature["input_ids"])
+        assert row[:length] == feature["input_ids"] and all(t == -100 for t in row[length:])

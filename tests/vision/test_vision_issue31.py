@@ -1,0 +1,209 @@
+"""Vision-text defects of issue #31, each checked with a model whose output visibly depends on positions.
+
+The tests' usual tiny models (initializer_range 0.02) barely read positions: a wrong image offset moves their outputs
+by ~1e-6, under the 1e-5 tolerances. These models use initializer_range 1.0, and each test first shows that the wrong
+positions of its defect move the compared output far beyond its tolerance, so the test can see the defect.
+"""
+
+import copy
+
+import pytest
+import torch
+from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
+
+from roformer_ext import (
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+    RoFormerExtVisionTextForSequenceClassification,
+)
+from roformer_ext.compat import CACHE, output_cache
+from roformer_ext.modeling_roformer_ext_vision import expand_vision_inputs
+from roformer_ext.positions import build_position_ids
+
+#: ILRoPE resets an image's rows and columns to 0, so a sequence's image does not move with its text: a layout that
+#: ignores the packed boundaries shifts the text and not the image, which relative attention sees.
+ILROPE = {"position_scheme": "ilrope", "mrope_section": [4, 4, 4]}
+
+
+def sensitive_config(**overrides) -> RoFormerExtVisionTextConfig:
+    """Large random weights: attention scores of order 10, so a moved position changes which tokens are attended."""
+    return RoFormerExtVisionTextConfig(**{**SIZES, "rope_parameters": ILROPE, "initializer_range": 1.0, **overrides})
+
+
+def image_prompt(generator: torch.Generator, text: int, grid: tuple[int, int, int]) -> dict:
+    """`text` words, one image of `grid`, two words: ids (seq,), pixels, grid."""
+    ids = torch.cat(
+        [
+            torch.randint(5, 90, (text,), generator=generator),
+            torch.full((grid[0] * grid[1] * grid[2],), IMAGE),
+            torch.randint(5, 90, (2,), generator=generator),
+        ]
+    )
+    pixels = torch.randn(grid[0] * grid[1] * grid[2], PATCH_DIM, generator=generator)
+    return {"ids": ids, "pixels": pixels, "grid": grid}
+
+
+def alone(part: dict) -> dict:
+    return {
+        "input_ids": part["ids"][None],
+        "pixel_values": part["pixels"],
+        "image_grid_thw": torch.tensor([part["grid"]]),
+    }
+
+
+def packed_row(parts: list[dict]) -> dict:
+    """The parts end to end in one row, with cu_seq_lens_q as DataCollatorWithFlattening gives."""
+    lengths = [len(p["ids"]) for p in parts]
+    bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    return {
+        "input_ids": torch.cat([p["ids"] for p in parts])[None],
+        "pixel_values": torch.cat([p["pixels"] for p in parts]),
+        "image_grid_thw": torch.tensor([p["grid"] for p in parts]),
+        "cu_seq_lens_q": bounds,
+        "cu_seq_lens_k": bounds,
+        "max_length_q": max(lengths),
+        "max_length_k": max(lengths),
+    }
+
+
+def recorded_positions(model) -> list[torch.Tensor]:
+    """Every position tensor the vision-text base model computes from now on (a spy around compute_position_ids)."""
+    seen, compute = [], model.roformer.compute_position_ids
+
+    def spy(*args, **kwargs):
+        seen.append(compute(*args, **kwargs))
+        return seen[-1]
+
+    model.roformer.compute_position_ids = spy
+    return seen
+
+
+def test_packed_vision_classification_positions_equal_each_sequence_alone():
+    """Defect (issue #31, 0): the classification head took cu_seq_lens_q out of the inputs to pool per sequence, and
+    the vision base model then laid the packed row out as one sequence: the second sequence's text sat at 23-27 while
+    its image restarted at 3.... Packed, each sequence must get the positions and the logits it gets alone."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForSequenceClassification(sensitive_config(num_labels=3)).eval()
+    generator = torch.Generator().manual_seed(1)
+    parts = [image_prompt(generator, 3, (1, 2, 3)), image_prompt(generator, 2, (1, 2, 2))]
+    positions = recorded_positions(model)
+    with torch.no_grad():
+        packed_logits = model(**packed_row(parts)).logits
+        alone_logits = torch.cat([model(**alone(part)).logits for part in parts])
+    packed_positions, *alone_positions = positions
+    torch.testing.assert_close(packed_logits, alone_logits, atol=1e-4, rtol=0)
+    assert torch.equal(packed_positions, torch.cat(alone_positions, dim=2))
+
+    # The model sees the defect: the row laid out as one sequence (the old positions) moves the logits by far more (~30).
+    row = packed_row(parts)
+    wrong, _ = build_position_ids(row["input_ids"], model.config, row["image_grid_thw"])
+    assert not torch.equal(wrong, packed_positions)
+    with torch.no_grad():
+        wrong_logits = model(**row, position_ids=wrong).logits
+    assert (wrong_logits[1] - alone_logits[1]).abs().max() > 1e-2
+
+
+def generation_prompts() -> tuple[list[dict], dict]:
+    """Two prompts with different images of the same size (so a wrong assignment of patches raises nothing), each
+    alone and batched."""
+    generator = torch.Generator().manual_seed(2)
+    parts = [image_prompt(generator, 3, (1, 2, 3)), image_prompt(generator, 3, (1, 3, 2))]
+    batch = {
+        "input_ids": torch.stack([p["ids"] for p in parts]),
+        "attention_mask": torch.ones(2, len(parts[0]["ids"]), dtype=torch.long),
+        "pixel_values": torch.cat([p["pixels"] for p in parts]),
+        "image_grid_thw": torch.tensor([p["grid"] for p in parts]),
+    }
+    return parts, batch
+
+
+GENERATE = dict(max_new_tokens=3, pad_token_id=0, suppress_tokens=[IMAGE], return_dict_in_generate=True)
+
+
+def test_generate_with_return_sequences_gives_each_copy_its_own_prompts_patches():
+    """Defect (issue #31, 1): generate repeated pixel_values row by row (patch by patch) for num_return_sequences, so
+    each copy of a prompt saw other patches than its own. Every copy must generate what its prompt alone generates
+    (top_k=1 sampling: deterministic)."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(sensitive_config()).eval()
+    parts, batch = generation_prompts()
+    kwargs = dict(GENERATE, do_sample=True, top_k=1, output_logits=True)
+    out = model.generate(**batch, num_return_sequences=2, **kwargs)
+    for row, part in enumerate(parts):
+        single = model.generate(**alone(part), **kwargs)
+        for index in (2 * row, 2 * row + 1):
+            assert torch.equal(out.sequences[index], single.sequences[0])
+            for step, step_alone in zip(out.logits, single.logits):
+                torch.testing.assert_close(step[index], step_alone[0], atol=1e-4, rtol=0)
+
+    # The model sees the defect: the first prompt with its patches in the row-by-row order moves the logits far.
+    wrong = dict(alone(parts[0]), pixel_values=batch["pixel_values"].repeat_interleave(2, dim=0)[:6])
+    wrong_out = model.generate(**wrong, **kwargs)
+    single = model.generate(**alone(parts[0]), **kwargs)
+    assert (wrong_out.logits[0] - single.logits[0]).abs().max() > 1e-2
+
+
+def test_beam_search_gives_each_beam_its_own_prompts_patches():
+    """Defect (issue #31, 1): num_beams > 1 repeated the patches row by row too (a prompt alone as well, so beam search
+    alone is no reference). Each prompt's best beam must score (length_penalty 0: the sum of its tokens' log
+    probabilities) what one forward of that prompt, with its own patches, gives the same tokens."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(sensitive_config()).eval()
+    parts, batch = generation_prompts()
+    out = model.generate(**batch, **GENERATE, do_sample=False, num_beams=2, length_penalty=0.0, output_scores=True)
+    prompt = batch["input_ids"].shape[1]
+    for row, part in enumerate(parts):
+        with torch.no_grad():
+            logits = model(**dict(alone(part), input_ids=out.sequences[row][None]), use_cache=False).logits[0]
+        log_probs = logits[prompt - 1 : -1].log_softmax(-1)
+        generated = out.sequences[row, prompt:]
+        expected = log_probs.gather(-1, generated[:, None]).sum()
+        torch.testing.assert_close(out.sequences_scores[row], expected, atol=1e-4, rtol=0)
+
+
+def test_expand_vision_inputs_repeats_each_prompts_images_and_videos_as_a_group():
+    """The expansion itself: prompt 0 holds image 0 and video 0, prompt 1 holds images 1, 2 and video 1."""
+    config = sensitive_config()
+    ids = torch.tensor(
+        [[5, IMAGE, IMAGE, VIDEO, VIDEO, 6, 6, 6], [IMAGE, IMAGE, IMAGE, IMAGE, IMAGE, IMAGE, VIDEO, VIDEO]]
+    )
+    inputs = {
+        "pixel_values": torch.arange(8.0)[:, None].expand(8, PATCH_DIM),
+        "image_grid_thw": torch.tensor([[1, 1, 2], [1, 2, 2], [1, 1, 2]]),
+        "pixel_values_videos": torch.arange(4.0)[:, None].expand(4, PATCH_DIM),
+        "video_grid_thw": torch.tensor([[2, 1, 1], [2, 1, 1]]),
+        "second_per_grid_ts": torch.tensor([0.5, 2.0]),
+    }
+    out = expand_vision_inputs(ids, config, 2, inputs)
+    assert out["pixel_values"][:, 0].tolist() == [0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7]
+    assert out["image_grid_thw"].tolist() == [[1, 1, 2], [1, 1, 2], [1, 2, 2], [1, 1, 2], [1, 2, 2], [1, 1, 2]]
+    assert out["pixel_values_videos"][:, 0].tolist() == [0, 1, 0, 1, 2, 3, 2, 3]
+    assert out["second_per_grid_ts"].tolist() == [0.5, 0.5, 2.0, 2.0]
+    with pytest.raises(ValueError, match="do not match whole image_grid_thw entries"):
+        expand_vision_inputs(ids[:, 1:], config, 2, inputs)
+
+
+def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_them():
+    """Defect (issue #31, 5): a second chat turn given the cache and the conversation's pixel_values raised "The text
+    has 0 image placeholder tokens": the image is in the cache and the new tokens hold no placeholder. As Qwen2-VL,
+    the patches are written only where the current tokens hold placeholders; the turn then equals the call without
+    pixels and a recomputation of the whole conversation (float64, position-sensitive model)."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForCausalLM(sensitive_config()).double().eval()
+    part = image_prompt(torch.Generator().manual_seed(3), 3, (1, 2, 3))
+    first_turn = dict(alone(part), pixel_values=part["pixels"].double())
+    kwargs = dict(GENERATE, do_sample=False, output_logits=True)
+    turn1 = model.generate(**first_turn, **kwargs)
+    conversation = torch.cat([turn1.sequences, torch.tensor([[11, 12, 13]])], dim=1)
+    pixels = {key: first_turn[key] for key in ("pixel_values", "image_grid_thw")}
+    cache = output_cache(turn1)
+
+    def second_turn(**extra):
+        return model.generate(input_ids=conversation, **{CACHE: copy.deepcopy(cache)}, **extra, **kwargs)
+
+    with_pixels, without = second_turn(**pixels), second_turn()
+    recomputed = model.generate(input_ids=conversation, **pixels, use_cache=False, **kwargs)
+    for other in (without, recomputed):
+        assert torch.equal(with_pixels.sequences, other.sequences)
+        for step, step_other in zip(with_pixels.logits, other.logits):
+            torch.testing.assert_close(step, step_other, atol=1e-8, rtol=0)
