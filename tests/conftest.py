@@ -37,6 +37,96 @@ def tiny_config(**overrides) -> RoFormerExtConfig:
     return RoFormerExtConfig(**values)
 
 
+#: What a position-sensitive model changes from the tiny config: weights large enough that attention is sharp (with
+#: initializer_range 0.02 the scores are ~1e-3 and attention is nearly uniform, so positions barely matter) and a small
+#: rope_theta, so neighbouring positions already differ by large angles in every frequency pair.
+POSITION_SENSITIVE = {"initializer_range": 0.2, "rope_theta": 100.0}
+#: How far a deliberate position error must move the outputs, in units of the test's tolerance.
+SENSITIVITY_FACTOR = 100.0
+
+
+def position_sensitive_config(config_class: type | None = None, **overrides):
+    """`tiny_config` (or `config_class(**overrides)`, e.g. the vision-text config with its sizes) whose outputs depend
+    strongly on positions: a test that claims two paths give the same positions is blind on the tiny config, where
+    multiplying every position by 7 moves the outputs by ~4e-4. `rope_theta` joins the given `rope_parameters`."""
+    overrides = dict(overrides)
+    rope = {"rope_theta": POSITION_SENSITIVE["rope_theta"], **(overrides.pop("rope_parameters", None) or {})}
+    overrides.setdefault("initializer_range", POSITION_SENSITIVE["initializer_range"])
+    if config_class is None:
+        return tiny_config(rope_parameters=rope, **overrides)
+    return config_class(rope_parameters=rope, **overrides)
+
+
+def shifted_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """Every position from 3 on one further: a relative error (a wrong text-image offset, a cache off by one) that a
+    uniform shift would not be for RoPE. Restarts at 0 and the order stay, so packed rows stay packed."""
+    return position_ids + (position_ids >= 3).to(position_ids.dtype)
+
+
+def scaled_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """Every position doubled: the distances between tokens are wrong everywhere."""
+    return position_ids * 2
+
+
+class perturbed_positions:
+    """Within the block, the model's position code sees `perturb(position_ids)`: where the base model hands positions
+    to its position encoding (`attention_positions`: RoPE's cos / sin, relative terms) and to the embeddings
+    (absolute encodings). Whatever path chose the positions (packed, left-padded, cached, vision layout), the error
+    lands where a wrong position would."""
+
+    def __init__(self, model: torch.nn.Module, perturb) -> None:
+        self.base = model.base_model
+        self.perturb = perturb
+
+    def __enter__(self) -> "perturbed_positions":
+        base, perturb = self.base, self.perturb
+        attention_positions, embeddings_forward = base.attention_positions, base.embeddings.forward
+
+        def perturbed_attention_positions(embeddings, position_ids, *args, **kwargs):
+            return attention_positions(embeddings, perturb(position_ids), *args, **kwargs)
+
+        def perturbed_embeddings(input_ids=None, token_type_ids=None, inputs_embeds=None, position_encoding=None,
+                                 position_ids=None):  # fmt: skip
+            moved = None if position_ids is None else perturb(position_ids)
+            return embeddings_forward(input_ids, token_type_ids, inputs_embeds, position_encoding, moved)
+
+        base.attention_positions = perturbed_attention_positions
+        base.embeddings.forward = perturbed_embeddings
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.base.attention_positions
+        del self.base.embeddings.forward
+
+
+def float_outputs(output) -> torch.Tensor:
+    """Every floating-point tensor of a model output (or a tensor), flattened into one: all of a head's outputs."""
+    if isinstance(output, torch.Tensor):
+        return output.detach().float().flatten()
+    values = output.values() if hasattr(output, "values") else output
+    tensors = [t.detach().float().flatten() for t in values if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return torch.cat(tensors)
+
+
+def assert_position_sensitive(model: torch.nn.Module, run, tolerance: float) -> dict[str, float]:
+    """`run(model)` (a forward, a generate with its logits: anything returning outputs) moves by at least
+    SENSITIVITY_FACTOR x `tolerance` when the positions are shifted or scaled, so a test comparing two paths at
+    `tolerance` would see a position error. Returns each perturbation's change in units of `tolerance`."""
+    with torch.no_grad():
+        reference = float_outputs(run(model))
+        margins = {}
+        for name, perturb in (("shifted", shifted_positions), ("scaled", scaled_positions)):
+            with perturbed_positions(model, perturb):
+                moved = float_outputs(run(model))
+            margins[name] = (moved - reference).abs().max().item() / tolerance
+    weakest = min(margins.values())
+    assert weakest >= SENSITIVITY_FACTOR, (
+        f"this model barely depends on positions: a position error moves its outputs by only {weakest:.3g} x the "
+        f"tolerance {tolerance} (margins {margins}); build it from position_sensitive_config()"
+    )
+    return margins
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _fresh_dynamo():
     """Each test module compiles from scratch. Dynamo keeps compiled entries per code object for the life of the

@@ -2,12 +2,14 @@
 
 Each check compares against an independent path: greedy decoding recomputed from scratch without a cache, a dynamic
 cache against a static one, a compiled forward against eager, one prompt alone against the same prompt in a left-
-padded batch.
+padded batch. The models come from `position_sensitive_config`, and each comparison asserts that a position error
+would change the generated logits ≥ 100x 1e-5 and the tokens (`sensitive`): on the tiny config's weights a cache
+that numbered its tokens wrongly still generated the same tokens.
 """
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config
 from transformers import CompileConfig, DynamicCache, StaticCache
 
 from roformer_ext import (
@@ -22,20 +24,33 @@ GREEDY = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
 
 def causal_lm(**overrides) -> RoFormerExtForCausalLM:
     torch.manual_seed(0)
-    return RoFormerExtForCausalLM(tiny_config(is_decoder=True, **overrides)).eval()
+    return RoFormerExtForCausalLM(position_sensitive_config(is_decoder=True, **overrides)).eval()
+
+
+def sensitive(model, **generate_kwargs) -> None:
+    """A position error changes this generation's logits by ≥ 100x 1e-5 (its greedy tokens need not change: a random
+    model soon repeats one token, so the token comparisons below also compare logits where they can)."""
+
+    def run(m) -> torch.Tensor:
+        return torch.stack(m.generate(**generate_kwargs, return_dict_in_generate=True, output_logits=True).logits)
+
+    assert_position_sensitive(model, run, 1e-5)
 
 
 def prompt(batch: int = 2, seq: int = 7, seed: int = 0) -> torch.Tensor:
     return torch.randint(5, 99, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
-def greedy_without_cache(model, input_ids: torch.Tensor, steps: int) -> torch.Tensor:
-    """The reference: every step recomputes the whole sequence, no cache involved."""
+def greedy_without_cache(model, input_ids: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference: every step recomputes the whole sequence, no cache involved. Returns (tokens, (steps, batch,
+    vocab) logits)."""
+    steps_logits = []
     for _ in range(steps):
         with torch.no_grad():
             logits = model(input_ids, use_cache=False).logits[:, -1]
+        steps_logits.append(logits)
         input_ids = torch.cat([input_ids, logits.argmax(-1, keepdim=True)], dim=1)
-    return input_ids
+    return input_ids, torch.stack(steps_logits)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -43,8 +58,11 @@ def test_greedy_with_dynamic_cache_equals_recomputation(attn_implementation):
     model = causal_lm()
     model.set_attn_implementation(attn_implementation)
     input_ids = prompt()
-    generated = model.generate(input_ids, **GREEDY)
-    assert torch.equal(generated, greedy_without_cache(model, input_ids, GREEDY["max_new_tokens"]))
+    generated = model.generate(input_ids, **GREEDY, return_dict_in_generate=True, output_logits=True)
+    tokens, logits = greedy_without_cache(model, input_ids, GREEDY["max_new_tokens"])
+    assert torch.equal(generated.sequences, tokens)
+    torch.testing.assert_close(torch.stack(generated.logits), logits, rtol=1e-5, atol=1e-5)
+    sensitive(model, input_ids=input_ids, **GREEDY)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -52,9 +70,12 @@ def test_static_cache_generation_equals_dynamic(attn_implementation):
     model = causal_lm()
     model.set_attn_implementation(attn_implementation)
     input_ids = prompt()
-    dynamic = model.generate(input_ids, **GREEDY)
-    static = model.generate(input_ids, cache_implementation="static", **GREEDY)
-    assert torch.equal(static, dynamic)
+    with_logits = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
+    dynamic = model.generate(input_ids, **with_logits)
+    static = model.generate(input_ids, cache_implementation="static", **with_logits)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    torch.testing.assert_close(torch.stack(static.logits), torch.stack(dynamic.logits), rtol=1e-5, atol=1e-5)
+    sensitive(model, input_ids=input_ids, cache_implementation="static", **GREEDY)
 
 
 def test_compiled_static_generation_equals_eager():
@@ -73,6 +94,7 @@ def test_generate_from_inputs_embeds_continues_like_input_ids():
     from_ids = model.generate(input_ids, **GREEDY)
     from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
     assert torch.equal(from_embeds, from_ids[:, input_ids.shape[1] :])  # only the new tokens come back
+    sensitive(model, inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
 
 
 def test_beam_search_one_beam_is_greedy_and_beams_are_sorted():
@@ -86,6 +108,7 @@ def test_beam_search_one_beam_is_greedy_and_beams_are_sorted():
     )
     assert out.sequences.shape == (3, input_ids.shape[1] + GREEDY["max_new_tokens"])
     assert torch.all(out.sequences_scores[:-1] >= out.sequences_scores[1:])
+    sensitive(model, input_ids=input_ids, num_beams=3, **GREEDY)
 
 
 def test_continue_from_cache_equals_one_call():
@@ -97,6 +120,7 @@ def test_continue_from_cache_equals_one_call():
     cache = output_cache(first)
     continued = model.generate(first.sequences, **{CACHE: cache}, max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(continued, full)
+    sensitive(model, input_ids=input_ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
 
 
 def test_left_padded_batch_matches_each_prompt_alone():
@@ -107,6 +131,7 @@ def test_left_padded_batch_matches_each_prompt_alone():
     together = model.generate(batch, attention_mask=mask, **GREEDY)
     assert torch.equal(together[0, 7:], model.generate(short, **GREEDY)[0, 4:])
     assert torch.equal(together[1, 7:], model.generate(long, **GREEDY)[0, 7:])
+    sensitive(model, input_ids=batch, attention_mask=mask, **GREEDY)
 
 
 def test_sampling_is_reproducible_with_a_seed():
@@ -131,6 +156,13 @@ def test_4d_mask_with_cache_offset_equals_2d_mask():
         actual = model(input_ids[:, 6:], attention_mask=causal, cache=past).logits
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
+    def cached_step(m) -> torch.Tensor:
+        return m(
+            input_ids[:, 6:], attention_mask=causal, cache=output_cache(m(input_ids[:, :6], use_cache=True))
+        ).logits
+
+    assert_position_sensitive(model, cached_step, 1e-5)
+
 
 def test_4d_mask_with_static_cache_is_padded_to_its_length():
     model = causal_lm()
@@ -141,6 +173,8 @@ def test_4d_mask_with_static_cache_is_padded_to_its_length():
         static = model(input_ids, attention_mask=causal, cache=cache).logits
         dynamic = model(input_ids, cache=DynamicCache(config=model.config)).logits
     torch.testing.assert_close(static, dynamic, rtol=1e-5, atol=1e-5)
+    static_run = lambda m: m(input_ids, attention_mask=causal, cache=StaticCache(config=m.config, max_cache_len=16))  # noqa: E731
+    assert_position_sensitive(model, lambda m: static_run(m).logits, 1e-5)
 
 
 def vision_causal_lm(scheme: str = "rope_tie_v2") -> RoFormerExtVisionTextForCausalLM:

@@ -1,10 +1,13 @@
-"""Common model checks (our stand-in for transformers' ModelTesterMixin, which is not in the wheel)."""
+"""Common model checks (our stand-in for transformers' ModelTesterMixin, which is not in the wheel).
+
+The models come from `position_sensitive_config`: the comparisons of two paths (batched vs one by one, cached vs
+recomputed, left-padded vs alone) also assert that a position error would move the outputs ≥ 100x their tolerance."""
 
 import copy
 
 import pytest
 import torch
-from conftest import random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 
 from roformer_ext import (
     RoFormerExtForCausalLM,
@@ -21,6 +24,7 @@ ATOL = 1e-5
 HEADS = [
     RoFormerExtModel,
     RoFormerExtForMaskedLM,
+    RoFormerExtForCausalLM,
     RoFormerExtForSequenceClassification,
     RoFormerExtForTokenClassification,
     RoFormerExtForQuestionAnswering,
@@ -29,7 +33,19 @@ HEADS = [
 
 def build(model_class, seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    return model_class(tiny_config(**overrides)).eval()
+    if model_class is RoFormerExtForCausalLM:
+        overrides.setdefault("is_decoder", True)
+    return model_class(position_sensitive_config(**overrides)).eval()
+
+
+def generated_logits(**generate_kwargs):
+    """A run for `assert_position_sensitive`: the logits of every generated step."""
+
+    def run(model) -> torch.Tensor:
+        out = model.generate(**generate_kwargs, return_dict_in_generate=True, output_logits=True)
+        return torch.stack(out.logits)
+
+    return run
 
 
 def main_output(output) -> torch.Tensor:
@@ -69,7 +85,8 @@ def test_meta_device_init_restores_rotary_buffers(tmp_path):
         RoFormerExtModel(tiny_config())  # must not crash on the meta device
     reloaded = RoFormerExtModel.from_pretrained(tmp_path)
     rotary = reloaded.rotary_emb
-    expected = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+    theta = model.config.rope_parameters["rope_theta"]  # not the default: the saved value comes back
+    expected = 1.0 / (theta ** (torch.arange(0, 8, 2).float() / 8))
     assert torch.allclose(rotary.inv_freq, expected)
     assert torch.equal(rotary.original_inv_freq, rotary.inv_freq)
     assert torch.equal(rotary.axis_of_pair, torch.zeros(4, dtype=torch.long))
@@ -115,6 +132,8 @@ def test_batched_equals_one_by_one(model_class):
                 torch.testing.assert_close(batched[row : row + 1, :length], single, atol=ATOL, rtol=0)
             else:
                 torch.testing.assert_close(batched[row : row + 1], single, atol=ATOL, rtol=0)
+    run = lambda m: main_output(m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))  # noqa: E731
+    assert_position_sensitive(model, run, ATOL)
 
 
 def test_gradient_checkpointing_gives_same_gradients():
@@ -151,6 +170,7 @@ def test_generate_with_cache_equals_without():
     without_cache = model.generate(input_ids, use_cache=False, **kwargs)
     assert torch.equal(with_cache, without_cache)
     assert with_cache.shape == (2, 14)
+    assert_position_sensitive(model, generated_logits(input_ids=input_ids, use_cache=True, **kwargs), ATOL)
 
 
 def test_generate_with_left_padding_matches_unpadded():
@@ -162,6 +182,7 @@ def test_generate_with_left_padding_matches_unpadded():
     alone = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
     left = model.generate(padded, attention_mask=mask, **kwargs)
     assert torch.equal(alone[0, 4:], left[0, 6:])
+    assert_position_sensitive(model, generated_logits(input_ids=padded, attention_mask=mask, **kwargs), ATOL)
 
 
 def test_causal_lm_is_causal():
@@ -289,7 +310,7 @@ def test_eager_attention_on_a_left_padded_decoder_batch_equals_sdpa(dtype):
     logits = {}
     for attn_implementation in ("eager", "sdpa"):
         torch.manual_seed(0)
-        config = tiny_config(attn_implementation=attn_implementation, is_decoder=True)
+        config = position_sensitive_config(attn_implementation=attn_implementation, is_decoder=True)
         model = RoFormerExtForCausalLM(config).to(dtype).eval()
         with torch.no_grad():
             logits[attn_implementation] = model(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -297,3 +318,4 @@ def test_eager_attention_on_a_left_padded_decoder_batch_equals_sdpa(dtype):
     real = attention_mask.bool()
     tolerance = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(logits["eager"][real], logits["sdpa"][real], atol=tolerance, rtol=0)
+    assert_position_sensitive(model, lambda m: m(input_ids=input_ids, attention_mask=attention_mask).logits, tolerance)

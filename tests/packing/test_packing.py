@@ -1,17 +1,20 @@
 """Packed (padding-free) batches from transformers' DataCollatorWithFlattening equal the padded batch, per sequence.
 
 Reference: the same model on the same sequences right-padded into an ordinary batch with an attention mask.
-Tolerance 1e-5 (fp32).
+Tolerance 1e-5 (fp32). The models come from `position_sensitive_config`, and each comparison asserts that a position
+error would move its outputs ≥ 100x that tolerance (`assert_position_sensitive`): with the tiny config's weights a
+packed row whose positions did not restart would still pass.
 """
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 from transformers import DataCollatorWithFlattening
 
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
+    RoFormerExtForMultipleChoice,
     RoFormerExtForQuestionAnswering,
     RoFormerExtForSequenceClassification,
     RoFormerExtForTokenClassification,
@@ -49,7 +52,7 @@ def per_sequence(packed_states: torch.Tensor) -> list[torch.Tensor]:
 
 def model_for(model_class, attn_implementation: str, **overrides):
     torch.manual_seed(0)
-    config = tiny_config(**overrides)
+    config = position_sensitive_config(**overrides)
     if model_class is RoFormerExtForCausalLM:
         config.is_decoder = True
     model = model_class(config).eval()
@@ -76,12 +79,13 @@ def test_packed_hidden_states_equal_padded(model_class, attn_implementation, opt
         out = model(**packed(seqs, **options), output_hidden_states=True).hidden_states[-1]
     for row, states in enumerate(per_sequence(out)):
         torch.testing.assert_close(states, reference[row, : LENGTHS[row]], rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs, **options)), ATOL)
 
 
 @pytest.mark.parametrize("is_decoder", [False, True])
 def test_packed_linear_attention_equals_padded(is_decoder):
     torch.manual_seed(0)
-    model = RoFormerExtModel(tiny_config(attention_type="linear", is_decoder=is_decoder)).eval()
+    model = RoFormerExtModel(position_sensitive_config(attention_type="linear", is_decoder=is_decoder)).eval()
     seqs = sequences(1)
     input_ids, attention_mask = padded(seqs)
     with torch.no_grad():
@@ -89,6 +93,7 @@ def test_packed_linear_attention_equals_padded(is_decoder):
         out = model(**packed(seqs), use_cache=False).last_hidden_state
     for row, states in enumerate(per_sequence(out)):
         torch.testing.assert_close(states, reference[row, : LENGTHS[row]], rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs), use_cache=False), ATOL)
 
 
 def test_positions_that_jump_forward_are_one_sequence():
@@ -122,6 +127,8 @@ def test_packed_mlm_and_token_classification_losses_equal_padded(attn_implementa
             )
             out = model(**batch, labels=make_labels(labels_packed))
         torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+        labels = make_labels(labels_packed)
+        assert_position_sensitive(model, lambda m, labels=labels: m(**batch, labels=labels).loss, ATOL)
 
 
 def test_packed_causal_lm_loss_equals_padded():
@@ -134,6 +141,7 @@ def test_packed_causal_lm_loss_equals_padded():
         ref = model(input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100))
         out = model(**batch)
     torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**batch).loss, ATOL)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -148,6 +156,7 @@ def test_packed_sequence_classification_pools_each_first_token(attn_implementati
     assert out.logits.shape == (len(LENGTHS), 3)
     torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
     torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs)).logits, ATOL)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -168,6 +177,7 @@ def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
     torch.testing.assert_close(ref.logits, expected, rtol=ATOL, atol=ATOL)
     torch.testing.assert_close(out.logits, expected, rtol=ATOL, atol=ATOL)
     torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs)).logits, ATOL)
     with pytest.raises(ValueError, match="2D padding mask"):
         square = attention_mask.bool()[:, None, None, :].expand(-1, 1, input_ids.shape[1], -1)
         model(input_ids, attention_mask=square)
@@ -207,6 +217,7 @@ def test_varlen_kwargs_reach_other_attention_backends():
         assert call["max_length_q"] == call["max_length_k"] == max(LENGTHS)
     for index, piece in enumerate(per_sequence(row)):
         torch.testing.assert_close(piece, reference[index, : LENGTHS[index]], rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs, return_flash_attn_kwargs=True)), ATOL)
 
 
 def test_packed_question_answering_comes_back_per_sequence():
@@ -228,6 +239,7 @@ def test_packed_question_answering_comes_back_per_sequence():
         torch.nn.functional.cross_entropy(ref_start, starts) + torch.nn.functional.cross_entropy(ref_end, ends)
     ) / 2
     torch.testing.assert_close(out.loss, expected, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs)).start_logits, ATOL)
 
 
 REPEATED_LENGTHS = (5, 9, 5, 3, 9, 5)  # three lengths, two of them shared
@@ -325,6 +337,7 @@ def test_packed_sequences_of_equal_length_equal_each_alone(model_class):
         for states, seq in zip(torch.split(out[0], REPEATED_LENGTHS), seqs):
             alone = model(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
             torch.testing.assert_close(states, alone, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs), output_hidden_states=True).hidden_states[-1], ATOL)
 
 
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
@@ -347,5 +360,64 @@ def test_packed_gradients_equal_padded(model_class):
     states = model(**packed(seqs), output_hidden_states=True).hidden_states[-1]
     out = gradients((states[0] * weights[real]).sum())
     assert out.keys() == reference.keys() and len(out) > 10
-    for name, grad in out.items():
-        torch.testing.assert_close(grad, reference[name], rtol=ATOL, atol=ATOL, msg=name)
+    for name, grad in out.items():  # fp32 sums over every token: the error scales with the largest gradient entry
+        scale = max(1.0, reference[name].abs().max().item())
+        torch.testing.assert_close(grad, reference[name], rtol=ATOL, atol=ATOL * scale, msg=name)
+    assert_position_sensitive(model, lambda m: m(**packed(seqs), output_hidden_states=True).hidden_states[-1], ATOL)
+
+
+#: Every text head on a packed row against the same head on the padded batch: per-token heads token by token,
+#: per-sequence heads (classification, question answering) sequence by sequence.
+PER_TOKEN_HEADS = [RoFormerExtModel, RoFormerExtForMaskedLM, RoFormerExtForCausalLM, RoFormerExtForTokenClassification]
+
+
+def head_outputs(model, output) -> list[torch.Tensor]:
+    if isinstance(model, RoFormerExtModel):
+        return [output.last_hidden_state]
+    if isinstance(model, RoFormerExtForQuestionAnswering):
+        return [output.start_logits, output.end_logits]
+    return [output.logits]
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "model_class",
+    PER_TOKEN_HEADS + [RoFormerExtForSequenceClassification, RoFormerExtForQuestionAnswering],
+    ids=lambda c: c.__name__.removeprefix("RoFormerExt"),
+)
+def test_every_head_packed_equals_padded(model_class, attn_implementation):
+    labels = {"num_labels": 3} if model_class is RoFormerExtForSequenceClassification else {}
+    model = model_for(model_class, attn_implementation, **labels)
+    seqs = sequences(8)
+    input_ids, attention_mask = padded(seqs)
+    batch = packed(seqs)
+    with torch.no_grad():
+        ref = head_outputs(model, model(input_ids, attention_mask=attention_mask))
+        out = head_outputs(model, model(**batch))
+    for got, expected in zip(out, ref):
+        if model_class is RoFormerExtForSequenceClassification:
+            torch.testing.assert_close(got, expected, rtol=ATOL, atol=ATOL)
+            continue
+        pieces = per_sequence(got) if model_class in PER_TOKEN_HEADS else list(got)
+        for row, (piece, length) in enumerate(zip(pieces, LENGTHS)):
+            torch.testing.assert_close(piece[:length], expected[row, :length], rtol=ATOL, atol=ATOL)
+    margins = assert_position_sensitive(model, lambda m: head_outputs(m, m(**batch)), ATOL)
+    assert min(margins.values()) >= 100
+
+
+def test_multiple_choice_rows_equal_each_choice_alone():
+    """MultipleChoice flattens (batch, choices, seq) into rows: each choice's score equals that choice run alone (the
+    padded choice too), with positions that matter."""
+    model = model_for(RoFormerExtForMultipleChoice, "sdpa")
+    input_ids, attention_mask = padded(sequences(9)[:3])
+    input_ids, attention_mask = input_ids[None], attention_mask[None]  # one question, three choices
+    with torch.no_grad():
+        together = model(input_ids, attention_mask=attention_mask).logits[0]
+        alone = [
+            model(
+                input_ids[:, i : i + 1, : LENGTHS[i]], attention_mask=attention_mask[:, i : i + 1, : LENGTHS[i]]
+            ).logits[0, 0]
+            for i in range(3)
+        ]
+    torch.testing.assert_close(together, torch.stack(alone), rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(input_ids, attention_mask=attention_mask).logits, ATOL)

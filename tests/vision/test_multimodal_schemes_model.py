@@ -1,5 +1,7 @@
 """Every multimodal variant in the model: cached decoding equals recomputation, packed rows equal each sequence alone,
-left padding leaves real tokens unchanged, save / load and remote code (a fresh process without roformer_ext)."""
+left padding leaves real tokens unchanged, save / load and remote code (a fresh process without roformer_ext).
+Built from `position_sensitive_config`; each path comparison asserts that a position error (a wrong text-image offset)
+would move its outputs ≥ 100x its tolerance."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import assert_position_sensitive, position_sensitive_config
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import (
@@ -42,9 +45,8 @@ HEADS = {"mhrope": 4}
 
 def config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
     sizes = {**SIZES, "num_attention_heads": HEADS.get(scheme, SIZES["num_attention_heads"])}
-    return RoFormerExtVisionTextConfig(
-        **{**sizes, "rope_parameters": {"position_scheme": scheme, **SCHEMES[scheme]}, **overrides}
-    )
+    rope = overrides.pop("rope_parameters", None) or {"position_scheme": scheme, **SCHEMES[scheme]}
+    return position_sensitive_config(RoFormerExtVisionTextConfig, **{**sizes, **overrides}, rope_parameters=rope)
 
 
 def sample(generator: torch.Generator, image: tuple, video: tuple) -> dict:
@@ -124,6 +126,7 @@ def test_cached_decoding_equals_recomputation(scheme):
     assert torch.equal(cached.sequences, recomputed.sequences)
     for step_cached, step_recomputed in zip(cached.logits, recomputed.logits):
         torch.testing.assert_close(step_cached, step_recomputed, atol=1e-10, rtol=0)
+    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**batch, use_cache=True, **kwargs).logits), 1e-10)
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
@@ -135,6 +138,7 @@ def test_left_padding_leaves_real_tokens_unchanged(scheme):
         padded = model(**batch_of(parts, [4, 0])).last_hidden_state[0, 4:]
         alone = model(**batch_of(parts[:1], [0])).last_hidden_state[0]
     torch.testing.assert_close(padded, alone, atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: m(**batch_of(parts, [4, 0])).last_hidden_state, 1e-5)
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa", "flex_attention"])
@@ -154,6 +158,7 @@ def test_packed_row_equals_each_sequence_alone(scheme, attention):
         row = model(**packed).last_hidden_state[0]
         alone = [model(**batch_of([part], [0])).last_hidden_state[0] for part in parts]
     torch.testing.assert_close(row, torch.cat(alone), atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: m(**packed).last_hidden_state, 1e-5)
 
 
 REMOTE_LOADER = textwrap.dedent(
@@ -317,6 +322,7 @@ def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_im
     assert torch.equal(cached.sequences, recomputed.sequences)
     for step_cached, step_recomputed in zip(cached.logits, recomputed.logits):
         torch.testing.assert_close(step_cached, step_recomputed, atol=1e-10, rtol=0)
+    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**batch, use_cache=True, **kwargs).logits), 1e-10)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,12 @@
-"""Vision-text models: text-checkpoint carry-over, every head under every scheme, generation, bad input."""
+"""Vision-text models: text-checkpoint carry-over, every head under every scheme, generation, bad input.
+
+Built from `position_sensitive_config`: the comparisons of two paths (left-padded vs alone, cached vs uncached) assert
+that a position error (a wrong text-image offset) would move the outputs ≥ 100x their tolerance."""
 
 import pytest
 import torch
 import transformers
-from conftest import random_inputs
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import (
@@ -29,7 +32,8 @@ SCHEMES = {
 
 
 def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
-    return RoFormerExtVisionTextConfig(**{**SIZES, "rope_parameters": SCHEMES[scheme], **overrides})
+    rope = {**SCHEMES[scheme], **overrides.pop("rope_parameters", {})}
+    return position_sensitive_config(RoFormerExtVisionTextConfig, **{**SIZES, **overrides}, rope_parameters=rope)
 
 
 def mixed_batch(seed: int = 0):
@@ -116,9 +120,16 @@ def test_patches_and_positions_change_the_output():
     assert not torch.allclose(base, other_pixels) and not torch.allclose(base, other_grid)
 
 
-def test_left_padding_does_not_change_real_tokens():
+def per_token_output(output) -> torch.Tensor:
+    return output.logits if getattr(output, "logits", None) is not None else output.last_hidden_state
+
+
+@pytest.mark.parametrize(
+    "model_class", [RoFormerExtVisionTextModel, RoFormerExtVisionTextForMaskedLM, RoFormerExtVisionTextForCausalLM]
+)
+def test_left_padding_does_not_change_real_tokens(model_class):
     torch.manual_seed(0)
-    model = RoFormerExtVisionTextModel(vision_config("mrope")).eval()
+    model = model_class(vision_config("mrope")).eval()
     batch = mixed_batch()
     # Sample 1 alone, without its padding, must equal its padded row.
     alone = {k: v for k, v in batch.items()}
@@ -127,9 +138,10 @@ def test_left_padding_does_not_change_real_tokens():
     alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
     alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
     with torch.no_grad():
-        padded = model(**batch).last_hidden_state[1, 2:]
-        single = model(**alone).last_hidden_state[0]
+        padded = per_token_output(model(**batch))[1, 2:]
+        single = per_token_output(model(**alone))[0]
     torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_1d"])
@@ -138,11 +150,17 @@ def test_generation_with_image_prompt_cached_equals_uncached(scheme):
     model = RoFormerExtVisionTextForCausalLM(vision_config(scheme)).eval()
     batch = mixed_batch()
     # A trained model never writes placeholders; a random one might, and uncached generation would then ask for patches.
-    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO])
+    kwargs = dict(
+        max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
+        return_dict_in_generate=True, output_logits=True,
+    )  # fmt: skip
     cached = model.generate(**batch, use_cache=True, **kwargs)
     uncached = model.generate(**batch, use_cache=False, **kwargs)
-    assert torch.equal(cached, uncached)
-    assert cached.shape == (2, batch["input_ids"].shape[1] + 5)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    assert cached.sequences.shape == (2, batch["input_ids"].shape[1] + 5)
+    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(uncached.logits), atol=1e-4, rtol=0)
+    run = lambda m: torch.stack(m.generate(**batch, use_cache=True, **kwargs).logits)  # noqa: E731
+    assert_position_sensitive(model, run, 1e-4)
 
 
 def test_placeholder_count_mismatch_raises():

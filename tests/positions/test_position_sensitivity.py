@@ -1,0 +1,85 @@
+"""The position-sensitivity rule's own checks: `assert_position_sensitive` fails on the tiny config (the blind spot it
+exists for), passes on `position_sensitive_config`, and its perturbation reaches every kind of position encoding
+(rotary cos / sin, relative score terms, absolute embeddings) and the vision-text layout."""
+
+import pytest
+import torch
+from conftest import (
+    SENSITIVITY_FACTOR,
+    assert_position_sensitive,
+    perturbed_positions,
+    position_sensitive_config,
+    scaled_positions,
+    shifted_positions,
+    tiny_config,
+)
+from vision_sizes import IMAGE, PATCH_DIM, SIZES
+
+from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel
+
+TOLERANCE = 1e-5
+
+
+def input_ids(seq: int = 12) -> torch.Tensor:
+    return torch.randint(5, 99, (2, seq), generator=torch.Generator().manual_seed(0))
+
+
+def test_tiny_config_is_blind_and_the_helper_says_so():
+    """The tiny config (initializer_range 0.02) barely reads positions: the helper must refuse it."""
+    torch.manual_seed(0)
+    model = RoFormerExtModel(tiny_config()).eval()
+    ids = input_ids()
+    with pytest.raises(AssertionError, match="barely depends on positions"):
+        assert_position_sensitive(model, lambda m: m(ids), TOLERANCE)
+
+
+def test_sensitive_config_moves_outputs_far_beyond_the_tolerance():
+    torch.manual_seed(0)
+    model = RoFormerExtModel(position_sensitive_config()).eval()
+    ids = input_ids()
+    margins = assert_position_sensitive(model, lambda m: m(ids), TOLERANCE)
+    assert min(margins.values()) >= SENSITIVITY_FACTOR
+    # the perturbations keep restarts (packed rows) and order; only relative distances change
+    positions = torch.tensor([0, 1, 2, 3, 4, 0, 1, 2, 3])
+    assert shifted_positions(positions).tolist() == [0, 1, 2, 4, 5, 0, 1, 2, 4]
+    assert scaled_positions(positions).tolist() == [0, 2, 4, 6, 8, 0, 2, 4, 6]
+
+
+def test_sensitive_config_does_not_change_the_callers_overrides():
+    rope = {"rope_type": "default"}
+    config = position_sensitive_config(rope_parameters=rope, initializer_range=0.3)
+    assert rope == {"rope_type": "default"}
+    assert config.initializer_range == 0.3 and config.rope_parameters["rope_theta"] == 100.0
+
+
+@pytest.mark.parametrize("position_encoding", ["rope", "alibi", "t5_bias", "learned", "sinusoidal"])
+def test_perturbation_reaches_every_kind_of_position_encoding(position_encoding):
+    """Rotary, relative terms on the scores and absolute embeddings all read the perturbed positions: the output moves
+    (alibi's linear bias is shift-invariant but not scale-invariant; the helper requires both to move)."""
+    torch.manual_seed(0)
+    model = RoFormerExtModel(position_sensitive_config(position_encoding=position_encoding)).eval()
+    ids = input_ids()
+    with torch.no_grad():
+        reference = model(ids).last_hidden_state
+        for perturb in (scaled_positions, shifted_positions):
+            with perturbed_positions(model, perturb):
+                moved = model(ids).last_hidden_state
+            assert (moved - reference).abs().max() > 1e-2, perturb.__name__
+        assert torch.equal(model(ids).last_hidden_state, reference)  # the block's patch is undone
+
+
+def test_vision_text_layout_is_sensitive():
+    """The vision-text model's 3-axis positions (text, an image, text) go through the same perturbation."""
+    torch.manual_seed(0)
+    config = position_sensitive_config(
+        RoFormerExtVisionTextConfig, **SIZES, rope_parameters={"position_scheme": "mrope"}
+    )
+    model = RoFormerExtVisionTextModel(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((6,), IMAGE), torch.tensor([7, 8])])
+    inputs = dict(
+        input_ids=ids[None],
+        pixel_values=torch.randn(6, PATCH_DIM, generator=generator),
+        image_grid_thw=torch.tensor([[1, 2, 3]]),
+    )
+    assert_position_sensitive(model, lambda m: m(**inputs), TOLERANCE)
