@@ -244,7 +244,14 @@ def main() -> None:
         collator = FlattenPaddedBatch(collator, per_token_labels=True)
 
     def predicted_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return logits.argmax(dim=-1)  # keep only ids: full logits over the vocabulary would fill memory
+        """Keep only ids: full logits over the vocabulary would fill memory. With `sparse_prediction` the model
+        returns logits for the masked positions only; they go back to their places (-100 elsewhere)."""
+        ids = logits.argmax(dim=-1)
+        if ids.shape == labels.shape:
+            return ids
+        placed = torch.full_like(labels, -100)
+        placed[labels != -100] = ids
+        return placed
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         masked = prediction.label_ids != -100
