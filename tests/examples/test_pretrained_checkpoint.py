@@ -1,0 +1,198 @@
+"""The pretrained checkpoint shipped in `checkpoints/roformer-ext-mini-zh`, the main job that fine-tunes it, and the
+n-gram baseline it is compared with.
+
+The checkpoint must load with the Auto classes (from the installed package, and as remote code in a fresh process
+where `roformer_ext` cannot be imported), stay small enough to ship, and its MLM head must have learnt Chinese:
+the masked character of common phrases is among its top 5 (measured on the shipped weights, see the model card).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+import roformer_ext
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINT = ROOT / "checkpoints" / "roformer-ext-mini-zh"
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+from common.utils import ModelArguments, load_config, resolve_checkpoint_paths  # noqa: E402
+
+#: (sentence, masked word): the whole word is masked, as in whole-word pretraining. Measured on the shipped weights:
+#: each word's characters are in the top 5 at their positions. The model is weak (40 CPU minutes): it gets
+#: frequent one-character words from their context (在 is its first guess in 我们[MASK]北京工作) and few content
+#: words (服务 here; 1 of 12 two-character content words measured, see docs/fine-tuning.md).
+PHRASES = [
+    ("我们在北京工作。", "在"),
+    ("这本书不好看。", "不"),
+    ("这个手机很好用。", "很"),
+    ("他是我的朋友。", "的"),
+    ("价格太贵了。", "了"),
+    ("这是一本好书。", "是"),
+    ("这家酒店的服务很好。", "服务"),
+]
+
+
+def top5(model, tokenizer, sentence: str, word: str) -> list[list[str]]:
+    """The MLM head's five best tokens at each position of `word`, masked in `sentence` (one character a token)."""
+    start = sentence.index(word)
+    masked = sentence[:start] + tokenizer.mask_token * len(word) + sentence[start + len(word) :]
+    encoded = tokenizer(masked, return_tensors="pt")
+    positions = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero()[:, 0]
+    assert len(positions) == len(word)
+    with torch.no_grad():
+        logits = model(**encoded).logits[0, positions]
+    return [tokenizer.convert_ids_to_tokens(row.topk(5).indices.tolist()) for row in logits]
+
+
+def recovered(model, tokenizer, sentence: str, word: str) -> bool:
+    return all(char in best for char, best in zip(word, top5(model, tokenizer, sentence, word)))
+
+
+def test_checkpoint_folder_is_complete_and_small():
+    files = {path.name for path in CHECKPOINT.iterdir()}
+    expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
+    assert expected <= files, expected - files
+    assert {"modeling_roformer_ext.py", "configuration_roformer_ext.py", "tokenization_roformer_ext.py"} <= files
+    assert not any(name.startswith("checkpoint-") for name in files)  # no intermediate Trainer checkpoints shipped
+    size = sum(path.stat().st_size for path in CHECKPOINT.rglob("*") if path.is_file())
+    assert size <= 25 * 2**20, f"{size / 2**20:.1f} MB"
+    auto_map = json.loads((CHECKPOINT / "config.json").read_text(encoding="utf-8"))["auto_map"]
+    assert {"AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"} <= set(auto_map)
+    card = (CHECKPOINT / "README.md").read_text(encoding="utf-8")
+    for needle in ("run_mlm.py", "--seed 42", "--whole_word_masking", "steps", "final", "wall"):
+        assert needle in card, needle
+
+
+def test_auto_model_loads_the_shipped_checkpoint():
+    model, info = AutoModel.from_pretrained(CHECKPOINT, output_loading_info=True)
+    assert isinstance(model, roformer_ext.RoFormerExtModel)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    mlm, info = AutoModelForMaskedLM.from_pretrained(CHECKPOINT, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+
+
+def test_mlm_head_predicts_masked_characters():
+    """Measured on the shipped weights: every masked word of PHRASES is recovered (its characters in the top 5)."""
+    tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
+    model = AutoModelForMaskedLM.from_pretrained(CHECKPOINT).eval()
+    misses = {s: top5(model, tokenizer, s, w) for s, w in PHRASES if not recovered(model, tokenizer, s, w)}
+    assert not misses, misses
+    # A random MLM head (same architecture, same tokenizer) does not: the test can tell trained from untrained.
+    torch.manual_seed(0)
+    untrained = AutoModelForMaskedLM.from_config(model.config).eval()
+    assert sum(recovered(untrained, tokenizer, sentence, word) for sentence, word in PHRASES) <= 1
+
+
+REMOTE = textwrap.dedent(
+    """
+    import sys
+    sys.modules["roformer_ext"] = None  # the package must not be importable here
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+    folder = sys.argv[1]
+    base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    assert type(base).__module__.startswith("transformers_modules"), type(base).__module__
+    encoded = tokenizer("我们[MASK]北京工作。", return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**encoded).logits[0]
+    position = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().item()
+    print("top5", " ".join(tokenizer.convert_ids_to_tokens(logits[position].topk(5).indices.tolist())))
+    print("sum", float(logits.sum()))
+    """
+)
+
+
+def test_checkpoint_loads_as_remote_code_in_a_fresh_process(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE, str(CHECKPOINT)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+    assert lines["top5"].split()[0] == "在"  # as in the package, measured
+    tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
+    model = AutoModelForMaskedLM.from_pretrained(CHECKPOINT).eval()
+    with torch.no_grad():
+        expected = float(model(**tokenizer("我们[MASK]北京工作。", return_tensors="pt")).logits[0].sum())
+    assert float(lines["sum"]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_pretrained_job_names_the_shipped_checkpoint(tmp_path, monkeypatch):
+    """main_job_pretrained.json names the checkpoint relative to the repository; it resolves from any working
+    directory. The main job itself stays from scratch (the pretrained run did not beat it, docs/fine-tuning.md)."""
+    job = EXAMPLES / "text-classification" / "main_job_pretrained.json"
+    arguments = ModelArguments(model_name_or_path=json.loads(job.read_text())["model_name_or_path"])
+    assert arguments.model_name_or_path == "checkpoints/roformer-ext-mini-zh"
+    monkeypatch.chdir(tmp_path)  # not the repository root: the relative path does not exist here
+    resolve_checkpoint_paths(arguments, job)
+    assert Path(arguments.model_name_or_path) == CHECKPOINT
+    main = json.loads((EXAMPLES / "text-classification" / "main_job.json").read_text())
+    assert "model_name_or_path" not in main and main["hidden_size"] == 64
+
+
+def test_checkpoint_paths_resolve_only_when_missing(tmp_path, monkeypatch):
+    config_file = tmp_path / "jobs" / "job.json"
+    config_file.parent.mkdir()
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    here = ModelArguments(model_name_or_path="models/mine")  # exists from the working directory: kept
+    resolve_checkpoint_paths(here, config_file)
+    assert here.model_name_or_path == "models/mine"
+    hub = ModelArguments(model_name_or_path="junnyu/roformer_chinese_base", tokenizer_name="nowhere/tok")
+    resolve_checkpoint_paths(hub, config_file)  # found nowhere: a Hub id, left alone
+    assert (hub.model_name_or_path, hub.tokenizer_name) == ("junnyu/roformer_chinese_base", "nowhere/tok")
+    monkeypatch.chdir(config_file.parent)
+    elsewhere = ModelArguments(model_name_or_path="models/mine")
+    resolve_checkpoint_paths(elsewhere, config_file)
+    assert Path(elsewhere.model_name_or_path) == tmp_path / "models" / "mine"
+
+
+def test_config_overrides_apply_to_a_checkpoint():
+    arguments = ModelArguments(
+        model_name_or_path=str(CHECKPOINT), config_overrides="hidden_dropout_prob=0.1,classifier_dropout=0.2"
+    )
+    config = load_config(arguments, num_labels=3)
+    assert (config.hidden_dropout_prob, config.classifier_dropout, config.num_labels) == (0.1, 0.2, 3)
+    saved = json.loads((CHECKPOINT / "config.json").read_text(encoding="utf-8"))
+    assert saved["hidden_dropout_prob"] == 0.0  # the file itself is not changed
+    with pytest.raises(ValueError, match="key=value"):
+        ModelArguments(model_name_or_path=str(CHECKPOINT), config_overrides="dropout").overrides()
+
+
+def test_ngram_baseline_on_the_sentiment_split():
+    """The baseline row of the README: char 1-3-gram TF-IDF + logistic regression at the C chosen on validation
+    (scikit-learn comes with the `examples` extra)."""
+    sys.path.insert(0, str(EXAMPLES / "text-classification"))
+    from ngram_baseline import run_baseline
+
+    result = run_baseline("chinese_sentiment", c_grid=(10.0,))
+    assert result["rows"] == {"train": 13877, "validation": 1704, "test": 1782}
+    assert round(result["eval_accuracy"], 4) == 0.8556 and round(result["test_accuracy"], 4) == 0.8507
+    assert [row["label"] for row in result["demo"]] == ["positive", "negative"]
+    with pytest.raises(ValueError, match="c_grid"):
+        run_baseline("chinese_sentiment", c_grid=())
+
+
+def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
+    """`--include_reviews` adds the reviews of the sentiment train split to MLM train, and no validation or test
+    review anywhere: the pretrained model has never read the texts it is evaluated on."""
+    from common.corpora import load_chinese_sentiment, load_mlm_corpus
+
+    plain, with_reviews = load_mlm_corpus(), load_mlm_corpus(include_reviews=True)
+    sentiment = load_chinese_sentiment()
+    assert list(with_reviews["train"]["text"]) == list(plain["train"]["text"]) + list(sentiment["train"]["text"])
+    for split in ("validation", "test"):
+        assert list(with_reviews[split]["text"]) == list(plain[split]["text"])
+    held_out = set(sentiment["validation"]["text"]) | set(sentiment["test"]["text"])
+    assert not held_out & {text for split in with_reviews.values() for text in split["text"]}
