@@ -9,7 +9,8 @@ Everything is a sum over keys of d×d outer products, so cost is O(N·d²) inste
 - causal: the sequence is cut into chunks; inside a chunk the (chunk × chunk) masked products are exact, across
   chunks the running (S, z) carries the prefix. Memory is O(N·d) like q itself, with no N² or N·d² term;
 - generation: (S, z) per layer is the whole past, so a step costs O(d²) whatever the length. It is kept in the
-  transformers `DynamicCache` layer (see `_read_state` / `_write_state`), not recomputed from cached keys.
+  cache layer of its own (`LinearAttentionState`, on transformers' public `DynamicLayer`), not recomputed from
+  cached keys.
 
 Sums run in float32 even under bf16 autocast: they accumulate over the whole sequence.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers.cache_utils import Cache, DynamicLayer
 
 from .packing import PackedBatch, defined_operator, operator_name
 from .rope import apply_rotary, rotate_for_scores
@@ -267,38 +269,62 @@ def _define_traced_linear_attention():
 _traced_linear_attention = _define_traced_linear_attention()
 
 
-# --- The running state inside transformers' DynamicCache ---------------------------------------------------------
-# A DynamicCache layer holds `keys` and `values` and reports its length as keys.shape[-2]. For linear attention we
-# store a (batch, 1, seen, 1) zero "length marker" as keys (4 bytes per token, so get_seq_length, masks and position
-# ids stay right) and the packed state [S | z] (batch, heads, d, d_v + 1) as values. Both have batch first, so the
-# cache's batch reordering (beam search) and repeat/select keep working; cropping cannot undo a sum, so the layer is
-# marked not croppable.
+# --- The running state: a cache layer of its own, on transformers' public cache-layer API ---------------------------
 
 
-def _read_state(cache, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    if layer_idx >= len(cache.layers):
-        return None
-    layer = cache.layers[layer_idx]
-    if not getattr(layer, "is_initialized", False) or layer.get_seq_length() == 0:
-        return None
-    packed = layer.values
-    return packed[..., :-1], packed[..., -1]
+class LinearAttentionState(DynamicLayer):
+    """A cache layer holding linear attention's running state instead of keys and values.
+
+    `values` is the packed state [S | z] (batch, heads, d, d_v + 1), replaced at every step; `keys` is a
+    (batch, 1, seen, 1) zero length marker (4 bytes a token), so the inherited length, mask sizes and batch operations
+    (beam search's reordering, repeat and select: both have batch first) hold. Cropping cannot undo a sum."""
+
+    is_croppable = False
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = value_states
+        return self.keys, self.values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove:
+            raise ValueError(
+                "A linear-attention cache keeps sums over the past, which cannot be cropped (assisted or "
+                "speculative decoding needs attention_type='softmax')."
+            )
+
+    def state(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(S, z), or None before the first token."""
+        if self.get_seq_length() == 0:
+            return None
+        return self.values[..., :-1], self.values[..., -1]
 
 
-def _write_state(cache, layer_idx: int, state: tuple[torch.Tensor, torch.Tensor], new_tokens: int) -> None:
+def use_state_layers(cache: Cache, num_layers: int) -> None:
+    """Give each of the first `num_layers` layers of `cache` a `LinearAttentionState` (called once per forward by the
+    model): an empty plain layer (what `generate` and `DynamicCache()` make) is replaced; anything else is refused."""
+    for layer_idx in range(num_layers):
+        if layer_idx == len(cache.layers):
+            cache.layers.append(LinearAttentionState())
+            continue
+        layer = cache.layers[layer_idx]
+        if isinstance(layer, LinearAttentionState):
+            continue
+        if type(layer) is not DynamicLayer or layer.get_seq_length() != 0:
+            raise TypeError(
+                f"Linear attention keeps its running state in a cache layer of its own; got a filled or "
+                f"{type(layer).__name__} layer {layer_idx}. Pass a DynamicCache (new, or one this model filled), or none."
+            )
+        cache.layers[layer_idx] = LinearAttentionState()
+
+
+def _read_state(cache: Cache, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    return cache.layers[layer_idx].state()
+
+
+def _write_state(cache: Cache, layer_idx: int, state: tuple[torch.Tensor, torch.Tensor], new_tokens: int) -> None:
     s, z = state
     marker = s.new_zeros(s.shape[0], 1, new_tokens, 1)
-    packed = torch.cat((s, z.unsqueeze(-1)), dim=-1)
-    fresh = _read_state(cache, layer_idx) is None
-    if fresh:
-        cache.update(marker, marker, layer_idx)
-    layer = cache.layers[layer_idx]
-    if not hasattr(layer, "keys") or layer.keys.dim() != 4 or layer.keys.shape[-1] != 1:
-        raise TypeError(
-            f"Linear attention keeps its running state in a DynamicCache; got a {type(layer).__name__} layer. "
-            "Pass a DynamicCache as the cache, or none."
-        )
-    if not fresh:
-        layer.keys = torch.cat((layer.keys, marker), dim=-2)
-    layer.values = packed
-    layer.is_croppable = False
+    cache.update(marker, torch.cat((s, z.unsqueeze(-1)), dim=-1), layer_idx)

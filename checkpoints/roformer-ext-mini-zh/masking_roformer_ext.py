@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 
-from .compat import mask_cache
+from .compat import attn_implementation, mask_cache
 from .configuration_roformer_ext import RoFormerExtConfig
 from .packing import PackedBatch, per_sequence_sdpa
 
@@ -65,12 +65,12 @@ def self_attention_mask(
         # Traced (torch.compile) too, per-sequence SDPA runs when the lengths are known (as one opaque operator, no
         # graph break): a masked SDPA over the whole row costs total² (a compiled packed MLM step 3.4x slower than
         # eager, benchmarks/bench_packed_compile.py); without cu_seq_lens, and with eager attention, the mask path.
-        if config._attn_implementation == "sdpa" and alone and packed.cu_seq_lens is not None:
+        if attn_implementation(config) == "sdpa" and alone and packed.cu_seq_lens is not None:
             return None, per_sequence_sdpa
         same_sequence = within_each_sequence(packed, seq)
     if attention_mask is not None and attention_mask.dim() == 4:
         kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
-        return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, config._attn_implementation), None
+        return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, attn_implementation(config)), None
     if config.is_decoder:
         mask = create_causal_mask(
             config=config,
@@ -112,7 +112,7 @@ def cross_attention_mask(
             embeddings.shape[1],
             encoder_hidden_states.shape[1],
             embeddings.dtype,
-            config._attn_implementation,
+            attn_implementation(config),
         )
     return create_bidirectional_mask(
         config=config,

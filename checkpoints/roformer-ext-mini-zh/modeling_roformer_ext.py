@@ -37,9 +37,20 @@ from transformers.utils import TransformersKwargs, auto_docstring, can_return_tu
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .compat import CACHE, accepts_old_cache_name, cache_field, output_cache
+from .compat import (
+    CACHE,
+    accepts_old_cache_name,
+    attn_implementation,
+    auto_class,
+    cache_field,
+    ensure_compatible,
+    output_cache,
+    parent_init_weights,
+    parent_update_model_kwargs_for_generation,
+)
 from .configuration_roformer_ext import RoFormerExtConfig
-from .linear_attention import linear_attention_forward, per_sequence_linear_attention
+from .hub_code import SharedCodeMixin
+from .linear_attention import linear_attention_forward, per_sequence_linear_attention, use_state_layers
 from .masking_roformer_ext import (
     check_padding_mask,
     cross_attention_mask,
@@ -179,7 +190,7 @@ class AttentionProjections(nn.Module):
         """Softmax attention through the configured backend, then the output projection: (batch, seq, hidden)."""
         if attention_interface is None:
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
+                attn_implementation(self.config), eager_attention_forward
             )
         attn_output, attn_weights = attention_interface(
             self,
@@ -262,7 +273,7 @@ class RoFormerExtAttention(AttentionProjections):
         relative_scores: RelativeScores,
     ) -> tuple[torch.Tensor | None, Callable | None]:
         """The mask and backend that add the relative term: a score_mod for flex, an additive bias otherwise."""
-        if self.config._attn_implementation == "flex_attention":
+        if attn_implementation(self.config) == "flex_attention":
             score_mod = relative_scores.layer_term(self, query, key, per_score=True)
             return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
         return add_scores_to_mask(attention_mask, relative_scores.layer_term(self, query, key, per_score=False)), None
@@ -459,7 +470,7 @@ def _defining_class(cls: type) -> type:
 
 
 @auto_docstring
-class RoFormerExtPreTrainedModel(PreTrainedModel):
+class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     config: RoFormerExtConfig
     config_class = RoFormerExtConfig
     base_model_prefix = "roformer"
@@ -535,10 +546,10 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
     def is_remote_code(cls) -> bool:
         """transformers saves the module of `cls` as the folder's remote code. A wrapper's generated subclass (FSDP2's
         `fully_shard` makes `FSDP<name>`, defined in torch) is not remote code: `save_pretrained` saves its model's."""
-        return cls._auto_class is not None and _defining_class(cls) is cls
+        return auto_class(cls) is not None and _defining_class(cls) is cls
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        if self._auto_class is None:
+        if auto_class(self) is None:
             return super().save_pretrained(save_directory, *args, **kwargs)
         # registered for remote code (importing roformer_ext does that): one folder serves every head of the family
         self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
@@ -546,7 +557,7 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
         if defining is not type(self) and self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
             # the wrapped model's own class and files, written before transformers saves (and maybe pushes) the folder
             module = sys.modules[defining.__module__]
-            self.config.auto_map[defining._auto_class] = f"{module.__name__.rsplit('.', 1)[-1]}.{defining.__name__}"
+            self.config.auto_map[auto_class(defining)] = f"{module.__name__.rsplit('.', 1)[-1]}.{defining.__name__}"
             os.makedirs(save_directory, exist_ok=True)
             for source in (module.__file__, *get_relative_import_files(module.__file__)):
                 shutil.copyfile(source, os.path.join(save_directory, os.path.basename(source)))
@@ -564,7 +575,7 @@ class RoFormerExtPreTrainedModel(PreTrainedModel):
             # Ours, not the base class's: that one looks up transformers' registry, which lacks our kinds.
             module.reset_frequencies()
             return
-        super()._init_weights(module)
+        parent_init_weights(super(), module)
         if isinstance(module, RoFormerExtLMHead) and module.bias is not None:
             init.zeros_(module.bias)
 
@@ -613,12 +624,20 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             return None
         if not self.config.is_decoder or cache is not None:
-            return cache
+            return self.with_state_layers(cache)
         if not (use_cache if use_cache is not None else self.config.use_cache):
             return None
         if encoder_hidden_states is not None:
-            return EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        return DynamicCache(config=self.config)
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        else:
+            cache = DynamicCache(config=self.config)
+        return self.with_state_layers(cache)
+
+    def with_state_layers(self, cache: Cache | None) -> Cache | None:
+        """Linear attention keeps a running state, not keys: its layers of the cache become `LinearAttentionState`."""
+        if cache is not None and self.config.attention_type == "linear":
+            use_state_layers(self_attention_cache(cache), self.config.num_hidden_layers)
+        return cache
 
     def attention_positions(
         self,
@@ -627,28 +646,47 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         mask: torch.Tensor | None,
         cache: Cache | None,
         past_length: int,
+        attention_mask: torch.Tensor | None = None,
     ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None, RelativeScores | None]:
         """The position encoding asked once per forward for what the layers need: RoPE's (cos, sin); a relative term
         (Shaw, T5, ALiBi), joined into the mask when every layer shares it on eager / sdpa, else the per-forward
-        `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores)."""
-        flex = self.config._attn_implementation == "flex_attention"
-        terms = self.position_encoding.attention_terms(
-            embeddings, position_ids, functools.partial(self.key_positions, position_ids[0], cache, past_length), flex
-        )
+        `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores).
+        `attention_mask`: the caller's mask, which numbers the cached keys (`key_positions`)."""
+        flex = attn_implementation(self.config) == "flex_attention"
+        keys = functools.partial(self.key_positions, position_ids[0], cache, past_length, attention_mask)
+        terms = self.position_encoding.attention_terms(embeddings, position_ids, keys, flex)
         if terms.shared_bias is not None or terms.relative_scores is not None:
             check_backend_takes_scores(self.config)
         if terms.shared_bias is not None:
             mask = add_scores_to_mask(mask, terms.shared_bias.to(embeddings.dtype))
         return terms.position_embeddings, mask, terms.relative_scores
 
-    def key_positions(self, query_positions: torch.Tensor, cache: Cache | None, past_length: int) -> torch.Tensor:
-        """Positions of the keys a layer sees: the queries' own without a cache; with one, 0, 1, ... over every cached
-        slot (a static cache's unwritten slots too: the mask hides them), as text decoding numbers them."""
+    def key_positions(
+        self,
+        query_positions: torch.Tensor,
+        cache: Cache | None,
+        past_length: int | torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Positions of the keys a layer sees, numbered as the queries are: the queries' own without a cache.
+
+        With one, the keys count back from the last query over the real tokens before it: those the caller's mask
+        lets the last query see (2D padding mask, or the last row of a 4D mask; without one, every slot). `generate`
+        numbers a left-padded prompt by real tokens (its `position_ids`), and its keys are numbered so too; with the
+        default positions (one per slot) every key keeps its slot number. Slots after the last query (a static
+        cache's unwritten ones, hidden by the mask) continue the numbering. (batch | 1, keys)."""
         cache = self_attention_cache(cache)
         if cache is None or (is_first_call(past_length) and not cache.is_compileable):
             return query_positions
-        kv_length = cache.get_mask_sizes(query_positions.shape[1], 0)[0]
-        return torch.arange(kv_length, device=query_positions.device)[None]
+        seq = query_positions.shape[1]
+        kv_length = cache.get_mask_sizes(seq, 0)[0]
+        real = visible_keys(attention_mask, kv_length)  # (batch | 1, kv_length) 1: a real token
+        if real is None:
+            real = torch.ones(1, kv_length, dtype=torch.long, device=query_positions.device)
+        before = F.pad(real.cumsum(-1), (1, 0))[:, :-1]  # real tokens before each slot
+        last = torch.as_tensor(past_length + seq - 1, device=before.device).reshape(1, 1)
+        before_last = before.gather(1, last.expand(before.shape[0], 1))
+        return query_positions[:, -1:].to(before.dtype) - before_last + before
 
     def default_token_type_ids(
         self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
@@ -687,6 +725,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
             accepted too.
         """
+        ensure_compatible()  # outside the tested transformers range: the self-check, at the first forward
         check_token_inputs(input_ids, inputs_embeds)
         if encoder_hidden_states is not None and not self.config.add_cross_attention:
             raise ValueError(
@@ -723,7 +762,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if encoder_hidden_states is not None:
             cross_mask = cross_attention_mask(self.config, encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings, mask, relative_scores = self.attention_positions(
-            embeddings, position_ids, mask, cache, past_length
+            embeddings, position_ids, mask, cache, past_length, attention_mask
         )
 
         hidden_states = embeddings
@@ -748,9 +787,23 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         )
 
 
+def visible_keys(attention_mask: torch.Tensor | None, kv_length: int) -> torch.Tensor | None:
+    """(batch, kv_length) long, 1 where a key is a real token: a 2D padding mask (cached + new tokens; slots beyond it
+    count as real), or the keys a 4D mask's last query may see (bool / integer nonzero, or additive 0). None without
+    a tensor mask."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
+        return None
+    if attention_mask.dim() == 4:
+        row = attention_mask[:, 0, -1, :kv_length]
+        real = row > torch.finfo(row.dtype).min / 2 if row.is_floating_point() else row != 0
+    else:
+        real = attention_mask[:, :kv_length] != 0
+    return F.pad(real.long(), (0, kv_length - real.shape[-1]), value=1)
+
+
 def check_backend_takes_scores(config: RoFormerExtConfig) -> None:
     """flash attention takes no bias: a position encoding with a term on the scores needs another backend."""
-    implementation = config._attn_implementation or "eager"
+    implementation = attn_implementation(config) or "eager"
     if "flash" in implementation:
         raise ValueError(
             f"position_encoding={config.position_encoding!r} adds a term to the attention scores, which "
@@ -933,8 +986,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
         """transformers repeats the last token type for new tokens; a UniLM decoder's new tokens are the target."""
         token_type_ids = model_kwargs.get("token_type_ids")
-        model_kwargs = super()._update_model_kwargs_for_generation(
-            outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        model_kwargs = parent_update_model_kwargs_for_generation(
+            super(), outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
         )
         if self.config.decoder_attention == "unilm" and token_type_ids is not None:
             target = token_type_ids.new_ones(token_type_ids.shape[0], num_new_tokens)
@@ -1236,10 +1289,12 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
             **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
+        # Padding holds no answer: its logits are the dtype's minimum, padded or packed, so both give the same loss
+        # (and a span search never picks a pad).
+        hidden = torch.finfo(logits.dtype).min
+        if attention_mask is not None and attention_mask.dim() == 2:
+            logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
         if packed is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
-            hidden = torch.finfo(logits.dtype).min
-            if attention_mask is not None and attention_mask.dim() == 2:  # padding at the end of packed rows
-                logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
             logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=hidden)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from .compat import cpu_fused_sdpa, cpu_fused_sdpa_available, cpu_fused_sdpa_backward
+
 
 @dataclass(frozen=True)
 class PackedBatch:
@@ -337,8 +339,7 @@ def _random_state(device: torch.device) -> torch.Tensor:
 def _fused_cpu(query: torch.Tensor, dropout: float) -> bool:
     """Whether SDPA runs each sequence on torch's fused CPU kernel (no dropout), whose backward needs its log-sum-exp
     (a torch without that kernel's operators takes the recomputing path)."""
-    fused = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
-    return fused and query.device.type == "cpu" and dropout == 0
+    return cpu_fused_sdpa_available() and query.device.type == "cpu" and dropout == 0
 
 
 def _log_sum_exp_dtype(query: torch.Tensor) -> torch.dtype:
@@ -366,12 +367,7 @@ def _define_traced_sdpa() -> Callable:
             state = _random_state(query.device).clone() if dropout > 0 else empty
             return _split_sdpa(query, key, value, lengths, dropout, is_causal, scale), query.new_empty(0), state
         pieces = zip(*(tensor.split(lengths, dim=2) for tensor in (query, key, value)))
-        outputs, log_sum_exps = zip(
-            *(
-                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=scale)
-                for q, k, v in pieces
-            )
-        )
+        outputs, log_sum_exps = zip(*(cpu_fused_sdpa(q, k, v, is_causal, scale) for q, k, v in pieces))
         output = torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1)
         return output, torch.cat(log_sum_exps, dim=2), empty
 
@@ -405,12 +401,7 @@ def _define_traced_sdpa() -> Callable:
                 *(tensor.split(lengths, dim=2) for tensor in (query, key, value, log_sum_exp)),
                 *(tensor.transpose(1, 2).split(lengths, dim=2) for tensor in (grad, output)),
             )
-            grads = [
-                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                    g, q, k, v, o, lse, 0.0, is_causal, scale=scale
-                )
-                for q, k, v, lse, g, o in pieces
-            ]
+            grads = [cpu_fused_sdpa_backward(g, q, k, v, o, lse, is_causal, scale) for q, k, v, lse, g, o in pieces]
             return tuple(torch.cat(per_input, dim=2) for per_input in zip(*grads))
         devices = [query.device] if query.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, enabled=dropout > 0):

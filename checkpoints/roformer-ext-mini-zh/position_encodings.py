@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from .compat import relative_position_bucket
 from .registries import POSITION_ENCODINGS
 from .rope import rotary_embedding_class
 
@@ -236,7 +237,13 @@ class LearnedPositionEncoding(PositionEncoding):
 
     def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         rows = self.position_embeddings.num_embeddings
-        if position_ids.numel() and (int(position_ids.max()) >= rows or int(position_ids.min()) < 0):
+        # Checked in eager calls: traced (torch.compile, torch.export / ONNX) the positions are not on the host, and an
+        # exported graph's table lookup refuses a row out of range by itself.
+        if (
+            not torch.compiler.is_compiling()
+            and position_ids.numel()
+            and (int(position_ids.max()) >= rows or int(position_ids.min()) < 0)
+        ):
             raise ValueError(
                 f"position_encoding='learned' has a table of max_position_embeddings = {rows} positions, but got "
                 f"positions up to {int(position_ids.max())}. Shorten the input or build the model with a larger "
@@ -312,9 +319,7 @@ def t5_relative_bucket(
     """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`
     (bidirectional: half the buckets for keys after the query; causal: only keys at or before it count).
     transformers' own T5 function, so the buckets are T5's by construction."""
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    return T5Attention._relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
+    return relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
 
 
 class T5Scores(RelativeScores):
@@ -624,7 +629,12 @@ class TupePositionEncoding(RelativePositionEncoding):
             self.relative_attention_bias = nn.Embedding(self.num_buckets + 1, config.num_attention_heads)
 
     def relative_scores(self, query_positions, key_positions) -> TupeScores:
-        if query_positions.numel() and int(query_positions.max()) >= self.max_positions:
+        # Checked in eager calls only, as the learned table (traced, the positions are not on the host).
+        if (
+            not torch.compiler.is_compiling()
+            and query_positions.numel()
+            and (int(query_positions.max()) >= self.max_positions)
+        ):
             raise ValueError(
                 f"position_encoding='tupe' has a table of max_position_embeddings = {self.max_positions} positions, "
                 f"but got positions up to {int(query_positions.max())}. Shorten the input or build the model with a "

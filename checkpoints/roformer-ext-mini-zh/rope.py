@@ -12,7 +12,6 @@ Add your own with `@register_rotary_embedding("name")` on a `RotaryEmbedding` su
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
+from .compat import global_module_hooks_active, has_module_hooks, tensor_identity
 from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS, rotates_per_head
 
 
@@ -603,7 +603,7 @@ class PairAdjacentRows:
 def _identity(t: torch.Tensor | None) -> tuple | None:
     if t is None:
         return None
-    return (weakref.ref(t), t._version, t.data_ptr(), t.device, t.dtype)
+    return tensor_identity(t)
 
 
 def _same_source(kept: tuple, now: tuple) -> bool:
@@ -652,10 +652,10 @@ def projects_pair_adjacent(states: torch.Tensor, query_projection: nn.Module, ke
     if any(_is_distributed(p.weight) for p in (query_projection, key_projection)):
         return False
     # Hooks registered for every module (torch.nn.modules.module.register_module_forward_hook) must see q and k too.
-    if any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks")):
+    if global_module_hooks_active():
         return False
     plain = all(
-        type(p) is nn.Linear and not (p._forward_hooks or p._forward_pre_hooks) and "forward" not in vars(p)
+        type(p) is nn.Linear and not has_module_hooks(p) and "forward" not in vars(p)
         for p in (query_projection, key_projection)
     )
     return plain and states.numel() // states.shape[-1] > query_projection.weight.shape[0]

@@ -58,6 +58,17 @@ from tokenizers.models import WordPiece
 from transformers import BatchEncoding, PythonBackend, TokenizersBackend
 from transformers.utils import logging
 
+from .compat import (
+    batch_encodings,
+    parent_encode_plus,
+    parent_encode_without_added_tokens,
+    parent_save_pretrained_files,
+    set_backend_tokenizer,
+    set_batch_encodings,
+    swapped_backend,
+)
+from .hub_code import SharedCodeMixin
+
 logger = logging.get_logger(__name__)
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
@@ -698,7 +709,7 @@ class _FromVocabFileMixin:
         return cls(vocab=vocab, segmenter=segmenter, **kwargs)
 
 
-class RoFormerExtTokenizer(_FromVocabFileMixin, PythonBackend):
+class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
     r"""Pure-Python RoFormer tokenizer (char or jieba-word vocabulary); same tokens as the fast one.
 
     Args:
@@ -838,7 +849,7 @@ def _write_vocab(vocab: dict[str, int], save_directory: str, filename_prefix: st
     return path
 
 
-class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
+class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersBackend):
     r"""RoFormer tokenizer backed by 🤗 Tokenizers, for char (`segmenter=None`) or jieba-word vocabularies.
 
     Offsets (`return_offsets_mapping=True`) are character spans of the input in both modes.
@@ -887,8 +898,8 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.strip_accents = strip_accents
         model = WordPiece(vocab, unk_token=str(unk_token), max_input_chars_per_word=MAX_CHARS_PER_WORD)
-        self._tokenizer = Tokenizer(model)
-        self._tokenizer.decoder = decoders.WordPiece(prefix="##")
+        set_backend_tokenizer(self, Tokenizer(model))  # transformers 5's way for a tokenizer that builds its own
+        self.backend_tokenizer.decoder = decoders.WordPiece(prefix="##")
         self._set_char_pipeline()
         self._set_segmenter()
         super().__init__(
@@ -904,7 +915,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
             **kwargs,
         )
         cls, sep = str(self.cls_token), str(self.sep_token)
-        self._tokenizer.post_processor = processors.TemplateProcessing(
+        self.backend_tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{cls}:0 $A:0 {sep}:0",
             pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
             special_tokens=[(cls, self.cls_token_id), (sep, self.sep_token_id)],
@@ -912,29 +923,29 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
 
     def _set_char_pipeline(self) -> None:
         """BERT's normaliser and pre-tokenizer: char mode itself, and word mode's serialisable stand-in."""
-        self._tokenizer.normalizer = normalizers.BertNormalizer(
+        self.backend_tokenizer.normalizer = normalizers.BertNormalizer(
             clean_text=True,
             handle_chinese_chars=self.tokenize_chinese_chars,
             strip_accents=self.strip_accents,
             lowercase=self.do_lower_case,
         )
-        self._tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
 
     def _set_segmenter(self) -> None:
         """Word mode: leave CJK runs whole for jieba, and split them in the Python pre-tokenizer."""
         if self.segmenter != "jieba":
             return
         _import_jieba()
-        self._tokenizer.normalizer = normalizers.BertNormalizer(
+        self.backend_tokenizer.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=False, strip_accents=self.strip_accents, lowercase=self.do_lower_case
         )
-        vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+        vocab = self.backend_tokenizer.get_vocab(with_added_tokens=False)
         jieba_pre_tokenizer = _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
         self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
         self.__dict__.pop("_word_marker_cache", None)
-        self.__dict__["_word_route_tokenizer"] = _route_tokenizer(self._tokenizer.model)
+        self.__dict__["_word_route_tokenizer"] = _route_tokenizer(self.backend_tokenizer.model)
         self.__dict__.setdefault("_word_route_lock", threading.RLock())
-        self._tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
+        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
 
     @contextlib.contextmanager
     def _serialisable(self) -> Iterator[None]:
@@ -956,7 +967,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         ):
             state.pop(cached, None)  # rebuilt by `_set_segmenter` / on first use
         with self._serialisable():
-            state["_tokenizer"] = Tokenizer.from_str(self._tokenizer.to_str())
+            state["_tokenizer"] = Tokenizer.from_str(self.backend_tokenizer.to_str())
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -964,13 +975,15 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         self._set_segmenter()
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
-        return (_write_vocab(self._tokenizer.get_vocab(with_added_tokens=False), save_directory, filename_prefix),)
+        return (
+            _write_vocab(self.backend_tokenizer.get_vocab(with_added_tokens=False), save_directory, filename_prefix),
+        )
 
     @property
     def unknown_char_marker(self) -> str:
         """What stands in for an unassigned code point or a lone surrogate (see `mark_unknown_chars`)."""
         if "_unknown_char_marker" not in self.__dict__:
-            vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+            vocab = self.backend_tokenizer.get_vocab(with_added_tokens=False)
             self.__dict__["_unknown_char_marker"] = unknown_char_marker(vocab)
         return self.__dict__["_unknown_char_marker"]
 
@@ -990,7 +1003,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
     def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
         text, text_pair = self._mark_unknown(text), self._mark_unknown(text_pair)
         if self.segmenter != "jieba" or not self.word_fast_route or kwargs.get("is_split_into_words"):
-            return super()._encode_plus(text, text_pair=text_pair, **kwargs)
+            return parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
         # Overflowing encodings are fixed at once (they are nested); else `.encodings` when first read, and without
         # offsets asked for, the marked texts are encoded without them (`_WordModeBackend`).
         if kwargs.get("return_overflowing_tokens"):
@@ -999,15 +1012,12 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
             offsets = "later" if kwargs.get("return_offsets_mapping") else "none"
         # The route stands in for `_tokenizer` during the call (`_WordModeBackend`): one call at a time.
         with self.__dict__["_word_route_lock"]:
-            backend = self._tokenizer
-            self._tokenizer = route = _WordModeBackend(backend, self, offsets)
-            try:
-                result = super()._encode_plus(text, text_pair=text_pair, **kwargs)
-            finally:
-                self._tokenizer = backend
-        if route.shifts is None or getattr(result, "_encodings", None) is None:
+            route = _WordModeBackend(self.backend_tokenizer, self, offsets)
+            with swapped_backend(self, route):
+                result = parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
+        encodings = batch_encodings(result)
+        if route.shifts is None or encodings is None:
             return result
-        encodings = result._encodings
         if offsets == "later":  # as lists now: cheaper than new encodings
             rows = [e.offsets if s is None else _fixed_offsets(e, s) for e, s in zip(encodings, route.shifts)]
             tensors = kwargs.get("return_tensors")
@@ -1017,7 +1027,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
                 result["offset_mapping"] = BatchEncoding({"offset_mapping": rows}, tensor_type=tensors)[
                     "offset_mapping"
                 ]
-        result._encodings = _FixedOnAccess(encodings, route.shifts, route.reencode)
+        set_batch_encodings(result, _FixedOnAccess(encodings, route.shifts, route.reencode))
         return result
 
     def _word_route(self, backend: Tokenizer) -> Tokenizer:
@@ -1031,10 +1041,10 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         marker = self.__dict__.get("_word_marker_cache")
         if marker is None:
             pre_tokenizer = self.__dict__["_word_pre_tokenizer"]
-            normalize = self._tokenizer.normalizer.normalize_str
+            normalize = self.backend_tokenizer.normalizer.normalize_str
             marker = _WordMarker(pre_tokenizer.vocab, pre_tokenizer.split_cjk, pre_tokenizer.library, normalize)
             self.__dict__["_word_marker_cache"] = marker
-        normalize = self._tokenizer.normalizer.normalize_str
+        normalize = self.backend_tokenizer.normalizer.normalize_str
         if marker.normalize.__self__.__getstate__() != normalize.__self__.__getstate__():  # replaced by the user
             marker.forget_normaliser(normalize)
         return marker
@@ -1042,7 +1052,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
     def _added_tokens_pattern(self) -> re.Pattern[str] | None:
         """Any added token's text, as written or normalised, in any case: a text holding one takes the Python
         pre-tokenizer, which sees the pieces between added tokens one by one."""
-        backend = self._tokenizer
+        backend = self.backend_tokenizer
         contents = tuple(sorted({token.content for token in backend.get_added_tokens_decoder().values()}))
         cached = self.__dict__.get("_added_tokens_cache")
         if cached is None or cached[0] != contents:
@@ -1053,7 +1063,7 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         return cached[1]
 
     def _encode_without_added_tokens(self, text: str) -> list[int]:
-        return super()._encode_without_added_tokens(self._mark_unknown(text))
+        return parent_encode_without_added_tokens(super(), self._mark_unknown(text))
 
     def _save_pretrained(
         self,
@@ -1063,7 +1073,9 @@ class RoFormerExtTokenizerFast(_FromVocabFileMixin, TokenizersBackend):
         filename_prefix: str | None = None,
     ) -> tuple[str, ...]:
         with self._serialisable():
-            file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+            file_names = parent_save_pretrained_files(
+                super(), save_directory, file_names, legacy_format, filename_prefix
+            )
         return file_names + self.save_vocabulary(str(save_directory), filename_prefix)
 
 
