@@ -72,6 +72,17 @@ def test_checkpoint_folder_is_complete_and_small():
         assert needle in card, needle
 
 
+def test_checkpoint_code_is_this_versions_code():
+    """The shipped folder carries copies of the code (it loads with trust_remote_code where roformer_ext is not
+    installed): they stay this version's. After a change under src/, run `roformer-ext update-code
+    checkpoints/roformer-ext-mini-zh`."""
+    source = ROOT / "src" / "roformer_ext"
+    copies = sorted(CHECKPOINT.glob("*.py"))
+    assert copies
+    stale = [p.name for p in copies if p.read_text(encoding="utf-8") != (source / p.name).read_text(encoding="utf-8")]
+    assert not stale, f"out of date: {stale}; run roformer-ext update-code checkpoints/roformer-ext-mini-zh"
+
+
 def test_auto_model_loads_the_shipped_checkpoint():
     model, info = AutoModel.from_pretrained(CHECKPOINT, output_loading_info=True)
     assert isinstance(model, roformer_ext.RoFormerExtModel)
