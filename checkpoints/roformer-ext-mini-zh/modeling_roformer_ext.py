@@ -651,7 +651,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         """The position encoding asked once per forward for what the layers need: RoPE's (cos, sin); a relative term
         (Shaw, T5, ALiBi), joined into the mask when every layer shares it on eager / sdpa, else the per-forward
         `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores).
-        `attention_mask`: the caller's mask, which numbers the cached keys (`key_positions`)."""
+        `attention_mask`: the caller's mask where the caller gave the positions (it numbers the cached keys, see
+        `key_positions`); None where the positions are the default, one per slot."""
         flex = attn_implementation(self.config) == "flex_attention"
         keys = functools.partial(self.key_positions, position_ids[0], cache, past_length, attention_mask)
         terms = self.position_encoding.attention_terms(embeddings, position_ids, keys, flex)
@@ -738,6 +739,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         batch, seq = tokens.shape[:2]
         token_type_ids = self.default_token_type_ids(token_type_ids, past_length, batch, seq, tokens.device)
         check_padding_mask(attention_mask, batch, past_length + seq)
+        # Cached keys are numbered as the queries are: over the mask's real tokens where the caller numbered the
+        # queries (generate does, from the mask), by slot where the positions are the default ones.
+        keys_numbered_by = attention_mask if position_ids is not None else None
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
         if packed is not None:  # every backend reads the same lengths (flash varlen's cu_seq_lens / max_length)
             kwargs.update(packed.attention_kwargs())
@@ -762,7 +766,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         if encoder_hidden_states is not None:
             cross_mask = cross_attention_mask(self.config, encoder_attention_mask, embeddings, encoder_hidden_states)
         position_embeddings, mask, relative_scores = self.attention_positions(
-            embeddings, position_ids, mask, cache, past_length, attention_mask
+            embeddings, position_ids, mask, cache, past_length, keys_numbered_by
         )
 
         hidden_states = embeddings
