@@ -46,6 +46,14 @@ def check_code_repo(code_repo: Any) -> str:
     return code_repo
 
 
+def check_saved_folder(folder: str | os.PathLike) -> Path:
+    """`folder` as a Path, or a FileNotFoundError when it is not a saved model folder (no config.json)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model folder (it has no config.json).")
+    return folder
+
+
 def code_files(source: str | os.PathLike | None = None) -> list[Path]:
     """The code files a code repository holds: the Auto classes' modules and everything they import, from `source`
     (default: the folder this module runs from, the installed package)."""
@@ -110,9 +118,7 @@ def share_code(folder: str | os.PathLike, code_repo: str) -> None:
 
 def update_code(folder: str | os.PathLike) -> list[Path]:
     """Replace the code files a folder carries by this installed version's (a folder in copy mode); returns them."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a saved model folder (it has no config.json).")
+    folder = check_saved_folder(folder)
     if code_repo_of(json.loads((folder / "config.json").read_text(encoding="utf-8")).get("auto_map")):
         raise ValueError(
             f"{folder} loads its code from a code repository; update that repository instead "
