@@ -330,10 +330,12 @@ def stage_fused_rotary(ctx: Context) -> None:
     from bench_model import make_inputs
 
     from roformer_ext import RoFormerExtModel
-    from roformer_ext.fused_rotary import fused_rotary_available, fused_rotate_query_key
+    from roformer_ext.fused_rotary import fused_rotary_installed
     from roformer_ext.rope import FusedHalfPairRotation, HalfPairRotation, apply_rotary
 
     device = ctx.device
+    fused_runs = device == "cuda" and fused_rotary_installed()
+    rotation = FusedHalfPairRotation()  # the model's own path (CUDA tensors: the fused kernel)
     batch, heads, seq, head_dim = ctx.plan["rotary_shape"]
     torch.manual_seed(0)
     model = RoFormerExtModel(model_config(ctx.plan["size"], rope_parameters={"pair_layout": "half"})).to(device).eval()
@@ -343,10 +345,10 @@ def stage_fused_rotary(ctx: Context) -> None:
     kernel, failures = {}, []
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         q, k = query.to(dtype), key.to(dtype)
-        fused = fused_rotate_query_key(q.clone(), k.clone(), cos, sin, "half")
-        if fused is None:
-            kernel[name] = "declined (fused_rotate_query_key returned None)"
+        if not fused_runs:
+            kernel[name] = "declined (no CUDA or no liger-kernel)"
             continue
+        fused = rotation.query_key(q.clone(), k.clone(), cos, sin)
         tol = ctx.tolerance[f"rotary_{name}"]
         diffs = []
         for got, x in zip(fused, (q, k)):
@@ -356,9 +358,7 @@ def stage_fused_rotary(ctx: Context) -> None:
                 failures.append(f"{name}: fused vs apply_rotary max |diff| {diff:.2e} > tolerance {tol:g}")
         kernel[name] = {
             "max_abs_diff": max(diffs),
-            "fused_ms": median_ms(
-                lambda q=q, k=k: fused_rotate_query_key(q.clone(), k.clone(), cos, sin, "half"), device
-            ),
+            "fused_ms": median_ms(lambda q=q, k=k: rotation.query_key(q.clone(), k.clone(), cos, sin), device),
             "eager_ms": median_ms(
                 lambda q=q, k=k: (apply_rotary(q.clone(), cos, sin, "half"), apply_rotary(k.clone(), cos, sin, "half")),
                 device,
@@ -377,13 +377,13 @@ def stage_fused_rotary(ctx: Context) -> None:
         )
     if not ok:
         failures.append(f"model: fused vs eager layers max |diff| {diff:.2e}")
-    if fused_rotary_available(torch.device(device), "half") and swapped != model.config.num_hidden_layers:
+    if fused_runs and swapped != model.config.num_hidden_layers:
         failures.append(f"the model built {swapped} fused rotations for {model.config.num_hidden_layers} layers")
     ctx.details.update(
         shape=[batch, heads, seq, head_dim], kernel=kernel, model={"layers_swapped": swapped, "max_abs_diff": diff}
     )
     fail_if(failures)
-    if not fused_rotary_available(torch.device(device), "half"):
+    if not fused_runs:
         needs = "liger-kernel (carry its wheel: benchmarks/gpu/fetch_wheels.sh)" if device == "cuda" else "CUDA"
         raise Skip(f"the fused kernel needs {needs}; the comparison code ran against the torch path")
     ctx.details["summary"] = f"fp32 {kernel['fp32']['max_abs_diff']:.1e}, bf16 {kernel['bf16']['max_abs_diff']:.1e}"

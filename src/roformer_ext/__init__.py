@@ -43,9 +43,15 @@ from .modeling_roformer_ext_vision import (
     RoFormerExtVisionTextModel,
 )
 from .position_encodings import PositionEncoding, register_position_encoding, registered_position_encodings
-from .positions import build_position_ids, register_position_scheme, registered_position_schemes
+from .positions import register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
-from .rope import RotaryEmbedding, apply_rotary, register_rotary_embedding, registered_rotary_kinds
+from .rope import (
+    RotaryEmbedding,
+    register_axis_allocation,
+    register_rotary_embedding,
+    registered_axis_allocations,
+    registered_rotary_kinds,
+)
 from .similarity import SimilarSentence, SimilarSentenceGenerator, save_for_sentence_transformers
 from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
 
@@ -124,12 +130,12 @@ __all__ = [
     "SimilarSentence",
     "SimilarSentenceGenerator",
     "save_for_sentence_transformers",
-    "apply_rotary",
-    "build_position_ids",
+    "register_axis_allocation",
     "register_position_encoding",
     "register_position_scheme",
     "register_rotary_embedding",
     "registered_position_encodings",
+    "registered_axis_allocations",
     "registered_position_schemes",
     "registered_rotary_kinds",
 ]

@@ -25,6 +25,9 @@ from .registries import (
     rotates_per_head,
 )
 
+#: GRAPE-M's knobs, checked by its rope_type hook (`_validate_grape_m_rope_parameters`).
+GRAPE_KEYS = tuple(key for key in POSITION_SCHEME_KEYS if key.startswith("grape_"))
+
 #: The keys we add to transformers' rope_parameters; its validators must not warn about them.
 ROPE_LAYOUT_KEYS = {"pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *POSITION_SCHEME_KEYS}
 
@@ -219,8 +222,11 @@ class RoFormerExtConfig(PreTrainedConfig):
             ) from None
 
     def _validate_grape_m_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
-        """transformers' hook for a rope_type it does not know (it warns without one): GRAPE's keys are checked in
-        `validate_rope_layout` (registries.POSITION_SCHEME_KEYS)."""
+        """GRAPE-M's own keys (`grape_*`), through transformers' per-rope_type hook (it warns for a type without one);
+        `validate_rope_layout` calls it too."""
+        for key in GRAPE_KEYS:
+            if key in rope_parameters:
+                _check_scheme_knob(key, rope_parameters[key], POSITION_SCHEME_KEYS[key])
 
     @property
     def head_dim(self) -> int:
@@ -267,8 +273,9 @@ class RoFormerExtConfig(PreTrainedConfig):
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
         AXIS_ALLOCATIONS.check(rope["axis_allocation"])
         for key, kind in POSITION_SCHEME_KEYS.items():
-            if key in rope:
+            if key in rope and key not in GRAPE_KEYS:
                 _check_scheme_knob(key, rope[key], kind)
+        self._validate_grape_m_rope_parameters(rope)  # grape_* keys, also where another rope_type was chosen
         _check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
         for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
             if key not in ROPE_LAYOUT_KEYS and key != "rope_theta":

@@ -7,7 +7,7 @@ rows so the model computes the same function.
 
 A model decides once: `rope.query_key_rotation` picks `FusedHalfPairRotation` for a half-layout layer when
 `fused_rotary_installed()`, and that rotation calls `fused_half_rotate_query_key` for CUDA tensors.
-`fused_rotate_query_key` is the checked entry point for code outside a model.
+Code outside a model uses the same path: `rope.FusedHalfPairRotation().query_key(query, key, cos, sin)`.
 """
 
 from __future__ import annotations
@@ -33,11 +33,6 @@ def fused_rotary_installed() -> bool:
     return torch.cuda.is_available() and _liger_rotary() is not None
 
 
-def fused_rotary_available(device: torch.device, pair_layout: str) -> bool:
-    """Whether `fused_rotate_query_key` would run a fused kernel for tensors on `device`."""
-    return device.type == "cuda" and pair_layout == "half" and _liger_rotary() is not None
-
-
 def fused_half_rotate_query_key(
     query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,12 +42,3 @@ def fused_half_rotate_query_key(
     Multi-axis rotaries give the same (cos, sin) shape, so they are covered too.
     """
     return _liger_rotary()(query, key, cos.to(query.dtype), sin.to(query.dtype))
-
-
-def fused_rotate_query_key(
-    query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_layout: str
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Rotated (query, key) from the fused kernel, or None when it does not apply (then use `apply_rotary`)."""
-    if not fused_rotary_available(query.device, pair_layout) or cos.dim() != 3:
-        return None
-    return fused_half_rotate_query_key(query, key, cos, sin)

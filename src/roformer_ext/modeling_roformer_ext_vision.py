@@ -12,7 +12,6 @@ this base model; they never see positions. A text checkpoint loads into any of t
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 
@@ -109,14 +108,13 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             return embeds
         placeholders = input_ids == token_id if token_id is not None else torch.zeros_like(input_ids, dtype=torch.bool)
         count = int(placeholders.sum())
-        rows = 0 if pixels is None else pixels.shape[0]
-        if count != rows:
+        if count != pixels.shape[0]:
             raise ValueError(
-                f"The text has {count} {kind} placeholder tokens but {rows} {kind} patches were given "
-                f"(pixel_values{'_videos' if kind == 'video' else ''} rows); build inputs with RoFormerExtProcessor "
-                f"so each {kind} gets t*h*w placeholders."
+                f"The text has {count} {kind} placeholder tokens but {pixels.shape[0]} {kind} patches were given "
+                f"(pixel_values{suffix} rows); build inputs with RoFormerExtProcessor so each {kind} gets t*h*w "
+                "placeholders."
             )
-        if count == 0:
+        if count == 0:  # no placeholders and no patch rows
             return embeds
         patches = self.patch_embed(pixels).to(embeds.dtype)
         return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), patches)
@@ -392,7 +390,7 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 
 
 @auto_docstring
-class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM, GenerationMixin):
+class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM):
     """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
     (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
 

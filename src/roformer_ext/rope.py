@@ -85,6 +85,11 @@ def register_axis_allocation(
     return decorator
 
 
+def registered_axis_allocations() -> tuple[str, ...]:
+    """Names accepted as `rope_parameters["axis_allocation"]`."""
+    return AXIS_ALLOCATIONS.registered()
+
+
 def is_headwise(allocation: str) -> bool:
     """Whether the allocation gives each attention head its own axes (cos / sin (batch, heads, seq, head_dim))."""
     return getattr(AXIS_ALLOCATIONS.get(allocation), "headwise", False)

@@ -51,7 +51,9 @@ def test_dry_run_runs_every_stage_on_cpu(tmp_path):
     assert "needs CUDA" in stages["fused_rotary"]["reason"]
     assert stages["fused_rotary"]["details"]["model"]["max_abs_diff"] == 0.0  # the comparison code ran
     tests = stages["gpu_tests"]["details"]
-    assert tests["passed"] == ["test_fused_rotary_declines_on_cpu"] and set(tests["skipped"].values()) == {"needs CUDA"}
+    assert tests["passed"] == ["test_fused_rotation_takes_the_torch_path_on_cpu"] and set(
+        tests["skipped"].values()
+    ) == {"needs CUDA"}
     packed = stages["packed_varlen"]["details"]
     assert set(packed["cases"]) == {"sdpa, encoder", "sdpa, decoder"}
     assert packed["skipped"] == {"flash_attention_2": "needs CUDA"}

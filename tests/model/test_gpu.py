@@ -10,8 +10,8 @@ from conftest import random_inputs, tiny_config
 
 from roformer_ext import RoFormerExtModel
 from roformer_ext.conversion.pair_layout import convert_pair_layout
-from roformer_ext.fused_rotary import fused_rotary_available, fused_rotate_query_key
-from roformer_ext.rope import apply_rotary
+from roformer_ext.fused_rotary import fused_rotary_installed
+from roformer_ext.rope import FusedHalfPairRotation, HalfPairRotation, apply_rotary, query_key_rotation
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -26,21 +26,23 @@ def rotary_case(device: str, layout: str, dtype=torch.float32):
     return query, key, cos, sin
 
 
-def test_fused_rotary_declines_on_cpu():
+def test_fused_rotation_takes_the_torch_path_on_cpu():
+    """The fused rotation (chosen where CUDA and liger-kernel are present) rotates CPU tensors as the half layout."""
     query, key, cos, sin = rotary_case("cpu", "half")
-    assert not fused_rotary_available(query.device, "half")
-    assert fused_rotate_query_key(query, key, cos, sin, "half") is None
+    fused = FusedHalfPairRotation().query_key(query, key, cos, sin)
+    plain = HalfPairRotation().query_key(query, key, cos, sin)
+    for got, want in zip(fused, plain):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+    chosen = query_key_rotation(tiny_config(rope_parameters={"pair_layout": "half"}))
+    assert isinstance(chosen, FusedHalfPairRotation) == fused_rotary_installed()
 
 
 @cuda
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_fused_rotary_matches_apply_rotary(layout):
-    query, key, cos, sin = rotary_case("cuda", layout)
-    expected = apply_rotary(query, cos, sin, layout), apply_rotary(key, cos, sin, layout)
-    fused = fused_rotate_query_key(query.clone(), key.clone(), cos, sin, layout)
-    if layout == "interleaved" or not fused_rotary_available(query.device, layout):
-        assert fused is None  # interleaved needs convert_pair_layout first; without liger-kernel: the torch path
-        return
+def test_fused_rotary_matches_apply_rotary():
+    """The model's half-layout rotation on CUDA (liger-kernel's kernel when installed) against the formula."""
+    query, key, cos, sin = rotary_case("cuda", "half")
+    expected = apply_rotary(query, cos, sin, "half"), apply_rotary(key, cos, sin, "half")
+    fused = FusedHalfPairRotation().query_key(query.clone(), key.clone(), cos, sin)
     for got, want in zip(fused, expected):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 

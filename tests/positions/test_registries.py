@@ -67,3 +67,46 @@ def test_linear_attention_refuses_score_terms_when_built():
     )  # fmt: skip
     with pytest.raises(ValueError, match="linear attention never forms"):
         RoFormerExtModel(config)
+
+
+def test_top_level_exports_the_public_api_only():
+    """`from roformer_ext import *` gives the classes and the registration functions of every plugin kind, not the
+    position code's internals (those stay importable from their modules)."""
+    exported = set(roformer_ext.__all__)
+    for name in (
+        "register_axis_allocation",
+        "registered_axis_allocations",
+        "register_position_scheme",
+        "register_position_encoding",
+        "register_rotary_embedding",
+    ):
+        assert name in exported and callable(getattr(roformer_ext, name))
+    assert not exported & {"apply_rotary", "build_position_ids"}
+    assert all(hasattr(roformer_ext, name) for name in exported)
+    from roformer_ext.positions import build_position_ids  # noqa: F401  (where the internals stay)
+    from roformer_ext.rope import apply_rotary  # noqa: F401
+
+
+def test_registered_axis_allocations_lists_a_user_allocation():
+    from roformer_ext.registries import AXIS_ALLOCATIONS
+
+    @roformer_ext.register_axis_allocation("test_every_pair_first_axis")
+    def first_axis(num_pairs, axes, mrope_section):
+        return [0] * num_pairs
+
+    try:
+        assert "test_every_pair_first_axis" in roformer_ext.registered_axis_allocations()
+    finally:
+        AXIS_ALLOCATIONS.unregister("test_every_pair_first_axis")
+
+
+@pytest.mark.parametrize(
+    "key, value", [("grape_log_freq_scale", 0), ("grape_learnable_freq", "yes"), ("grape_share_across_heads", 1)]
+)
+def test_grape_hook_checks_grape_keys(key, value):
+    """transformers calls `_validate_<rope_type>_rope_parameters` for GRAPE-M; ours checks GRAPE's own keys."""
+    config = RoFormerExtConfig(hidden_size=32, num_attention_heads=2, rope_parameters={"rope_type": "grape_m"})
+    with pytest.raises(ValueError, match=key):
+        config._validate_grape_m_rope_parameters({**config.rope_parameters, key: value})
+    with pytest.raises(ValueError, match=key):
+        RoFormerExtConfig(hidden_size=32, num_attention_heads=2, rope_parameters={"rope_type": "grape_m", key: value})
