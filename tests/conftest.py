@@ -70,7 +70,7 @@ def scaled_positions(position_ids: torch.Tensor) -> torch.Tensor:
 
 class perturbed_positions:
     """Within the block, the model's position code sees `perturb(position_ids)`: where the base model hands positions
-    to its position encoding (`attention_positions`: RoPE's cos / sin, relative terms) and to the embeddings
+    to the attention plan (`attention_plan`: RoPE's cos / sin, relative terms, key positions) and to the embeddings
     (absolute encodings). Whatever path chose the positions (packed, left-padded, cached, vision layout), the error
     lands where a wrong position would."""
 
@@ -80,22 +80,22 @@ class perturbed_positions:
 
     def __enter__(self) -> "perturbed_positions":
         base, perturb = self.base, self.perturb
-        attention_positions, embeddings_forward = base.attention_positions, base.embeddings.forward
+        attention_plan, embeddings_forward = base.attention_plan, base.embeddings.forward
 
-        def perturbed_attention_positions(embeddings, position_ids, *args, **kwargs):
-            return attention_positions(embeddings, perturb(position_ids), *args, **kwargs)
+        def perturbed_attention_plan(layout, embeddings, position_ids, *args, **kwargs):
+            return attention_plan(layout, embeddings, perturb(position_ids), *args, **kwargs)
 
         def perturbed_embeddings(input_ids=None, token_type_ids=None, inputs_embeds=None, position_encoding=None,
                                  position_ids=None):  # fmt: skip
             moved = None if position_ids is None else perturb(position_ids)
             return embeddings_forward(input_ids, token_type_ids, inputs_embeds, position_encoding, moved)
 
-        base.attention_positions = perturbed_attention_positions
+        base.attention_plan = perturbed_attention_plan
         base.embeddings.forward = perturbed_embeddings
         return self
 
     def __exit__(self, *exc) -> None:
-        del self.base.attention_positions
+        del self.base.attention_plan
         del self.base.embeddings.forward
 
 

@@ -39,6 +39,7 @@ from torch import nn
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import is_flash_attention_requested
 
 # --- The tested range, and what happens outside it -----------------------------------------------------------------
 
@@ -325,6 +326,10 @@ PRIVATE_NAMES: dict[str, str] = {
         "override, call - parent_init_weights: the one place weights are initialised"
     ),
     "transformers.modeling_utils:PreTrainedModel._auto_class": "read - auto_class (register_for_auto_class sets it)",
+    "transformers.modeling_utils:PreTrainedModel._can_set_attn_implementation": (
+        "override: the attention plan reads the backend at every forward; transformers' heuristic looks for the "
+        "lookup in the modeling file's source, ours is in attention_plan.py"
+    ),
     "transformers.modeling_utils:PreTrainedModel._no_split_modules": "declare",
     "transformers.modeling_utils:PreTrainedModel._skip_keys_device_placement": "declare",
     "transformers.modeling_utils:PreTrainedModel._supports_flash_attn": "declare",
@@ -392,6 +397,12 @@ OPTIONAL_PRIVATE_NAMES = (
 def attn_implementation(config) -> str | None:
     """The attention backend transformers resolved for `config` (set by `from_pretrained` / `set_attn_implementation`)."""
     return config._attn_implementation
+
+
+def is_flash_attention(implementation: str | None) -> bool:
+    """Whether `implementation` is a flash-attention backend (flash_attention_2/3/4, or a Hub kernel of one): those
+    take no dense mask and no score term. transformers' own test, not a substring of ours."""
+    return is_flash_attention_requested(requested_attention_implementation=implementation)
 
 
 def auto_class(cls) -> str | None:

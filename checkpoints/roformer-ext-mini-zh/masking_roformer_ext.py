@@ -2,8 +2,8 @@
 
 The patterns: bidirectional (encoder), causal (decoder), UniLM (RoFormer-Sim: the source bidirectional, the target
 causal, also under `generate()` with a KV cache), packed documents (attention within each sequence), cross-attention
-(a decoder over an encoder's states), and a caller's own 4D mask. The base model asks `self_attention_mask` once per
-forward and gets the mask, plus the attention function when packed rows run each sequence alone.
+(a decoder over an encoder's states), and a caller's own 4D mask. The attention plan
+(`attention_plan.make_attention_plan`) asks `self_attention_mask` once per forward.
 
 Sequence boundaries come only from the padding mask and from the packed-batch description (`packing.PackedBatch`,
 read from explicit inputs): position ids are never passed to transformers' utilities, so a jump in positions (an
@@ -17,9 +17,9 @@ from torch.nn import functional as F
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 
-from .compat import attn_implementation, mask_cache
+from .compat import mask_cache
 from .configuration_roformer_ext import RoFormerExtConfig
-from .packing import PackedBatch, per_sequence_sdpa
+from .packing import PackedBatch
 
 #: flex attention builds block masks on a grid padded to 128-token blocks, so mask functions see indices up to there.
 _FLEX_BLOCK = 128
@@ -46,33 +46,22 @@ def self_attention_mask(
     token_type_ids: torch.Tensor | None,
     packed: PackedBatch | None,
     has_score_term: bool,
-) -> tuple[torch.Tensor | None, Callable | None]:
-    """The self-attention mask and, where it is not the configured one, the attention function for this batch.
+) -> torch.Tensor | None:
+    """The self-attention mask of softmax attention, as the configured backend takes it.
 
-    Bidirectional for the encoder, causal (or UniLM) for the decoder, within each packed sequence. Packed rows on sdpa
-    with nothing else to mask run each sequence alone (`per_sequence_sdpa`: Σ len², not total², no mask built).
-    `has_score_term`: the position encoding adds a term to the scores, which joins the mask (so sdpa may not skip
-    a causal mask for `is_causal`, and packed rows keep their mask).
+    Bidirectional for the encoder, causal (or UniLM) for the decoder, within each packed sequence; a caller's 4D mask
+    prepared. `cache` is the self-attention cache. `has_score_term`: the position encoding adds a term to the scores,
+    which joins the mask (so sdpa may not skip a causal mask for `is_causal`). Which attention runs, and whether a
+    packed batch needs a mask at all, is the attention plan's decision (`attention_plan.make_attention_plan`).
     """
     seq = embeddings.shape[1]
-    if config.attention_type == "linear":
-        return attention_mask, None  # linear attention takes the raw 2D padding mask (packed rows: `packed`)
-    cache = self_attention_cache(cache)
     unilm = unilm_source_overlay(config, token_type_ids, past_length, cache) if config.is_decoder else None
-    same_sequence = None
-    if packed is not None:
-        alone = unilm is None and attention_mask is None and not has_score_term
-        # Traced (torch.compile) too, per-sequence SDPA runs when the lengths are known (as one opaque operator, no
-        # graph break): a masked SDPA over the whole row costs total² (a compiled packed MLM step 3.4x slower than
-        # eager, benchmarks/bench_packed_compile.py); without cu_seq_lens, and with eager attention, the mask path.
-        if attn_implementation(config) == "sdpa" and alone and packed.cu_seq_lens is not None:
-            return None, per_sequence_sdpa
-        same_sequence = within_each_sequence(packed, seq)
+    same_sequence = within_each_sequence(packed, seq) if packed is not None else None
     if attention_mask is not None and attention_mask.dim() == 4:
         kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
-        return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype, attn_implementation(config)), None
+        return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype)
     if config.is_decoder:
-        mask = create_causal_mask(
+        return create_causal_mask(
             config=config,
             inputs_embeds=embeddings,
             attention_mask=attention_mask,
@@ -82,11 +71,9 @@ def self_attention_mask(
             # sdpa may skip a causal mask and pass is_causal instead, but then a score term has no mask to join
             allow_is_causal_skip=not has_score_term,
         )
-        return mask, None
-    mask = create_bidirectional_mask(
+    return create_bidirectional_mask(
         config=config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
     )
-    return mask, None
 
 
 def within_each_sequence(packed: PackedBatch, seq: int) -> Callable:
@@ -108,11 +95,7 @@ def cross_attention_mask(
     """A decoder's mask over the encoder's states: the encoder's padding (or the caller's 4D mask)."""
     if encoder_attention_mask is not None and encoder_attention_mask.dim() == 4:
         return prepared_4d_mask(
-            encoder_attention_mask,
-            embeddings.shape[1],
-            encoder_hidden_states.shape[1],
-            embeddings.dtype,
-            attn_implementation(config),
+            encoder_attention_mask, embeddings.shape[1], encoder_hidden_states.shape[1], embeddings.dtype
         )
     return create_bidirectional_mask(
         config=config,
@@ -125,9 +108,8 @@ def cross_attention_mask(
 def unilm_source_overlay(
     config: RoFormerExtConfig, token_type_ids: torch.Tensor | None, past_length: int, cache: Cache | None
 ) -> Callable | None:
-    """UniLM: source tokens (segment 0) also see later source tokens. Only a first call holds source tokens;
-    after it every query is a target token, for which causal attention is already the UniLM rule."""
-    if config.decoder_attention != "unilm" or token_type_ids is None or not is_first_call(past_length):
+    """UniLM: source tokens (segment 0) also see later source tokens."""
+    if not has_unilm_overlay(config, token_type_ids, past_length):
         return None
     seq = token_type_ids.shape[1]
     kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq  # a static cache's full length
@@ -137,6 +119,14 @@ def unilm_source_overlay(
         return source[batch_idx, q_idx] & source[batch_idx, kv_idx]
 
     return source_sees_source
+
+
+def has_unilm_overlay(
+    config: RoFormerExtConfig, token_type_ids: torch.Tensor | None, past_length: int | torch.Tensor
+) -> bool:
+    """Whether a UniLM decoder's source overlay applies: only a first call holds source tokens; after it every query
+    is a target token, for which causal attention is already the UniLM rule."""
+    return config.decoder_attention == "unilm" and token_type_ids is not None and is_first_call(past_length)
 
 
 def unilm_attention_mask(token_type_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.BoolTensor:
@@ -163,9 +153,7 @@ def unilm_attention_mask(token_type_ids: torch.Tensor, attention_mask: torch.Ten
     return allowed[:, None]  # (batch, 1, query, key)
 
 
-def prepared_4d_mask(
-    mask: torch.Tensor, q_length: int, kv_length: int, dtype: torch.dtype, attn_implementation: str | None
-) -> torch.Tensor:
+def prepared_4d_mask(mask: torch.Tensor, q_length: int, kv_length: int, dtype: torch.dtype) -> torch.Tensor:
     """A caller's 4D mask as transformers' attention functions take an already prepared one.
 
     transformers' masking utilities return a 4D mask untouched, so it must already match the keys the layer sees:
@@ -173,13 +161,9 @@ def prepared_4d_mask(
     mask may be boolean / integer (nonzero = may attend) or additive float (0 keeps, a large negative hides); it may
     cover only this call's queries or the whole sequence (its last q rows are used). Key columns a static cache
     reserves beyond the mask are hidden. The result is additive in `dtype`: eager, sdpa and flex all take that, and a
-    fully hidden row (a padded query) stays finite instead of turning into NaN.
+    fully hidden row (a padded query) stays finite instead of turning into NaN. Flash attention takes no such mask
+    (refused by the attention plan).
     """
-    if attn_implementation is not None and "flash" in attn_implementation:
-        raise ValueError(
-            f"A custom 4D attention_mask cannot be used with attn_implementation={attn_implementation!r} (flash "
-            "attention takes no dense mask); load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
-        )
     if mask.shape[1] != 1 or mask.shape[-2] < q_length or mask.shape[-1] > kv_length:
         raise ValueError(
             f"A 4D attention_mask must have shape (batch, 1, query_length, key_length) = (batch, 1, {q_length}, "
@@ -223,6 +207,7 @@ def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, key_leng
 __all__ = [
     "check_padding_mask",
     "cross_attention_mask",
+    "has_unilm_overlay",
     "prepared_4d_mask",
     "self_attention_cache",
     "self_attention_mask",

@@ -6,7 +6,6 @@ attention), feed-forward, layer, pre-trained base, model, heads. RoFormer-V2 is 
 """
 
 import copy
-import functools
 import os
 import shutil
 import sys
@@ -31,16 +30,16 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+from .attention_plan import AttentionPlan, BatchLayout, make_attention_plan
 from .compat import (
     CACHE,
     accepts_old_cache_name,
-    attn_implementation,
     auto_class,
     cache_field,
     ensure_compatible,
@@ -53,10 +52,8 @@ from .hub_code import SharedCodeMixin
 from .linear_attention import linear_attention_forward, per_sequence_linear_attention, use_state_layers
 from .masking_roformer_ext import (
     check_padding_mask,
-    cross_attention_mask,
     is_first_call,
     self_attention_cache,
-    self_attention_mask,
 )
 from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import (
@@ -64,7 +61,6 @@ from .position_encodings import (
     PositionEncoding,
     RelativeScores,
     TransformerXLLayerParameters,
-    add_scores_to_mask,
     position_encoding_class,
 )
 from .positions import as_axes_batch_seq, text_position_ids
@@ -134,29 +130,6 @@ class RoFormerExtEmbeddings(nn.Module):
         return embeddings
 
 
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs: Unpack[TransformersKwargs],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference softmax attention; (batch, heads, seq, head_dim) in, (batch, seq, heads, head_dim) out."""
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        attn_weights = attn_weights + attention_mask
-    # At least float32 (bf16 / fp16 scores), never less than the scores' own: float64 scores cast to float32 turn a
-    # masked score (float64's min) into -inf, and a fully masked row (left padding) into NaN that spreads.
-    softmax_dtype = torch.promote_types(attn_weights.dtype, torch.float32)
-    attn_weights = F.softmax(attn_weights, dim=-1, dtype=softmax_dtype).to(query.dtype)
-    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
-    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
-    return attn_output, attn_weights
-
-
 class AttentionProjections(nn.Module):
     """What self- and cross-attention share: q/k/v/output projections and the call into transformers' backends."""
 
@@ -184,15 +157,11 @@ class AttentionProjections(nn.Module):
         key: torch.Tensor,
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        attention_interface: Callable | None = None,
+        attention_function: Callable,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Softmax attention through the configured backend, then the output projection: (batch, seq, hidden)."""
-        if attention_interface is None:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                attn_implementation(self.config), eager_attention_forward
-            )
-        attn_output, attn_weights = attention_interface(
+        """Softmax attention through the plan's function, then the output projection: (batch, seq, hidden)."""
+        attn_output, attn_weights = attention_function(
             self,
             query,
             key,
@@ -221,39 +190,28 @@ class RoFormerExtAttention(AttentionProjections):
         self.scaling *= encoding.content_scale(config)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
-        attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        relative_scores: RelativeScores | None = None,
-        packed: PackedBatch | None = None,
-        attention_function: Callable | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        self, hidden_states: torch.Tensor, plan: AttentionPlan, **kwargs: Unpack[TransformersKwargs]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`position_embeddings` (cos, sin) rotate q and k (RoPE); `relative_scores` add a term to the scores.
-
-        `packed` describes packed rows and `attention_function` is the backend the model chose for this batch (None:
-        the configured one), both decided once per forward by the base model."""
-        cache = self_attention_cache(cache)
+        """Self-attention as the forward's `plan` says: RoPE's (cos, sin) rotate q and k, a relative term joins the
+        scores, the plan's function (or linear attention) attends."""
+        cache = plan.layout.self_cache
         value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
-        if self.config.attention_type == "linear":
+        if plan.linear:
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
             attn_output = packed_linear_attention(
-                self, query, key, value, position_embeddings, attention_mask, cache, packed
+                self, query, key, value, plan.position_embeddings, plan.mask, cache, plan.layout.packed
             )
             return self.output(attn_output.flatten(2)), None
-        if position_embeddings is not None:
-            query, key, value = self.rotated_query_key_value(hidden_states, value, *position_embeddings)
+        if plan.position_embeddings is not None:
+            query, key, value = self.rotated_query_key_value(hidden_states, value, *plan.position_embeddings)
         else:
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
         if query.shape[1] != self.config.num_attention_heads:  # tensor parallel: this rank holds some of the heads
-            check_terms_fit_local_heads(self.config, query.shape[1], attention_mask, relative_scores)
-        if relative_scores is not None:
-            attention_mask, attention_function = self.with_relative_scores(query, key, attention_mask, relative_scores)
-        return self.attend(query, key, value, attention_mask, attention_function, **kwargs)
+            check_terms_fit_local_heads(self.config, query.shape[1], plan.mask, plan.relative_scores)
+        attention_mask, attention_function = plan.scores_for(self, query, key)
+        return self.attend(query, key, value, attention_mask, attention_function, **plan.attention_kwargs, **kwargs)
 
     def rotated_query_key_value(
         self, hidden_states: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -264,19 +222,6 @@ class RoFormerExtAttention(AttentionProjections):
         if self.rotary_value:  # values keep their dim order: the output projection reads it
             value = self.rotation.values(value, cos, sin)
         return query, key, value
-
-    def with_relative_scores(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        relative_scores: RelativeScores,
-    ) -> tuple[torch.Tensor | None, Callable | None]:
-        """The mask and backend that add the relative term: a score_mod for flex, an additive bias otherwise."""
-        if attn_implementation(self.config) == "flex_attention":
-            score_mod = relative_scores.layer_term(self, query, key, per_score=True)
-            return attention_mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
-        return add_scores_to_mask(attention_mask, relative_scores.layer_term(self, query, key, per_score=False)), None
 
 
 def check_terms_fit_local_heads(
@@ -298,41 +243,6 @@ def check_terms_fit_local_heads(
             "parallelism (FSDP2 / DDP shard or replicate whole heads), or use position_encoding 'rope', 'shaw', "
             "'sinusoidal', 'learned' or 'none' under tp_plan."
         )
-
-
-def flex_attention_with_score_mod(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    score_mod: Callable | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """transformers' flex attention call with our own `score_mod` (a relative position term computed per score)."""
-    from transformers.integrations.flex_attention import compile_friendly_flex_attention
-
-    if dropout > 0:
-        raise ValueError("flex attention does not support attention dropout; call model.eval() or set it to 0.")
-    if query.device.type == "cpu" and not torch.compiler.is_compiling():
-        output = _cpu_flex_attention()(query, key, value, score_mod=score_mod, block_mask=attention_mask, scale=scaling)
-    else:
-        output = compile_friendly_flex_attention(
-            query, key, value, score_mod=score_mod, block_mask=attention_mask, scale=scaling, training=module.training
-        )
-    return output.transpose(1, 2).contiguous(), None
-
-
-@functools.cache
-def _cpu_flex_attention() -> Callable:
-    """flex attention compiled for fixed shapes. torch 2.13's CPU inductor fails to build the kernel (a C++ error,
-    "cur_kvSplitSize not declared") once a score_mod that reads tensors is recompiled for a new shape with dynamic
-    shapes, as transformers' compiled wrapper does; one kernel per shape avoids it."""
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
 
 
 def packed_linear_attention(
@@ -370,11 +280,12 @@ class RoFormerExtCrossAttention(AttentionProjections):
         self,
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
+        plan: AttentionPlan,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The plan's cross-attention mask and function; keys and values of the encoder cached once."""
         query = self.heads(self.query, hidden_states)
+        cache = plan.layout.cache
         cache = cache if isinstance(cache, EncoderDecoderCache) else None
         if cache is not None and cache.is_updated.get(self.layer_idx):
             key = cache.cross_attention_cache.layers[self.layer_idx].keys
@@ -385,7 +296,7 @@ class RoFormerExtCrossAttention(AttentionProjections):
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
-        return self.attend(query, key, value, attention_mask, **kwargs)
+        return self.attend(query, key, value, plan.cross_mask, plan.cross_attention, **kwargs)
 
 
 class RoFormerExtFeedForward(nn.Module):
@@ -421,31 +332,14 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
-        attention_mask: torch.Tensor | None = None,
+        plan: AttentionPlan,
         encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        relative_scores: RelativeScores | None = None,
-        packed: PackedBatch | None = None,
-        attention_function: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        attn_output, _ = self.attention(
-            hidden_states,
-            position_embeddings,
-            attention_mask,
-            cache,
-            relative_scores,
-            packed,
-            attention_function,
-            **kwargs,
-        )
+        attn_output, _ = self.attention(hidden_states, plan, **kwargs)
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
         if encoder_hidden_states is not None:
-            cross_output, _ = self.crossattention(
-                hidden_states, encoder_hidden_states, encoder_attention_mask, cache=cache, **kwargs
-            )
+            cross_output, _ = self.crossattention(hidden_states, encoder_hidden_states, plan, **kwargs)
             hidden_states = self.crossattention_norm(hidden_states + self.dropout(cross_output))
         ffn_output = self.feed_forward(hidden_states)
         return self.output_norm(hidden_states + self.dropout(ffn_output))
@@ -541,6 +435,12 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
             given["cu_seq_lens_k"],
             given["seq_idx"],
         )
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        """`set_attn_implementation` works: the attention plan (`attention_plan.configured_attention`) looks the
+        backend up in transformers' `ALL_ATTENTION_FUNCTIONS` at every forward."""
+        return True
 
     @classmethod
     def is_remote_code(cls) -> bool:
@@ -639,55 +539,53 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             use_state_layers(self_attention_cache(cache), self.config.num_hidden_layers)
         return cache
 
-    def attention_positions(
+    def batch_layout(
         self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cache: Cache | None,
+        use_cache: bool | None,
+        encoder_hidden_states: torch.Tensor | None,
+        kwargs: dict,
+    ) -> BatchLayout:
+        """What this batch is, decided once per forward: the cache it writes, the cached length, the packed rows (a
+        pooling head's description handed down as `packed_batch`, or made here; the caller's packing inputs are
+        taken out of `kwargs`). The vision-text base model makes it first and hands it down as `batch_layout`."""
+        if "batch_layout" in kwargs:
+            return kwargs.pop("batch_layout")
+        cache = self.prepare_cache(cache, use_cache, encoder_hidden_states)
+        self_cache = self_attention_cache(cache)
+        past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        check_padding_mask(attention_mask, tokens.shape[0], past_length + tokens.shape[1])
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
+        return BatchLayout(cache, self_cache, past_length, packed)
+
+    def attention_plan(
+        self,
+        layout: BatchLayout,
         embeddings: torch.Tensor,
         position_ids: torch.Tensor,
-        mask: torch.Tensor | None,
-        cache: Cache | None,
-        past_length: int,
-        attention_mask: torch.Tensor | None = None,
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None, RelativeScores | None]:
-        """The position encoding asked once per forward for what the layers need: RoPE's (cos, sin); a relative term
-        (Shaw, T5, ALiBi), joined into the mask when every layer shares it on eager / sdpa, else the per-forward
-        `RelativeScores`; nothing for absolute encodings and NoPE. Returns (position_embeddings, mask, scores).
-        `attention_mask`: the caller's mask where the caller gave the positions (it numbers the cached keys, see
-        `key_positions`); None where the positions are the default, one per slot."""
-        flex = attn_implementation(self.config) == "flex_attention"
-        keys = functools.partial(self.key_positions, position_ids[0], cache, past_length, attention_mask)
-        terms = self.position_encoding.attention_terms(embeddings, position_ids, keys, flex)
-        if terms.shared_bias is not None or terms.relative_scores is not None:
-            check_backend_takes_scores(self.config)
-        if terms.shared_bias is not None:
-            mask = add_scores_to_mask(mask, terms.shared_bias.to(embeddings.dtype))
-        return terms.position_embeddings, mask, terms.relative_scores
-
-    def key_positions(
-        self,
-        query_positions: torch.Tensor,
-        cache: Cache | None,
-        past_length: int | torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Positions of the keys a layer sees, numbered as the queries are: the queries' own without a cache.
-
-        With one, the keys count back from the last query over the real tokens before it: those the caller's mask
-        lets the last query see (2D padding mask, or the last row of a 4D mask; without one, every slot). `generate`
-        numbers a left-padded prompt by real tokens (its `position_ids`), and its keys are numbered so too; with the
-        default positions (one per slot) every key keeps its slot number. Slots after the last query (a static
-        cache's unwritten ones, hidden by the mask) continue the numbering. (batch | 1, keys)."""
-        cache = self_attention_cache(cache)
-        if cache is None or (is_first_call(past_length) and not cache.is_compileable):
-            return query_positions
-        seq = query_positions.shape[1]
-        kv_length = cache.get_mask_sizes(seq, 0)[0]
-        real = visible_keys(attention_mask, kv_length)  # (batch | 1, kv_length) 1: a real token
-        if real is None:
-            real = torch.ones(1, kv_length, dtype=torch.long, device=query_positions.device)
-        before = F.pad(real.cumsum(-1), (1, 0))[:, :-1]  # real tokens before each slot
-        last = torch.as_tensor(past_length + seq - 1, device=before.device).reshape(1, 1)
-        before_last = before.gather(1, last.expand(before.shape[0], 1))
-        return query_positions[:, -1:].to(before.dtype) - before_last + before
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        keys_numbered_by: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+    ) -> AttentionPlan:
+        """The forward's one attention plan (`attention_plan.make_attention_plan`), from this model's config and
+        position encoding: where `position_ids` (axes, batch, seq) become what the layers read."""
+        return make_attention_plan(
+            self.config,
+            self.position_encoding,
+            layout,
+            embeddings,
+            position_ids,
+            attention_mask,
+            token_type_ids,
+            keys_numbered_by,
+            encoder_hidden_states,
+            encoder_attention_mask,
+        )
 
     def default_token_type_ids(
         self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
@@ -733,86 +631,41 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
                 "encoder_hidden_states were given but this model has no cross-attention; build it with "
                 "is_decoder=True, add_cross_attention=True (as EncoderDecoderModel does for its decoder)."
             )
-        cache = self.prepare_cache(cache, use_cache, encoder_hidden_states)
-        past_length = cache.get_seq_length() if cache is not None else 0
         tokens = input_ids if input_ids is not None else inputs_embeds
         batch, seq = tokens.shape[:2]
-        token_type_ids = self.default_token_type_ids(token_type_ids, past_length, batch, seq, tokens.device)
-        check_padding_mask(attention_mask, batch, past_length + seq)
+        layout = self.batch_layout(
+            tokens, attention_mask, position_ids, cache, use_cache, encoder_hidden_states, kwargs
+        )
+        token_type_ids = self.default_token_type_ids(token_type_ids, layout.past_length, batch, seq, tokens.device)
         # Cached keys are numbered as the queries are: over the mask's real tokens where the caller numbered the
         # queries (generate does, from the mask), by slot where the positions are the default ones.
         keys_numbered_by = attention_mask if position_ids is not None else None
-        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
-        if packed is not None:  # every backend reads the same lengths (flash varlen's cu_seq_lens / max_length)
-            kwargs.update(packed.attention_kwargs())
-            if position_ids is None:
-                position_ids = packed.positions()
         axes = self.config.rope_parameters["axes"]
+        if position_ids is None and layout.packed is not None:
+            position_ids = layout.packed.positions()  # restarting at each packed sequence
         if position_ids is None:
-            position_ids = text_position_ids(batch, seq, past_length, axes, tokens.device)
+            position_ids = text_position_ids(batch, seq, layout.past_length, axes, tokens.device)
         position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
         embeddings = self.embeddings(input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0])
-        mask, attention_function = self_attention_mask(
-            self.config,
-            attention_mask,
+        plan = self.attention_plan(
+            layout,
             embeddings,
-            cache,
-            past_length,
+            position_ids,
+            attention_mask,
             token_type_ids,
-            packed,
-            self.position_encoding.has_relative_scores,
-        )
-        cross_mask = None
-        if encoder_hidden_states is not None:
-            cross_mask = cross_attention_mask(self.config, encoder_attention_mask, embeddings, encoder_hidden_states)
-        position_embeddings, mask, relative_scores = self.attention_positions(
-            embeddings, position_ids, mask, cache, past_length, keys_numbered_by
+            keys_numbered_by,
+            encoder_hidden_states,
+            encoder_attention_mask,
         )
 
         hidden_states = embeddings
         for layer in self.layers:
-            hidden_states = layer(
-                hidden_states,
-                position_embeddings,
-                mask,
-                encoder_hidden_states,
-                cross_mask,
-                cache=cache,
-                relative_scores=relative_scores,
-                packed=packed,
-                attention_function=attention_function,
-                **kwargs,
-            )
+            hidden_states = layer(hidden_states, plan, encoder_hidden_states, **kwargs)
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=pooled,
-            **cache_field(cache if self.config.is_decoder else None),
-        )
-
-
-def visible_keys(attention_mask: torch.Tensor | None, kv_length: int) -> torch.Tensor | None:
-    """(batch, kv_length) long, 1 where a key is a real token: a 2D padding mask (cached + new tokens; slots beyond it
-    count as real), or the keys a 4D mask's last query may see (bool / integer nonzero, or additive 0). None without
-    a tensor mask."""
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
-        return None
-    if attention_mask.dim() == 4:
-        row = attention_mask[:, 0, -1, :kv_length]
-        real = row > torch.finfo(row.dtype).min / 2 if row.is_floating_point() else row != 0
-    else:
-        real = attention_mask[:, :kv_length] != 0
-    return F.pad(real.long(), (0, kv_length - real.shape[-1]), value=1)
-
-
-def check_backend_takes_scores(config: RoFormerExtConfig) -> None:
-    """flash attention takes no bias: a position encoding with a term on the scores needs another backend."""
-    implementation = attn_implementation(config) or "eager"
-    if "flash" in implementation:
-        raise ValueError(
-            f"position_encoding={config.position_encoding!r} adds a term to the attention scores, which "
-            f"{implementation!r} cannot take; load the model with attn_implementation='sdpa', 'eager' or "
-            "'flex_attention'."
+            **cache_field(layout.cache if self.config.is_decoder else None),
         )
 
 

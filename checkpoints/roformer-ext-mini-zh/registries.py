@@ -115,6 +115,42 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "vrope": {"axes": 4, "axis_allocation": "interleaved"},
     "circle_rope": {"axes": 3, "axis_allocation": "sections"},
 }
+#: The papers' frequency split (t, h, w) of a head's rotary pairs, at their head_dim 128 (64 pairs): used, scaled to
+#: the model's head_dim, when rope_parameters names the scheme with a sectioned allocation and no `mrope_section`.
+#: Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL configs; VideoRoPE, HoPE and Circle-RoPE build on them; OmniGen2's
+#: split as the Multimodal-RoPEs reference runs it); Qwen3-VL's [24, 20, 20] (its config; MRoPE-I and ILRoPE in the
+#: Multimodal-RoPEs reference). MHRoPE's head-wise split has no published default: it stays required.
+MROPE_SECTION_RATIOS: dict[str, tuple[int, int, int]] = {
+    "mrope": (16, 24, 24),
+    "qwen2_5_vl": (16, 24, 24),
+    "circle_rope": (16, 24, 24),
+    "videorope": (16, 24, 24),
+    "hope": (16, 24, 24),
+    "omnirope": (16, 24, 24),
+    "qwen3_vl": (24, 20, 20),
+    "mrope_interleave": (24, 20, 20),
+    "ilrope": (24, 20, 20),
+}
+
+
+def default_mrope_section(scheme: Any, num_pairs: int) -> list[int] | None:
+    """`scheme`'s paper split scaled to `num_pairs` (head_dim // 2) rotary pairs, summing to exactly `num_pairs`
+    (largest remainders round up; every axis keeps at least one pair), or None without a paper default. E.g.
+    Qwen2-VL's [16, 24, 24] gives [4, 6, 6] for head_dim 32."""
+    ratio = MROPE_SECTION_RATIOS.get(scheme) if isinstance(scheme, str) else None
+    if ratio is None or not isinstance(num_pairs, int) or num_pairs < len(ratio):
+        return None
+    total = sum(ratio)
+    exact = [num_pairs * part / total for part in ratio]
+    section = [max(1, int(share)) for share in exact]
+    order = sorted(range(len(ratio)), key=lambda axis: exact[axis] - int(exact[axis]), reverse=True)
+    for axis in order[: num_pairs - sum(section)]:
+        section[axis] += 1
+    while sum(section) > num_pairs:  # an axis raised to one pair: take it back from the largest
+        section[section.index(max(section))] -= 1
+    return section
+
+
 #: Schemes that place tokens on more than the usual 1-3 axes: VRoPE's four diagonal directions.
 FOUR_AXIS_SCHEMES = ("vrope",)
 #: The knobs of the built-in position designs, read from rope_parameters by the design's keyword-only arguments.
@@ -140,6 +176,7 @@ __all__ = [
     "AXIS_ALLOCATIONS",
     "FOUR_AXIS_SCHEMES",
     "HEADWISE_ALLOCATIONS",
+    "MROPE_SECTION_RATIOS",
     "PAIR_LAYOUTS",
     "POSITION_ENCODINGS",
     "POSITION_SCHEMES",
@@ -148,5 +185,6 @@ __all__ = [
     "SECTIONED_ALLOCATIONS",
     "ROTARY_KINDS",
     "Registry",
+    "default_mrope_section",
     "rotates_per_head",
 ]

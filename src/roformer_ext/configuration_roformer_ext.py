@@ -15,6 +15,7 @@ from .registries import (
     AXIS_ALLOCATIONS,
     FOUR_AXIS_SCHEMES,
     HEADWISE_ALLOCATIONS,
+    MROPE_SECTION_RATIOS,
     PAIR_LAYOUTS,
     POSITION_ENCODINGS,
     POSITION_SCHEME_DEFAULTS,
@@ -22,6 +23,7 @@ from .registries import (
     POSITION_SCHEMES,
     ROTARY_KINDS,
     SECTIONED_ALLOCATIONS,
+    default_mrope_section,
     rotates_per_head,
 )
 
@@ -209,7 +211,19 @@ class RoFormerExtConfig(PreTrainedConfig):
             scheme = value.get("position_scheme")
             variant = POSITION_SCHEME_DEFAULTS.get(scheme, {}) if isinstance(scheme, str) else {}
             value = {**self.default_rope_parameters, **variant, **value}
+            if value.get("mrope_section") is None and value["axis_allocation"] in SECTIONED_ALLOCATIONS:
+                # the paper's split for this head size (registries.MROPE_SECTION_RATIOS), where there is one
+                section = default_mrope_section(value["position_scheme"], self._num_pairs())
+                if section is not None:
+                    value["mrope_section"] = section
         super().__setattr__(key, value)
+
+    def _num_pairs(self) -> int | None:
+        """head_dim // 2 when the sizes are set and valid (None while the dataclass is still being filled in)."""
+        hidden, heads = getattr(self, "hidden_size", None), getattr(self, "num_attention_heads", None)
+        if not (_is_int(hidden) and _is_int(heads)) or heads <= 0 or hidden % heads:
+            return None
+        return hidden // heads // 2
 
     def validate_rope(self) -> None:
         """transformers' checks of the scaling keys, with a ValueError that says what to add instead of a KeyError."""
@@ -314,7 +328,8 @@ class RoFormerExtConfig(PreTrainedConfig):
                 raise ValueError(
                     f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries "
                     f"summing to head_dim // 2 = {pairs} (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's "
-                    f"[16, 24, 24] for head_dim 128); got {section}."
+                    f"[16, 24, 24] for head_dim 128); got {section}. Naming a scheme with a published split "
+                    f"({', '.join(MROPE_SECTION_RATIOS)}) fills it in for the head size."
                 )
             if len(section) != axes:
                 raise ValueError(

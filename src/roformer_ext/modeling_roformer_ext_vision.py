@@ -15,6 +15,7 @@ from transformers.cache_utils import Cache
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 
+from .attention_plan import BatchLayout
 from .compat import accepts_old_cache_name, parent_expand_inputs_for_generation
 from .configuration_roformer_ext import RoFormerExtVisionTextConfig
 from .modeling_roformer_ext import (
@@ -23,7 +24,6 @@ from .modeling_roformer_ext import (
     RoFormerExtForSequenceClassification,
     RoFormerExtModel,
     check_token_inputs,
-    self_attention_cache,
 )
 from .positions import build_position_ids, decoding_position_ids, remember_position_deltas
 
@@ -142,25 +142,22 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         inputs_embeds: torch.Tensor,
         attention_mask: torch.Tensor | None,
         position_ids: torch.Tensor | None,
-        cache: Cache | None,
+        layout: BatchLayout,
         image_grid_thw: torch.LongTensor | None,
         video_grid_thw: torch.LongTensor | None,
         second_per_grid_ts: torch.Tensor | None = None,
-        cu_seq_lens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Where every token sits, (axes, batch, seq): the caller's 3D positions, a prompt's layout, or decoding.
 
         A prompt (nothing cached) is laid out from its placeholders and grids, and its delta (next text position −
         real tokens) is kept on the cache; each later token continues at its index among real tokens (the 2D
-        `position_ids` that `generate` passes) + that delta. Packed rows (`cu_seq_lens` of the forward's one packed
-        description, whichever input gave the boundaries) lay out each sequence alone.
+        `position_ids` that `generate` passes) + that delta. Packed rows (the forward's one packed description in
+        `layout`, whichever input gave the boundaries) lay out each sequence alone.
         """
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
         batch, seq = inputs_embeds.shape[:2]
-        cache = self_attention_cache(cache)
-        past_length = cache.get_seq_length() if cache is not None else 0
-        if past_length == 0:
+        if not layout.decoding:
             if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be
                 if image_grid_thw is not None or video_grid_thw is not None:
                     raise ValueError(
@@ -176,15 +173,15 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 video_grid_thw,
                 mask_2d,
                 second_per_grid_ts,
-                cu_seq_lens,
+                layout.packed.cu_seq_lens if layout.packed is not None else None,
                 training=self.training,
             )
-            remember_position_deltas(cache, deltas)
+            remember_position_deltas(layout.self_cache, deltas)
             return positions
         if position_ids is None:
-            position_ids = torch.arange(seq, device=inputs_embeds.device) + past_length
+            position_ids = torch.arange(seq, device=inputs_embeds.device) + layout.past_length
             position_ids = position_ids.expand(batch, seq)
-        return decoding_position_ids(position_ids, cache, self.config)
+        return decoding_position_ids(position_ids, layout.self_cache, self.config)
 
     @accepts_old_cache_name
     @auto_docstring
@@ -214,13 +211,13 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             accepted too.
         """
         check_token_inputs(input_ids, inputs_embeds)
-        cache = self.prepare_cache(cache, use_cache, kwargs.get("encoder_hidden_states"))
-        past_length = self_attention_cache(cache).get_seq_length() if cache is not None else 0
-        decoding = past_length > 0
         tokens = input_ids if input_ids is not None else inputs_embeds
-        # the one packed description (a pooling head's, handed down as `packed_batch`, or made here): the layout
-        # and the attention read the same sequence boundaries
-        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
+        # the one layout of this forward (cache, cached length, packed description: a pooling head's, handed down as
+        # `packed_batch`, or made here): the positions and the attention read the same
+        layout = self.batch_layout(
+            tokens, attention_mask, position_ids, cache, use_cache, kwargs.get("encoder_hidden_states"), kwargs
+        )
+        decoding = layout.decoding
         if decoding and input_ids is not None:
             # A later turn of a conversation may come with the conversation's pixels: those images are already in the
             # cache. As Qwen2-VL, patches are written only where the current tokens hold placeholders.
@@ -244,20 +241,19 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             inputs_embeds,
             attention_mask,
             position_ids,
-            cache,
+            layout,
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
-            packed.cu_seq_lens if packed is not None else None,
         )
         return super().forward(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
-            cache=cache,
+            cache=layout.cache,
             use_cache=use_cache,
-            packed_batch=packed,
+            batch_layout=layout,
             **kwargs,
         )
 

@@ -110,3 +110,44 @@ def test_grape_hook_checks_grape_keys(key, value):
         config._validate_grape_m_rope_parameters({**config.rope_parameters, key: value})
     with pytest.raises(ValueError, match=key):
         RoFormerExtConfig(hidden_size=32, num_attention_heads=2, rope_parameters={"rope_type": "grape_m", key: value})
+
+
+@pytest.mark.parametrize(
+    "scheme, at_64, at_16",
+    [("qwen2_5_vl", [16, 24, 24], [4, 6, 6]), ("videorope", [16, 24, 24], [4, 6, 6]),
+     ("qwen3_vl", [24, 20, 20], [6, 5, 5]), ("ilrope", [24, 20, 20], [6, 5, 5])],
+)  # fmt: skip
+def test_paper_mrope_sections_scale_with_the_head(scheme, at_64, at_16):
+    """The papers' configs at head_dim 128, and the Multimodal-RoPEs reference's at head_dim 32 (our fixtures)."""
+    from roformer_ext.registries import default_mrope_section
+
+    assert default_mrope_section(scheme, 64) == at_64 and default_mrope_section(scheme, 16) == at_16
+    for pairs in range(3, 200):
+        section = default_mrope_section(scheme, pairs)
+        assert sum(section) == pairs and min(section) >= 1, (pairs, section)
+    assert default_mrope_section(scheme, 2) is None  # fewer pairs than axes
+    assert default_mrope_section("mhrope", 64) is None and default_mrope_section("rope_tie", 64) is None
+
+
+def test_qwen_style_schemes_build_without_mrope_section(tmp_path):
+    from roformer_ext import RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel
+
+    config = RoFormerExtVisionTextConfig(
+        vocab_size=99, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+        rope_parameters={"position_scheme": "qwen3_vl"},
+    )  # fmt: skip
+    assert config.rope_parameters["mrope_section"] == [6, 5, 5]  # head_dim 32
+    explicit = RoFormerExtVisionTextConfig(
+        hidden_size=64,
+        num_attention_heads=2,
+        rope_parameters={"position_scheme": "qwen3_vl", "mrope_section": [8, 4, 4]},
+    )
+    assert explicit.rope_parameters["mrope_section"] == [8, 4, 4]
+    model = RoFormerExtVisionTextModel(config).eval()
+    model.save_pretrained(tmp_path)
+    reloaded = RoFormerExtVisionTextConfig.from_pretrained(tmp_path)
+    assert reloaded.rope_parameters["mrope_section"] == [6, 5, 5]
+    with pytest.raises(ValueError, match="mrope_section"):
+        RoFormerExtVisionTextConfig(
+            hidden_size=64, num_attention_heads=2, rope_parameters={"position_scheme": "mhrope"}
+        )
