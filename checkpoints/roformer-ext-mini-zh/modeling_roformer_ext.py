@@ -57,10 +57,8 @@ from .masking_roformer_ext import (
 )
 from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import (
-    AlibiPositionEncoding,
     PositionEncoding,
     RelativeScores,
-    TransformerXLLayerParameters,
     position_encoding_class,
 )
 from .positions import as_axes_batch_seq, text_position_ids
@@ -465,15 +463,12 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, AlibiPositionEncoding):
-            module.reset_slopes()
-            return
-        if isinstance(module, TransformerXLLayerParameters):  # u and v (its W_r is a Linear, initialised below)
-            module.init_parameters(self.config.initializer_range)
-            return
-        if isinstance(module, RotaryEmbedding):
-            # Ours, not the base class's: that one looks up transformers' registry, which lacks our kinds.
-            module.reset_frequencies()
+        hook = getattr(module, "init_position_weights", None)
+        if callable(hook):
+            # A position plugin's own parameters and buffers (ALiBi's slopes, Transformer-XL's u / v, a rotary
+            # embedding's frequencies): ours, not the base class's (which looks rotary kinds up in transformers'
+            # registry, lacking ours). Its Linear / Embedding submodules come here on their own.
+            hook(self.config)
             return
         parent_init_weights(super(), module)
         if isinstance(module, RoFormerExtLMHead) and module.bias is not None:

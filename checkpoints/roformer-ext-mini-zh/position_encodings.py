@@ -55,6 +55,10 @@ def position_encoding_class(name: str) -> type["PositionEncoding"]:
 class PositionEncoding(nn.Module):
     """How a model tells attention where its tokens are. Every hook defaults to "nothing"; subclasses override some.
 
+    Weight init: a module of an encoding (the encoding itself, a per-layer `layer_table`, any submodule) that defines
+    `init_position_weights(config)` is initialised by it (non-persistent buffers are empty after `from_pretrained` and
+    meta-device init); its `nn.Linear` / `nn.Embedding` submodules get the model's standard init.
+
     `position_ids` are text positions (batch, seq), float or integer: 0, 1, 2, ... after any cached tokens, and
     restarting at 0 in each sequence of a packed row.
     """
@@ -412,8 +416,12 @@ class AlibiPositionEncoding(RelativePositionEncoding):
 
     @torch.no_grad()
     def reset_slopes(self) -> None:
-        """Non-persistent buffers are empty after `from_pretrained` / meta-device init; `_init_weights` calls this."""
+        """Non-persistent buffers are empty after `from_pretrained` / meta-device init."""
         self.slopes.copy_(alibi_slopes(self.slopes.numel()))
+
+    def init_position_weights(self, config: Any) -> None:
+        """The weight-init hook `_init_weights` calls on every position module that has one."""
+        self.reset_slopes()
 
 
 # --- Transformer-XL / XLNet ---------------------------------------------------------------------------------------
@@ -446,6 +454,10 @@ class TransformerXLLayerParameters(nn.Module):
 
         init.normal_(self.r_w_bias, mean=0.0, std=std)
         init.normal_(self.r_r_bias, mean=0.0, std=std)
+
+    def init_position_weights(self, config: Any) -> None:
+        """The weight-init hook `_init_weights` calls on every position module that has one."""
+        self.init_parameters(config.initializer_range)
 
 
 class TransformerXLScores(RelativeScores):

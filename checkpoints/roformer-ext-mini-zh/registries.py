@@ -11,6 +11,7 @@ modules register.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -115,6 +116,19 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "vrope": {"axes": 4, "axis_allocation": "interleaved"},
     "circle_rope": {"axes": 3, "axis_allocation": "sections"},
 }
+
+
+def scheme_knob_names(scheme: Any) -> frozenset[str]:
+    """The knobs of the registered position scheme `scheme`: its keyword-only arguments, read from rope_parameters
+    under their own names (empty for an unknown name or a callable without a signature)."""
+    entry = POSITION_SCHEMES.entry(scheme)
+    try:
+        parameters = inspect.signature(entry).parameters.values() if entry is not None else ()
+    except (TypeError, ValueError):
+        return frozenset()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 #: The papers' frequency split (t, h, w) of a head's rotary pairs, at their head_dim 128 (64 pairs): used, scaled to
 #: the model's head_dim, when rope_parameters names the scheme with a sectioned allocation and no `mrope_section`.
 #: Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL configs; VideoRoPE, HoPE and Circle-RoPE build on them; OmniGen2's
@@ -186,5 +200,6 @@ __all__ = [
     "ROTARY_KINDS",
     "Registry",
     "default_mrope_section",
+    "scheme_knob_names",
     "rotates_per_head",
 ]

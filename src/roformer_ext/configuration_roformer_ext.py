@@ -25,6 +25,7 @@ from .registries import (
     SECTIONED_ALLOCATIONS,
     default_mrope_section,
     rotates_per_head,
+    scheme_knob_names,
 )
 
 #: GRAPE-M's knobs, checked by its rope_type hook (`_validate_grape_m_rope_parameters`).
@@ -128,7 +129,6 @@ class RoFormerExtConfig(PreTrainedConfig):
     # No pipeline plan: transformers' pipeline stages replace `embed_tokens` / `norm` and feed hidden states back as
     # `inputs_embeds`, which our embeddings would add token types to and normalise a second time.
     base_model_pp_plan = None
-    ignore_keys_at_rope_validation = ROPE_LAYOUT_KEYS
 
     vocab_size: int = 50000
     hidden_size: int = 768
@@ -218,6 +218,19 @@ class RoFormerExtConfig(PreTrainedConfig):
                     value["mrope_section"] = section
         super().__setattr__(key, value)
 
+    @property
+    def ignore_keys_at_rope_validation(self) -> set[str]:
+        """The rope_parameters keys transformers' rope validation must not call unknown: ours, the selected position
+        scheme's knobs (a registered scheme's keyword-only arguments: a plugin needs no list of its keys elsewhere),
+        and any transformers adds (it assigns this attribute; the value is kept beside ours)."""
+        rope = self.__dict__.get("rope_parameters") or {}
+        added = self.__dict__.get("ignore_keys_at_rope_validation") or set()
+        return {*ROPE_LAYOUT_KEYS, *scheme_knob_names(rope.get("position_scheme")), *added}
+
+    @ignore_keys_at_rope_validation.setter
+    def ignore_keys_at_rope_validation(self, value: Any) -> None:
+        self.__dict__["ignore_keys_at_rope_validation"] = set(value or ())
+
     def _num_pairs(self) -> int | None:
         """head_dim // 2 when the sizes are set and valid (None while the dataclass is still being filled in)."""
         hidden, heads = getattr(self, "hidden_size", None), getattr(self, "num_attention_heads", None)
@@ -291,8 +304,9 @@ class RoFormerExtConfig(PreTrainedConfig):
                 _check_scheme_knob(key, rope[key], kind)
         self._validate_grape_m_rope_parameters(rope)  # grape_* keys, also where another rope_type was chosen
         _check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
+        plugin_keys = scheme_knob_names(rope["position_scheme"])  # a registered scheme checks its own knobs
         for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
-            if key not in ROPE_LAYOUT_KEYS and key != "rope_theta":
+            if key not in ROPE_LAYOUT_KEYS and key not in plugin_keys and key != "rope_theta":
                 _check_finite(f"rope_parameters[{key!r}]", value)
         if rope["rope_type"] in ROPE_INIT_FUNCTIONS:  # transformers' own checks of its scaling keys (factor, ...)
             self.validate_rope()

@@ -118,11 +118,8 @@ def scheme_knobs(scheme: PositionScheme, rope_parameters: dict) -> dict[str, Any
         parameters = inspect.signature(scheme).parameters.values()
     except (TypeError, ValueError):  # a callable without a signature takes no knobs
         return {}
-    return {
-        p.name: rope_parameters[p.name]
-        for p in parameters
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in rope_parameters
-    }
+    names = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {name: rope_parameters[name] for name in names if name in rope_parameters}
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -250,6 +250,10 @@ class RotaryEmbedding(nn.Module):
         return torch.cat(pieces), next(iter(ladders.values()))[1]
 
     @torch.no_grad()
+    def init_position_weights(self, config: Any) -> None:
+        """The weight-init hook `_init_weights` calls on every position module that has one."""
+        self.reset_frequencies()
+
     def reset_frequencies(self) -> None:
         """Recompute the buffers: `from_pretrained` and meta-device init leave non-persistent buffers empty."""
         inv_freq, self.attention_scaling = self.initial_frequencies()

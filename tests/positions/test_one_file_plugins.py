@@ -1,0 +1,224 @@
+"""Adding a position encoding or a multimodal position scheme touches one file: here, this test file alone.
+
+`CappedPenalty` is a new relative encoding (a per-head penalty growing with distance up to a window: a knob read from
+the config, a non-persistent buffer filled by its weight-init hook); `stepped_diagonal` a new scheme (its knob a
+keyword-only argument read from rope_parameters). Each works through eager / sdpa / flex attention, packed rows, the
+KV cache and save / load, on a model whose outputs depend strongly on positions.
+"""
+
+import logging
+
+import pytest
+import torch
+from conftest import assert_position_sensitive, position_sensitive_config
+from vision_sizes import IMAGE, PATCH_DIM, SIZES
+
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtModel,
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextForCausalLM,
+    register_position_encoding,
+    register_position_scheme,
+)
+from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
+from roformer_ext.registries import POSITION_ENCODINGS, POSITION_SCHEMES
+
+ATOL = 1e-5
+
+
+class CappedPenaltyScores(RelativeScores):
+    """−scale_h · min(|j − i|, window): ALiBi with a window."""
+
+    def __init__(self, query_positions, key_positions, scales: torch.Tensor, window: int) -> None:
+        super().__init__(query_positions, key_positions)
+        self.scales, self.window = scales, window
+
+    def shared_bias(self) -> torch.Tensor:
+        capped = self.distances().abs().clamp(max=self.window)[:, None].to(self.scales.dtype)
+        return -self.scales[None, :, None, None] * capped
+
+    def score_mod(self, query, table):
+        scales = self.scales.to(query.dtype)
+
+        def capped_penalty(score, batch_idx, head_idx, q_idx, kv_idx):
+            distance = self._position_at(batch_idx, q_idx, kv_idx).abs().clamp(max=self.window)
+            return score - scales[head_idx] * distance
+
+        return capped_penalty
+
+
+class CappedPenalty(RelativePositionEncoding):
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.window = int(getattr(config, "penalty_window", 4))
+        self.register_buffer("scales", torch.empty(config.num_attention_heads), persistent=False)
+        self.init_position_weights(config)
+
+    def init_position_weights(self, config) -> None:  # also after from_pretrained / meta-device init
+        with torch.no_grad():
+            self.scales.copy_(torch.linspace(0.5, 2.0, self.scales.numel()))
+
+    def relative_scores(self, query_positions, key_positions) -> CappedPenaltyScores:
+        return CappedPenaltyScores(query_positions, key_positions, self.scales.float(), self.window)
+
+
+def stepped_diagonal(segments, axes, *, diagonal_step=2.0):
+    """Text at (n, n, n); patch (k, i, j) of a vision segment at st + step·(k, i, j); next text after its last."""
+    positions, next_position = [], 0.0
+    for segment in segments:
+        if segment.kind == "text":
+            run = next_position + torch.arange(segment.length, dtype=torch.float32)
+            positions.append(run.expand(axes, -1))
+            next_position += segment.length
+            continue
+        t, h, w = segment.grid
+        grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
+        block = next_position + diagonal_step * grid.reshape(3, -1).float()
+        positions.append(block[:axes])
+        next_position = float(block.max()) + 1
+    return torch.cat(positions, dim=1), next_position
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugins():
+    register_position_encoding("test_capped_penalty")(CappedPenalty)
+    register_position_scheme("test_stepped_diagonal")(stepped_diagonal)
+    yield
+    POSITION_ENCODINGS.unregister("test_capped_penalty")
+    POSITION_SCHEMES.unregister("test_stepped_diagonal")
+
+
+def encoding_config(**overrides):
+    overrides.setdefault("penalty_window", 3)
+    return position_sensitive_config(position_encoding="test_capped_penalty", **overrides)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_new_encoding_on_every_backend_and_packed_rows(is_decoder):
+    torch.manual_seed(0)
+    lengths = (5, 4, 6)
+    generator = torch.Generator().manual_seed(1)
+    rows = [torch.randint(4, 95, (1, n), generator=generator) for n in lengths]
+    packed = torch.cat(rows, dim=1)
+    cu = torch.tensor([0, 5, 9, 15], dtype=torch.int32)
+    outputs = {}
+    for implementation in ("eager", "sdpa", "flex_attention"):
+        torch.manual_seed(0)
+        model = RoFormerExtModel(encoding_config(is_decoder=is_decoder, attn_implementation=implementation)).eval()
+        assert model.position_encoding.scales.tolist() == pytest.approx(torch.linspace(0.5, 2.0, 4).tolist())
+        with torch.no_grad():
+            outputs[implementation] = model(packed, cu_seq_lens_q=cu, cu_seq_lens_k=cu).last_hidden_state
+            alone = torch.cat([model(row).last_hidden_state for row in rows], dim=1)
+        torch.testing.assert_close(outputs[implementation], alone, atol=ATOL, rtol=0)  # packed = each alone
+    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], atol=ATOL, rtol=0)
+    run = lambda m: m(packed, cu_seq_lens_q=cu, cu_seq_lens_k=cu).last_hidden_state  # noqa: E731
+    assert_position_sensitive(model, run, ATOL)
+    # the window is a knob that matters: a wider one changes the outputs
+    wide = RoFormerExtModel(encoding_config(is_decoder=is_decoder, penalty_window=50, attn_implementation="eager"))
+    wide.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert (wide.eval()(packed).last_hidden_state - model(packed).last_hidden_state).abs().max() > 100 * ATOL
+
+
+def test_new_encoding_caches_and_saves(tmp_path):
+    torch.manual_seed(0)
+    model = RoFormerExtForCausalLM(encoding_config(is_decoder=True, attn_implementation="sdpa")).eval()
+    prompt = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    settings = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    cached = model.generate(prompt, attention_mask=mask, **settings)
+    recomputed = model.generate(prompt, attention_mask=mask, use_cache=False, **settings)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(torch.stack(cached.scores), torch.stack(recomputed.scores), atol=1e-4, rtol=0)
+    alone = model.generate(prompt[:1, 2:], **settings)  # the left-padded row as a prompt of its own
+    torch.testing.assert_close(torch.stack(cached.scores)[:, 0], torch.stack(alone.scores)[:, 0], atol=1e-4, rtol=0)
+    run = lambda m: torch.stack(m.generate(prompt, attention_mask=mask, **settings).scores)  # noqa: E731
+    assert_position_sensitive(model, run, 1e-4)
+
+    model.save_pretrained(tmp_path)
+    reloaded = RoFormerExtForCausalLM.from_pretrained(tmp_path).eval()
+    assert reloaded.config.position_encoding == "test_capped_penalty" and reloaded.config.penalty_window == 3
+    assert torch.equal(reloaded.base_model.position_encoding.scales, model.base_model.position_encoding.scales)
+    again = reloaded.generate(prompt, attention_mask=mask, **settings)
+    assert torch.equal(again.sequences, cached.sequences)
+
+
+def scheme_model(step: float = 2.0, implementation: str = "sdpa"):
+    config = position_sensitive_config(
+        RoFormerExtVisionTextConfig,
+        **SIZES,
+        is_decoder=True,
+        attn_implementation=implementation,
+        rope_parameters={"position_scheme": "test_stepped_diagonal", "axes": 3, "axis_allocation": "interleaved",
+                         "diagonal_step": step},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return RoFormerExtVisionTextForCausalLM(config).eval()
+
+
+def vision_prompt():
+    ids = torch.tensor([[5, 6, IMAGE, IMAGE, IMAGE, IMAGE, 7, 8]])
+    return ids, torch.randn(4, PATCH_DIM, generator=torch.Generator().manual_seed(2)), torch.tensor([[1, 2, 2]])
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_new_scheme_places_tokens_by_its_knob(tmp_path):
+    records, logger = Records(), logging.getLogger("transformers")
+    logger.addHandler(records)
+    try:
+        model = scheme_model(step=3.0)
+        model.config.save_pretrained(tmp_path)  # validates rope_parameters again
+        RoFormerExtVisionTextConfig.from_pretrained(tmp_path)
+    finally:
+        logger.removeHandler(records)
+    assert not records.messages  # its knob is known to the config: no "Unrecognized keys in rope_parameters"
+    ids, pixels, grid = vision_prompt()
+    positions = model.base_model.compute_position_ids(
+        ids, model.base_model.get_input_embeddings()(ids), None, None,
+        model.base_model.batch_layout(ids, None, None, None, False, None, {}), grid, None,
+    )  # fmt: skip
+    # text 0, 1; the 2x2 image at 2 + 3·(0, i, j); text after at 2 + 3 + 1 = 6
+    assert positions[:, 0].tolist() == [
+        [0, 1, 2, 2, 2, 2, 6, 7],
+        [0, 1, 2, 2, 5, 5, 6, 7],
+        [0, 1, 2, 5, 2, 5, 6, 7],
+    ]
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
+def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
+    model = scheme_model(implementation=implementation)
+    ids, pixels, grid = vision_prompt()
+    settings = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    cached = model.generate(ids, pixel_values=pixels, image_grid_thw=grid, **settings)
+    recomputed = model.generate(ids, pixel_values=pixels, image_grid_thw=grid, use_cache=False, **settings)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(torch.stack(cached.scores), torch.stack(recomputed.scores), atol=1e-4, rtol=0)
+    # packed: the prompt twice in one row, each laid out alone
+    both = torch.cat([ids, ids], dim=1)
+    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
+    with torch.no_grad():
+        single = model(ids, pixel_values=pixels, image_grid_thw=grid).logits
+        packed = model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
+                       cu_seq_lens_q=cu, cu_seq_lens_k=cu).logits  # fmt: skip
+    torch.testing.assert_close(packed[:, :8], single, atol=ATOL, rtol=0)
+    torch.testing.assert_close(packed[:, 8:], single, atol=ATOL, rtol=0)
+    run = lambda m: m(ids, pixel_values=pixels, image_grid_thw=grid).logits  # noqa: E731
+    assert_position_sensitive(model, run, ATOL)
+    model.save_pretrained(tmp_path)
+    reloaded = RoFormerExtVisionTextForCausalLM.from_pretrained(tmp_path, attn_implementation=implementation).eval()
+    assert reloaded.config.rope_parameters["diagonal_step"] == 2.0
+    with torch.no_grad():
+        torch.testing.assert_close(
+            reloaded(ids, pixel_values=pixels, image_grid_thw=grid).logits, single, atol=0, rtol=0
+        )
