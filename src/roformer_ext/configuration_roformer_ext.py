@@ -61,20 +61,26 @@ class RoFormerExtConfig(PreTrainedConfig):
 
     The BERT-style sizes follow transformers' `RoFormerConfig`; the extra fields cover RoFormer-V2
     (`use_bias=False`, `norm_type="rms_scale_free"`), RoFormer-Sim (`pooler_activation="linear"`), linear
-    attention and the multi-axis RoPE of the vision-text models. Nothing position-related is stored in the
-    weights, so `max_position_embeddings` is informational only (there is no length cap).
+    attention and the multi-axis RoPE of the vision-text models. With RoPE nothing position-related is stored in
+    the weights and there is no length cap; the encodings that learn positions keep them in the weights: the
+    "learned" and "tupe" tables (`max_position_embeddings` rows), the relative tables and projections of "shaw", "t5_bias",
+    "tupe", "deberta" and "transformer_xl", and GRAPE-M's log-frequencies (`rope_type` "grape_m").
 
-    `rope_parameters` keys: `rope_type` (a registered rotary kind: "default" or one of transformers'
-    scaling types), `rope_theta`, `pair_layout` ("interleaved" as the original RoFormer, or "half"),
-    `axes` (1 text, 2 image, 3 video), `axis_allocation` ("interleaved" | "sections" | "split"),
-    `mrope_section` (for "sections"), `position_scheme` (rope_1d | rope_2d_rows | rope_tie | rope_tie_v2 | mrope).
+    `rope_parameters` keys: `rope_type` (a registered rotary kind: <<ROTARY_KINDS>>), `rope_theta`, `pair_layout`
+    (<<PAIR_LAYOUTS>>: "interleaved" as the original RoFormer), `axes` (1 text, 2 image, 3 video, 4 for VRoPE),
+    `axis_allocation` (which rotary pair reads which axis: <<AXIS_ALLOCATIONS>>), `mrope_section` (pairs per axis
+    for <<SECTIONED>>; heads per axis for "headwise"; a scheme's paper default fills it in where there is one),
+    `position_scheme` (where each token sits: <<POSITION_SCHEMES>>) and the selected scheme's knobs
+    (docs/position-schemes.md). The lists here are the built-in names of `roformer_ext.registries`, written into
+    this docstring from them; a name registered later (`register_position_scheme`, ...) is accepted too.
 
     `decoder_attention` ("causal" | "unilm"): how a decoder (`is_decoder=True`, e.g. `RoFormerExtForCausalLM`)
     attends. "unilm" is RoFormer-Sim's sequence-to-sequence pattern: the source (token_type_ids == 0, given in the
     first call) attends bidirectionally within itself, every other token causally; tokens after a cache default to
     segment 1, and `generate` extends token_type_ids with 1s.
 
-    `position_encoding` (default "rope"): how attention knows where tokens are, by registered name. "rope" is
+    `position_encoding` (default "rope"; registered: <<POSITION_ENCODINGS>>): how attention knows where tokens are.
+    "rope" is
     RoFormer's rotary embedding (`rope_parameters`); the alternatives the RoFormer paper compares it with are
     "sinusoidal" and "learned" (absolute, added to the embeddings; "learned" has `max_position_embeddings` rows),
     "shaw" (relative key embeddings clipped at `max_relative_position`), "t5_bias" (T5's bucketed bias,
@@ -556,5 +562,18 @@ def _check_mrope_section(section: Any) -> None:
             f"pair); got {list(section)!r}."
         )
 
+
+def _names(registry_names: tuple[str, ...]) -> str:
+    return ", ".join(f'"{name}"' for name in sorted(registry_names))
+
+
+RoFormerExtConfig.__doc__ = (
+    RoFormerExtConfig.__doc__.replace("<<ROTARY_KINDS>>", _names(ROTARY_KINDS.builtin))
+    .replace("<<PAIR_LAYOUTS>>", _names(PAIR_LAYOUTS))
+    .replace("<<AXIS_ALLOCATIONS>>", _names(AXIS_ALLOCATIONS.builtin))
+    .replace("<<SECTIONED>>", _names(SECTIONED_ALLOCATIONS))
+    .replace("<<POSITION_SCHEMES>>", _names(POSITION_SCHEMES.builtin))
+    .replace("<<POSITION_ENCODINGS>>", _names(POSITION_ENCODINGS.builtin))
+)
 
 __all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

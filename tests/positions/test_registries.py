@@ -151,3 +151,21 @@ def test_qwen_style_schemes_build_without_mrope_section(tmp_path):
         RoFormerExtVisionTextConfig(
             hidden_size=64, num_attention_heads=2, rope_parameters={"position_scheme": "mhrope"}
         )
+
+
+def test_docstring_and_docs_list_every_builtin_name():
+    """The configuration's docstring is written from the registries; the docs' tables are checked against them."""
+    from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    tables = {
+        POSITION_ENCODINGS: (docs / "position-encodings.md").read_text(encoding="utf-8"),
+        POSITION_SCHEMES: (docs / "position-schemes.md").read_text(encoding="utf-8"),
+        AXIS_ALLOCATIONS: (docs / "position-schemes.md").read_text(encoding="utf-8"),
+    }
+    for registry in (POSITION_ENCODINGS, POSITION_SCHEMES, AXIS_ALLOCATIONS, ROTARY_KINDS):
+        for name in registry.builtin:
+            assert f'"{name}"' in RoFormerExtConfig.__doc__, (registry.field, name)
+            if registry in tables:
+                assert f"`{name}`" in tables[registry] or f'`"{name}"`' in tables[registry], (registry.field, name)
+    assert "<<" not in RoFormerExtConfig.__doc__
