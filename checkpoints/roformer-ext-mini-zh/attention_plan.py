@@ -57,7 +57,9 @@ class AttentionPlan:
     layout: BatchLayout
     #: (axes, batch, seq): where every query sits (what the position terms were computed from).
     position_ids: torch.Tensor
-    #: The self-attention mask as the backend takes it (a shared score term already joined), or None.
+    #: The self-attention mask as the backend takes it (a shared score term already joined), or None. The base model
+    #: hands it to each layer as a tensor argument of its own: a shared term may need gradients (T5's buckets,
+    #: TUPE), and gradient checkpointing only replays what a layer takes as tensor arguments.
     mask: torch.Tensor | None
     #: The self-attention function: `(module, query, key, value, mask, **kwargs) -> (output, weights)`; None for
     #: linear attention (`linear`).
@@ -77,15 +79,16 @@ class AttentionPlan:
     attention_kwargs: dict = field(default_factory=dict)
 
     def scores_for(
-        self, module: nn.Module, query: torch.Tensor, key: torch.Tensor
+        self, module: nn.Module, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, Callable]:
-        """The mask and function of one layer: the plan's, with the layer's relative term added where it has one."""
+        """The mask and function of one layer: `mask` (the plan's, as the layer received it) with the layer's
+        relative term added where it has one, or flex attention with the term as its `score_mod`."""
         if self.relative_scores is None:
-            return self.mask, self.attention
+            return mask, self.attention
         if self.per_score:
             score_mod = self.relative_scores.layer_term(module, query, key, per_score=True)
-            return self.mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
-        return add_scores_to_mask(self.mask, self.relative_scores.layer_term(module, query, key, per_score=False)), (
+            return mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
+        return add_scores_to_mask(mask, self.relative_scores.layer_term(module, query, key, per_score=False)), (
             self.attention
         )
 

@@ -13,6 +13,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from .compat import CACHE
 from .registries import (
     AXIS_ALLOCATIONS,
+    DEBERTA_TERMS,
     FOUR_AXIS_SCHEMES,
     HEADWISE_ALLOCATIONS,
     MROPE_SECTION_RATIOS,
@@ -23,7 +24,10 @@ from .registries import (
     POSITION_SCHEMES,
     ROTARY_KINDS,
     SECTIONED_ALLOCATIONS,
+    Knob,
+    deberta_terms,
     default_mrope_section,
+    is_int,
     rotates_per_head,
     scheme_knob_names,
 )
@@ -61,20 +65,26 @@ class RoFormerExtConfig(PreTrainedConfig):
 
     The BERT-style sizes follow transformers' `RoFormerConfig`; the extra fields cover RoFormer-V2
     (`use_bias=False`, `norm_type="rms_scale_free"`), RoFormer-Sim (`pooler_activation="linear"`), linear
-    attention and the multi-axis RoPE of the vision-text models. Nothing position-related is stored in the
-    weights, so `max_position_embeddings` is informational only (there is no length cap).
+    attention and the multi-axis RoPE of the vision-text models. With RoPE nothing position-related is stored in
+    the weights and there is no length cap; the encodings that learn positions keep them in the weights: the
+    "learned" and "tupe" tables (`max_position_embeddings` rows), the relative tables and projections of "shaw", "t5_bias",
+    "tupe", "deberta" and "transformer_xl", and GRAPE-M's log-frequencies (`rope_type` "grape_m").
 
-    `rope_parameters` keys: `rope_type` (a registered rotary kind: "default" or one of transformers'
-    scaling types), `rope_theta`, `pair_layout` ("interleaved" as the original RoFormer, or "half"),
-    `axes` (1 text, 2 image, 3 video), `axis_allocation` ("interleaved" | "sections" | "split"),
-    `mrope_section` (for "sections"), `position_scheme` (rope_1d | rope_2d_rows | rope_tie | rope_tie_v2 | mrope).
+    `rope_parameters` keys: `rope_type` (a registered rotary kind: <<ROTARY_KINDS>>), `rope_theta`, `pair_layout`
+    (<<PAIR_LAYOUTS>>: "interleaved" as the original RoFormer), `axes` (1 text, 2 image, 3 video, 4 for VRoPE),
+    `axis_allocation` (which rotary pair reads which axis: <<AXIS_ALLOCATIONS>>), `mrope_section` (pairs per axis
+    for <<SECTIONED>>; heads per axis for "headwise"; a scheme's paper default fills it in where there is one),
+    `position_scheme` (where each token sits: <<POSITION_SCHEMES>>) and the selected scheme's knobs
+    (docs/position-schemes.md). The lists here are the built-in names of `roformer_ext.registries`, written into
+    this docstring from them; a name registered later (`register_position_scheme`, ...) is accepted too.
 
     `decoder_attention` ("causal" | "unilm"): how a decoder (`is_decoder=True`, e.g. `RoFormerExtForCausalLM`)
     attends. "unilm" is RoFormer-Sim's sequence-to-sequence pattern: the source (token_type_ids == 0, given in the
     first call) attends bidirectionally within itself, every other token causally; tokens after a cache default to
     segment 1, and `generate` extends token_type_ids with 1s.
 
-    `position_encoding` (default "rope"): how attention knows where tokens are, by registered name. "rope" is
+    `position_encoding` (default "rope"; registered: <<POSITION_ENCODINGS>>): how attention knows where tokens are.
+    "rope" is
     RoFormer's rotary embedding (`rope_parameters`); the alternatives the RoFormer paper compares it with are
     "sinusoidal" and "learned" (absolute, added to the embeddings; "learned" has `max_position_embeddings` rows),
     "shaw" (relative key embeddings clipped at `max_relative_position`), "t5_bias" (T5's bucketed bias,
@@ -190,8 +200,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         if self.mlm_head_transform is None:
             self.mlm_head_transform = self.norm_type == "layer_norm"
         self.rope_parameters = self.rope_parameters or {}
-        if isinstance(self.pos_att_type, str):  # as DebertaV2Config: "c2p|p2c" -> ["c2p", "p2c"]
-            self.pos_att_type = [term.strip() for term in self.pos_att_type.lower().split("|")]
+        self.pos_att_type = deberta_terms(self.pos_att_type)  # as DebertaV2Config: "c2p|p2c" -> ["c2p", "p2c"]
         super().__post_init__(**kwargs)
         self.validate_fields()
 
@@ -234,7 +243,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     def _num_pairs(self) -> int | None:
         """head_dim // 2 when the sizes are set and valid (None while the dataclass is still being filled in)."""
         hidden, heads = getattr(self, "hidden_size", None), getattr(self, "num_attention_heads", None)
-        if not (_is_int(hidden) and _is_int(heads)) or heads <= 0 or hidden % heads:
+        if not (is_int(hidden) and is_int(heads)) or heads <= 0 or hidden % heads:
             return None
         return hidden // heads // 2
 
@@ -311,7 +320,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         if rope["rope_type"] in ROPE_INIT_FUNCTIONS:  # transformers' own checks of its scaling keys (factor, ...)
             self.validate_rope()
         axes, pairs = rope["axes"], self.head_dim // 2
-        if not _is_int(axes):
+        if not is_int(axes):
             raise TypeError(
                 f"rope_parameters['axes'] must be an int (1, 2 or 3); got {axes!r} ({type(axes).__name__}). "
                 "Use 1 for text, 2 for images (row, col), 3 for video (row, col, frame)."
@@ -387,7 +396,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         """The fields of "transformer_xl", "tupe" and "deberta" (checked whichever encoding is selected, so a saved
         config is valid for all of them)."""
         for name in ("clamp_len", "position_buckets", "max_relative_positions"):
-            if not _is_int(getattr(self, name)):
+            if not is_int(getattr(self, name)):
                 raise TypeError(
                     f"{name} must be an int (<= 0 turns it off); got {getattr(self, name)!r} "
                     f"({type(getattr(self, name)).__name__})."
@@ -396,13 +405,11 @@ class RoFormerExtConfig(PreTrainedConfig):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         _check_choice("norm_rel_ebd", self.norm_rel_ebd, ("layer_norm", "none"))
-        terms = self.pos_att_type
-        if isinstance(terms, str):
-            terms = [term.strip() for term in terms.lower().split("|")]
+        terms = deberta_terms(self.pos_att_type)
         if (
-            not isinstance(terms, (list, tuple))
+            not isinstance(terms, list)
             or not terms
-            or not set(terms) <= {"c2p", "p2c"}
+            or not set(terms) <= set(DEBERTA_TERMS)
             or len(set(terms)) != len(terms)
         ):
             raise ValueError(
@@ -470,14 +477,9 @@ def _check_choice(name: str, value: Any, allowed) -> None:
         raise ValueError(f"Unknown {name} {value!r}. Registered choices: {names}.")
 
 
-def _is_int(value: Any) -> bool:
-    """An integer that is not a bool (True is an int in Python, and never means 1 here)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _check_positive_int(name: str, value: Any) -> None:
     """An int >= 1: TypeError for another type (bools and integral floats included), ValueError for the range."""
-    if not _is_int(value):
+    if not is_int(value):
         raise TypeError(f"{name} must be a positive int; got {value!r} ({type(value).__name__}).")
     if value < 1:
         raise ValueError(f"{name} must be a positive int; got {value}.")
@@ -500,42 +502,10 @@ def _check_finite(name: str, value: Any) -> None:
             raise ValueError(f"{name} must be finite; got {value!r}. Give an ordinary number (e.g. factor 2.0).")
 
 
-def _check_scheme_knob(key: str, value: Any, kind: str) -> None:
-    """A position design's knob (registries.POSITION_SCHEME_KEYS) has the declared kind."""
-    if kind == "True or False":
-        ok = isinstance(value, bool)
-    elif kind == "a positive number":
-        ok = _is_positive_finite(value)
-    elif kind == "a number in [0, 1]":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-    elif kind == "None or a non-empty list of positive numbers":  # HoPE's temporal scales drawn from while training
-        ok = value is None or (
-            isinstance(value, (list, tuple)) and len(value) > 0 and all(map(_is_positive_finite, value))
-        )
-    elif kind.startswith("None or a positive integer"):  # V2PE's tokens per visual stride
-        ok = value is None or (_is_int(value) and value > 0)
-    elif kind.startswith("None (off)"):
-        ok = value is None or (_is_positive_finite(value) or (value == 0 and not isinstance(value, bool)))
-    elif kind.startswith("a positive number, 'auto'"):  # Circle-RoPE's radius
-        ok = _is_positive_finite(value) or value == "auto" or _is_auto_scale(value)
-    else:  # three positive numbers
-        ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(_is_positive_finite(v) for v in value)
-    if not ok:
-        raise ValueError(f"rope_parameters[{key!r}] must be {kind}; got {value!r}.")
-
-
-def _is_auto_scale(value: Any) -> bool:
-    """'auto-<positive number>' (Circle-RoPE's radius: the largest coordinate times that scale)."""
-    if not isinstance(value, str) or not value.startswith("auto-"):
-        return False
-    try:
-        return _is_positive_finite(float(value[5:]))
-    except ValueError:
-        return False
-
-
-def _is_positive_finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+def _check_scheme_knob(key: str, value: Any, knob: Knob) -> None:
+    """A position design's knob (registries.POSITION_SCHEME_KEYS) passes its own check."""
+    if not knob.check(value):
+        raise ValueError(f"rope_parameters[{key!r}] must be {knob.description}; got {value!r}.")
 
 
 def _check_mrope_section(section: Any) -> None:
@@ -545,7 +515,7 @@ def _check_mrope_section(section: Any) -> None:
             f"rope_parameters['mrope_section'] must be a list of ints (frequency pairs per axis, e.g. [2, 3, 3]); "
             f"got {section!r} ({type(section).__name__})."
         )
-    if not all(_is_int(size) for size in section):
+    if not all(is_int(size) for size in section):
         raise TypeError(
             f"rope_parameters['mrope_section'] entries must be ints (frequency pairs per axis, e.g. [2, 3, 3]); got "
             f"{list(section)!r}."
@@ -556,5 +526,18 @@ def _check_mrope_section(section: Any) -> None:
             f"pair); got {list(section)!r}."
         )
 
+
+def _names(registry_names: tuple[str, ...]) -> str:
+    return ", ".join(f'"{name}"' for name in sorted(registry_names))
+
+
+RoFormerExtConfig.__doc__ = (
+    RoFormerExtConfig.__doc__.replace("<<ROTARY_KINDS>>", _names(ROTARY_KINDS.builtin))
+    .replace("<<PAIR_LAYOUTS>>", _names(PAIR_LAYOUTS))
+    .replace("<<AXIS_ALLOCATIONS>>", _names(AXIS_ALLOCATIONS.builtin))
+    .replace("<<SECTIONED>>", _names(SECTIONED_ALLOCATIONS))
+    .replace("<<POSITION_SCHEMES>>", _names(POSITION_SCHEMES.builtin))
+    .replace("<<POSITION_ENCODINGS>>", _names(POSITION_ENCODINGS.builtin))
+)
 
 __all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

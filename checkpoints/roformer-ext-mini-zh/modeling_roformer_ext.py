@@ -188,16 +188,21 @@ class RoFormerExtAttention(AttentionProjections):
         self.scaling *= encoding.content_scale(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, plan: AttentionPlan, **kwargs: Unpack[TransformersKwargs]
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        plan: AttentionPlan,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Self-attention as the forward's `plan` says: RoPE's (cos, sin) rotate q and k, a relative term joins the
-        scores, the plan's function (or linear attention) attends."""
+        scores, the plan's function (or linear attention) attends. `attention_mask` is `plan.mask`, passed as a
+        tensor of its own (see `AttentionPlan.mask`)."""
         cache = plan.layout.self_cache
         value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
         if plan.linear:
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
             attn_output = packed_linear_attention(
-                self, query, key, value, plan.position_embeddings, plan.mask, cache, plan.layout.packed
+                self, query, key, value, plan.position_embeddings, attention_mask, cache, plan.layout.packed
             )
             return self.output(attn_output.flatten(2)), None
         if plan.position_embeddings is not None:
@@ -207,8 +212,8 @@ class RoFormerExtAttention(AttentionProjections):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
         if query.shape[1] != self.config.num_attention_heads:  # tensor parallel: this rank holds some of the heads
-            check_terms_fit_local_heads(self.config, query.shape[1], plan.mask, plan.relative_scores)
-        attention_mask, attention_function = plan.scores_for(self, query, key)
+            check_terms_fit_local_heads(self.config, query.shape[1], attention_mask, plan.relative_scores)
+        attention_mask, attention_function = plan.scores_for(self, query, key, attention_mask)
         return self.attend(query, key, value, attention_mask, attention_function, **plan.attention_kwargs, **kwargs)
 
     def rotated_query_key_value(
@@ -330,11 +335,14 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
         plan: AttentionPlan,
         encoder_hidden_states: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        attn_output, _ = self.attention(hidden_states, plan, **kwargs)
+        """`attention_mask` is `plan.mask` as a tensor argument of its own: gradient checkpointing replays the layer
+        with it (a shared score term may need gradients), which it cannot do for a tensor inside the plan."""
+        attn_output, _ = self.attention(hidden_states, attention_mask, plan, **kwargs)
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
         if encoder_hidden_states is not None:
             cross_output, _ = self.crossattention(hidden_states, encoder_hidden_states, plan, **kwargs)
@@ -655,7 +663,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
 
         hidden_states = embeddings
         for layer in self.layers:
-            hidden_states = layer(hidden_states, plan, encoder_hidden_states, **kwargs)
+            hidden_states = layer(hidden_states, plan.mask, plan, encoder_hidden_states, **kwargs)
         pooled = self.pooler(hidden_states) if self.pooler is not None else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from .compat import relative_position_bucket
-from .registries import POSITION_ENCODINGS
+from .registries import POSITION_ENCODINGS, deberta_terms
 from .rope import rotary_embedding_class
 
 
@@ -676,18 +676,11 @@ class DebertaLayerParameters(nn.Module):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        terms, hidden = deberta_terms(config.pos_att_type), config.hidden_size
+        terms, hidden = tuple(deberta_terms(config.pos_att_type)), config.hidden_size
         if "c2p" in terms:
             self.pos_key_proj = nn.Linear(hidden, hidden, bias=config.use_bias)
         if "p2c" in terms:
             self.pos_query_proj = nn.Linear(hidden, hidden, bias=config.use_bias)
-
-
-def deberta_terms(pos_att_type: Any) -> tuple[str, ...]:
-    """`pos_att_type` as DeBERTa's config takes it: a list, or a string such as "p2c|c2p"."""
-    if isinstance(pos_att_type, str):
-        pos_att_type = [term.strip() for term in pos_att_type.lower().split("|")]
-    return tuple(pos_att_type)
 
 
 class DebertaScores(RelativeScores):
@@ -759,7 +752,7 @@ class DebertaPositionEncoding(RelativePositionEncoding):
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.terms = deberta_terms(config.pos_att_type)
+        self.terms = tuple(deberta_terms(config.pos_att_type))
         self.share_att_key = bool(config.share_att_key)
         self.position_buckets = int(config.position_buckets)
         max_relative = int(config.max_relative_positions)

@@ -12,6 +12,10 @@ modules register.
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -167,27 +171,88 @@ def default_mrope_section(scheme: Any, num_pairs: int) -> list[int] | None:
 
 #: Schemes that place tokens on more than the usual 1-3 axes: VRoPE's four diagonal directions.
 FOUR_AXIS_SCHEMES = ("vrope",)
+
+
+def is_int(value: Any) -> bool:
+    """An integer that is not a bool (True is an int in Python, and never means 1 here)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _is_unit_interval(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def _is_auto_scale(value: Any) -> bool:
+    """'auto-<positive number>' (Circle-RoPE's radius: the largest coordinate times that scale)."""
+    if not isinstance(value, str) or not value.startswith("auto-"):
+        return False
+    try:
+        return is_positive_number(float(value[5:]))
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A built-in scheme's knob in rope_parameters: its check, and what it must be (the error says so)."""
+
+    description: str
+    check: Callable[[Any], bool]
+
+
 #: The knobs of the built-in position designs, read from rope_parameters by the design's keyword-only arguments.
-POSITION_SCHEME_KEYS = {
-    "temporal_stride": "a positive number",
-    "spatial_reset": "True or False",
-    "tokens_per_second": "a positive number",
-    "visual_stride": "a positive number",
-    "visual_stride_tokens": "None or a positive integer (tokens per visual_stride; 256 in V2PE)",
-    "position_scale": "three positive numbers",
-    "temporal_scales": "None or a non-empty list of positive numbers",
-    "grape_log_freq_scale": "a positive number",
-    "grape_learnable_freq": "True or False",
-    "grape_share_across_heads": "True or False",
-    "circle_radius": "a positive number, 'auto' or 'auto-<positive scale>'",
-    "circle_alpha": "a number in [0, 1]",
-    "circle_move_to_origin": "True or False",
-    "circle_dff_rate": "a number in [0, 1]",
-    "circle_move_to_positive": "None (off) or an offset >= 0",
+POSITION_SCHEME_KEYS: dict[str, Knob] = {
+    "temporal_stride": Knob("a positive number", is_positive_number),
+    "spatial_reset": Knob("True or False", lambda v: isinstance(v, bool)),
+    "tokens_per_second": Knob("a positive number", is_positive_number),
+    "visual_stride": Knob("a positive number", is_positive_number),
+    "visual_stride_tokens": Knob(  # V2PE's tokens per visual stride
+        "None or a positive integer (tokens per visual_stride; 256 in V2PE)",
+        lambda v: v is None or (is_int(v) and v > 0),
+    ),
+    "position_scale": Knob(
+        "three positive numbers",
+        lambda v: isinstance(v, (list, tuple)) and len(v) == 3 and all(map(is_positive_number, v)),
+    ),
+    "temporal_scales": Knob(  # HoPE's temporal scales drawn from while training
+        "None or a non-empty list of positive numbers",
+        lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(map(is_positive_number, v))),
+    ),
+    "grape_log_freq_scale": Knob("a positive number", is_positive_number),
+    "grape_learnable_freq": Knob("True or False", lambda v: isinstance(v, bool)),
+    "grape_share_across_heads": Knob("True or False", lambda v: isinstance(v, bool)),
+    "circle_radius": Knob(  # Circle-RoPE's radius
+        "a positive number, 'auto' or 'auto-<positive scale>'",
+        lambda v: is_positive_number(v) or v == "auto" or _is_auto_scale(v),
+    ),
+    "circle_alpha": Knob("a number in [0, 1]", _is_unit_interval),
+    "circle_move_to_origin": Knob("True or False", lambda v: isinstance(v, bool)),
+    "circle_dff_rate": Knob("a number in [0, 1]", _is_unit_interval),
+    "circle_move_to_positive": Knob(
+        "None (off) or an offset >= 0",
+        lambda v: v is None or is_positive_number(v) or (v == 0 and not isinstance(v, bool)),
+    ),
 }
+
+#: DeBERTa's position terms (`pos_att_type`).
+DEBERTA_TERMS = ("c2p", "p2c")
+
+
+def deberta_terms(pos_att_type: Any) -> Any:
+    """`pos_att_type` as DeBERTa's config takes it, a list or a string such as "p2c|c2p", as a list: the one parser
+    (the configuration stores the list; anything else is returned as given, for the check to name)."""
+    if isinstance(pos_att_type, str):
+        return [term.strip() for term in pos_att_type.lower().split("|")]
+    return list(pos_att_type) if isinstance(pos_att_type, tuple) else pos_att_type
+
 
 __all__ = [
     "AXIS_ALLOCATIONS",
+    "DEBERTA_TERMS",
     "FOUR_AXIS_SCHEMES",
     "HEADWISE_ALLOCATIONS",
     "MROPE_SECTION_RATIOS",
@@ -198,7 +263,11 @@ __all__ = [
     "POSITION_SCHEME_KEYS",
     "SECTIONED_ALLOCATIONS",
     "ROTARY_KINDS",
+    "Knob",
     "Registry",
+    "deberta_terms",
+    "is_int",
+    "is_positive_number",
     "default_mrope_section",
     "scheme_knob_names",
     "rotates_per_head",

@@ -46,7 +46,7 @@ class PlanRecorder:
         monkeypatch.setattr(BaseModel, "attention_plan", attention_plan)
         monkeypatch.setattr(BaseModel, "batch_layout", batch_layout)
         for layer in model.base_model.layers:
-            layer.attention.register_forward_pre_hook(lambda module, args: self.seen.append(args[1]))
+            layer.attention.register_forward_pre_hook(lambda module, args: self.seen.append(args[2]))
 
 
 def packed_rows(lengths=(5, 3, 4), vocab=99, seed=0):
@@ -134,7 +134,7 @@ def configured(attn_implementation: str, **overrides) -> RoFormerExtConfig:
 
 def plan_of(model, **inputs) -> AttentionPlan:
     captured = []
-    handle = model.base_model.layers[0].attention.register_forward_pre_hook(lambda m, args: captured.append(args[1]))
+    handle = model.base_model.layers[0].attention.register_forward_pre_hook(lambda m, args: captured.append(args[2]))
     with torch.no_grad():
         model(**inputs)
     handle.remove()
@@ -160,7 +160,7 @@ def test_the_plan_chooses_the_attention_function():
     shaw = RoFormerExtModel(tiny_config(position_encoding="shaw", attn_implementation="flex_attention")).eval()
     plan = plan_of(shaw, input_ids=input_ids)
     query = key = torch.zeros(1, 4, input_ids.shape[1], 8)
-    mask, function = plan.scores_for(shaw.layers[0].attention, query, key)
+    mask, function = plan.scores_for(shaw.layers[0].attention, query, key, plan.mask)
     assert plan.per_score and function.func is flex_attention_with_score_mod
 
 
