@@ -72,7 +72,10 @@ class perturbed_positions:
     """Within the block, the model's position code sees `perturb(position_ids)`: where the base model hands positions
     to its position encoding (`attention_positions`: RoPE's cos / sin, relative terms) and to the embeddings
     (absolute encodings). Whatever path chose the positions (packed, left-padded, cached, vision layout), the error
-    lands where a wrong position would."""
+    lands where a wrong position would. The cached keys of a relative encoding (`key_positions`, numbered back from the
+    last query over the real tokens) are numbered from the unperturbed queries and then perturbed the same way:
+    numbered back from the perturbed query they would come out consecutive again, and the error would reach only the
+    queries (measured: alibi with a static cache, 35x instead of a few hundred x 1e-4)."""
 
     def __init__(self, model: torch.nn.Module, perturb) -> None:
         self.base = model.base_model
@@ -81,9 +84,14 @@ class perturbed_positions:
     def __enter__(self) -> "perturbed_positions":
         base, perturb = self.base, self.perturb
         attention_positions, embeddings_forward = base.attention_positions, base.embeddings.forward
+        key_positions, given = base.key_positions, {}
 
         def perturbed_attention_positions(embeddings, position_ids, *args, **kwargs):
+            given["queries"] = position_ids[0]  # (batch, seq): what key_positions receives, before the perturbation
             return attention_positions(embeddings, perturb(position_ids), *args, **kwargs)
+
+        def perturbed_key_positions(query_positions, *args, **kwargs):
+            return perturb(key_positions(given["queries"], *args, **kwargs))
 
         def perturbed_embeddings(input_ids=None, token_type_ids=None, inputs_embeds=None, position_encoding=None,
                                  position_ids=None):  # fmt: skip
@@ -91,11 +99,13 @@ class perturbed_positions:
             return embeddings_forward(input_ids, token_type_ids, inputs_embeds, position_encoding, moved)
 
         base.attention_positions = perturbed_attention_positions
+        base.key_positions = perturbed_key_positions
         base.embeddings.forward = perturbed_embeddings
         return self
 
     def __exit__(self, *exc) -> None:
         del self.base.attention_positions
+        del self.base.key_positions
         del self.base.embeddings.forward
 
 
