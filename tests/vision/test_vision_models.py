@@ -150,6 +150,23 @@ def test_left_padding_does_not_change_real_tokens(model_class):
     assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
 
 
+def test_left_padding_does_not_change_the_classification():
+    """The classifier on the left-padded row equals the sample alone, mean pooling (which reads the real tokens only;
+    `cls` pooling reads slot 0, a pad on a left-padded row)."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForSequenceClassification(
+        vision_config("mrope", num_labels=3, classifier_pooling="mean")
+    ).eval()
+    batch = mixed_batch()
+    alone = dict(batch, input_ids=batch["input_ids"][1:, 2:], attention_mask=batch["attention_mask"][1:, 2:])
+    alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
+    alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
+    with torch.no_grad():
+        padded, single = model(**batch).logits[1], model(**alone).logits[0]
+    torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: m(**batch).logits, 1e-5)
+
+
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_1d"])
 def test_generation_with_image_prompt_cached_equals_uncached(scheme):
     torch.manual_seed(0)
