@@ -1,13 +1,15 @@
 """ONNX export and ONNX Runtime inference: outputs equal PyTorch within 1e-4 on batches longer than the one the graph
 was traced on, the Sim embedding through `roformer-ext export` equals `SentenceTransformer(folder).encode`, int8
-files run, and what the graph cannot take (packed batches, generation) is refused with a message naming the fix."""
+files run, and what the graph cannot take (packed batches, generation) is refused with a message naming the fix.
+The classifiers come from `position_sensitive_config`: the graph's positions beyond the traced length are the claim, and
+a position error moves the PyTorch reference ≥ 100x the 1e-4 tolerance (`assert_position_sensitive`)."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 from sentence_transformers import SentenceTransformer
 from test_convert_original import FIXTURES
 
@@ -25,20 +27,30 @@ EXPORT_LENGTH = 8
 TEXTS = ["今天天气很好", "我想去公园玩", "今天天气不错，我想去公园玩。" * 12, "a"]  # the third: 170 tokens
 
 
+def exported_classifier(folder: Path, config) -> tuple[RoFormerExtForSequenceClassification, Path]:
+    torch.manual_seed(0)
+    model = RoFormerExtForSequenceClassification(config).eval()
+    return model, export_onnx(model, folder / "classifier.onnx", example_length=EXPORT_LENGTH)
+
+
 @pytest.fixture(scope="module")
 def classifier_onnx(tmp_path_factory):
-    torch.manual_seed(0)
+    """The tiny config: for int8 and what the graph refuses (not a comparison of positions)."""
     config = tiny_config(
         num_labels=3, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "half"}
     )
-    model = RoFormerExtForSequenceClassification(config).eval()
-    path = export_onnx(model, tmp_path_factory.mktemp("onnx") / "classifier.onnx", example_length=EXPORT_LENGTH)
-    return model, path
+    return exported_classifier(tmp_path_factory.mktemp("onnx"), config)
+
+
+@pytest.fixture(scope="module")
+def sensitive_classifier_onnx(tmp_path_factory):
+    config = position_sensitive_config(num_labels=3, rope_parameters={"rope_type": "default", "pair_layout": "half"})
+    return exported_classifier(tmp_path_factory.mktemp("onnx"), config)
 
 
 @pytest.mark.parametrize("batch, length", [(1, EXPORT_LENGTH), (3, 64), (2, 300)])
-def test_classifier_equals_pytorch_beyond_the_export_length(classifier_onnx, batch, length):
-    model, path = classifier_onnx
+def test_classifier_equals_pytorch_beyond_the_export_length(sensitive_classifier_onnx, batch, length):
+    model, path = sensitive_classifier_onnx
     onnx_model = OnnxModel(path)
     input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
     with torch.no_grad():
@@ -46,6 +58,8 @@ def test_classifier_equals_pytorch_beyond_the_export_length(classifier_onnx, bat
     logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
     assert logits.shape == expected.shape
     np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
+    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits  # noqa: E731
+    assert_position_sensitive(model, run, 1e-4)
     # without attention_mask / token_type_ids: all real tokens, one segment (as the model's own defaults)
     with torch.no_grad():
         expected = model(input_ids).logits.numpy()
@@ -58,7 +72,8 @@ def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
     largest position against the table, `int(position_ids.max())`). The check runs in eager calls only; the graph
     equals PyTorch at and beyond the export length, and a row past the table stops in ONNX Runtime (never wraps)."""
     torch.manual_seed(0)
-    config = tiny_config(num_labels=3, position_encoding=encoding, max_position_embeddings=64)
+    table = 96  # the scaled positions of the 40-token rows (up to 78) stay inside it
+    config = position_sensitive_config(num_labels=3, position_encoding=encoding, max_position_embeddings=table)
     model = RoFormerExtForSequenceClassification(config).eval()
     path = export_onnx(model, tmp_path / f"{encoding}.onnx", example_length=EXPORT_LENGTH)
     onnx_model = OnnxModel(path)
@@ -68,7 +83,9 @@ def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
             expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.numpy()
         logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
         np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
-    too_long = random_inputs(batch=1, seq=70, seed=1)
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        assert_position_sensitive(model, lambda m, inputs=inputs: m(**inputs).logits, 1e-4)
+    too_long = random_inputs(batch=1, seq=table + 6, seed=1)
     with pytest.raises(Exception, match="out of data bounds"):
         onnx_model(*too_long)
     with pytest.raises(ValueError, match="max_position_embeddings"):  # eager PyTorch still says it clearly

@@ -3,7 +3,7 @@ weights equal to the unmerged adapter (both pair layouts, padded and packed batc
 
 import pytest
 import torch
-from conftest import random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from roformer_ext import (
@@ -132,7 +132,8 @@ def packed_row(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[t
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_merged_equals_unmerged_padded_and_packed(layout):
     torch.manual_seed(0)
-    peft_model = lora_model(RoFormerExtForMaskedLM(layout_config(layout)), None, families="all").eval()
+    config = position_sensitive_config(rope_parameters={"rope_type": "default", "pair_layout": layout})
+    peft_model = lora_model(RoFormerExtForMaskedLM(config), None, families="all").eval()
     input_ids, attention_mask, _ = random_inputs()
     packed_ids, positions = packed_row(input_ids, attention_mask)
     with torch.no_grad():
@@ -140,6 +141,10 @@ def test_merged_equals_unmerged_padded_and_packed(layout):
         packed = peft_model(input_ids=packed_ids, position_ids=positions).logits
         # packed == padded, sequence by sequence (attention stays within each sequence with the adapter on)
         torch.testing.assert_close(packed[0], padded[attention_mask.bool()], atol=1e-5, rtol=1e-5)
+    # a position error moves the adapted model's packed logits >= 100x 1e-5 (the perturbation is on the wrapped model)
+    run = lambda _: peft_model(input_ids=packed_ids, position_ids=positions).logits  # noqa: E731
+    assert_position_sensitive(peft_model.get_base_model(), run, 1e-5)
+    with torch.no_grad():
         merged = peft_model.merge_and_unload()
         assert not lora_layers(merged) and type(merged) is RoFormerExtForMaskedLM
         merged_padded = merged(input_ids=input_ids, attention_mask=attention_mask).logits

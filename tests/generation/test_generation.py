@@ -2,8 +2,8 @@
 
 Each check compares against an independent path: greedy decoding recomputed from scratch without a cache, a dynamic
 cache against a static one, a compiled forward against eager, one prompt alone against the same prompt in a left-
-padded batch. The models come from `position_sensitive_config`, and each comparison asserts that a position error
-would change the generated logits ≥ 100x 1e-5 and the tokens (`sensitive`): on the tiny config's weights a cache
+padded batch. The models (text and vision-text) come from `position_sensitive_config`, and each comparison asserts that
+a position error would change the generated logits ≥ 100x 1e-5 (`sensitive`): on the tiny config's weights a cache
 that numbered its tokens wrongly still generated the same tokens.
 """
 
@@ -81,11 +81,14 @@ def test_static_cache_generation_equals_dynamic(attn_implementation):
 def test_compiled_static_generation_equals_eager():
     model = causal_lm()
     input_ids = prompt(batch=1)
-    eager = model.generate(input_ids, **GREEDY)
+    with_logits = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
+    eager = model.generate(input_ids, **with_logits)
     compile_config = CompileConfig(fullgraph=True, dynamic=False)
     compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
-    compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **GREEDY)
-    assert torch.equal(compiled, eager)
+    compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **with_logits)
+    assert torch.equal(compiled.sequences, eager.sequences)
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits), rtol=1e-5, atol=1e-5)
+    sensitive(model, input_ids=input_ids, cache_implementation="static", **GREEDY)  # the eager reference
 
 
 def test_generate_from_inputs_embeds_continues_like_input_ids():
@@ -179,7 +182,8 @@ def test_4d_mask_with_static_cache_is_padded_to_its_length():
 
 def vision_causal_lm(scheme: str = "rope_tie_v2") -> RoFormerExtVisionTextForCausalLM:
     torch.manual_seed(0)
-    config = RoFormerExtVisionTextConfig(
+    config = position_sensitive_config(
+        RoFormerExtVisionTextConfig,
         vocab_size=99,
         hidden_size=32,
         num_hidden_layers=2,
@@ -215,6 +219,13 @@ def test_vision_generate_from_inputs_embeds_of_text():
     from_ids = model.generate(input_ids, **GREEDY)
     from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
     assert torch.equal(from_embeds, from_ids[:, 6:])
+    with_logits = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
+    ids_logits = torch.stack(model.generate(input_ids, **with_logits).logits)
+    embeds_logits = torch.stack(
+        model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **with_logits).logits
+    )
+    torch.testing.assert_close(embeds_logits, ids_logits, rtol=1e-5, atol=1e-5)
+    sensitive(model, inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
@@ -222,6 +233,9 @@ def test_vision_static_cache_equals_dynamic(scheme):
     model = vision_causal_lm(scheme)
     batch = image_prompt()
     kwargs = dict(GREEDY, suppress_tokens=[97, 98])
-    dynamic = model.generate(**batch, **kwargs)
-    static = model.generate(**batch, cache_implementation="static", **kwargs)
-    assert torch.equal(static, dynamic)
+    with_logits = dict(kwargs, return_dict_in_generate=True, output_logits=True)
+    dynamic = model.generate(**batch, **with_logits)
+    static = model.generate(**batch, cache_implementation="static", **with_logits)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    torch.testing.assert_close(torch.stack(static.logits), torch.stack(dynamic.logits), rtol=1e-5, atol=1e-5)
+    sensitive(model, **batch, cache_implementation="static", **kwargs)

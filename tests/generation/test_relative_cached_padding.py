@@ -4,12 +4,13 @@ Defect (issue #31, 8): with `t5_bias`, `alibi`, `shaw` (and the other encodings 
 cached step numbered the cached keys by slot, padding included, while `generate` numbers the queries by real tokens
 (its `position_ids`): a left-padded prompt saw every earlier token a few positions off, 0.1-0.3 in the logits at a
 position-sensitive init, while `use_cache=False` and RoPE agreed. The model here is position-sensitive
-(initializer_range 1.0); each test also shows that a shift of the keys moves its logits far beyond the tolerance.
+(initializer_range 1.0); each test also shows that a shift of the keys moves its logits far beyond the tolerance, and the
+batched generation asserts that a position error moves its logits ≥ 100x the 1e-4 tolerance (`assert_position_sensitive`).
 """
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, tiny_config
 
 from roformer_ext import RoFormerExtForCausalLM
 
@@ -43,6 +44,8 @@ def test_left_padded_cached_generate_equals_each_prompt_alone(encoding, cache_im
         assert torch.equal(together.sequences[row, batch.shape[1] :], alone.sequences[0, alone_prompt.shape[1] :])
         for step, step_alone in zip(together.logits, alone.logits):
             torch.testing.assert_close(step[row], step_alone[0], atol=1e-4, rtol=0)
+    run = lambda m: torch.stack(m.generate(batch, attention_mask=mask, **kwargs).logits)  # noqa: E731
+    assert_position_sensitive(model, run, 1e-4)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

@@ -3,7 +3,9 @@
 The folders are converted from the tiny bert4keras fixtures (original release layout, and junnyu's Hub layout);
 `reference_outputs.npz` holds what bert4keras' `application='unilm'` build computed, so the causal LM's logits on
 a source + target pair are checked against the original, and greedy generation against the hand loop the README
-used to show (whole-sequence recomputation under `unilm_attention_mask`, no cache).
+used to show (whole-sequence recomputation under `unilm_attention_mask`, no cache). The converted fixture reads
+positions strongly: the comparisons of two paths (cached vs the hand loop, left-padded vs alone) compare logits and
+assert that a position error moves them ≥ 100x 1e-5 (`assert_position_sensitive`).
 """
 
 import json
@@ -12,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_position_sensitive
 from test_convert_junnyu import write_junnyu_folder
 from test_convert_original import FIXTURES, compare, inputs_of
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
@@ -31,15 +34,19 @@ def sim_folders(tmp_path_factory) -> dict[str, Path]:
     return {"original": root / "original", "junnyu": root / "junnyu", "v1": root / "v1"}
 
 
-def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int) -> list[int]:
-    """The README's old greedy loop: the MLM model re-run on the whole sequence per token under the UniLM mask."""
+def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int, logits: list | None = None):
+    """The README's old greedy loop: the MLM model re-run on the whole sequence per token under the UniLM mask. The
+    tokens; each step's last logits are appended to `logits` if given."""
     mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()
     input_ids, token_type_ids = source["input_ids"], source["token_type_ids"]
     generated = []
     for _ in range(steps):
         mask = unilm_attention_mask(token_type_ids, torch.ones_like(input_ids))
         with torch.no_grad():
-            next_id = int(mlm(input_ids, attention_mask=mask, token_type_ids=token_type_ids).logits[0, -1].argmax())
+            last = mlm(input_ids, attention_mask=mask, token_type_ids=token_type_ids).logits[0, -1]
+        next_id = int(last.argmax())
+        if logits is not None:
+            logits.append(last)
         generated.append(next_id)
         if next_id == sep_id:
             break
@@ -81,9 +88,15 @@ def test_greedy_generate_equals_the_hand_loop(sim_folders, layout):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     source = tokenizer("今天天气很好", return_tensors="pt")
-    generated = model.generate(**source, do_sample=False, max_new_tokens=12)[0, source["input_ids"].shape[1] :]
-    expected = hand_loop(folder, source, 12, tokenizer.sep_token_id)
+    settings = dict(do_sample=False, max_new_tokens=12, return_dict_in_generate=True, output_logits=True)
+    out = model.generate(**source, **settings)
+    generated = out.sequences[0, source["input_ids"].shape[1] :]
+    expected_logits = []
+    expected = hand_loop(folder, source, 12, tokenizer.sep_token_id, expected_logits)
     assert generated.tolist()[: len(expected)] == expected
+    for step, step_expected in zip(out.logits, expected_logits):  # cached steps against the recomputed ones
+        torch.testing.assert_close(step[0], step_expected, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**source, **settings).logits), 1e-5)
 
 
 def test_sampling_fifty_candidates_as_the_issue_asks(sim_folders):
@@ -110,11 +123,17 @@ def test_batched_sources_left_padded_equal_one_by_one(sim_folders):
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     texts = ["今天天气很好", "我想去公园玩了吗"]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
-    together = model.generate(**batch, do_sample=False, max_new_tokens=8)[:, batch["input_ids"].shape[1] :]
+    settings = dict(do_sample=False, max_new_tokens=8, return_dict_in_generate=True, output_logits=True)
+    together = model.generate(**batch, **settings)
     for row, text in enumerate(texts):
         alone = tokenizer(text, return_tensors="pt")
-        single = model.generate(**alone, do_sample=False, max_new_tokens=8)[0, alone["input_ids"].shape[1] :]
-        assert together[row, : len(single)].tolist() == single.tolist()
+        single = model.generate(**alone, **settings)
+        new = single.sequences[0, alone["input_ids"].shape[1] :]
+        assert together.sequences[row, batch["input_ids"].shape[1] :][: len(new)].tolist() == new.tolist()
+        for step, step_alone in zip(together.logits, single.logits):  # the steps the prompt alone generated
+            torch.testing.assert_close(step[row], step_alone[0], rtol=1e-5, atol=1e-5)
+    # the converted fixture reads positions strongly: a position error moves the logits >= 100x 1e-5
+    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**batch, **settings).logits), 1e-5)
 
 
 def test_v1_release_gets_the_same_option(sim_folders):

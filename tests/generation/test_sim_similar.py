@@ -2,14 +2,16 @@
 
 The models are the tiny random Sim fixtures converted, so the sentences are gibberish: what is checked is the
 mechanics — ranking order and scores against an independent computation, shapes, what is dropped (the source,
-duplicates, empty sentences), and that several texts at once give what one-by-one calls give.
+duplicates, empty sentences), and that several texts at once give what one-by-one calls give. The embeddings of those
+comparisons are padded differently in each: the converted encoder reads positions strongly, and a position error moves
+the scores ≥ 100x the 1e-5 tolerance (`assert_position_sensitive`).
 """
 
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, tiny_config
 from test_convert_original import FIXTURES
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
@@ -76,6 +78,12 @@ def test_source_duplicates_and_empty_sentences_are_dropped(sim, monkeypatch):
     assert torch.equal(call["token_type_ids"], torch.zeros_like(source))  # the source is segment 0
 
 
+def seeded_scores(sim, texts: list[str], seed: int, **kwargs) -> torch.Tensor:
+    """Every score of one seeded call, flattened (a position error in the encoder moves the scores, not the samples)."""
+    torch.manual_seed(seed)
+    return torch.tensor([r.score for rows in sim(texts, **kwargs) for r in rows])
+
+
 def test_several_texts_equal_one_by_one(sim):
     texts = ["今天天气很好", "我想去公园玩", "你好"]
     torch.manual_seed(3)
@@ -86,6 +94,7 @@ def test_several_texts_equal_one_by_one(sim):
     for rows, single in zip(together, alone):
         torch.testing.assert_close(torch.tensor([r.score for r in rows]), torch.tensor([r.score for r in single]),
                                    rtol=0, atol=1e-5)  # fmt: skip
+    assert_position_sensitive(sim.encoder, lambda _: seeded_scores(sim, texts, 3, n=8, k=3, max_new_tokens=10), 1e-5)
 
 
 def test_embedding_batches_do_not_change_scores(sim):
@@ -97,6 +106,9 @@ def test_embedding_batches_do_not_change_scores(sim):
     for a, b in zip(small, large):
         torch.testing.assert_close(torch.tensor([r.score for r in a]), torch.tensor([r.score for r in b]),
                                    rtol=0, atol=1e-5)  # fmt: skip
+    texts = ["今天天气很好", "我想去公园玩"]
+    run = lambda _: seeded_scores(sim, texts, 1, n=10, k=4, max_new_tokens=6, batch_size=3)  # noqa: E731
+    assert_position_sensitive(sim.encoder, run, 1e-5)
 
 
 def test_beam_search_through_generate_kwargs(sim):

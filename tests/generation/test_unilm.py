@@ -1,10 +1,13 @@
-"""RoFormer-Sim's UniLM seq2seq mask: its definition, padding, and what it does inside the model."""
+"""RoFormer-Sim's UniLM seq2seq mask: its definition, padding, and what it does inside the model.
+
+The cached-vs-recomputed generation uses `position_sensitive_config` and asserts that a position error would move its
+logits ≥ 100x the 1e-5 tolerance (`assert_position_sensitive`)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,12 +106,15 @@ def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_target
 
 def unilm_decoder() -> roformer_ext.RoFormerExtForCausalLM:
     torch.manual_seed(0)
-    return roformer_ext.RoFormerExtForCausalLM(tiny_config(decoder_attention="unilm")).eval()
+    return roformer_ext.RoFormerExtForCausalLM(position_sensitive_config(decoder_attention="unilm")).eval()
 
 
-def unilm_recomputation(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> torch.Tensor:
-    """The reference: every step recomputes the whole sequence under the explicit UniLM mask, no cache."""
-    source = input_ids.shape[1]
+def unilm_recomputation(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference: every step recomputes the whole sequence under the explicit UniLM mask, no cache. Returns the
+    tokens and every step's last logits (steps, batch, vocab)."""
+    source, steps_logits = input_ids.shape[1], []
     for _ in range(steps):
         token_type_ids = torch.zeros_like(input_ids)
         token_type_ids[:, source:] = 1
@@ -116,8 +122,9 @@ def unilm_recomputation(model, input_ids: torch.Tensor, attention_mask: torch.Te
         four_d = unilm_attention_mask(token_type_ids, mask)
         with torch.no_grad():
             logits = model(input_ids, attention_mask=four_d, token_type_ids=token_type_ids, use_cache=False).logits
+        steps_logits.append(logits[:, -1])
         input_ids = torch.cat([input_ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return input_ids
+    return input_ids, torch.stack(steps_logits)
 
 
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
@@ -127,16 +134,25 @@ def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
     attention_mask = torch.ones_like(input_ids)
     attention_mask[1, :2] = 0  # left padding
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
-    generated = model.generate(
-        input_ids,
-        attention_mask=attention_mask,
-        token_type_ids=torch.zeros_like(input_ids),
-        max_new_tokens=5,
-        do_sample=False,
-        pad_token_id=0,
-        cache_implementation=cache_implementation,
-    )
-    assert torch.equal(generated, unilm_recomputation(model, input_ids, attention_mask, 5))
+
+    def generate(m):
+        return m.generate(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=torch.zeros_like(input_ids),
+            max_new_tokens=5,
+            do_sample=False,
+            pad_token_id=0,
+            cache_implementation=cache_implementation,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+
+    generated = generate(model)
+    tokens, logits = unilm_recomputation(model, input_ids, attention_mask, 5)
+    assert torch.equal(generated.sequences, tokens)
+    torch.testing.assert_close(torch.stack(generated.logits), logits, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: torch.stack(generate(m).logits), 1e-5)
 
 
 def test_unilm_generate_without_token_type_ids_treats_the_prompt_as_source():

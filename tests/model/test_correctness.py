@@ -1,7 +1,10 @@
 """Regression tests for defects found by probing the models the way users (and transformers' tests) use them.
 
 Each test failed before its fix. References are independent: a plain recomputation, the same model on a fresh
-config, transformers' BERT for the cross-attention contract, sequential runs for the threaded case.
+config, transformers' BERT for the cross-attention contract, sequential runs for the threaded case. The models of the
+comparisons that claim two paths give the same positions (cached vs recomputed, with vs without a mask, interleaved or
+threaded requests vs one alone) come from `position_sensitive_config`, and each asserts that a position error would move
+its outputs ≥ 100x the comparison's tolerance (`assert_position_sensitive`).
 """
 
 import copy
@@ -11,7 +14,7 @@ import threading
 import pytest
 import torch
 import transformers
-from conftest import random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 from transformers import EncoderDecoderModel
 
 from roformer_ext import (
@@ -64,9 +67,9 @@ def test_causal_lm_does_not_make_the_callers_config_causal():
 
 def seq2seq() -> EncoderDecoderModel:
     torch.manual_seed(0)
-    encoder = RoFormerExtModel(tiny_config(attn_implementation="eager"))
+    encoder = RoFormerExtModel(position_sensitive_config(attn_implementation="eager"))
     decoder = RoFormerExtForCausalLM(
-        tiny_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager")
+        position_sensitive_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager")
     )
     model = EncoderDecoderModel(encoder=encoder, decoder=decoder).eval()
     model.config.decoder_start_token_id = 2
@@ -95,17 +98,26 @@ def test_cross_attention_reads_the_encoder():
 def test_cross_attention_cache_greedy_equals_recomputation():
     model = seq2seq()
     input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
-    generated = model.generate(
-        input_ids, attention_mask=attention_mask, max_new_tokens=5, do_sample=False, decoder_start_token_id=2
-    )
-    decoder_ids = torch.full((2, 1), 2)
+    settings = dict(max_new_tokens=5, do_sample=False, decoder_start_token_id=2)
+
+    def generated_logits(m) -> torch.Tensor:
+        out = m.generate(input_ids, attention_mask=attention_mask, **settings, return_dict_in_generate=True,
+                         output_logits=True)  # fmt: skip
+        return torch.stack(out.logits)
+
+    generated = model.generate(input_ids, attention_mask=attention_mask, **settings)
+    decoder_ids, recomputed = torch.full((2, 1), 2), []
     with torch.no_grad():
         for _ in range(5):
             logits = model(
                 input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids, use_cache=False
             ).logits[:, -1]
+            recomputed.append(logits)
             decoder_ids = torch.cat([decoder_ids, logits.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(generated, decoder_ids)
+    torch.testing.assert_close(generated_logits(model), torch.stack(recomputed), rtol=1e-5, atol=1e-5)
+    # the cached decoder's positions are the claim: a position error in the decoder moves the logits >= 100x 1e-5
+    assert_position_sensitive(model.decoder, lambda _: generated_logits(model), 1e-5)
 
 
 def test_encoder_hidden_states_without_cross_attention_raise():
@@ -163,7 +175,8 @@ def test_user_positions_that_jump_keep_full_causal_attention():
 
 def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
     torch.manual_seed(0)
-    config = RoFormerExtVisionTextConfig(
+    config = position_sensitive_config(
+        RoFormerExtVisionTextConfig,
         vocab_size=99,
         hidden_size=32,
         num_hidden_layers=2,
@@ -203,6 +216,7 @@ def test_vision_schemes_without_mask_equal_explicit_mask(scheme):
         without = model(**inputs, use_cache=False).logits
         with_mask = model(**inputs, attention_mask=torch.ones_like(inputs["input_ids"]), use_cache=False).logits
     torch.testing.assert_close(without, with_mask, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: m(**inputs, use_cache=False).logits, 1e-5)
 
 
 def test_4d_causal_mask_with_float_positions():
@@ -214,6 +228,7 @@ def test_4d_causal_mask_with_float_positions():
         four_d = model(**inputs, attention_mask=causal, use_cache=False).logits
         two_d = model(**inputs, attention_mask=torch.ones(1, seq, dtype=torch.long), use_cache=False).logits
     torch.testing.assert_close(four_d, two_d, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: m(**inputs, attention_mask=causal, use_cache=False).logits, 1e-5)
 
 
 # --- no per-request state on the model -----------------------------------------------------------------------------
@@ -232,7 +247,8 @@ def test_interleaved_requests_do_not_share_position_offsets():
         alone = model(step, cache=copy.deepcopy(output_cache(out_a))).logits
         model(**b, use_cache=True)
         interleaved = model(step, cache=output_cache(out_a)).logits
-    torch.testing.assert_close(interleaved, alone)
+    torch.testing.assert_close(interleaved, alone)  # float32 defaults: atol 1e-5, rtol 1.3e-6
+    assert_position_sensitive(model, lambda m: m(step, cache=output_cache(m(**a, use_cache=True))).logits, 1e-5)
     assert not any(isinstance(value, torch.Tensor) for name, value in vars(model).items() if "delta" in name)
 
 
@@ -273,7 +289,9 @@ def test_two_threads_generate_as_sequential_runs():
     for got, expected in zip(results, sequential):
         assert len(got) == 4
         for g in got:
-            torch.testing.assert_close(g, expected)
+            torch.testing.assert_close(g, expected)  # float32 defaults: atol 1e-5, rtol 1.3e-6
+    for prompt in prompts:  # each prompt's offset matters: a position error moves its logits >= 100x 1e-5
+        assert_position_sensitive(model, lambda m, prompt=prompt: logits(prompt), 1e-5)
 
 
 def test_vision_generation_without_cache_equals_cached():
@@ -281,6 +299,13 @@ def test_vision_generation_without_cache_equals_cached():
     inputs = image_inputs()
     kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98])
     assert torch.equal(model.generate(**inputs, use_cache=False, **kwargs), model.generate(**inputs, **kwargs))
+
+    def logits(m, use_cache: bool) -> torch.Tensor:
+        out = m.generate(**inputs, use_cache=use_cache, return_dict_in_generate=True, output_logits=True, **kwargs)
+        return torch.stack(out.logits)
+
+    torch.testing.assert_close(logits(model, True), logits(model, False), rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: logits(m, True), 1e-5)
 
 
 def test_vision_decoding_positions_continue_after_the_prompt():
@@ -296,6 +321,8 @@ def test_vision_decoding_positions_continue_after_the_prompt():
             full_ids, pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], use_cache=False
         ).logits[:, -1]
     torch.testing.assert_close(step, full, rtol=1e-5, atol=1e-5)
+    cached_step = lambda m: m(next_token, cache=output_cache(m(**inputs, use_cache=True))).logits  # noqa: E731
+    assert_position_sensitive(model, cached_step, 1e-5)
     positions, _ = build_position_ids(full_ids, model.config, inputs["image_grid_thw"])
     assert positions[0, 0, -1] == positions[0, 0, -2] + 1
 

@@ -1,10 +1,14 @@
-"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation of the same formula, and its cache."""
+"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation of the same formula, and its cache.
+
+The model-level comparisons of two paths (padded vs alone, recurrent state vs recomputation) use
+`position_sensitive_config` and assert that a position error would move their outputs ≥ 100x the tolerance
+(`assert_position_sensitive`)."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 
 from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel
 from roformer_ext.compat import output_cache
@@ -114,19 +118,23 @@ def test_gradients_flow_through_causal_chunks():
 def test_model_runs_bidirectional_with_padding():
     """The encoder drops padded keys: a padded row equals the same row run alone without its padding."""
     torch.manual_seed(0)
-    model = RoFormerExtModel(tiny_config(attention_type="linear")).eval()
+    model = RoFormerExtModel(position_sensitive_config(attention_type="linear")).eval()
     input_ids, attention_mask, token_type_ids = random_inputs()
     with torch.no_grad():
         batched = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
         length = int(attention_mask[2].sum())
         alone = model(input_ids[2:, :length], token_type_ids=token_type_ids[2:, :length]).last_hidden_state
     torch.testing.assert_close(batched[2:, :length], alone, atol=TOLERANCE, rtol=TOLERANCE)
+    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state  # noqa: E731
+    assert_position_sensitive(model, run, TOLERANCE)
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_generation_with_state_equals_without_cache(layout):
     torch.manual_seed(0)
-    config = tiny_config(attention_type="linear", rope_parameters={"pair_layout": layout}, rotary_value=True)
+    config = position_sensitive_config(
+        attention_type="linear", rope_parameters={"pair_layout": layout}, rotary_value=True
+    )
     model = RoFormerExtForCausalLM(config).eval()
     prompt = torch.randint(5, 99, (2, 6))
     kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
@@ -135,11 +143,18 @@ def test_generation_with_state_equals_without_cache(layout):
         uncached = model.generate(prompt, use_cache=False, **kwargs)
     torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
 
+    def logits(m, use_cache: bool) -> torch.Tensor:  # a random model soon repeats one token: compare logits too
+        out = m.generate(prompt, use_cache=use_cache, return_dict_in_generate=True, output_logits=True, **kwargs)
+        return torch.stack(out.logits)
+
+    torch.testing.assert_close(logits(model, True), logits(model, False), atol=TOLERANCE, rtol=TOLERANCE)
+    assert_position_sensitive(model, lambda m: logits(m, True), TOLERANCE)
+
 
 def test_cached_logits_equal_full_forward():
     """Step-by-step logits with the recurrent state equal one causal forward over the whole sequence."""
     torch.manual_seed(0)
-    model = RoFormerExtForCausalLM(tiny_config(attention_type="linear")).eval()
+    model = RoFormerExtForCausalLM(position_sensitive_config(attention_type="linear")).eval()
     input_ids = torch.randint(5, 99, (2, 10))
     with torch.no_grad():
         full = model(input_ids).logits
@@ -153,6 +168,17 @@ def test_cached_logits_equal_full_forward():
     # The cache holds a fixed-size state per layer, not the keys: (batch, heads, d, d + 1).
     assert tuple(cache.layers[0].values.shape) == (2, 4, 8, 9)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOLERANCE, rtol=TOLERANCE)
+
+    def stepped(m) -> torch.Tensor:
+        out = m(input_ids[:, :4], use_cache=True)
+        logits, cache = [out.logits], output_cache(out)
+        for position in range(4, 10):
+            out = m(input_ids[:, position : position + 1], cache=cache, use_cache=True)
+            logits.append(out.logits)
+            cache = output_cache(out)
+        return torch.cat(logits, dim=1)
+
+    assert_position_sensitive(model, stepped, TOLERANCE)
 
 
 def test_bf16_autocast_keeps_float32_sums():

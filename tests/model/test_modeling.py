@@ -104,6 +104,8 @@ def test_eager_sdpa_flex_agree(padded):
         outputs[implementation] = out * attention_mask[..., None]
     torch.testing.assert_close(outputs["eager"], outputs["sdpa"], atol=ATOL, rtol=0)
     torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], atol=ATOL, rtol=0)
+    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state  # noqa: E731
+    assert_position_sensitive(model, run, ATOL)
 
 
 def test_encoder_attention_is_not_causal():
@@ -160,6 +162,7 @@ def test_torch_compile_fullgraph_forward():
         compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
         actual = compiled(input_ids).last_hidden_state
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
+    assert_position_sensitive(model, lambda m: m(input_ids).last_hidden_state, ATOL)  # the eager reference
 
 
 def test_generate_with_cache_equals_without():
@@ -212,6 +215,7 @@ def test_float_position_ids_and_explicit_positions_match_default():
         shifted = model(input_ids, position_ids=positions.float() + 17.5).last_hidden_state
     torch.testing.assert_close(default, explicit, atol=ATOL, rtol=0)
     torch.testing.assert_close(default, shifted, atol=1e-4, rtol=0)  # RoPE: only differences matter
+    assert_position_sensitive(model, lambda m: m(input_ids, position_ids=positions.float()).last_hidden_state, 1e-4)
 
 
 def test_four_d_mask_equals_two_d_mask():
@@ -224,6 +228,8 @@ def test_four_d_mask_equals_two_d_mask():
             two = model(input_ids, attention_mask=attention_mask).last_hidden_state
             four = model(input_ids, attention_mask=four_d).last_hidden_state
         torch.testing.assert_close(two * attention_mask[..., None], four * attention_mask[..., None])
+        four_d_run = lambda m: m(input_ids, attention_mask=four_d).last_hidden_state * attention_mask[..., None]  # noqa: E731
+        assert_position_sensitive(model, four_d_run, 1e-5)  # float32 assert_close: atol 1e-5
 
 
 def test_output_hidden_states_and_attentions():
@@ -275,6 +281,7 @@ def test_deepcopy_and_half_layout_model_runs():
             model(input_ids, attention_mask=attention_mask).last_hidden_state,
             clone(input_ids, attention_mask=attention_mask).last_hidden_state,
         )
+    assert_position_sensitive(clone, lambda m: m(input_ids, attention_mask=attention_mask).last_hidden_state, 1e-5)
 
 
 def test_sparse_prediction_equals_dense_loss_and_gradients():

@@ -3,6 +3,8 @@ names.
 
 CI runs this file (with the model, generation, Sim, packing, conversion and remote-code tests) on the lowest release
 setup.cfg declares and the whole suite on the newest, so each test here is checked on both sides of a rename.
+The decoders of the cached / recomputed / left-padded comparisons come from `position_sensitive_config`, and each
+comparison asserts that a position error would move its outputs ≥ 100x its tolerance (`assert_position_sensitive`).
 """
 
 import configparser
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import _DeprecationRecords, tiny_config
+from conftest import _DeprecationRecords, assert_position_sensitive, position_sensitive_config, tiny_config
 from transformers import DynamicCache
 
 from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel, compat
@@ -187,7 +189,13 @@ def test_cli_help_is_clean():
 
 def _decoder() -> RoFormerExtForCausalLM:
     torch.manual_seed(0)
-    return RoFormerExtForCausalLM(tiny_config()).eval()
+    return RoFormerExtForCausalLM(position_sensitive_config()).eval()
+
+
+def _generated_logits(model, input_ids: torch.Tensor, **settings) -> torch.Tensor:
+    """The logits of every generated step, (steps, batch, vocab)."""
+    out = model.generate(input_ids, return_dict_in_generate=True, output_logits=True, **settings)
+    return torch.stack(out.logits)
 
 
 @pytest.mark.parametrize("model_class", [RoFormerExtForCausalLM, RoFormerExtModel])
@@ -195,7 +203,7 @@ def test_cache_under_either_name_gives_the_same_step(model_class):
     """`cache` on every release; `past_key_values` too: silently where it is still transformers' name, with
     transformers' own FutureWarning where it was renamed (as its models do)."""
     torch.manual_seed(0)
-    model = model_class(tiny_config(is_decoder=True)).eval()
+    model = model_class(position_sensitive_config(is_decoder=True)).eval()
     input_ids = torch.randint(5, 99, (2, 9))
     with torch.no_grad():
         full = model(input_ids)[0][:, -1]
@@ -208,6 +216,8 @@ def test_cache_under_either_name_gives_the_same_step(model_class):
             renamed = name == "past_key_values" and CACHE == "cache"
             deprecations = [w for w in caught if "`past_key_values` is deprecated" in str(w.message)]
             assert len(deprecations) == int(renamed) and all(w.category is FutureWarning for w in deprecations)
+    cached_step = lambda m: m(input_ids[:, -1:], cache=output_cache(m(input_ids[:, :-1], use_cache=True)))[0][:, -1]  # noqa: E731
+    assert_position_sensitive(model, cached_step, 1e-5)
 
 
 def test_old_name_beside_the_new_one_is_not_silently_ignored():
@@ -235,12 +245,16 @@ def test_output_carries_the_cache_under_the_installed_name():
 def test_greedy_generation_with_cache_equals_recomputation(attn_implementation):
     """5.24 handed the cache under a new name: decoding then ran each step on one token with no cache."""
     torch.manual_seed(0)
-    model = RoFormerExtForCausalLM(tiny_config(attn_implementation=attn_implementation)).eval()
+    model = RoFormerExtForCausalLM(position_sensitive_config(attn_implementation=attn_implementation)).eval()
     prompt = torch.randint(5, 99, (1, 6))
     settings = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
     cached = model.generate(prompt, use_cache=True, **settings)
     recomputed = model.generate(prompt, use_cache=False, **settings)
     assert cached.tolist() == recomputed.tolist()
+    cached_logits = _generated_logits(model, prompt, use_cache=True, **settings)
+    torch.testing.assert_close(cached_logits, _generated_logits(model, prompt, use_cache=False, **settings),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert_position_sensitive(model, lambda m: _generated_logits(m, prompt, use_cache=True, **settings), 1e-5)
     with torch.no_grad():  # and both are the argmax of the full forward, token by token
         logits = model(cached[:, :-1]).logits[0, prompt.shape[1] - 1 :]
     assert logits.argmax(-1).tolist() == cached[0, prompt.shape[1] :].tolist()
@@ -261,6 +275,16 @@ def test_left_padded_batch_and_static_cache_generate():
     for row, prompt in enumerate(prompts):
         alone = model.generate(prompt, **settings)
         assert batch[row, -settings["max_new_tokens"] :].tolist() == alone[0, prompt.shape[1] :].tolist()
+    # and the logits of every step: padded, static and alone (a random model soon repeats one token)
+    batch_logits = _generated_logits(model, input_ids, attention_mask=attention_mask, **settings)
+    static_logits = _generated_logits(model, input_ids, attention_mask=attention_mask, cache_implementation="static",
+                                      **settings)  # fmt: skip
+    torch.testing.assert_close(static_logits, batch_logits, rtol=1e-5, atol=1e-5)
+    for row, prompt in enumerate(prompts):
+        torch.testing.assert_close(batch_logits[:, row], _generated_logits(model, prompt, **settings)[:, 0],
+                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+    run = lambda m: _generated_logits(m, input_ids, attention_mask=attention_mask, **settings)  # noqa: E731
+    assert_position_sensitive(model, run, 1e-5)
 
 
 def test_deprecation_guard_catches_a_logged_rename():

@@ -1,11 +1,14 @@
 """The packed-batch contract, decided once: whatever the caller gives (cu_seq_lens, seq_idx, restarting positions in
 any broadcastable shape), every sequence computes as if alone; inconsistent input gets one clear error.
 
-Reference: each sequence run alone through the same model. Tolerance 1e-5 (fp32).
+Reference: each sequence run alone through the same model. Tolerance 1e-5 (fp32). The models come from
+`position_sensitive_config` (through `test_packing.model_for`), and each comparison asserts that a position error would
+move its outputs ≥ 100x that tolerance (`assert_position_sensitive`).
 """
 
 import pytest
 import torch
+from conftest import assert_position_sensitive
 from test_packing import ATOL, model_for, padded, sequences
 
 from roformer_ext import (
@@ -48,6 +51,7 @@ def test_linear_attention_keeps_sequences_of_several_rows_apart(is_decoder):
     with torch.no_grad():
         states = model(input_ids, seq_idx=seq_idx, position_ids=positions, output_hidden_states=True).hidden_states[-1]
     assert_rows_equal_alone(model, states, seqs)
+    assert_position_sensitive(model, lambda m: m(input_ids, seq_idx=seq_idx, position_ids=positions), ATOL)
 
 
 @pytest.mark.parametrize("position_encoding", ["rope", "sinusoidal", "learned"])
@@ -58,6 +62,7 @@ def test_seq_idx_alone_restarts_positions(position_encoding):
     with torch.no_grad():
         states = model(input_ids, seq_idx=seq_idx, output_hidden_states=True).hidden_states[-1]
     assert_rows_equal_alone(model, states, seqs)
+    assert_position_sensitive(model, lambda m: m(input_ids, seq_idx=seq_idx), ATOL)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -77,6 +82,7 @@ def test_restarting_positions_broadcast_over_rows(attn_implementation):
             for piece, seq in zip(torch.split(states[row], lengths), torch.split(input_ids[row], lengths)):
                 alone = model(seq[None], output_hidden_states=True).hidden_states[-1][0]
                 torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(input_ids, position_ids=positions), ATOL)
 
 
 def cu(lengths) -> torch.Tensor:
@@ -166,6 +172,7 @@ def test_package_collator_for_packed_classification_equals_padded():
         ref = model(input_ids, attention_mask=attention_mask, labels=torch.tensor(labels))
     torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
     torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**batch), ATOL)
 
 
 def test_describe_packed_batch_reports_sequences_over_rows():
@@ -192,6 +199,8 @@ def test_padded_rows_of_packed_sequences(model_class):
         states = model(input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions,
                        output_hidden_states=True).hidden_states[-1]  # fmt: skip
     assert_rows_equal_alone(model, states[:, :-2], seqs)
+    run = lambda m: m(input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions)[0][:, :-2]  # noqa: E731
+    assert_position_sensitive(model, run, ATOL)
 
 
 @pytest.mark.parametrize(
@@ -216,3 +225,4 @@ def test_packed_regression_and_multi_label_equal_padded(labels, problem_type):
         ref = model(input_ids, attention_mask=attention_mask, labels=batch["labels"])
     torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
     torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**batch), ATOL)

@@ -6,12 +6,13 @@ only restarting positions mark the sequences) the mask path traces; on sdpa with
 as one opaque custom operator per layer, as linear attention's per-sequence sums do (its split sizes are host lengths; a masked SDPA over the whole row measured
 3.4x slower, benchmarks/bench_packed_compile.py).
 
-Tolerance 1e-5 (fp32).
+Tolerance 1e-5 (fp32). The fp32 comparison's model comes from `position_sensitive_config` and asserts that a position
+error would move the eager step's logits and loss ≥ 100x that tolerance (`assert_position_sensitive`).
 """
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 from test_packing import sequences
 from transformers import DataCollatorWithFlattening
 
@@ -60,7 +61,9 @@ def test_packed_training_step_compiles_as_one_graph_and_equals_eager(case, attn_
     model_class, batch = batches()[case]
     torch.manual_seed(0)
     decoder = {"is_decoder": True} if model_class is RoFormerExtForCausalLM else {}
-    config = tiny_config(attn_implementation=attn_implementation, attention_type=attention_type, **decoder)
+    config = position_sensitive_config(
+        attn_implementation=attn_implementation, attention_type=attention_type, **decoder
+    )
     model = model_class(config).train()
     steps = []
     for forward in (model, torch.compile(model, fullgraph=True)):
@@ -75,6 +78,7 @@ def test_packed_training_step_compiles_as_one_graph_and_equals_eager(case, attn_
     assert grads.keys() == eager_grads.keys()
     for name in grads:
         torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: m(**batch), 1e-5)  # the eager step: logits and loss
 
 
 def test_packed_step_compiles_as_one_graph_under_bf16_autocast():

@@ -3,7 +3,7 @@ batch row for row (issue #31, defects 6, 7 and 9)."""
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import assert_position_sensitive, tiny_config
 from test_packing import LENGTHS, model_for, packed, padded, sequences
 from transformers import TrainingArguments
 
@@ -51,6 +51,7 @@ def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
         for row, length in enumerate(LENGTHS):
             torch.testing.assert_close(logits[row, :length], ref_logits[row, :length], rtol=0, atol=ATOL)
             assert (logits[row, length:] == lowest).all() and (ref_logits[row, length:] == lowest).all()
+    assert_position_sensitive(model, lambda m: m(**packed(seqs), start_positions=starts, end_positions=ends), ATOL)
 
 
 def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_path):

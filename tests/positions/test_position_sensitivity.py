@@ -13,9 +13,15 @@ from conftest import (
     shifted_positions,
     tiny_config,
 )
+from transformers import DynamicCache, StaticCache
 from vision_sizes import IMAGE, PATCH_DIM, SIZES
 
-from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtModel,
+    RoFormerExtVisionTextConfig,
+    RoFormerExtVisionTextModel,
+)
 
 TOLERANCE = 1e-5
 
@@ -83,3 +89,25 @@ def test_vision_text_layout_is_sensitive():
         image_grid_thw=torch.tensor([[1, 2, 3]]),
     )
     assert_position_sensitive(model, lambda m: m(**inputs), TOLERANCE)
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+@pytest.mark.parametrize("position_encoding", ["rope", "alibi", "t5_bias", "shaw"])
+def test_perturbation_of_a_cached_step_equals_the_perturbed_positions_given(position_encoding, cache_implementation):
+    """A cached step under the perturbation computes what one forward without a cache computes on the perturbed
+    positions: the cached keys of a relative encoding are moved too (numbered back from the perturbed query they came
+    out consecutive, so only the queries moved)."""
+    torch.manual_seed(0)
+    config = position_sensitive_config(is_decoder=True, position_encoding=position_encoding)
+    model = RoFormerExtForCausalLM(config).eval()
+    ids = input_ids(9)
+    with torch.no_grad():
+        with perturbed_positions(model, shifted_positions):
+            cache = DynamicCache(config=config) if cache_implementation == "dynamic" else StaticCache(config, 16)
+            model(ids[:, :6], cache=cache, use_cache=True)
+            step = model(ids[:, 6:], cache=cache, use_cache=True).logits
+        moved = shifted_positions(torch.arange(9)).expand(2, -1)
+        expected = model(ids, position_ids=moved, use_cache=False).logits[:, 6:]
+        unperturbed = model(ids, use_cache=False).logits[:, 6:]
+    torch.testing.assert_close(step, expected, atol=TOLERANCE, rtol=0)
+    assert (step - unperturbed).abs().max() > 100 * TOLERANCE

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
@@ -82,8 +82,9 @@ def test_interleaved_layout_rotates_adjacent_pairs():
 @pytest.mark.parametrize("rotary_value", [False, True])
 def test_interleaved_to_half_conversion_keeps_outputs(rotary_value):
     torch.manual_seed(0)
-    model = RoFormerExtForMaskedLM(tiny_config(rotary_value=rotary_value)).eval()
+    model = RoFormerExtForMaskedLM(position_sensitive_config(rotary_value=rotary_value)).eval()
     input_ids, attention_mask, _ = random_inputs()
+    assert_position_sensitive(model, lambda m: m(input_ids, attention_mask=attention_mask).logits, 1e-5)
     with torch.no_grad():
         before = model(input_ids, attention_mask=attention_mask).logits
         convert_pair_layout(model, "half")
@@ -330,7 +331,7 @@ def test_half_layout_adapter_projection_keeps_its_forward():
 def test_half_layout_cached_decoding_after_a_reordered_prefill():
     """A long prefill (reordered rows) and single-token steps (activation path) put keys in one order in the cache."""
     torch.manual_seed(0)
-    config = tiny_config(rope_parameters={"pair_layout": "half"}, is_decoder=True)
+    config = position_sensitive_config(rope_parameters={"pair_layout": "half"}, is_decoder=True)
     model = RoFormerExtForCausalLM(config).eval()
     input_ids = torch.randint(5, 99, (2, 24))  # prefill 2 x 20 = 40 rows > 32
     with torch.no_grad():
@@ -342,3 +343,14 @@ def test_half_layout_cached_decoding_after_a_reordered_prefill():
             cache = output_cache(step)
             steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+
+    def decoded(m) -> torch.Tensor:
+        out = m(input_ids[:, :20], use_cache=True)
+        logits, cache = [out.logits], output_cache(out)
+        for position in range(20, 24):
+            out = m(input_ids[:, position : position + 1], cache=cache, use_cache=True)
+            logits.append(out.logits)
+            cache = output_cache(out)
+        return torch.cat(logits, dim=1)
+
+    assert_position_sensitive(model, decoded, 1e-5)

@@ -8,6 +8,7 @@ import inspect
 import unittest
 
 import torch
+from conftest import POSITION_SENSITIVE, assert_position_sensitive
 from transformers import PreTrainedConfig
 from transformers.testing_utils import torch_device
 
@@ -179,6 +180,9 @@ class RoFormerExtModelTester:
     ) -> None:
         config.is_decoder = True
         config.add_cross_attention = True
+        # position-sensitive weights (tests/conftest.py): the cached step's positions are the claim
+        config.initializer_range = POSITION_SENSITIVE["initializer_range"]
+        config.rope_parameters = {**config.rope_parameters, "rope_theta": POSITION_SENSITIVE["rope_theta"]}
         model = self._model(RoFormerExtForCausalLM, config)
         encoder = dict(encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask)
         outputs = model(input_ids, attention_mask=input_mask, use_cache=True, **encoder)
@@ -199,6 +203,13 @@ class RoFormerExtModelTester:
         # Padded query rows have no defined output; compare the tokens the mask keeps.
         keep = next_mask.bool()[..., None]
         torch.testing.assert_close(from_past * keep, from_no_past[:, -3:] * keep, atol=1e-4, rtol=1e-4)
+
+        def cached_step(m) -> torch.Tensor:
+            past = output_cache(m(input_ids, attention_mask=input_mask, use_cache=True, **encoder))
+            step = m(next_tokens, attention_mask=next_attention_mask, cache=past, output_hidden_states=True, **encoder)
+            return step.hidden_states[-1] * keep
+
+        assert_position_sensitive(model, cached_step, 1e-4)
 
     def create_and_check_for_question_answering(self, config, input_ids, token_type_ids, input_mask, *labels) -> None:
         sequence_labels = labels[0]

@@ -19,6 +19,7 @@ from roformer_ext import (
     RoFormerExtVisionTextConfig,
     RoFormerExtVisionTextForCausalLM,
     RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextForSequenceClassification,
     RoFormerExtVisionTextModel,
 )
 
@@ -159,6 +160,44 @@ def test_packed_row_equals_each_sequence_alone(scheme, attention):
         alone = [model(**batch_of([part], [0])).last_hidden_state[0] for part in parts]
     torch.testing.assert_close(row, torch.cat(alone), atol=1e-5, rtol=0)
     assert_position_sensitive(model, lambda m: m(**packed).last_hidden_state, 1e-5)
+
+
+def packed_row(parts: list[dict]) -> dict:
+    """The parts end to end in one row with cu_seq_lens (as DataCollatorWithFlattening gives), no attention mask."""
+    packed = batch_of(parts, [0, 0])
+    lengths = [len(p["ids"]) for p in parts]
+    packed["input_ids"] = torch.cat([p["ids"] for p in parts])[None]
+    packed.pop("attention_mask")
+    packed["cu_seq_lens_q"] = packed["cu_seq_lens_k"] = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32)
+    packed["max_length_q"] = packed["max_length_k"] = max(lengths)
+    return packed
+
+
+@pytest.mark.parametrize(
+    "model_class",
+    [
+        RoFormerExtVisionTextForMaskedLM,
+        RoFormerExtVisionTextForCausalLM,
+        RoFormerExtVisionTextForSequenceClassification,
+    ],
+)
+def test_every_head_packed_row_equals_each_sequence_alone(model_class):
+    """Every vision-text head on a packed row of two image + video samples: each sequence's logits (token heads: per
+    token; the classifier: one row per sequence) equal the sequence run alone. ILRoPE, whose images restart their rows
+    and columns at 0: a row laid out as one sequence moves the second sequence's text and not its image (with M-RoPE's
+    layout the whole second sequence moves by one offset, which RoPE cannot see)."""
+    torch.manual_seed(0)
+    model = model_class(config("ilrope", num_labels=3)).eval()
+    parts = samples(scheme="ilrope")
+    packed = packed_row(parts)
+    with torch.no_grad():
+        logits = model(**packed).logits
+        alone = [model(**batch_of([part], [0])).logits for part in parts]
+    if model_class is RoFormerExtVisionTextForSequenceClassification:
+        torch.testing.assert_close(logits, torch.cat(alone), atol=1e-5, rtol=0)
+    else:
+        torch.testing.assert_close(logits[0], torch.cat([a[0] for a in alone]), atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: m(**packed).logits, 1e-5)
 
 
 REMOTE_LOADER = textwrap.dedent(

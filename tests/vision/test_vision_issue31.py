@@ -2,13 +2,16 @@
 
 The tests' usual tiny models (initializer_range 0.02) barely read positions: a wrong image offset moves their outputs
 by ~1e-6, under the 1e-5 tolerances. These models use initializer_range 1.0, and each test first shows that the wrong
-positions of its defect move the compared output far beyond its tolerance, so the test can see the defect.
+positions of its defect move the compared output far beyond its tolerance, so the test can see the defect; the
+comparisons of two paths also assert that a position error moves their outputs ≥ 100x the tolerance
+(`assert_position_sensitive`), or compare the positions themselves.
 """
 
 import copy
 
 import pytest
 import torch
+from conftest import assert_position_sensitive
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import (
@@ -129,6 +132,8 @@ def test_generate_with_return_sequences_gives_each_copy_its_own_prompts_patches(
     parts, batch = generation_prompts()
     kwargs = dict(GENERATE, do_sample=True, top_k=1, output_logits=True)
     out = model.generate(**batch, num_return_sequences=2, **kwargs)
+    expanded = lambda m: torch.stack(m.generate(**batch, num_return_sequences=2, **kwargs).logits)  # noqa: E731
+    assert_position_sensitive(model, expanded, 1e-4)
     for row, part in enumerate(parts):
         single = model.generate(**alone(part), **kwargs)
         for index in (2 * row, 2 * row + 1):
@@ -150,7 +155,9 @@ def test_beam_search_gives_each_beam_its_own_prompts_patches():
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(sensitive_config()).eval()
     parts, batch = generation_prompts()
-    out = model.generate(**batch, **GENERATE, do_sample=False, num_beams=2, length_penalty=0.0, output_scores=True)
+    beams = dict(GENERATE, do_sample=False, num_beams=2, length_penalty=0.0, output_scores=True)
+    out = model.generate(**batch, **beams)
+    assert_position_sensitive(model, lambda m: m.generate(**batch, **beams).sequences_scores, 1e-4)
     prompt = batch["input_ids"].shape[1]
     for row, part in enumerate(parts):
         with torch.no_grad():
@@ -203,6 +210,8 @@ def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_
 
     with_pixels, without = second_turn(**pixels), second_turn()
     recomputed = model.generate(input_ids=conversation, **pixels, use_cache=False, **kwargs)
+    run = lambda m: torch.stack(m.generate(input_ids=conversation, **pixels, use_cache=False, **kwargs).logits)  # noqa: E731
+    assert_position_sensitive(model, run, 1e-8)
     for other in (without, recomputed):
         assert torch.equal(with_pixels.sequences, other.sequences)
         for step, step_other in zip(with_pixels.logits, other.logits):

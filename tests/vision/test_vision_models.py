@@ -1,6 +1,7 @@
 """Vision-text models: text-checkpoint carry-over, every head under every scheme, generation, bad input.
 
-Built from `position_sensitive_config`: the comparisons of two paths (left-padded vs alone, cached vs uncached) assert
+Built from `position_sensitive_config`: the comparisons of two paths (text checkpoint in the text vs the vision-text
+model, left-padded vs alone, cached vs uncached) assert
 that a position error (a wrong text-image offset) would move the outputs ≥ 100x their tolerance."""
 
 import pytest
@@ -76,11 +77,10 @@ def mixed_batch(seed: int = 0):
 )
 def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, tmp_path):
     torch.manual_seed(0)
-    text_model = text_class(RoFormerExtConfig(**{k: v for k, v in SIZES.items()})).eval()
+    text_model = text_class(position_sensitive_config(RoFormerExtConfig, **SIZES)).eval()
     text_model.save_pretrained(tmp_path)
-    vision_model, info = vision_class.from_pretrained(
-        tmp_path, rope_parameters=SCHEMES[scheme], output_loading_info=True
-    )
+    rope = {**text_model.config.rope_parameters, **SCHEMES[scheme]}  # the text model's rope_theta (100) carries over
+    vision_model, info = vision_class.from_pretrained(tmp_path, rope_parameters=rope, output_loading_info=True)
     prefix = "" if vision_class is RoFormerExtVisionTextModel else "roformer."  # the patch embedding is the base's
     assert sorted(info["missing_keys"]) == [f"{prefix}patch_embed.proj.bias", f"{prefix}patch_embed.proj.weight"]
     assert not info["unexpected_keys"] and not info["mismatched_keys"]
@@ -91,6 +91,12 @@ def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, 
     if expected.dim() == 3:  # pads sit at another position (0) in the vision model; real tokens must agree
         expected, actual = expected * attention_mask[..., None], actual * attention_mask[..., None]
     torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+
+    def run(m) -> torch.Tensor:
+        out = m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
+        return out * attention_mask[..., None] if out.dim() == 3 else out
+
+    assert_position_sensitive(vision_model, run, 1e-6)
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
@@ -142,6 +148,23 @@ def test_left_padding_does_not_change_real_tokens(model_class):
         single = per_token_output(model(**alone))[0]
     torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
     assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
+
+
+def test_left_padding_does_not_change_the_classification():
+    """The classifier on the left-padded row equals the sample alone, mean pooling (which reads the real tokens only;
+    `cls` pooling reads slot 0, a pad on a left-padded row)."""
+    torch.manual_seed(0)
+    model = RoFormerExtVisionTextForSequenceClassification(
+        vision_config("mrope", num_labels=3, classifier_pooling="mean")
+    ).eval()
+    batch = mixed_batch()
+    alone = dict(batch, input_ids=batch["input_ids"][1:, 2:], attention_mask=batch["attention_mask"][1:, 2:])
+    alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
+    alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
+    with torch.no_grad():
+        padded, single = model(**batch).logits[1], model(**alone).logits[0]
+    torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: m(**batch).logits, 1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_1d"])
