@@ -103,7 +103,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     after the embedding norm, so train from scratch with `initializer_range * 2 ** 0.5` (both start at one norm).
 
     `classifier_pooling` (as in transformers' ModernBERT): what the sequence classifier reads, "cls" (the first
-    token, BERT's and RoFormer's [CLS]) or "mean" (the mean of the real tokens: attention_mask 1, or each packed
+    real token, BERT's and RoFormer's [CLS]: after the pads of a left-padded row) or "mean" (the mean of the real tokens: attention_mask 1, or each packed
     sequence's own tokens).
 
     `sparse_prediction` (as in transformers' ModernBERT): when the masked-LM model gets `labels`, the vocabulary

@@ -983,7 +983,8 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
     def pool(
         self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, packed: PackedBatch | None
     ) -> torch.Tensor:
-        """(sequences, hidden): one vector per row, or per packed sequence (one label each), by `classifier_pooling`."""
+        """(sequences, hidden): one vector per row, or per packed sequence (one label each), by `classifier_pooling`:
+        "cls" reads each row's (or packed sequence's) first real token, "mean" averages its real tokens."""
         if attention_mask is not None and attention_mask.dim() != 2 and self.config.classifier_pooling == "mean":
             raise ValueError(
                 "classifier_pooling='mean' averages the tokens of a 2D padding mask (batch, seq); got attention_mask "
@@ -991,7 +992,11 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             )
         if packed is None:
             if self.config.classifier_pooling == "cls":
-                return hidden[:, 0]
+                if attention_mask is None or attention_mask.dim() != 2:
+                    return hidden[:, 0]
+                # each row's first real token: slot 0 with right padding, the first after the pads with left padding
+                first = (attention_mask != 0).int().argmax(dim=1)
+                return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
             if attention_mask is None:
                 return hidden.mean(dim=1)
             weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)

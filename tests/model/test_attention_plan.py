@@ -3,7 +3,7 @@ chooses the attention function and refuses what a backend cannot take."""
 
 import pytest
 import torch
-from conftest import position_sensitive_config, random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 from vision_sizes import IMAGE, PATCH_DIM, SIZES
 
 from roformer_ext import (
@@ -175,3 +175,18 @@ def test_flash_is_refused_score_terms_and_dense_masks_in_one_place(implementatio
     check_backend_takes(configured(implementation), torch.ones(1, 3), None, False)  # a padding mask: its varlen path
     for other in ("sdpa", "eager", "flex_attention"):
         check_backend_takes(configured(other, position_encoding="alibi"), mask_4d, mask_4d, True)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_text_classifier_left_padded_row_equals_the_row_alone(pooling):
+    """`cls` pooling reads each row's first real token: a left-padded row gives the sentence alone's logits."""
+    torch.manual_seed(0)
+    model = RoFormerExtForSequenceClassification(position_sensitive_config(num_labels=3, classifier_pooling=pooling))
+    model.eval()
+    input_ids = torch.tensor([[0, 0, 0, 2, 11, 12, 13, 3], [2, 21, 22, 23, 24, 25, 26, 3]])
+    attention_mask = (torch.arange(8) >= torch.tensor([[3], [0]])).long()
+    with torch.no_grad():
+        padded = model(input_ids, attention_mask=attention_mask).logits
+        alone = model(input_ids[:1, 3:]).logits
+    torch.testing.assert_close(padded[:1], alone, atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: m(input_ids, attention_mask=attention_mask).logits, 1e-5)

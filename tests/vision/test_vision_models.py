@@ -150,12 +150,13 @@ def test_left_padding_does_not_change_real_tokens(model_class):
     assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
 
 
-def test_left_padding_does_not_change_the_classification():
-    """The classifier on the left-padded row equals the sample alone, mean pooling (which reads the real tokens only;
-    `cls` pooling reads slot 0, a pad on a left-padded row)."""
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_left_padding_does_not_change_the_classification(pooling):
+    """The classifier on the left-padded row equals the sample alone: mean pooling reads the real tokens only, `cls`
+    the row's first real token (slot 0 is a pad on a left-padded row)."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForSequenceClassification(
-        vision_config("mrope", num_labels=3, classifier_pooling="mean")
+        vision_config("mrope", num_labels=3, classifier_pooling=pooling)
     ).eval()
     batch = mixed_batch()
     alone = dict(batch, input_ids=batch["input_ids"][1:, 2:], attention_mask=batch["attention_mask"][1:, 2:])
