@@ -280,3 +280,12 @@ def test_cross_attention_mask_hides_the_encoders_padding():
     flash = config_for("flash_attention_2", is_decoder=True, add_cross_attention=True)
     with pytest.raises(ValueError, match="cannot be used with attn_implementation='flash_attention_2'"):
         cross_attention_mask(flash, keep, embeddings(1, 3), embeddings(1, 5))
+
+
+def test_a_score_term_keeps_the_causal_mask_on_sdpa():
+    """sdpa may skip a causal mask (is_causal) only where no score term must join it."""
+    config = config_for("sdpa", is_decoder=True)
+    skipped, _ = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, False)
+    kept, _ = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, True)
+    assert skipped is None
+    assert allowed(kept) == pattern(lambda b, i, j: j <= i, 1, 4, 4)

@@ -4,10 +4,14 @@ each explicit input, its error checks one at a time, the description's own metho
 Each expected value is written out by hand or built by a plain Python loop over the lengths, independent of the code.
 """
 
+import importlib.util
+import re
+
 import pytest
 import torch
 
-from roformer_ext.packing import PackedBatch, describe_packed_batch, end_to_end, unpack
+from roformer_ext import packing
+from roformer_ext.packing import PackedBatch, describe_packed_batch, end_to_end, per_sequence_sdpa, unpack
 
 
 def cu(lengths: list[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:
@@ -252,3 +256,185 @@ def test_unpack_gives_the_padded_layout():
 def test_unpack_of_one_sequence_is_the_sequence():
     packed = torch.arange(5, dtype=torch.float32).view(1, 5)
     assert torch.equal(unpack(packed, cu([5]), fill=0.0), packed)
+
+
+def test_the_description_stays_on_the_ids_device():
+    """On the meta device (no data): the positions and first tokens are built where the sequence ids live; a tensor
+    made on the default device instead does not mix with them."""
+    ids = torch.tensor([[0, 0, 1], [2, 2, 2]]).to("meta")
+    packed = PackedBatch(ids, None, None, None)
+    assert packed.positions().device.type == "meta" and packed.positions().shape == (2, 3)
+    assert packed.starts().device.type == "meta"
+
+
+def test_per_sequence_sdpa_is_bidirectional_unless_told():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator) for _ in range(3))
+    out, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu([2, 3]))
+    for (a, b), piece in zip([(0, 2), (2, 5)], torch.split(out[0], [2, 3])):
+        scores = q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2) / 2.0  # sqrt(head_dim 4)
+        reference = (scores.softmax(-1) @ v[0, :, a:b]).transpose(0, 1)
+        torch.testing.assert_close(piece, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_per_sequence_sdpa_without_lengths_says_what_it_needs():
+    q = torch.zeros(1, 1, 2, 4)
+    message = "per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences."
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        per_sequence_sdpa(None, q, q, q, None)
+
+
+def test_dropout_on_cuda_keeps_that_devices_random_state(monkeypatch):
+    """The traced operator's dropout replays the state of the generator SDPA drew from: CUDA's of the query's device,
+    the CPU generator otherwise (CUDA's answer is faked here: no GPU needed to see which one is asked)."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": asked.append(device) or torch.ones(3))
+    assert torch.equal(packing._random_state(torch.device("cuda", 1)), torch.ones(3))
+    assert asked == [torch.device("cuda", 1)]
+    assert torch.equal(packing._random_state(torch.device("cpu")), torch.get_rng_state())
+    assert asked == [torch.device("cuda", 1)]
+
+
+@pytest.mark.parametrize(
+    ("bounds", "message"),
+    [
+        (
+            [0, 2, 2, 4],
+            "cu_seq_lens_q [0, 2, 2, 4] gives sequence 1 length 0: every packed sequence needs at least one token (a "
+            "zero-length sequence has no [CLS] to read and no tokens to average). Drop empty sequences.",
+        ),
+        (
+            [0, 2, 3],
+            "cu_seq_lens_q ends at 3 but the batch holds 4 tokens (batch x seq); the lengths must cover every token of "
+            "the rows laid end to end.",
+        ),
+    ],
+)
+def test_cu_seq_lens_errors_in_full(bounds, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        describe(1, 4, cu_seq_lens_q=torch.tensor(bounds, dtype=torch.int32))
+
+
+def test_decreasing_seq_idx_error_in_full():
+    message = (
+        "seq_idx must not decrease along a row: each packed sequence is one contiguous run of tokens. Got "
+        "[[0, 1, 0, 1]]."
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        describe(1, 4, seq_idx=torch.tensor([[0, 1, 0, 1]]))
+
+
+def traced(monkeypatch) -> None:
+    """What torch.compile's tracing sees (`torch.compiler.is_compiling()` true), run eagerly: the tensor-only paths
+    give the values the compiled step would compute."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        dict(cu_seq_lens_q=cu([2, 3, 4, 1])),
+        dict(seq_idx=torch.tensor([[0, 0, 1, 1, 1], [3, 4, 4, 4, 4]])),
+        dict(seq_idx=torch.tensor([[0, 0, 1, 1, 1]])),
+        dict(position_ids=torch.tensor([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]])),
+        dict(position_ids=torch.tensor([[0, 1, 0, 1, 2]])),
+    ],
+)
+def test_traced_description_gives_the_eager_sequences(given, monkeypatch):
+    eager = describe(2, 5, **given)
+    traced(monkeypatch)
+    packed = describe(2, 5, **given)
+    assert packed.sequence_ids.tolist() == eager.sequence_ids.tolist()
+    assert packed.lengths is None and packed.max_length is None  # not on the host when traced
+    if "cu_seq_lens_q" in given:
+        assert packed.cu_seq_lens is given["cu_seq_lens_q"]
+    else:
+        assert packed.cu_seq_lens is None
+    assert packed.num_sequences == eager.num_sequences
+    assert packed.positions().tolist() == eager.positions().tolist()
+
+
+def test_traced_description_of_positions_without_a_restart(monkeypatch):
+    """Traced, a row without a restart is one sequence (no host decision); positions that cannot mark sequences
+    (a mask, a cache) give an ordinary batch as in eager calls."""
+    traced(monkeypatch)
+    packed = describe(2, 4, position_ids=torch.tensor([[0, 1, 2, 3], [0, 1, 0, 1]]))
+    assert packed.sequence_ids.tolist() == [[0, 0, 0, 0], [1, 1, 2, 2]]
+    positions = torch.tensor([[0, 1, 0, 1]])
+    assert describe(2, 4, position_ids=positions, attention_mask=torch.ones(2, 4)) is None
+    assert describe(2, 4, position_ids=positions, past_length=2) is None
+    assert describe(2, 4) is None
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_traced_per_sequence_sdpa_gives_the_eager_split(is_causal, monkeypatch):
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 4, generator=generator) for _ in range(3))
+    lengths = cu([2, 4, 5, 1])  # rows of 6: (2, 4) and (5, 1)
+    scale = 0.3
+    eager, _ = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, scaling=scale, cu_seq_lens_q=lengths)
+    traced(monkeypatch)
+    out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, scaling=scale, cu_seq_lens_q=lengths)
+    assert weights is None and out.shape == (2, 6, 2, 4)
+    torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-6)
+    if is_causal:  # the traced call passes is_causal on: the first token of each sequence sees only itself
+        torch.testing.assert_close(out[0, 0], v[0, :, 0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(out[0, 2], v[0, :, 2], rtol=1e-6, atol=1e-6)
+
+
+def test_traced_per_sequence_sdpa_casts_under_autocast(monkeypatch):
+    """Autocast leaves a custom operator alone, so the traced call casts q, k, v itself, as autocast casts SDPA's."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu([2, 3]))
+        traced(monkeypatch)
+        out, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu([2, 3]))
+    assert eager.dtype == torch.bfloat16 and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+
+
+def test_traced_per_sequence_sdpa_dropout_reaches_the_operator(monkeypatch):
+    """Dropout 1.0 zeroes every attention weight: the output is 0 only if the traced call passes dropout on."""
+    q = torch.randn(1, 2, 5, 4)
+    traced(monkeypatch)
+    out, _ = per_sequence_sdpa(None, q, q, q, None, dropout=1.0, cu_seq_lens_q=cu([2, 3]))
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_a_second_copy_of_the_module_defines_its_own_operator():
+    """A remote-code folder imports packing.py again under another module name: that copy defines its own operator
+    (a name of its own, torch refuses one defined twice), which computes what the eager split does, gradients too."""
+    spec = importlib.util.spec_from_file_location("roformer_ext._packing_copy", packing.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy._OPERATOR == "roformer_ext::per_sequence_sdpa_roformer_ext__packing_copy"
+    assert packing._OPERATOR == "roformer_ext::per_sequence_sdpa_roformer_ext_packing"
+    assert copy.defined_operator(copy._OPERATOR)._qualified_op_name == copy._OPERATOR
+    # defined once: a second call finds the registered operator instead of defining it again
+    assert copy._define_traced_sdpa()._qualified_op_name == copy._OPERATOR
+    assert copy.defined_operator("roformer_ext::not_defined_here") is None
+    generator = torch.Generator().manual_seed(0)
+    lengths = [2, 5, 3]
+    for is_causal, scale in ((False, None), (True, 0.5)):
+        q, k, v = (torch.randn(1, 2, 10, 4, generator=generator, requires_grad=True) for _ in range(3))
+        out, log_sum_exp, state = copy._traced_sdpa(q, k, v, cu(lengths), 0.0, is_causal, scale)
+        reference = packing._split_sdpa(q, k, v, lengths, 0.0, is_causal, scale)
+        torch.testing.assert_close(out, reference, rtol=1e-6, atol=1e-6)
+        grads = torch.autograd.grad(out, (q, k, v), torch.arange(out.numel(), dtype=out.dtype).view_as(out))
+        expected = torch.autograd.grad(reference, (q, k, v), torch.arange(out.numel(), dtype=out.dtype).view_as(out))
+        for grad, reference_grad in zip(grads, expected):
+            torch.testing.assert_close(grad, reference_grad, rtol=1e-5, atol=1e-5)
+        torch.library.opcheck(copy._traced_sdpa, (q, k, v, cu(lengths), 0.0, is_causal, scale))
+    # dropout: the split draws its mask from the CPU generator; the operator keeps that state for its backward
+    q, k, v = (torch.randn(1, 2, 10, 4, generator=generator, requires_grad=True) for _ in range(3))
+    runs = []
+    for operator in (True, False):
+        torch.manual_seed(3)
+        if operator:
+            out = copy._traced_sdpa(q, k, v, cu(lengths), 0.4, False, None)[0]
+        else:
+            out = packing._split_sdpa(q, k, v, lengths, 0.4, False, None)
+        runs.append((out, torch.autograd.grad(out, (q, k, v), torch.ones_like(out))))
+    (out, grads), (reference, expected) = runs
+    assert torch.equal(out, reference) and all(torch.equal(a, b) for a, b in zip(grads, expected))
