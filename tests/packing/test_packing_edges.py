@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from roformer_ext import packing
+from roformer_ext.compat import cpu_fused_sdpa_available
 from roformer_ext.packing import PackedBatch, describe_packed_batch, end_to_end, per_sequence_sdpa, unpack
 
 
@@ -70,7 +71,14 @@ def test_a_full_2d_mask_and_a_4d_mask_pass_with_cu_seq_lens():
 
 @pytest.mark.parametrize(
     ("lengths", "crosses"),
-    [([5, 5, 5], False), ([3, 4, 8], True), ([5, 4, 6], True), ([2, 3, 4, 1, 5], False), ([2, 3, 6, 4], True)],
+    [
+        ([5, 5, 5], False),
+        ([3, 4, 8], True),
+        ([3, 7, 5], True),
+        ([5, 4, 6], True),
+        ([2, 3, 4, 1, 5], False),
+        ([2, 3, 6, 4], True),
+    ],
 )
 def test_a_sequence_may_not_run_into_the_next_row(lengths, crosses):
     """Three rows of 5: each row boundary (5 and 10) must be a sequence end; the first or the second row crossed."""
@@ -438,3 +446,72 @@ def test_a_second_copy_of_the_module_defines_its_own_operator():
         runs.append((out, torch.autograd.grad(out, (q, k, v), torch.ones_like(out))))
     (out, grads), (reference, expected) = runs
     assert torch.equal(out, reference) and all(torch.equal(a, b) for a, b in zip(grads, expected))
+
+
+def test_lengths_stay_on_the_ids_device():
+    packed = packing._packed(torch.tensor([[0, 0, 1, 1, 1]]).to("meta"), [2, 3])
+    assert packed.cu_seq_lens.device.type == "meta" and packed.cu_seq_lens.dtype == torch.int32
+
+
+def test_eager_per_sequence_sdpa_passes_scale_and_dropout_on():
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator) for _ in range(3))
+    out, _ = per_sequence_sdpa(None, q, k, v, None, scaling=0.3, cu_seq_lens_q=cu([2, 3]))
+    for (a, b), piece in zip([(0, 2), (2, 5)], torch.split(out[0], [2, 3])):
+        reference = (((q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2)) * 0.3).softmax(-1) @ v[0, :, a:b]).transpose(0, 1)
+        torch.testing.assert_close(piece, reference, rtol=1e-5, atol=1e-6)
+    dropped, _ = per_sequence_sdpa(None, q, k, v, None, dropout=1.0, cu_seq_lens_q=cu([2, 3]))
+    assert torch.equal(dropped, torch.zeros_like(dropped))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_traced_operator_outputs_and_their_fake_shapes(dtype):
+    """The operator's extra outputs: on CPU without dropout torch's fused kernel keeps its log-sum-exp (fp32 for
+    half inputs) for the backward; with dropout the random state instead. opcheck compares the fake with the real."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator).to(dtype).requires_grad_() for _ in range(3))
+    lengths = cu([2, 3])
+    _, log_sum_exp, state = packing._traced_sdpa(q, k, v, lengths, 0.0, False, None)
+    if cpu_fused_sdpa_available():
+        assert log_sum_exp.shape == (1, 2, 5) and state.numel() == 0
+        assert log_sum_exp.dtype == (torch.float32 if dtype == torch.bfloat16 else dtype)
+    torch.library.opcheck(packing._traced_sdpa, (q, k, v, lengths, 0.0, False, None))
+    _, log_sum_exp, state = packing._traced_sdpa(q, k, v, lengths, 0.5, False, None)
+    assert log_sum_exp.numel() == 0 and torch.equal(state, torch.get_rng_state()) is False
+    assert state.dtype == torch.uint8 and state.numel() == torch.get_rng_state().numel()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            dict(cu_seq_lens_q=cu([2, 2]), past_length=1),
+            "Packed sequences (cu_seq_lens_q / seq_idx) cannot continue a KV cache: a cached step extends one sequence "
+            "per row. Decode each sequence in its own row, with an attention mask for the padding.",
+        ),
+        (
+            dict(cu_seq_lens_q=cu([2, 2]), cu_seq_lens_k=cu([1, 3])),
+            "cu_seq_lens_k [0, 1, 4] differs from cu_seq_lens_q [0, 2, 4]; in self-attention each packed sequence "
+            "attends to itself: pass the same lengths (or cu_seq_lens_q alone).",
+        ),
+        (
+            dict(cu_seq_lens_q=cu([2, 2]), attention_mask=torch.tensor([[1, 1, 1, 0]])),
+            "attention_mask has padding inside a packed batch given by cu_seq_lens_q: a packed row holds only real "
+            "tokens. Drop the padding (DataCollatorWithFlattening gives none), or pass seq_idx with the mask.",
+        ),
+    ],
+)
+def test_description_errors_in_full(given, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        describe(1, 4, **given)
+
+
+def test_per_sequence_sdpa_shape_error_in_full():
+    q = torch.zeros(2, 1, 3, 4)
+    message = (
+        "per_sequence_sdpa takes packed rows of 5 tokens in all (cu_seq_lens_q[-1]) as query, key and value; got "
+        "query (2, 1, 3, 4) and key (2, 1, 3, 4) (batch, heads, seq, head_dim). Pass an ordinary batch with an "
+        "attention mask to the backend's own attention function instead."
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        per_sequence_sdpa(None, q, q, q, None, cu_seq_lens_q=cu([2, 3]))
