@@ -289,3 +289,29 @@ def test_a_score_term_keeps_the_causal_mask_on_sdpa():
     kept, _ = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, True)
     assert skipped is None
     assert allowed(kept) == pattern(lambda b, i, j: j <= i, 1, 4, 4)
+
+
+def test_prepared_4d_mask_casts_a_float_mask_and_stays_on_its_device():
+    additive = torch.tensor([[[[0.0, -1e9, -2.0]]]])
+    half = prepared_4d_mask(additive, 1, 3, torch.float16, "eager")
+    assert half.dtype == torch.float16 and half.tolist() == [[[[0.0, torch.finfo(torch.float16).min, -2.0]]]]
+    meta = prepared_4d_mask(torch.ones(1, 1, 2, 3, dtype=torch.bool).to("meta"), 2, 3, torch.float32, "sdpa")
+    assert meta.device.type == "meta" and meta.shape == (1, 1, 2, 3)
+
+
+def test_prepared_4d_mask_flash_error_in_full():
+    message = (
+        "A custom 4D attention_mask cannot be used with attn_implementation='flash_attention_2' (flash attention takes "
+        "no dense mask); load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        prepared_4d_mask(torch.ones(1, 1, 2, 2, dtype=torch.bool), 2, 2, torch.float32, "flash_attention_2")
+
+
+def test_cross_attention_mask_is_made_for_the_encoder_states():
+    """transformers' helper reads the keys' dtype (eager's additive mask) from the encoder states it is given."""
+    config = config_for(is_decoder=True, add_cross_attention=True)
+    encoder_mask = torch.tensor([[1, 1, 0, 0, 1]])
+    mask = cross_attention_mask(config, encoder_mask, embeddings(1, 3), embeddings(1, 5).double())
+    assert mask.dtype == torch.float64 and mask.shape == (1, 1, 3, 5)
+    assert (mask[0, 0] == 0).tolist() == [[True, True, False, False, True]] * 3
