@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from roformer_ext import positions
 from roformer_ext.positions import (
     as_axes_batch_seq,
     build_position_ids,
@@ -111,3 +112,159 @@ def test_decoding_is_refused_for_rope_2d_rows():
     config = SimpleNamespace(rope_parameters={"position_scheme": "rope_2d_rows", "axes": 2})
     with pytest.raises(ValueError, match="Cached generation is not defined for position_scheme 'rope_2d_rows'"):
         decoding_position_ids(torch.tensor([[1]]), SimpleNamespace(), config)
+
+
+def vision_config(scheme: str = "mrope", **knobs):
+    rope = {"position_scheme": scheme, "axes": 3, **knobs}
+    return SimpleNamespace(rope_parameters=rope, image_token_id=9, video_token_id=8)
+
+
+def test_runs_of_each_row_never_cross_rows_and_skip_padding():
+    kinds = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 0, 2, 2], [0, 0, 0, 0, 0]])
+    real = torch.tensor([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    assert positions._runs_per_row(kinds, real) == [([0, 1], [2, 2]), ([1, 0, 2], [2, 1, 2]), ([], [])]
+    nothing = torch.zeros(2, 3, dtype=torch.bool)
+    assert positions._runs_per_row(kinds[:2, :3], nothing) == [([], []), ([], [])]
+
+
+@pytest.mark.parametrize("grid", [[1, 2, 2], [[1, 2]], [[1, 0, 2]], [[-1, 2, 2]], [[[1, 2, 2]]]])
+def test_grids_must_be_rows_of_three_positive_sizes(grid):
+    message = f"image_grid_thw must have shape (num, 3) with positive (t, h, w) rows; got {grid}."
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        positions._grid_rows(grid, "image_grid_thw")
+
+
+def test_grid_rows_are_tuples_and_none_is_none():
+    assert positions._grid_rows(torch.tensor([[1, 2, 3], [2, 1, 1]]), "x") == [(1, 2, 3), (2, 1, 1)]
+    assert positions._grid_rows(None, "x") is None
+    assert positions._grid_rows(torch.zeros(0, 3, dtype=torch.long), "x") == []
+
+
+@pytest.mark.parametrize(
+    ("input_ids", "given", "message"),
+    [
+        (
+            [[5, 6]],
+            dict(image_grid_thw=[[1, 1, 1]]),
+            "image_grid_thw has 1 row(s) but input_ids contain no image placeholders (config.image_token_id=9).",
+        ),
+        (
+            [[5, 8, 8, 5]],
+            dict(video_grid_thw=[[1, 1, 2], [1, 1, 1]]),
+            "video_grid_thw has 2 row(s) (videos) but input_ids contain 1 groups of consecutive video placeholders "
+            "(config.video_token_id=8); each video must be one group, separated from the next by another token.",
+        ),
+        (
+            [[5, 9, 9, 9]],
+            dict(image_grid_thw=[[1, 1, 2]]),
+            "Sample 0: a image group has 3 placeholder tokens but its grid (t, h, w) = (1, 1, 2) needs t*h*w = 2.",
+        ),
+        (
+            [[5, 8, 8]],
+            dict(video_grid_thw=[[1, 1, 2]], second_per_grid_ts=[1.0, 2.0]),
+            "second_per_grid_ts has 2 entries but video_grid_thw has 1 rows; give one time per video (seconds "
+            "between two temporal patches).",
+        ),
+        (
+            [[5, 9]],
+            dict(second_per_grid_ts=[1.0]),
+            "second_per_grid_ts has 1 entries but video_grid_thw has 0 rows; give one time per video (seconds "
+            "between two temporal patches).",
+        ),
+    ],
+)
+def test_segment_errors_in_full(input_ids, given, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        build_position_ids(torch.tensor(input_ids), vision_config(), **given)
+
+
+def test_a_grid_without_its_token_id_is_refused_in_full():
+    config = vision_config()
+    config.image_token_id = None
+    message = "image_grid_thw was given but config.image_token_id is None, so no image placeholders can be found."
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        build_position_ids(torch.tensor([[5, 9]]), config, image_grid_thw=[[1, 1, 1]])
+
+
+def test_each_grid_goes_to_its_own_group_in_token_order_over_the_batch():
+    """Images (1, 1, 2) then (1, 2, 1), a video (2, 1, 1): mrope by hand (st + (t, h, w) per patch)."""
+    input_ids = torch.tensor([[9, 9, 5, 8, 8], [5, 9, 9, 5, 5]])
+    result, deltas = build_position_ids(
+        input_ids, vision_config(), image_grid_thw=[[1, 1, 2], [1, 2, 1]], video_grid_thw=[[2, 1, 1]]
+    )
+    # row 0: image at st 0: (0,0,0), (0,0,1); next text 2; video at st 3: (3,3,3), (4,3,3); next 5
+    # row 1: text 0; image at st 1: (1,1,1), (1,2,1); next 3: text 3, 4; next 5
+    assert result.permute(1, 2, 0).tolist() == [
+        [[0, 0, 0], [0, 0, 1], [2, 2, 2], [3, 3, 3], [4, 3, 3]],
+        [[0, 0, 0], [1, 1, 1], [1, 2, 1], [3, 3, 3], [4, 4, 4]],
+    ]
+    assert deltas.tolist() == [[0.0], [0.0]]
+
+
+def test_left_padding_moves_no_real_token_and_pads_sit_at_zero():
+    input_ids = torch.tensor([[0, 0, 5, 9, 9, 9, 9, 5], [5, 6, 5, 9, 9, 9, 9, 5]])
+    attention_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1]])
+    result, deltas = build_position_ids(
+        input_ids, vision_config(), image_grid_thw=[[1, 2, 2], [1, 2, 2]], attention_mask=attention_mask
+    )
+    # row 0: text 0; image at st 1 (h, w up to 2); next text 3 -> 6 real tokens, next 4: delta -2
+    assert result[:, 0].T.tolist() == [
+        [0, 0, 0],
+        [0, 0, 0],
+        [0, 0, 0],
+        [1, 1, 1],
+        [1, 1, 2],
+        [1, 2, 1],
+        [1, 2, 2],
+        [3, 3, 3],
+    ]
+    # row 1: text 0..2; image at st 3; next text 5 -> 8 real tokens, next 6: delta -2
+    assert result[:, 1].T.tolist()[3:] == [[3, 3, 3], [3, 3, 4], [3, 4, 3], [3, 4, 4], [5, 5, 5]]
+    assert deltas.tolist() == [[-2.0], [-2.0]]
+
+
+def test_training_draws_one_temporal_scale_per_vision_segment_in_token_order():
+    """HoPE's dynamic scaling: one torch.randint over the batch's vision segments, drawn from the default generator."""
+    config = vision_config("hope", temporal_scales=[0.5, 2.0, 3.0])
+    segments = [
+        [positions.Segment("text", 1), positions.Segment("image", 4, (1, 2, 2))],
+        [
+            positions.Segment("video", 2, (2, 1, 1)),
+            positions.Segment("text", 2),
+            positions.Segment("image", 1, (1, 1, 1)),
+        ],
+    ]
+    torch.manual_seed(11)
+    expected = torch.randint(3, (3,)).tolist()
+    torch.manual_seed(11)
+    drawn = positions._draw_temporal_scales(segments, (0.5, 2.0, 3.0))
+    scales = [segment.temporal_scale for row in drawn for segment in row]
+    assert scales == [
+        None,
+        (0.5, 2.0, 3.0)[expected[0]],
+        (0.5, 2.0, 3.0)[expected[1]],
+        None,
+        (0.5, 2.0, 3.0)[expected[2]],
+    ]
+    assert [segment.length for row in drawn for segment in row] == [1, 4, 2, 2, 1]
+    # through build_position_ids: only while training, the same draw as above
+    input_ids = torch.tensor([[5, 8, 8, 5]])
+    state = torch.get_rng_state()
+    build_position_ids(input_ids, config, video_grid_thw=[[2, 1, 1]])  # eval: nothing drawn
+    assert torch.equal(torch.get_rng_state(), state)
+    runs = set()
+    for seed in range(6):
+        torch.manual_seed(seed)
+        trained, _ = build_position_ids(input_ids, config, video_grid_thw=[[2, 1, 1]], training=True)
+        torch.manual_seed(seed)
+        scale = (0.5, 2.0, 3.0)[int(torch.randint(3, (1,)))]
+        fixed = SimpleNamespace(
+            **{
+                **vars(config),
+                "rope_parameters": {**config.rope_parameters, "temporal_stride": scale, "temporal_scales": None},
+            }
+        )
+        alone, _ = build_position_ids(input_ids, fixed, video_grid_thw=[[2, 1, 1]])
+        assert torch.equal(trained, alone)
+        runs.add(tuple(trained.flatten().tolist()))
+    assert len(runs) > 1  # the draws differ between seeds
