@@ -315,3 +315,10 @@ def test_cross_attention_mask_is_made_for_the_encoder_states():
     mask = cross_attention_mask(config, encoder_mask, embeddings(1, 3), embeddings(1, 5).double())
     assert mask.dtype == torch.float64 and mask.shape == (1, 1, 3, 5)
     assert (mask[0, 0] == 0).tolist() == [[True, True, False, False, True]] * 3
+
+
+def test_prepared_4d_mask_hides_key_columns_beyond_a_narrower_mask():
+    """Every query of the call, as many as the keys: the key columns the caller's mask does not cover are hidden."""
+    mask = torch.tensor([[[[1, 0], [1, 1], [0, 1]]]])
+    result = prepared_4d_mask(mask, 3, 3, torch.float32, "eager")
+    assert result.tolist() == [[[[0.0, MIN, MIN], [0.0, 0.0, MIN], [MIN, 0.0, MIN]]]]
