@@ -322,3 +322,56 @@ def test_prepared_4d_mask_hides_key_columns_beyond_a_narrower_mask():
     mask = torch.tensor([[[[1, 0], [1, 1], [0, 1]]]])
     result = prepared_4d_mask(mask, 3, 3, torch.float32, "eager")
     assert result.tolist() == [[[[0.0, MIN, MIN], [0.0, 0.0, MIN], [MIN, 0.0, MIN]]]]
+
+
+def filled_cache(config, tokens: int) -> DynamicCache:
+    cache = DynamicCache(config=config)
+    for layer in range(config.num_hidden_layers):
+        cache.update(torch.zeros(1, 4, tokens, 8), torch.zeros(1, 4, tokens, 8), layer)
+    return cache
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_callers_4d_mask_with_a_cache_covers_the_cached_keys(layers):
+    """A one-layer model too: the mask's keys are read from the cache's first (here only) layer."""
+    config = config_for(is_decoder=True, num_hidden_layers=layers)
+    keep = torch.tensor([[[[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]]], dtype=torch.bool)
+    mask, _ = self_attention_mask(config, keep, embeddings(1, 3), filled_cache(config, 2), 2, None, None, False)
+    assert allowed(mask) == keep[:, 0].tolist()
+
+
+def test_a_callers_4d_mask_on_flash_is_refused_with_the_backend_named():
+    config = config_for("flash_attention_2")
+    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2'"):
+        self_attention_mask(config, torch.ones(1, 1, 2, 2), embeddings(1, 2), None, 0, None, None, False)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_unilm_source_overlay_reads_the_caches_first_layer(layers):
+    """An empty dynamic cache holds this call's keys; a static cache its full length, in a one-layer model too."""
+    unilm = config_for(is_decoder=True, decoder_attention="unilm", num_hidden_layers=layers)
+    token_type_ids = torch.tensor([[0, 0, 1]])
+    overlay = unilm_source_overlay(unilm, token_type_ids, 0, DynamicCache(config=unilm))
+    assert overlay(torch.tensor(0), None, torch.arange(3)[:, None], torch.arange(3)[None]).tolist() == [
+        [True, True, False],
+        [True, True, False],
+        [False, False, False],
+    ]
+    overlay = unilm_source_overlay(unilm, token_type_ids, 0, StaticCache(config=unilm, max_cache_len=200))
+    assert not bool(overlay(torch.tensor(0), None, torch.tensor(1), torch.tensor(199)))
+
+
+def test_a_unilm_encoder_config_still_runs_packed_sequences_alone():
+    """decoder_attention is a decoder's setting: an encoder with token types keeps per-sequence SDPA."""
+    config = config_for("sdpa", decoder_attention="unilm")
+    packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
+    token_type_ids = torch.tensor([[0, 0, 1, 1]])
+    result = self_attention_mask(config, None, embeddings(1, 4), None, 0, token_type_ids, packed, False)
+    assert result == (None, per_sequence_sdpa)
+
+
+def test_within_each_sequence_padding_matches_no_real_sequence():
+    packed = PackedBatch(torch.tensor([[0, 0, 1, 1, 1]]), None, None, None)
+    same = within_each_sequence(packed, 5)
+    for query in range(5):
+        assert not bool(same(torch.tensor(0), None, torch.tensor(query), torch.tensor(127)))
