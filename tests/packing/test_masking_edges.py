@@ -375,3 +375,21 @@ def test_within_each_sequence_padding_matches_no_real_sequence():
     same = within_each_sequence(packed, 5)
     for query in range(5):
         assert not bool(same(torch.tensor(0), None, torch.tensor(query), torch.tensor(127)))
+
+
+def test_a_cached_decoder_step_masks_over_the_cached_keys_too():
+    config = config_for(is_decoder=True)
+    attention_mask = torch.tensor([[0, 1, 1, 1, 1]])  # one left pad among the 2 cached tokens, 3 new ones
+    cache = filled_cache(config, 2)
+    mask, _ = self_attention_mask(config, attention_mask, embeddings(1, 3), cache, 2, None, None, False)
+    assert allowed(mask) == pattern(lambda b, i, j: j <= i + 2 and attention_mask[b, j] == 1, 1, 3, 5)
+
+
+def test_a_unilm_first_call_into_a_long_static_cache():
+    """The source overlay is indexed over the static cache's full length (beyond the 128 a flex block pads to)."""
+    config = config_for(is_decoder=True, decoder_attention="unilm")
+    token_type_ids = torch.tensor([[0, 0, 1]])
+    cache = StaticCache(config=config, max_cache_len=200)
+    mask, _ = self_attention_mask(config, None, embeddings(1, 3), cache, 0, token_type_ids, None, False)
+    expected = unilm_attention_mask(token_type_ids)[0, 0].tolist()
+    assert allowed(mask) == [[row + [False] * 197 for row in expected]]
