@@ -268,3 +268,53 @@ def test_training_draws_one_temporal_scale_per_vision_segment_in_token_order():
         assert torch.equal(trained, alone)
         runs.add(tuple(trained.flatten().tolist()))
     assert len(runs) > 1  # the draws differ between seeds
+
+
+def test_packed_video_keeps_its_seconds_and_the_row_delta():
+    """qwen2_5_vl, tokens_per_second 2: a video (2, 1, 1) with 1.5 s per temporal patch puts frame k at floor(3 k).
+    The row: text (5, 6), then text 5 + that video; the video's sequence is last, so its delta is the row's."""
+    config = vision_config("qwen2_5_vl")
+    input_ids = torch.tensor([[5, 6, 5, 8, 8]])
+    result, deltas = build_position_ids(
+        input_ids, config, video_grid_thw=[[2, 1, 1]], second_per_grid_ts=[1.5], cu_seq_lens=torch.tensor([0, 2, 5])
+    )
+    assert result[:, 0].T.tolist() == [[0, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 1], [4, 1, 1]]
+    assert deltas.tolist() == [[2.0]]  # next text 5 after 3 tokens
+
+
+def test_packed_training_draws_as_each_sequence_alone():
+    """HoPE while training: the packed row draws the video's scale as the sequence alone does (same seed); the
+    draws differ from the fixed scale for some seed, so the packed path must pass `training` on to show it."""
+    config = vision_config("hope", temporal_scales=[0.5, 2.0, 3.0])
+    video = dict(video_grid_thw=[[2, 1, 1]])
+    fixed, _ = build_position_ids(torch.tensor([[5, 8, 8]]), config, **video)
+    differs = []
+    for seed in range(4):
+        torch.manual_seed(seed)
+        packed, _ = build_position_ids(
+            torch.tensor([[5, 8, 8, 5, 6]]), config, cu_seq_lens=[0, 3, 5], training=True, **video
+        )
+        torch.manual_seed(seed)
+        alone, _ = build_position_ids(torch.tensor([[5, 8, 8]]), config, training=True, **video)
+        assert torch.equal(packed[:, :, :3], alone)
+        assert packed[:, 0, 3:].tolist() == [[0.0, 1.0]] * 3  # the text sequence after it starts again at 0
+        differs.append(not torch.equal(alone, fixed))
+    assert any(differs)
+
+
+def test_decoding_beams_of_several_tokens():
+    config = mrope_config()
+    cache = SimpleNamespace()
+    remember_position_deltas(cache, torch.tensor([[-2.0], [1.0]]))
+    result = decoding_position_ids(torch.tensor([[7, 8]] * 4), cache, config)
+    assert result.tolist() == [[[5.0, 6.0], [5.0, 6.0], [8.0, 9.0], [8.0, 9.0]]] * 3
+
+
+def test_decoding_rope_2d_rows_error_in_full():
+    config = SimpleNamespace(rope_parameters={"position_scheme": "rope_2d_rows", "axes": 2})
+    message = (
+        "Cached generation is not defined for position_scheme 'rope_2d_rows' (its rows do not advance with each "
+        "token); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        decoding_position_ids(torch.tensor([[1]]), SimpleNamespace(), config)
