@@ -318,3 +318,16 @@ def test_decoding_rope_2d_rows_error_in_full():
     )
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         decoding_position_ids(torch.tensor([[1]]), SimpleNamespace(), config)
+
+
+def test_text_positions_are_made_on_the_given_device():
+    assert text_position_ids(1, 3, 0, 2, torch.device("meta")).device.type == "meta"
+
+
+def test_position_shape_error_in_full():
+    message = (
+        "position_ids has shape (4,); expected (batch, seq) = (2, 5) or (axes, batch, seq) = (3, 2, 5). For mixed "
+        "text/image input build them with roformer_ext.positions.build_position_ids."
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        as_axes_batch_seq(torch.zeros(4), 3, 2, 5)
