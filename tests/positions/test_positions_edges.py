@@ -331,3 +331,19 @@ def test_position_shape_error_in_full():
     )
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         as_axes_batch_seq(torch.zeros(4), 3, 2, 5)
+
+
+@pytest.mark.parametrize(
+    "config", [SimpleNamespace(), SimpleNamespace(rope_parameters=None), SimpleNamespace(rope_parameters={})]
+)
+def test_a_config_without_rope_parameters_gets_1d_positions_on_one_axis(config):
+    result, deltas = build_position_ids(torch.tensor([[5, 6, 7], [8, 9, 10]]), config)
+    assert result.shape == (1, 2, 3) and result.tolist() == [[[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]]
+    assert deltas.tolist() == [[0.0], [0.0]]
+
+
+@pytest.mark.parametrize("name", ["image_grid_thw", "video_grid_thw"])
+def test_build_position_ids_names_the_bad_grid(name):
+    message = f"{name} must have shape (num, 3) with positive (t, h, w) rows; got [[1, 2]]."
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        build_position_ids(torch.tensor([[5, 9, 8]]), vision_config(), **{name: [[1, 2]]})
