@@ -515,3 +515,12 @@ def test_per_sequence_sdpa_shape_error_in_full():
     )
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         per_sequence_sdpa(None, q, q, q, None, cu_seq_lens_q=cu([2, 3]))
+
+
+def test_operator_names_carry_the_defining_module():
+    assert packing.operator_name("kind", "a.b-c") == "roformer_ext::kind_a_b_c"
+    assert packing.operator_name("per_sequence_sdpa", "roformer_ext.packing") == packing._OPERATOR
+    found = packing.defined_operator(packing._OPERATOR)
+    assert found is not None and found._qualified_op_name == packing._OPERATOR
+    assert packing.defined_operator("roformer_ext::never_defined_here") is None
+    assert packing.defined_operator("aten::add")._qualified_op_name == "aten::add"
