@@ -524,3 +524,9 @@ def test_operator_names_carry_the_defining_module():
     assert found is not None and found._qualified_op_name == packing._OPERATOR
     assert packing.defined_operator("roformer_ext::never_defined_here") is None
     assert packing.defined_operator("aten::add")._qualified_op_name == "aten::add"
+
+
+def test_traced_description_stays_on_the_lengths_device(monkeypatch):
+    traced(monkeypatch)
+    packed = describe(2, 5, cu_seq_lens_q=cu([2, 3, 4, 1]).to("meta"))
+    assert packed.sequence_ids.device.type == "meta" and packed.sequence_ids.shape == (2, 5)

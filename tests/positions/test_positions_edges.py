@@ -347,3 +347,9 @@ def test_build_position_ids_names_the_bad_grid(name):
     message = f"{name} must have shape (num, 3) with positive (t, h, w) rows; got [[1, 2]]."
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         build_position_ids(torch.tensor([[5, 9, 8]]), vision_config(), **{name: [[1, 2]]})
+
+
+def test_training_with_bad_temporal_scales_names_the_scheme():
+    config = vision_config("hope", temporal_scales=[1.0, -2.0])
+    with pytest.raises(ValueError, match=r"^Position scheme 'hope': .*temporal_scales"):
+        build_position_ids(torch.tensor([[5, 8, 8]]), config, video_grid_thw=[[2, 1, 1]], training=True)
