@@ -524,6 +524,8 @@ def test_operator_names_carry_the_defining_module():
     assert found is not None and found._qualified_op_name == packing._OPERATOR
     assert packing.defined_operator("roformer_ext::never_defined_here") is None
     assert packing.defined_operator("aten::add")._qualified_op_name == "aten::add"
+    # a second definition (importlib.reload) finds the operator this process registered instead of defining it again
+    assert packing._define_traced_sdpa()._qualified_op_name == packing._OPERATOR
 
 
 def test_traced_description_stays_on_the_lengths_device(monkeypatch):
