@@ -13,6 +13,7 @@ import torch
 from conftest import tiny_config
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
+from roformer_ext.attention_plan import BatchLayout, check_backend_takes, eager_attention_forward, make_attention_plan
 from roformer_ext.masking_roformer_ext import (
     check_padding_mask,
     cross_attention_mask,
@@ -26,6 +27,7 @@ from roformer_ext.masking_roformer_ext import (
     within_each_sequence,
 )
 from roformer_ext.packing import PackedBatch, describe_packed_batch, per_sequence_sdpa
+from roformer_ext.position_encodings import AttentionTerms
 
 MIN = torch.finfo(torch.float32).min
 
@@ -51,6 +53,26 @@ def pattern(rule, batch: int, q: int, kv: int) -> list:
 
 def embeddings(batch: int, seq: int) -> torch.Tensor:
     return torch.zeros(batch, seq, 32)
+
+
+class NoTerms:
+    """A position encoding with nothing for the attention, and a score term or not."""
+
+    def __init__(self, has_score_term: bool) -> None:
+        self.has_relative_scores = has_score_term
+
+    def attention_terms(self, *args) -> AttentionTerms:
+        return AttentionTerms()
+
+
+def plan_choice(config, attention_mask, batch, seq, packed=None, token_type_ids=None, has_score_term=False):
+    """(mask, attention function) as the attention plan decides them (function None: linear attention)."""
+    layout = BatchLayout(None, None, 0, packed)
+    positions = torch.zeros(1, batch, seq, dtype=torch.long)
+    plan = make_attention_plan(
+        config, NoTerms(has_score_term), layout, embeddings(batch, seq), positions, attention_mask, token_type_ids
+    )
+    return plan.mask, plan.attention
 
 
 def test_self_attention_cache_reads_the_decoder_part():
@@ -139,32 +161,32 @@ def test_unilm_source_overlay_covers_a_static_caches_full_length():
 def test_prepared_4d_mask_from_booleans_integers_and_floats():
     keep = torch.tensor([[[[True, False, True], [False, True, True]]]])
     for mask in (keep, keep.long()):
-        result = prepared_4d_mask(mask, 2, 3, torch.float32, "sdpa")
+        result = prepared_4d_mask(mask, 2, 3, torch.float32)
         assert result.dtype == torch.float32
         assert result.tolist() == [[[[0.0, MIN, 0.0], [MIN, 0.0, 0.0]]]]
     additive = torch.tensor([[[[0.0, -float("inf"), -3.0]]]])
-    assert prepared_4d_mask(additive, 1, 3, torch.float32, "eager").tolist() == [[[[0.0, MIN, -3.0]]]]
-    half = prepared_4d_mask(keep, 2, 3, torch.float16, None)
+    assert prepared_4d_mask(additive, 1, 3, torch.float32).tolist() == [[[[0.0, MIN, -3.0]]]]
+    half = prepared_4d_mask(keep, 2, 3, torch.float16)
     assert half.dtype == torch.float16 and half[0, 0, 0, 1].item() == torch.finfo(torch.float16).min
 
 
 def test_prepared_4d_mask_takes_the_last_query_rows_and_hides_unwritten_slots():
     mask = torch.tensor([[[[1, 0, 0], [1, 1, 0], [1, 1, 1]]]])
-    result = prepared_4d_mask(mask, 1, 5, torch.float32, "eager")
+    result = prepared_4d_mask(mask, 1, 5, torch.float32)
     assert result.tolist() == [[[[0.0, 0.0, 0.0, MIN, MIN]]]]
-    assert prepared_4d_mask(mask, 3, 3, torch.float32, "eager").shape == (1, 1, 3, 3)
+    assert prepared_4d_mask(mask, 3, 3, torch.float32).shape == (1, 1, 3, 3)
 
 
 @pytest.mark.parametrize(("shape", "q", "kv"), [((1, 2, 2, 3), 2, 3), ((1, 1, 1, 3), 2, 3), ((1, 1, 2, 4), 2, 3)])
 def test_prepared_4d_mask_refuses_other_shapes(shape, q, kv):
     expected = re.escape(f"(batch, 1, {q}, {kv}) here (key_length counts cached tokens too); got {shape}.")
     with pytest.raises(ValueError, match=expected):
-        prepared_4d_mask(torch.ones(shape, dtype=torch.bool), q, kv, torch.float32, "eager")
+        prepared_4d_mask(torch.ones(shape, dtype=torch.bool), q, kv, torch.float32)
 
 
-def test_prepared_4d_mask_refuses_flash():
+def test_a_4d_mask_on_flash_is_refused_by_the_plan():
     with pytest.raises(ValueError, match=r"attn_implementation='flash_attention_2'"):
-        prepared_4d_mask(torch.ones(1, 1, 2, 2, dtype=torch.bool), 2, 2, torch.float32, "flash_attention_2")
+        check_backend_takes(config_for("flash_attention_2"), torch.ones(1, 1, 2, 2, dtype=torch.bool), None, False)
 
 
 def test_check_padding_mask():
@@ -183,22 +205,21 @@ def test_check_padding_mask():
 def test_encoder_mask_hides_padding_only():
     config = config_for()
     attention_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
-    mask, function = self_attention_mask(config, attention_mask, embeddings(2, 4), None, 0, None, None, False)
-    assert function is None
+    mask = self_attention_mask(config, attention_mask, embeddings(2, 4), None, 0, None, None, False)
     assert allowed(mask) == pattern(lambda b, i, j: attention_mask[b, j] == 1, 2, 4, 4)
 
 
 def test_decoder_mask_is_causal_and_hides_padding():
     config = config_for(is_decoder=True)
     attention_mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
-    mask, _ = self_attention_mask(config, attention_mask, embeddings(2, 4), None, 0, None, None, True)
+    mask = self_attention_mask(config, attention_mask, embeddings(2, 4), None, 0, None, None, True)
     assert allowed(mask) == pattern(lambda b, i, j: j <= i and attention_mask[b, j] == 1, 2, 4, 4)
 
 
 def test_unilm_decoder_mask_lets_the_source_see_itself():
     config = config_for(is_decoder=True, decoder_attention="unilm")
     token_type_ids = torch.tensor([[0, 0, 0, 1, 1]])
-    mask, _ = self_attention_mask(config, None, embeddings(1, 5), None, 0, token_type_ids, None, False)
+    mask = self_attention_mask(config, None, embeddings(1, 5), None, 0, token_type_ids, None, False)
     assert allowed(mask) == unilm_attention_mask(token_type_ids)[:, 0].tolist()
     # the same call as a plain causal decoder differs: the source's first token sees the later source tokens
     assert allowed(mask)[0][0] == [True, True, True, False, False]
@@ -207,7 +228,7 @@ def test_unilm_decoder_mask_lets_the_source_see_itself():
 def test_a_causal_decoder_ignores_token_types():
     config = config_for(is_decoder=True)
     token_type_ids = torch.tensor([[0, 0, 0, 1, 1]])
-    mask, _ = self_attention_mask(config, None, embeddings(1, 5), None, 0, token_type_ids, None, True)
+    mask = self_attention_mask(config, None, embeddings(1, 5), None, 0, token_type_ids, None, True)
     assert allowed(mask) == pattern(lambda b, i, j: j <= i, 1, 5, 5)
 
 
@@ -216,8 +237,7 @@ def test_packed_rows_attend_within_each_sequence(is_decoder):
     config = config_for(is_decoder=is_decoder)
     packed = describe_packed_batch(2, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4, 6, 8]))
     ids = packed.sequence_ids.tolist()
-    mask, function = self_attention_mask(config, None, embeddings(2, 4), None, 0, None, packed, False)
-    assert function is None
+    mask = self_attention_mask(config, None, embeddings(2, 4), None, 0, None, packed, False)
 
     def rule(b, i, j):
         return ids[b][i] == ids[b][j] and (j <= i or not is_decoder)
@@ -226,46 +246,47 @@ def test_packed_rows_attend_within_each_sequence(is_decoder):
 
 
 def test_packed_rows_on_sdpa_run_each_sequence_alone_unless_something_else_is_masked():
+    """The attention plan's choice: per-sequence SDPA, no mask, only where nothing else must be masked."""
     packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
     sdpa = config_for("sdpa")
-    assert self_attention_mask(sdpa, None, embeddings(1, 4), None, 0, None, packed, False) == (None, per_sequence_sdpa)
+    assert plan_choice(sdpa, None, 1, 4, packed) == (None, per_sequence_sdpa)
     # a score term joins the mask, so the mask is built (and it keeps the sequences apart)
-    mask, function = self_attention_mask(sdpa, None, embeddings(1, 4), None, 0, None, packed, True)
-    assert function is None
+    mask, function = plan_choice(sdpa, None, 1, 4, packed, has_score_term=True)
+    assert function is not per_sequence_sdpa
     assert allowed(mask) == pattern(lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4)
     # the eager backend, or a packed description without cu_seq_lens (traced), build the mask as well
     eager = config_for("eager")
-    assert self_attention_mask(eager, None, embeddings(1, 4), None, 0, None, packed, False)[1] is None
+    mask, function = plan_choice(eager, None, 1, 4, packed)
+    assert function is eager_attention_forward and allowed(mask) == pattern(
+        lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4
+    )
     traced = PackedBatch(packed.sequence_ids, None, None, None)
-    mask, function = self_attention_mask(sdpa, None, embeddings(1, 4), None, 0, None, traced, False)
-    assert function is None and allowed(mask) == pattern(lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4)
+    mask, function = plan_choice(sdpa, None, 1, 4, traced)
+    assert function is not per_sequence_sdpa and allowed(mask) == pattern(lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4)
     # a UniLM decoder or a padding mask next to the packing keep the mask too
     unilm = config_for("sdpa", is_decoder=True, decoder_attention="unilm")
     token_type_ids = torch.tensor([[0, 0, 1, 1]])
-    mask, function = self_attention_mask(unilm, None, embeddings(1, 4), None, 0, token_type_ids, packed, False)
-    assert function is None and mask is not None
-    mask, function = self_attention_mask(sdpa, torch.ones(1, 4), embeddings(1, 4), None, 0, None, packed, False)
-    assert function is None and allowed(mask) == pattern(lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4)
+    mask, function = plan_choice(unilm, None, 1, 4, packed, token_type_ids=token_type_ids)
+    assert function is not per_sequence_sdpa and mask is not None
+    mask, function = plan_choice(sdpa, torch.ones(1, 4), 1, 4, packed)
+    assert function is not per_sequence_sdpa and allowed(mask) == pattern(lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4)
 
 
 def test_linear_attention_takes_the_raw_padding_mask():
     config = config_for(attention_type="linear")
     attention_mask = torch.tensor([[1, 1, 0]])
-    assert self_attention_mask(config, attention_mask, embeddings(1, 3), None, 0, None, None, False) == (
-        attention_mask,
-        None,
-    )
+    assert plan_choice(config, attention_mask, 1, 3) == (attention_mask, None)
 
 
 def test_a_callers_4d_mask_is_prepared_for_the_keys_the_layer_sees():
     config = config_for()
     keep = torch.tensor([[[[1, 0, 1], [0, 1, 1], [1, 1, 0]]]], dtype=torch.bool)
-    mask, function = self_attention_mask(config, keep, embeddings(1, 3), None, 0, None, None, False)
-    assert function is None and mask.dtype == torch.float32
+    mask = self_attention_mask(config, keep, embeddings(1, 3), None, 0, None, None, False)
+    assert mask.dtype == torch.float32
     assert allowed(mask) == keep[:, 0].tolist()
     # with a static cache the keys are its full length: the slots not written yet are hidden
     cache = StaticCache(config=config, max_cache_len=6)
-    mask, _ = self_attention_mask(config, keep, embeddings(1, 3), cache, 0, None, None, False)
+    mask = self_attention_mask(config, keep, embeddings(1, 3), cache, 0, None, None, False)
     assert allowed(mask) == [[row + [False] * 3 for row in keep[0, 0].tolist()]]
 
 
@@ -279,33 +300,33 @@ def test_cross_attention_mask_hides_the_encoders_padding():
     assert mask.dtype == torch.float32 and allowed(mask) == keep[:, 0].tolist()
     flash = config_for("flash_attention_2", is_decoder=True, add_cross_attention=True)
     with pytest.raises(ValueError, match="cannot be used with attn_implementation='flash_attention_2'"):
-        cross_attention_mask(flash, keep, embeddings(1, 3), embeddings(1, 5))
+        check_backend_takes(flash, None, keep, False)  # the plan refuses it before any mask is made
 
 
 def test_a_score_term_keeps_the_causal_mask_on_sdpa():
     """sdpa may skip a causal mask (is_causal) only where no score term must join it."""
     config = config_for("sdpa", is_decoder=True)
-    skipped, _ = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, False)
-    kept, _ = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, True)
+    skipped = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, False)
+    kept = self_attention_mask(config, None, embeddings(1, 4), None, 0, None, None, True)
     assert skipped is None
     assert allowed(kept) == pattern(lambda b, i, j: j <= i, 1, 4, 4)
 
 
 def test_prepared_4d_mask_casts_a_float_mask_and_stays_on_its_device():
     additive = torch.tensor([[[[0.0, -1e9, -2.0]]]])
-    half = prepared_4d_mask(additive, 1, 3, torch.float16, "eager")
+    half = prepared_4d_mask(additive, 1, 3, torch.float16)
     assert half.dtype == torch.float16 and half.tolist() == [[[[0.0, torch.finfo(torch.float16).min, -2.0]]]]
-    meta = prepared_4d_mask(torch.ones(1, 1, 2, 3, dtype=torch.bool).to("meta"), 2, 3, torch.float32, "sdpa")
+    meta = prepared_4d_mask(torch.ones(1, 1, 2, 3, dtype=torch.bool).to("meta"), 2, 3, torch.float32)
     assert meta.device.type == "meta" and meta.shape == (1, 1, 2, 3)
 
 
-def test_prepared_4d_mask_flash_error_in_full():
+def test_the_flash_4d_mask_error_in_full():
     message = (
         "A custom 4D attention_mask cannot be used with attn_implementation='flash_attention_2' (flash attention takes "
         "no dense mask); load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
     )
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        prepared_4d_mask(torch.ones(1, 1, 2, 2, dtype=torch.bool), 2, 2, torch.float32, "flash_attention_2")
+        check_backend_takes(config_for("flash_attention_2"), torch.ones(1, 1, 2, 2, dtype=torch.bool), None, False)
 
 
 def test_cross_attention_mask_is_made_for_the_encoder_states():
@@ -320,7 +341,7 @@ def test_cross_attention_mask_is_made_for_the_encoder_states():
 def test_prepared_4d_mask_hides_key_columns_beyond_a_narrower_mask():
     """Every query of the call, as many as the keys: the key columns the caller's mask does not cover are hidden."""
     mask = torch.tensor([[[[1, 0], [1, 1], [0, 1]]]])
-    result = prepared_4d_mask(mask, 3, 3, torch.float32, "eager")
+    result = prepared_4d_mask(mask, 3, 3, torch.float32)
     assert result.tolist() == [[[[0.0, MIN, MIN], [0.0, 0.0, MIN], [MIN, 0.0, MIN]]]]
 
 
@@ -336,14 +357,14 @@ def test_a_callers_4d_mask_with_a_cache_covers_the_cached_keys(layers):
     """A one-layer model too: the mask's keys are read from the cache's first (here only) layer."""
     config = config_for(is_decoder=True, num_hidden_layers=layers)
     keep = torch.tensor([[[[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]]], dtype=torch.bool)
-    mask, _ = self_attention_mask(config, keep, embeddings(1, 3), filled_cache(config, 2), 2, None, None, False)
+    mask = self_attention_mask(config, keep, embeddings(1, 3), filled_cache(config, 2), 2, None, None, False)
     assert allowed(mask) == keep[:, 0].tolist()
 
 
 def test_a_callers_4d_mask_on_flash_is_refused_with_the_backend_named():
     config = config_for("flash_attention_2")
     with pytest.raises(ValueError, match="attn_implementation='flash_attention_2'"):
-        self_attention_mask(config, torch.ones(1, 1, 2, 2), embeddings(1, 2), None, 0, None, None, False)
+        plan_choice(config, torch.ones(1, 1, 2, 2), 1, 2)
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -366,8 +387,7 @@ def test_a_unilm_encoder_config_still_runs_packed_sequences_alone():
     config = config_for("sdpa", decoder_attention="unilm")
     packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
     token_type_ids = torch.tensor([[0, 0, 1, 1]])
-    result = self_attention_mask(config, None, embeddings(1, 4), None, 0, token_type_ids, packed, False)
-    assert result == (None, per_sequence_sdpa)
+    assert plan_choice(config, None, 1, 4, packed, token_type_ids=token_type_ids) == (None, per_sequence_sdpa)
 
 
 def test_within_each_sequence_padding_matches_no_real_sequence():
@@ -381,7 +401,7 @@ def test_a_cached_decoder_step_masks_over_the_cached_keys_too():
     config = config_for(is_decoder=True)
     attention_mask = torch.tensor([[0, 1, 1, 1, 1]])  # one left pad among the 2 cached tokens, 3 new ones
     cache = filled_cache(config, 2)
-    mask, _ = self_attention_mask(config, attention_mask, embeddings(1, 3), cache, 2, None, None, False)
+    mask = self_attention_mask(config, attention_mask, embeddings(1, 3), cache, 2, None, None, False)
     assert allowed(mask) == pattern(lambda b, i, j: j <= i + 2 and attention_mask[b, j] == 1, 1, 3, 5)
 
 
@@ -390,6 +410,6 @@ def test_a_unilm_first_call_into_a_long_static_cache():
     config = config_for(is_decoder=True, decoder_attention="unilm")
     token_type_ids = torch.tensor([[0, 0, 1]])
     cache = StaticCache(config=config, max_cache_len=200)
-    mask, _ = self_attention_mask(config, None, embeddings(1, 3), cache, 0, token_type_ids, None, False)
+    mask = self_attention_mask(config, None, embeddings(1, 3), cache, 0, token_type_ids, None, False)
     expected = unilm_attention_mask(token_type_ids)[0, 0].tolist()
     assert allowed(mask) == [[row + [False] * 197 for row in expected]]
