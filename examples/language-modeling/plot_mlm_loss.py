@@ -7,6 +7,13 @@ The shipped checkpoint keeps its `trainer_state.json`, so its figure can be redr
     python examples/language-modeling/plot_mlm_loss.py checkpoints/roformer-ext-mini-zh \
         --output docs/images/roformer-ext-mini-zh-loss.png
 
+A run continued from an earlier run's checkpoint (`run_mlm.py --model_name_or_path`) counts its steps from 0
+again; `--previous` draws the earlier run first and shifts the later one by its last step:
+
+    python examples/language-modeling/plot_mlm_loss.py checkpoints/roformer-ext-mini-zh \
+        --previous checkpoints/roformer-ext-mini-zh/trainer_state_stage1.json \
+        --output docs/images/roformer-ext-mini-zh-loss.png
+
 Needs matplotlib.
 """
 
@@ -27,8 +34,20 @@ def loss_points(state_file: Path) -> tuple[list[tuple[int, float]], list[tuple[i
     return train, evaluation
 
 
-def plot(run_dir: Path, output: Path, title: str | None = None) -> Path:
-    """Draw the training loss (line) and any validation loss (points) against the step; returns the PNG path."""
+def last_step(state_file: Path) -> int:
+    """The global step a Trainer state ends at (where a run continued from its checkpoint starts counting)."""
+    return int(json.loads(state_file.read_text(encoding="utf-8"))["global_step"])
+
+
+def shifted(points: list[tuple[int, float]], offset: int) -> list[tuple[int, float]]:
+    return [(step + offset, value) for step, value in points]
+
+
+def plot(run_dir: Path, output: Path, title: str | None = None, previous: Path | None = None) -> Path:
+    """Draw the training loss (line) and any validation loss (points) against the step; returns the PNG path.
+
+    `previous`: the `trainer_state.json` of the run this one continued; drawn first, this run shifted by its steps.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
@@ -36,7 +55,17 @@ def plot(run_dir: Path, output: Path, title: str | None = None) -> Path:
 
     train, evaluation = loss_points(run_dir / "trainer_state.json")
     figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-    axis.plot(*zip(*train), label="training loss (masked tokens)")
+    if previous is not None:
+        offset = last_step(previous)
+        earlier_train, earlier_evaluation = loss_points(previous)
+        axis.plot(*zip(*earlier_train), label=f"training loss, steps 1-{offset:,}")
+        if earlier_evaluation:
+            axis.plot(*zip(*earlier_evaluation), "o", label="validation loss, first run")
+        axis.axvline(offset, color="grey", linestyle=":", linewidth=1)
+        train, evaluation = shifted(train, offset), shifted(evaluation, offset)
+        axis.plot(*zip(*train), label="training loss, continued from there")
+    else:
+        axis.plot(*zip(*train), label="training loss (masked tokens)")
     if evaluation:
         axis.plot(*zip(*evaluation), "o", label="validation loss")
     axis.set_xlabel("optimizer step")
@@ -56,8 +85,14 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path, help="Output folder of run_mlm.py (holds trainer_state.json).")
     parser.add_argument("--output", type=Path, required=True, help="PNG file to write.")
     parser.add_argument("--title", default=None)
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        help="trainer_state.json of the run this one continued (--model_name_or_path): drawn before it.",
+    )
     args = parser.parse_args()
-    print(f"wrote {plot(args.run_dir, args.output, args.title)}")
+    print(f"wrote {plot(args.run_dir, args.output, args.title, args.previous)}")
 
 
 if __name__ == "__main__":

@@ -26,18 +26,19 @@ sys.path.insert(0, str(EXAMPLES))
 
 from common.utils import ModelArguments, load_config, resolve_checkpoint_paths  # noqa: E402
 
-#: (sentence, masked word): the whole word is masked, as in whole-word pretraining. Measured on the shipped weights:
-#: each word's characters are in the top 5 at their positions. The model is weak (40 CPU minutes): it gets
-#: frequent one-character words from their context (在 is its first guess in 我们[MASK]北京工作) and few content
-#: words (服务 here; 1 of 12 two-character content words measured, see docs/fine-tuning.md).
+#: (sentence, masked word): the whole word is masked, as in whole-word pretraining. Measured on the shipped weights
+#: (2,900 steps): each word's characters are in the top 5 at their positions. The model is weak: it gets frequent
+#: one-character words from their context (在 is its second guess in 我们[MASK]北京工作, after 的) and few content
+#: words (房间, 经济, 代表 here: 3 of the 17 two-character words measured, see docs/fine-tuning.md).
 PHRASES = [
     ("我们在北京工作。", "在"),
     ("这本书不好看。", "不"),
     ("这个手机很好用。", "很"),
     ("他是我的朋友。", "的"),
     ("价格太贵了。", "了"),
-    ("这是一本好书。", "是"),
-    ("这家酒店的服务很好。", "服务"),
+    ("这家酒店的房间很好。", "房间"),
+    ("中国经济发展很快。", "经济"),
+    ("全国人民代表大会", "代表"),
 ]
 
 
@@ -131,9 +132,10 @@ def test_checkpoint_loads_as_remote_code_in_a_fresh_process(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
-    assert lines["top5"].split()[0] == "在"  # as in the package, measured
     tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
     model = AutoModelForMaskedLM.from_pretrained(CHECKPOINT).eval()
+    assert lines["top5"].split() == top5(model, tokenizer, "我们在北京工作。", "在")[0]  # as in the package
+    assert "在" in lines["top5"].split()  # measured: 的 first, 在 second
     with torch.no_grad():
         expected = float(model(**tokenizer("我们[MASK]北京工作。", return_tensors="pt")).logits[0].sum())
     assert float(lines["sum"]) == pytest.approx(expected, rel=1e-5)
@@ -207,3 +209,31 @@ def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
         assert list(with_reviews[split]["text"]) == list(plain[split]["text"])
     held_out = set(sentiment["validation"]["text"]) | set(sentiment["test"]["text"])
     assert not held_out & {text for split in with_reviews.values() for text in split["text"]}
+
+
+def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
+    """plot_mlm_loss.py --previous: a run continued from a checkpoint counts from step 0 again; its curve is drawn
+    after the earlier run's, shifted by that run's last step (the shipped checkpoint was pretrained that way)."""
+    sys.path.insert(0, str(EXAMPLES / "language-modeling"))
+    from plot_mlm_loss import last_step, loss_points, plot, shifted
+
+    def state(folder, losses, step_every):
+        folder.mkdir()
+        history = [{"step": step_every * (i + 1), "loss": loss} for i, loss in enumerate(losses)]
+        (folder / "trainer_state.json").write_text(
+            json.dumps({"global_step": history[-1]["step"], "log_history": history})
+        )
+        return folder / "trainer_state.json"
+
+    first = state(tmp_path / "first", [8.0, 6.0, 5.0], 500)
+    second = state(tmp_path / "second", [4.9, 4.7], 25)
+    assert last_step(first) == 1500
+    train, _ = loss_points(second)
+    assert shifted(train, last_step(first)) == [(1525, 4.9), (1550, 4.7)]
+    output = plot(second.parent, tmp_path / "loss.png", previous=first)
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The shipped checkpoint's two stages: the continued run starts where the first one ended.
+    stage1 = CHECKPOINT / "trainer_state_stage1.json"
+    shipped, _ = loss_points(CHECKPOINT / "trainer_state.json")
+    assert last_step(stage1) == 1500 and loss_points(stage1)[0][-1][0] == 1500
+    assert shifted(shipped, last_step(stage1))[0][0] == 1525
