@@ -370,7 +370,12 @@ def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_im
         ({"position_scheme": "mhrope", "mrope_section": [2, 2, 1]}, {}, "summing to at most num_attention_heads = 4"),
         ({"position_scheme": "mhrope"}, {}, r"attention heads per axis.*got None"),
         ({"position_scheme": "mhrope", "mrope_section": [1, 1, 1]}, {"attention_type": "linear"}, "linear attention"),
-        ({"position_scheme": "videorope"}, {}, "'videorope' needs rope_parameters\\['mrope_section'\\]"),
+        # a sectioned allocation under a scheme without a paper split (videorope's own fills it in)
+        (
+            {"position_scheme": "rope_tie", "axis_allocation": "videorope"},
+            {},
+            "'videorope' needs rope_parameters\\['mrope_section'\\]",
+        ),
         ({"position_scheme": "videorope", "mrope_section": SECTION, "temporal_stride": -1}, {}, "a positive number"),
         ({"position_scheme": "mrope_interleave", "mrope_section": SECTION, "spatial_reset": 1}, {}, "True or False"),
         ({"position_scheme": "mmrope", "position_scale": [1, 2]}, {}, "three positive numbers"),
