@@ -54,7 +54,6 @@ next text token.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -62,7 +61,7 @@ from typing import Any
 
 import torch
 
-from .registries import POSITION_SCHEMES
+from .registries import POSITION_SCHEMES, keyword_only_names
 
 
 @dataclass(frozen=True)
@@ -114,12 +113,7 @@ def get_position_scheme(name: str) -> PositionScheme:
 
 def scheme_knobs(scheme: PositionScheme, rope_parameters: dict) -> dict[str, Any]:
     """The values of `scheme`'s keyword-only arguments that `rope_parameters` sets."""
-    try:
-        parameters = inspect.signature(scheme).parameters.values()
-    except (TypeError, ValueError):  # a callable without a signature takes no knobs
-        return {}
-    names = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return {name: rope_parameters[name] for name in names if name in rope_parameters}
+    return {name: rope_parameters[name] for name in keyword_only_names(scheme) if name in rope_parameters}
 
 
 # ----------------------------------------------------------------------------------------------------------

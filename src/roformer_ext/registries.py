@@ -122,15 +122,20 @@ POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def scheme_knob_names(scheme: Any) -> frozenset[str]:
-    """The knobs of the registered position scheme `scheme`: its keyword-only arguments, read from rope_parameters
-    under their own names (empty for an unknown name or a callable without a signature)."""
-    entry = POSITION_SCHEMES.entry(scheme)
+def keyword_only_names(function: Any) -> frozenset[str]:
+    """A callable's keyword-only argument names (a scheme's knobs); empty for one without a signature."""
     try:
-        parameters = inspect.signature(entry).parameters.values() if entry is not None else ()
+        parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return frozenset()
     return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def scheme_knob_names(scheme: Any) -> frozenset[str]:
+    """The knobs of the registered position scheme `scheme`: its keyword-only arguments, read from rope_parameters
+    under their own names (empty for an unknown name)."""
+    entry = POSITION_SCHEMES.entry(scheme)
+    return keyword_only_names(entry) if entry is not None else frozenset()
 
 
 #: The papers' frequency split (t, h, w) of a head's rotary pairs, at their head_dim 128 (64 pairs): used, scaled to
