@@ -119,12 +119,14 @@ def share_code(folder: str | os.PathLike, code_repo: str) -> None:
 def update_code(folder: str | os.PathLike) -> list[Path]:
     """Replace the code files a folder carries by this installed version's (a folder in copy mode); returns them."""
     folder = check_saved_folder(folder)
-    if code_repo_of(json.loads((folder / "config.json").read_text(encoding="utf-8")).get("auto_map")):
+    auto_map = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("auto_map")
+    if code_repo_of(auto_map):
         raise ValueError(
             f"{folder} loads its code from a code repository; update that repository instead "
             "(`roformer-ext push-code owner/name`)."
         )
-    present = {path.name for path in folder.glob("*.py")}
+    # the files there, and those its auto_map names (a folder whose copies were left out gets them back)
+    present = {path.name for path in folder.glob("*.py")} | _auto_map_files(auto_map)
     updated = []
     for source in code_files():
         if source.name in present or source.name in _needed_by(present):
@@ -132,6 +134,12 @@ def update_code(folder: str | os.PathLike) -> list[Path]:
             updated.append(folder / source.name)
     write_compatibility_section(folder)
     return updated
+
+
+def _auto_map_files(auto_map: dict | None) -> set[str]:
+    """The code files a local `auto_map` ("modeling_roformer_ext.Class", or [slow, fast] lists) refers to."""
+    refs = [r for value in (auto_map or {}).values() for r in (value if isinstance(value, list) else [value])]
+    return {f"{ref.rsplit('.', 1)[0]}.py" for ref in refs if isinstance(ref, str) and "--" not in ref and "." in ref}
 
 
 def _needed_by(present: set[str]) -> set[str]:

@@ -167,6 +167,20 @@ def test_update_code_refreshes_a_folders_copies(tmp_path):
         update_code(tmp_path)
 
 
+def test_update_code_restores_copies_a_folder_lost(tmp_path):
+    """A folder copied without its `*.py` (its auto_map still names them) gets them back: it loads again as remote
+    code; a file of the user's stays."""
+    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
+    saved = sorted(p.name for p in tmp_path.glob("*.py"))
+    for path in tmp_path.glob("*.py"):
+        path.unlink()
+    (tmp_path / "my_script.py").write_text("print('mine')\n")
+    update_code(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted([*saved, "my_script.py"])
+    assert (tmp_path / "modeling_roformer_ext.py").read_text() == (PACKAGE / "modeling_roformer_ext.py").read_text()
+    assert (tmp_path / "my_script.py").read_text() == "print('mine')\n"
+
+
 @pytest.mark.parametrize("bad", ["roformer-ext", "owner/", "owner/a--b", "../x/y", "a/b/c", "", 3])
 def test_bad_code_repo_is_refused_before_anything_is_written(bad, tmp_path):
     with pytest.raises(ValueError, match="code_repo must be a Hub model repository id"):
