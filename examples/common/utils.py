@@ -7,6 +7,7 @@ here is remote code: a saved model never needs it, and the `roformer_ext` librar
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from transformers import (
     HfArgumentParser,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    TrainerCallback,
     TrainingArguments,
 )
 from transformers.trainer_utils import get_last_checkpoint
@@ -375,3 +377,64 @@ def entity_f1(
 def save_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write metrics / logs as indented UTF-8 JSON (Chinese label names stay readable)."""
     Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+
+
+@dataclass
+class BudgetArguments:
+    """A wall-clock limit on training, for a machine lent for minutes (the schedule still follows --max_steps)."""
+
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training after this many seconds (the step reached is logged and kept in the metrics as "
+            "`stopped_at_step`); rerun with that --max_steps to reproduce a full schedule."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_train_seconds is not None and not self.max_train_seconds > 0:
+            raise ValueError(f"--max_train_seconds must be positive, not {self.max_train_seconds}.")
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Ends training at the first step past `seconds` of training, and times the steps after the first ten.
+
+    Why: a GPU lent for a few minutes cannot be asked to run past its lease; the learning-rate schedule is the
+    one of `--max_steps`, so a run cut by time has not decayed to zero (the metrics say where it stopped). The
+    first steps (kernel selection, loader start) are left out of `seconds_per_step`, which plans a longer run.
+    """
+
+    WARM_UP_STEPS = 10
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started: float | None = None
+        self.stopped_at_step: int | None = None
+        self.warm: tuple[int, float] | None = None
+        self.last: tuple[int, float] | None = None
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        if self.warm is None or self.last is None or self.last[0] <= self.warm[0]:
+            return None
+        return (self.last[1] - self.warm[1]) / (self.last[0] - self.warm[0])
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.monotonic()
+        if state.global_step == self.WARM_UP_STEPS:
+            self.warm = (state.global_step, now)
+        self.last = (state.global_step, now)
+        if self.started is not None and now - self.started >= self.seconds:
+            if state.global_step < state.max_steps:
+                self.stopped_at_step = state.global_step
+                logging.getLogger(__name__).warning(
+                    "--max_train_seconds %s reached at step %d of %d: training stops here.",
+                    self.seconds,
+                    state.global_step,
+                    state.max_steps,
+                )
+            control.should_training_stop = True  # the script's own final evaluation and save follow
+        return control

@@ -75,7 +75,9 @@ from common.distributed import (  # noqa: E402
 )
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
 from common.utils import (  # noqa: E402
+    BudgetArguments,
     ModelArguments,
+    TimeBudgetCallback,
     check_output_dir,
     get_tokenizer,
     log_run_summary,
@@ -115,6 +117,13 @@ class MLMDataArguments(DataArguments):
         metadata={"help": "Bundled corpus: add the chinese_sentiment train split's review texts (never val/test)."},
     )
     whole_word_masking: bool = field(default=False, metadata={"help": "Mask jieba words as a whole."})
+    pre_segmented: bool = field(
+        default=False,
+        metadata={
+            "help": "With --whole_word_masking: the text's words are already separated by spaces (export_corpus.py "
+            "--segment writes such files), so jieba is not run; the spaces mark the word boundaries."
+        },
+    )
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens (or words) masked."})
     mask_replace_prob: float = field(
         default=0.8, metadata={"help": "Of the masked tokens, the share replaced by [MASK] (the collator's)."}
@@ -175,9 +184,11 @@ def group_texts(batch: dict, block: int) -> dict:
 
 
 def main() -> None:
-    model_args, data_args, batching, distributed, training_args = parse_arguments(
-        (ModelArguments, MLMDataArguments, BatchingArguments, DistributedArguments, TrainingArguments)
+    model_args, data_args, batching, distributed, budget, training_args = parse_arguments(
+        (ModelArguments, MLMDataArguments, BatchingArguments, DistributedArguments, BudgetArguments, TrainingArguments)
     )
+    if data_args.pre_segmented and not data_args.whole_word_masking:
+        raise ValueError("--pre_segmented only changes --whole_word_masking: add --whole_word_masking or drop it.")
     setup_logging()
     batching.apply(training_args)
     do_train, do_eval, do_predict = resolve_phases(training_args)
@@ -216,13 +227,20 @@ def main() -> None:
     with training_args.main_process_first(desc="tokenizing"):
         data = {}
         for split, texts in raw.items():
-            if data_args.whole_word_masking:
+            if data_args.whole_word_masking and not data_args.pre_segmented:
                 texts = texts.map(jieba_spaced, batched=True)
             tokens = texts.map(tokenize, batched=True, remove_columns=["text"])
             data[split] = (
                 tokens
                 if data_args.line_by_line
                 else tokens.map(group_texts, batched=True, fn_kwargs={"block": data_args.max_seq_length})
+            )
+    used = {"train": do_train, "validation": do_eval, "test": do_predict}
+    for split, rows in data.items():
+        if len(rows) == 0 and used.get(split, False):
+            raise ValueError(
+                f"The {split} split has no full block of --max_seq_length {data_args.max_seq_length} tokens (the "
+                "remainder of the concatenated text is dropped): give more text or a shorter --max_seq_length."
             )
     log_run_summary(
         logger,
@@ -270,9 +288,16 @@ def main() -> None:
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=predicted_ids,
     )
+    time_budget = TimeBudgetCallback(budget.max_train_seconds) if budget.max_train_seconds else None
+    if time_budget is not None:
+        trainer.add_callback(time_budget)
     metrics: dict[str, float] = {}
     if do_train:
         metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
+        if time_budget is not None and time_budget.stopped_at_step is not None:
+            metrics["stopped_at_step"] = time_budget.stopped_at_step
+        if time_budget is not None and time_budget.seconds_per_step is not None:
+            metrics["seconds_per_step"] = time_budget.seconds_per_step
         trainer.save_state()  # trainer_state.json: every logged loss (the multi-process runs are compared on them)
     for wanted, split, prefix in ((do_eval, "validation", "eval"), (do_predict, "test", "test")):
         if wanted and split in data:
@@ -310,7 +335,15 @@ def main() -> None:
             k: v
             for k, v in metrics.items()
             if k
-            in ("eval_loss", "perplexity", "eval_masked_accuracy", "test_perplexity", "train_loss", "train_runtime")
+            in (
+                "eval_loss",
+                "perplexity",
+                "eval_masked_accuracy",
+                "test_perplexity",
+                "train_loss",
+                "train_runtime",
+                "stopped_at_step",
+            )
         },
         architecture=architecture_of(model),
         datasets=dataset_names,
