@@ -8,11 +8,10 @@ The shipped checkpoint keeps its `trainer_state.json`, so its figure can be redr
         --output docs/images/roformer-ext-mini-zh-loss.png
 
 A run continued from an earlier run's checkpoint (`run_mlm.py --model_name_or_path`) counts its steps from 0
-again; `--previous` draws the earlier run first and shifts the later one by its last step:
+again; `--previous` draws the earlier run first (its `trainer_state.json`) and shifts the later one by its last step:
 
-    python examples/language-modeling/plot_mlm_loss.py checkpoints/roformer-ext-mini-zh \
-        --previous checkpoints/roformer-ext-mini-zh/trainer_state_stage1.json \
-        --output docs/images/roformer-ext-mini-zh-loss.png
+    python examples/language-modeling/plot_mlm_loss.py out/mlm-continued --previous out/mlm/trainer_state.json \
+        --output loss.png
 
 Needs matplotlib.
 """

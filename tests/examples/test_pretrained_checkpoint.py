@@ -21,15 +21,19 @@ import roformer_ext
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = ROOT / "checkpoints" / "roformer-ext-mini-zh"
+#: roformer-ext-small-zh, pretrained on a GPU by examples/language-modeling/gpu_pretrain.py (docs/pretraining.md)
+SMALL = ROOT / "checkpoints" / "roformer-ext-small-zh"
+BOTH = pytest.mark.parametrize("folder", [CHECKPOINT, SMALL], ids=["mini", "small"])
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 from common.utils import ModelArguments, load_config, resolve_checkpoint_paths  # noqa: E402
 
 #: (sentence, masked word): the whole word is masked, as in whole-word pretraining. Measured on the shipped weights
-#: (2,900 steps): each word's characters are in the top 5 at their positions. The model is weak: it gets frequent
-#: one-character words from their context (在 is its second guess in 我们[MASK]北京工作, after 的) and few content
-#: words (房间, 经济, 代表 here: 3 of the 17 two-character words measured, see docs/fine-tuning.md).
+#: (one run of 3,000 steps, validation loss 4.52): each word's characters are in the top 5 at their positions. The
+#: model is weak: it gets frequent one-character words from their context (在 is its second guess in
+#: 我们[MASK]北京工作, after 的) and few content words (房间 and 经济 here; 代表, 北京, 天气, 电影, 喜欢, 态度, 质量 and
+#: 宪法 were measured and missed).
 PHRASES = [
     ("我们在北京工作。", "在"),
     ("这本书不好看。", "不"),
@@ -38,7 +42,6 @@ PHRASES = [
     ("价格太贵了。", "了"),
     ("这家酒店的房间很好。", "房间"),
     ("中国经济发展很快。", "经济"),
-    ("全国人民代表大会", "代表"),
 ]
 
 
@@ -58,50 +61,59 @@ def recovered(model, tokenizer, sentence: str, word: str) -> bool:
     return all(char in best for char, best in zip(word, top5(model, tokenizer, sentence, word)))
 
 
-def test_checkpoint_folder_is_complete_and_small():
-    files = {path.name for path in CHECKPOINT.iterdir()}
+@BOTH
+def test_checkpoint_folder_is_complete_and_small(folder):
+    files = {path.name for path in folder.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
     assert expected <= files, expected - files
     assert {"modeling_roformer_ext.py", "configuration_roformer_ext.py", "tokenization_roformer_ext.py"} <= files
     assert not any(name.startswith("checkpoint-") for name in files)  # no intermediate Trainer checkpoints shipped
-    size = sum(path.stat().st_size for path in CHECKPOINT.rglob("*") if path.is_file())
+    size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
     assert size <= 25 * 2**20, f"{size / 2**20:.1f} MB"
-    auto_map = json.loads((CHECKPOINT / "config.json").read_text(encoding="utf-8"))["auto_map"]
+    auto_map = json.loads((folder / "config.json").read_text(encoding="utf-8"))["auto_map"]
     assert {"AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"} <= set(auto_map)
-    card = (CHECKPOINT / "README.md").read_text(encoding="utf-8")
+    card = (folder / "README.md").read_text(encoding="utf-8")
     for needle in ("run_mlm.py", "--seed 42", "--whole_word_masking", "steps", "final", "wall"):
         assert needle in card, needle
 
 
-def test_checkpoint_code_is_this_versions_code():
+@BOTH
+def test_checkpoint_code_is_this_versions_code(folder):
     """The shipped folder carries copies of the code (it loads with trust_remote_code where roformer_ext is not
     installed): they stay this version's. After a change under src/, run `roformer-ext update-code
     checkpoints/roformer-ext-mini-zh`."""
     source = ROOT / "src" / "roformer_ext"
-    copies = sorted(CHECKPOINT.glob("*.py"))
+    copies = sorted(folder.glob("*.py"))
     assert copies
     stale = [p.name for p in copies if p.read_text(encoding="utf-8") != (source / p.name).read_text(encoding="utf-8")]
-    assert not stale, f"out of date: {stale}; run roformer-ext update-code checkpoints/roformer-ext-mini-zh"
+    assert not stale, f"out of date: {stale}; run roformer-ext update-code {folder.relative_to(ROOT)}"
 
 
-def test_auto_model_loads_the_shipped_checkpoint():
-    model, info = AutoModel.from_pretrained(CHECKPOINT, output_loading_info=True)
+@BOTH
+def test_auto_model_loads_the_shipped_checkpoint(folder):
+    model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
     assert isinstance(model, roformer_ext.RoFormerExtModel)
     assert not info["missing_keys"] and not info["mismatched_keys"], info
-    mlm, info = AutoModelForMaskedLM.from_pretrained(CHECKPOINT, output_loading_info=True)
+    mlm, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
 
 
-def test_mlm_head_predicts_masked_characters():
-    """Measured on the shipped weights: every masked word of PHRASES is recovered (its characters in the top 5)."""
-    tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
-    model = AutoModelForMaskedLM.from_pretrained(CHECKPOINT).eval()
-    misses = {s: top5(model, tokenizer, s, w) for s, w in PHRASES if not recovered(model, tokenizer, s, w)}
+@pytest.mark.parametrize(
+    ("folder", "phrases"),
+    # roformer-ext-small-zh, measured: all but 房间 (its guesses: 服务 / 设施 / 环境 ... at those places)
+    [(CHECKPOINT, PHRASES), (SMALL, [p for p in PHRASES if p[1] != "房间"])],
+    ids=["mini", "small"],
+)
+def test_mlm_head_predicts_masked_characters(folder, phrases):
+    """Measured on the shipped weights: every masked word of `phrases` is recovered (its characters in the top 5)."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    misses = {s: top5(model, tokenizer, s, w) for s, w in phrases if not recovered(model, tokenizer, s, w)}
     assert not misses, misses
     # A random MLM head (same architecture, same tokenizer) does not: the test can tell trained from untrained.
     torch.manual_seed(0)
     untrained = AutoModelForMaskedLM.from_config(model.config).eval()
-    assert sum(recovered(untrained, tokenizer, sentence, word) for sentence, word in PHRASES) <= 1
+    assert sum(recovered(untrained, tokenizer, sentence, word) for sentence, word in phrases) <= 1
 
 
 REMOTE = textwrap.dedent(
@@ -213,7 +225,7 @@ def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
 
 def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     """plot_mlm_loss.py --previous: a run continued from a checkpoint counts from step 0 again; its curve is drawn
-    after the earlier run's, shifted by that run's last step (the shipped checkpoint was pretrained that way)."""
+    after the earlier run's, shifted by that run's last step."""
     sys.path.insert(0, str(EXAMPLES / "language-modeling"))
     from plot_mlm_loss import last_step, loss_points, plot, shifted
 
@@ -232,8 +244,6 @@ def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     assert shifted(train, last_step(first)) == [(1525, 4.9), (1550, 4.7)]
     output = plot(second.parent, tmp_path / "loss.png", previous=first)
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The shipped checkpoint's two stages: the continued run starts where the first one ended.
-    stage1 = CHECKPOINT / "trainer_state_stage1.json"
+    # The shipped checkpoint is one run: its log starts at the first logged step and ends at its last step.
     shipped, _ = loss_points(CHECKPOINT / "trainer_state.json")
-    assert last_step(stage1) == 1500 and loss_points(stage1)[0][-1][0] == 1500
-    assert shifted(shipped, last_step(stage1))[0][0] == 1525
+    assert shipped[0][0] == 25 and shipped[-1][0] == last_step(CHECKPOINT / "trainer_state.json") == 3000
