@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     parser.add_argument("--no_mlm", action="store_true", help="Write only the --classification tasks.")
     parser.add_argument("--classification", nargs="*", default=[], choices=EXPORTABLE, help="Tasks to write.")
     args = parser.parse_args(argv)
+    if args.no_mlm and not args.classification:
+        raise ValueError("Nothing to write: --no_mlm without --classification TASK.")
     if args.out.exists():
         raise ValueError(f"--out {args.out} exists: give a new folder (nothing is overwritten).")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -358,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{needed} is missing: write --data with export_corpus.py (see this script's help).")
     if args.out.exists():
         raise ValueError(f"--out {args.out} exists: give a new folder.")
+    if not args.budget >= 60:
+        raise ValueError(f"--budget is the seconds all jobs share: give at least 60, not {args.budget}.")
+    if args.calibrate and not args.calibrate.is_file():
+        raise ValueError(f"--calibrate {args.calibrate} does not exist: give the summary.json of a --smoke run.")
     if args.dry_run and args.smoke:
         raise ValueError("--dry-run (CPU) and --smoke (GPU) exclude each other.")
     if not args.dry_run:

@@ -60,7 +60,9 @@ def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypa
     expected = load_example_dataset("chinese_sentiment")["test"]
     assert [r["text"] for r in rows] == expected["text"] and [r["label"] for r in rows] == expected["label"]
     with pytest.raises(ValueError, match="exists"):
-        export.main(["--out", str(tmp_path / "data"), "--no_mlm"])
+        export.main(["--out", str(tmp_path / "data"), "--no_mlm", "--classification", "statutes"])
+    with pytest.raises(ValueError, match="Nothing to write"):
+        export.main(["--out", str(tmp_path / "other"), "--no_mlm"])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".data-")]  # no temporary folder left
 
 
@@ -179,3 +181,31 @@ def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"jobs": jobs}))
     with pytest.raises(ValueError, match="did not pass"):
         module.calibrated_steps(tmp_path / "summary.json", 400)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "-5"], "at least 60"),
+        (["--calibrate", "missing.json"], "--smoke run"),
+        (["--steps", "small=0"], "N >= 1"),
+        (["--jobs", "nope"], "Unknown --jobs"),
+        (["--smoke"], "exclude each other"),
+    ],
+)
+def test_gpu_pretrain_refuses_bad_arguments_before_any_work(tmp_path, args, message):
+    spec = importlib.util.spec_from_file_location("gpu_pretrain", LM / "gpu_pretrain.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_pretrain"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["gpu_pretrain"]
+    data = tmp_path / "data"
+    (data / "mlm").mkdir(parents=True)
+    (data / "chinese_sentiment").mkdir()
+    (data / "mlm" / "train.txt.xz").write_bytes(b"")
+    (data / "chinese_sentiment" / "train.jsonl").write_text("")
+    with pytest.raises(ValueError, match=message):
+        module.main(["--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", *args])
+    assert not (tmp_path / "out").exists()
