@@ -18,6 +18,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 from roformer_ext import RoFormerExtConfig
 from roformer_ext.position_encodings import (
     AlibiPositionEncoding,
+    DebertaLayerParameters,
     DebertaPositionEncoding,
     LearnedPositionEncoding,
     RelativeScores,
@@ -503,3 +504,74 @@ def test_add_scores_to_mask_for_each_kind_of_mask():
     out = add_scores_to_mask(additive, bias)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, torch.tensor([[[[1.0, -8.0], [-2.0, 4.0]]]]))
+
+
+# --- the encodings' modules and settings ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_projections_follow_use_bias_and_norms_the_config_eps(use_bias):
+    tupe = TupePositionEncoding(config("tupe", use_bias=use_bias, layer_norm_eps=1e-7))
+    assert (tupe.query.bias is not None, tupe.key.bias is not None) == (use_bias, use_bias)
+    assert tupe.query.weight.shape == tupe.key.weight.shape == (HIDDEN, HIDDEN)
+    assert tupe.norm.eps == 1e-7 and tupe.norm.normalized_shape == (HIDDEN,)
+    assert (tupe.max_positions, tupe.num_heads, tupe.num_buckets, tupe.max_distance) == (64, HEADS, 8, 20)
+    assert tupe.scaling == (2 * HEAD_DIM) ** -0.5 and tupe.bidirectional and tupe.rel_pos and tupe.cls_reset
+    own = DebertaLayerParameters(config("deberta", share_att_key=False, use_bias=use_bias))
+    assert (own.pos_key_proj.bias is not None, own.pos_query_proj.bias is not None) == (use_bias, use_bias)
+    assert own.pos_key_proj.weight.shape == own.pos_query_proj.weight.shape == (HIDDEN, HIDDEN)
+    deberta = DebertaPositionEncoding(config("deberta", layer_norm_eps=1e-7, hidden_dropout_prob=0.25))
+    assert deberta.norm.eps == 1e-7 and deberta.norm.normalized_shape == (HIDDEN,)
+    assert deberta.dropout.p == 0.25 and deberta.share_att_key and deberta.position_buckets == 8
+    assert DebertaPositionEncoding(config("deberta", norm_rel_ebd="none")).norm is None
+    assert not DebertaPositionEncoding(config("deberta", share_att_key=False)).share_att_key
+
+
+def test_t5_shaw_alibi_and_xl_settings_come_from_the_config():
+    t5 = T5BiasPositionEncoding(config("t5_bias", is_decoder=True))
+    assert (t5.num_buckets, t5.max_distance, t5.bidirectional) == (8, 20, False)
+    assert t5.relative_attention_bias.weight.shape == (8, HEADS)
+    scores = t5.relative_scores(torch.zeros(1, 2), torch.zeros(1, 2))
+    assert (scores.table, scores.bidirectional, scores.num_buckets, scores.max_distance) == (
+        t5.relative_attention_bias,
+        False,
+        8,
+        20,
+    )
+    shaw = ShawPositionEncoding(config("shaw"))
+    assert (shaw.max_distance, shaw.scaling) == (3, HEAD_DIM**-0.5)
+    scores = shaw.relative_scores(torch.zeros(1, 2), torch.zeros(1, 2))
+    assert (scores.max_distance, scores.scaling) == (3, HEAD_DIM**-0.5)
+    alibi = AlibiPositionEncoding(config("alibi", num_attention_heads=8, hidden_size=64))
+    assert alibi.slopes.tolist() == [2.0**-k for k in range(1, 9)] and "slopes" not in alibi.state_dict()
+    alibi.slopes.zero_()
+    alibi.init_position_weights(None)  # non-persistent: refilled by the weight init
+    assert alibi.slopes.tolist() == [2.0**-k for k in range(1, 9)]
+    assert alibi.relative_scores(torch.zeros(1, 2), torch.zeros(1, 2)).slopes.dtype == torch.float32
+    alibi.half()
+    assert alibi.relative_scores(torch.zeros(1, 2), torch.zeros(1, 2)).slopes.dtype == torch.float32
+    xl = TransformerXLPositionEncoding(config("transformer_xl", clamp_len=5))
+    assert (xl.clamp_len, xl.dim) == (5, HIDDEN)
+    scores = xl.relative_scores(torch.zeros(1, 2), torch.zeros(1, 2))
+    assert scores.clamp_len == 5 and scores.sinusoid.shape == (11, HIDDEN)
+    assert isinstance(TransformerXLPositionEncoding.layer_table(config("transformer_xl")), TransformerXLLayerParameters)
+
+
+@pytest.mark.parametrize("per_score", [False, True])
+@pytest.mark.parametrize("encoding", ["alibi", "t5_bias", "shaw"])
+def test_attention_terms_share_a_bias_unless_per_score_or_query_dependent(encoding, per_score):
+    module = {"alibi": AlibiPositionEncoding, "t5_bias": T5BiasPositionEncoding, "shaw": ShawPositionEncoding}[
+        encoding
+    ](config(encoding))
+    positions = torch.tensor([[[0.0, 1.0, 2.0]], [[5.0, 5.0, 5.0]]])  # (axes, batch, seq): the text axis is the first
+    keys = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    terms = module.attention_terms(torch.zeros(1, 3, HIDDEN), positions, lambda: keys, per_score)
+    assert terms.position_embeddings is None
+    if encoding == "shaw" or per_score:
+        assert terms.shared_bias is None
+        assert torch.equal(terms.relative_scores.query_positions, torch.tensor([[0, 1, 2]]))
+        assert torch.equal(terms.relative_scores.key_positions, torch.tensor([[0, 1, 2, 3]]))
+    else:
+        assert terms.relative_scores is None
+        expected = module.relative_scores(positions[0], keys).shared_bias()
+        assert terms.shared_bias.shape == (1, HEADS, 3, 4) and torch.equal(terms.shared_bias, expected)
