@@ -485,8 +485,14 @@ def test_learned_embed_reads_the_row_of_each_position_and_refuses_the_rest():
         out = encoding.embed(embeddings, torch.tensor([[0.0, 5.0, 63.0]]))
         torch.testing.assert_close(out, rows[[0, 5, 63]][None])
         assert encoding.embed(torch.zeros(1, 0, HIDDEN), torch.zeros(1, 0)).shape == (1, 0, HIDDEN)
-    with pytest.raises(ValueError, match="max_position_embeddings = 64 positions, but got positions up to 64"):
+    message = (
+        "position_encoding='learned' has a table of max_position_embeddings = 64 positions, but got positions up to "
+        "64. Shorten the input or build the model with a larger max_position_embeddings (an untrained row is still "
+        "untrained)."
+    )
+    with pytest.raises(ValueError) as error:
         encoding.embed(embeddings, torch.tensor([[0, 64, 1]]))
+    assert str(error.value) == message
     with pytest.raises(ValueError, match="max_position_embeddings = 64 positions"):
         encoding.embed(embeddings, torch.tensor([[0, -1, 1]]))
 
@@ -575,3 +581,70 @@ def test_attention_terms_share_a_bias_unless_per_score_or_query_dependent(encodi
         assert terms.relative_scores is None
         expected = module.relative_scores(positions[0], keys).shared_bias()
         assert terms.shared_bias.shape == (1, HEADS, 3, 4) and torch.equal(terms.shared_bias, expected)
+
+
+@pytest.mark.parametrize("encoding", ["alibi", "t5_bias", "tupe", "tupe_a"])
+def test_score_mods_add_their_term_in_the_querys_dtype(encoding):
+    """flex attention's scores are in the query's dtype: a term kept in fp32 would promote them."""
+    cfg = config("tupe", tupe_rel_pos=False) if encoding == "tupe_a" else config(encoding)
+    module = randomized(
+        {"alibi": AlibiPositionEncoding, "t5_bias": T5BiasPositionEncoding, "tupe": TupePositionEncoding}[
+            cfg.position_encoding
+        ](cfg)
+    )
+    queries, keys = POSITION_PAIRS["queries_batched"]
+    scores = module.relative_scores(queries, keys)
+    with torch.no_grad():
+        score_mod = scores.score_mod(torch.zeros(1, dtype=torch.bfloat16), None)
+        b, h, i, j = (torch.arange(n) for n in (2, HEADS, 3, 6))
+        out = score_mod(
+            torch.zeros(2, HEADS, 3, 6, dtype=torch.bfloat16),
+            b[:, None, None, None],
+            h[None, :, None, None],
+            i[None, None, :, None],
+            j[None, None, None, :],
+        )
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.float(), scores.shared_bias(), rtol=2e-2, atol=2e-2)
+
+
+def test_shaw_term_is_in_the_querys_dtype():
+    cfg = config("shaw")
+    table = randomized(ShawPositionEncoding.layer_table(cfg))
+    queries, keys = POSITION_PAIRS["queries_batched"]
+    scores = ShawPositionEncoding(cfg).relative_scores(queries, keys)
+    torch.manual_seed(1)
+    query = torch.randn(2, HEADS, 3, HEAD_DIM)
+    with torch.no_grad():
+        expected = scores.dense(query, table)
+        low = scores.dense(query.bfloat16(), table)
+        assert low.dtype == torch.bfloat16
+        torch.testing.assert_close(low.float(), expected, rtol=3e-2, atol=3e-2)
+        assert grid(scores.score_mod(query.double(), table), 2, 3, 6).dtype == torch.float64
+
+
+def test_sinusoidal_table_is_fp32_whatever_the_default_dtype():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        table = sinusoidal_table(torch.tensor([[3, 4]]), 6)
+    finally:
+        torch.set_default_dtype(default)
+    assert table.dtype == torch.float32
+    torch.testing.assert_close(table, sinusoidal_table(torch.tensor([[3, 4]]), 6))
+
+
+def test_sinusoidal_defaults_without_the_config_fields_and_the_embeddings_dtype():
+    # a config without rope_theta / sinusoidal_scale: Vaswani's base 10000 and the table unscaled
+    bare = SimpleNamespace(attention_type="softmax", position_encoding="sinusoidal", rope_parameters={})
+    encoding = SinusoidalPositionEncoding(bare)
+    assert (encoding.base, encoding.scale) == (10000.0, 1.0)
+    embeddings = torch.zeros(1, 2, 4, dtype=torch.bfloat16)
+    out = encoding.embed(embeddings, torch.tensor([[0, 7]]))
+    assert out.dtype == torch.bfloat16
+    angles = [7 / 10000.0 ** (2 * i / 4) for i in range(2)]
+    expected = [
+        [0.0, 1.0, 0.0, 1.0],
+        [math.sin(angles[0]), math.cos(angles[0]), math.sin(angles[1]), math.cos(angles[1])],
+    ]
+    torch.testing.assert_close(out.float(), torch.tensor([expected]), rtol=1e-2, atol=1e-2)
