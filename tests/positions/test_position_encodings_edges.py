@@ -255,7 +255,7 @@ def test_xlnet_sinusoid_written_out():
     torch.testing.assert_close(xlnet_relative_sinusoid(torch.tensor([2.0]), 4, base=100.0)[0], expected)
 
 
-@pytest.mark.parametrize("clamp_len", [-1, 0, 4])
+@pytest.mark.parametrize("clamp_len", [-1, 0, 1, 4])
 @pytest.mark.parametrize("pair", list(POSITION_PAIRS))
 def test_transformer_xl_term_and_score_mod_are_xls_formula(pair, clamp_len):
     queries, keys = POSITION_PAIRS[pair]
@@ -306,6 +306,7 @@ DEBERTA_VARIANTS = {
     "shared_keys_log_buckets": {},
     "own_projections_c2p": {"share_att_key": False, "pos_att_type": ["c2p"]},
     "own_projections_both": {"share_att_key": False},
+    "own_projections_p2c": {"share_att_key": False, "pos_att_type": ["p2c"]},
     "p2c_no_buckets": {
         "pos_att_type": "p2c",
         "position_buckets": -1,
@@ -329,7 +330,8 @@ def test_deberta_term_and_score_mod_are_c2p_plus_p2c_of_the_bucketed_row(pair, v
     span = buckets if buckets > 0 else max_relative
     assert (encoding.span, encoding.max_relative_positions) == (span, max_relative)
     assert encoding.rel_embeddings.weight.shape == (2 * span, HIDDEN)
-    terms = {"own_projections_c2p": ("c2p",), "p2c_no_buckets": ("p2c",)}.get(variant, ("c2p", "p2c"))
+    only = {"own_projections_c2p": ("c2p",), "p2c_no_buckets": ("p2c",), "own_projections_p2c": ("p2c",)}
+    terms = only.get(variant, ("c2p", "p2c"))
     assert encoding.terms == terms
     assert DebertaPositionEncoding.content_scale(cfg) == pytest.approx((1 + len(terms)) ** -0.5)
     own = DebertaPositionEncoding.layer_table(cfg)
@@ -648,3 +650,33 @@ def test_sinusoidal_defaults_without_the_config_fields_and_the_embeddings_dtype(
         [math.sin(angles[0]), math.cos(angles[0]), math.sin(angles[1]), math.cos(angles[1])],
     ]
     torch.testing.assert_close(out.float(), torch.tensor([expected]), rtol=1e-2, atol=1e-2)
+
+
+def test_xlnet_sinusoid_of_a_grid_of_distances_stacks_sines_then_cosines_on_the_last_dim():
+    out = xlnet_relative_sinusoid(torch.tensor([[1, -2], [3, 0]]), HIDDEN)
+    assert out.shape == (2, 2, HIDDEN)
+    torch.testing.assert_close(
+        out, torch.stack([torch.stack([xl_sinusoid(d) for d in row]) for row in ([1, -2], [3, 0])])
+    )
+
+
+@pytest.mark.parametrize("encoding", ["transformer_xl", "deberta"])
+def test_layer_terms_cast_the_shared_table_to_the_querys_dtype(encoding):
+    """The shared tables (XL's sinusoid, DeBERTa's relative embeddings) meet each layer's projections in the query's
+    dtype: a layer in fp64 with the table in fp32 computes the same term in fp64."""
+    cfg = config(encoding, share_att_key=False)
+    queries, keys = POSITION_PAIRS["queries_batched"]
+    torch.manual_seed(1)
+    query, key = torch.randn(2, HEADS, 3, HEAD_DIM), torch.randn(2, HEADS, 6, HEAD_DIM)
+    if encoding == "transformer_xl":
+        module, table = TransformerXLPositionEncoding(cfg), randomized(TransformerXLLayerParameters(cfg))
+    else:
+        module, table = randomized(DebertaPositionEncoding(cfg)), randomized(DebertaLayerParameters(cfg))
+    scores = module.relative_scores(queries, keys)
+    layer = SimpleNamespace(relative_table=table, scaling=0.3)
+    with torch.no_grad():
+        expected = scores.layer_term(layer, query, key, False)
+        table.double()
+        out = scores.layer_term(layer, query.double(), key.double(), False)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected.double(), rtol=1e-5, atol=1e-5)
