@@ -21,6 +21,7 @@ from roformer_ext.position_encodings import (
     DebertaLayerParameters,
     DebertaPositionEncoding,
     LearnedPositionEncoding,
+    PositionEncoding,
     RelativeScores,
     ShawPositionEncoding,
     SinusoidalPositionEncoding,
@@ -30,9 +31,13 @@ from roformer_ext.position_encodings import (
     TupePositionEncoding,
     add_scores_to_mask,
     alibi_slopes,
+    position_encoding_class,
+    register_position_encoding,
+    registered_position_encodings,
     sinusoidal_table,
     xlnet_relative_sinusoid,
 )
+from roformer_ext.registries import POSITION_ENCODINGS
 
 HEADS, HEAD_DIM, HIDDEN = 4, 8, 32
 #: (query positions, key positions): batch 2 against batch 1 and the reverse; fractional ones count as whole; a key
@@ -680,3 +685,70 @@ def test_layer_terms_cast_the_shared_table_to_the_querys_dtype(encoding):
         out = scores.layer_term(layer, query.double(), key.double(), False)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, expected.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_messages_of_the_refusals_in_full():
+    with pytest.raises(ValueError) as error:
+        AlibiPositionEncoding(config("alibi", attention_type="linear"))
+    assert str(error.value) == (
+        "position_encoding='alibi' adds a term to the softmax attention scores, which linear attention never forms. "
+        "Use attention_type='softmax', or 'rope' / 'sinusoidal' / 'learned' / 'none' with linear attention."
+    )
+    with pytest.raises(TypeError) as error:
+        register_position_encoding("bad")(object)
+    assert (
+        str(error.value)
+        == "register_position_encoding('bad') expects a PositionEncoding subclass, got <class 'object'>."
+    )
+    with pytest.raises(TypeError, match="expects a PositionEncoding subclass"):
+        register_position_encoding("bad")(PositionEncoding(config("none")))  # an instance, not a class
+    with pytest.raises(ValueError) as error:
+        TupePositionEncoding(config("tupe")).relative_scores(torch.tensor([[64.0]]), torch.zeros(1, 1))
+    assert str(error.value) == (
+        "position_encoding='tupe' has a table of max_position_embeddings = 64 positions, but got positions up to 64. "
+        "Shorten the input or build the model with a larger max_position_embeddings."
+    )
+
+
+def test_registered_encodings_are_the_classes_by_name():
+    assert position_encoding_class("alibi") is AlibiPositionEncoding
+    assert {
+        "rope",
+        "none",
+        "sinusoidal",
+        "learned",
+        "shaw",
+        "t5_bias",
+        "alibi",
+        "transformer_xl",
+        "tupe",
+        "deberta",
+    } <= set(registered_position_encodings())
+
+    @register_position_encoding("edges_probe")
+    class Probe(PositionEncoding):
+        pass
+
+    try:
+        assert position_encoding_class("edges_probe") is Probe and Probe.__name__ == "Probe"
+        assert "edges_probe" in registered_position_encodings()
+    finally:
+        POSITION_ENCODINGS.unregister("edges_probe")
+
+
+def test_the_base_encoding_adds_nothing():
+    base = PositionEncoding(config("none"))
+    embeddings = torch.randn(1, 3, HIDDEN)
+    assert base.embed(embeddings, torch.arange(3)[None]) is embeddings
+    assert base.attention_terms(embeddings, torch.arange(3)[None, None], lambda: None, False) == (None, None, None)
+    assert base.relative_scores(torch.zeros(1, 3), torch.zeros(1, 3)) is None
+    assert PositionEncoding.layer_table(config("none")) is None and PositionEncoding.content_scale(None) == 1.0
+    assert not PositionEncoding.has_relative_scores and PositionEncoding.supports_linear_attention
+
+
+def test_deberta_max_relative_positions_zero_or_less_takes_the_table_length():
+    for value in (0, -1):
+        encoding = DebertaPositionEncoding(config("deberta", max_relative_positions=value))
+        assert encoding.max_relative_positions == 64 and encoding.span == 8
+    encoding = DebertaPositionEncoding(config("deberta", position_buckets=0, max_relative_positions=6))
+    assert encoding.span == 6 and encoding.rel_embeddings.weight.shape == (12, HIDDEN)
