@@ -312,6 +312,8 @@ DEBERTA_VARIANTS = {
     "own_projections_c2p": {"share_att_key": False, "pos_att_type": ["c2p"]},
     "own_projections_both": {"share_att_key": False},
     "own_projections_p2c": {"share_att_key": False, "pos_att_type": ["p2c"]},
+    # more buckets than max_relative_positions: the farthest distances' log buckets pass −span, the first row clamps
+    "buckets_past_max_relative": {"position_buckets": 16, "max_relative_positions": 10},
     "p2c_no_buckets": {
         "pos_att_type": "p2c",
         "position_buckets": -1,
@@ -752,3 +754,10 @@ def test_deberta_max_relative_positions_zero_or_less_takes_the_table_length():
         assert encoding.max_relative_positions == 64 and encoding.span == 8
     encoding = DebertaPositionEncoding(config("deberta", position_buckets=0, max_relative_positions=6))
     assert encoding.span == 6 and encoding.rel_embeddings.weight.shape == (12, HIDDEN)
+
+
+def test_add_scores_to_mask_cuts_a_wider_mask_to_the_keys_when_queries_are_fewer():
+    bias = torch.tensor([[[[1.0, 2.0]]]])  # one query, two keys
+    keep = torch.tensor([[[[False, True, False]]]])
+    minimum = torch.finfo(torch.float32).min
+    torch.testing.assert_close(add_scores_to_mask(keep, bias), torch.tensor([[[[minimum, 2.0]]]]))
