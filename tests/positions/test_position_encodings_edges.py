@@ -754,6 +754,8 @@ def test_deberta_max_relative_positions_zero_or_less_takes_the_table_length():
         assert encoding.max_relative_positions == 64 and encoding.span == 8
     encoding = DebertaPositionEncoding(config("deberta", position_buckets=0, max_relative_positions=6))
     assert encoding.span == 6 and encoding.rel_embeddings.weight.shape == (12, HIDDEN)
+    encoding = DebertaPositionEncoding(config("deberta", position_buckets=-1, max_relative_positions=1))
+    assert encoding.max_relative_positions == encoding.span == 1  # the smallest span, 2 rows
 
 
 def test_add_scores_to_mask_cuts_a_wider_mask_to_the_keys_when_queries_are_fewer():
