@@ -763,3 +763,17 @@ def test_add_scores_to_mask_cuts_a_wider_mask_to_the_keys_when_queries_are_fewer
     keep = torch.tensor([[[[False, True, False]]]])
     minimum = torch.finfo(torch.float32).min
     torch.testing.assert_close(add_scores_to_mask(keep, bias), torch.tensor([[[[minimum, 2.0]]]]))
+
+
+def test_tables_built_from_the_positions_are_on_the_positions_device():
+    """On the meta device (a stand-in for a GPU here): each table made from positions stays on their device."""
+    meta = torch.device("meta")
+    assert sinusoidal_table(torch.zeros(2, 3, device=meta), 8).device == meta
+    assert xlnet_relative_sinusoid(torch.arange(5, device=meta), 8).device == meta
+    xl = TransformerXLPositionEncoding(config("transformer_xl", clamp_len=4))  # clamped: no look at the values
+    scores = xl.relative_scores(torch.zeros(1, 3, device=meta), torch.zeros(1, 4, device=meta))
+    assert scores.sinusoid.device == scores.rows.device == meta
+    with meta:
+        deberta = DebertaPositionEncoding(config("deberta"))
+    scores = deberta.relative_scores(torch.zeros(1, 3, device=meta), torch.zeros(1, 4, device=meta))
+    assert scores.lookup.device == scores.rows.device == meta
