@@ -1,9 +1,11 @@
 """Edges of position_encodings.py found by the mutation check: exact values written out from the papers' formulas.
 
-Each relative encoding's term is checked three ways against a plain loop over its paper's formula: the bias eager /
-sdpa add (`shared_bias` / `dense` / `layer_term`), and flex attention's per-score function (`score_mod`) called
-directly on index grids (flex itself is too slow per mutant). The positions are fractional (truncated to whole
-positions), and queries and keys come in batches of 2 and 1 both ways round (the broadcast of a batch of 1). fp32.
+Each relative encoding's term is checked both ways the backends take it against a plain loop over its paper's
+formula: the bias eager / sdpa add (`shared_bias` / `dense` / `layer_term`), and flex attention's per-score function
+(`score_mod`) called directly on index grids (flex itself is too slow per mutant). The positions are fractional
+(truncated to whole positions), and queries and keys come in batches of 2 and 1 both ways round (the broadcast of a
+batch of 1). Then the dtypes the terms are made in, the devices of the tables made from positions (meta), the
+modules' settings and the refusals' whole messages. fp32 unless a test says otherwise.
 """
 
 import math
