@@ -1,0 +1,266 @@
+"""Exact positions of the vision position schemes of positions.py, at the edges the mutation check found untested.
+
+Each expected layout is written out by hand from the scheme's definition (the module docstring and the scheme's own
+docstring), not computed by the code under test; error messages are checked in full.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from roformer_ext.positions import Segment, get_position_scheme, patch_indices
+
+
+def T(n: int) -> Segment:
+    return Segment("text", n)
+
+
+def I(h: int, w: int) -> Segment:  # noqa: E743
+    return Segment("image", h * w, (1, h, w))
+
+
+def V(t: int, h: int, w: int, seconds: float | None = None, scale: float | None = None) -> Segment:
+    return Segment("video", t * h * w, (t, h, w), seconds, scale)
+
+
+def place(scheme: str, segments: list[Segment], axes: int, **knobs) -> tuple[list[list[float]], float]:
+    block, next_pos = get_position_scheme(scheme)(segments, axes, **knobs)
+    assert block.dtype == torch.float32 and block.shape == (axes, sum(s.length for s in segments))
+    assert isinstance(next_pos, float)
+    return block.tolist(), next_pos
+
+
+def refused(message: str):
+    return pytest.raises(ValueError, match="^" + re.escape(message) + "$")
+
+
+def test_patch_indices_are_frame_row_col_in_token_order() -> None:
+    frames, rows, cols = patch_indices((2, 2, 3))
+    assert frames.tolist() == [0] * 6 + [1] * 6
+    assert rows.tolist() == [0, 0, 0, 1, 1, 1] * 2
+    assert cols.tolist() == [0, 1, 2] * 4
+
+
+def test_rope_1d_counts_every_token() -> None:
+    assert place("rope_1d", [T(2), I(1, 2)], 2) == ([[0, 1, 2, 3], [0, 1, 2, 3]], 4.0)
+    assert place("rope_1d", [], 2) == ([[], []], 0.0)
+
+
+def test_rope_2d_rows_text_image_video_rows() -> None:
+    # text row 0 (cols 0, 1); image 2x2 on rows 1, 2; text row 3; video (2, 1, 2) on row 4, frames 0 and 1
+    rows, cols, frames = place("rope_2d_rows", [T(2), I(2, 2), T(1), V(2, 1, 2)], 3)[0]
+    assert rows == [0, 0, 1, 1, 2, 2, 3, 4, 4, 4, 4]
+    assert cols == [0, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1]
+    assert frames == [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]
+    # generated text continues the last text row (column 3), or a new row after a trailing image (column 0)
+    assert place("rope_2d_rows", [T(3)], 2) == ([[0, 0, 0], [0, 1, 2]], 3.0)
+    assert place("rope_2d_rows", [T(3), I(1, 2)], 2) == ([[0, 0, 0, 1, 1], [0, 1, 2, 0, 1]], 0.0)
+    assert place("rope_2d_rows", [], 3) == ([[], [], []], 0.0)
+
+
+def test_rope_2d_rows_errors_in_full() -> None:
+    for axes in (1, 4):
+        with refused(f"Position scheme 'rope_2d_rows' needs 2 or 3 axes, but config.rope_parameters['axes'] = {axes}."):
+            place("rope_2d_rows", [T(1)], axes)
+    with refused(
+        "Position scheme 'rope_2d_rows' needs 3 axes for a grid with t > 1 ((2, 1, 1)), "
+        "but config.rope_parameters['axes'] = 2."
+    ):
+        place("rope_2d_rows", [V(2, 1, 1)], 2)
+
+
+def test_rope_tie_image_on_two_axes() -> None:
+    # L = 1, h = 2, w = 3: span (h+1)(w+1) = 12, row step w+1 = 4, col step h+1 = 3, patches 1-based
+    (rows, cols), next_pos = place("rope_tie", [T(2), I(2, 3), T(1)], 2)
+    assert rows == [0, 1, 5, 5, 5, 9, 9, 9, 13]
+    assert cols == [0, 1, 4, 7, 10, 4, 7, 10, 13]
+    assert next_pos == 14.0
+
+
+def test_rope_tie_video_on_three_axes() -> None:
+    # L = 0, (h, w, T) = (1, 2, 2): S = 2·3·3 = 18, steps 9, 6, 6
+    (rows, cols, frames), next_pos = place("rope_tie", [T(1), V(2, 1, 2)], 3)
+    assert rows == [0, 9, 9, 9, 9]
+    assert cols == [0, 6, 12, 6, 12]
+    assert frames == [0, 6, 6, 12, 12]
+    assert next_pos == 18.0
+
+
+def test_rope_tie_v2_image_and_video() -> None:
+    # L = 1, image 2x3: P = 6, β1 = 1 + (6-2)/2 = 3, β2 = 1 + (6-3)/2 = 2.5, next L + P + 1 = 8
+    (rows, cols), next_pos = place("rope_tie_v2", [T(2), I(2, 3)], 2)
+    assert rows == [0, 1, 4, 4, 4, 5, 5, 5]
+    assert cols == [0, 1, 3.5, 4.5, 5.5, 3.5, 4.5, 5.5]
+    assert next_pos == 8.0
+    # L = -1 (no text before), video (T, h, w) = (2, 1, 3): P = 6, β = -1 + (6 - (1, 3, 2)) / 2 = (1.5, 0.5, 1)
+    (rows, cols, frames), next_pos = place("rope_tie_v2", [V(2, 1, 3)], 3)
+    assert rows == [2.5] * 6
+    assert cols == [1.5, 2.5, 3.5] * 2
+    assert frames == [2, 2, 2, 3, 3, 3]
+    assert next_pos == 6.0
+
+
+def test_su_schemes_name_the_axes_they_need_in_full() -> None:
+    for scheme in ("rope_tie", "rope_tie_v2"):
+        with refused(f"Position scheme {scheme!r} places vision on 2 or 3 axes; config.rope_parameters['axes'] = 4."):
+            place(scheme, [I(1, 1)], 4)
+        with refused(
+            f"Position scheme {scheme!r} needs 3 axes for a video or a grid with t > 1, but "
+            "config.rope_parameters['axes'] = 2 (grid (t, h, w) = (2, 1, 1))."
+        ):
+            place(scheme, [V(2, 1, 1)], 2)
+        with refused(
+            f"Position scheme {scheme!r} needs 2 axes (row, col) for an image, but "
+            "config.rope_parameters['axes'] = 1 (grid (t, h, w) = (1, 1, 1))."
+        ):
+            place(scheme, [I(1, 1)], 1)
+        assert place(scheme, [T(2)], 1) == ([[0, 1]], 2.0)
+
+
+def test_mrope_advances_by_the_largest_extent() -> None:
+    # st = 2, video (T, h, w) = (4, 1, 2): next st + max(4, 1, 2) = 6
+    (t, h, w), next_pos = place("mrope", [T(2), V(4, 1, 2), T(1)], 3)
+    assert t == [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]
+    assert h == [0, 1] + [2] * 8 + [6]
+    assert w == [0, 1] + [2, 3] * 4 + [6]
+    assert next_pos == 7.0
+    with refused("Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = 2."):
+        place("mrope", [T(1)], 2)
+
+
+def test_qwen2_5_vl_time_aligned_frames() -> None:
+    # interval = seconds_per_grid · tokens_per_second: 1.5 · 1 -> frames floor(0, 1.5, 3) = 0, 1, 3
+    (t, h, w), next_pos = place("qwen2_5_vl", [T(1), V(3, 1, 1, seconds=1.5)], 3, tokens_per_second=1)
+    assert t == [0, 1, 2, 4] and h == [0, 1, 1, 1] and w == [0, 1, 1, 1]
+    assert next_pos == 5.0
+    # no seconds: 1.0 per grid, default 2 tokens per second -> frames 0, 2; an image stays at frame 0
+    (t, h, w), next_pos = place("qwen2_5_vl", [V(2, 1, 2), I(2, 1)], 3)
+    assert t == [0, 0, 2, 2, 3, 3]
+    assert h == [0, 0, 0, 0, 3, 4]
+    assert w == [0, 1, 0, 1, 3, 3]
+    assert next_pos == 5.0
+
+
+def test_qwen3_vl_places_each_frame_as_an_image() -> None:
+    # st = 1, (T, h, w) = (2, 2, 3): frame 0 at st 1, frame 1 at st 1 + max(2, 3) = 4; text at 7
+    (t, h, w), next_pos = place("qwen3_vl", [T(1), V(2, 2, 3), T(1)], 3)
+    assert t == [0] + [1] * 6 + [4] * 6 + [7]
+    assert h == [0, 1, 1, 1, 2, 2, 2, 4, 4, 4, 5, 5, 5, 7]
+    assert w == [0, 1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7]
+    assert next_pos == 8.0
+
+
+def test_mrope_interleave_with_and_without_spatial_reset() -> None:
+    # st = 1, (T, h, w) = (3, 1, 2), stride 2: t = 1, 3, 5; next st + max(4, 0, 1) + 1 = 6
+    (t, h, w), next_pos = place("mrope_interleave", [T(1), V(3, 1, 2)], 3, temporal_stride=2)
+    assert t == [0, 1, 1, 3, 3, 5, 5] and h == [0] * 7 and w == [0, 0, 1, 0, 1, 0, 1]
+    assert next_pos == 6.0
+    (t, h, w), next_pos = place("mhrope", [T(1), V(3, 1, 2)], 3, temporal_stride=2, spatial_reset=False)
+    assert t == [0, 1, 1, 3, 3, 5, 5] and h == [0] + [1] * 6 and w == [0, 1, 2, 1, 2, 1, 2]
+    assert next_pos == 6.0
+    # the spatial extent wins when it is the larger: st = 0, (1, 3, 2): next 0 + max(0, 2, 1) + 1 = 3
+    assert place("ilrope", [I(3, 2)], 3)[1] == 3.0
+    assert place("omnirope", [I(2, 4)], 3, temporal_stride=5)[1] == 4.0
+    with refused("rope_parameters['spatial_reset'] must be True or False; got 1."):
+        place("mrope_interleave", [T(1)], 3, spatial_reset=1)
+
+
+def test_videorope_and_hope_diagonal_layout() -> None:
+    # st = 1, (T, h, w) = (2, 3, 4), stride 2: t = 1, 3; h = t + i - 1; w = t + j - 1; next 1 + 2 + 1 = 4
+    (t, h, w), next_pos = place("videorope", [T(1), V(2, 3, 4)], 3)
+    assert t == [0] + [1] * 12 + [3] * 12
+    assert h == [0] + [r + f for f in (0, 2) for r in (0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2)]
+    assert w == [0] + [c + f for f in (0, 2) for c in (0, 1, 2, 3) * 3]
+    assert next_pos == 4.0
+    # hope: the segment's drawn scale wins over temporal_stride
+    (t, _, _), next_pos = place("hope", [V(3, 1, 1, scale=0.5)], 3, temporal_stride=3)
+    assert t == [0, 0.5, 1] and next_pos == 2.0
+    (t, _, _), next_pos = place("hope", [V(3, 1, 1)], 3, temporal_stride=3)
+    assert t == [0, 3, 6] and next_pos == 7.0
+
+
+@pytest.mark.parametrize(
+    ("scheme", "knob"),
+    [("videorope", "temporal_stride"), ("hope", "temporal_stride"), ("mrope_interleave", "temporal_stride"),
+     ("spatial_reset_layout", "temporal_stride"), ("qwen2_5_vl", "tokens_per_second"), ("mmrope", "temporal_stride")],
+)  # fmt: skip
+@pytest.mark.parametrize("value", [0, -1.0, True, math.nan, math.inf, "2"])
+def test_positive_knobs_are_checked_in_full(scheme, knob, value) -> None:
+    name = "ilrope" if scheme == "spatial_reset_layout" else scheme
+    with refused(f"Position scheme {scheme!r}: rope_parameters[{knob!r}] must be a positive number; got {value!r}."):
+        place(name, [T(1)], 3, **{knob: value})
+
+
+@pytest.mark.parametrize(
+    "scheme", ["qwen2_5_vl", "qwen3_vl", "mrope_interleave", "spatial_reset_layout", "videorope", "hope", "mmrope",
+               "circle_rope"]
+)  # fmt: skip
+def test_three_axis_schemes_refuse_other_axes_in_full(scheme) -> None:
+    name = "ilrope" if scheme == "spatial_reset_layout" else scheme
+    with refused(
+        f"Position scheme {scheme!r} needs 3 axes (t, h, w), but config.rope_parameters['axes'] = 4; set "
+        "rope_parameters['axes'] = 3."
+    ):
+        place(name, [T(1)], 4)
+    assert place(name, [T(2)], 3) == ([[0, 1]] * 3, 2.0)
+
+
+def test_hope_temporal_scales_are_checked_in_full() -> None:
+    for scales in ([], (), 0.5, "0.5"):
+        with refused(
+            "Position scheme 'hope': rope_parameters['temporal_scales'] must be a non-empty list of positive numbers "
+            "(the scales drawn from while training, e.g. [0.5, 0.75, 1.0, 1.25, 1.5]) or None; "
+            f"got {scales!r}."
+        ):
+            place("hope", [T(1)], 3, temporal_scales=scales)
+    with refused("Position scheme 'hope': rope_parameters['temporal_scales'] must be a positive number; got 0."):
+        place("hope", [T(1)], 3, temporal_scales=[1.0, 0])
+    assert place("hope", [T(1)], 3, temporal_scales=(0.5,)) == ([[0]] * 3, 1.0)
+
+
+def test_v2pe_steps_and_next_text() -> None:
+    # 3 visual tokens after text at 0, 1 spanning stride 6: step 2 -> 3, 5, 7; next ceil(7) + 1 = 8
+    (p,), next_pos = place("v2pe", [T(2), I(1, 3), T(1)], 1, visual_stride=6)
+    assert p == [0, 1, 3, 5, 7, 8] and next_pos == 9.0
+    # no text before: p = -1; a step per visual_stride_tokens, 1 / 4 -> -0.75, -0.5; next ceil(-0.5) + 1 = 1
+    (a, b), next_pos = place("v2pe", [I(1, 2)], 2, visual_stride=1, visual_stride_tokens=4)
+    assert a == b == [-0.75, -0.5] and next_pos == 1.0
+    assert place("v2pe", [], 1) == ([[]], 0.0)
+    for bad in (0, True, 2.0, "4"):
+        with refused(
+            "Position scheme 'v2pe': rope_parameters['visual_stride_tokens'] must be None (a segment spans "
+            f"visual_stride) or a positive integer (tokens per visual_stride, 256 in V2PE); got {bad!r}."
+        ):
+            place("v2pe", [T(1)], 1, visual_stride_tokens=bad)
+    assert place("v2pe", [I(1, 1)], 1, visual_stride_tokens=1) == ([[15.0]], 16.0)
+
+
+def test_vrope_four_diagonals() -> None:
+    # st = 1, (T, h, w) = (2, 2, 2): span h + w - 1 = 3; frame k adds 3k; next 1 + 2·3 = 7
+    p, next_pos = place("vrope", [T(1), V(2, 2, 2), T(1)], 4)
+    # (i, j) in order (0,0), (0,1), (1,0), (1,1): i + j, i + (1 - j), (1 - i) + j, (1 - i) + (1 - j)
+    base = [[0, 1, 1, 2], [1, 0, 2, 1], [1, 2, 0, 1], [2, 1, 1, 0]]
+    for axis in range(4):
+        assert p[axis] == [0] + [1 + v for v in base[axis]] + [4 + v for v in base[axis]] + [7]
+    assert next_pos == 8.0
+    with refused("Position scheme 'vrope' needs 4 axes, but config.rope_parameters['axes'] = 3; set 4."):
+        place("vrope", [T(1)], 3)
+
+
+def test_mmrope_one_origin_and_frame_counter_per_sample() -> None:
+    # origin o = 2 (the first vision token's index), frames counted over the sample's vision segments
+    segments = [T(2), I(1, 2), T(1), V(2, 1, 1)]
+    (t, h, w), next_pos = place("mmrope", segments, 3, temporal_stride=2, position_scale=[1.0, 3.0, 5.0])
+    assert t == [0, 1, 2, 2, 4, 2 + 1 * 2, 2 + 2 * 2]
+    assert h == [0, 1, 2, 2, 4, 2, 2]
+    assert w == [0, 1, 2, 7, 4, 2, 2]
+    assert next_pos == 7.0
+    for bad in ([1.0, 1.0], "111", None):
+        with refused(f"rope_parameters['position_scale'] must be three positive numbers; got {bad!r}."):
+            place("mmrope", [T(1)], 3, position_scale=bad)
+    with refused("Position scheme 'mmrope': rope_parameters['position_scale'] must be a positive number; got 0."):
+        place("mmrope", [T(1)], 3, position_scale=(1, 0, 1))
