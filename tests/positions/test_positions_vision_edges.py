@@ -264,3 +264,121 @@ def test_mmrope_one_origin_and_frame_counter_per_sample() -> None:
             place("mmrope", [T(1)], 3, position_scale=bad)
     with refused("Position scheme 'mmrope': rope_parameters['position_scale'] must be a positive number; got 0."):
         place("mmrope", [T(1)], 3, position_scale=(1, 0, 1))
+
+
+# Circle-RoPE: u = (-1, 1, 0)/√2 and v = (1, 1, 1)/√3 × u = (-1, -1, 2)/√6, in (w, h, t) order; a block is flipped to
+# (t, h, w). The offsets are written out from those two vectors.
+S2, S6 = math.sqrt(2), math.sqrt(6)
+
+
+def circle(segments: list[Segment], **knobs) -> tuple[torch.Tensor, float]:
+    block, next_pos = get_position_scheme("circle_rope")(segments, 3, **knobs)
+    return block.double(), next_pos
+
+
+def u_th_w(a: float) -> list[float]:  # a·u as (t, h, w)
+    return [0.0, a / S2, -a / S2]
+
+
+def v_th_w(a: float) -> list[float]:  # a·v as (t, h, w)
+    return [2 * a / S6, -a / S6, -a / S6]
+
+
+def columns(*points: list[float]) -> torch.Tensor:
+    return torch.tensor(points, dtype=torch.float64).T
+
+
+def test_circle_rope_one_patch_sits_at_radius_along_u() -> None:
+    # a 1x1 image: centred at 0, angle 0 -> (R, 0) in the plane -> R·u; text since the start (2) is added
+    block, next_pos = circle([T(2), I(1, 1), T(1)], circle_radius=3)
+    first = [2 + c for c in u_th_w(3)]
+    expected = columns([0] * 3, [1] * 3, first, [max(first) + 1] * 3)
+    torch.testing.assert_close(block, expected, atol=1e-5, rtol=0)
+    assert next_pos == pytest.approx(max(first) + 2, abs=1e-5)
+
+
+def test_circle_rope_two_patches_centred_and_not() -> None:
+    # 1x2 centred: x = -0.5, 0.5, y = 0: grid angles π, 0 stretched over [0, 2π] -> 2π, 0; by index 0, π;
+    # α = 0.5 -> π, π/2: the points -R·u and R·v
+    block, _ = circle([I(1, 2)], circle_radius=2)
+    torch.testing.assert_close(block, columns(u_th_w(-2), v_th_w(2)), atol=1e-5, rtol=0)
+    # uncentred: x = 0, 1 -> both grid angles 0 (no spread, not stretched); α = 0.5 -> 0, π/2: R·u and R·v
+    block, _ = circle([I(1, 2)], circle_radius=2, circle_move_to_origin=False)
+    torch.testing.assert_close(block, columns(u_th_w(2), v_th_w(2)), atol=1e-5, rtol=0)
+    # α = 1: the grid angles alone (2π, 0): R·u twice; α = 0: by index (0, π): R·u and -R·u
+    block, _ = circle([I(1, 2)], circle_radius=2, circle_alpha=1)
+    torch.testing.assert_close(block, columns(u_th_w(2), u_th_w(2)), atol=1e-5, rtol=0)
+    block, _ = circle([I(1, 2)], circle_radius=2, circle_alpha=0)
+    torch.testing.assert_close(block, columns(u_th_w(2), u_th_w(-2)), atol=1e-5, rtol=0)
+
+
+def test_circle_rope_auto_radius_mix_and_shift() -> None:
+    # "auto-4": R = the largest centred coordinate (0.5) times 4 = 2; "auto": times 1
+    block, _ = circle([I(1, 2)], circle_radius="auto-4")
+    torch.testing.assert_close(block, columns(u_th_w(-2), v_th_w(2)), atol=1e-5, rtol=0)
+    block, _ = circle([I(1, 2)], circle_radius="auto")
+    torch.testing.assert_close(block, columns(u_th_w(-0.5), v_th_w(0.5)), atol=1e-5, rtol=0)
+    # dff_rate d: (1 - d)·ring + d·(x·u + y·v), x = -0.5, 0.5
+    d = 0.25
+    ring = columns(u_th_w(-2), v_th_w(2))
+    grid = columns(u_th_w(-0.5), u_th_w(0.5))
+    block, _ = circle([I(1, 2)], circle_radius=2, circle_dff_rate=d)
+    torch.testing.assert_close(block, (1 - d) * ring + d * grid, atol=1e-5, rtol=0)
+    # move_to_positive: + |min| + offset (the minimum is -2/√2)
+    block, _ = circle([I(1, 2)], circle_radius=2, circle_move_to_positive=0.5)
+    torch.testing.assert_close(block, ring + 2 / S2 + 0.5, atol=1e-5, rtol=0)
+    block, _ = circle([I(1, 2)], circle_radius=2, circle_move_to_positive=0)
+    torch.testing.assert_close(block, ring + 2 / S2, atol=1e-5, rtol=0)
+
+
+def test_circle_rope_text_after_two_images_counts_from_each_blocks_max() -> None:
+    # image 1 at start 0: max R/√2 = √2 (R = 2); text after at √2 + 1; image 2 after 1 text token: + text_since 1
+    block, next_pos = circle([I(1, 1), T(1), I(1, 1), T(2)], circle_radius=2)
+    start = 2 / S2 + 1
+    second = [start + 1 + c for c in u_th_w(2)]
+    after = max(second) + 1
+    expected = columns([c for c in u_th_w(2)], [start] * 3, second, [after] * 3, [after + 1] * 3)
+    torch.testing.assert_close(block, expected, atol=1e-5, rtol=0)
+    assert next_pos == pytest.approx(after + 2, abs=1e-5)
+    assert circle([], circle_radius=2)[1] == 0.0
+
+
+def circle_refused(name: str, want: str, value) -> pytest.RaisesContext:
+    return refused(f"Position scheme 'circle_rope': rope_parameters[{name!r}] must be {want}; got {value!r}.")
+
+
+@pytest.mark.parametrize("radius", ["auto-0", "auto-x", "auto-", "autos", "automatic-2", "x-2", "auto-inf", "auto--1"])
+def test_circle_radius_strings_are_checked_in_full(radius) -> None:
+    with circle_refused("circle_radius", "a positive number, 'auto' or 'auto-<positive scale>'", radius):
+        circle([I(1, 1)], circle_radius=radius)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "want"),
+    [("circle_alpha", -0.1, "a number in [0, 1]"), ("circle_alpha", 1.01, "a number in [0, 1]"),
+     ("circle_alpha", True, "a number in [0, 1]"), ("circle_alpha", "0.5", "a number in [0, 1]"),
+     ("circle_dff_rate", -0.5, "a number in [0, 1]"), ("circle_dff_rate", False, "a number in [0, 1]"),
+     ("circle_move_to_positive", True, "None (off) or an offset >= 0"),
+     ("circle_move_to_positive", "1", "None (off) or an offset >= 0"),
+     ("circle_move_to_positive", math.inf, "None (off) or an offset >= 0"),
+     ("circle_move_to_positive", -0.5, "None (off) or an offset >= 0")],
+)  # fmt: skip
+def test_circle_knobs_are_checked_in_full(knob, value, want) -> None:
+    with circle_refused(knob, want, value):
+        circle([I(1, 1)], **{knob: value})
+
+
+def test_circle_radius_number_and_the_other_errors_in_full() -> None:
+    with refused("Position scheme 'circle_rope': rope_parameters['circle_radius'] must be a positive number; got 0."):
+        circle([I(1, 1)], circle_radius=0)
+    with refused("rope_parameters['circle_move_to_origin'] must be True or False; got 1."):
+        circle([I(1, 1)], circle_move_to_origin=1)
+    with refused(
+        "Position scheme 'circle_rope' places images (grid t = 1); got a video grid (t, h, w) = (2, 1, 1). The "
+        "official Circle-RoPE code has no placement for several frames: give each frame its own group (t = 1) or "
+        "choose a video scheme (videorope, hope, mrope_interleave)."
+    ):
+        circle([V(2, 1, 1)])
+    # the bounds themselves are accepted
+    for knobs in ({"circle_alpha": 0, "circle_dff_rate": 1}, {"circle_alpha": 1, "circle_dff_rate": 0}):
+        circle([I(1, 2)], **knobs)
