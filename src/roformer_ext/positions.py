@@ -156,18 +156,6 @@ def _su_coordinates(grid: tuple[int, int, int], axes: int) -> torch.Tensor:
     return torch.stack((rows, cols, frames)[:axes]).float() + 1
 
 
-VisionPlacer = Callable[[float, tuple[int, int, int], int], tuple[torch.Tensor, float]]
-
-
-def _diagonal_scheme(place_vision: VisionPlacer) -> PositionScheme:
-    """A scheme whose text goes 1D on every axis and whose vision block is `place_vision(n, grid, axes)`."""
-
-    def scheme(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
-        return _place(segments, axes, lambda start, segment: place_vision(start, segment.grid, axes))
-
-    return scheme
-
-
 def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1) if blocks else torch.zeros(axes, 0)
 
@@ -175,8 +163,8 @@ def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------
 # Built-in schemes (formulas in the module docstring)
 # ----------------------------------------------------------------------------------------------------------
-# Each is registered by a call after its definition rather than by the decorator: mutmut (docs/testing.md) does not
-# mutate decorated functions.
+# Each is registered by a call after its definition rather than by the decorator, and made when called rather than
+# by a factory at import: mutmut (docs/testing.md) mutates neither decorated functions nor code run at import.
 
 
 def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -239,9 +227,18 @@ def _mrope_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tupl
     return next_pos + torch.stack(patch_indices(grid)).float(), next_pos + max(grid)
 
 
-rope_tie = register_position_scheme("rope_tie")(_diagonal_scheme(_tie_v1_block))
-rope_tie_v2 = register_position_scheme("rope_tie_v2")(_diagonal_scheme(_tie_v2_block))
-_mrope_scheme = _diagonal_scheme(_mrope_block)
+def rope_tie(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    return _place(segments, axes, lambda start, segment: _tie_v1_block(start, segment.grid, axes))
+
+
+register_position_scheme("rope_tie")(rope_tie)
+
+
+def rope_tie_v2(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    return _place(segments, axes, lambda start, segment: _tie_v2_block(start, segment.grid, axes))
+
+
+register_position_scheme("rope_tie_v2")(rope_tie_v2)
 
 
 def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -249,7 +246,7 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
         raise ValueError(
             f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}."
         )
-    return _mrope_scheme(segments, axes)
+    return _place(segments, axes, lambda start, segment: _mrope_block(start, segment.grid, axes))
 
 
 register_position_scheme("mrope")(mrope)
