@@ -382,3 +382,19 @@ def test_circle_radius_number_and_the_other_errors_in_full() -> None:
     # the bounds themselves are accepted
     for knobs in ({"circle_alpha": 0, "circle_dff_rate": 1}, {"circle_alpha": 1, "circle_dff_rate": 0}):
         circle([I(1, 2)], **knobs)
+
+
+def test_default_temporal_strides_and_empty_samples() -> None:
+    # mrope_interleave / mhrope / ilrope step frames by 1 unless told; videorope by 2; hope by 1
+    video = [V(2, 1, 1)]
+    for scheme in ("mrope_interleave", "mhrope", "ilrope", "omnirope"):
+        assert place(scheme, video, 3) == ([[0, 1], [0, 0], [0, 0]], 2.0), scheme
+    assert place("videorope", video, 3) == ([[0, 2], [0, 2], [0, 2]], 3.0)  # the diagonal layout: h, w follow t
+    assert place("hope", video, 3) == ([[0, 1], [0, 1], [0, 1]], 2.0)
+    assert place("mmrope", video, 3) == ([[0, 1], [0, 0], [0, 0]], 2.0)
+    assert place("qwen2_5_vl", [Segment("video", 2, (2, 1, 1), 1.0)], 3) == ([[0, 2], [0, 0], [0, 0]], 3.0)
+    # no segments: (axes, 0) positions, the next text at 0 (v2pe: last -1 + 1)
+    for scheme in ("rope_tie", "rope_tie_v2", "mrope", "qwen2_5_vl", "qwen3_vl", "mrope_interleave", "ilrope",
+                   "videorope", "hope", "mmrope", "circle_rope"):  # fmt: skip
+        assert place(scheme, [], 3) == ([[], [], []], 0.0), scheme
+    assert place("vrope", [], 4) == ([[], [], [], []], 0.0)
