@@ -398,3 +398,21 @@ def test_default_temporal_strides_and_empty_samples() -> None:
                    "videorope", "hope", "mmrope", "circle_rope"):  # fmt: skip
         assert place(scheme, [], 3) == ([[], [], []], 0.0), scheme
     assert place("vrope", [], 4) == ([[], [], [], []], 0.0)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "axes"),
+    [("rope_1d", 2), ("rope_tie", 2), ("rope_tie_v2", 3), ("mrope", 3), ("qwen2_5_vl", 3), ("qwen3_vl", 3),
+     ("mrope_interleave", 3), ("ilrope", 3), ("videorope", 3), ("hope", 3), ("v2pe", 2), ("vrope", 4), ("mmrope", 3),
+     ("circle_rope", 3)],
+)  # fmt: skip
+def test_text_segments_in_a_row_count_on_as_one(scheme, axes) -> None:
+    # a scheme may be handed two text segments in a row (a plug-in's own splitting): they continue like one run
+    for before in ([], [I(1, 2)], [T(1), I(2, 1)]):
+        assert place(scheme, [*before, T(2), T(3)], axes) == place(scheme, [*before, T(5)], axes)
+
+
+def test_circle_radius_auto_scale_may_contain_a_minus() -> None:
+    # "auto-<scale>" splits at the first "-": "auto-2e-1" is scale 0.2, R = 0.5 · 0.2 = 0.1 for a centred 1x2 image
+    block, _ = circle([I(1, 2)], circle_radius="auto-2e-1")
+    torch.testing.assert_close(block, columns(u_th_w(-0.1), v_th_w(0.1)), atol=1e-6, rtol=0)
