@@ -186,7 +186,8 @@ def test_videorope_and_hope_diagonal_layout() -> None:
 @pytest.mark.parametrize(
     ("scheme", "knob"),
     [("videorope", "temporal_stride"), ("hope", "temporal_stride"), ("mrope_interleave", "temporal_stride"),
-     ("spatial_reset_layout", "temporal_stride"), ("qwen2_5_vl", "tokens_per_second"), ("mmrope", "temporal_stride")],
+     ("spatial_reset_layout", "temporal_stride"), ("qwen2_5_vl", "tokens_per_second"), ("mmrope", "temporal_stride"),
+     ("v2pe", "visual_stride")],
 )  # fmt: skip
 @pytest.mark.parametrize("value", [0, -1.0, True, math.nan, math.inf, "2"])
 def test_positive_knobs_are_checked_in_full(scheme, knob, value) -> None:
