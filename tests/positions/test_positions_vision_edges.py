@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from roformer_ext.positions import Segment, get_position_scheme, patch_indices
+from roformer_ext.positions import Segment, _in_text_plane, get_position_scheme, patch_indices
 
 
 def T(n: int) -> Segment:
@@ -417,3 +417,12 @@ def test_circle_radius_auto_scale_may_contain_a_minus() -> None:
     # "auto-<scale>" splits at the first "-": "auto-2e-1" is scale 0.2, R = 0.5 · 0.2 = 0.1 for a centred 1x2 image
     block, _ = circle([I(1, 2)], circle_radius="auto-2e-1")
     torch.testing.assert_close(block, columns(u_th_w(-0.1), v_th_w(0.1)), atol=1e-6, rtol=0)
+
+
+def test_circle_plane_basis_is_the_correctly_rounded_unit_vectors() -> None:
+    # u = (-1, 1, 0)/√2 and v = (-1, -1, 2)/√6, each normalised in float32 as the official code does: the float32
+    # nearest the exact values, bit for bit
+    u = _in_text_plane(torch.tensor(1.0), torch.tensor(0.0))
+    v = _in_text_plane(torch.tensor(0.0), torch.tensor(1.0))
+    assert torch.equal(u, (torch.tensor([-1.0, 1.0, 0.0], dtype=torch.float64) / S2).float())
+    assert torch.equal(v, (torch.tensor([-1.0, -1.0, 2.0], dtype=torch.float64) / S6).float())
