@@ -156,18 +156,6 @@ def _su_coordinates(grid: tuple[int, int, int], axes: int) -> torch.Tensor:
     return torch.stack((rows, cols, frames)[:axes]).float() + 1
 
 
-VisionPlacer = Callable[[float, tuple[int, int, int], int], tuple[torch.Tensor, float]]
-
-
-def _diagonal_scheme(place_vision: VisionPlacer) -> PositionScheme:
-    """A scheme whose text goes 1D on every axis and whose vision block is `place_vision(n, grid, axes)`."""
-
-    def scheme(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
-        return _place(segments, axes, lambda start, segment: place_vision(start, segment.grid, axes))
-
-    return scheme
-
-
 def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1) if blocks else torch.zeros(axes, 0)
 
@@ -175,15 +163,18 @@ def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------
 # Built-in schemes (formulas in the module docstring)
 # ----------------------------------------------------------------------------------------------------------
+# Each is registered by a call after its definition rather than by the decorator, and made when called rather than
+# by a factory at import: mutmut (docs/testing.md) mutates neither decorated functions nor code run at import.
 
 
-@register_position_scheme("rope_1d")
 def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     total = sum(segment.length for segment in segments)
     return _text(0.0, total, axes), float(total)
 
 
-@register_position_scheme("rope_2d_rows")
+register_position_scheme("rope_1d")(rope_1d)
+
+
 def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     if axes not in (2, 3):
         raise ValueError(
@@ -211,6 +202,9 @@ def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, 
     return _concat(blocks, axes), float(next_col)
 
 
+register_position_scheme("rope_2d_rows")(rope_2d_rows)
+
+
 def _tie_v1_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
     extents = _su_extents("rope_tie", grid, axes)
     span = 1
@@ -233,18 +227,29 @@ def _mrope_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tupl
     return next_pos + torch.stack(patch_indices(grid)).float(), next_pos + max(grid)
 
 
-rope_tie = register_position_scheme("rope_tie")(_diagonal_scheme(_tie_v1_block))
-rope_tie_v2 = register_position_scheme("rope_tie_v2")(_diagonal_scheme(_tie_v2_block))
-_mrope_scheme = _diagonal_scheme(_mrope_block)
+def rope_tie(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    return _place(segments, axes, lambda start, segment: _tie_v1_block(start, segment.grid, axes))
 
 
-@register_position_scheme("mrope")
+register_position_scheme("rope_tie")(rope_tie)
+
+
+def rope_tie_v2(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    return _place(segments, axes, lambda start, segment: _tie_v2_block(start, segment.grid, axes))
+
+
+register_position_scheme("rope_tie_v2")(rope_tie_v2)
+
+
 def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     if axes != 3:  # also for text-only input: the config promises (t, h, w) axes
         raise ValueError(
             f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}."
         )
-    return _mrope_scheme(segments, axes)
+    return _place(segments, axes, lambda start, segment: _mrope_block(start, segment.grid, axes))
+
+
+register_position_scheme("mrope")(mrope)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -290,7 +295,6 @@ def _grid_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tenso
     return frames.float(), rows.float(), cols.float()
 
 
-@register_position_scheme("qwen2_5_vl")
 def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: float = 2.0) -> tuple[torch.Tensor, float]:
     """Qwen2.5-VL's M-RoPE with time-aligned temporal positions.
 
@@ -315,7 +319,9 @@ def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: flo
     return _place(segments, axes, vision)
 
 
-@register_position_scheme("qwen3_vl")
+register_position_scheme("qwen2_5_vl")(qwen2_5_vl)
+
+
 def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     """Qwen3-VL: every frame is placed as an image, one after another (Qwen3-VL separates frames by timestamp text;
     here consecutive frames simply follow each other): frame k starts at st_k, patch (i, j) is (st_k, st_k + i,
@@ -335,6 +341,9 @@ def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, floa
     return _place(segments, axes, vision)
 
 
+register_position_scheme("qwen3_vl")(qwen3_vl)
+
+
 def _reset_block(st: float, grid: tuple[int, int, int], temporal_stride: float, spatial_reset: bool):
     """(st + k·stride, [st +] i, [st +] j), next text at st + max((T−1)·stride, h−1, w−1) + 1."""
     frames, rows, cols = _grid_indices(grid)
@@ -344,7 +353,6 @@ def _reset_block(st: float, grid: tuple[int, int, int], temporal_stride: float, 
     return block, st + max((t - 1) * temporal_stride, h - 1, w - 1) + 1
 
 
-@register_position_scheme("mrope_interleave")
 def mrope_interleave(
     segments: Sequence[Segment], axes: int, *, spatial_reset: bool = True, temporal_stride: float = 1.0
 ) -> tuple[torch.Tensor, float]:
@@ -356,6 +364,9 @@ def mrope_interleave(
         raise ValueError(f"rope_parameters['spatial_reset'] must be True or False; got {spatial_reset!r}.")
     stride = _positive("mrope_interleave", "temporal_stride", temporal_stride)
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
+
+
+register_position_scheme("mrope_interleave")(mrope_interleave)
 
 
 # MHRoPE (the same paper) places tokens as MRoPE-Interleave does; its allocation is head-wise ("headwise").
@@ -384,13 +395,15 @@ def _diagonal_video_block(st: float, grid: tuple[int, int, int], temporal_stride
     return block, st + (t - 1) * temporal_stride + 1
 
 
-@register_position_scheme("videorope")
 def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 2.0) -> tuple[torch.Tensor, float]:
     """VideoRoPE (Wei et al., 2025): the diagonal layout (`_diagonal_video_block`) with temporal stride δ (default 2);
     allocation "videorope" (temporal axis on the lowest frequencies, h and w interleaved on the rest)."""
     _need_three_axes("videorope", axes)
     stride = _positive("videorope", "temporal_stride", temporal_stride)
     return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
+
+
+register_position_scheme("videorope")(videorope)
 
 
 def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
@@ -404,7 +417,6 @@ def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
     return tuple(_positive(scheme, "temporal_scales", scale) for scale in scales)
 
 
-@register_position_scheme("hope")
 def hope(
     segments: Sequence[Segment],
     axes: int,
@@ -427,7 +439,9 @@ def hope(
     return _place(segments, axes, vision)
 
 
-@register_position_scheme("v2pe")
+register_position_scheme("hope")(hope)
+
+
 def v2pe(
     segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0, visual_stride_tokens: int | None = None
 ) -> tuple[torch.Tensor, float]:
@@ -460,7 +474,9 @@ def v2pe(
     return _concat(blocks, axes), last + 1
 
 
-@register_position_scheme("vrope")
+register_position_scheme("v2pe")(v2pe)
+
+
 def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     """VRoPE (Liu et al., EMNLP 2025), 4 axes: patch (k, i, j), 0-based, of a T×h×w video (an image: T = 1) is at
     st + k·(h + w − 1) + (i + j, i + (w−1−j), (h−1−i) + j, (h−1−i) + (w−1−j)), the four diagonal directions; the
@@ -480,7 +496,9 @@ def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, vision)
 
 
-@register_position_scheme("mmrope")
+register_position_scheme("vrope")(vrope)
+
+
 def mmrope(
     segments: Sequence[Segment],
     axes: int,
@@ -513,6 +531,9 @@ def mmrope(
             frames += segment.grid[0]
         index += segment.length
     return _concat(blocks, axes), float(index)
+
+
+register_position_scheme("mmrope")(mmrope)
 
 
 def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:
@@ -585,7 +606,6 @@ def _circle_coordinates(
     return ring.flip(0).reshape(3, -1)  # (w, h, t) -> (t, h, w)
 
 
-@register_position_scheme("circle_rope")
 def circle_rope(
     segments: Sequence[Segment],
     axes: int,
@@ -631,6 +651,9 @@ def circle_rope(
         blocks.append(block)
         start, text_since = float(block.max()) + 1, 0
     return _concat(blocks, axes), start + text_since
+
+
+register_position_scheme("circle_rope")(circle_rope)
 
 
 # ----------------------------------------------------------------------------------------------------------
