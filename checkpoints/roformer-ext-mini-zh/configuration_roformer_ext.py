@@ -9,11 +9,12 @@ from typing import Any
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.utils import logging
 
 from .compat import CACHE
+from .encoding_knobs import BUILTIN_KNOBS, LEGACY_KNOB_DEFAULTS, EncodingKnobs, knobs_class, legacy_knob_owners
 from .registries import (
     AXIS_ALLOCATIONS,
-    DEBERTA_TERMS,
     FOUR_AXIS_SCHEMES,
     HEADWISE_ALLOCATIONS,
     MROPE_SECTION_RATIOS,
@@ -25,12 +26,13 @@ from .registries import (
     ROTARY_KINDS,
     SECTIONED_ALLOCATIONS,
     Knob,
-    deberta_terms,
     default_mrope_section,
     is_int,
     rotates_per_head,
     scheme_knob_names,
 )
+
+logger = logging.get_logger(__name__)
 
 #: GRAPE-M's knobs, checked by its rope_type hook (`_validate_grape_m_rope_parameters`).
 GRAPE_KEYS = tuple(key for key in POSITION_SCHEME_KEYS if key.startswith("grape_"))
@@ -84,23 +86,23 @@ class RoFormerExtConfig(PreTrainedConfig):
     segment 1, and `generate` extends token_type_ids with 1s.
 
     `position_encoding` (default "rope"; registered: <<POSITION_ENCODINGS>>): how attention knows where tokens are.
-    "rope" is
-    RoFormer's rotary embedding (`rope_parameters`); the alternatives the RoFormer paper compares it with are
-    "sinusoidal" and "learned" (absolute, added to the embeddings; "learned" has `max_position_embeddings` rows),
-    "shaw" (relative key embeddings clipped at `max_relative_position`), "t5_bias" (T5's bucketed bias,
-    `relative_attention_num_buckets`, `relative_attention_max_distance`), "alibi" (linear biases) and "none" (NoPE).
-    E.g. `RoFormerExtConfig(position_encoding="alibi")`. The vision-text models need "rope".
-    The RoFormer paper's other alternatives, each with the fields its paper / transformers names:
-    "transformer_xl" (Transformer-XL / XLNet relative attention; `clamp_len` clamps distances when > 0, XLNet's -1:
-    never), "tupe" (untied positional encoding: `tupe_rel_pos` adds T5's bucketed bias with
-    `relative_attention_num_buckets` / `relative_attention_max_distance`, `tupe_cls_reset` unties the first token;
-    `max_position_embeddings` rows) and "deberta" (DeBERTa-v2 disentangled attention: `pos_att_type` a list or
-    "c2p|p2c" string of the terms, `position_buckets` log buckets (<= 0: none), `max_relative_positions` (<= 0:
-    max_position_embeddings), `share_att_key`, `norm_rel_ebd` "layer_norm" | "none"; defaults as DeBERTa-v3's
-    checkpoints).
-    `sinusoidal_scale` multiplies the "sinusoidal" table (1.0: Vaswani's and DistilBERT's). Its rows have norm
-    sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from scratch the table drowns the tokens
-    after the embedding norm, so train from scratch with `initializer_range * 2 ** 0.5` (both start at one norm).
+    "rope" is RoFormer's rotary embedding (`rope_parameters`); the alternatives the RoFormer paper compares it with
+    are "sinusoidal" and "learned" (absolute, added to the embeddings; "learned" has `max_position_embeddings` rows),
+    "shaw" (relative key embeddings), "t5_bias" (T5's bucketed bias), "alibi" (linear biases), "none" (NoPE),
+    "transformer_xl" (Transformer-XL / XLNet relative attention), "tupe" (untied positional encoding;
+    `max_position_embeddings` rows) and "deberta" (DeBERTa-v2 disentangled attention). The vision-text models need
+    "rope". E.g. `RoFormerExtConfig(position_encoding="alibi")`.
+
+    `position_encoding_parameters`: the selected encoding's knobs in one dict, as `rope_parameters` holds the rotary
+    ones; missing knobs take their defaults (written out when the config is built), unknown ones are refused. E.g.
+    `RoFormerExtConfig(position_encoding="shaw", position_encoding_parameters={"max_relative_position": 8})`.
+    `config.position_encoding_knobs` is the dict as the encoding's dataclass (`roformer_ext.encoding_knobs` gives each
+    knob's meaning, default and check): <<ENCODING_KNOBS>>.
+    "sinusoidal"'s rows have norm sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from
+    scratch the table drowns the tokens after the embedding norm, so train from scratch with
+    `sinusoidal_scale` 1 and `initializer_range * 2 ** 0.5` (both start at one norm). Configs saved before this dict
+    stored the knobs as flat fields (`max_relative_position=8`, ...); those, and such keyword arguments, still load
+    into it.
 
     `classifier_pooling` (as in transformers' ModernBERT): what the sequence classifier reads, "cls" (the first
     real token, BERT's and RoFormer's [CLS]: after the pads of a left-padded row) or "mean" (the mean of the real tokens: attention_mask 1, or each packed
@@ -169,18 +171,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     sparse_pred_ignore_index: int = -100
     rope_parameters: dict | None = None
     position_encoding: str = "rope"
-    max_relative_position: int = 16
-    relative_attention_num_buckets: int = 32
-    relative_attention_max_distance: int = 128
-    sinusoidal_scale: float = 1.0
-    clamp_len: int = -1
-    tupe_rel_pos: bool = True
-    tupe_cls_reset: bool = True
-    position_buckets: int = 256
-    max_relative_positions: int = -1
-    pos_att_type: str | list[str] = "c2p|p2c"
-    share_att_key: bool = True
-    norm_rel_ebd: str = "layer_norm"
+    position_encoding_parameters: dict | None = None
     is_decoder: bool = False
     add_cross_attention: bool = False
     decoder_attention: str = "causal"
@@ -200,11 +191,74 @@ class RoFormerExtConfig(PreTrainedConfig):
         if self.mlm_head_transform is None:
             self.mlm_head_transform = self.norm_type == "layer_norm"
         self.rope_parameters = self.rope_parameters or {}
-        self.pos_att_type = deberta_terms(self.pos_att_type)  # as DebertaV2Config: "c2p|p2c" -> ["c2p", "p2c"]
+        flat = {name: kwargs.pop(name) for name in list(kwargs) if name in LEGACY_KNOB_DEFAULTS}
+        self.position_encoding_parameters = self._with_flat_knobs(flat)
         super().__post_init__(**kwargs)
         self.validate_fields()
+        # the knobs written out with their defaults, so a saved config says what the model ran with
+        self.position_encoding_parameters = self.position_encoding_knobs.to_dict()
+
+    def _with_flat_knobs(self, flat: dict[str, Any], override: bool = False) -> dict[str, Any]:
+        """`position_encoding_parameters` joined with knobs given as flat fields (configs saved before the nested
+        dict, and such keyword arguments): the selected encoding's go in (at construction a knob given both ways must
+        agree; `override`: a knob set later replaces the dict's); another encoding's are not used, and a value that is
+        not the default says so."""
+        params = dict(self.__dict__.get("position_encoding_parameters") or {})
+        names = knobs_class(self.position_encoding).names()
+        unused = {}
+        for name, value in flat.items():
+            if name in names and not override and name in params and not _same_knob(value, params[name]):
+                raise ValueError(
+                    f"{name} is given twice, {value!r} as a keyword and {params[name]!r} in "
+                    "position_encoding_parameters; give it once, in position_encoding_parameters."
+                )
+            if name in names:
+                params[name] = value
+            elif not _same_knob(value, LEGACY_KNOB_DEFAULTS[name]):
+                unused[name] = value
+        if unused:
+            owners = legacy_knob_owners()
+            logger.warning(
+                f"position_encoding={self.position_encoding!r} does not use "
+                + ", ".join(
+                    f"{name}={value!r} (a knob of {' / '.join(owners[name])})" for name, value in unused.items()
+                )
+                + "; ignored. Set the selected encoding's knobs in position_encoding_parameters."
+            )
+        return params
+
+    @property
+    def position_encoding_knobs(self) -> EncodingKnobs:
+        """The selected encoding's knobs as its dataclass (defaults filled in, each checked)."""
+        return knobs_class(self.position_encoding).from_dict(
+            self.position_encoding_parameters or {}, self.position_encoding
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names not found otherwise: the flat knob fields of configs saved before position_encoding_parameters
+        # (`config.max_relative_position`) read the selected encoding's knob, or the default of an encoding not selected.
+        if name in LEGACY_KNOB_DEFAULTS and "position_encoding" in self.__dict__:
+            knobs = self.position_encoding_knobs
+            value = getattr(knobs, name) if name in knobs.names() else LEGACY_KNOB_DEFAULTS[name]
+            return list(value) if isinstance(value, tuple) else value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, key: str, value: Any) -> None:
+        if key in LEGACY_KNOB_DEFAULTS and "position_encoding" in self.__dict__:
+            # a flat knob set on a built config (`from_pretrained(path, clamp_len=8)` sets it so): into the dict
+            key, value = "position_encoding_parameters", self._with_flat_knobs({key: value}, override=True)
+        if key == "position_encoding_parameters":
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(
+                    f"position_encoding_parameters must be a dict of the encoding's knobs such as "
+                    f"{{'max_relative_position': 8}}; got {value!r} ({type(value).__name__})."
+                )
+            value = dict(value or {})  # a copy: the caller's dict is never changed
+        elif key == "position_encoding" and "position_encoding_parameters" in self.__dict__:
+            # another encoding on a built config: it keeps the knobs it shares (t5_bias / tupe), the rest default
+            names = knobs_class(value).names()
+            kept = {name: v for name, v in self.position_encoding_parameters.items() if name in names}
+            super().__setattr__("position_encoding_parameters", kept)
         # Also when from_pretrained(..., rope_parameters={...}) assigns a partial dict after construction, and for a
         # legacy `rope_scaling` dict, whose `type` key transformers 5 reads as `rope_type`.
         if key == "rope_parameters" and value is not None and not isinstance(value, dict):
@@ -373,74 +427,10 @@ class RoFormerExtConfig(PreTrainedConfig):
             raise ValueError(f"head_dim // 2 = {pairs} frequency pairs cannot cover {axes} axes.")
 
     def validate_position_encoding(self) -> None:
-        """The encoding is registered and its sizes make sense (whether it fits linear attention, the encoding
-        itself checks when the model is built: the configuration imports no model code)."""
+        """The encoding is registered and its knobs pass its own checks (`encoding_knobs`; whether it fits linear
+        attention, the encoding checks when the model is built: the configuration imports no model code)."""
         POSITION_ENCODINGS.check(self.position_encoding)
-        for name in ("max_relative_position", "relative_attention_num_buckets", "relative_attention_max_distance"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
-        _check_positive_number("sinusoidal_scale", self.sinusoidal_scale, "1.0 is Vaswani's table")
-        self.validate_seed_encodings()
-        if self.position_encoding == "t5_bias" and not (
-            4 <= self.relative_attention_num_buckets
-            and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
-        ):
-            raise ValueError(
-                "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than "
-                f"half the buckets (T5: 32 and 128); got {self.relative_attention_num_buckets} and "
-                f"{self.relative_attention_max_distance}."
-            )
-
-    def validate_seed_encodings(self) -> None:
-        """The fields of "transformer_xl", "tupe" and "deberta" (checked whichever encoding is selected, so a saved
-        config is valid for all of them)."""
-        for name in ("clamp_len", "position_buckets", "max_relative_positions"):
-            if not is_int(getattr(self, name)):
-                raise TypeError(
-                    f"{name} must be an int (<= 0 turns it off); got {getattr(self, name)!r} "
-                    f"({type(getattr(self, name)).__name__})."
-                )
-        for name in ("tupe_rel_pos", "tupe_cls_reset", "share_att_key"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
-        _check_choice("norm_rel_ebd", self.norm_rel_ebd, ("layer_norm", "none"))
-        terms = deberta_terms(self.pos_att_type)
-        if (
-            not isinstance(terms, list)
-            or not terms
-            or not set(terms) <= set(DEBERTA_TERMS)
-            or len(set(terms)) != len(terms)
-        ):
-            raise ValueError(
-                f"pos_att_type lists DeBERTa's position terms, 'c2p' and / or 'p2c' (e.g. ['c2p', 'p2c'] or "
-                f"'c2p|p2c'); got {self.pos_att_type!r}."
-            )
-        max_relative = self.max_relative_positions if self.max_relative_positions > 0 else self.max_position_embeddings
-        if (
-            self.position_encoding == "deberta"
-            and self.position_buckets > 0
-            and not (self.position_buckets >= 2 and max_relative - 1 > self.position_buckets // 2)
-        ):
-            raise ValueError(
-                f"deberta's log buckets need position_buckets >= 2 and max_relative_positions - 1 larger than half "
-                f"of them (DeBERTa-v3: 256 and 512); got position_buckets={self.position_buckets}, "
-                f"max_relative_positions={max_relative}. Raise max_relative_positions or set position_buckets=-1."
-            )
-        if (
-            self.position_encoding == "tupe"
-            and self.tupe_rel_pos
-            and not (
-                4 <= self.relative_attention_num_buckets
-                and self.relative_attention_num_buckets % 2 == 0
-                and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
-            )
-        ):
-            raise ValueError(
-                "tupe's relative bias (tupe_rel_pos=True) needs an even relative_attention_num_buckets >= 4 and "
-                "relative_attention_max_distance larger than half the buckets (TUPE: 32 and 128); got "
-                f"{self.relative_attention_num_buckets} and {self.relative_attention_max_distance}."
-            )
+        self.position_encoding_knobs.check(self)
 
 
 VISION_DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
@@ -527,6 +517,17 @@ def _check_mrope_section(section: Any) -> None:
         )
 
 
+def _same_knob(value: Any, default: Any) -> bool:
+    """A flat knob at its default (lists and tuples alike: JSON gives lists; "c2p|p2c" is DeBERTa's default too)."""
+    if isinstance(value, str) and isinstance(default, tuple):
+        value = tuple(term.strip() for term in value.lower().split("|"))
+    if isinstance(value, list):
+        value = tuple(value)
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    return value == default
+
+
 def _names(registry_names: tuple[str, ...]) -> str:
     return ", ".join(f'"{name}"' for name in sorted(registry_names))
 
@@ -538,6 +539,12 @@ RoFormerExtConfig.__doc__ = (
     .replace("<<SECTIONED>>", _names(SECTIONED_ALLOCATIONS))
     .replace("<<POSITION_SCHEMES>>", _names(POSITION_SCHEMES.builtin))
     .replace("<<POSITION_ENCODINGS>>", _names(POSITION_ENCODINGS.builtin))
+    .replace(
+        "<<ENCODING_KNOBS>>",
+        "; ".join(
+            f'"{name}" {", ".join(f"`{knob}`" for knob in knobs.names())}' for name, knobs in BUILTIN_KNOBS.items()
+        ),
+    )
 )
 
 __all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

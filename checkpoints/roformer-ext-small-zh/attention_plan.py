@@ -110,9 +110,20 @@ def make_attention_plan(
     ones, one per slot."""
     implementation = attn_implementation(config)
     has_score_term = position_encoding.has_relative_scores
-    check_backend_takes(config, attention_mask, encoder_attention_mask, has_score_term)
+    capabilities = position_encoding.capabilities
+    check_backend_takes(config, attention_mask, encoder_attention_mask, not capabilities.flash_attention)
     linear = config.attention_type == "linear"
     packed, cache, past_length = layout.packed, layout.self_cache, layout.past_length
+    if cache is not None and not capabilities.cache:
+        raise ValueError(
+            f"position_encoding={config.position_encoding!r} does not support a KV cache (its capabilities say so): "
+            "call the model / generate with use_cache=False."
+        )
+    if packed is not None and not capabilities.packing:
+        raise ValueError(
+            f"position_encoding={config.position_encoding!r} does not support packed (padding-free) rows (its "
+            "capabilities say so): pad the batch instead (DataCollatorWithPadding), without cu_seq_lens / seq_idx."
+        )
     if linear:  # the raw 2D padding mask; packed rows: the description
         mask, attention = attention_mask, None
     elif (
@@ -165,17 +176,18 @@ def check_backend_takes(
     config: RoFormerExtConfig,
     attention_mask: torch.Tensor | None,
     encoder_attention_mask: torch.Tensor | None,
-    has_score_term: bool,
+    refuses_flash: bool,
 ) -> None:
-    """Flash attention takes neither a dense 4D mask nor a term on the scores: refused here, once, with the fix."""
+    """Flash attention takes neither a dense 4D mask nor a term on the scores: refused here, once, with the fix.
+    `refuses_flash`: the encoding's capabilities exclude flash attention (a term on the scores)."""
     implementation = attn_implementation(config)
     if not is_flash_attention(implementation):
         return
-    if has_score_term:
+    if refuses_flash:
         raise ValueError(
-            f"position_encoding={config.position_encoding!r} adds a term to the attention scores, which "
-            f"{implementation!r} cannot take; load the model with attn_implementation='sdpa', 'eager' or "
-            "'flex_attention'."
+            f"position_encoding={config.position_encoding!r} does not run on {implementation!r}: its capabilities "
+            "exclude flash attention (which takes no term on the attention scores). Load the model with "
+            "attn_implementation='sdpa', 'eager' or 'flex_attention'."
         )
     for mask in (attention_mask, encoder_attention_mask):
         if mask is not None and mask.dim() == 4:

@@ -63,7 +63,10 @@ OBJECTIVES = ("mlm", "causal")
 EXTRA_ENCODINGS = {
     "linear_attention": {"attention_type": "linear"},
     # Vaswani's table at the norm of an initial word embedding (initializer_range 0.02): 0.02 * sqrt(2).
-    "sinusoidal_scaled": {"position_encoding": "sinusoidal", "sinusoidal_scale": 0.02 * 2**0.5},
+    "sinusoidal_scaled": {
+        "position_encoding": "sinusoidal",
+        "position_encoding_parameters": {"sinusoidal_scale": 0.02 * 2**0.5},
+    },
 }
 #: RoPE's eval-time scalings: name -> rope_parameters (train_length and factor filled in).
 ROPE_SCALINGS = ("linear", "dynamic", "yarn")
@@ -513,7 +516,7 @@ def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = N
         panels[f"shaw (trained, seed {seed})"] = {
             "curves": curves,
             "ylabel": "cosine of key embeddings",
-            "note": f"clipped at k = {model.config.max_relative_position}",
+            "note": f"clipped at k = {model.config.position_encoding_knobs.max_relative_position}",
         }
     if "learned" in trained:
         model = model_class(args.objective).from_pretrained(trained["learned"])

@@ -140,6 +140,12 @@ def export_onnx(
         raise ValueError(
             f"example_length must be >= 2 (a dynamic length needs an example above 1), got {example_length}."
         )
+    encoding = getattr(model.base_model, "position_encoding", None)
+    if encoding is not None and not encoding.capabilities.onnx:
+        raise ValueError(
+            f"position_encoding={model.config.position_encoding!r} does not export to ONNX (its capabilities say so); "
+            "serve it with PyTorch (torch int8: roformer_ext.export.quantize_dynamic_int8) instead."
+        )
     model = model.eval()
     if next(model.parameters()).dtype != torch.float32 or next(model.parameters()).device.type != "cpu":
         raise ValueError("export_onnx takes an fp32 model on the CPU: call model.float().cpu() first.")

@@ -21,13 +21,24 @@ through its causal mask. Add your own with `@register_position_encoding("name")`
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
 
 from .compat import relative_position_bucket
-from .registries import POSITION_ENCODINGS, deberta_terms
+from .encoding_knobs import (
+    SCORE_TERM_CAPABILITIES,
+    Capabilities,
+    DebertaKnobs,
+    EncodingKnobs,
+    ShawKnobs,
+    SinusoidalKnobs,
+    T5BiasKnobs,
+    TransformerXLKnobs,
+    TupeKnobs,
+)
+from .registries import POSITION_ENCODINGS
 from .rope import rotary_embedding_class
 
 
@@ -37,6 +48,12 @@ def register_position_encoding(name: str) -> Callable[[type["PositionEncoding"]]
     def decorator(cls: type[PositionEncoding]) -> type[PositionEncoding]:
         if not (isinstance(cls, type) and issubclass(cls, PositionEncoding)):
             raise TypeError(f"register_position_encoding({name!r}) expects a PositionEncoding subclass, got {cls!r}.")
+        if not (isinstance(cls.knobs, type) and issubclass(cls.knobs, EncodingKnobs)):
+            raise TypeError(
+                f"{cls.__name__}.knobs must be an EncodingKnobs dataclass (encoding_knobs); got {cls.knobs!r}."
+            )
+        if not isinstance(cls.capabilities, Capabilities):
+            raise TypeError(f"{cls.__name__}.capabilities must be a Capabilities; got {cls.capabilities!r}.")
         POSITION_ENCODINGS.register(name, cls)
         return cls
 
@@ -55,6 +72,10 @@ def position_encoding_class(name: str) -> type["PositionEncoding"]:
 class PositionEncoding(nn.Module):
     """How a model tells attention where its tokens are. Every hook defaults to "nothing"; subclasses override some.
 
+    One registration carries everything about an encoding: its name (`@register_position_encoding`), `knobs` (the
+    dataclass of its settings, read from `config.position_encoding_knobs`), `capabilities` (what it works with) and
+    its weight-init hook.
+
     Weight init: a module of an encoding (the encoding itself, a per-layer `layer_table`, any submodule) that defines
     `init_position_weights(config)` is initialised by it (non-persistent buffers are empty after `from_pretrained` and
     meta-device init); its `nn.Linear` / `nn.Embedding` submodules get the model's standard init.
@@ -65,12 +86,14 @@ class PositionEncoding(nn.Module):
 
     #: Whether `relative_scores` returns something (packed rows then keep a block mask to add the scores to).
     has_relative_scores = False
-    #: Softmax attention only: a term on the (q × k) scores has no place in linear attention.
-    supports_linear_attention = True
+    #: The dataclass of its knobs (`config.position_encoding_parameters`); none by default.
+    knobs: ClassVar[type[EncodingKnobs]] = EncodingKnobs
+    #: What it works with; each flag is read where that decision is made.
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        if config.attention_type == "linear" and not self.supports_linear_attention:
+        if config.attention_type == "linear" and not self.capabilities.linear_attention:
             raise ValueError(
                 f"position_encoding={config.position_encoding!r} adds a term to the softmax attention scores, which "
                 "linear attention never forms. Use attention_type='softmax', or 'rope' / 'sinusoidal' / 'learned' / "
@@ -218,13 +241,15 @@ def sinusoidal_table(position_ids: torch.Tensor, dim: int, base: float = 10000.0
 @register_position_encoding("sinusoidal")
 class SinusoidalPositionEncoding(PositionEncoding):
     """The Transformer's fixed sinusoidal table, computed for any position (no length cap, no parameters), times
-    `config.sinusoidal_scale` (1.0 keeps Vaswani's table; see the config for why a model trained from scratch
+    its knob `sinusoidal_scale` (1.0 keeps Vaswani's table; see the config for why a model trained from scratch
     wants it at the word embeddings' scale)."""
+
+    knobs = SinusoidalKnobs
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.base = float(config.rope_parameters.get("rope_theta", 10000.0))
-        self.scale = float(getattr(config, "sinusoidal_scale", 1.0))
+        self.scale = float(config.position_encoding_knobs.sinusoidal_scale)
 
     def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         table = sinusoidal_table(position_ids, embeddings.shape[-1], self.base)
@@ -263,7 +288,7 @@ class RelativePositionEncoding(PositionEncoding):
     """A term on the attention scores from query and key positions: subclasses give `relative_scores`."""
 
     has_relative_scores = True
-    supports_linear_attention = False
+    capabilities = SCORE_TERM_CAPABILITIES
 
     def attention_terms(self, hidden_states, position_ids, key_positions, per_score) -> AttentionTerms:
         scores = self.relative_scores(position_ids[0], key_positions())
@@ -304,9 +329,11 @@ class ShawScores(RelativeScores):
 class ShawPositionEncoding(RelativePositionEncoding):
     """Relative key embeddings clipped at `max_relative_position` (Shaw, Uszkoreit & Vaswani 2018), per layer."""
 
+    knobs = ShawKnobs
+
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.max_distance = int(config.max_relative_position)
+        self.max_distance = int(config.position_encoding_knobs.max_relative_position)
         self.scaling = config.head_dim**-0.5
 
     def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> ShawScores:
@@ -314,7 +341,7 @@ class ShawPositionEncoding(RelativePositionEncoding):
 
     @staticmethod
     def layer_table(config: Any) -> nn.Module:
-        return nn.Embedding(2 * int(config.max_relative_position) + 1, config.head_dim)
+        return nn.Embedding(2 * int(config.position_encoding_knobs.max_relative_position) + 1, config.head_dim)
 
 
 def t5_relative_bucket(
@@ -353,10 +380,13 @@ class T5Scores(RelativeScores):
 class T5BiasPositionEncoding(RelativePositionEncoding):
     """T5's bucketed relative bias: bidirectional buckets for an encoder, causal buckets for a decoder."""
 
+    knobs = T5BiasKnobs
+
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.num_buckets = int(config.relative_attention_num_buckets)
-        self.max_distance = int(config.relative_attention_max_distance)
+        knobs = config.position_encoding_knobs
+        self.num_buckets = int(knobs.relative_attention_num_buckets)
+        self.max_distance = int(knobs.relative_attention_max_distance)
         self.bidirectional = not config.is_decoder
         self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
 
@@ -512,9 +542,11 @@ class TransformerXLPositionEncoding(RelativePositionEncoding):
     (XLNet's bidirectional `attn_type="bi"`; a decoder's mask hides the keys after the query), clamped to
     ±`clamp_len` when it is > 0."""
 
+    knobs = TransformerXLKnobs
+
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.clamp_len = int(config.clamp_len)
+        self.clamp_len = int(config.position_encoding_knobs.clamp_len)
         self.dim = config.hidden_size
 
     def relative_scores(self, query_positions, key_positions) -> TransformerXLScores:
@@ -623,8 +655,11 @@ class TupePositionEncoding(RelativePositionEncoding):
     and the [CLS] reset (`tupe_cls_reset`); both scores scaled by 1/√(2d). Table, projections and bias are shared by
     every layer, as in the authors' code; a table of `max_position_embeddings` + 1 rows (row 0 feeds the reset)."""
 
+    knobs = TupeKnobs
+
     def __init__(self, config: Any) -> None:
         super().__init__(config)
+        knobs = config.position_encoding_knobs
         hidden = config.hidden_size
         self.max_positions = int(config.max_position_embeddings)
         self.num_heads = config.num_attention_heads
@@ -633,10 +668,10 @@ class TupePositionEncoding(RelativePositionEncoding):
         self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
         self.query = nn.Linear(hidden, hidden, bias=config.use_bias)  # U_q
         self.key = nn.Linear(hidden, hidden, bias=config.use_bias)  # U_k
-        self.rel_pos, self.cls_reset = bool(config.tupe_rel_pos), bool(config.tupe_cls_reset)
+        self.rel_pos, self.cls_reset = bool(knobs.tupe_rel_pos), bool(knobs.tupe_cls_reset)
         self.bidirectional = not config.is_decoder
-        self.num_buckets = int(config.relative_attention_num_buckets)
-        self.max_distance = int(config.relative_attention_max_distance)
+        self.num_buckets = int(knobs.relative_attention_num_buckets)
+        self.max_distance = int(knobs.relative_attention_max_distance)
         if self.rel_pos:  # one spare bucket for the [CLS] reset
             self.relative_attention_bias = nn.Embedding(self.num_buckets + 1, config.num_attention_heads)
 
@@ -676,7 +711,7 @@ class DebertaLayerParameters(nn.Module):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        terms, hidden = tuple(deberta_terms(config.pos_att_type)), config.hidden_size
+        terms, hidden = config.position_encoding_knobs.pos_att_type, config.hidden_size
         if "c2p" in terms:
             self.pos_key_proj = nn.Linear(hidden, hidden, bias=config.use_bias)
         if "p2c" in terms:
@@ -750,17 +785,19 @@ class DebertaPositionEncoding(RelativePositionEncoding):
     every score scaled by 1/√(d·(1 + number of terms)). The relative embeddings get dropout (hidden_dropout_prob) in
     each layer, as DeBERTa's `pos_dropout`."""
 
+    knobs = DebertaKnobs
+
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.terms = tuple(deberta_terms(config.pos_att_type))
-        self.share_att_key = bool(config.share_att_key)
-        self.position_buckets = int(config.position_buckets)
-        max_relative = int(config.max_relative_positions)
-        self.max_relative_positions = max_relative if max_relative > 0 else int(config.max_position_embeddings)
+        knobs = config.position_encoding_knobs
+        self.terms = knobs.pos_att_type
+        self.share_att_key = bool(knobs.share_att_key)
+        self.position_buckets = int(knobs.position_buckets)
+        self.max_relative_positions = int(knobs.relative_span(config))
         self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
         self.rel_embeddings = nn.Embedding(2 * self.span, config.hidden_size)
         self.norm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_rel_ebd == "layer_norm" else None
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if knobs.norm_rel_ebd == "layer_norm" else None
         )
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -776,11 +813,11 @@ class DebertaPositionEncoding(RelativePositionEncoding):
 
     @staticmethod
     def layer_table(config: Any) -> nn.Module | None:
-        return None if config.share_att_key else DebertaLayerParameters(config)
+        return None if config.position_encoding_knobs.share_att_key else DebertaLayerParameters(config)
 
     @staticmethod
     def content_scale(config: Any) -> float:
-        return (1 + len(deberta_terms(config.pos_att_type))) ** -0.5
+        return (1 + len(config.position_encoding_knobs.pos_att_type)) ** -0.5
 
 
 def add_scores_to_mask(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:

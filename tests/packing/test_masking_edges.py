@@ -14,6 +14,7 @@ from conftest import tiny_config
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
 from roformer_ext.attention_plan import BatchLayout, check_backend_takes, eager_attention_forward, make_attention_plan
+from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, Capabilities
 from roformer_ext.masking_roformer_ext import (
     check_padding_mask,
     cross_attention_mask,
@@ -60,6 +61,7 @@ class NoTerms:
 
     def __init__(self, has_score_term: bool) -> None:
         self.has_relative_scores = has_score_term
+        self.capabilities = SCORE_TERM_CAPABILITIES if has_score_term else Capabilities()
 
     def attention_terms(self, *args) -> AttentionTerms:
         return AttentionTerms()

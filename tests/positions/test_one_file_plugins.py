@@ -1,12 +1,14 @@
 """Adding a position encoding or a multimodal position scheme touches one file: here, this test file alone.
 
-`CappedPenalty` is a new relative encoding (a per-head penalty growing with distance up to a window: a knob read from
-the config, a non-persistent buffer filled by its weight-init hook); `stepped_diagonal` a new scheme (its knob a
+`CappedPenalty` is a new relative encoding (a per-head penalty growing with distance up to a window: a knob in its own
+dataclass, read from `position_encoding_parameters`; capabilities; a non-persistent buffer filled by its weight-init
+hook); `stepped_diagonal` a new scheme (its knob a
 keyword-only argument read from rope_parameters). Each works through eager / sdpa / flex attention, packed rows, the
 KV cache and save / load, on a model whose outputs depend strongly on positions.
 """
 
 import logging
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from roformer_ext import (
     register_position_encoding,
     register_position_scheme,
 )
+from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, EncodingKnobs
 from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
 from roformer_ext.registries import POSITION_ENCODINGS, POSITION_SCHEMES
 
@@ -48,10 +51,24 @@ class CappedPenaltyScores(RelativeScores):
         return capped_penalty
 
 
+@dataclass(frozen=True)
+class CappedPenaltyKnobs(EncodingKnobs):
+    """The window (in tokens) beyond which the penalty stops growing."""
+
+    penalty_window: int = 4
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.penalty_window, int) or self.penalty_window < 1:
+            raise ValueError(f"penalty_window must be a positive int; got {self.penalty_window!r}.")
+
+
 class CappedPenalty(RelativePositionEncoding):
+    knobs = CappedPenaltyKnobs
+    capabilities = SCORE_TERM_CAPABILITIES  # a term on the scores: no linear or flash attention
+
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.window = int(getattr(config, "penalty_window", 4))
+        self.window = config.position_encoding_knobs.penalty_window
         self.register_buffer("scales", torch.empty(config.num_attention_heads), persistent=False)
         self.init_position_weights(config)
 
@@ -89,9 +106,10 @@ def plugins():
     POSITION_SCHEMES.unregister("test_stepped_diagonal")
 
 
-def encoding_config(**overrides):
-    overrides.setdefault("penalty_window", 3)
-    return position_sensitive_config(position_encoding="test_capped_penalty", **overrides)
+def encoding_config(window: int = 3, **overrides):
+    return position_sensitive_config(
+        position_encoding="test_capped_penalty", position_encoding_parameters={"penalty_window": window}, **overrides
+    )
 
 
 @pytest.mark.parametrize("is_decoder", [False, True])
@@ -116,7 +134,7 @@ def test_new_encoding_on_every_backend_and_packed_rows(is_decoder):
     run = lambda m: m(packed, cu_seq_lens_q=cu, cu_seq_lens_k=cu).last_hidden_state  # noqa: E731
     assert_position_sensitive(model, run, ATOL)
     # the window is a knob that matters: a wider one changes the outputs
-    wide = RoFormerExtModel(encoding_config(is_decoder=is_decoder, penalty_window=50, attn_implementation="eager"))
+    wide = RoFormerExtModel(encoding_config(50, is_decoder=is_decoder, attn_implementation="eager"))
     wide.load_state_dict(model.state_dict())
     with torch.no_grad():
         assert (wide.eval()(packed).last_hidden_state - model(packed).last_hidden_state).abs().max() > 100 * ATOL
@@ -139,7 +157,8 @@ def test_new_encoding_caches_and_saves(tmp_path):
 
     model.save_pretrained(tmp_path)
     reloaded = RoFormerExtForCausalLM.from_pretrained(tmp_path).eval()
-    assert reloaded.config.position_encoding == "test_capped_penalty" and reloaded.config.penalty_window == 3
+    assert reloaded.config.position_encoding == "test_capped_penalty"
+    assert reloaded.config.position_encoding_parameters == {"penalty_window": 3}
     assert torch.equal(reloaded.base_model.position_encoding.scales, model.base_model.position_encoding.scales)
     again = reloaded.generate(prompt, attention_mask=mask, **settings)
     assert torch.equal(again.sequences, cached.sequences)
@@ -222,3 +241,17 @@ def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
         torch.testing.assert_close(
             reloaded(ids, pixel_values=pixels, image_grid_thw=grid).logits, single, atol=0, rtol=0
         )
+
+
+def test_new_encoding_knobs_default_check_and_refuse_strangers():
+    """The plugin's dataclass is the config's knob schema: defaults filled in and saved, its own check, unknown keys
+    refused, and the capabilities it declares refuse linear attention."""
+    config = position_sensitive_config(position_encoding="test_capped_penalty")
+    assert config.position_encoding_parameters == {"penalty_window": 4}
+    assert config.position_encoding_knobs == CappedPenaltyKnobs(4)
+    with pytest.raises(ValueError, match="penalty_window must be a positive int; got 0"):
+        encoding_config(0)
+    with pytest.raises(ValueError, match=r"'window'.*does not take; it takes 'penalty_window'"):
+        position_sensitive_config(position_encoding="test_capped_penalty", position_encoding_parameters={"window": 2})
+    with pytest.raises(ValueError, match="linear attention never forms"):
+        RoFormerExtModel(encoding_config(attention_type="linear"))

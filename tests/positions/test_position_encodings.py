@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import knob_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -49,12 +50,10 @@ def config(position_encoding: str, **overrides) -> RoFormerExtConfig:
         max_position_embeddings=128,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        position_encoding=position_encoding,
-        max_relative_position=5,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=20,
     )
-    return RoFormerExtConfig(**{**fields, **overrides})
+    # small windows and buckets, so short inputs reach the clipped and logarithmic ranges
+    knobs = dict(max_relative_position=5, relative_attention_num_buckets=8, relative_attention_max_distance=20)
+    return RoFormerExtConfig(**{**fields, **knob_kwargs(position_encoding, knobs, overrides)})
 
 
 def model_for(position_encoding: str, decoder: bool = False, implementation: str = "eager", **overrides):
@@ -192,7 +191,7 @@ def test_sinusoidal_scale_multiplies_the_table_and_is_saved(tmp_path):
     ids = torch.randint(1, 97, (2, 9), generator=torch.Generator().manual_seed(0))
     sums = {}
     for scale in (1.0, 0.25):
-        model = model_for("sinusoidal", sinusoidal_scale=scale)
+        model = model_for("sinusoidal", position_encoding_parameters={"sinusoidal_scale": scale})
         captured = []
         hook = model.roformer.embeddings.norm.register_forward_hook(
             lambda module, args, out, store=captured: store.append(args[0])
@@ -204,7 +203,9 @@ def test_sinusoidal_scale_multiplies_the_table_and_is_saved(tmp_path):
     table = sinusoidal_table(torch.arange(9), 32)
     torch.testing.assert_close(sums[1.0] - sums[0.25], 0.75 * table.expand(2, 9, 32), rtol=0, atol=1e-6)
     model.save_pretrained(tmp_path)
-    assert RoFormerExtForMaskedLM.from_pretrained(tmp_path).config.sinusoidal_scale == 0.25
+    loaded = RoFormerExtForMaskedLM.from_pretrained(tmp_path).config
+    assert loaded.position_encoding_parameters == {"sinusoidal_scale": 0.25}
+    assert loaded.position_encoding_knobs.sinusoidal_scale == 0.25 and loaded.sinusoidal_scale == 0.25
 
 
 def test_sinusoidal_has_no_length_cap():

@@ -13,11 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import knob_kwargs
 from torch import nn
 from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from roformer_ext import RoFormerExtConfig
+from roformer_ext.encoding_knobs import Capabilities, EncodingKnobs, SinusoidalKnobs
 from roformer_ext.position_encodings import (
     AlibiPositionEncoding,
     DebertaLayerParameters,
@@ -66,14 +68,15 @@ def config(position_encoding: str, **overrides) -> RoFormerExtConfig:
         max_position_embeddings=64,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        position_encoding=position_encoding,
+    )
+    knobs = dict(
         max_relative_position=3,
         relative_attention_num_buckets=8,
         relative_attention_max_distance=20,
         position_buckets=8,
         max_relative_positions=20,
     )
-    return RoFormerExtConfig(**{**fields, **overrides})
+    return RoFormerExtConfig(**{**fields, **knob_kwargs(position_encoding, knobs, overrides)})
 
 
 def randomized(module: nn.Module) -> nn.Module:
@@ -646,8 +649,13 @@ def test_sinusoidal_table_is_fp32_whatever_the_default_dtype():
 
 
 def test_sinusoidal_defaults_without_the_config_fields_and_the_embeddings_dtype():
-    # a config without rope_theta / sinusoidal_scale: Vaswani's base 10000 and the table unscaled
-    bare = SimpleNamespace(attention_type="softmax", position_encoding="sinusoidal", rope_parameters={})
+    # a config without rope_theta, with the default knobs: Vaswani's base 10000 and the table unscaled
+    bare = SimpleNamespace(
+        attention_type="softmax",
+        position_encoding="sinusoidal",
+        rope_parameters={},
+        position_encoding_knobs=SinusoidalKnobs(),
+    )
     encoding = SinusoidalPositionEncoding(bare)
     assert (encoding.base, encoding.scale) == (10000.0, 1.0)
     embeddings = torch.zeros(1, 2, 4, dtype=torch.bfloat16)
@@ -747,7 +755,8 @@ def test_the_base_encoding_adds_nothing():
     assert base.attention_terms(embeddings, torch.arange(3)[None, None], lambda: None, False) == (None, None, None)
     assert base.relative_scores(torch.zeros(1, 3), torch.zeros(1, 3)) is None
     assert PositionEncoding.layer_table(config("none")) is None and PositionEncoding.content_scale(None) == 1.0
-    assert not PositionEncoding.has_relative_scores and PositionEncoding.supports_linear_attention
+    assert not PositionEncoding.has_relative_scores and PositionEncoding.capabilities == Capabilities()
+    assert PositionEncoding.knobs is EncodingKnobs
 
 
 def test_deberta_max_relative_positions_zero_or_less_takes_the_table_length():

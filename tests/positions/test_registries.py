@@ -31,7 +31,7 @@ def test_configuration_imports_no_model_code(tmp_path):
     package.mkdir()
     (package / "__init__.py").write_text("")
     source = Path(roformer_ext.__file__).parent
-    for name in ("configuration_roformer_ext.py", "compat.py", "registries.py"):
+    for name in ("configuration_roformer_ext.py", "compat.py", "encoding_knobs.py", "registries.py"):
         shutil.copy(source / name, package / name)
     code = (
         "import sys\n"
@@ -42,7 +42,13 @@ def test_configuration_imports_no_model_code(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    loaded = ["config_only", "config_only.compat", "config_only.configuration_roformer_ext", "config_only.registries"]
+    loaded = [
+        "config_only",
+        "config_only.compat",
+        "config_only.configuration_roformer_ext",
+        "config_only.encoding_knobs",
+        "config_only.registries",
+    ]
     assert result.stdout.strip() == str(loaded)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import knob_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -61,14 +62,14 @@ def config(variant: str = "deberta", **overrides) -> RoFormerExtConfig:
         max_position_embeddings=64,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        position_encoding=variant,
+    )
+    knobs = dict(
         relative_attention_num_buckets=8,
         relative_attention_max_distance=20,
         position_buckets=8,
         max_relative_positions=20,
     )
-    fields.update(VARIANTS.get(variant, {}))
-    return RoFormerExtConfig(**{**fields, **overrides})
+    return RoFormerExtConfig(**{**fields, **knob_kwargs(variant, knobs, {**VARIANTS.get(variant, {}), **overrides})})
 
 
 def randomize_position_parameters(model: nn.Module) -> None:

@@ -356,7 +356,12 @@ class PositionEncodingModelTester(RoFormerExtModelTester):
     position_encoding = "rope"
 
     def config_kwargs(self) -> dict:
-        return {**super().config_kwargs(), "position_encoding": self.position_encoding, "max_relative_position": 4}
+        knobs = {"max_relative_position": 4} if self.position_encoding == "shaw" else None
+        return {
+            **super().config_kwargs(),
+            "position_encoding": self.position_encoding,
+            "position_encoding_parameters": knobs,
+        }
 
 
 def _position_encoding_test(name: str) -> type:

@@ -1,0 +1,210 @@
+"""Each position encoding's knobs (a dataclass in one nested config dict) and capabilities (read where each decision
+is made): built-ins declared once, checked, documented; a plugin's flags refuse what it cannot do, with the fix."""
+
+import pytest
+import torch
+from conftest import tiny_config
+
+import roformer_ext.position_encodings as encodings
+from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtModel, register_position_encoding
+from roformer_ext.encoding_knobs import (
+    BUILTIN_KNOBS,
+    LEGACY_KNOB_DEFAULTS,
+    SCORE_TERM_CAPABILITIES,
+    Capabilities,
+    DebertaKnobs,
+    EncodingKnobs,
+    knobs_class,
+    legacy_knob_owners,
+)
+from roformer_ext.registries import POSITION_ENCODINGS
+
+
+def test_every_builtin_class_declares_the_knobs_the_configuration_checks():
+    for name in POSITION_ENCODINGS.builtin:
+        cls = encodings.position_encoding_class(name)
+        assert cls.knobs is BUILTIN_KNOBS.get(name, EncodingKnobs), name
+        assert knobs_class(name) is cls.knobs
+        expected = SCORE_TERM_CAPABILITIES if cls.has_relative_scores else Capabilities()
+        assert cls.capabilities == expected, name
+    assert SCORE_TERM_CAPABILITIES == Capabilities(linear_attention=False, flash_attention=False)
+    assert knobs_class("not registered") is EncodingKnobs and knobs_class(None) is EncodingKnobs
+
+
+def test_defaults_are_written_out_and_the_caller_dict_is_not_changed():
+    given = {"relative_attention_num_buckets": 8}
+    config = tiny_config(position_encoding="tupe", position_encoding_parameters=given)
+    assert given == {"relative_attention_num_buckets": 8}
+    assert config.position_encoding_parameters == {
+        "tupe_rel_pos": True,
+        "tupe_cls_reset": True,
+        "relative_attention_num_buckets": 8,
+        "relative_attention_max_distance": 128,
+    }
+    assert tiny_config(position_encoding="deberta").position_encoding_parameters == {
+        "position_buckets": 256,
+        "max_relative_positions": -1,
+        "pos_att_type": ["c2p", "p2c"],
+        "share_att_key": True,
+        "norm_rel_ebd": "layer_norm",
+    }
+    assert tiny_config().position_encoding_parameters == {}  # rope: its knobs are rope_parameters
+
+
+def test_deberta_terms_parse_once_and_keep_their_order():
+    assert DebertaKnobs(pos_att_type="P2C | c2p").pos_att_type == ("p2c", "c2p")
+    assert DebertaKnobs(pos_att_type=["c2p"]).to_dict()["pos_att_type"] == ["c2p"]
+
+
+@pytest.mark.parametrize(
+    "encoding, knobs, error, message",
+    [
+        ("shaw", {"max_relative_position": 0}, ValueError, "shaw's max_relative_position must be a positive integer"),
+        ("shaw", {"max_relative_position": 2.0}, ValueError, "must be a positive integer .*got 2.0"),
+        ("t5_bias", {"relative_attention_num_buckets": 3}, ValueError, "needs relative_attention_num_buckets >= 4"),
+        ("t5_bias", {"relative_attention_max_distance": 16}, ValueError, "larger than half the buckets"),
+        ("sinusoidal", {"sinusoidal_scale": True}, TypeError, "sinusoidal_scale must be a positive number"),
+        ("sinusoidal", {"sinusoidal_scale": float("nan")}, ValueError, "sinusoidal_scale must be a positive number"),
+        ("transformer_xl", {"clamp_len": 1.5}, TypeError, "clamp_len must be an int"),
+        ("tupe", {"tupe_rel_pos": 1}, TypeError, "tupe_rel_pos must be True or False"),
+        ("tupe", {"relative_attention_num_buckets": 9}, ValueError, "an even relative_attention_num_buckets"),
+        ("deberta", {"pos_att_type": "c2p|c2p"}, ValueError, "pos_att_type lists DeBERTa's position terms"),
+        ("deberta", {"pos_att_type": []}, ValueError, "pos_att_type lists DeBERTa's position terms"),
+        ("deberta", {"norm_rel_ebd": "rms"}, ValueError, "Unknown norm_rel_ebd 'rms'"),
+        ("deberta", {"share_att_key": "yes"}, TypeError, "share_att_key must be True or False"),
+        ("deberta", {"position_buckets": 200, "max_relative_positions": 64}, ValueError, "log buckets need"),
+        ("alibi", {"max_relative_position": 4}, ValueError, r"'max_relative_position'.*alibi.*takes no knobs"),
+        ("shaw", {"clamp_len": 4}, ValueError, r"'clamp_len'.*'shaw' does not take; it takes 'max_relative_position'"),
+    ],
+)
+def test_each_knob_is_checked_with_the_fix(encoding, knobs, error, message):
+    with pytest.raises(error, match=message):
+        tiny_config(position_encoding=encoding, position_encoding_parameters=knobs)
+
+
+def test_tupe_without_the_relative_bias_does_not_check_its_buckets():
+    config = tiny_config(
+        position_encoding="tupe",
+        position_encoding_parameters={"tupe_rel_pos": False, "relative_attention_num_buckets": 9},
+    )
+    assert config.position_encoding_knobs.relative_attention_num_buckets == 9
+
+
+def test_the_parameters_must_be_a_dict():
+    with pytest.raises(TypeError, match="position_encoding_parameters must be a dict"):
+        tiny_config(position_encoding="shaw", position_encoding_parameters=[("max_relative_position", 4)])
+
+
+def test_legacy_names_map_to_their_owners():
+    owners = legacy_knob_owners()
+    assert owners["relative_attention_num_buckets"] == ("t5_bias", "tupe")
+    assert owners["clamp_len"] == ("transformer_xl",) and owners["pos_att_type"] == ("deberta",)
+    assert set(owners) == set(LEGACY_KNOB_DEFAULTS)
+    assert LEGACY_KNOB_DEFAULTS["relative_attention_max_distance"] == 128
+
+
+def test_the_config_docstring_lists_each_encodings_knobs():
+    for name, knobs in BUILTIN_KNOBS.items():
+        listed = f'"{name}" ' + ", ".join(f"`{knob}`" for knob in knobs.names())
+        assert listed in RoFormerExtConfig.__doc__
+
+
+# --- capabilities: each flag refuses at its one decision site ----------------------------------------------------
+
+
+def limited_encoding(**flags) -> str:
+    """An absolute encoding (NoPE) registered with some capabilities switched off."""
+
+    class LimitedNoPE(encodings.NoPositionEncoding):
+        capabilities = Capabilities(**flags)
+
+    name = "test_limited_" + "_".join(sorted(flags))
+    register_position_encoding(name)(LimitedNoPE)
+    return name
+
+
+@pytest.fixture
+def unregister():
+    names = []
+    yield names
+    for name in names:
+        POSITION_ENCODINGS.unregister(name)
+
+
+def test_no_cache_capability_refuses_cached_generation(unregister):
+    unregister.append(name := limited_encoding(cache=False))
+    model = RoFormerExtForCausalLM(tiny_config(position_encoding=name, is_decoder=True)).eval()
+    ids = torch.randint(4, 90, (1, 5))
+    with pytest.raises(ValueError, match=rf"position_encoding='{name}' does not support a KV cache.*use_cache=False"):
+        model.generate(ids, max_new_tokens=2, do_sample=False)
+    out = model.generate(ids, max_new_tokens=2, do_sample=False, use_cache=False)
+    assert out.shape == (1, 7)
+
+
+def test_no_packing_capability_refuses_packed_rows(unregister):
+    unregister.append(name := limited_encoding(packing=False))
+    model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    with pytest.raises(ValueError, match="does not support packed .*pad the batch instead"):
+        model(torch.randint(4, 90, (1, 7)), cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    assert model(torch.randint(4, 90, (2, 4))).last_hidden_state.shape == (2, 4, 32)
+
+
+def test_no_flash_capability_refuses_flash_attention(unregister):
+    unregister.append(name := limited_encoding(flash_attention=False))
+    model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
+    model.config._attn_implementation = "flash_attention_2"  # what set_attn_implementation would do with a GPU
+    with pytest.raises(ValueError, match="capabilities exclude flash attention"):
+        model(torch.randint(4, 90, (1, 5)))
+
+
+def test_no_linear_capability_refuses_linear_attention(unregister):
+    unregister.append(name := limited_encoding(linear_attention=False))
+    with pytest.raises(ValueError, match="linear attention never forms"):
+        RoFormerExtModel(tiny_config(position_encoding=name, attention_type="linear"))
+
+
+def test_no_onnx_capability_refuses_the_export_before_tracing(unregister, tmp_path):
+    from roformer_ext.export import export_onnx
+
+    unregister.append(name := limited_encoding(onnx=False))
+    model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
+    with pytest.raises(ValueError, match="does not export to ONNX .*quantize_dynamic_int8"):
+        export_onnx(model, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
+def test_registration_refuses_a_class_without_a_knob_dataclass_or_capabilities():
+    class NoKnobs(encodings.NoPositionEncoding):
+        knobs = dict
+
+    class NoFlags(encodings.NoPositionEncoding):
+        capabilities = {"cache": True}
+
+    with pytest.raises(TypeError, match="NoKnobs.knobs must be an EncodingKnobs dataclass"):
+        register_position_encoding("test_bad_knobs")(NoKnobs)
+    with pytest.raises(TypeError, match="NoFlags.capabilities must be a Capabilities"):
+        register_position_encoding("test_bad_flags")(NoFlags)
+    assert "test_bad_knobs" not in POSITION_ENCODINGS.registered()
+
+
+def test_the_documented_encoding_with_a_knob_runs(unregister):
+    """docs/position-encodings.md's example, executed as written: its knob reaches the table and is checked."""
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "offset_sinusoidal" in block]
+    namespace: dict = {}
+    exec(compile(code, "docs/position-encodings.md", "exec"), namespace)
+    unregister.append("offset_sinusoidal")
+    config = namespace["config"]
+    assert config.position_encoding_parameters == {"offset": 3}
+    model = RoFormerExtModel(
+        tiny_config(position_encoding="offset_sinusoidal", **{"position_encoding_parameters": {"offset": 3}})
+    )
+    embeddings = torch.zeros(1, 4, 32)
+    shifted = model.position_encoding.embed(embeddings, torch.arange(4)[None])
+    torch.testing.assert_close(shifted, encodings.sinusoidal_table(torch.arange(3, 7)[None], 32))
+    with pytest.raises(ValueError, match="offset must be an int >= 0; got -1"):
+        tiny_config(position_encoding="offset_sinusoidal", position_encoding_parameters={"offset": -1})
