@@ -312,7 +312,7 @@ def measure_word_tokenization(lines: int) -> list[dict]:
     import rjieba
 
     from roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
-    from roformer_ext.tokenization_roformer_ext import WORD_SEGMENTER_ENV
+    from roformer_ext.tokenization_words import WORD_SEGMENTER_ENV
 
     texts = peoples_daily(lines)
     chars = [c for c, _ in collections.Counter("".join(texts[:2000])).most_common(3000)]

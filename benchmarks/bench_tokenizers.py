@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import BertTokenizerFast
 
     from roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
-    from roformer_ext.tokenization_roformer_ext import WORD_SEGMENTER_ENV
+    from roformer_ext.tokenization_words import WORD_SEGMENTER_ENV
 
     jieba.setLogLevel(60)
     jieba.initialize()  # the dictionary load is not part of the timing

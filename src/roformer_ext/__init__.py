@@ -43,7 +43,7 @@ from .modeling_roformer_ext_vision import (
     RoFormerExtVisionTextModel,
 )
 from .position_encodings import PositionEncoding, register_position_encoding, registered_position_encodings
-from .positions import register_position_scheme, registered_position_schemes
+from .position_schemes import register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
 from .rope import (
     RotaryEmbedding,

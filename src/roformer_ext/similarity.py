@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from .tokenization_roformer_ext import _is_cjk
+from .tokenization_words import _is_cjk
 
 #: bert4keras' `maxlen` in RoFormer-Sim's generate.py: the source is cut to it, and so is each generated sentence.
 SIM_MAX_LENGTH = 64

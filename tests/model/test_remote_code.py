@@ -99,6 +99,7 @@ def test_package_sources_import_siblings_relatively():
         "*processing_*.py",
         "rope.py",
         "positions.py",
+        "position_schemes.py",
         "linear_attention.py",
     )
     remote_files = sorted({p for pattern in patterns for p in folder.glob(pattern)})

@@ -1,4 +1,4 @@
-"""Exact positions of the vision position schemes of positions.py, at the edges the mutation check found untested.
+"""Exact positions of the vision position schemes of position_schemes.py, at the edges the mutation check found untested.
 
 Each expected layout is written out by hand from the scheme's definition (the module docstring and the scheme's own
 docstring), not computed by the code under test; error messages are checked in full.
@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from roformer_ext.positions import Segment, _in_text_plane, get_position_scheme, patch_indices
+from roformer_ext.position_schemes import Segment, _in_text_plane, get_position_scheme, patch_indices
 
 
 def T(n: int) -> Segment:
