@@ -157,8 +157,9 @@ def build_position_ids(
 
     `config` only needs `rope_parameters` ("position_scheme", "axes", the scheme's knobs) and, for vision input,
     `image_token_id` / `video_token_id`. `second_per_grid_ts` (num_videos,): seconds between two temporal patches of
-    each video, read by time-aligned schemes (qwen2_5_vl). See the module docstring for the schemes and the meaning
-    of deltas. Raises ValueError when the placeholders and the grids disagree or the scheme needs more axes.
+    each video, read by time-aligned schemes (qwen2_5_vl). See position_schemes.py's module docstring for the schemes
+    and the meaning of deltas. Raises ValueError when the placeholders and the grids disagree or the scheme needs more
+    axes.
     """
     if cu_seq_lens is not None:
         return _packed_position_ids(

@@ -78,7 +78,7 @@ ROTARY_KINDS = Registry(
 )
 POSITION_SCHEMES = Registry(
     "rope_parameters['position_scheme']",
-    "Register a new one with roformer_ext.positions.register_position_scheme(name).",
+    "Register a new one with roformer_ext.register_position_scheme(name).",
     (
         "circle_rope", "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl",
         "qwen3_vl", "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope", "vrope",
@@ -105,8 +105,8 @@ def rotates_per_head(rope_parameters: dict) -> bool:
     return rope_parameters.get("rope_type") == "grape_m" and rope_parameters.get("grape_share_across_heads") is False
 
 
-#: A multimodal variant is a position design (the function registered under its name in positions.py) plus a frequency
-#: allocation: naming the variant in rope_parameters fills in what it needs, unless the user gave it.
+#: A multimodal variant is a position design (the function registered under its name in position_schemes.py) plus a
+#: frequency allocation: naming the variant in rope_parameters fills in what it needs, unless the user gave it.
 POSITION_SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2_5_vl": {"axes": 3, "axis_allocation": "sections"},
     "qwen3_vl": {"axes": 3, "axis_allocation": "mrope_interleaved"},
