@@ -18,11 +18,12 @@ which encodings own each such name, so those configs still load.
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from .registries import DEBERTA_TERMS, POSITION_ENCODINGS, deberta_terms, is_int, is_positive_number
+from .registries import DEBERTA_TERMS, POSITION_ENCODINGS, deberta_terms, is_int
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class EncodingKnobs:
     @classmethod
     def from_dict(cls, values: dict[str, Any], encoding: str | None = None) -> EncodingKnobs:
         """The knobs from `position_encoding_parameters` (missing ones take their defaults; unknown ones are refused)."""
-        unknown = sorted(set(values) - set(cls.names()))
+        unknown = sorted(set(values) - set(cls.names()), key=str)
         if unknown:
             name = encoding or cls.encoding
             takes = ", ".join(map(repr, cls.names())) or "no knobs"
@@ -87,25 +88,30 @@ def _positive_number(knobs: EncodingKnobs, name: str, hint: str) -> None:
     message = f"{knobs.encoding}'s {name} must be a positive number (finite, > 0; {hint}); got {value!r}."
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(message)
-    if not is_positive_number(value):
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(message)
+    object.__setattr__(knobs, name, float(value))  # numpy's floats and ints too: stored as JSON takes them
 
 
 def _positive_int(knobs: EncodingKnobs, name: str, hint: str = "") -> None:
     value = getattr(knobs, name)
     if not is_int(value) or value < 1:
         raise ValueError(f"{knobs.encoding}'s {name} must be a positive integer{hint}; got {value!r}.")
+    object.__setattr__(knobs, name, int(value))  # numpy's ints too: stored as JSON takes them
 
 
 def _int(knobs: EncodingKnobs, name: str) -> None:
     value = getattr(knobs, name)
     if not is_int(value):
         raise TypeError(f"{knobs.encoding}'s {name} must be an int (<= 0 turns it off); got {value!r}.")
+    object.__setattr__(knobs, name, int(value))
 
 
 def _bool(knobs: EncodingKnobs, name: str) -> None:
-    if not isinstance(getattr(knobs, name), bool):
-        raise TypeError(f"{knobs.encoding}'s {name} must be True or False; got {getattr(knobs, name)!r}.")
+    value = getattr(knobs, name)
+    if not isinstance(value, bool):
+        raise TypeError(f"{knobs.encoding}'s {name} must be True or False; got {value!r}.")
+    object.__setattr__(knobs, name, bool(value))
 
 
 @dataclass(frozen=True)

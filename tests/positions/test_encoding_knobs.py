@@ -208,3 +208,22 @@ def test_the_documented_encoding_with_a_knob_runs(unregister):
     torch.testing.assert_close(shifted, encodings.sinusoidal_table(torch.arange(3, 7)[None], 32))
     with pytest.raises(ValueError, match="offset must be an int >= 0; got -1"):
         tiny_config(position_encoding="offset_sinusoidal", position_encoding_parameters={"offset": -1})
+
+
+def test_numpy_numbers_are_stored_as_json_takes_them():
+    import json
+
+    import numpy as np
+
+    config = tiny_config(
+        position_encoding="tupe",
+        position_encoding_parameters={"relative_attention_num_buckets": np.int64(8), "tupe_rel_pos": True},
+    )
+    assert type(config.position_encoding_parameters["relative_attention_num_buckets"]) is int
+    assert json.loads(config.to_json_string())["position_encoding_parameters"]["relative_attention_num_buckets"] == 8
+    sinusoidal = tiny_config(
+        position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": np.int32(2)}
+    )
+    assert sinusoidal.position_encoding_parameters == {"sinusoidal_scale": 2.0}
+    with pytest.raises(ValueError, match=r"has 1, 'a', which"):
+        tiny_config(position_encoding="alibi", position_encoding_parameters={1: 2, "a": 3})
