@@ -617,6 +617,36 @@ def assert_same_metrics(folders: dict) -> dict:
     return packed
 
 
+#: A fresh model whose outputs depend strongly on positions (conftest.POSITION_SENSITIVE): at the default init a wrong
+#: position moves the evaluation loss by ~2e-7, below the padded / padding-free comparison's tolerance.
+SENSITIVE = ["--config_overrides", 'initializer_range=0.2,rope_parameters={"rope_theta":100.0}']
+
+
+def assert_eval_sees_shifted_positions(
+    script: Path, model: Path, args: list[str], tmp_path: Path, monkeypatch, packed: dict, metric: str = "eval_loss"
+) -> None:
+    """The padding-free evaluation once more, with every position from 3 on moved by one where the base model hands
+    positions to its attention plan (conftest.shifted_positions): `metric` moves far past `assert_same_metrics`'
+    tolerance, so that comparison would see packed rows given wrong positions (docs/testing.md's rule)."""
+    from conftest import SENSITIVITY_FACTOR, shifted_positions
+
+    from roformer_ext import RoFormerExtModel
+
+    plan = RoFormerExtModel.attention_plan
+
+    def shifted_plan(self, layout, embeddings, position_ids, *rest, **kwargs):
+        return plan(self, layout, embeddings, shifted_positions(position_ids), *rest, **kwargs)
+
+    out = tmp_path / "shifted"
+    with monkeypatch.context() as patch:
+        patch.setattr(RoFormerExtModel, "attention_plan", shifted_plan)
+        run_in_process(script, ["--model_name_or_path", str(model), *args, "--output_dir", str(out),
+                                "--per_device_eval_batch_size", "4", *TRAINER, "--padding_free"], patch)  # fmt: skip
+    shifted = json.loads((out / "all_results.json").read_text())
+    tolerance = 1e-6 * abs(packed[metric]) + 1e-7
+    assert abs(shifted[metric] - packed[metric]) > SENSITIVITY_FACTOR * tolerance, (shifted[metric], packed[metric])
+
+
 def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monkeypatch):
     """Sentence pairs of many lengths (token_type_ids matter), 10 rows in batches of 4: same metrics and predictions."""
     animals = ["cat", "dog", "big bird", "small grey fish", "very old brown horse"]
@@ -627,7 +657,7 @@ def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monk
     columns = ["--text_column_names", "premise,hypothesis", "--label_column_name", "relation"]
     trained = tmp_path / "trained"
     run_in_process(CLASSIFY, ["--train_file", str(tmp_path / "pairs.jsonl"), *columns, "--output_dir", str(trained),
-                              "--max_steps", "3", "--group_by_length", *TINY, *TRAINER], monkeypatch)  # fmt: skip
+                              "--max_steps", "3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
     assert json.loads((trained / "all_results.json").read_text())["train_samples"] == 48  # 50 rows, 5% held out
     dev = str(tmp_path / "dev.jsonl")
     data = ["--validation_file", dev, "--test_file", dev, *columns, "--do_eval", "--do_predict"]
@@ -636,6 +666,7 @@ def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monk
     assert {"eval_accuracy", "eval_loss", "test_accuracy"} <= set(metrics)
     padded, packed = ((folders[f] / "predict_results.txt").read_text() for f in folders)
     assert packed == padded and len(packed.splitlines()) == 11
+    assert_eval_sees_shifted_positions(CLASSIFY, trained, data, tmp_path, monkeypatch, metrics)
 
 
 def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch):
@@ -653,7 +684,7 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
     (tmp_path / "dev.json").write_text(json.dumps(rows[:11]))
     trained = tmp_path / "trained"
     run_in_process(NER, ["--train_file", str(tmp_path / "ner.json"), "--output_dir", str(trained), "--max_steps", "3",
-                         "--learning_rate", "5e-3", "--group_by_length", *TINY, *TRAINER], monkeypatch)  # fmt: skip
+                         "--learning_rate", "5e-3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
     data = ["--validation_file", str(tmp_path / "dev.json"), "--test_file", str(tmp_path / "dev.json"), "--do_eval",
             "--do_predict"]  # fmt: skip
     folders = evaluate_padded_and_padding_free(NER, trained, data, tmp_path, monkeypatch)
@@ -662,6 +693,7 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
     padded, packed = ((folders[f] / "predictions.txt").read_text().splitlines() for f in folders)
     assert packed == padded and len(packed) == 11  # one line per sentence, a tag per word
     assert [len(line.split()) for line in packed] == [len(row["tokens"]) for row in rows[:11]]
+    assert_eval_sees_shifted_positions(NER, trained, data, tmp_path, monkeypatch, metrics)
 
 
 def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch):
@@ -671,11 +703,12 @@ def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch
     (tmp_path / "dev.txt").write_text("\n".join(lines[i % 4] * (1 + i % 2) for i in range(9)), encoding="utf-8")
     trained = tmp_path / "trained"
     run_in_process(MLM, ["--train_file", str(tmp_path / "corpus.txt"), "--line_by_line", "--max_seq_length", "48",
-                         "--output_dir", str(trained), "--max_steps", "2", *TINY, *TRAINER], monkeypatch)  # fmt: skip
+                         "--output_dir", str(trained), "--max_steps", "2", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
     data = ["--validation_file", str(tmp_path / "dev.txt"), "--line_by_line", "--max_seq_length", "48", "--do_eval",
             "--mlm_probability", "0.3", "--whole_word_masking"]  # fmt: skip
     metrics = assert_same_metrics(evaluate_padded_and_padding_free(MLM, trained, data, tmp_path, monkeypatch))
     assert {"eval_loss", "perplexity", "eval_masked_accuracy"} <= set(metrics) and metrics["eval_blocks"] == 9
+    assert_eval_sees_shifted_positions(MLM, trained, data, tmp_path, monkeypatch, metrics)
 
 
 def test_mlm_with_sparse_prediction_evaluates(tmp_path, monkeypatch):
