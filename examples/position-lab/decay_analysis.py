@@ -81,7 +81,7 @@ def transformer_xl_position_bias(layer_parameters, max_distance: int = 256, scal
     """Transformer-XL's query-free position term v·W_r r_k / √d per head for a key k tokens to the left (query − key =
     k): the global position bias v (`r_r_bias`) read through the layer's W_r. (heads, max_distance + 1). The term
     q_i·W_r r_k adds to it per query; this is the part every query shares."""
-    from roformer_ext.position_encodings import xlnet_relative_sinusoid
+    from roformer_ext.relative_position_encodings import xlnet_relative_sinusoid
 
     projection = layer_parameters.r
     sinusoid = xlnet_relative_sinusoid(torch.arange(max_distance + 1), projection.in_features)

@@ -462,7 +462,7 @@ def run(args: LabArguments, command: str = "") -> dict:
 def decay_panels(args: LabArguments, seed: int = 0, max_distance: int | None = None) -> dict[str, dict]:
     """Each encoding's position term against relative distance: formulas where the encoding fixes it, read from
     the study's trained models (`seed`) where it is learned. Keys are panel titles (see `plot_decay_panels`)."""
-    from roformer_ext.position_encodings import alibi_slopes
+    from roformer_ext.relative_position_encodings import alibi_slopes
 
     max_distance = max_distance or 4 * args.train_length
     head_dim = args.hidden_size // args.num_attention_heads

@@ -45,6 +45,7 @@ from .modeling_roformer_ext_vision import (
 from .position_encodings import PositionEncoding, register_position_encoding, registered_position_encodings
 from .position_schemes import register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
+from .relative_position_encodings import RELATIVE_ENCODINGS as _RELATIVE_ENCODINGS  # noqa: F401  (registers them)
 from .rope import (
     RotaryEmbedding,
     register_axis_allocation,

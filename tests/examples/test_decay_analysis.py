@@ -41,7 +41,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5_bias_by_distance_looks_up_t5_buckets(bidirectional):
-    from roformer_ext.position_encodings import t5_relative_bucket
+    from roformer_ext.relative_position_encodings import t5_relative_bucket
 
     table = torch.randn(32, 4)
     curves = t5_bias_by_distance(table, 300, bidirectional, 32, 128, direction=-1)

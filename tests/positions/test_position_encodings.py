@@ -28,12 +28,9 @@ from roformer_ext import (
     registered_position_encodings,
 )
 from roformer_ext.compat import output_cache
-from roformer_ext.position_encodings import (
-    alibi_slopes,
-    sinusoidal_table,
-    t5_relative_bucket,
-)
+from roformer_ext.position_encodings import sinusoidal_table
 from roformer_ext.registries import POSITION_ENCODINGS
+from roformer_ext.relative_position_encodings import alibi_slopes, t5_relative_bucket
 
 ENCODINGS = ("rope", "sinusoidal", "learned", "shaw", "t5_bias", "alibi", "none")
 RELATIVE = ("rope", "shaw", "t5_bias", "alibi")

@@ -21,27 +21,29 @@ from transformers.models.t5.modeling_t5 import T5Attention
 from roformer_ext import RoFormerExtConfig
 from roformer_ext.encoding_knobs import Capabilities, EncodingKnobs, SinusoidalKnobs
 from roformer_ext.position_encodings import (
-    AlibiPositionEncoding,
-    DebertaLayerParameters,
-    DebertaPositionEncoding,
     LearnedPositionEncoding,
     PositionEncoding,
     RelativeScores,
-    ShawPositionEncoding,
     SinusoidalPositionEncoding,
-    T5BiasPositionEncoding,
-    TransformerXLLayerParameters,
-    TransformerXLPositionEncoding,
-    TupePositionEncoding,
     add_scores_to_mask,
-    alibi_slopes,
     position_encoding_class,
     register_position_encoding,
     registered_position_encodings,
     sinusoidal_table,
-    xlnet_relative_sinusoid,
 )
 from roformer_ext.registries import POSITION_ENCODINGS
+from roformer_ext.relative_position_encodings import (
+    AlibiPositionEncoding,
+    DebertaLayerParameters,
+    DebertaPositionEncoding,
+    ShawPositionEncoding,
+    T5BiasPositionEncoding,
+    TransformerXLLayerParameters,
+    TransformerXLPositionEncoding,
+    TupePositionEncoding,
+    alibi_slopes,
+    xlnet_relative_sinusoid,
+)
 
 HEADS, HEAD_DIM, HIDDEN = 4, 8, 32
 #: (query positions, key positions): batch 2 against batch 1 and the reverse; fractional ones count as whole; a key
