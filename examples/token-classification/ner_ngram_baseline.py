@@ -26,7 +26,7 @@ from common import corpora  # noqa: E402
 from common.utils import entity_f1  # noqa: E402
 
 #: The regularisation strengths tried on validation (SGD's alpha: larger is stronger).
-ALPHA_GRID = (1e-6, 1e-5)
+ALPHA_GRID = (1e-7, 1e-6, 1e-5)
 #: Hashed feature space (2^20 columns: collisions are rare for a few hundred thousand distinct n-grams).
 N_FEATURES = 2**20
 PAD = "␀"

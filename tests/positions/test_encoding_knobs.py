@@ -227,3 +227,19 @@ def test_numpy_numbers_are_stored_as_json_takes_them():
     assert sinusoidal.position_encoding_parameters == {"sinusoidal_scale": 2.0}
     with pytest.raises(ValueError, match=r"has 1, 'a', which"):
         tiny_config(position_encoding="alibi", position_encoding_parameters={1: 2, "a": 3})
+
+
+def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
+    table = docs.split("| encoding | knobs (default) |")[1].split("\n\n")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", table, re.M))
+    assert set(rows) == set(BUILTIN_KNOBS)
+    for name, knobs in BUILTIN_KNOBS.items():
+        listed = re.findall(r"`(\w+)` \(([^)]*)\)", rows[name])
+        assert [knob for knob, _ in listed] == list(knobs.names()), name
+        for (knob, default), value in zip(listed, knobs().to_dict().values()):
+            shown = default.split(":")[0].strip("`").replace('"', "'")
+            assert shown == repr(value).replace('"', "'"), (name, knob)
