@@ -8,7 +8,7 @@ pass of several epochs) predicts its BMES tag. Tags are predicted independently,
 every tag of it is right: the same strict entity-level F1 as `run_ner.py` (`common.utils.entity_f1`). The
 regularisation strength is chosen on the validation split only; the test split is scored once.
 
-    python examples/token-classification/ner_ngram_baseline.py --output benchmarks/results/ngram_baseline_msra_ner.json
+    python examples/token-classification/ner_ngram_baseline.py --output benchmarks/results/msra_ner/ngram_baseline.json
 
 Needs scikit-learn and the `msra-ner` extra.
 """
@@ -26,7 +26,7 @@ from common import corpora  # noqa: E402
 from common.utils import entity_f1  # noqa: E402
 
 #: The regularisation strengths tried on validation (SGD's alpha: larger is stronger).
-ALPHA_GRID = (1e-7, 1e-6, 1e-5)
+ALPHA_GRID = (1e-8, 1e-7, 1e-6, 1e-5)
 #: Hashed feature space (2^20 columns: collisions are rare for a few hundred thousand distinct n-grams).
 N_FEATURES = 2**20
 PAD = "␀"
