@@ -166,6 +166,25 @@ def test_pretrained_job_names_the_shipped_checkpoint(tmp_path, monkeypatch):
     assert "model_name_or_path" not in main and main["hidden_size"] == 64
 
 
+def test_msra_ner_pretrained_job_parses_as_the_measured_command(tmp_path, monkeypatch):
+    """msra_ner_pretrained.json is the README's pretrained NER row: run_ner.py's parser reads it into the measured
+    settings, and the checkpoint resolves from any working directory."""
+    sys.path.insert(0, str(EXAMPLES / "token-classification"))
+    import run_ner
+    from common.utils import parse_arguments
+
+    job = EXAMPLES / "token-classification" / "msra_ner_pretrained.json"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["run_ner.py", str(job)])
+    model_args, data_args, _, training_args = parse_arguments(
+        (run_ner.ModelArguments, run_ner.NERDataArguments, run_ner.BatchingArguments, run_ner.TrainingArguments)
+    )
+    assert Path(model_args.model_name_or_path) == CHECKPOINT
+    assert model_args.overrides() == {"attention_probs_dropout_prob": 0, "initializer_range": 0.1}
+    assert (data_args.max_seq_length, training_args.learning_rate, training_args.num_train_epochs) == (128, 5e-4, 1)
+    assert (training_args.per_device_train_batch_size, training_args.seed) == (32, 42)
+
+
 def test_checkpoint_paths_resolve_only_when_missing(tmp_path, monkeypatch):
     config_file = tmp_path / "jobs" / "job.json"
     config_file.parent.mkdir()
