@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import random_inputs, tiny_config
+from conftest import position_sensitive_config, random_inputs, tiny_config
 
 from roformer_ext import (
     RoFormerExtForCausalLM,
@@ -109,3 +109,29 @@ def test_package_sources_import_siblings_relatively():
         import_lines = [line for line in import_lines if line.startswith(("from ", "import "))]
         absolute = ("from roformer_ext", "import roformer_ext", "from . import")
         assert not [line for line in import_lines if line.startswith(absolute)], path.name
+
+
+@pytest.mark.parametrize(
+    "encoding, knobs",
+    [("shaw", {"max_relative_position": 3}), ("deberta", {"position_buckets": 8, "pos_att_type": ["p2c"]})],
+)
+def test_trust_remote_code_with_a_relative_encoding_and_its_knobs(encoding, knobs, tmp_path):
+    """The relative encodings (imported by the registry lookup, not at the top) and the knob dataclasses travel with
+    the folder; the knobs come back from position_encoding_parameters, and the outputs are the same."""
+    torch.manual_seed(0)
+    config = position_sensitive_config(position_encoding=encoding, position_encoding_parameters=knobs)
+    model = RoFormerExtForMaskedLM(config).eval()
+    folder = tmp_path / "saved"
+    model.save_pretrained(folder)
+    for code_file in ("relative_position_encodings.py", "encoding_knobs.py", "position_encodings.py"):
+        assert (folder / code_file).exists(), code_file
+    saved = json.loads((folder / "config.json").read_text())["position_encoding_parameters"]
+    assert saved == {**config.position_encoding_knobs.to_dict(), **knobs}
+    input_ids, attention_mask, token_type_ids = random_inputs()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    torch.save(inputs, folder / "inputs.pt")
+    result = run_isolated(folder, "AutoModelForMaskedLM", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with torch.no_grad():
+        expected = model(**inputs)[0]
+    torch.testing.assert_close(torch.load(folder / "remote_output.pt"), expected, atol=1e-5, rtol=0)
