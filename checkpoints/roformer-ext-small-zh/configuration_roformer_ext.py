@@ -100,7 +100,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     knob's meaning, default and check): <<ENCODING_KNOBS>>.
     "sinusoidal"'s rows have norm sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from
     scratch the table drowns the tokens after the embedding norm, so train from scratch with
-    `sinusoidal_scale` 1 and `initializer_range * 2 ** 0.5` (both start at one norm). Configs saved before this dict
+    `sinusoidal_scale` = `initializer_range * 2 ** 0.5` (both start at one norm). Configs saved before this dict
     stored the knobs as flat fields (`max_relative_position=8`, ...); those, and such keyword arguments, still load
     into it.
 
