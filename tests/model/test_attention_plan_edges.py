@@ -1,0 +1,168 @@
+"""Edge cases of `attention_plan.py` found by the mutation run: which keys a mask shows (`visible_keys`), how cached
+keys are numbered (`key_positions`), and the plan's choices, each asserted against values written out by hand."""
+
+import torch
+from conftest import tiny_config
+from torch import nn
+from transformers.cache_utils import DynamicCache, StaticCache
+
+from roformer_ext.attention_plan import (
+    AttentionPlan,
+    BatchLayout,
+    eager_attention_forward,
+    flex_attention_with_score_mod,
+    key_positions,
+    visible_keys,
+)
+
+MIN = torch.finfo(torch.float32).min
+
+
+def test_visible_keys_of_anything_but_a_2d_or_4d_tensor_is_none():
+    assert visible_keys(None, 3) is None
+    assert visible_keys([[1, 1, 1]], 3) is None
+    assert visible_keys(torch.ones(1, 3, 3), 3) is None
+    assert visible_keys(torch.ones(1, 1, 1, 3, 3), 3) is None
+
+
+def test_visible_keys_of_a_2d_mask_are_its_nonzero_columns_and_later_slots_count_as_real():
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    assert visible_keys(mask, 3).tolist() == [[0, 1, 1], [1, 1, 0]]
+    assert visible_keys(mask.bool(), 5).tolist() == [[0, 1, 1, 1, 1], [1, 1, 0, 1, 1]]
+    assert visible_keys(torch.tensor([[2, 0, 3]]), 3).tolist() == [[1, 0, 1]]  # any nonzero value
+    assert visible_keys(mask, 2).tolist() == [[0, 1], [1, 1]]  # cut to the keys
+    assert visible_keys(mask, 3).dtype == torch.long
+
+
+def test_visible_keys_of_a_4d_mask_are_what_its_last_query_sees():
+    boolean = torch.tensor([[[[True, False, False], [False, True, True]]]])  # (1, 1, 2 queries, 3 keys)
+    assert visible_keys(boolean, 3).tolist() == [[0, 1, 1]]
+    assert visible_keys(boolean, 4).tolist() == [[0, 1, 1, 1]]
+    integer = torch.tensor([[[[0, 2, 0], [2, 0, 3]]]])  # nonzero = may attend, whatever the value
+    assert visible_keys(integer, 3).tolist() == [[1, 0, 1]]
+    # additive: 0 or any penalty above min / 2 keeps a key, min / 2 and below hide it
+    additive = torch.tensor([[[[0.0, 0.0, 0.0, 0.0, 0.0], [0.0, -1e4, -1.5e38, MIN / 2, MIN]]]])
+    assert visible_keys(additive, 5).tolist() == [[1, 1, 1, 0, 0]]
+    assert visible_keys(additive.double(), 5).tolist() == [[1, 1, 1, 1, 1]]  # float64: its own min / 2, far lower
+
+
+def cache_holding(batch: int, tokens: int) -> DynamicCache:
+    cache = DynamicCache()
+    cache.update(torch.zeros(batch, 1, tokens, 2), torch.zeros(batch, 1, tokens, 2), 0)
+    return cache
+
+
+def test_keys_are_the_queries_own_positions_without_a_cache_or_before_anything_is_cached():
+    positions = torch.tensor([[3, 4, 5]])
+    assert key_positions(positions, None, 0) is positions
+    assert key_positions(positions, DynamicCache(), 0, torch.ones(1, 3)) is positions
+
+
+def test_cached_keys_count_back_from_the_last_query_over_the_real_tokens():
+    cache = cache_holding(2, 4)  # 4 cached slots + 1 new token: 5 keys
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])  # row 0 left-padded by 2
+    queries = torch.tensor([[2], [4]])  # numbered by real tokens, as generate does
+    assert key_positions(queries, cache, 4, mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    # without a mask every slot is a real token: the keys keep their slot numbers relative to the last query
+    unmasked = key_positions(queries, cache, 4)
+    assert unmasked.tolist() == [[-2, -1, 0, 1, 2], [0, 1, 2, 3, 4]] and unmasked.dtype == torch.long
+    # two new tokens: the last query (slot 5 of 6) anchors the count
+    assert key_positions(torch.tensor([[7, 8]]), cache_holding(1, 4), 4).tolist() == [[3, 4, 5, 6, 7, 8]]
+    # a 4D mask: its last query's row says which keys are real (additive here)
+    row = torch.tensor([0.0, torch.finfo(torch.float32).min, 0.0, 0.0, 0.0])
+    mask_4d = torch.stack([torch.zeros(5), row])[None, None]  # (1, 1, 2 queries, 5 keys): the last row is read
+    assert key_positions(torch.tensor([[9]]), cache_holding(1, 4), 4, mask_4d).tolist() == [[6, 7, 7, 8, 9]]
+
+
+def test_a_static_cache_numbers_its_unwritten_slots_after_the_last_query():
+    cache = StaticCache(config=tiny_config(), max_cache_len=6)  # compileable: numbered from the first call on
+    queries = torch.tensor([[0, 1]])
+    assert key_positions(queries, cache, 0, torch.tensor([[1, 1]])).tolist() == [[0, 1, 2, 3, 4, 5]]
+    assert key_positions(queries, cache, torch.tensor(0)).tolist() == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_cached_keys_are_integers_on_the_queries_device():
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 1, 4, 2, device="meta"), torch.zeros(1, 1, 4, 2, device="meta"), 0)
+    keys = key_positions(torch.tensor([[4]], device="meta"), cache, 4)  # no mask: every slot real, made there too
+    assert keys.device.type == "meta" and keys.shape == (1, 5) and keys.dtype == torch.long
+    # float positions (a caller's own): the keys are counted in whole tokens, as integers
+    keys = key_positions(torch.tensor([[4.0]]), cache_holding(1, 4), 4)
+    assert keys.dtype == torch.long and keys.tolist() == [[0, 1, 2, 3, 4]]
+
+
+def reference_attention(query, key, value, mask, scaling):
+    """Softmax attention by a plain loop over batch, heads and queries, in float64: (batch, seq, heads, dim)."""
+    batch, heads, seq, dim = query.shape
+    output = torch.zeros(batch, seq, heads, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(seq):
+                scores = (key[b, h].double() @ query[b, h, i].double()) * scaling + mask[b, 0, i].double()
+                output[b, i, h] = torch.softmax(scores, dim=0) @ value[b, h].double()
+    return output
+
+
+def test_eager_attention_is_softmax_attention_and_a_fully_masked_float64_row_stays_finite():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(2, 3, 4, 5, dtype=torch.float64) for _ in range(3))
+    low = torch.finfo(torch.float64).min
+    mask = torch.zeros(2, 1, 4, 4, dtype=torch.float64)
+    mask[0, 0, 0] = low  # a padded query: every key hidden
+    mask[1, 0, 2, :2] = low
+    module = nn.Module().train()  # training, but no dropout asked: nothing is dropped
+    output, weights = eager_attention_forward(module, query, key, value, mask, scaling=0.5, dropout=0.0)
+    assert output.shape == (2, 4, 3, 5) and output.is_contiguous() and weights.dtype == torch.float64
+    assert torch.isfinite(output).all()
+    torch.testing.assert_close(output, reference_attention(query, key, value, mask, 0.5), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4, dtype=torch.float64))
+
+
+def test_eager_attention_in_bfloat16_takes_its_softmax_in_float32_and_drops_nothing_by_default():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 3, 8).bfloat16() for _ in range(3))
+    output, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.25)
+    assert output.dtype == weights.dtype == torch.bfloat16
+    scores = (query @ key.transpose(2, 3)) * 0.25  # bfloat16 scores, their softmax taken in float32
+    assert torch.equal(weights, torch.softmax(scores.float(), dim=-1).bfloat16())
+    torch.testing.assert_close(
+        output.float(),
+        reference_attention(query, key, value, torch.zeros(1, 1, 3, 3), 0.25).float(),
+        rtol=2e-2,
+        atol=2e-2,
+    )
+
+
+class FixedTerm:
+    """A relative term that records what it was asked for and returns a fixed bias."""
+
+    def __init__(self, bias: torch.Tensor) -> None:
+        self.bias, self.calls = bias, []
+
+    def layer_term(self, module, query, key, per_score):
+        self.calls.append((module, query, key, per_score))
+        return self.bias
+
+
+def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_score():
+    def attention(*args):
+        return args
+
+    layout = BatchLayout(None, None, 0, None)
+    positions = torch.zeros(1, 1, 2, dtype=torch.long)
+    module, query, key = nn.Module(), torch.zeros(1, 1, 2, 4), torch.ones(1, 1, 2, 4)
+    mask = torch.tensor([[[[True, False], [True, True]]]])
+    plain = AttentionPlan(layout, positions, mask, attention)
+    assert plain.scores_for(module, query, key, mask) == (mask, attention)
+    bias = torch.tensor([[[[0.5, 1.0], [2.0, 3.0]]]])
+    term = FixedTerm(bias)
+    joined, function = AttentionPlan(layout, positions, mask, attention, relative_scores=term).scores_for(
+        module, query, key, mask
+    )
+    low = torch.finfo(torch.float32).min
+    assert function is attention and joined.tolist() == [[[[0.5, low], [2.0, 3.0]]]]
+    assert term.calls == [(module, query, key, False)]
+    per_score = AttentionPlan(layout, positions, mask, attention, relative_scores=term, per_score=True)
+    kept, function = per_score.scores_for(module, query, key, mask)
+    assert kept is mask and function.func is flex_attention_with_score_mod and function.keywords == {"score_mod": bias}
+    assert function.args == () and term.calls[-1] == (module, query, key, True)
