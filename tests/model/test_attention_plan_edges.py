@@ -118,12 +118,12 @@ def test_eager_attention_is_softmax_attention_and_a_fully_masked_float64_row_sta
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4, dtype=torch.float64))
 
 
-def test_eager_attention_in_bfloat16_takes_its_softmax_in_float32_and_drops_nothing_by_default():
+def test_eager_attention_in_bfloat16_gives_bfloat16_weights_and_drops_nothing_by_default():
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, 2, 3, 8).bfloat16() for _ in range(3))
     output, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.25)
     assert output.dtype == weights.dtype == torch.bfloat16
-    scores = (query @ key.transpose(2, 3)) * 0.25  # bfloat16 scores, their softmax taken in float32
+    scores = (query @ key.transpose(2, 3)) * 0.25  # bfloat16 scores; the softmax rounds once to bfloat16
     assert torch.equal(weights, torch.softmax(scores.float(), dim=-1).bfloat16())
     torch.testing.assert_close(
         output.float(),
@@ -166,3 +166,14 @@ def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_sco
     kept, function = per_score.scores_for(module, query, key, mask)
     assert kept is mask and function.func is flex_attention_with_score_mod and function.keywords == {"score_mod": bias}
     assert function.args == () and term.calls[-1] == (module, query, key, True)
+
+
+def test_eager_attention_drops_weights_only_while_training():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 3, 4) for _ in range(3))
+    reference, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.5)
+    evaluated, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.5, dropout=0.9)
+    assert torch.equal(evaluated, reference)
+    torch.manual_seed(1)
+    _, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.5, dropout=0.9)
+    assert (weights == 0).any()
