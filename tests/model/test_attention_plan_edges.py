@@ -12,8 +12,11 @@ from roformer_ext.attention_plan import (
     eager_attention_forward,
     flex_attention_with_score_mod,
     key_positions,
+    make_attention_plan,
     visible_keys,
 )
+from roformer_ext.packing import describe_packed_batch
+from roformer_ext.position_encodings import AttentionTerms
 
 MIN = torch.finfo(torch.float32).min
 
@@ -177,3 +180,93 @@ def test_eager_attention_drops_weights_only_while_training():
     torch.manual_seed(1)
     _, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.5, dropout=0.9)
     assert (weights == 0).any()
+
+
+class RecordingEncoding:
+    """A position encoding that records what the plan hands it and returns the given terms."""
+
+    def __init__(self, terms: AttentionTerms, has_relative_scores: bool = False) -> None:
+        self.terms, self.has_relative_scores, self.calls = terms, has_relative_scores, []
+
+    def attention_terms(self, embeddings, position_ids, keys, per_score):
+        self.calls.append((embeddings, position_ids, keys(), per_score))
+        return self.terms
+
+
+def eager_config(**overrides):
+    config = tiny_config(**overrides)
+    config._attn_implementation = "eager"
+    return config
+
+
+def test_the_plan_carries_the_layout_positions_and_terms_and_numbers_cached_keys_by_the_callers_mask():
+    cache = cache_holding(1, 2)  # 2 cached slots + 2 new tokens
+    layout = BatchLayout(cache, cache, 2, None)
+    embeddings = torch.zeros(1, 2, 32, dtype=torch.float64)
+    positions = torch.tensor([[[1, 2]]])  # numbered by real tokens: slot 0 is padding
+    mask = torch.tensor([[0, 1, 1, 1]])
+    rotary = (torch.ones(1, 2, 8), torch.zeros(1, 2, 8))
+    encoding = RecordingEncoding(AttentionTerms(position_embeddings=rotary))
+    config = eager_config(is_decoder=True)
+    plan = make_attention_plan(config, encoding, layout, embeddings, positions, mask, None, keys_numbered_by=mask)
+    assert plan.layout is layout and plan.position_ids is positions and plan.position_embeddings is rotary
+    assert plan.attention is eager_attention_forward and not plan.linear and not plan.per_score
+    assert plan.relative_scores is None and plan.cross_mask is None and plan.cross_attention is None
+    assert plan.attention_kwargs == {}
+    ((seen_embeddings, seen_positions, keys, per_score),) = encoding.calls
+    assert seen_embeddings is embeddings and seen_positions is positions and per_score is False
+    assert keys.tolist() == [[0, 0, 1, 2]]  # the padding slot shares the first real token's number
+    encoding = RecordingEncoding(AttentionTerms(position_embeddings=rotary))
+    make_attention_plan(config, encoding, layout, embeddings, positions, mask, None)  # default positions: by slot
+    assert encoding.calls[0][2].tolist() == [[-1, 0, 1, 2]]
+    low = torch.finfo(torch.float64).min
+    allowed = plan.mask[0, 0] == 0  # causal over the 4 keys, the padding slot hidden
+    assert plan.mask.dtype == torch.float64 and allowed.tolist() == [
+        [False, True, True, False],
+        [False, True, True, True],
+    ]
+    assert bool(((plan.mask == 0) | (plan.mask == low)).all())
+
+
+def test_a_shared_bias_joins_the_mask_in_the_embeddings_dtype_and_packed_rows_give_their_lengths():
+    packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
+    layout = BatchLayout(None, None, 0, packed)
+    bias = torch.arange(16, dtype=torch.float64).reshape(1, 1, 4, 4)
+    encoding = RecordingEncoding(AttentionTerms(shared_bias=bias), has_relative_scores=True)
+    embeddings = torch.zeros(1, 4, 32)
+    positions = torch.tensor([[[0, 0, 1, 2]]])
+    plan = make_attention_plan(eager_config(), encoding, layout, embeddings, positions, None, None)
+    low = torch.finfo(torch.float32).min
+    same = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]
+    expected = [[4.0 * i + j if same[i][j] else low for j in range(4)] for i in range(4)]
+    assert plan.mask.dtype == torch.float32 and plan.mask[0, 0].tolist() == expected
+    assert plan.attention_kwargs == {
+        "cu_seq_lens_q": packed.cu_seq_lens,
+        "cu_seq_lens_k": packed.cu_seq_lens,
+        "max_length_q": packed.max_length,
+        "max_length_k": packed.max_length,
+    }
+    assert torch.equal(encoding.calls[0][2], positions[0])  # no cache: the keys are the queries
+
+
+def test_a_decoder_over_an_encoder_gets_the_cross_attention_mask_and_function():
+    config = eager_config(is_decoder=True, add_cross_attention=True)
+    encoding = RecordingEncoding(AttentionTerms())
+    encoder_states, encoder_mask = torch.zeros(1, 3, 32), torch.tensor([[1, 1, 0]])
+    plan = make_attention_plan(
+        config,
+        encoding,
+        BatchLayout(None, None, 0, None),
+        torch.zeros(1, 2, 32),
+        torch.tensor([[[0, 1]]]),
+        None,
+        None,
+        encoder_hidden_states=encoder_states,
+        encoder_attention_mask=encoder_mask,
+    )
+    assert plan.cross_attention is eager_attention_forward
+    assert (plan.cross_mask[0, 0] == 0).tolist() == [[True, True, False], [True, True, False]]
+    plain = make_attention_plan(
+        config, encoding, BatchLayout(None, None, 0, None), torch.zeros(1, 2, 32), torch.tensor([[[0, 1]]]), None, None
+    )
+    assert plain.cross_mask is None and plain.cross_attention is None
