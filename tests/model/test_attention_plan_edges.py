@@ -1,6 +1,7 @@
 """Edge cases of `attention_plan.py` found by the mutation run: which keys a mask shows (`visible_keys`), how cached
 keys are numbered (`key_positions`), and the plan's choices, each asserted against values written out by hand."""
 
+import pytest
 import torch
 from conftest import tiny_config
 from torch import nn
@@ -270,3 +271,24 @@ def test_a_decoder_over_an_encoder_gets_the_cross_attention_mask_and_function():
         config, encoding, BatchLayout(None, None, 0, None), torch.zeros(1, 2, 32), torch.tensor([[[0, 1]]]), None, None
     )
     assert plain.cross_mask is None and plain.cross_attention is None
+
+
+@pytest.mark.parametrize("which", ["self", "cross"])
+def test_the_plan_refuses_a_4d_mask_of_either_attention_on_flash(which):
+    config = tiny_config(is_decoder=True, add_cross_attention=True)
+    config._attn_implementation = "flash_attention_2"
+    mask_4d = torch.ones(1, 1, 2, 2, dtype=torch.bool)
+    masks = {"attention_mask": mask_4d if which == "self" else None}
+    masks["encoder_attention_mask"] = mask_4d if which == "cross" else None
+    with pytest.raises(ValueError, match="custom 4D attention_mask"):
+        make_attention_plan(
+            config,
+            RecordingEncoding(AttentionTerms()),
+            BatchLayout(None, None, 0, None),
+            torch.zeros(1, 2, 32),
+            torch.tensor([[[0, 1]]]),
+            masks["attention_mask"],
+            None,
+            encoder_hidden_states=torch.zeros(1, 2, 32),
+            encoder_attention_mask=masks["encoder_attention_mask"],
+        )
