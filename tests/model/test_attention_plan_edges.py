@@ -292,3 +292,24 @@ def test_the_plan_refuses_a_4d_mask_of_either_attention_on_flash(which):
             encoder_hidden_states=torch.zeros(1, 2, 32),
             encoder_attention_mask=masks["encoder_attention_mask"],
         )
+
+
+def test_a_unilm_decoders_plan_mask_lets_the_source_see_itself():
+    config = eager_config(is_decoder=True, decoder_attention="unilm")
+    encoding = RecordingEncoding(AttentionTerms())
+    layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
+    token_type_ids = torch.tensor([[0, 0, 1, 1]])  # source 0, 1; target 2, 3
+    plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, token_type_ids)
+    source = [True, True, False, False]
+    expected = [[j <= i or (source[i] and source[j]) for j in range(4)] for i in range(4)]
+    assert (plan.mask[0, 0] == 0).tolist() == expected
+
+
+def test_on_flex_attention_the_plan_asks_for_terms_per_score():
+    """Named for the mutation run's deselection: building flex attention's block mask compiles (about 10 s)."""
+    config = tiny_config()
+    config._attn_implementation = "flex_attention"
+    encoding = RecordingEncoding(AttentionTerms())
+    layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
+    plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, None)
+    assert plan.per_score and encoding.calls[-1][3] is True
