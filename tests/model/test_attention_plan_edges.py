@@ -10,6 +10,7 @@ from transformers.cache_utils import DynamicCache, StaticCache
 from roformer_ext.attention_plan import (
     AttentionPlan,
     BatchLayout,
+    check_backend_takes,
     eager_attention_forward,
     flex_attention_with_score_mod,
     key_positions,
@@ -313,3 +314,20 @@ def test_on_flex_attention_the_plan_asks_for_terms_per_score():
     layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
     plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, None)
     assert plan.per_score and encoding.calls[-1][3] is True
+
+
+def test_flash_refusals_name_the_backends_that_take_the_input():
+    config = tiny_config(position_encoding="alibi")
+    config._attn_implementation = "flash_attention_2"
+    fix = "load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
+    with pytest.raises(ValueError) as refused:
+        check_backend_takes(config, None, None, True)
+    assert str(refused.value) == (
+        "position_encoding='alibi' adds a term to the attention scores, which 'flash_attention_2' cannot take; " + fix
+    )
+    with pytest.raises(ValueError) as refused:
+        check_backend_takes(config, torch.ones(1, 1, 2, 2), None, False)
+    assert str(refused.value) == (
+        "A custom 4D attention_mask cannot be used with attn_implementation='flash_attention_2' (flash attention takes "
+        "no dense mask); " + fix
+    )
