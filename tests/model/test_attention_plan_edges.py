@@ -1,0 +1,333 @@
+"""Edge cases of `attention_plan.py` found by the mutation run: which keys a mask shows (`visible_keys`), how cached
+keys are numbered (`key_positions`), and the plan's choices, each asserted against values written out by hand."""
+
+import pytest
+import torch
+from conftest import tiny_config
+from torch import nn
+from transformers.cache_utils import DynamicCache, StaticCache
+
+from roformer_ext.attention_plan import (
+    AttentionPlan,
+    BatchLayout,
+    check_backend_takes,
+    eager_attention_forward,
+    flex_attention_with_score_mod,
+    key_positions,
+    make_attention_plan,
+    visible_keys,
+)
+from roformer_ext.packing import describe_packed_batch
+from roformer_ext.position_encodings import AttentionTerms
+
+MIN = torch.finfo(torch.float32).min
+
+
+def test_visible_keys_of_anything_but_a_2d_or_4d_tensor_is_none():
+    assert visible_keys(None, 3) is None
+    assert visible_keys([[1, 1, 1]], 3) is None
+    assert visible_keys(torch.ones(1, 3, 3), 3) is None
+    assert visible_keys(torch.ones(1, 1, 1, 3, 3), 3) is None
+
+
+def test_visible_keys_of_a_2d_mask_are_its_nonzero_columns_and_later_slots_count_as_real():
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    assert visible_keys(mask, 3).tolist() == [[0, 1, 1], [1, 1, 0]]
+    assert visible_keys(mask.bool(), 5).tolist() == [[0, 1, 1, 1, 1], [1, 1, 0, 1, 1]]
+    assert visible_keys(torch.tensor([[2, 0, 3]]), 3).tolist() == [[1, 0, 1]]  # any nonzero value
+    assert visible_keys(mask, 2).tolist() == [[0, 1], [1, 1]]  # cut to the keys
+    assert visible_keys(mask, 3).dtype == torch.long
+
+
+def test_visible_keys_of_a_4d_mask_are_what_its_last_query_sees():
+    boolean = torch.tensor([[[[True, False, False], [False, True, True]]]])  # (1, 1, 2 queries, 3 keys)
+    assert visible_keys(boolean, 3).tolist() == [[0, 1, 1]]
+    assert visible_keys(boolean, 4).tolist() == [[0, 1, 1, 1]]
+    integer = torch.tensor([[[[0, 2, 0], [2, 0, 3]]]])  # nonzero = may attend, whatever the value
+    assert visible_keys(integer, 3).tolist() == [[1, 0, 1]]
+    # additive: 0 or any penalty above min / 2 keeps a key, min / 2 and below hide it
+    additive = torch.tensor([[[[0.0, 0.0, 0.0, 0.0, 0.0], [0.0, -1e4, -1.5e38, MIN / 2, MIN]]]])
+    assert visible_keys(additive, 5).tolist() == [[1, 1, 1, 0, 0]]
+    assert visible_keys(additive.double(), 5).tolist() == [[1, 1, 1, 1, 1]]  # float64: its own min / 2, far lower
+
+
+def cache_holding(batch: int, tokens: int) -> DynamicCache:
+    cache = DynamicCache()
+    cache.update(torch.zeros(batch, 1, tokens, 2), torch.zeros(batch, 1, tokens, 2), 0)
+    return cache
+
+
+def test_keys_are_the_queries_own_positions_without_a_cache_or_before_anything_is_cached():
+    positions = torch.tensor([[3, 4, 5]])
+    assert key_positions(positions, None, 0) is positions
+    assert key_positions(positions, DynamicCache(), 0, torch.ones(1, 3)) is positions
+
+
+def test_cached_keys_count_back_from_the_last_query_over_the_real_tokens():
+    cache = cache_holding(2, 4)  # 4 cached slots + 1 new token: 5 keys
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])  # row 0 left-padded by 2
+    queries = torch.tensor([[2], [4]])  # numbered by real tokens, as generate does
+    assert key_positions(queries, cache, 4, mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    # without a mask every slot is a real token: the keys keep their slot numbers relative to the last query
+    unmasked = key_positions(queries, cache, 4)
+    assert unmasked.tolist() == [[-2, -1, 0, 1, 2], [0, 1, 2, 3, 4]] and unmasked.dtype == torch.long
+    # two new tokens: the last query (slot 5 of 6) anchors the count
+    assert key_positions(torch.tensor([[7, 8]]), cache_holding(1, 4), 4).tolist() == [[3, 4, 5, 6, 7, 8]]
+    # a 4D mask: its last query's row says which keys are real (additive here)
+    row = torch.tensor([0.0, torch.finfo(torch.float32).min, 0.0, 0.0, 0.0])
+    mask_4d = torch.stack([torch.zeros(5), row])[None, None]  # (1, 1, 2 queries, 5 keys): the last row is read
+    assert key_positions(torch.tensor([[9]]), cache_holding(1, 4), 4, mask_4d).tolist() == [[6, 7, 7, 8, 9]]
+
+
+def test_a_static_cache_numbers_its_unwritten_slots_after_the_last_query():
+    cache = StaticCache(config=tiny_config(), max_cache_len=6)  # compileable: numbered from the first call on
+    queries = torch.tensor([[0, 1]])
+    assert key_positions(queries, cache, 0, torch.tensor([[1, 1]])).tolist() == [[0, 1, 2, 3, 4, 5]]
+    assert key_positions(queries, cache, torch.tensor(0)).tolist() == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_cached_keys_are_integers_on_the_queries_device():
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 1, 4, 2, device="meta"), torch.zeros(1, 1, 4, 2, device="meta"), 0)
+    keys = key_positions(torch.tensor([[4]], device="meta"), cache, 4)  # no mask: every slot real, made there too
+    assert keys.device.type == "meta" and keys.shape == (1, 5) and keys.dtype == torch.long
+    # float positions (a caller's own): the keys are counted in whole tokens, as integers
+    keys = key_positions(torch.tensor([[4.0]]), cache_holding(1, 4), 4)
+    assert keys.dtype == torch.long and keys.tolist() == [[0, 1, 2, 3, 4]]
+
+
+def reference_attention(query, key, value, mask, scaling):
+    """Softmax attention by a plain loop over batch, heads and queries, in float64: (batch, seq, heads, dim)."""
+    batch, heads, seq, dim = query.shape
+    output = torch.zeros(batch, seq, heads, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(seq):
+                scores = (key[b, h].double() @ query[b, h, i].double()) * scaling + mask[b, 0, i].double()
+                output[b, i, h] = torch.softmax(scores, dim=0) @ value[b, h].double()
+    return output
+
+
+def test_eager_attention_is_softmax_attention_and_a_fully_masked_float64_row_stays_finite():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(2, 3, 4, 5, dtype=torch.float64) for _ in range(3))
+    low = torch.finfo(torch.float64).min
+    mask = torch.zeros(2, 1, 4, 4, dtype=torch.float64)
+    mask[0, 0, 0] = low  # a padded query: every key hidden
+    mask[1, 0, 2, :2] = low
+    module = nn.Module().train()  # training, but no dropout asked: nothing is dropped
+    output, weights = eager_attention_forward(module, query, key, value, mask, scaling=0.5, dropout=0.0)
+    assert output.shape == (2, 4, 3, 5) and output.is_contiguous() and weights.dtype == torch.float64
+    assert torch.isfinite(output).all()
+    torch.testing.assert_close(output, reference_attention(query, key, value, mask, 0.5), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4, dtype=torch.float64))
+
+
+def test_eager_attention_in_bfloat16_gives_bfloat16_weights_and_drops_nothing_by_default():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 3, 8).bfloat16() for _ in range(3))
+    output, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.25)
+    assert output.dtype == weights.dtype == torch.bfloat16
+    scores = (query @ key.transpose(2, 3)) * 0.25  # bfloat16 scores; the softmax rounds once to bfloat16
+    assert torch.equal(weights, torch.softmax(scores.float(), dim=-1).bfloat16())
+    torch.testing.assert_close(
+        output.float(),
+        reference_attention(query, key, value, torch.zeros(1, 1, 3, 3), 0.25).float(),
+        rtol=2e-2,
+        atol=2e-2,
+    )
+
+
+class FixedTerm:
+    """A relative term that records what it was asked for and returns a fixed bias."""
+
+    def __init__(self, bias: torch.Tensor) -> None:
+        self.bias, self.calls = bias, []
+
+    def layer_term(self, module, query, key, per_score):
+        self.calls.append((module, query, key, per_score))
+        return self.bias
+
+
+def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_score():
+    def attention(*args):
+        return args
+
+    layout = BatchLayout(None, None, 0, None)
+    positions = torch.zeros(1, 1, 2, dtype=torch.long)
+    module, query, key = nn.Module(), torch.zeros(1, 1, 2, 4), torch.ones(1, 1, 2, 4)
+    mask = torch.tensor([[[[True, False], [True, True]]]])
+    plain = AttentionPlan(layout, positions, mask, attention)
+    assert plain.scores_for(module, query, key, mask) == (mask, attention)
+    bias = torch.tensor([[[[0.5, 1.0], [2.0, 3.0]]]])
+    term = FixedTerm(bias)
+    joined, function = AttentionPlan(layout, positions, mask, attention, relative_scores=term).scores_for(
+        module, query, key, mask
+    )
+    low = torch.finfo(torch.float32).min
+    assert function is attention and joined.tolist() == [[[[0.5, low], [2.0, 3.0]]]]
+    assert term.calls == [(module, query, key, False)]
+    per_score = AttentionPlan(layout, positions, mask, attention, relative_scores=term, per_score=True)
+    kept, function = per_score.scores_for(module, query, key, mask)
+    assert kept is mask and function.func is flex_attention_with_score_mod and function.keywords == {"score_mod": bias}
+    assert function.args == () and term.calls[-1] == (module, query, key, True)
+
+
+def test_eager_attention_drops_weights_only_while_training():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 3, 4) for _ in range(3))
+    reference, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.5)
+    evaluated, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.5, dropout=0.9)
+    assert torch.equal(evaluated, reference)
+    torch.manual_seed(1)
+    _, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.5, dropout=0.9)
+    assert (weights == 0).any()
+
+
+class RecordingEncoding:
+    """A position encoding that records what the plan hands it and returns the given terms."""
+
+    def __init__(self, terms: AttentionTerms, has_relative_scores: bool = False) -> None:
+        self.terms, self.has_relative_scores, self.calls = terms, has_relative_scores, []
+
+    def attention_terms(self, embeddings, position_ids, keys, per_score):
+        self.calls.append((embeddings, position_ids, keys(), per_score))
+        return self.terms
+
+
+def eager_config(**overrides):
+    config = tiny_config(**overrides)
+    config._attn_implementation = "eager"
+    return config
+
+
+def test_the_plan_carries_the_layout_positions_and_terms_and_numbers_cached_keys_by_the_callers_mask():
+    cache = cache_holding(1, 2)  # 2 cached slots + 2 new tokens
+    layout = BatchLayout(cache, cache, 2, None)
+    embeddings = torch.zeros(1, 2, 32, dtype=torch.float64)
+    positions = torch.tensor([[[1, 2]]])  # numbered by real tokens: slot 0 is padding
+    mask = torch.tensor([[0, 1, 1, 1]])
+    rotary = (torch.ones(1, 2, 8), torch.zeros(1, 2, 8))
+    encoding = RecordingEncoding(AttentionTerms(position_embeddings=rotary))
+    config = eager_config(is_decoder=True)
+    plan = make_attention_plan(config, encoding, layout, embeddings, positions, mask, None, keys_numbered_by=mask)
+    assert plan.layout is layout and plan.position_ids is positions and plan.position_embeddings is rotary
+    assert plan.attention is eager_attention_forward and not plan.linear and not plan.per_score
+    assert plan.relative_scores is None and plan.cross_mask is None and plan.cross_attention is None
+    assert plan.attention_kwargs == {}
+    ((seen_embeddings, seen_positions, keys, per_score),) = encoding.calls
+    assert seen_embeddings is embeddings and seen_positions is positions and per_score is False
+    assert keys.tolist() == [[0, 0, 1, 2]]  # the padding slot shares the first real token's number
+    encoding = RecordingEncoding(AttentionTerms(position_embeddings=rotary))
+    make_attention_plan(config, encoding, layout, embeddings, positions, mask, None)  # default positions: by slot
+    assert encoding.calls[0][2].tolist() == [[-1, 0, 1, 2]]
+    low = torch.finfo(torch.float64).min
+    allowed = plan.mask[0, 0] == 0  # causal over the 4 keys, the padding slot hidden
+    assert plan.mask.dtype == torch.float64 and allowed.tolist() == [
+        [False, True, True, False],
+        [False, True, True, True],
+    ]
+    assert bool(((plan.mask == 0) | (plan.mask == low)).all())
+
+
+def test_a_shared_bias_joins_the_mask_in_the_embeddings_dtype_and_packed_rows_give_their_lengths():
+    packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
+    layout = BatchLayout(None, None, 0, packed)
+    bias = torch.arange(16, dtype=torch.float64).reshape(1, 1, 4, 4)
+    encoding = RecordingEncoding(AttentionTerms(shared_bias=bias), has_relative_scores=True)
+    embeddings = torch.zeros(1, 4, 32)
+    positions = torch.tensor([[[0, 0, 1, 2]]])
+    plan = make_attention_plan(eager_config(), encoding, layout, embeddings, positions, None, None)
+    low = torch.finfo(torch.float32).min
+    same = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]
+    expected = [[4.0 * i + j if same[i][j] else low for j in range(4)] for i in range(4)]
+    assert plan.mask.dtype == torch.float32 and plan.mask[0, 0].tolist() == expected
+    assert plan.attention_kwargs == {
+        "cu_seq_lens_q": packed.cu_seq_lens,
+        "cu_seq_lens_k": packed.cu_seq_lens,
+        "max_length_q": packed.max_length,
+        "max_length_k": packed.max_length,
+    }
+    assert torch.equal(encoding.calls[0][2], positions[0])  # no cache: the keys are the queries
+
+
+def test_a_decoder_over_an_encoder_gets_the_cross_attention_mask_and_function():
+    config = eager_config(is_decoder=True, add_cross_attention=True)
+    encoding = RecordingEncoding(AttentionTerms())
+    encoder_states, encoder_mask = torch.zeros(1, 3, 32), torch.tensor([[1, 1, 0]])
+    plan = make_attention_plan(
+        config,
+        encoding,
+        BatchLayout(None, None, 0, None),
+        torch.zeros(1, 2, 32),
+        torch.tensor([[[0, 1]]]),
+        None,
+        None,
+        encoder_hidden_states=encoder_states,
+        encoder_attention_mask=encoder_mask,
+    )
+    assert plan.cross_attention is eager_attention_forward
+    assert (plan.cross_mask[0, 0] == 0).tolist() == [[True, True, False], [True, True, False]]
+    plain = make_attention_plan(
+        config, encoding, BatchLayout(None, None, 0, None), torch.zeros(1, 2, 32), torch.tensor([[[0, 1]]]), None, None
+    )
+    assert plain.cross_mask is None and plain.cross_attention is None
+
+
+@pytest.mark.parametrize("which", ["self", "cross"])
+def test_the_plan_refuses_a_4d_mask_of_either_attention_on_flash(which):
+    config = tiny_config(is_decoder=True, add_cross_attention=True)
+    config._attn_implementation = "flash_attention_2"
+    mask_4d = torch.ones(1, 1, 2, 2, dtype=torch.bool)
+    masks = {"attention_mask": mask_4d if which == "self" else None}
+    masks["encoder_attention_mask"] = mask_4d if which == "cross" else None
+    with pytest.raises(ValueError, match="custom 4D attention_mask"):
+        make_attention_plan(
+            config,
+            RecordingEncoding(AttentionTerms()),
+            BatchLayout(None, None, 0, None),
+            torch.zeros(1, 2, 32),
+            torch.tensor([[[0, 1]]]),
+            masks["attention_mask"],
+            None,
+            encoder_hidden_states=torch.zeros(1, 2, 32),
+            encoder_attention_mask=masks["encoder_attention_mask"],
+        )
+
+
+def test_a_unilm_decoders_plan_mask_lets_the_source_see_itself():
+    config = eager_config(is_decoder=True, decoder_attention="unilm")
+    encoding = RecordingEncoding(AttentionTerms())
+    layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
+    token_type_ids = torch.tensor([[0, 0, 1, 1]])  # source 0, 1; target 2, 3
+    plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, token_type_ids)
+    source = [True, True, False, False]
+    expected = [[j <= i or (source[i] and source[j]) for j in range(4)] for i in range(4)]
+    assert (plan.mask[0, 0] == 0).tolist() == expected
+
+
+def test_on_flex_attention_the_plan_asks_for_terms_per_score():
+    """Named for the mutation run's deselection: building flex attention's block mask compiles (about 10 s)."""
+    config = tiny_config()
+    config._attn_implementation = "flex_attention"
+    encoding = RecordingEncoding(AttentionTerms())
+    layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
+    plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, None)
+    assert plan.per_score and encoding.calls[-1][3] is True
+
+
+def test_flash_refusals_name_the_backends_that_take_the_input():
+    config = tiny_config(position_encoding="alibi")
+    config._attn_implementation = "flash_attention_2"
+    fix = "load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
+    with pytest.raises(ValueError) as refused:
+        check_backend_takes(config, None, None, True)
+    assert str(refused.value) == (
+        "position_encoding='alibi' adds a term to the attention scores, which 'flash_attention_2' cannot take; " + fix
+    )
+    with pytest.raises(ValueError) as refused:
+        check_backend_takes(config, torch.ones(1, 1, 2, 2), None, False)
+    assert str(refused.value) == (
+        "A custom 4D attention_mask cannot be used with attn_implementation='flash_attention_2' (flash attention takes "
+        "no dense mask); " + fix
+    )
