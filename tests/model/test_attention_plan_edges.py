@@ -17,6 +17,7 @@ from roformer_ext.attention_plan import (
     make_attention_plan,
     visible_keys,
 )
+from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, Capabilities
 from roformer_ext.packing import describe_packed_batch
 from roformer_ext.position_encodings import AttentionTerms
 
@@ -189,6 +190,7 @@ class RecordingEncoding:
 
     def __init__(self, terms: AttentionTerms, has_relative_scores: bool = False) -> None:
         self.terms, self.has_relative_scores, self.calls = terms, has_relative_scores, []
+        self.capabilities = SCORE_TERM_CAPABILITIES if has_relative_scores else Capabilities()
 
     def attention_terms(self, embeddings, position_ids, keys, per_score):
         self.calls.append((embeddings, position_ids, keys(), per_score))
@@ -323,7 +325,9 @@ def test_flash_refusals_name_the_backends_that_take_the_input():
     with pytest.raises(ValueError) as refused:
         check_backend_takes(config, None, None, True)
     assert str(refused.value) == (
-        "position_encoding='alibi' adds a term to the attention scores, which 'flash_attention_2' cannot take; " + fix
+        "position_encoding='alibi' does not run on 'flash_attention_2': its capabilities exclude flash attention "
+        "(which takes no term on the attention scores). Load the model with attn_implementation='sdpa', 'eager' or "
+        "'flex_attention'."
     )
     with pytest.raises(ValueError) as refused:
         check_backend_takes(config, torch.ones(1, 1, 2, 2), None, False)
