@@ -67,19 +67,11 @@ def _register_relative_encodings() -> None:
     from .relative_position_encodings import RELATIVE_ENCODINGS  # noqa: F401
 
 
-#: Names that moved to relative_position_encodings.py, still importable from here.
-_MOVED = (
-    "AlibiPositionEncoding", "AlibiScores", "DebertaLayerParameters", "DebertaPositionEncoding", "DebertaScores",
-    "ShawPositionEncoding", "ShawScores", "T5BiasPositionEncoding", "T5Scores", "TransformerXLLayerParameters",
-    "TransformerXLPositionEncoding", "TransformerXLScores", "TupePositionEncoding", "TupeScores", "alibi_slopes",
-    "deberta_log_bucket", "t5_relative_bucket", "xlnet_relative_sinusoid",
-)  # fmt: skip
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from . import relative_position_encodings
+    """The names that moved to relative_position_encodings.py (its `__all__`) stay importable from here."""
+    from . import relative_position_encodings
 
+    if name in relative_position_encodings.__all__:
         return getattr(relative_position_encodings, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -183,6 +183,15 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_positive_number(name: str, value: Any, hint: str) -> None:
+    """A real number, finite and > 0: TypeError for another type (bools included), ValueError for the range."""
+    message = f"{name} must be a positive number (finite, > 0; {hint}); got {value!r}."
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(message)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(message)
+
+
 def is_positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
@@ -270,6 +279,7 @@ __all__ = [
     "ROTARY_KINDS",
     "Knob",
     "Registry",
+    "check_positive_number",
     "deberta_terms",
     "is_int",
     "is_positive_number",

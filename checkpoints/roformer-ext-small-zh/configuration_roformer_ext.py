@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 from transformers.activations import ACT2FN
@@ -26,6 +25,7 @@ from .registries import (
     ROTARY_KINDS,
     SECTIONED_ALLOCATIONS,
     Knob,
+    check_positive_number,
     default_mrope_section,
     is_int,
     rotates_per_head,
@@ -366,7 +366,7 @@ class RoFormerExtConfig(PreTrainedConfig):
             if key in rope and key not in GRAPE_KEYS:
                 _check_scheme_knob(key, rope[key], kind)
         self._validate_grape_m_rope_parameters(rope)  # grape_* keys, also where another rope_type was chosen
-        _check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
+        check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
         plugin_keys = scheme_knob_names(rope["position_scheme"])  # a registered scheme checks its own knobs
         for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
             if key not in ROPE_LAYOUT_KEYS and key not in plugin_keys and key != "rope_theta":
@@ -473,15 +473,6 @@ def _check_positive_int(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a positive int; got {value!r} ({type(value).__name__}).")
     if value < 1:
         raise ValueError(f"{name} must be a positive int; got {value}.")
-
-
-def _check_positive_number(name: str, value: Any, hint: str) -> None:
-    """A real number, finite and > 0: TypeError for another type (bools included), ValueError for the range."""
-    message = f"{name} must be a positive number (finite, > 0; {hint}); got {value!r}."
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise TypeError(message)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(message)
 
 
 def _check_finite(name: str, value: Any) -> None:
