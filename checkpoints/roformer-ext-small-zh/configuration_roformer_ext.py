@@ -14,31 +14,33 @@ from .compat import CACHE
 from .encoding_knobs import BUILTIN_KNOBS, LEGACY_KNOB_DEFAULTS, EncodingKnobs, knobs_class, legacy_knob_owners
 from .registries import (
     AXIS_ALLOCATIONS,
-    FOUR_AXIS_SCHEMES,
-    HEADWISE_ALLOCATIONS,
-    MROPE_SECTION_RATIOS,
     PAIR_LAYOUTS,
     POSITION_ENCODINGS,
-    POSITION_SCHEME_DEFAULTS,
-    POSITION_SCHEME_KEYS,
     POSITION_SCHEMES,
     ROTARY_KINDS,
-    SECTIONED_ALLOCATIONS,
-    Knob,
     check_positive_number,
-    default_mrope_section,
     is_int,
+)
+from .scheme_knobs import (
+    BUILTIN_ALLOCATION_KNOBS,
+    BUILTIN_SCHEME_KNOB_CHECKS,
+    BUILTIN_SCHEME_KNOBS,
+    GRAPE_KNOBS,
+    Knob,
+    allocation_knobs_class,
     rotates_per_head,
     scheme_knob_names,
+    scheme_knobs_class,
 )
 
 logger = logging.get_logger(__name__)
 
-#: GRAPE-M's knobs, checked by its rope_type hook (`_validate_grape_m_rope_parameters`).
-GRAPE_KEYS = tuple(key for key in POSITION_SCHEME_KEYS if key.startswith("grape_"))
-
-#: The keys we add to transformers' rope_parameters; its validators must not warn about them.
-ROPE_LAYOUT_KEYS = {"pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *POSITION_SCHEME_KEYS}
+#: The keys we add to transformers' rope_parameters (the built-in schemes' knobs and GRAPE-M's included); its
+#: validators must not warn about them.
+ROPE_LAYOUT_KEYS = {
+    "pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *BUILTIN_SCHEME_KNOB_CHECKS,
+    *GRAPE_KNOBS,
+}  # fmt: skip
 
 DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
     "rope_type": "default",
@@ -77,7 +79,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     `axis_allocation` (which rotary pair reads which axis: <<AXIS_ALLOCATIONS>>), `mrope_section` (pairs per axis
     for <<SECTIONED>>; heads per axis for "headwise"; a scheme's paper default fills it in where there is one),
     `position_scheme` (where each token sits: <<POSITION_SCHEMES>>) and the selected scheme's knobs
-    (docs/position-schemes.md). The lists here are the built-in names of `roformer_ext.registries`, written into
+    (`roformer_ext.scheme_knobs` gives each one's default and check; docs/position-schemes.md): <<SCHEME_KNOBS>>. The lists here are the built-in names of `roformer_ext.registries`, written into
     this docstring from them; a name registered later (`register_position_scheme`, ...) is accepted too.
 
     `decoder_attention` ("causal" | "unilm"): how a decoder (`is_decoder=True`, e.g. `RoFormerExtForCausalLM`)
@@ -270,13 +272,16 @@ class RoFormerExtConfig(PreTrainedConfig):
             value = dict(value)
             if "type" in value:
                 value.setdefault("rope_type", value.pop("type"))
-            # A multimodal variant named here brings its frequency allocation (and axes) unless they are given.
-            scheme = value.get("position_scheme")
-            variant = POSITION_SCHEME_DEFAULTS.get(scheme, {}) if isinstance(scheme, str) else {}
+            # A multimodal variant named here brings its frequency allocation (and axes) unless they are given: its
+            # knob class says which (scheme_knobs.py).
+            scheme = scheme_knobs_class(value.get("position_scheme"))
+            variant = {"axes": scheme.default_axes, "axis_allocation": scheme.default_allocation}
+            variant = {key: setting for key, setting in variant.items() if setting is not None}
             value = {**self.default_rope_parameters, **variant, **value}
-            if value.get("mrope_section") is None and value["axis_allocation"] in SECTIONED_ALLOCATIONS:
-                # the paper's split for this head size (registries.MROPE_SECTION_RATIOS), where there is one
-                section = default_mrope_section(value["position_scheme"], self._num_pairs())
+            allocation = allocation_knobs_class(value["axis_allocation"])
+            if value.get("mrope_section") is None and allocation.section == "pairs":
+                # the paper's split for this head size, where there is one (SchemeKnobs.mrope_section_ratio)
+                section = scheme_knobs_class(value["position_scheme"]).default_mrope_section(self._num_pairs())
                 if section is not None:
                     value["mrope_section"] = section
         super().__setattr__(key, value)
@@ -314,9 +319,9 @@ class RoFormerExtConfig(PreTrainedConfig):
     def _validate_grape_m_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
         """GRAPE-M's own keys (`grape_*`), through transformers' per-rope_type hook (it warns for a type without one);
         `validate_rope_layout` calls it too."""
-        for key in GRAPE_KEYS:
+        for key, knob in GRAPE_KNOBS.items():
             if key in rope_parameters:
-                _check_scheme_knob(key, rope_parameters[key], POSITION_SCHEME_KEYS[key])
+                _check_scheme_knob(key, rope_parameters[key], knob)
 
     @property
     def head_dim(self) -> int:
@@ -362,12 +367,14 @@ class RoFormerExtConfig(PreTrainedConfig):
         POSITION_SCHEMES.check(rope["position_scheme"])
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
         AXIS_ALLOCATIONS.check(rope["axis_allocation"])
-        for key, kind in POSITION_SCHEME_KEYS.items():
-            if key in rope and key not in GRAPE_KEYS:
-                _check_scheme_knob(key, rope[key], kind)
+        for key, knob in BUILTIN_SCHEME_KNOB_CHECKS.items():  # any built-in scheme's knob given, selected or not
+            if key in rope:
+                _check_scheme_knob(key, rope[key], knob)
+        scheme = scheme_knobs_class(rope["position_scheme"])
+        scheme.from_rope_parameters(rope)  # the selected scheme's knobs pass its own checks (a plugin's too)
         self._validate_grape_m_rope_parameters(rope)  # grape_* keys, also where another rope_type was chosen
         check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
-        plugin_keys = scheme_knob_names(rope["position_scheme"])  # a registered scheme checks its own knobs
+        plugin_keys = scheme_knob_names(rope["position_scheme"])
         for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
             if key not in ROPE_LAYOUT_KEYS and key not in plugin_keys and key != "rope_theta":
                 _check_finite(f"rope_parameters[{key!r}]", value)
@@ -379,10 +386,7 @@ class RoFormerExtConfig(PreTrainedConfig):
                 f"rope_parameters['axes'] must be an int (1, 2 or 3); got {axes!r} ({type(axes).__name__}). "
                 "Use 1 for text, 2 for images (row, col), 3 for video (row, col, frame)."
             )
-        if axes == 4 and rope["position_scheme"] in FOUR_AXIS_SCHEMES:
-            pass  # VRoPE: four diagonal directions
-        elif axes not in (1, 2, 3):
-            raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got {axes}.")
+        scheme.check_axes(axes)
         allocation, section = rope["axis_allocation"], rope.get("mrope_section")
         if section is not None:
             _check_mrope_section(section)
@@ -392,39 +396,7 @@ class RoFormerExtConfig(PreTrainedConfig):
                 "(head-wise axes, or GRAPE's per-head frequencies), which linear attention does not support; use "
                 "attention_type='softmax', or another allocation / grape_share_across_heads=True."
             )
-        if allocation in HEADWISE_ALLOCATIONS:
-            heads = self.num_attention_heads
-            if section is None or len(section) != axes or sum(section) > heads:
-                raise ValueError(
-                    f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries, the "
-                    f"attention heads per axis, summing to at most num_attention_heads = {heads} (MHRoPE's [2, 3, 3] "
-                    f"for 8 heads); got {section}."
-                )
-        elif allocation in SECTIONED_ALLOCATIONS:
-            if section is None:
-                raise ValueError(
-                    f"axis_allocation {allocation!r} needs rope_parameters['mrope_section'] with {axes} entries "
-                    f"summing to head_dim // 2 = {pairs} (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's "
-                    f"[16, 24, 24] for head_dim 128); got {section}. Naming a scheme with a published split "
-                    f"({', '.join(MROPE_SECTION_RATIOS)}) fills it in for the head size."
-                )
-            if len(section) != axes:
-                raise ValueError(
-                    f"rope_parameters['mrope_section'] needs {axes} entries (one per axis) summing to head_dim // 2 = "
-                    f"{pairs}; got {list(section)}."
-                )
-            if sum(section) != pairs:
-                raise ValueError(
-                    f"rope_parameters['mrope_section'] entries must sum to head_dim // 2 = {pairs} (the frequency "
-                    f"pairs of a head); got {list(section)}, which sums to {sum(section)}."
-                )
-        elif allocation == "split" and pairs % axes:
-            raise ValueError(
-                f"axis_allocation 'split' gives each of the {axes} axes an equal share of the {pairs} frequency "
-                f"pairs; {pairs} is not divisible by {axes}. Change the head dim or use 'interleaved'."
-            )
-        elif pairs < axes:
-            raise ValueError(f"head_dim // 2 = {pairs} frequency pairs cannot cover {axes} axes.")
+        allocation_knobs_class(allocation).from_rope_parameters(rope).check(axes, pairs, self.num_attention_heads)
 
     def validate_position_encoding(self) -> None:
         """The encoding is registered and its knobs pass its own checks (`encoding_knobs`; whether it fits linear
@@ -484,7 +456,7 @@ def _check_finite(name: str, value: Any) -> None:
 
 
 def _check_scheme_knob(key: str, value: Any, knob: Knob) -> None:
-    """A position design's knob (registries.POSITION_SCHEME_KEYS) passes its own check."""
+    """A position design's knob (scheme_knobs.py) passes its own check."""
     if not knob.check(value):
         raise ValueError(f"rope_parameters[{key!r}] must be {knob.description}; got {value!r}.")
 
@@ -527,9 +499,19 @@ RoFormerExtConfig.__doc__ = (
     RoFormerExtConfig.__doc__.replace("<<ROTARY_KINDS>>", _names(ROTARY_KINDS.builtin))
     .replace("<<PAIR_LAYOUTS>>", _names(PAIR_LAYOUTS))
     .replace("<<AXIS_ALLOCATIONS>>", _names(AXIS_ALLOCATIONS.builtin))
-    .replace("<<SECTIONED>>", _names(SECTIONED_ALLOCATIONS))
+    .replace(
+        "<<SECTIONED>>", _names(name for name, knobs in BUILTIN_ALLOCATION_KNOBS.items() if knobs.section == "pairs")
+    )
     .replace("<<POSITION_SCHEMES>>", _names(POSITION_SCHEMES.builtin))
     .replace("<<POSITION_ENCODINGS>>", _names(POSITION_ENCODINGS.builtin))
+    .replace(
+        "<<SCHEME_KNOBS>>",
+        "; ".join(
+            f'"{name}" {", ".join(f"`{knob}`" for knob in knobs.names())}'
+            for name, knobs in BUILTIN_SCHEME_KNOBS.items()
+            if knobs.names()
+        ),
+    )
     .replace(
         "<<ENCODING_KNOBS>>",
         "; ".join(

@@ -21,7 +21,15 @@ from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
 from .compat import global_module_hooks_active, has_module_hooks, tensor_identity
-from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS, rotates_per_head
+from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
+from .scheme_knobs import (
+    BUILTIN_ALLOCATION_KNOBS,
+    AxisAllocationKnobs,
+    allocation_knobs,
+    allocation_knobs_class,
+    check_knob_class,
+    rotates_per_head,
+)
 
 
 def register_rotary_embedding(name: str) -> Callable[[type[RotaryEmbedding]], type[RotaryEmbedding]]:
@@ -64,7 +72,13 @@ AxisAllocation = Callable[[int, int, "list[int] | None"], list[int]]
 
 
 def register_axis_allocation(
-    name: str, *, overwrite: bool = False, headwise: bool = False, axis_ladders: bool = False
+    name: str,
+    *,
+    knobs: type[AxisAllocationKnobs] | None = None,
+    section: str | None = None,
+    headwise: bool = False,
+    axis_ladders: bool = False,
+    overwrite: bool = False,
 ) -> Callable[[AxisAllocation], AxisAllocation]:
     """Register a frequency allocation under `name`, so `rope_parameters={"axis_allocation": name}` selects it.
 
@@ -73,16 +87,33 @@ def register_axis_allocation(
     such list per attention head (cos / sin then carry a heads axis: (batch, heads, seq, head_dim)). With
     `axis_ladders` every axis gets its own frequency ladder: the k-th of the n_a pairs axis a reads (in pair order)
     turns at θ^(−2k/(2·n_a)), as if the axis were a head of its own (OmniGen2); otherwise pair i turns at θ^(−2i/d),
-    whichever axis reads it. Re-registering a name needs `overwrite=True`.
+    whichever axis reads it. `section` says what `rope_parameters['mrope_section']` counts, and the configuration
+    checks it: None (not read), "pairs" (frequency pairs per axis, summing to head_dim // 2) or "heads" (attention
+    heads per axis). These three flags make the allocation's knob class (`scheme_knobs.AxisAllocationKnobs`); pass
+    `knobs`, a subclass, instead to add checks of your own (then not the flags). Re-registering a name needs
+    `overwrite=True`.
     """
+    if knobs is None:
+        knobs = allocation_knobs(name, section=section, headwise=headwise, axis_ladders=axis_ladders)
+    elif section is not None or headwise or axis_ladders:
+        raise TypeError(
+            f"register_axis_allocation({name!r}): pass either knobs= or the flags section= / headwise= / "
+            "axis_ladders=, not both (the knob class sets them)."
+        )
+    check_knob_class(knobs, AxisAllocationKnobs, f"Axis allocation {name!r}'s")
 
     def decorator(allocation: AxisAllocation) -> AxisAllocation:
-        allocation.headwise = headwise
-        allocation.axis_ladders = axis_ladders
-        AXIS_ALLOCATIONS.register(name, allocation, overwrite=overwrite)
+        allocation.headwise = knobs.headwise  # read through the knob class; kept on the function for older code
+        allocation.axis_ladders = knobs.axis_ladders
+        AXIS_ALLOCATIONS.register(name, allocation, overwrite=overwrite, knobs=knobs)
         return allocation
 
     return decorator
+
+
+def _builtin_allocation(name: str) -> Callable[[AxisAllocation], AxisAllocation]:
+    """A built-in allocation's registration, with its knob class from scheme_knobs.py."""
+    return register_axis_allocation(name, knobs=BUILTIN_ALLOCATION_KNOBS[name])
 
 
 def registered_axis_allocations() -> tuple[str, ...]:
@@ -92,7 +123,8 @@ def registered_axis_allocations() -> tuple[str, ...]:
 
 def is_headwise(allocation: str) -> bool:
     """Whether the allocation gives each attention head its own axes (cos / sin (batch, heads, seq, head_dim))."""
-    return getattr(AXIS_ALLOCATIONS.get(allocation), "headwise", False)
+    AXIS_ALLOCATIONS.check(allocation)
+    return allocation_knobs_class(allocation).headwise
 
 
 def axis_of_pair(
@@ -102,24 +134,24 @@ def axis_of_pair(
     rotated): (num_pairs,) or (num_heads, num_pairs)."""
     entry = AXIS_ALLOCATIONS.get(allocation)
     # Plain Python lists: this also runs under the meta device, where repeat_interleave cannot.
-    if getattr(entry, "headwise", False):
+    if allocation_knobs_class(allocation).headwise:
         return torch.tensor(entry(num_pairs, axes, mrope_section, num_heads), dtype=torch.long)
     return torch.tensor(entry(num_pairs, axes, mrope_section), dtype=torch.long)
 
 
-@register_axis_allocation("interleaved")
+@_builtin_allocation("interleaved")
 def interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """θ0→axis 0, θ1→axis 1, ... (RoPE-Tie)."""
     return [pair % axes for pair in range(num_pairs)]
 
 
-@register_axis_allocation("sections")
+@_builtin_allocation("sections")
 def sections_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Contiguous bands of `mrope_section` pairs per axis (Qwen2-VL / Qwen2.5-VL M-RoPE)."""
     return [axis for axis, size in enumerate(mrope_section) for _ in range(size)]
 
 
-@register_axis_allocation("omnirope", axis_ladders=True)
+@_builtin_allocation("omnirope")
 def omnirope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """OmniRoPE (OmniGen2), as its official code allocates it (`OmniGen2RotaryPosEmbed`: diffusers'
     `get_1d_rotary_pos_embed(axes_dim[a])` per axis, concatenated, interleaved pairs): contiguous bands of
@@ -128,7 +160,7 @@ def omnirope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | No
     return sections_allocation(num_pairs, axes, mrope_section)
 
 
-@register_axis_allocation("split")
+@_builtin_allocation("split")
 def split_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Equal contiguous halves / thirds, each with its own full θ set (RoPE-2D for ViT)."""
     return [pair // (num_pairs // axes) for pair in range(num_pairs)]
@@ -143,14 +175,14 @@ def _strided(num_pairs: int, mrope_section: list[int], period: int, offsets: tup
     return axis
 
 
-@register_axis_allocation("mrope_interleaved")
+@_builtin_allocation("mrope_interleaved")
 def mrope_interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Qwen3-VL's interleaved M-RoPE (MRoPE-Interleave): T,H,W,T,H,W,...: pair 3m+1 reads h while m < section[1],
     pair 3m+2 reads w while m < section[2], every other pair reads t."""
     return _strided(num_pairs, mrope_section, 3, (1, 2))
 
 
-@register_axis_allocation("videorope")
+@_builtin_allocation("videorope")
 def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """VideoRoPE (official code, `apply_m_modify_multimodal_rotary_pos_emb`): the first section[1] + section[2] pairs
     (high frequencies) alternate h, w, h, w, ...; the temporal axis takes the last section[0] pairs, the lowest
@@ -159,7 +191,7 @@ def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | N
     return [(1 if pair % 2 == 0 else 2) if pair < spatial else 0 for pair in range(num_pairs)]
 
 
-@register_axis_allocation("hope")
+@_builtin_allocation("hope")
 def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """HoPE's hybrid frequency allocation (official hrlics/HoPE code, `apply_hybrid_multimodal_rotary_pos_emb`):
     VideoRoPE's (the first section[1] + section[2] pairs alternate h, w, h, w, ...) with the last section[0] pairs,
@@ -168,7 +200,7 @@ def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) 
     return [-1 if axis == 0 else axis for axis in videorope_allocation(num_pairs, axes, mrope_section)]
 
 
-@register_axis_allocation("headwise", headwise=True)
+@_builtin_allocation("headwise")
 def headwise_allocation(num_pairs: int, axes: int, mrope_section: list[int], num_heads: int) -> list[list[int]]:
     """MHRoPE (Huang et al., ICLR 2026): `mrope_section` counts heads per axis: the first section[0] heads rotate every
     pair with t, the next section[1] with h, the next section[2] with w; heads left over are not rotated (NoPE)."""
@@ -177,7 +209,7 @@ def headwise_allocation(num_pairs: int, axes: int, mrope_section: list[int], num
     return [[axis] * num_pairs for axis in per_head]
 
 
-@register_axis_allocation("mmrope")
+@_builtin_allocation("mmrope")
 def mmrope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """MM-RoPE (Lumos-1), as its official code (alibaba-damo-academy/Lumos, `ChameleonRotaryEmbedding`'s
     indices_frame / indices_h / indices_w, half layout) allocates it: meta components of 16 pairs
@@ -204,7 +236,8 @@ class RotaryEmbedding(nn.Module):
         # transformers' dynamic/longrope updates re-read frequencies through self.config.
         self.config = config if self.split_axes == 1 else _HeadDimView(config, self.head_dim // self.split_axes)
         self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
-        self.axis_ladders: bool = getattr(AXIS_ALLOCATIONS.get(allocation), "axis_ladders", False)
+        AXIS_ALLOCATIONS.check(allocation)
+        self.axis_ladders: bool = allocation_knobs_class(allocation).axis_ladders
         if self.axis_ladders and self.rope_type in ("dynamic", "longrope"):
             raise ValueError(
                 f"axis_allocation {allocation!r} gives each axis its own frequency ladder, which rope_type "

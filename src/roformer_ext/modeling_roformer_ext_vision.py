@@ -26,6 +26,7 @@ from .modeling_roformer_ext import (
     check_token_inputs,
 )
 from .positions import build_position_ids, decoding_position_ids, remember_position_deltas
+from .scheme_knobs import scheme_knobs_class
 
 
 class RoFormerExtPatchEmbedding(nn.Module):
@@ -156,6 +157,18 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         """
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
+        scheme = self.config.rope_parameters["position_scheme"]
+        capabilities = scheme_knobs_class(scheme).capabilities
+        if layout.packed is not None and not capabilities.packing:
+            raise ValueError(
+                f"Position scheme {scheme!r} does not lay out packed (padding-free) rows (its capabilities say so): "
+                "pad the batch instead, without cu_seq_lens / seq_idx, or pass 3D position_ids."
+            )
+        if layout.self_cache is not None and not capabilities.cache:
+            raise ValueError(
+                f"Position scheme {scheme!r} does not continue after a cached prompt (its capabilities say so): call "
+                "the model / generate with use_cache=False."
+            )
         batch, seq = inputs_embeds.shape[:2]
         if not layout.decoding:
             if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be

@@ -38,7 +38,7 @@ Text token positions are the same on every axis, except in `rope_2d_rows`.
 The multimodal variants of the literature (qwen2_5_vl, qwen3_vl, mrope_interleave, mhrope, ilrope, omnirope,
 videorope, hope, v2pe, mmrope, vrope, circle_rope) are further down, each a small function with its formula in its docstring and
 its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in rope.py
-(registries.POSITION_SCHEME_DEFAULTS).
+(its knob class in scheme_knobs.py: `default_allocation`).
 
 In the Su schemes a 2-axis config places images (T = 1) with the 2D form; a 3-axis config treats every
 image as a one-frame video, which for rope_tie_v2 is the 2D form plus a third axis and for rope_tie has
@@ -57,7 +57,14 @@ from typing import Any
 
 import torch
 
-from .registries import POSITION_SCHEMES, keyword_only_names
+from .registries import POSITION_SCHEMES
+from .scheme_knobs import (
+    BUILTIN_SCHEME_KNOBS,
+    SchemeKnobs,
+    check_knob_class,
+    knobs_from_signature,
+    scheme_knobs_class,
+)
 
 
 @dataclass(frozen=True)
@@ -80,22 +87,41 @@ class Segment:
 PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
 
 
-def register_position_scheme(name: str, *, overwrite: bool = False) -> Callable[[PositionScheme], PositionScheme]:
+def register_position_scheme(
+    name: str, *, knobs: type[SchemeKnobs] | None = None, overwrite: bool = False
+) -> Callable[[PositionScheme], PositionScheme]:
     """Register a scheme (a *position design*) under `name`, so `rope_parameters={"position_scheme": name}` selects it.
 
     The function gets `(segments, axes)` and returns float positions of shape (axes, sum of lengths) and the
     position the next text token would get. It raises ValueError for a layout it cannot place. Its keyword-only
-    arguments are its knobs: each is read from `rope_parameters` under its own name when given there (e.g.
-    `def my_scheme(segments, axes, *, temporal_stride=1.0)`). Which frequency pair reads which axis is the
-    *frequency allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.rope.register_axis_allocation`).
+    arguments are its knobs, read from `rope_parameters` under their own names (e.g.
+    `def my_scheme(segments, axes, *, temporal_stride=1.0)`). `knobs`, a `scheme_knobs.SchemeKnobs` dataclass with
+    the same fields, gives their defaults and checks, the rope_parameters the scheme fills in when named
+    (`default_axes`, `default_allocation`), the paper's `mrope_section` split and its `capabilities`; without one,
+    a class is made from the signature (no checks). Which frequency pair reads which axis is the *frequency
+    allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.rope.register_axis_allocation`).
     Re-registering a name needs `overwrite=True`, so a plug-in cannot silently replace a built-in.
     """
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
-        POSITION_SCHEMES.register(name, scheme, overwrite=overwrite)
+        knob_class = knobs_from_signature(name, scheme) if knobs is None else knobs
+        check_knob_class(knob_class, SchemeKnobs, f"Position scheme {name!r}'s")
+        arguments = set(knobs_from_signature(name, scheme).names())
+        if set(knob_class.names()) != arguments:
+            raise TypeError(
+                f"Position scheme {name!r}: its knob class {knob_class.__name__} has the fields "
+                f"{sorted(knob_class.names())} but the function's keyword-only arguments are {sorted(arguments)}; "
+                "give both the same names."
+            )
+        POSITION_SCHEMES.register(name, scheme, overwrite=overwrite, knobs=knob_class)
         return scheme
 
     return decorator
+
+
+def _builtin(name: str) -> Callable[[PositionScheme], PositionScheme]:
+    """A built-in scheme's registration, with its knob class from scheme_knobs.py."""
+    return register_position_scheme(name, knobs=BUILTIN_SCHEME_KNOBS[name])
 
 
 def registered_position_schemes() -> tuple[str, ...]:
@@ -107,9 +133,10 @@ def get_position_scheme(name: str) -> PositionScheme:
     return POSITION_SCHEMES.get(name)
 
 
-def scheme_knobs(scheme: PositionScheme, rope_parameters: dict) -> dict[str, Any]:
-    """The values of `scheme`'s keyword-only arguments that `rope_parameters` sets."""
-    return {name: rope_parameters[name] for name in keyword_only_names(scheme) if name in rope_parameters}
+def scheme_knobs(name: str, rope_parameters: dict) -> dict[str, Any]:
+    """The knobs of scheme `name` as `rope_parameters` sets them (the rest at their defaults), checked: the keyword
+    arguments its function gets."""
+    return scheme_knobs_class(name).from_rope_parameters(rope_parameters).to_dict()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -168,7 +195,7 @@ def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float
     return _text(0.0, total, axes), float(total)
 
 
-register_position_scheme("rope_1d")(rope_1d)
+_builtin("rope_1d")(rope_1d)
 
 
 def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -198,7 +225,7 @@ def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, 
     return _concat(blocks, axes), float(next_col)
 
 
-register_position_scheme("rope_2d_rows")(rope_2d_rows)
+_builtin("rope_2d_rows")(rope_2d_rows)
 
 
 def _tie_v1_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
@@ -227,14 +254,14 @@ def rope_tie(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, floa
     return _place(segments, axes, lambda start, segment: _tie_v1_block(start, segment.grid, axes))
 
 
-register_position_scheme("rope_tie")(rope_tie)
+_builtin("rope_tie")(rope_tie)
 
 
 def rope_tie_v2(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, lambda start, segment: _tie_v2_block(start, segment.grid, axes))
 
 
-register_position_scheme("rope_tie_v2")(rope_tie_v2)
+_builtin("rope_tie_v2")(rope_tie_v2)
 
 
 def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -245,12 +272,12 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, lambda start, segment: _mrope_block(start, segment.grid, axes))
 
 
-register_position_scheme("mrope")(mrope)
+_builtin("mrope")(mrope)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # The multimodal variants of the literature (position designs; each pairs with a frequency allocation in rope.py,
-# filled in by registries.POSITION_SCHEME_DEFAULTS when rope_parameters name the variant). All are 3-axis (t, h, w):
+# its knob class's `default_allocation`, filled in when rope_parameters name the variant). All are 3-axis (t, h, w):
 # text is (n, n, n) and a vision segment starts at st = the position the next text token would have had.
 # ----------------------------------------------------------------------------------------------------------
 
@@ -315,7 +342,7 @@ def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: flo
     return _place(segments, axes, vision)
 
 
-register_position_scheme("qwen2_5_vl")(qwen2_5_vl)
+_builtin("qwen2_5_vl")(qwen2_5_vl)
 
 
 def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -337,7 +364,7 @@ def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, floa
     return _place(segments, axes, vision)
 
 
-register_position_scheme("qwen3_vl")(qwen3_vl)
+_builtin("qwen3_vl")(qwen3_vl)
 
 
 def _reset_block(st: float, grid: tuple[int, int, int], temporal_stride: float, spatial_reset: bool):
@@ -362,11 +389,11 @@ def mrope_interleave(
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
 
 
-register_position_scheme("mrope_interleave")(mrope_interleave)
+_builtin("mrope_interleave")(mrope_interleave)
 
 
 # MHRoPE (the same paper) places tokens as MRoPE-Interleave does; its allocation is head-wise ("headwise").
-register_position_scheme("mhrope")(mrope_interleave)
+_builtin("mhrope")(mrope_interleave)
 
 
 def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
@@ -378,8 +405,8 @@ def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_str
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
 
 
-register_position_scheme("ilrope")(spatial_reset_layout)
-register_position_scheme("omnirope")(spatial_reset_layout)
+_builtin("ilrope")(spatial_reset_layout)
+_builtin("omnirope")(spatial_reset_layout)
 
 
 def _diagonal_video_block(st: float, grid: tuple[int, int, int], temporal_stride: float):
@@ -399,7 +426,7 @@ def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float 
     return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
 
 
-register_position_scheme("videorope")(videorope)
+_builtin("videorope")(videorope)
 
 
 def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
@@ -435,7 +462,7 @@ def hope(
     return _place(segments, axes, vision)
 
 
-register_position_scheme("hope")(hope)
+_builtin("hope")(hope)
 
 
 def v2pe(
@@ -470,7 +497,7 @@ def v2pe(
     return _concat(blocks, axes), last + 1
 
 
-register_position_scheme("v2pe")(v2pe)
+_builtin("v2pe")(v2pe)
 
 
 def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -492,7 +519,7 @@ def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, vision)
 
 
-register_position_scheme("vrope")(vrope)
+_builtin("vrope")(vrope)
 
 
 def mmrope(
@@ -529,7 +556,7 @@ def mmrope(
     return _concat(blocks, axes), float(index)
 
 
-register_position_scheme("mmrope")(mmrope)
+_builtin("mmrope")(mmrope)
 
 
 def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:
@@ -649,7 +676,7 @@ def circle_rope(
     return _concat(blocks, axes), start + text_since
 
 
-register_position_scheme("circle_rope")(circle_rope)
+_builtin("circle_rope")(circle_rope)
 
 
 __all__ = [

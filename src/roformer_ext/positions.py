@@ -37,6 +37,7 @@ from .position_schemes import (
     registered_position_schemes,
     scheme_knobs,
 )
+from .scheme_knobs import scheme_knobs_class
 
 # ----------------------------------------------------------------------------------------------------------
 # From token ids to segments
@@ -161,13 +162,19 @@ def build_position_ids(
     and the meaning of deltas. Raises ValueError when the placeholders and the grids disagree or the scheme needs more
     axes.
     """
+    rope = getattr(config, "rope_parameters", None) or {}
+    name = rope.get("position_scheme", "rope_1d")
+    scheme = get_position_scheme(name)
+    if video_grid_thw is not None and len(video_grid_thw) and not scheme_knobs_class(name).capabilities.video:
+        raise ValueError(
+            f"Position scheme {name!r} does not place videos (its capabilities say so); pass the frames as images, "
+            "or choose a scheme that places videos (rope_parameters['position_scheme'])."
+        )
     if cu_seq_lens is not None:
         return _packed_position_ids(
             input_ids, config, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts, cu_seq_lens, training
         )
-    rope = getattr(config, "rope_parameters", None) or {}
-    scheme = get_position_scheme(rope.get("position_scheme", "rope_1d"))
-    knobs = scheme_knobs(scheme, rope)
+    knobs = scheme_knobs(name, rope)
     axes = int(rope.get("axes", 1))
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (batch, seq); got {tuple(input_ids.shape)}.")

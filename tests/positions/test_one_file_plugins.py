@@ -2,13 +2,16 @@
 
 `CappedPenalty` is a new relative encoding (a per-head penalty growing with distance up to a window: a knob in its own
 dataclass, read from `position_encoding_parameters`; capabilities; a non-persistent buffer filled by its weight-init
-hook); `stepped_diagonal` a new scheme (its knob a
-keyword-only argument read from rope_parameters). Each works through eager / sdpa / flex attention, packed rows, the
-KV cache and save / load, on a model whose outputs depend strongly on positions.
+hook); `stepped_diagonal` a new scheme (its knob a keyword-only argument read from rope_parameters, declared with its
+default and check in its own dataclass, which also names the axes and the frequency allocation the scheme brings);
+`test_reversed_interleaved` a new frequency allocation (registered with what its `mrope_section` counts). Each works
+through eager / sdpa / flex attention, packed rows, the KV cache and save / load, on a model whose outputs depend
+strongly on positions.
 """
 
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 import torch
@@ -25,7 +28,9 @@ from roformer_ext import (
 )
 from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, EncodingKnobs
 from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
-from roformer_ext.registries import POSITION_ENCODINGS, POSITION_SCHEMES
+from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES
+from roformer_ext.rope import register_axis_allocation
+from roformer_ext.scheme_knobs import POSITIVE, Knob, SchemeKnobs
 
 ATOL = 1e-5
 
@@ -80,6 +85,22 @@ class CappedPenalty(RelativePositionEncoding):
         return CappedPenaltyScores(query_positions, key_positions, self.scales.float(), self.window)
 
 
+@dataclass(frozen=True)
+class SteppedDiagonalKnobs(SchemeKnobs):
+    """The step between two patches on every axis; 3 axes and the reversed allocation unless rope_parameters say."""
+
+    scheme: ClassVar[str] = "test_stepped_diagonal"
+    default_axes: ClassVar[int] = 3
+    default_allocation: ClassVar[str] = "test_reversed_interleaved"
+    checks: ClassVar[dict[str, Knob]] = {"diagonal_step": POSITIVE}
+    diagonal_step: float = 2.0
+
+
+def reversed_interleaved(num_pairs, axes, mrope_section):
+    """The last pair reads axis 0, the one before axis 1, ... (interleaved from the low-frequency end)."""
+    return [(num_pairs - 1 - pair) % axes for pair in range(num_pairs)]
+
+
 def stepped_diagonal(segments, axes, *, diagonal_step=2.0):
     """Text at (n, n, n); patch (k, i, j) of a vision segment at st + step·(k, i, j); next text after its last."""
     positions, next_position = [], 0.0
@@ -100,10 +121,12 @@ def stepped_diagonal(segments, axes, *, diagonal_step=2.0):
 @pytest.fixture(scope="module", autouse=True)
 def plugins():
     register_position_encoding("test_capped_penalty")(CappedPenalty)
-    register_position_scheme("test_stepped_diagonal")(stepped_diagonal)
+    register_axis_allocation("test_reversed_interleaved")(reversed_interleaved)
+    register_position_scheme("test_stepped_diagonal", knobs=SteppedDiagonalKnobs)(stepped_diagonal)
     yield
     POSITION_ENCODINGS.unregister("test_capped_penalty")
     POSITION_SCHEMES.unregister("test_stepped_diagonal")
+    AXIS_ALLOCATIONS.unregister("test_reversed_interleaved")
 
 
 def encoding_config(window: int = 3, **overrides):
@@ -170,9 +193,8 @@ def scheme_model(step: float = 2.0, implementation: str = "sdpa"):
         **SIZES,
         is_decoder=True,
         attn_implementation=implementation,
-        rope_parameters={"position_scheme": "test_stepped_diagonal", "axes": 3, "axis_allocation": "interleaved",
-                         "diagonal_step": step},
-    )  # fmt: skip
+        rope_parameters={"position_scheme": "test_stepped_diagonal", "diagonal_step": step},
+    )  # axes and allocation: the scheme's knob class brings them
     torch.manual_seed(0)
     return RoFormerExtVisionTextForCausalLM(config).eval()
 
@@ -255,3 +277,16 @@ def test_new_encoding_knobs_default_check_and_refuse_strangers():
         position_sensitive_config(position_encoding="test_capped_penalty", position_encoding_parameters={"window": 2})
     with pytest.raises(ValueError, match="linear attention never forms"):
         RoFormerExtModel(encoding_config(attention_type="linear"))
+
+
+def test_new_scheme_knobs_bring_their_defaults_check_and_allocation():
+    """The scheme's dataclass is its schema: naming the scheme fills in its axes and allocation, its knob's check
+    refuses a bad value at construction, and the allocation plugin decides which axis each pair reads."""
+    config = scheme_model().config
+    assert config.rope_parameters["axes"] == 3
+    assert config.rope_parameters["axis_allocation"] == "test_reversed_interleaved"
+    with pytest.raises(ValueError, match=r"'test_stepped_diagonal': rope_parameters\['diagonal_step'\] must be a pos"):
+        scheme_model(step=-1.0)
+    from roformer_ext.rope import axis_of_pair
+
+    assert axis_of_pair(4, 3, "test_reversed_interleaved").tolist() == [0, 2, 1, 0]

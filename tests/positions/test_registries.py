@@ -31,7 +31,7 @@ def test_configuration_imports_no_model_code(tmp_path):
     package.mkdir()
     (package / "__init__.py").write_text("")
     source = Path(roformer_ext.__file__).parent
-    for name in ("configuration_roformer_ext.py", "compat.py", "encoding_knobs.py", "registries.py"):
+    for name in ("configuration_roformer_ext.py", "compat.py", "encoding_knobs.py", "registries.py", "scheme_knobs.py"):
         shutil.copy(source / name, package / name)
     code = (
         "import sys\n"
@@ -48,6 +48,7 @@ def test_configuration_imports_no_model_code(tmp_path):
         "config_only.configuration_roformer_ext",
         "config_only.encoding_knobs",
         "config_only.registries",
+        "config_only.scheme_knobs",
     ]
     assert result.stdout.strip() == str(loaded)
 
@@ -125,7 +126,7 @@ def test_grape_hook_checks_grape_keys(key, value):
 )  # fmt: skip
 def test_paper_mrope_sections_scale_with_the_head(scheme, at_64, at_16):
     """The papers' configs at head_dim 128, and the Multimodal-RoPEs reference's at head_dim 32 (our fixtures)."""
-    from roformer_ext.registries import default_mrope_section
+    from roformer_ext.scheme_knobs import default_mrope_section
 
     assert default_mrope_section(scheme, 64) == at_64 and default_mrope_section(scheme, 16) == at_16
     for pairs in range(3, 200):

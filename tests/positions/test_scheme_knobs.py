@@ -1,0 +1,302 @@
+"""Position schemes and frequency allocations describe themselves in their registration (scheme_knobs.py): knob
+dataclasses with defaults and checks, the rope_parameters a scheme brings, the paper's `mrope_section` split, and
+capabilities, each read at its one site."""
+
+import inspect
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from conftest import position_sensitive_config
+from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
+
+from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
+from roformer_ext.position_schemes import register_position_scheme, rope_1d
+from roformer_ext.positions import build_position_ids
+from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
+from roformer_ext.rope import interleaved_allocation, register_axis_allocation
+from roformer_ext.scheme_knobs import (
+    BUILTIN_ALLOCATION_KNOBS,
+    BUILTIN_SCHEME_KNOBS,
+    AxisAllocationKnobs,
+    SchemeCapabilities,
+    SchemeKnobs,
+    allocation_knobs_class,
+    scheme_knobs_class,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_SCHEME_KNOBS))
+def test_builtin_scheme_registers_its_knob_class_with_the_functions_defaults(name):
+    """The knob class is the registration's, and its fields are the function's keyword-only arguments with the same
+    defaults (the function's defaults and the config's could otherwise drift apart)."""
+    assert POSITION_SCHEMES.knobs_of(name) is BUILTIN_SCHEME_KNOBS[name] is scheme_knobs_class(name)
+    function = POSITION_SCHEMES.get(name)
+    arguments = {p.name: p.default for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    knobs = BUILTIN_SCHEME_KNOBS[name]
+    defaults = {f.name: f.default for f in fields(knobs)}
+    assert defaults == arguments
+    assert set(knobs.checks) == set(defaults)  # every built-in knob is checked
+    assert knobs.scheme == name
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_ALLOCATION_KNOBS))
+def test_builtin_allocation_registers_its_knob_class(name):
+    assert AXIS_ALLOCATIONS.knobs_of(name) is BUILTIN_ALLOCATION_KNOBS[name] is allocation_knobs_class(name)
+    knobs = BUILTIN_ALLOCATION_KNOBS[name]
+    assert knobs.allocation == name
+    # the flags kept on the function for older code agree with the class
+    entry = AXIS_ALLOCATIONS.get(name)
+    assert (entry.headwise, entry.axis_ladders) == (knobs.headwise, knobs.axis_ladders)
+
+
+def test_allocation_classes_say_what_mrope_section_counts():
+    counts = {name: knobs.section for name, knobs in BUILTIN_ALLOCATION_KNOBS.items()}
+    assert counts == {
+        "interleaved": None, "split": None, "mmrope": None, "headwise": "heads", "sections": "pairs",
+        "omnirope": "pairs", "mrope_interleaved": "pairs", "videorope": "pairs", "hope": "pairs",
+    }  # fmt: skip
+    assert [n for n, k in BUILTIN_ALLOCATION_KNOBS.items() if k.headwise] == ["headwise"]
+    assert [n for n, k in BUILTIN_ALLOCATION_KNOBS.items() if k.axis_ladders] == ["omnirope"]
+
+
+#: The rope_parameters each variant brings when named (the papers' pairing), and the split for head_dim 32 (16 pairs).
+BROUGHT = {
+    "qwen2_5_vl": (3, "sections", [4, 6, 6]),
+    "qwen3_vl": (3, "mrope_interleaved", [6, 5, 5]),
+    "mrope_interleave": (3, "mrope_interleaved", [6, 5, 5]),
+    "ilrope": (3, "mrope_interleaved", [6, 5, 5]),
+    "omnirope": (3, "omnirope", [4, 6, 6]),
+    "videorope": (3, "videorope", [4, 6, 6]),
+    "hope": (3, "hope", [4, 6, 6]),
+    "circle_rope": (3, "sections", [4, 6, 6]),
+    "mmrope": (3, "mmrope", None),
+    "vrope": (4, "interleaved", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROUGHT))
+def test_naming_a_variant_fills_in_its_axes_allocation_and_split(name):
+    axes, allocation, section = BROUGHT[name]
+    config = RoFormerExtVisionTextConfig(
+        hidden_size=64, num_attention_heads=2, rope_parameters={"position_scheme": name}
+    )
+    rope = config.rope_parameters
+    assert (rope["axes"], rope["axis_allocation"], rope.get("mrope_section")) == (axes, allocation, section)
+
+
+def test_schemes_without_a_pairing_keep_the_configs_defaults():
+    for name in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "v2pe"):
+        knobs = BUILTIN_SCHEME_KNOBS[name]
+        assert knobs.default_axes is None and knobs.default_allocation is None
+        rope = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": name}).rope_parameters
+        assert (rope["axes"], rope["axis_allocation"]) == (3, "interleaved")
+    assert RoFormerExtConfig(rope_parameters={"position_scheme": "rope_tie"}).rope_parameters["axes"] == 1
+
+
+#: A bad value for every built-in knob, and part of the message that names it.
+BAD_VALUES = {
+    "tokens_per_second": 0,
+    "spatial_reset": 1,
+    "temporal_stride": float("inf"),
+    "temporal_scales": [],
+    "visual_stride": -2.0,
+    "visual_stride_tokens": 2.5,
+    "position_scale": [1.0, 1.0],
+    "circle_radius": "auto-x",
+    "circle_alpha": 1.5,
+    "circle_move_to_origin": "yes",
+    "circle_dff_rate": -0.1,
+    "circle_move_to_positive": True,
+}
+
+
+@pytest.mark.parametrize(("name", "knob"), [(n, k) for n, c in BUILTIN_SCHEME_KNOBS.items() for k in c.checks])
+def test_every_builtin_knob_refuses_a_bad_value(name, knob):
+    with pytest.raises(ValueError, match=rf"rope_parameters\['{knob}'\] must be"):
+        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": name, knob: BAD_VALUES[knob]})
+    # the scheme's class alone refuses it too, naming the scheme (positions built without a validated config)
+    with pytest.raises(ValueError, match=rf"^Position scheme '{name}': rope_parameters\['{knob}'\]"):
+        BUILTIN_SCHEME_KNOBS[name].from_rope_parameters({knob: BAD_VALUES[knob]})
+    assert set(BAD_VALUES) == {k for c in BUILTIN_SCHEME_KNOBS.values() for k in c.checks}
+
+
+def test_the_docs_table_lists_every_builtin_knob_with_its_default():
+    """docs/position-schemes.md's knob table is checked against the dataclasses (names and defaults)."""
+    text = (DOCS / "position-schemes.md").read_text(encoding="utf-8")
+    table = text[text.index("| scheme | knobs (default) |") :].split("\n\n")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        scheme, knobs = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        rows[scheme.strip("`")] = knobs
+    for name, knobs in BUILTIN_SCHEME_KNOBS.items():
+        written = ", ".join(f"`{f.name}` ({f.default!r})" for f in fields(knobs)) or "none"
+        assert rows[name] == written, name
+    assert set(rows) == set(BUILTIN_SCHEME_KNOBS)
+
+
+def test_the_docs_plugin_example_runs(registered):
+    text = (DOCS / "position-schemes.md").read_text(encoding="utf-8")
+    section = text[text.index("## Your own scheme") :]
+    code = section[section.index("```python") + len("```python") : section.index("```", section.index("```python") + 3)]
+    registered(POSITION_SCHEMES, "stepped")
+    exec(compile(code, "position-schemes.md", "exec"), {})
+    knobs = scheme_knobs_class("stepped")
+    assert knobs.names() == ("step",) and not knobs.capabilities.video
+    rope = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "stepped"}).rope_parameters
+    assert (rope["axes"], rope["axis_allocation"]) == (3, "interleaved")
+    with pytest.raises(ValueError, match=r"rope_parameters\['step'\] must be a positive number"):
+        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "stepped", "step": 0})
+
+
+# -- plugins ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def registered():
+    names = []
+
+    def register(registry, name):
+        names.append((registry, name))
+        return name
+
+    yield register
+    for registry, name in names:
+        registry.unregister(name)
+
+
+def test_a_scheme_without_a_knob_class_gets_one_from_its_signature(registered):
+    def with_knobs(segments, axes, *, needed, step=1.5):
+        return rope_1d(segments, axes)
+
+    register_position_scheme(registered(POSITION_SCHEMES, "test_signature_scheme"))(with_knobs)
+    knobs = scheme_knobs_class("test_signature_scheme")
+    assert issubclass(knobs, SchemeKnobs) and knobs.names() == ("needed", "step")
+    assert [f.default for f in fields(knobs)] == [MISSING, 1.5]
+    with pytest.raises(ValueError, match=r"needs rope_parameters\['needed'\]"):
+        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_signature_scheme"})
+    config = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_signature_scheme", "needed": 1})
+    assert config.rope_parameters["needed"] == 1
+
+
+def test_a_knob_class_must_match_the_functions_arguments(registered):
+    @dataclass(frozen=True)
+    class OtherKnobs(SchemeKnobs):
+        other: float = 1.0
+
+    def scheme(segments, axes, *, step=1.0):
+        return rope_1d(segments, axes)
+
+    with pytest.raises(TypeError, match=r"fields \['other'\] but the function's keyword-only arguments are \['step'\]"):
+        register_position_scheme("test_mismatch", knobs=OtherKnobs)(scheme)
+    with pytest.raises(TypeError, match="must be a SchemeKnobs subclass"):
+        register_position_scheme("test_mismatch", knobs=dict)(scheme)
+    assert "test_mismatch" not in POSITION_SCHEMES.names()
+
+
+def image_and_video_prompt():
+    ids = torch.tensor([[5, IMAGE, 6, VIDEO, VIDEO, 7]])
+    return ids, torch.tensor([[1, 1, 1]]), torch.tensor([[2, 1, 1]])
+
+
+def test_a_scheme_that_places_no_video_refuses_one_early(registered):
+    @dataclass(frozen=True)
+    class NoVideo(SchemeKnobs):
+        capabilities: ClassVar[SchemeCapabilities] = SchemeCapabilities(video=False)
+
+    register_position_scheme(registered(POSITION_SCHEMES, "test_no_video"), knobs=NoVideo)(rope_1d)
+    config = RoFormerExtVisionTextConfig(**SIZES, rope_parameters={"position_scheme": "test_no_video"})
+    ids, image_grid, video_grid = image_and_video_prompt()
+    with pytest.raises(ValueError, match="'test_no_video' does not place videos"):
+        build_position_ids(ids, config, image_grid, video_grid)
+    with pytest.raises(ValueError, match="'test_no_video' does not place videos"):  # packed rows too
+        build_position_ids(ids, config, image_grid, video_grid, cu_seq_lens=torch.tensor([0, 6]))
+    images_only = torch.tensor([[5, IMAGE, 6]])
+    positions, _ = build_position_ids(images_only, config, image_grid)
+    assert positions[:, 0].tolist() == [[0, 1, 2]] * 3
+    with_video = RoFormerExtVisionTextConfig(**SIZES, rope_parameters={"position_scheme": "rope_1d"})
+    positions, _ = build_position_ids(ids, with_video, image_grid, video_grid)  # the same scheme, video allowed
+    assert positions[:, 0].tolist() == [[0, 1, 2, 3, 4, 5]] * 3
+
+
+@pytest.mark.parametrize("capability", ["cache", "packing"])
+def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(capability, registered):
+    @dataclass(frozen=True)
+    class Limited(SchemeKnobs):
+        capabilities: ClassVar[SchemeCapabilities] = SchemeCapabilities(**{capability: False})
+
+    name = registered(POSITION_SCHEMES, f"test_no_{capability}")
+    register_position_scheme(name, knobs=Limited)(rope_1d)
+    config = position_sensitive_config(
+        RoFormerExtVisionTextConfig, **SIZES, is_decoder=True, rope_parameters={"position_scheme": name}
+    )
+    model = RoFormerExtVisionTextForCausalLM(config).eval()
+    ids = torch.tensor([[5, 6, IMAGE, 7]])
+    pixels, grid = torch.randn(1, PATCH_DIM), torch.tensor([[1, 1, 1]])
+    both, cu = torch.cat([ids, ids], dim=1), torch.tensor([0, 4, 8], dtype=torch.int32)
+    with torch.no_grad():
+        if capability == "cache":
+            with pytest.raises(ValueError, match=f"'{name}' does not continue after a cached prompt"):
+                model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=2, do_sample=False)
+            out = model.generate(
+                ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=2, do_sample=False, use_cache=False
+            )
+            assert out.shape == (1, 6)
+            model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
+                  cu_seq_lens_q=cu, cu_seq_lens_k=cu, use_cache=False)  # fmt: skip
+        else:
+            with pytest.raises(ValueError, match=f"'{name}' does not lay out packed"):
+                model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
+                      cu_seq_lens_q=cu, cu_seq_lens_k=cu)  # fmt: skip
+            model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=2, do_sample=False)
+
+
+def test_an_allocation_plugin_declares_what_its_section_counts(registered):
+    register_axis_allocation(registered(AXIS_ALLOCATIONS, "test_banded"), section="pairs")(interleaved_allocation)
+    assert allocation_knobs_class("test_banded").section == "pairs"
+    rope = {"position_scheme": "rope_tie_v2", "axis_allocation": "test_banded"}
+    with pytest.raises(ValueError, match="'test_banded' needs rope_parameters\\['mrope_section'\\]"):
+        RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)
+    with pytest.raises(ValueError, match="must sum to head_dim // 2 = 16"):
+        RoFormerExtVisionTextConfig(
+            hidden_size=64, num_attention_heads=2, rope_parameters={**rope, "mrope_section": [1, 1, 1]}
+        )
+    # a scheme with a paper split fills it in for a sectioned plugin allocation too
+    rope = {"position_scheme": "qwen2_5_vl", "axis_allocation": "test_banded"}
+    config = RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)
+    assert config.rope_parameters["mrope_section"] == [4, 6, 6]
+
+
+def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
+    @dataclass(frozen=True)
+    class EvenPairs(AxisAllocationKnobs):
+        allocation: ClassVar[str] = "test_even"
+
+        def check(self, axes, num_pairs, num_heads):
+            if num_pairs % 2:
+                raise ValueError("test_even needs an even number of pairs")
+            super().check(axes, num_pairs, num_heads)
+
+    register_axis_allocation(registered(AXIS_ALLOCATIONS, "test_even"), knobs=EvenPairs)(interleaved_allocation)
+    rope = {"position_scheme": "rope_tie_v2", "axis_allocation": "test_even"}
+    RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)  # 16 pairs
+    with pytest.raises(ValueError, match="test_even needs an even number of pairs"):
+        RoFormerExtVisionTextConfig(hidden_size=36, num_attention_heads=2, rope_parameters=rope)  # 9 pairs
+    with pytest.raises(TypeError, match="pass either knobs= or the flags"):
+        register_axis_allocation("test_both", knobs=EvenPairs, headwise=True)
+    with pytest.raises(ValueError, match="section counts None, 'pairs' or 'heads'"):
+        register_axis_allocation("test_bad_section", section="axes")
+
+    def per_head(num_pairs, axes, mrope_section, num_heads):
+        return [[head % axes] * num_pairs for head in range(num_heads)]
+
+    register_axis_allocation(registered(AXIS_ALLOCATIONS, "test_per_head"), headwise=True)(per_head)
+    rope = {"position_scheme": "rope_tie_v2", "axis_allocation": "test_per_head"}
+    with pytest.raises(ValueError, match="linear attention does not support"):
+        RoFormerExtVisionTextConfig(
+            hidden_size=64, num_attention_heads=2, attention_type="linear", rope_parameters=rope
+        )
