@@ -142,9 +142,9 @@ def test_modeling_files_keep_runtime_annotations():
     """transformers reads forward annotations at runtime (output_attentions support): no postponed annotations."""
     import inspect
 
-    from roformer_ext import modeling_roformer_ext, modeling_roformer_ext_vision
+    from roformer_ext import modeling_roformer_ext, modeling_roformer_ext_layers, modeling_roformer_ext_vision
 
-    for module in (modeling_roformer_ext, modeling_roformer_ext_vision):
+    for module in (modeling_roformer_ext, modeling_roformer_ext_layers, modeling_roformer_ext_vision):
         assert "from __future__ import annotations" not in inspect.getsource(module)
 
 
