@@ -37,7 +37,7 @@ Text token positions are the same on every axis, except in `rope_2d_rows`.
 
 The multimodal variants of the literature (qwen2_5_vl, qwen3_vl, mrope_interleave, mhrope, ilrope, omnirope,
 videorope, hope, v2pe, mmrope, vrope, circle_rope) are further down, each a small function with its formula in its docstring and
-its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in rope.py
+its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in axis_allocations.py
 (its knob class in scheme_knobs.py: `default_allocation`).
 
 In the Su schemes a 2-axis config places images (T = 1) with the 2D form; a 3-axis config treats every
@@ -99,7 +99,7 @@ def register_position_scheme(
     the same fields, gives their defaults and checks, the rope_parameters the scheme fills in when named
     (`default_axes`, `default_allocation`), the paper's `mrope_section` split and its `capabilities`; without one,
     a class is made from the signature (no checks). Which frequency pair reads which axis is the *frequency
-    allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.rope.register_axis_allocation`).
+    allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.register_axis_allocation`).
     Re-registering a name needs `overwrite=True`, so a plug-in cannot silently replace a built-in.
     """
 
@@ -276,7 +276,7 @@ _builtin("mrope")(mrope)
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The multimodal variants of the literature (position designs; each pairs with a frequency allocation in rope.py,
+# The multimodal variants of the literature (position designs; each pairs with a frequency allocation in axis_allocations.py,
 # its knob class's `default_allocation`, filled in when rope_parameters name the variant). All are 3-axis (t, h, w):
 # text is (n, n, n) and a vision segment starts at st = the position the next text token would have had.
 # ----------------------------------------------------------------------------------------------------------

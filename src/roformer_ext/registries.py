@@ -97,7 +97,7 @@ POSITION_SCHEMES = Registry(
 #: Which rotary frequency pair reads which position axis (rope.py registers the functions).
 AXIS_ALLOCATIONS = Registry(
     "rope_parameters['axis_allocation']",
-    "Register a new one with roformer_ext.rope.register_axis_allocation(name).",
+    "Register a new one with roformer_ext.register_axis_allocation(name).",
     ("headwise", "hope", "interleaved", "mmrope", "mrope_interleaved", "omnirope", "sections", "split", "videorope"),
 )
 

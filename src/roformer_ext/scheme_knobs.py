@@ -2,7 +2,7 @@
 the configuration can check them without importing model code.
 
 A multimodal RoPE is a *position design* (`@register_position_scheme` in position_schemes.py) plus a *frequency
-allocation* (`@register_axis_allocation` in rope.py). Each is one registration, and the registration carries a knob
+allocation* (`@register_axis_allocation` in axis_allocations.py). Each is one registration, and the registration carries a knob
 dataclass:
 
 - `SchemeKnobs`: the scheme's settings as fields with their defaults and checks (read from `rope_parameters` under
@@ -432,7 +432,7 @@ BUILTIN_ALLOCATION_KNOBS: dict[str, type[AxisAllocationKnobs]] = {
 
 
 def allocation_knobs_class(allocation: Any) -> type[AxisAllocationKnobs]:
-    """The knob class of the allocation registered as `allocation`, the built-in one before rope.py is imported,
+    """The knob class of the allocation registered as `allocation`, the built-in one before axis_allocations.py is imported,
     `AxisAllocationKnobs` (no section) for an unknown name."""
     registered = AXIS_ALLOCATIONS.knobs_of(allocation)
     if registered is not None:
