@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import BertTokenizerFast
 
     from roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
+    from roformer_ext.tokenization_word_route import encoding_lists
     from roformer_ext.tokenization_words import WORD_SEGMENTER_ENV
 
     jieba.setLogLevel(60)
@@ -171,19 +172,19 @@ def main(argv: list[str] | None = None) -> dict:
     fns[fast_row] = collections_meter.wrap(fns[fast_row])
     times = interleaved_times(fns, repeats=args.repeats, warmup=args.warmup)
     collections_meter.close()
-    # The fast route's steps one by one (medians): the marking, the Rust encoding, transformers' conversion.
+    # The fast route's steps one by one (medians): the marking, the Rust encoding, the conversion to lists.
     tokenizer = word["rjieba"]
     marked = [mark[0] for mark in map(marker, texts) if mark is not None]
-    route = tokenizer._word_route(tokenizer._tokenizer)
+    route = tokenizer.__dict__["_word_route"].route_pipeline(tokenizer.backend_tokenizer, None, None)
     encodings = route.encode_batch_fast(marked)
     part_times = interleaved_times(
         {
             "marking: normalisation check, rjieba cut, pieces joined by spaces": lambda: [marker(t) for t in texts],
             "Rust encode_batch_fast of the marked texts (no offsets)": lambda: route.encode_batch_fast(marked),
             "Rust encode_batch of the marked texts (with offsets)": lambda: route.encode_batch(marked),
-            "transformers' conversion of the encodings to lists": lambda: [
-                tokenizer._convert_encoding(e) for e in encodings
-            ],
+            "the conversion of the encodings to lists (transformers' `_convert_encoding`)": lambda: encoding_lists(
+                encodings, (True, True, False, False, False)
+            ),
         },
         repeats=args.repeats,
         warmup=args.warmup,

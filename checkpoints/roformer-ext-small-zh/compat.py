@@ -22,7 +22,6 @@ touch them (tests/model/test_private_names.py fails naming a symbol that disappe
 outside this module).
 """
 
-import contextlib
 import functools
 import inspect
 import sys
@@ -30,7 +29,7 @@ import threading
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -360,14 +359,14 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.tokenization_utils_tokenizers:TokenizersBackend._save_pretrained": (
         "override, call - parent_save_pretrained_files"
     ),
-    "transformers.tokenization_utils_tokenizers:TokenizersBackend._tokenizer": (
-        "write - set_backend_tokenizer, swapped_backend"
-    ),
+    "transformers.tokenization_utils_tokenizers:TokenizersBackend._tokenizer": "write - set_backend_tokenizer",
     "transformers.tokenization_python:PythonBackend._tokenize": "override",
     "transformers.tokenization_python:PythonBackend._convert_token_to_id": "override",
     "transformers.tokenization_python:PythonBackend._convert_id_to_token": "override",
     "transformers.tokenization_utils_base:PreTrainedTokenizerBase._auto_class": "read - auto_class",
-    "transformers.tokenization_utils_base:BatchEncoding._encodings": "read, write - batch_encodings",
+    "transformers.tokenization_utils_base:PreTrainedTokenizerBase._eventual_warn_about_too_long_sequence": (
+        "call - warn_too_long_sequence (a row longer than model_max_length)"
+    ),
     "transformers.processing_utils:ProcessorMixin._merge_kwargs": "call - merge_processor_kwargs",
     "transformers.processing_utils:ProcessorMixin._auto_class": "read - auto_class",
     "transformers.image_processing_utils:BaseImageProcessor._standardize_kwargs": (
@@ -462,24 +461,10 @@ def set_backend_tokenizer(tokenizer, backend) -> None:
     tokenizer._tokenizer = backend
 
 
-@contextlib.contextmanager
-def swapped_backend(tokenizer, backend) -> Iterator[None]:
-    """Let `backend` stand in for a fast tokenizer's `tokenizers.Tokenizer` during one call (the caller holds a lock)."""
-    kept = tokenizer._tokenizer
-    tokenizer._tokenizer = backend
-    try:
-        yield
-    finally:
-        tokenizer._tokenizer = kept
-
-
-def batch_encodings(result) -> list | None:
-    """The `tokenizers.Encoding`s a `BatchEncoding` keeps (None for a slow tokenizer's)."""
-    return getattr(result, "_encodings", None)
-
-
-def set_batch_encodings(result, encodings) -> None:
-    result._encodings = encodings
+def warn_too_long_sequence(tokenizer, ids: list[int], max_length: int | None, verbose: bool) -> None:
+    """transformers' warning (once per tokenizer) that `ids` is longer than the model takes: the word route calls it
+    for a row longer than `model_max_length`, as transformers' `_encode_plus` does."""
+    tokenizer._eventual_warn_about_too_long_sequence(ids, max_length, verbose)
 
 
 def tensor_identity(tensor: torch.Tensor) -> tuple:

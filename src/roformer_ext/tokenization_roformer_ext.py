@@ -27,27 +27,24 @@ import contextlib
 import json
 import os
 import re
-import threading
 import unicodedata
 from collections.abc import Iterator
 from typing import Any, Self
 
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
-from transformers import BatchEncoding, PythonBackend, TokenizersBackend
+from transformers import PythonBackend, TokenizersBackend
 from transformers.utils import logging
 
 from .compat import (
-    batch_encodings,
     parent_encode_plus,
     parent_encode_without_added_tokens,
     parent_save_pretrained_files,
     set_backend_tokenizer,
-    set_batch_encodings,
-    swapped_backend,
 )
 from .hub_code import SharedCodeMixin
 from .tokenization_word_route import (  # noqa: F401  (moved names, importable from here as before)
+    WordRoute,
     _fixed_encoding,
     _fixed_offsets,
     _FixedOnAccess,
@@ -56,7 +53,6 @@ from .tokenization_word_route import (  # noqa: F401  (moved names, importable f
     _route_tokenizer,
     _set_call_settings,
     _WordMarker,
-    _WordModeBackend,
 )
 from .tokenization_words import (  # noqa: F401  (moved names, importable from here as before)
     _UNKNOWN_MARKERS,
@@ -327,8 +323,7 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         jieba_pre_tokenizer = _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
         self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
         self.__dict__.pop("_word_marker_cache", None)
-        self.__dict__["_word_route_tokenizer"] = _route_tokenizer(self.backend_tokenizer.model)
-        self.__dict__.setdefault("_word_route_lock", threading.RLock())
+        self.__dict__["_word_route"] = WordRoute()
         self.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
 
     @contextlib.contextmanager
@@ -344,10 +339,9 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         state = self.__dict__.copy()
         for cached in (
             "_word_pre_tokenizer",
-            "_word_route_tokenizer",
+            "_word_route",
             "_added_tokens_cache",
             "_word_marker_cache",
-            "_word_route_lock",
         ):
             state.pop(cached, None)  # rebuilt by `_set_segmenter` / on first use
         with self._serialisable():
@@ -381,44 +375,18 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             return type(value)(self._mark_unknown(item) for item in value)
         return value  # not text: transformers' checks report it
 
-    #: Word mode's fast route (`_WordModeBackend`); False keeps the Python pre-tokenizer for every text.
+    #: Word mode's fast route (`WordRoute`); False keeps the Python pre-tokenizer for every text.
     word_fast_route = True
 
     def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
         text, text_pair = self._mark_unknown(text), self._mark_unknown(text_pair)
-        if self.segmenter != "jieba" or not self.word_fast_route or kwargs.get("is_split_into_words"):
-            return parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
-        # Overflowing encodings are fixed at once (they are nested); else `.encodings` when first read, and without
-        # offsets asked for, the marked texts are encoded without them (`_WordModeBackend`).
-        if kwargs.get("return_overflowing_tokens"):
-            offsets = "now"
-        else:
-            offsets = "later" if kwargs.get("return_offsets_mapping") else "none"
-        # The route stands in for `_tokenizer` during the call (`_WordModeBackend`): one call at a time.
-        with self.__dict__["_word_route_lock"]:
-            route = _WordModeBackend(self.backend_tokenizer, self, offsets)
-            with swapped_backend(self, route):
-                result = parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
-        encodings = batch_encodings(result)
-        if route.shifts is None or encodings is None:
-            return result
-        if offsets == "later":  # as lists now: cheaper than new encodings
-            rows = [e.offsets if s is None else _fixed_offsets(e, s) for e, s in zip(encodings, route.shifts)]
-            tensors = kwargs.get("return_tensors")
-            if tensors is None and not isinstance(text, (list, tuple)):  # transformers' single-input unbatching
-                result["offset_mapping"] = rows[0]
-            else:
-                result["offset_mapping"] = BatchEncoding({"offset_mapping": rows}, tensor_type=tensors)[
-                    "offset_mapping"
-                ]
-        set_batch_encodings(result, _FixedOnAccess(encodings, route.shifts, route.reencode))
-        return result
-
-    def _word_route(self, backend: Tokenizer) -> Tokenizer:
-        """The fast route's pipeline (`_set_segmenter`) with `backend`'s model, template, truncation and padding of
-        this call (transformers sets them on the backend just before it encodes; copying them costs ~1 µs)."""
-        route = self.__dict__["_word_route_tokenizer"]
-        return _set_call_settings(route, backend.model, backend.post_processor, backend.truncation, backend.padding)
+        if self.segmenter == "jieba" and self.word_fast_route:
+            # The route encodes on pipelines of its own and gives what transformers would (None: a call it does not
+            # map, e.g. pre-split words: transformers' own path).
+            result = self.__dict__["_word_route"].encode(self, text, text_pair, kwargs)
+            if result is not None:
+                return result
+        return parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
 
     def _word_marker(self) -> _WordMarker:
         """The fast route's `_WordMarker` for this tokenizer's vocabulary, normaliser and segmenter."""

@@ -1,25 +1,34 @@
 """Word mode's fast route in the fast tokenizer: the texts of one call cut by the segmenter in one pass, written with
 a space between pieces, and encoded by an all-Rust pipeline instead of the Python pre-tokenizer once per text.
 
-`RoFormerExtTokenizerFast._encode_plus` normalises each text char by char, cuts it with the segmenter, writes it with a
-space between pieces (`_WordMarker`), encodes the batch with a second, prepared Rust `Tokenizer` (no normaliser, a
-split at spaces, the same WordPiece and template: `_route_tokenizer`), and moves the offsets back into the input
-(`_WordModeBackend`, `_fixed_offsets`). Without offsets asked for it encodes without them, and `.encodings` encodes
-again, with them, when first read (`_FixedOnAccess`, `_Reencode`). Texts where that could differ (the normaliser
-deletes a character or makes several of one, they hold an added token, a piece holds punctuation) keep the Python
-pre-tokenizer; the ids, offsets and word ids are the same either way (tests/tokenization/test_word_fast_route.py).
+`RoFormerExtTokenizerFast._encode_plus` hands each call to a `WordRoute`, a plain object that encodes with
+`tokenizers.Tokenizer`'s public API and gives the `BatchEncoding` transformers' `_encode_plus` would give (the
+truncation and padding transformers would set on the backend: `_truncation`, `_padding`; its conversion to lists:
+`encoding_lists`). It normalises each text char by char, cuts it with the segmenter, writes it with a space between
+pieces (`_WordMarker`), encodes the batch with a prepared Rust `Tokenizer` of its own (no normaliser, a split at
+spaces, the same WordPiece and template: `_route_tokenizer`), and moves the offsets back into the input
+(`_fixed_offsets`). Without offsets asked for it encodes without them, and `.encodings` encodes again, with them, when
+first read (`_FixedOnAccess`, `_Reencode`). Texts where that could differ (the normaliser deletes a character or makes
+several of one, they hold an added token, a piece holds punctuation) keep the Python pre-tokenizer, on a pipeline of
+the route's too (`_python_route_tokenizer`); the ids, offsets and word ids are the same either way
+(tests/tokenization/test_word_fast_route.py). Each thread has its own pipelines, and the tokenizer's backend is only
+read: no swap, no lock.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import unicodedata
 from collections.abc import Container, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tokenizers import Encoding, Tokenizer, pre_tokenizers
+from tokenizers import AddedToken, Encoding, Tokenizer, pre_tokenizers
+from transformers import BatchEncoding
+from transformers.tokenization_utils_base import PaddingStrategy, TruncationStrategy
 
+from .compat import warn_too_long_sequence
 from .tokenization_words import _cjk_pattern, _word_cut, basic_spans
 
 if TYPE_CHECKING:
@@ -72,16 +81,17 @@ class _WordMarker:
                 return None
         return tuple(elements)
 
-    def _learn(self, words: list[str]) -> None:
-        if len(self.tuples) > 1_000_000:
-            self.tuples.clear()
-            self.joined.clear()
+    def _learn(self, words: list[str], tuples: dict, joined: dict) -> None:
+        """Add `words` to `tuples` and `joined` (the caller's view of the caches: a full cache is replaced for later
+        calls, never emptied under a call that reads it in another thread)."""
+        if len(tuples) > 1_000_000:
+            self.tuples, self.joined = {}, {}
         for word in words:
-            if word not in self.tuples:
+            if word not in tuples:
                 elements = self._elements(word)
-                self.tuples[word] = False if elements is None else elements
+                tuples[word] = False if elements is None else elements
                 if elements is not None:
-                    self.joined[word] = " ".join(elements)
+                    joined[word] = " ".join(elements)
 
     def forget_normaliser(self, normalize) -> None:
         """Start over with `normalize` (the user replaced the backend's normaliser)."""
@@ -133,17 +143,18 @@ class _WordMarker:
         if text is None:
             return None
         words = self.cut(text)
-        joined = [*map(self.joined.get, words)]
+        tuples, known = self.tuples, self.joined  # one view of the caches for the whole call (threads share them)
+        joined = [*map(known.get, words)]
         if None in joined:  # a word not seen yet, or one that cannot take the route
-            self._learn(words)
-            joined = [*map(self.joined.get, words)]
+            self._learn(words, tuples, known)
+            joined = [*map(known.get, words)]
             if None in joined:
                 return None
         if sum(map(len, words)) != len(text):  # (the words do not tile the text)
             return None
         if " " not in text:  # no run of spaces between pieces: piece k has k spaces before it
             return " ".join(joined), None
-        elements = [element for word in words for element in self.tuples[word]]
+        elements = [element for word in words for element in tuples[word]]
         return " ".join(elements), [index for index, element in enumerate(elements) if not element.isspace()]
 
 
@@ -321,76 +332,246 @@ class _Reencode:
         return encodings
 
 
-class _WordModeBackend:
-    """Stands in for the word-mode `tokenizers.Tokenizer` during one `_encode_plus` call: `encode_batch` cuts every
-    text with the segmenter in one pass and encodes the marked texts with the fast route's all-Rust pipeline
-    (`RoFormerExtTokenizerFast._word_route`), instead of calling the Python pre-tokenizer once per text.
-    Everything else goes to the real backend.
+#: transformers' `_encode_plus` arguments the route maps (a call with any other keyword takes transformers' own path).
+_CALL_ARGUMENTS = frozenset(
+    {
+        "add_special_tokens",
+        "padding_strategy",
+        "truncation_strategy",
+        "max_length",
+        "stride",
+        "is_split_into_words",
+        "pad_to_multiple_of",
+        "padding_side",
+        "return_tensors",
+        "return_token_type_ids",
+        "return_attention_mask",
+        "return_overflowing_tokens",
+        "return_special_tokens_mask",
+        "return_offsets_mapping",
+        "return_length",
+        "verbose",
+        "split_special_tokens",
+    }
+)
 
-    `offsets`, what the call needs of the encodings' offsets: "now" (moved back into the input at once: overflowing
-    encodings, which are nested), "later" (the caller moves them back, `shifts`), or "none" (no offsets asked for:
-    encoded without them, `Tokenizer.encode_batch_fast`, ~40 % less time; `.encodings` encodes again when first read,
-    `reencode`)."""
 
-    def __init__(self, backend: Tokenizer, owner: RoFormerExtTokenizerFast, offsets: str) -> None:
-        object.__setattr__(self, "_backend", backend)
-        object.__setattr__(self, "_owner", owner)
-        object.__setattr__(self, "_offsets", offsets)
-        # After `encode_batch` unless offsets are moved back at once: per input, the shifts of its texts (None: the
-        # Python route), and the `_Reencode` of the marked texts when they were encoded without offsets.
-        object.__setattr__(self, "shifts", None)
-        object.__setattr__(self, "reencode", None)
+def _batch_inputs(text: Any, text_pair: Any) -> tuple[list, bool] | None:
+    """`(inputs, is_batched)` as transformers' `_encode_plus` makes them (a text, or a `(text, pair)` tuple, per
+    input), or None for anything but texts (pre-split words, an empty batch, mismatched pairs): transformers' own
+    path then encodes it, or raises its own error."""
+    if isinstance(text, str):
+        if text_pair is not None and not isinstance(text_pair, str):
+            return None
+        return ([(text, text_pair)] if text_pair else [text]), False
+    if not isinstance(text, (list, tuple)) or not text or not all(isinstance(t, str) for t in text):
+        return None
+    if text_pair is None:
+        return list(text), True
+    if not isinstance(text_pair, (list, tuple)) or len(text_pair) != len(text):
+        return None
+    if not all(isinstance(t, str) for t in text_pair):
+        return None
+    return list(zip(text, text_pair)), True
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._backend, name, value)
+def _truncation(owner: Any, call: dict[str, Any]) -> dict[str, Any] | None:
+    """The truncation transformers' `set_truncation_and_padding` gives the backend for `call` (None: none)."""
+    strategy = call.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
+    if strategy == TruncationStrategy.DO_NOT_TRUNCATE:
+        return None
+    return {
+        "max_length": call.get("max_length"),
+        "stride": call.get("stride", 0),
+        "strategy": TruncationStrategy(strategy).value,
+        "direction": owner.truncation_side,
+    }
 
-    def encode_batch(self, inputs: Any, add_special_tokens: bool = True, is_pretokenized: bool = False) -> list:
-        backend = self._backend
-        if is_pretokenized or not isinstance(inputs, (list, tuple)):
-            return backend.encode_batch(inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_pretokenized)
-        owner = self._owner
+
+def _padding(owner: Any, call: dict[str, Any]) -> dict[str, Any] | None:
+    """The padding transformers' `set_truncation_and_padding` gives the backend for `call` (None: none)."""
+    strategy = call.get("padding_strategy", PaddingStrategy.DO_NOT_PAD)
+    if strategy == PaddingStrategy.DO_NOT_PAD:
+        return None
+    side = call.get("padding_side")
+    return {
+        "length": call.get("max_length") if strategy == PaddingStrategy.MAX_LENGTH else None,
+        "direction": side if side is not None else owner.padding_side,
+        "pad_id": owner.pad_token_id,
+        "pad_token": owner.pad_token,
+        "pad_type_id": owner.pad_token_type_id,
+        "pad_to_multiple_of": call.get("pad_to_multiple_of"),
+    }
+
+
+def _added_tokens_key(added: dict[int, AddedToken]) -> tuple:
+    return tuple(
+        (i, t.content, t.single_word, t.lstrip, t.rstrip, t.normalized, t.special) for i, t in sorted(added.items())
+    )
+
+
+def _python_route_tokenizer(backend: Tokenizer) -> Tokenizer | None:
+    """A pipeline of its own with `backend`'s normaliser, Python pre-tokenizer, model and added tokens (the route for
+    texts the marker refuses), or None when the added tokens do not come back with their ids."""
+    clone = Tokenizer(backend.model)
+    clone.normalizer = backend.normalizer  # before the added tokens: their normalised forms are made with it
+    added = backend.get_added_tokens_decoder()
+    for index in sorted(added):
+        token = added[index]
+        (clone.add_special_tokens if token.special else clone.add_tokens)([token])
+    if _added_tokens_key(clone.get_added_tokens_decoder()) != _added_tokens_key(added):
+        return None
+    return clone
+
+
+def encoding_lists(
+    rows: list[Encoding], fields: tuple[bool, bool, bool, bool, bool], offsets: list | None = None
+) -> dict[str, list]:
+    """transformers' `_convert_encoding` for every row at once: `input_ids`, then (as `fields` say) `token_type_ids`,
+    `attention_mask`, `special_tokens_mask`, `offset_mapping` (`offsets` when given, else the rows'), `length`."""
+    type_ids, attention_mask, special_tokens_mask, with_offsets, length = fields
+    data = {"input_ids": [e.ids for e in rows]}
+    if type_ids:
+        data["token_type_ids"] = [e.type_ids for e in rows]
+    if attention_mask:
+        data["attention_mask"] = [e.attention_mask for e in rows]
+    if special_tokens_mask:
+        data["special_tokens_mask"] = [e.special_tokens_mask for e in rows]
+    if with_offsets:
+        data["offset_mapping"] = offsets if offsets is not None else [e.offsets for e in rows]
+    if length:
+        data["length"] = [len(ids) for ids in data["input_ids"]]
+    return data
+
+
+class WordRoute:
+    """Word mode's fast route as a plain object: `encode(tokenizer, text, text_pair, call)` gives the `BatchEncoding`
+    transformers' `_encode_plus` would give for that call, encoding with `tokenizers.Tokenizer`'s public API.
+
+    The texts the marker takes (`_WordMarker`, `_route_plan`) go through the route's pipeline (`_route_tokenizer`)
+    as marked text; the others through a pipeline with the tokenizer's normaliser, Python pre-tokenizer and added
+    tokens (`_python_route_tokenizer`). Each thread has its own two pipelines, set up for each call with the
+    truncation and padding transformers would set on the backend (`_truncation`, `_padding`), so threads never share
+    a pipeline whose settings change and the tokenizer's own backend is only read. None for a call the route does
+    not map (pre-split words, other inputs or keywords): the caller takes transformers' own path.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # .route: the marked-text pipeline; .python: (key, pipeline)
+
+    def route_pipeline(self, backend: Tokenizer, truncation: dict | None, padding: dict | None) -> Tokenizer:
+        """This thread's marked-text pipeline with `backend`'s model and template, `truncation` and `padding`."""
+        route = getattr(self._local, "route", None)
+        if route is None:
+            route = self._local.route = _route_tokenizer(backend.model)
+        return _set_call_settings(route, backend.model, backend.post_processor, truncation, padding)
+
+    def python_pipeline(
+        self, backend: Tokenizer, split_special_tokens: bool, truncation: dict | None, padding: dict | None
+    ) -> Tokenizer | None:
+        """This thread's Python pre-tokenizer pipeline, rebuilt when the added tokens or the normaliser changed."""
+        key = (_added_tokens_key(backend.get_added_tokens_decoder()), backend.normalizer.__getstate__())
+        cached = getattr(self._local, "python", None)
+        if cached is None or cached[0] != key:
+            cached = self._local.python = (key, _python_route_tokenizer(backend))
+        python = cached[1]
+        if python is None:
+            return None
+        python.pre_tokenizer = backend.pre_tokenizer
+        python.encode_special_tokens = split_special_tokens
+        return _set_call_settings(python, backend.model, backend.post_processor, truncation, padding)
+
+    def encode(self, owner: RoFormerExtTokenizerFast, text: Any, text_pair: Any, call: dict[str, Any]) -> Any:
+        if call.get("is_split_into_words") or not _CALL_ARGUMENTS.issuperset(call):
+            return None
+        batch = _batch_inputs(text, text_pair)
+        if batch is None:
+            return None
+        inputs, is_batched = batch
+        backend = owner.backend_tokenizer
         marker, added = owner._word_marker(), owner._added_tokens_pattern()
         plans = [_route_plan(item, marker, added) for item in inputs]
         fast = [index for index, plan in enumerate(plans) if plan is not None]
-        if not fast:
-            return backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
         slow = [index for index, plan in enumerate(plans) if plan is None]
-        padding = backend.padding
-        if slow and padding is not None:  # two calls, padded together afterwards as one batch
-            backend.no_padding()
+        truncation, padding = _truncation(owner, call), _padding(owner, call)
+        joint_padding = padding if fast and slow else None  # two calls, padded together afterwards as one batch
+        each_padding = None if joint_padding else padding
+        add_special_tokens = call.get("add_special_tokens", True)
+        overflow = call.get("return_overflowing_tokens", False)
+        with_offsets = call.get("return_offsets_mapping", False)
         encodings: list[Any] = [None] * len(inputs)
-        marked = [plans[i][0] for i in fast]
-        try:
-            if slow:
-                slow_encodings = backend.encode_batch([inputs[i] for i in slow], add_special_tokens=add_special_tokens)
-                for index, encoding in zip(slow, slow_encodings):
-                    encodings[index] = encoding
-            route = owner._word_route(backend)
-            if self._offsets == "none":
+        if slow:
+            split = call.get("split_special_tokens")
+            split = owner.split_special_tokens if split is None else split
+            python = self.python_pipeline(backend, split, truncation, each_padding)
+            if python is None:
+                return None
+            slow_encodings = python.encode_batch([inputs[i] for i in slow], add_special_tokens=add_special_tokens)
+            for index, encoding in zip(slow, slow_encodings):
+                encodings[index] = encoding
+        reencode = None
+        if fast:
+            route = self.route_pipeline(backend, truncation, each_padding)
+            marked = [plans[i][0] for i in fast]
+            if overflow or with_offsets:
+                fast_encodings = route.encode_batch(marked, add_special_tokens=add_special_tokens)
+            else:  # no offsets asked for: without them (~40 % less time); `.encodings` encodes again when first read
                 fast_encodings = route.encode_batch_fast(marked, add_special_tokens=add_special_tokens)
                 reencode = _Reencode(route, marked, add_special_tokens)
-                object.__setattr__(self, "reencode", reencode)
-            else:
-                fast_encodings = route.encode_batch(marked, add_special_tokens=add_special_tokens)
-        finally:
-            if slow and padding is not None:
-                backend.enable_padding(**padding)
-        if self._offsets == "now":
             for index, encoding in zip(fast, fast_encodings):
-                encodings[index] = _fixed_encoding(encoding, plans[index][1])
-        else:
-            object.__setattr__(self, "shifts", [None if plan is None else plan[1] for plan in plans])
-            for index, encoding in zip(fast, fast_encodings):
-                encodings[index] = encoding
-        if slow and padding is not None:  # tokenizers' `pad_encodings`
-            length = padding["length"] or max(len(encoding.ids) for encoding in encodings)
-            multiple = padding["pad_to_multiple_of"]
+                # overflowing encodings are nested: their offsets are moved back at once
+                encodings[index] = _fixed_encoding(encoding, plans[index][1]) if overflow else encoding
+        if joint_padding is not None:  # tokenizers' `pad_encodings`
+            length = joint_padding["length"] or max(len(encoding.ids) for encoding in encodings)
+            multiple = joint_padding["pad_to_multiple_of"]
             if multiple and length % multiple:
                 length += multiple - length % multiple
-            _pad(encodings, length, padding)
-            if self.reencode is not None:
-                self.reencode.joint_padding = (length, padding)
-        return encodings
+            _pad(encodings, length, joint_padding)
+            if reencode is not None:
+                reencode.joint_padding = (length, joint_padding)
+        return self._batch_encoding(owner, encodings, plans, reencode, is_batched, call)
+
+    @staticmethod
+    def _batch_encoding(
+        owner: RoFormerExtTokenizerFast, encodings: list, plans: list, reencode: Any, is_batched: bool, call: dict
+    ) -> BatchEncoding:
+        """transformers' conversion of a call's encodings: lists per field, overflow as extra rows with
+        `overflow_to_sample_mapping`, the too-long warning, tensors, and a single input's batch axis removed."""
+        overflow = call.get("return_overflowing_tokens", False)
+        with_offsets = call.get("return_offsets_mapping", False)
+        type_ids, attention_mask = call.get("return_token_type_ids"), call.get("return_attention_mask")
+        fields = (
+            "token_type_ids" in owner.model_input_names if type_ids is None else type_ids,
+            "attention_mask" in owner.model_input_names if attention_mask is None else attention_mask,
+            call.get("return_special_tokens_mask", False),
+            with_offsets,
+            call.get("return_length", False),
+        )
+        shifts = [None if plan is None else plan[1] for plan in plans]
+        routed = any(shift is not None for shift in shifts)
+        if overflow:
+            rows, mapping = [], []
+            for index, encoding in enumerate(encodings):
+                group = [encoding, *encoding.overflowing]
+                rows += group
+                mapping += [index] * len(group)
+            data = encoding_lists(rows, fields)
+            data["overflow_to_sample_mapping"] = mapping
+            kept = rows
+        else:
+            offsets = None
+            if with_offsets and routed:
+                offsets = [e.offsets if s is None else _fixed_offsets(e, s) for e, s in zip(encodings, shifts)]
+            data = encoding_lists(encodings, fields, offsets)
+            kept = _FixedOnAccess(encodings, shifts, reencode) if routed else encodings
+        max_length, verbose = call.get("max_length"), call.get("verbose", True)
+        limit = owner.model_max_length
+        if max_length is None and verbose and limit:
+            for ids in data["input_ids"]:
+                if len(ids) > limit:
+                    warn_too_long_sequence(owner, ids, max_length, verbose)
+        n_sequences = encodings[0].n_sequences  # (from the list held, so reading it fixes nothing)
+        tensors = call.get("return_tensors")
+        if not is_batched and tensors is None and not overflow:
+            data = {key: (value[0] if value and isinstance(value[0], list) else value) for key, value in data.items()}
+        return BatchEncoding(data, kept, tensor_type=tensors, n_sequences=n_sequences)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -37,6 +38,8 @@ def _same(new, old) -> None:
     for key in old:
         if isinstance(old[key], torch.Tensor):
             assert new[key].dtype == old[key].dtype and torch.equal(new[key], old[key]), key
+        elif isinstance(old[key], np.ndarray):
+            assert new[key].dtype == old[key].dtype and np.array_equal(new[key], old[key]), key
         else:
             assert new[key] == old[key], key
     if old.encodings is None:
@@ -256,6 +259,80 @@ def test_jieba_library_takes_the_route_too(vocab_files, lines, monkeypatch):  # 
     _same(new(lines[:200], return_offsets_mapping=True), old(lines[:200], return_offsets_mapping=True))
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"return_token_type_ids": False, "return_attention_mask": False, "return_offsets_mapping": True},
+        {"return_token_type_ids": True, "return_attention_mask": True, "return_special_tokens_mask": True},
+        {"split_special_tokens": True, "return_offsets_mapping": True},
+        {"verbose": False, "padding": "longest", "pad_to_multiple_of": 5, "return_length": True},
+        {"truncation": "only_first", "max_length": 30, "padding": "max_length", "return_tensors": "np"},
+        {"truncation": True, "max_length": 7, "stride": 2, "return_overflowing_tokens": True, "padding": True,
+         "padding_side": "left", "return_length": True, "return_special_tokens_mask": True},
+        {"truncation": "longest_first", "max_length": 9, "return_tensors": "pt", "padding": True},
+    ],
+)  # fmt: skip
+def test_call_settings_as_transformers_sets_them(pair, hostile, kwargs):
+    """Every setting of transformers' `_encode_plus` that the route maps itself (no backend set-up to copy)."""
+    mixed = [*hostile[5:12], "[MASK] 经济"]
+    _both(pair, mixed, **kwargs)
+    _both(pair, mixed[0], **kwargs)
+    pair_kwargs = {**kwargs, "truncation": "only_second"} if kwargs.get("return_overflowing_tokens") else kwargs
+    if pair_kwargs.get("truncation") == "only_second":
+        pair_kwargs["max_length"] = 40
+    _both(pair, mixed, mixed[::-1], **pair_kwargs)
+    _both(pair, mixed[1], mixed[2], **pair_kwargs)
+
+
+def test_tokenizer_sides_and_empty_pair(pair, lines):  # noqa: F811
+    """`truncation_side` / `padding_side` set on the tokenizers, and an empty second text (transformers drops it)."""
+    texts = [lines[20], "[MASK] 经济", lines[21][:5]]
+    for tokenizer in pair:
+        tokenizer.truncation_side, tokenizer.padding_side = "left", "left"
+    try:
+        _both(pair, texts, truncation=True, max_length=6, padding=True, return_offsets_mapping=True)
+    finally:
+        for tokenizer in pair:
+            tokenizer.truncation_side, tokenizer.padding_side = "right", "right"
+    _both(pair, lines[20], "", return_offsets_mapping=True)
+
+
+def test_calls_the_route_does_not_map_take_transformers_path(pair, lines):  # noqa: F811
+    """Other keywords, pre-split words and invalid inputs: transformers' own path, its results and its errors."""
+    new, old = pair
+    _same(new(lines[:3], unknown_option=1), old(lines[:3], unknown_option=1))
+    _both(pair, [["中国", "经济"], ["发展"]], is_split_into_words=True, padding=True)
+    for args in (([],), (lines[:2], lines[:3]), (lines[:2], "中国"), ([1, 2],)):
+        with pytest.raises(Exception) as expected:
+            old(*args)
+        with pytest.raises(expected.type):
+            new(*args)
+
+
+def test_too_long_rows_warn_as_transformers_does(vocab_files, lines):  # noqa: F811
+    flag = "sequence-length-is-longer-than-the-specified-maximum"
+    new = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"], model_max_length=8)
+    old = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"], model_max_length=8)
+    old.word_fast_route = False
+    _same(new(lines[:2], truncation=True), old(lines[:2], truncation=True))
+    assert not new.deprecation_warnings.get(flag) and not old.deprecation_warnings.get(flag)
+    _same(new(lines[:2], verbose=False), old(lines[:2], verbose=False))
+    assert not new.deprecation_warnings.get(flag)
+    _same(new(lines[:2]), old(lines[:2]))
+    assert new.deprecation_warnings.get(flag) and old.deprecation_warnings.get(flag)
+
+
+def test_the_backend_is_only_read(pair, lines):  # noqa: F811
+    """The route sets nothing on the tokenizer's backend: its truncation, padding and pipeline stay as they were."""
+    new, _ = pair
+    backend = new.backend_tokenizer
+    before = (backend.truncation, backend.padding, backend.encode_special_tokens, type(backend.pre_tokenizer))
+    new([lines[0], "[MASK] 经济"], truncation=True, max_length=5, padding="max_length", split_special_tokens=True)
+    new(lines[:3], padding=True, return_offsets_mapping=True)
+    assert new.backend_tokenizer is backend
+    assert (backend.truncation, backend.padding, backend.encode_special_tokens, type(backend.pre_tokenizer)) == before
+
+
 _ALPHABET = (
     list("中国经济发展我们的工作今天气很好公园人民银行")
     + list("aBcÉé xyz Σ\t\n,.!-+#１２：（）。《》—…")
@@ -311,6 +388,31 @@ def test_threads_sharing_one_tokenizer(pair, lines):  # noqa: F811
         _same(result, reference)
     assert type(new._tokenizer) is Tokenizer
     assert new._tokenizer.pre_tokenizer.__class__.__name__ == "PreTokenizer"
+
+
+def test_threads_with_their_own_settings_and_mixed_batches(pair, lines):  # noqa: F811
+    """Threads calling one tokenizer at once, each with other truncation, padding and offsets, on batches mixing the
+    fast route and the Python pre-tokenizer: each gets what it gets alone (no lock: each thread's own pipelines)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    new, old = pair
+    settings_list = [
+        {},
+        {"padding": True, "padding_side": "left", "return_offsets_mapping": True},
+        {"truncation": True, "max_length": 9, "padding": "max_length"},
+        {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True},
+        {"padding": True, "pad_to_multiple_of": 8, "return_tensors": "pt"},
+        {"return_offsets_mapping": True, "split_special_tokens": True},
+    ]
+    jobs = []
+    for index in range(48):
+        batch = lines[index * 7 : index * 7 + 6] + (["[MASK] 经济", "ＡＢ\x00C 中国"] if index % 2 else [])
+        jobs.append((batch, settings_list[index % len(settings_list)]))
+    expected = [old(batch, **kwargs) for batch, kwargs in jobs]
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda job: new(job[0], **job[1]), jobs))
+    for result, reference in zip(results, expected):
+        _same(result, reference)
 
 
 def test_threads_reading_lazy_encodings(pair, lines):  # noqa: F811
