@@ -21,22 +21,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from .axis_allocations import (  # re-exported: the allocations were defined here until they got a module of their own
-    AxisAllocation,
-    axis_of_pair,
-    headwise_allocation,
-    hope_allocation,
-    interleaved_allocation,
-    is_headwise,
-    mmrope_allocation,
-    mrope_interleaved_allocation,
-    omnirope_allocation,
-    register_axis_allocation,
-    registered_axis_allocations,
-    sections_allocation,
-    split_allocation,
-    videorope_allocation,
-)
+from . import axis_allocations
+from .axis_allocations import axis_of_pair
 from .compat import global_module_hooks_active, has_module_hooks, tensor_identity
 from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
 from .scheme_knobs import allocation_knobs_class, rotates_per_head
@@ -575,29 +561,22 @@ def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
 
 
 __all__ = [
-    # the allocations' names, importable from here as before they moved to axis_allocations.py
-    "AxisAllocation",
-    "axis_of_pair",
-    "headwise_allocation",
-    "hope_allocation",
-    "interleaved_allocation",
-    "mmrope_allocation",
-    "mrope_interleaved_allocation",
-    "omnirope_allocation",
-    "registered_axis_allocations",
-    "sections_allocation",
-    "split_allocation",
-    "videorope_allocation",
     "RotaryEmbedding",
     "apply_rotary",
     "QueryKeyRotation",
     "interleaved_to_half_permutation",
     "query_key_rotation",
     "HeadwiseRotation",
-    "is_headwise",
-    "register_axis_allocation",
     "register_rotary_embedding",
     "registered_rotary_kinds",
     "rotary_embedding_class",
     "rotate_for_scores",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The frequency allocations' names (axis_allocations.py's `__all__`) stay importable from here, where they were
+    defined until they got a module of their own."""
+    if name in axis_allocations.__all__:
+        return getattr(axis_allocations, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

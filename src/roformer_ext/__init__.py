@@ -22,6 +22,7 @@ from transformers import (
 )
 from transformers.utils import is_vision_available
 
+from .axis_allocations import register_axis_allocation, registered_axis_allocations
 from .configuration_roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
 from .data_collator import DataCollatorForPackedClassification, FlattenPaddedBatch
 from .image_processing_roformer_ext import RoFormerExtImageProcessor
@@ -46,13 +47,7 @@ from .position_encodings import PositionEncoding, register_position_encoding, re
 from .position_schemes import register_position_scheme, registered_position_schemes
 from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
 from .relative_position_encodings import RELATIVE_ENCODINGS as _RELATIVE_ENCODINGS  # noqa: F401  (registers them)
-from .rope import (
-    RotaryEmbedding,
-    register_axis_allocation,
-    register_rotary_embedding,
-    registered_axis_allocations,
-    registered_rotary_kinds,
-)
+from .rope import RotaryEmbedding, register_rotary_embedding, registered_rotary_kinds
 from .similarity import SimilarSentence, SimilarSentenceGenerator, save_for_sentence_transformers
 from .tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
 

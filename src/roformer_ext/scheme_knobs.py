@@ -143,10 +143,16 @@ class SchemeKnobs:
 
     @classmethod
     def check_axes(cls, axes: int) -> None:
-        if axes not in cls.allowed_axes:
-            *most, last = map(str, cls.allowed_axes)
-            allowed = f"{', '.join(most)} or {last}" if most else last
-            raise ValueError(f"rope_parameters['axes'] must be {allowed} (text, image, video); got {axes}.")
+        if axes in cls.allowed_axes:
+            return
+        if cls.allowed_axes == (1, 2, 3):
+            raise ValueError(f"rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got {axes}.")
+        *most, last = map(str, cls.allowed_axes)
+        allowed = f"{', '.join(most)} or {last}" if most else last
+        raise ValueError(
+            f"Position scheme {cls.scheme!r} places tokens on {allowed} axes; rope_parameters['axes'] = {axes}. Set "
+            f"rope_parameters['axes'] = {last}, or leave it out: naming the scheme fills it in."
+        )
 
 
 def _scheme_knobs(
@@ -156,7 +162,7 @@ def _scheme_knobs(
     axes: int | None = 3,
     allocation: str | None = None,
     ratio: tuple[int, ...] | None = None,
-    allowed_axes: tuple[int, ...] = (1, 2, 3),
+    allowed_axes: tuple[int, ...] | None = None,
 ) -> type[SchemeKnobs]:
     """A built-in scheme's knob class: (name, default, check) per knob, and its class variables."""
     spec = [(knob, Any, field(default=default)) for knob, default, _ in knobs]
@@ -164,7 +170,8 @@ def _scheme_knobs(
         "scheme": name,
         "default_axes": axes,
         "default_allocation": allocation,
-        "allowed_axes": allowed_axes,
+        # a scheme that brings its axes places tokens on those only (its function refuses others too)
+        "allowed_axes": allowed_axes or ((axes,) if axes else (1, 2, 3)),
         "mrope_section_ratio": ratio,
         "checks": {knob: check for knob, _, check in knobs},
         "__doc__": f"The knobs of position scheme {name!r}.",
@@ -251,8 +258,7 @@ BUILTIN_SCHEME_KNOBS: dict[str, type[SchemeKnobs]] = {
         ),
         allocation="mmrope",
     ),
-    # 4 axes (its runtime check says so; 1-3 pass the configuration as they did before VRoPE had a knob class)
-    "vrope": _scheme_knobs("vrope", axes=4, allocation="interleaved", allowed_axes=(1, 2, 3, 4)),
+    "vrope": _scheme_knobs("vrope", axes=4, allocation="interleaved"),
     "circle_rope": _scheme_knobs(
         "circle_rope",
         (

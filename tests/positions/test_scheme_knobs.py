@@ -89,6 +89,16 @@ def test_naming_a_variant_fills_in_its_axes_allocation_and_split(name):
     assert (rope["axes"], rope["axis_allocation"], rope.get("mrope_section")) == (axes, allocation, section)
 
 
+@pytest.mark.parametrize("name", sorted(BROUGHT))
+def test_a_variant_refuses_other_axes_when_the_config_is_built(name):
+    """Its function would refuse them in the first forward; the configuration says so first, with the fix."""
+    axes = BROUGHT[name][0]
+    other = 2 if axes != 2 else 3
+    with pytest.raises(ValueError, match=rf"^Position scheme '{name}' places tokens on {axes} axes; .*= {other}\. Set"):
+        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": name, "axes": other})
+    assert BUILTIN_SCHEME_KNOBS[name].allowed_axes == (axes,)
+
+
 def test_schemes_without_a_pairing_keep_the_configs_defaults():
     for name in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "v2pe"):
         knobs = BUILTIN_SCHEME_KNOBS[name]
