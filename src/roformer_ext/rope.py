@@ -13,6 +13,7 @@ Add your own with `@register_rotary_embedding("name")` on a `RotaryEmbedding` su
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from . import axis_allocations
+from .axis_allocations import __all__ as _MOVED_TO_AXIS_ALLOCATIONS
 from .axis_allocations import axis_of_pair
 from .compat import global_module_hooks_active, has_module_hooks, tensor_identity
 from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
@@ -577,6 +578,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The frequency allocations' names (axis_allocations.py's `__all__`) stay importable from here, where they were
     defined until they got a module of their own."""
-    if name in axis_allocations.__all__:
-        return getattr(axis_allocations, name)
+    if name in _MOVED_TO_AXIS_ALLOCATIONS:  # the module itself: the one that defines axis_of_pair
+        return getattr(sys.modules[axis_of_pair.__module__], name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
