@@ -104,9 +104,10 @@ def register_position_scheme(
     """
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
-        knob_class = knobs_from_signature(name, scheme) if knobs is None else knobs
+        from_signature = knobs_from_signature(name, scheme)
+        knob_class = from_signature if knobs is None else knobs
         check_knob_class(knob_class, SchemeKnobs, f"Position scheme {name!r}'s")
-        arguments = set(knobs_from_signature(name, scheme).names())
+        arguments = set(from_signature.names())
         if set(knob_class.names()) != arguments:
             raise TypeError(
                 f"Position scheme {name!r}: its knob class {knob_class.__name__} has the fields "
