@@ -1,5 +1,5 @@
-"""The pretrained checkpoint shipped in `checkpoints/roformer-ext-mini-zh`, the main job that fine-tunes it, and the
-n-gram baseline it is compared with.
+"""The pretrained checkpoints shipped in `checkpoints/`, the main job that fine-tunes one, and the n-gram baseline
+it is compared with.
 
 The checkpoint must load with the Auto classes (from the installed package, and as remote code in a fresh process
 where `roformer_ext` cannot be imported), stay small enough to ship, and its MLM head must have learnt Chinese:
@@ -21,9 +21,11 @@ import roformer_ext
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = ROOT / "checkpoints" / "roformer-ext-mini-zh"
-#: roformer-ext-small-zh, pretrained on a GPU by examples/language-modeling/gpu_pretrain.py (docs/pretraining.md)
+#: roformer-ext-small-zh and roformer-ext-mini-zh-long (the main job's), pretrained on a GPU by
+#: examples/language-modeling/gpu_pretrain.py --plan long (docs/pretraining.md)
 SMALL = ROOT / "checkpoints" / "roformer-ext-small-zh"
-BOTH = pytest.mark.parametrize("folder", [CHECKPOINT, SMALL], ids=["mini", "small"])
+LONG = ROOT / "checkpoints" / "roformer-ext-mini-zh-long"
+ALL = pytest.mark.parametrize("folder", [CHECKPOINT, LONG, SMALL], ids=["mini", "mini-long", "small"])
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -61,7 +63,7 @@ def recovered(model, tokenizer, sentence: str, word: str) -> bool:
     return all(char in best for char, best in zip(word, top5(model, tokenizer, sentence, word)))
 
 
-@BOTH
+@ALL
 def test_checkpoint_folder_is_complete_and_small(folder):
     files = {path.name for path in folder.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
@@ -77,7 +79,7 @@ def test_checkpoint_folder_is_complete_and_small(folder):
         assert needle in card, needle
 
 
-@BOTH
+@ALL
 def test_checkpoint_code_is_this_versions_code(folder):
     """The shipped folder carries copies of the code (it loads with trust_remote_code where roformer_ext is not
     installed): they stay this version's. After a change under src/, run `roformer-ext update-code
@@ -89,7 +91,7 @@ def test_checkpoint_code_is_this_versions_code(folder):
     assert not stale, f"out of date: {stale}; run roformer-ext update-code {folder.relative_to(ROOT)}"
 
 
-@BOTH
+@ALL
 def test_auto_model_loads_the_shipped_checkpoint(folder):
     model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
     assert isinstance(model, roformer_ext.RoFormerExtModel)
@@ -100,9 +102,13 @@ def test_auto_model_loads_the_shipped_checkpoint(folder):
 
 @pytest.mark.parametrize(
     ("folder", "phrases"),
-    # roformer-ext-small-zh, measured: all but 房间 (its guesses: 服务 / 设施 / 环境 ... at those places)
-    [(CHECKPOINT, PHRASES), (SMALL, [p for p in PHRASES if p[1] != "房间"])],
-    ids=["mini", "small"],
+    # the GPU models, measured: all but 房间 (their guesses: 服务 / 位置 / 环境 ... at those places)
+    [
+        (CHECKPOINT, PHRASES),
+        (LONG, [p for p in PHRASES if p[1] != "房间"]),
+        (SMALL, [p for p in PHRASES if p[1] != "房间"]),
+    ],
+    ids=["mini", "mini-long", "small"],
 )
 def test_mlm_head_predicts_masked_characters(folder, phrases):
     """Measured on the shipped weights: every masked word of `phrases` is recovered (its characters in the top 5)."""
@@ -153,17 +159,25 @@ def test_checkpoint_loads_as_remote_code_in_a_fresh_process(tmp_path):
     assert float(lines["sum"]) == pytest.approx(expected, rel=1e-5)
 
 
-def test_pretrained_job_names_the_shipped_checkpoint(tmp_path, monkeypatch):
-    """main_job_pretrained.json names the checkpoint relative to the repository; it resolves from any working
-    directory. The main job itself stays from scratch (the pretrained run did not beat it, docs/fine-tuning.md)."""
-    job = EXAMPLES / "text-classification" / "main_job_pretrained.json"
-    arguments = ModelArguments(model_name_or_path=json.loads(job.read_text())["model_name_or_path"])
-    assert arguments.model_name_or_path == "checkpoints/roformer-ext-mini-zh"
+@pytest.mark.parametrize(
+    ("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)], ids=["main", "mini"]
+)
+def test_pretrained_jobs_name_the_shipped_checkpoints(tmp_path, monkeypatch, name, folder):
+    """The main job fine-tunes roformer-ext-mini-zh-long (it beats the n-gram baseline, the README's table), the
+    mini job roformer-ext-mini-zh; each names its checkpoint relative to the repository, resolved from any working
+    directory. The from-scratch row has its own job."""
+    job = EXAMPLES / "text-classification" / name
+    settings = json.loads(job.read_text())
+    arguments = ModelArguments(model_name_or_path=settings["model_name_or_path"])
+    assert arguments.model_name_or_path == str(folder.relative_to(ROOT))
     monkeypatch.chdir(tmp_path)  # not the repository root: the relative path does not exist here
     resolve_checkpoint_paths(arguments, job)
-    assert Path(arguments.model_name_or_path) == CHECKPOINT
-    main = json.loads((EXAMPLES / "text-classification" / "main_job.json").read_text())
-    assert "model_name_or_path" not in main and main["hidden_size"] == 64
+    assert Path(arguments.model_name_or_path) == folder
+    if name == "main_job.json":  # the README's measured recipe (recipe c of gpu_pretrain.py)
+        assert (settings["max_seq_length"], settings["num_train_epochs"], settings["learning_rate"]) == (256, 4, 3e-4)
+        assert settings["config_overrides"] == "classifier_pooling=mean,initializer_range=0.1,hidden_dropout_prob=0.1"
+    scratch = json.loads((EXAMPLES / "text-classification" / "main_job_scratch.json").read_text())
+    assert "model_name_or_path" not in scratch and scratch["hidden_size"] == 64
 
 
 def test_msra_ner_pretrained_job_parses_as_the_measured_command(tmp_path, monkeypatch):

@@ -1,0 +1,372 @@
+"""Where a saved folder's code lives: copies in the folder (transformers' default), or one shared code repository.
+
+A folder loaded with `trust_remote_code=True` runs the code its `auto_map` names. By default `save_pretrained` copies
+the code files into the folder, and that copy never changes. With a code repository (`code_repo="owner/roformer-ext"`)
+the folder's `auto_map` entries read `owner/roformer-ext--modeling_roformer_ext.RoFormerExtModel` instead, transformers
+fetches the code from that repository (at load, or `code_revision=` pinned), and a fix published there once with
+`roformer-ext push-code owner/roformer-ext` reaches every checkpoint that points to it (jinaai's and nomic-ai's BERT
+families work this way). docs/compatibility.md says when to use which.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from transformers.dynamic_module_utils import get_relative_import_files
+
+from .compat import LOWEST_TRANSFORMERS, SUPPORTED_RANGE, TRANSFORMERS_BELOW
+
+#: The modules the Auto classes load (config, models, tokenizers, processors); their relative imports come along.
+CODE_MODULES = (
+    "configuration_roformer_ext",
+    "modeling_roformer_ext",
+    "modeling_roformer_ext_vision",
+    "tokenization_roformer_ext",
+    "processing_roformer_ext",
+    "image_processing_roformer_ext",
+)
+#: The files of a saved folder that may hold an `auto_map`.
+AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CARD_START = "<!-- roformer-ext compatibility -->"
+_CARD_END = "<!-- /roformer-ext compatibility -->"
+
+
+def check_code_repo(code_repo: Any) -> str:
+    """`code_repo` as a Hub repo id ("owner/name"), or a ValueError saying what one looks like."""
+    if not isinstance(code_repo, str) or not _REPO_ID.match(code_repo) or "--" in code_repo or ".." in code_repo:
+        raise ValueError(
+            f"code_repo must be a Hub model repository id 'owner/name' (letters, digits, '-', '_', '.'; no '--'), "
+            f"got {code_repo!r}. Publish the code there with `roformer-ext push-code owner/name`."
+        )
+    return code_repo
+
+
+def check_saved_folder(folder: str | os.PathLike) -> Path:
+    """`folder` as a Path, or a FileNotFoundError when it is not a saved model folder (no config.json)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model folder (it has no config.json).")
+    return folder
+
+
+def code_files(source: str | os.PathLike | None = None) -> list[Path]:
+    """The code files a code repository holds: the Auto classes' modules and everything they import, from `source`
+    (default: the folder this module runs from, the installed package)."""
+    here = Path(source).resolve() if source is not None else Path(__file__).resolve().parent
+    if not (here / "modeling_roformer_ext.py").is_file():
+        raise FileNotFoundError(f"{here} holds no roformer-ext code (no modeling_roformer_ext.py).")
+    files = {here / "hub_code.py"}
+    for module in CODE_MODULES:
+        path = here / f"{module}.py"
+        if path.exists():
+            files |= {path, *map(Path, get_relative_import_files(str(path)))}
+    return sorted(files)
+
+
+def _auto_map_refs(auto_map: dict | None) -> list[str]:
+    """Every class reference of an `auto_map` ("module.Class", "owner/repo--module.Class"; a tokenizer's [slow,
+    fast] list counts twice, its None skipped)."""
+    refs = [ref for value in (auto_map or {}).values() for ref in (value if isinstance(value, list) else [value])]
+    return [ref for ref in refs if isinstance(ref, str)]
+
+
+def code_repo_of(auto_map: dict | None) -> str | None:
+    """The code repository an `auto_map` points to (None when it names local modules)."""
+    repos = {ref.split("--")[0] for ref in _auto_map_refs(auto_map) if "--" in ref}
+    return repos.pop() if len(repos) == 1 else None
+
+
+def _pointed(ref: Any, code_repo: str | None) -> Any:
+    if isinstance(ref, list):
+        return [_pointed(r, code_repo) for r in ref]
+    if not isinstance(ref, str):
+        return ref
+    local = ref.split("--")[-1]
+    return f"{code_repo}--{local}" if code_repo else local
+
+
+def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> list[Path]:
+    """Rewrite every `auto_map` in `folder` to name `code_repo` (None: the folder's own modules); returns the files
+    changed. Each file is replaced whole (written beside it, then renamed)."""
+    changed = []
+    for name in AUTO_MAP_FILES:
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data.get("auto_map"), dict):
+            continue
+        pointed = {key: _pointed(value, code_repo) for key, value in data["auto_map"].items()}
+        if pointed == data["auto_map"]:
+            continue
+        data["auto_map"] = pointed
+        _write_atomically(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        changed.append(path)
+    return changed
+
+
+def share_code(folder: str | os.PathLike, code_repo: str) -> None:
+    """Make a saved folder load its code from `code_repo`: every `auto_map` points there and the code files the save
+    copied in are removed (only files named as roformer-ext's own modules). The model card says so."""
+    code_repo = check_code_repo(code_repo)
+    point_auto_maps(folder, code_repo)
+    ours = {path.name for path in code_files()}
+    for path in Path(folder).glob("*.py"):
+        if path.name in ours:
+            path.unlink()
+    write_compatibility_section(folder)
+
+
+def update_code(folder: str | os.PathLike) -> list[Path]:
+    """Replace the code files a folder carries by this installed version's (a folder in copy mode); returns them."""
+    folder = check_saved_folder(folder)
+    auto_map = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("auto_map")
+    if code_repo_of(auto_map):
+        raise ValueError(
+            f"{folder} loads its code from a code repository; update that repository instead "
+            "(`roformer-ext push-code owner/name`)."
+        )
+    # the files there, and those its auto_map names (a folder whose copies were left out gets them back)
+    present = {path.name for path in folder.glob("*.py")} | _auto_map_files(auto_map)
+    updated = []
+    for source in code_files():
+        if source.name in present or source.name in _needed_by(present):
+            _write_atomically(folder / source.name, source.read_text(encoding="utf-8"))
+            updated.append(folder / source.name)
+    write_compatibility_section(folder)
+    return updated
+
+
+def _auto_map_files(auto_map: dict | None) -> set[str]:
+    """The code files a local `auto_map` ("modeling_roformer_ext.Class", or [slow, fast] lists) refers to."""
+    return {f"{ref.rsplit('.', 1)[0]}.py" for ref in _auto_map_refs(auto_map) if "--" not in ref and "." in ref}
+
+
+def _needed_by(present: set[str]) -> set[str]:
+    """Files the installed version of the present modules imports (a newer version may import a new module)."""
+    here = Path(__file__).resolve().parent
+    needed = set()
+    for name in present:
+        if (here / name).exists():
+            needed |= {Path(p).name for p in get_relative_import_files(str(here / name))}
+    return needed
+
+
+def compatibility_section(code_repo: str | None) -> str:
+    """The model card's compatibility section: the tested transformers range and how to get updated code."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        release = f"roformer-ext {version('roformer-ext')}"
+    except PackageNotFoundError:  # a saved folder's copy of the code, without the package
+        release = "roformer-ext"
+    if code_repo:
+        where = (
+            f"The modelling code lives in the code repository [`{code_repo}`](https://huggingface.co/{code_repo}) "
+            f"(this folder's `auto_map` points there): its maintainer publishes a fix once with `roformer-ext "
+            f"push-code {code_repo}` and this checkpoint loads it. Pin a version with `code_revision=`."
+        )
+    else:
+        where = (
+            "This folder carries its own copy of the modelling code (`*.py`). To update it: `pip install -U "
+            "roformer-ext` and run `roformer-ext update-code FOLDER` (then push the folder again), or load the model "
+            "after `import roformer_ext` and `save_pretrained` it again."
+        )
+    return (
+        f"{_CARD_START}\n## Compatibility\n\n"
+        f"Saved with {release}, tested on `{SUPPORTED_RANGE}` (CI runs {LOWEST_TRANSFORMERS} and the newest release "
+        f"below {TRANSFORMERS_BELOW}). On a release outside that range the code warns once and runs a self-check at "
+        "the first forward (cached generation, the cache's name, the mask helpers, the processor); it stops only if "
+        f"that check fails, with an error saying what broke.\n\n{where}\n{_CARD_END}\n"
+    )
+
+
+def with_compatibility_section(card: str, code_repo: str | None) -> str:
+    """`card` with its compatibility section replaced, or added at the end."""
+    section = compatibility_section(code_repo)
+    if _CARD_START in card and _CARD_END in card:
+        before, rest = card.split(_CARD_START, 1)
+        return before + section + rest.split(_CARD_END, 1)[1].lstrip("\n")
+    return card.rstrip("\n") + "\n\n" + section if card.strip() else section
+
+
+def write_compatibility_section(folder: str | os.PathLike) -> None:
+    """Add or refresh the section in the folder's README.md (a minimal card when there is none), for where the
+    folder's code comes from now (its config's `auto_map`)."""
+    folder = Path(folder)
+    auto_map = None
+    for name in AUTO_MAP_FILES:
+        if (folder / name).is_file():
+            auto_map = json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map")
+            break
+    path = folder / "README.md"
+    card = path.read_text(encoding="utf-8") if path.is_file() else "---\nlibrary_name: transformers\n---\n"
+    _write_atomically(path, with_compatibility_section(card, code_repo_of(auto_map)))
+
+
+def push_code(
+    code_repo: str,
+    *,
+    token: str | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    source: str | os.PathLike | None = None,
+) -> str:
+    """Publish (or update) the code files in the code repository `code_repo` (from `source`, default the installed
+    package: a maintainer may publish a patched checkout's `src/roformer_ext`); returns the commit URL. Uses
+    huggingface_hub's `HfApi` (its endpoint and token settings: `HF_ENDPOINT`, `HF_TOKEN`, `hf auth login`)."""
+    from huggingface_hub import HfApi
+
+    code_repo = check_code_repo(code_repo)
+    files = code_files(source)
+    api = HfApi(token=token)
+    api.create_repo(code_repo, private=private, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in files:
+            shutil.copyfile(path, Path(tmp) / path.name)
+        (Path(tmp) / "README.md").write_text(_code_repo_card(code_repo), encoding="utf-8")
+        commit = api.upload_folder(
+            repo_id=code_repo,
+            folder_path=tmp,
+            revision=revision,
+            commit_message=commit_message or "roformer-ext code",
+        )
+    return str(commit)
+
+
+def _code_repo_card(code_repo: str) -> str:
+    return (
+        "---\nlibrary_name: transformers\ntags:\n- roformer-ext\n---\n# roformer-ext code\n\n"
+        "The modelling, configuration, tokenizer and processor code of roformer-ext (RoFormer with a pluggable "
+        "rotary position embedding). Checkpoints whose `config.json` `auto_map` names "
+        f"`{code_repo}--...` load it with `trust_remote_code=True`; save one with "
+        f'`model.save_pretrained(folder, code_repo="{code_repo}")`.\n\n' + compatibility_section(code_repo)
+    )
+
+
+def upload_folder(folder: str | os.PathLike, repo_id: str, **kwargs: Any) -> str:
+    """Create `repo_id` if needed and upload `folder` in one commit (huggingface_hub's public API)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=kwargs.pop("token", None))
+    repo_id = api.create_repo(repo_id, private=kwargs.pop("private", None), exist_ok=True).repo_id
+    return str(api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class SharedCodeMixin:
+    """`save_pretrained(folder, code_repo=...)` and `push_to_hub(repo_id, code_repo=...)` for our models, tokenizers
+    and processors. `code_repo=None` keeps what the object was loaded with (a folder pointing to a code repository
+    keeps pointing there); `code_repo=False` writes copies. Every save writes the card's compatibility section."""
+
+    def save_pretrained(self, save_directory, *args, code_repo: str | bool | None = None, **kwargs):
+        shared = self._code_repo(code_repo)
+        push = kwargs.pop("push_to_hub", False)
+        push_kwargs = {k: kwargs.pop(k) for k in ("repo_id", "commit_message", "token", "private") if k in kwargs}
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            if shared:
+                share_code(save_directory, shared)
+            else:
+                if code_repo is False:  # copies asked for: auto_map entries inherited from a code repository go
+                    point_auto_maps(save_directory, None)
+                write_compatibility_section(save_directory)
+        if push:
+            upload_folder(save_directory, push_kwargs.pop("repo_id", Path(save_directory).name), **push_kwargs)
+        return result
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        code_repo: str | bool | None = None,
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        max_shard_size: int | str | None = "50GB",
+        tags: list[str] | None = None,
+    ) -> str:
+        """transformers' `push_to_hub` (same arguments) with `code_repo`, and the card's compatibility section."""
+        with tempfile.TemporaryDirectory() as tmp:
+            sizes = {"max_shard_size": max_shard_size} if hasattr(self, "state_dict") else {}
+            self.save_pretrained(tmp, code_repo=code_repo, **sizes)
+            _keep_the_repos_card(Path(tmp), repo_id, token, revision)
+            if tags:
+                card = Path(tmp) / "README.md"
+                card.write_text(_with_tags(card.read_text(encoding="utf-8"), tags), encoding="utf-8")
+            return upload_folder(
+                tmp,
+                repo_id,
+                token=token,
+                private=private,
+                revision=revision,
+                create_pr=create_pr,
+                commit_message=commit_message or f"Upload {type(self).__name__}",
+                commit_description=commit_description,
+            )
+
+    def _code_repo(self, code_repo: str | bool | None) -> str | None:
+        if code_repo is False:
+            return None
+        if code_repo is None or code_repo is True:
+            config = getattr(self, "config", None)
+            auto_map = getattr(config, "auto_map", None) or getattr(self, "init_kwargs", {}).get("auto_map")
+            inherited = code_repo_of(auto_map if isinstance(auto_map, dict) else None)
+            if code_repo is True and inherited is None:
+                raise ValueError("code_repo=True needs a loaded folder that points to a code repository; pass its id.")
+            return inherited
+        return check_code_repo(code_repo)
+
+
+def _keep_the_repos_card(folder: Path, repo_id: str, token: bool | str | None, revision: str | None) -> None:
+    """A repository that has a README.md keeps it (as transformers' own push does), with our section refreshed."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        existing = hf_hub_download(repo_id, "README.md", token=token, revision=revision)
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        return
+    shutil.copyfile(existing, folder / "README.md")
+    write_compatibility_section(folder)
+
+
+def _with_tags(card: str, tags: list[str]) -> str:
+    """Add `tags` to the card's YAML header (kept simple: one `tags:` list)."""
+    from huggingface_hub import ModelCard
+
+    model_card = ModelCard(card)
+    model_card.data.tags = sorted({*(model_card.data.tags or []), *tags})
+    return str(model_card)
+
+
+__all__ = [
+    "SharedCodeMixin",
+    "check_code_repo",
+    "code_files",
+    "code_repo_of",
+    "compatibility_section",
+    "point_auto_maps",
+    "push_code",
+    "share_code",
+    "update_code",
+]

@@ -1,0 +1,839 @@
+"""RoFormerExt: RoFormer (BERT/WoBERT with rotary position embedding in every self-attention) on transformers 5.
+
+Read top to bottom: pre-trained base, model, heads (the classes the Auto classes and a saved folder's `auto_map`
+name). Their layers (norms, embeddings, attention: rotary + transformers' attention backends, or RoPE linear
+attention; feed-forward, layer, pooler, the heads' modules) are in `modeling_roformer_ext_layers.py`, imported here
+under their old names too. RoFormer-V2 is the same code with `use_bias=False` and `norm_type="rms_scale_free"`.
+"""
+
+import copy
+import os
+import shutil
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.dynamic_module_utils import get_relative_import_files
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_masks_for_generate
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .attention_plan import AttentionPlan, BatchLayout, make_attention_plan
+from .compat import (
+    CACHE,
+    accepts_old_cache_name,
+    auto_class,
+    cache_field,
+    ensure_compatible,
+    output_cache,
+    parent_init_weights,
+    parent_update_model_kwargs_for_generation,
+)
+from .configuration_roformer_ext import RoFormerExtConfig
+from .hub_code import SharedCodeMixin
+from .linear_attention import use_state_layers
+from .masking_roformer_ext import (
+    check_padding_mask,
+    is_first_call,
+    self_attention_cache,
+)
+from .modeling_roformer_ext_layers import (  # noqa: F401  (the layers' other names, importable from here as before)
+    AttentionProjections,
+    RoFormerExtAttention,
+    RoFormerExtClassificationHead,
+    RoFormerExtCrossAttention,
+    RoFormerExtEmbeddings,
+    RoFormerExtFeedForward,
+    RoFormerExtLayer,
+    RoFormerExtLMHead,
+    RoFormerExtPooler,
+    RoFormerExtPredictionTransform,
+    ScaleFreeRMSNorm,
+    check_terms_fit_local_heads,
+    make_norm,
+    packed_linear_attention,
+)
+from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
+from .position_encodings import position_encoding_class
+from .positions import as_axes_batch_seq, text_position_ids
+from .rope import RotaryEmbedding
+
+
+def _defining_class(cls: type) -> type:
+    """The model class a wrapper subclassed: the first class of the MRO not defined by torch (FSDP2's `fully_shard`
+    swaps a module's class for a generated `FSDP<name>` subclass whose module is torch's)."""
+    return next(c for c in cls.__mro__ if not c.__module__.startswith("torch."))
+
+
+@auto_docstring
+class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
+    config: RoFormerExtConfig
+    config_class = RoFormerExtConfig
+    base_model_prefix = "roformer"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["RoFormerExtLayer"]
+    _skip_keys_device_placement = [CACHE]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    _can_record_outputs = {
+        "hidden_states": RoFormerExtLayer,
+        "attentions": RoFormerExtAttention,
+        "cross_attentions": RoFormerExtCrossAttention,
+    }
+    #: Every head of the family, written to `auto_map` on save: one saved folder then serves all the Auto classes
+    #: with trust_remote_code (transformers itself writes only the saved class).
+    auto_map_family = {
+        "AutoModel": "modeling_roformer_ext.RoFormerExtModel",
+        "AutoModelForMaskedLM": "modeling_roformer_ext.RoFormerExtForMaskedLM",
+        "AutoModelForCausalLM": "modeling_roformer_ext.RoFormerExtForCausalLM",
+        "AutoModelForSequenceClassification": "modeling_roformer_ext.RoFormerExtForSequenceClassification",
+        "AutoModelForTokenClassification": "modeling_roformer_ext.RoFormerExtForTokenClassification",
+        "AutoModelForQuestionAnswering": "modeling_roformer_ext.RoFormerExtForQuestionAnswering",
+        "AutoModelForMultipleChoice": "modeling_roformer_ext.RoFormerExtForMultipleChoice",
+    }
+
+    def __init__(self, config: RoFormerExtConfig, *inputs, **kwargs) -> None:
+        # Fields set after construction (from_pretrained(path, attention_type=...), config.x = ...) are checked here.
+        config.validate_fields()
+        super().__init__(config, *inputs, **kwargs)
+
+    def build_base_model(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> "RoFormerExtModel":
+        """The encoder a head wraps as `self.roformer` (the vision-text heads wrap the vision-text base model)."""
+        return RoFormerExtModel(config, add_pooling_layer=add_pooling_layer)
+
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        """transformers resizes the embeddings and the tied decoder; our LM head's separate bias follows here."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        lm_head = getattr(self, "lm_head", None)
+        if isinstance(lm_head, RoFormerExtLMHead):
+            lm_head.resize_bias(embeddings.num_embeddings)
+        return embeddings
+
+    @staticmethod
+    def describe_batch(
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        kwargs: dict,
+        past_length: int | torch.Tensor = 0,
+    ) -> PackedBatch | None:
+        """The packed-batch description of this forward, made once: a head that reads it (pooling per sequence)
+        makes it and hands it down as `packed_batch`; the base model makes it otherwise. The caller's packing inputs
+        (`cu_seq_lens_*`, `max_length_*`, `seq_idx`) are taken out of `kwargs`: from here on only the description
+        travels."""
+        if "packed_batch" in kwargs:
+            return kwargs.pop("packed_batch")
+        given = {name: kwargs.pop(name, None) for name in _PACKING_INPUTS}
+        return describe_packed_batch(
+            tokens.shape[0],
+            tokens.shape[1],
+            attention_mask,
+            position_ids,
+            past_length,
+            given["cu_seq_lens_q"],
+            given["cu_seq_lens_k"],
+            given["seq_idx"],
+        )
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        """`set_attn_implementation` works: the attention plan (`attention_plan.configured_attention`) looks the
+        backend up in transformers' `ALL_ATTENTION_FUNCTIONS` at every forward."""
+        return True
+
+    @classmethod
+    def is_remote_code(cls) -> bool:
+        """transformers saves the module of `cls` as the folder's remote code. A wrapper's generated subclass (FSDP2's
+        `fully_shard` makes `FSDP<name>`, defined in torch) is not remote code: `save_pretrained` saves its model's."""
+        return auto_class(cls) is not None and _defining_class(cls) is cls
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        if auto_class(self) is None:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        # registered for remote code (importing roformer_ext does that): one folder serves every head of the family
+        self.config.auto_map = {**self.auto_map_family, **(getattr(self.config, "auto_map", None) or {})}
+        defining = _defining_class(type(self))
+        if defining is not type(self) and self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
+            # the wrapped model's own class and files, written before transformers saves (and maybe pushes) the folder
+            module = sys.modules[defining.__module__]
+            self.config.auto_map[auto_class(defining)] = f"{module.__name__.rsplit('.', 1)[-1]}.{defining.__name__}"
+            os.makedirs(save_directory, exist_ok=True)
+            for source in (module.__file__, *get_relative_import_files(module.__file__)):
+                shutil.copyfile(source, os.path.join(save_directory, os.path.basename(source)))
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        hook = getattr(module, "init_position_weights", None)
+        if callable(hook):
+            # A position plugin's own parameters and buffers (ALiBi's slopes, Transformer-XL's u / v, a rotary
+            # embedding's frequencies): ours, not the base class's (which looks rotary kinds up in transformers'
+            # registry, lacking ours). Its Linear / Embedding submodules come here on their own.
+            hook(self.config)
+            return
+        parent_init_weights(super(), module)
+        if isinstance(module, RoFormerExtLMHead) and module.bias is not None:
+            init.zeros_(module.bias)
+
+
+#: What callers (transformers' DataCollatorWithFlattening) give to describe packed rows; read once by `describe_batch`.
+_PACKING_INPUTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
+
+
+@auto_docstring
+class RoFormerExtModel(RoFormerExtPreTrainedModel):
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", r"^classifier\.", r"^qa_outputs\."]  # a head's folder
+
+    def __init__(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> None:
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Build the pooler when `config.pooler_activation` is set.
+        """
+        super().__init__(config)
+        self.embeddings = RoFormerExtEmbeddings(config)
+        self.layers = nn.ModuleList([RoFormerExtLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.position_encoding = position_encoding_class(config.position_encoding)(config)
+        use_pooler = add_pooling_layer and config.pooler_activation is not None
+        self.pooler = RoFormerExtPooler(config) if use_pooler else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @property
+    def rotary_emb(self) -> RotaryEmbedding | None:
+        """The rope entry's rotary embedding (`position_encoding.rotary_emb`), None for other encodings: read-only,
+        for callers that read `model.rotary_emb`."""
+        return getattr(self.position_encoding, "rotary_emb", None)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def prepare_cache(
+        self, cache: Cache | None, use_cache: bool | None, encoder_hidden_states: torch.Tensor | None
+    ) -> Cache | None:
+        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache.
+
+        Gradient checkpointing replays each layer in backward, which would write the cache twice: no cache then (as
+        transformers' layers do, decided here once instead of by argument name in every layer)."""
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return None
+        if not self.config.is_decoder or cache is not None:
+            return self.with_state_layers(cache)
+        if not (use_cache if use_cache is not None else self.config.use_cache):
+            return None
+        if encoder_hidden_states is not None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        else:
+            cache = DynamicCache(config=self.config)
+        return self.with_state_layers(cache)
+
+    def with_state_layers(self, cache: Cache | None) -> Cache | None:
+        """Linear attention keeps a running state, not keys: its layers of the cache become `LinearAttentionState`."""
+        if cache is not None and self.config.attention_type == "linear":
+            use_state_layers(self_attention_cache(cache), self.config.num_hidden_layers)
+        return cache
+
+    def batch_layout(
+        self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cache: Cache | None,
+        use_cache: bool | None,
+        encoder_hidden_states: torch.Tensor | None,
+        kwargs: dict,
+    ) -> BatchLayout:
+        """What this batch is, decided once per forward: the cache it writes, the cached length, the packed rows (a
+        pooling head's description handed down as `packed_batch`, or made here; the caller's packing inputs are
+        taken out of `kwargs`). The vision-text base model makes it first and hands it down as `batch_layout`."""
+        if "batch_layout" in kwargs:
+            return kwargs.pop("batch_layout")
+        cache = self.prepare_cache(cache, use_cache, encoder_hidden_states)
+        self_cache = self_attention_cache(cache)
+        past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        check_padding_mask(attention_mask, tokens.shape[0], past_length + tokens.shape[1])
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
+        return BatchLayout(cache, self_cache, past_length, packed)
+
+    def attention_plan(
+        self,
+        layout: BatchLayout,
+        embeddings: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        keys_numbered_by: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+    ) -> AttentionPlan:
+        """The forward's one attention plan (`attention_plan.make_attention_plan`), from this model's config and
+        position encoding: where `position_ids` (axes, batch, seq) become what the layers read."""
+        return make_attention_plan(
+            self.config,
+            self.position_encoding,
+            layout,
+            embeddings,
+            position_ids,
+            attention_mask,
+            token_type_ids,
+            keys_numbered_by,
+            encoder_hidden_states,
+            encoder_attention_mask,
+        )
+
+    def default_token_type_ids(
+        self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
+    ) -> torch.Tensor | None:
+        """A UniLM decoder's segments when the caller gives none: a prompt (nothing cached) is the source (segment 0,
+        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1)."""
+        if token_type_ids is not None or self.config.decoder_attention != "unilm":
+            return token_type_ids
+        segment = 0 if is_first_call(past_length) else 1
+        return torch.full((batch, seq), segment, dtype=torch.long, device=device)
+
+    @accepts_old_cache_name
+    @merge_with_config_defaults
+    @capture_outputs
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        r"""
+        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding; integer or float. Defaults to 0, 1, 2, ... (after the cached
+            tokens). Multi-axis positions (images, video) come from `roformer_ext.positions.build_position_ids`.
+        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
+            Padding mask of `encoder_hidden_states` for the cross-attention (decoders with `add_cross_attention`).
+        cache (`Cache`, *optional*):
+            A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
+            accepted too.
+        """
+        ensure_compatible()  # outside the tested transformers range: the self-check, at the first forward
+        check_token_inputs(input_ids, inputs_embeds)
+        if encoder_hidden_states is not None and not self.config.add_cross_attention:
+            raise ValueError(
+                "encoder_hidden_states were given but this model has no cross-attention; build it with "
+                "is_decoder=True, add_cross_attention=True (as EncoderDecoderModel does for its decoder)."
+            )
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        batch, seq = tokens.shape[:2]
+        layout = self.batch_layout(
+            tokens, attention_mask, position_ids, cache, use_cache, encoder_hidden_states, kwargs
+        )
+        token_type_ids = self.default_token_type_ids(token_type_ids, layout.past_length, batch, seq, tokens.device)
+        # Cached keys are numbered as the queries are: over the mask's real tokens where the caller numbered the
+        # queries (generate does, from the mask), by slot where the positions are the default ones.
+        keys_numbered_by = attention_mask if position_ids is not None else None
+        axes = self.config.rope_parameters["axes"]
+        if position_ids is None and layout.packed is not None:
+            position_ids = layout.packed.positions()  # restarting at each packed sequence
+        if position_ids is None:
+            position_ids = text_position_ids(batch, seq, layout.past_length, axes, tokens.device)
+        position_ids = as_axes_batch_seq(position_ids, axes, batch, seq)
+        embeddings = self.embeddings(input_ids, token_type_ids, inputs_embeds, self.position_encoding, position_ids[0])
+        plan = self.attention_plan(
+            layout,
+            embeddings,
+            position_ids,
+            attention_mask,
+            token_type_ids,
+            keys_numbered_by,
+            encoder_hidden_states,
+            encoder_attention_mask,
+        )
+
+        hidden_states = embeddings
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, plan.mask, plan, encoder_hidden_states, **kwargs)
+        pooled = self.pooler(hidden_states) if self.pooler is not None else None
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            pooler_output=pooled,
+            **cache_field(layout.cache if self.config.is_decoder else None),
+        )
+
+
+def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Clear errors for the inputs that otherwise fail deep inside a reshape."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+    if input_ids is not None and (input_ids.dim() != 2 or input_ids.shape[1] == 0):
+        raise ValueError(
+            f"input_ids must have shape (batch, seq) with seq >= 1; got {tuple(input_ids.shape)}. "
+            "Add a batch axis with input_ids[None] (a tokenizer with return_tensors='pt' gives this shape)."
+        )
+    if input_ids is not None and input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"input_ids must hold integer token ids as torch.long (or torch.int32); got dtype {input_ids.dtype}. "
+            "Convert with input_ids.long() (or pass vectors as inputs_embeds)."
+        )
+    if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[1] == 0):
+        raise ValueError(
+            f"inputs_embeds must have shape (batch, seq, embedding_size) with seq >= 1; got {tuple(inputs_embeds.shape)}."
+        )
+
+
+_LM_TIED_WEIGHTS = {"lm_head.decoder.weight": "roformer.embeddings.word_embeddings.weight"}
+# Distributed plans of the LM heads (the base model's are on the config): the decoder sharded on the vocabulary like the
+# word embeddings it is tied to, its logits gathered; under FSDP2 kept whole from the embeddings' forward to the head.
+_LM_TP_PLAN = {"lm_head.decoder": "colwise_gather_output"}
+_LM_FSDP_PLAN = {"lm_head.decoder": "keep_full_weight"}
+
+
+@auto_docstring
+class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
+    _tied_weights_keys = _LM_TIED_WEIGHTS
+    _tp_plan = _LM_TP_PLAN
+    _fsdp_plan = _LM_FSDP_PLAN
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__(config)
+        self.roformer = self.build_base_model(config)  # keeps RoFormer-Sim's pooler when pooler_activation is set
+        self.lm_head = RoFormerExtLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MaskedLMOutput:
+        r"""
+        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding (integer or float).
+        """
+        outputs = self.roformer(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        if self.config.sparse_prediction and labels is not None:  # project only the predicted positions
+            predicted = labels != self.config.sparse_pred_ignore_index
+            hidden_states, labels = hidden_states[predicted], labels[predicted]
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:  # transformers' loss: normalised by num_items_in_batch under gradient accumulation
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+@auto_docstring
+class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
+    """Decoder-only RoFormer (the roformer-gpt release): causal attention, KV cache, `generate`."""
+
+    _tied_weights_keys = _LM_TIED_WEIGHTS
+    _tp_plan = _LM_TP_PLAN
+    _fsdp_plan = _LM_FSDP_PLAN
+    # A RoFormer-Sim folder carries its retrieval pooler, which generation does not use.
+    _keys_to_ignore_on_load_unexpected = [r"^roformer\.pooler\."]
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        if not config.is_decoder:  # a copy: the caller's config may build encoders too
+            config = copy.deepcopy(config)
+            config.is_decoder = True
+        super().__init__(config)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
+        self.lm_head = RoFormerExtLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, **kwargs):
+        """generate() prepares masks ahead for static caches; a UniLM decoder builds its own from token types.
+
+        `kwargs` hold the cache under the installed release's own name, passed on as generate gave it."""
+        if self.config.decoder_attention == "unilm":
+            return attention_mask
+        return create_masks_for_generate(
+            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **kwargs
+        )
+
+    def generate(self, inputs: torch.Tensor | None = None, *args, **kwargs):
+        """transformers' `generate`; a UniLM decoder's prompt given without `token_type_ids` is the source.
+
+        Its segments are made explicit here so every step, cached or recomputed, sees the prompt as segment 0 and the
+        generated tokens as segment 1 (`pipeline("text-generation")` passes no token types)."""
+        if self.config.decoder_attention == "unilm" and kwargs.get("token_type_ids") is None:
+            prompt = kwargs.get("inputs_embeds")
+            prompt = prompt if prompt is not None else inputs if inputs is not None else kwargs.get("input_ids")
+            if prompt is not None:
+                kwargs["token_type_ids"] = torch.zeros(prompt.shape[:2], dtype=torch.long, device=prompt.device)
+        return super().generate(inputs, *args, **kwargs)
+
+    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
+        """transformers repeats the last token type for new tokens; a UniLM decoder's new tokens are the target."""
+        token_type_ids = model_kwargs.get("token_type_ids")
+        model_kwargs = parent_update_model_kwargs_for_generation(
+            super(), outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        )
+        if self.config.decoder_attention == "unilm" and token_type_ids is not None:
+            target = token_type_ids.new_ones(token_type_ids.shape[0], num_new_tokens)
+            model_kwargs["token_type_ids"] = torch.cat([token_type_ids, target], dim=-1)
+        return model_kwargs
+
+    @accepts_old_cache_name
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithCrossAttentions:
+        r"""
+        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding (integer or float).
+        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
+            Padding mask of `encoder_hidden_states` for the cross-attention (`add_cross_attention=True`).
+        cache (`Cache`, *optional*):
+            The KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is accepted
+            too.
+        """
+        outputs = self.roformer(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            **cache_field(output_cache(outputs)),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            cross_attentions=outputs.cross_attentions,
+        )
+
+
+@auto_docstring
+class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
+    # Per-example mean loss: Trainer must divide it under gradient accumulation itself.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
+        self.classifier = RoFormerExtClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput:
+        r"""
+        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding (integer or float).
+        """
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
+        if packed is not None and labels is not None and (labels.dim() == 0 or labels.shape[0] != packed.num_sequences):
+            raise ValueError(
+                f"A packed batch of {packed.num_sequences} sequences needs one label per packed sequence; got labels of "
+                f"shape {tuple(labels.shape)}. transformers' DataCollatorWithFlattening turns a class label into token "
+                "labels for language modelling: use roformer_ext.DataCollatorForPackedClassification instead."
+            )
+        outputs = self.roformer(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            packed_batch=packed,
+            **kwargs,
+        )
+        pooled = self.pool(outputs.last_hidden_state, attention_mask, packed)
+        logits = self.classifier(pooled)
+        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+    def pool(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, packed: PackedBatch | None
+    ) -> torch.Tensor:
+        """(sequences, hidden): one vector per row, or per packed sequence (one label each), by `classifier_pooling`:
+        "cls" reads each row's (or packed sequence's) first real token, "mean" averages its real tokens."""
+        if attention_mask is not None and attention_mask.dim() != 2 and self.config.classifier_pooling == "mean":
+            raise ValueError(
+                "classifier_pooling='mean' averages the tokens of a 2D padding mask (batch, seq); got attention_mask "
+                f"of shape {tuple(attention_mask.shape)}. Pass the 2D mask, or use classifier_pooling='cls'."
+            )
+        if packed is None:
+            if self.config.classifier_pooling == "cls":
+                if attention_mask is None or attention_mask.dim() != 2:
+                    return hidden[:, 0]
+                # each row's first real token: slot 0 with right padding, the first after the pads with left padding
+                first = (attention_mask != 0).int().argmax(dim=1)
+                return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
+            if attention_mask is None:
+                return hidden.mean(dim=1)
+            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (batch, seq, 1)
+            return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+        hidden = end_to_end(hidden, 1)[0]  # (rows * seq, hidden): the sequences in order
+        if self.config.classifier_pooling == "cls":  # each packed sequence's first token
+            return hidden[packed.first_tokens()]
+        # the mean of each packed sequence's own (unpadded) tokens
+        weights = (
+            hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden.dtype)
+        )
+        sequence = packed.sequence_ids.reshape(-1)
+        sums = hidden.new_zeros(packed.num_sequences, hidden.shape[-1]).index_add(
+            0, sequence, hidden * weights[:, None]
+        )
+        counts = hidden.new_zeros(packed.num_sequences).index_add(0, sequence, weights)
+        return sums / counts.clamp(min=1).unsqueeze(-1)
+
+
+@auto_docstring
+class RoFormerExtForMultipleChoice(RoFormerExtPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__(config)
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+            One row of tokens per choice.
+        position_ids (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding (integer or float).
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Index of the correct choice.
+        """
+        source = input_ids if input_ids is not None else inputs_embeds
+        num_choices = source.shape[1]
+
+        def flat(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.reshape(-1, *x.shape[2:])
+
+        outputs = self.roformer(
+            flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids),
+            inputs_embeds=flat(inputs_embeds),
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state
+        # transformers' RoFormerForMultipleChoice summarises with the LAST token; converted checkpoints keep that.
+        pooled = hidden[:, -1] if self.config.multiple_choice_pooling == "last" else hidden[:, 0]
+        logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+@auto_docstring
+class RoFormerExtForTokenClassification(RoFormerExtPreTrainedModel):
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TokenClassifierOutput:
+        r"""
+        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding (integer or float).
+        """
+        outputs = self.roformer(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+@auto_docstring
+class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roformer = self.build_base_model(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
+            Positions fed to the rotary embedding (integer or float).
+        """
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
+        outputs = self.roformer(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            packed_batch=packed,
+            **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)
+        # Padding holds no answer: its logits are the dtype's minimum, padded or packed, so both give the same loss
+        # (and a span search never picks a pad).
+        hidden = torch.finfo(logits.dtype).min
+        if attention_mask is not None and attention_mask.dim() == 2:
+            logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
+        if packed is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
+            logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=hidden)
+        start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "RoFormerExtForCausalLM",
+    "RoFormerExtForMaskedLM",
+    "RoFormerExtForMultipleChoice",
+    "RoFormerExtForQuestionAnswering",
+    "RoFormerExtForSequenceClassification",
+    "RoFormerExtForTokenClassification",
+    "RoFormerExtModel",
+    "RoFormerExtPreTrainedModel",
+    "ScaleFreeRMSNorm",
+]

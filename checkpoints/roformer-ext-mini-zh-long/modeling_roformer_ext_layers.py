@@ -1,0 +1,403 @@
+"""The layers of RoFormerExt's text models: the modules `modeling_roformer_ext.py` builds its base model and heads from.
+
+Read top to bottom: norms, embeddings, attention (rotary + transformers' attention backends, or RoPE linear
+attention), feed-forward, layer, pooler, and the heads' modules (the MLM head, the classification head). They read
+the forward's `AttentionPlan` and never re-derive it (docs/architecture.md).
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+
+from .attention_plan import AttentionPlan
+from .configuration_roformer_ext import RoFormerExtConfig
+from .linear_attention import linear_attention_forward, per_sequence_linear_attention
+from .packing import PackedBatch, end_to_end
+from .position_encodings import (
+    PositionEncoding,
+    RelativeScores,
+    position_encoding_class,
+)
+from .rope import query_key_rotation
+
+
+class ScaleFreeRMSNorm(nn.Module):
+    """RoFormer-V2's norm: x / sqrt(mean(x²) + eps), with no gain, no bias and no mean subtraction."""
+
+    def __init__(self, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
+        return hidden_states.to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+def make_norm(config: RoFormerExtConfig, dim: int) -> nn.Module:
+    if config.norm_type == "rms_scale_free":
+        return ScaleFreeRMSNorm(config.layer_norm_eps)
+    return nn.LayerNorm(dim, eps=config.layer_norm_eps)
+
+
+class RoFormerExtEmbeddings(nn.Module):
+    """Word + token-type embeddings, norm, and a projection when embedding_size != hidden_size (no position table)."""
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
+        self.norm = make_norm(config, config.embedding_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # RoFormer-V2 (bert4keras) drops out before its norm; v1 after it. Identical at inference.
+        self.dropout_before_norm = config.norm_type == "rms_scale_free"
+        self.projection = None
+        if config.embedding_size != config.hidden_size:
+            self.projection = nn.Linear(config.embedding_size, config.hidden_size, bias=config.use_bias)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_encoding: PositionEncoding | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`position_encoding.embed` adds absolute positions (sinusoidal, learned) before the norm, as BERT."""
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device)
+        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        if position_encoding is not None:
+            embeddings = position_encoding.embed(embeddings, position_ids)
+        if self.dropout_before_norm:
+            embeddings = self.norm(self.dropout(embeddings))
+        else:
+            embeddings = self.dropout(self.norm(embeddings))
+        if self.projection is not None:
+            embeddings = self.projection(embeddings)
+        return embeddings
+
+
+class AttentionProjections(nn.Module):
+    """What self- and cross-attention share: q/k/v/output projections and the call into transformers' backends."""
+
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int, is_causal: bool) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = is_causal  # an encoder must say so, or SDPA turns causal
+        self.attention_dropout = config.attention_probs_dropout_prob
+        hidden, bias = config.hidden_size, config.use_bias
+        self.query = nn.Linear(hidden, hidden, bias=bias)
+        self.key = nn.Linear(hidden, hidden, bias=bias)
+        self.value = nn.Linear(hidden, hidden, bias=bias)
+        self.output = nn.Linear(hidden, hidden, bias=bias)
+
+    def heads(self, projection: nn.Linear, states: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, hidden) -> (batch, heads, seq, head_dim)."""
+        return projection(states).view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_function: Callable,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Softmax attention through the plan's function, then the output projection: (batch, seq, hidden)."""
+        attn_output, attn_weights = attention_function(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=self.is_causal,
+            **kwargs,
+        )
+        return self.output(attn_output.flatten(2)), attn_weights
+
+
+class RoFormerExtAttention(AttentionProjections):
+    """Self-attention with RoPE on q and k (and v when `rotary_value`), through transformers' attention backends."""
+
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx, is_causal=bool(config.is_decoder))
+        self.rotary_value = config.rotary_value
+        # How q and k (and v) are rotated, chosen once for the pair layout (convert_pair_layout chooses again).
+        self.rotation = query_key_rotation(config)
+        # A module of this layer's own for the encoding's score term (Shaw's key table, Transformer-XL's W_r, u, v), and
+        # the encoding's factor on q·k/√d (TUPE, DeBERTa); None and 1 for the others.
+        encoding = position_encoding_class(config.position_encoding)
+        self.relative_table = encoding.layer_table(config)
+        self.scaling *= encoding.content_scale(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        plan: AttentionPlan,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Self-attention as the forward's `plan` says: RoPE's (cos, sin) rotate q and k, a relative term joins the
+        scores, the plan's function (or linear attention) attends. `attention_mask` is `plan.mask`, passed as a
+        tensor of its own (see `AttentionPlan.mask`)."""
+        cache = plan.layout.self_cache
+        value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
+        if plan.linear:
+            query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
+            attn_output = packed_linear_attention(
+                self, query, key, value, plan.position_embeddings, attention_mask, cache, plan.layout.packed
+            )
+            return self.output(attn_output.flatten(2)), None
+        if plan.position_embeddings is not None:
+            query, key, value = self.rotated_query_key_value(hidden_states, value, *plan.position_embeddings)
+        else:
+            query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        if query.shape[1] != self.config.num_attention_heads:  # tensor parallel: this rank holds some of the heads
+            check_terms_fit_local_heads(self.config, query.shape[1], attention_mask, plan.relative_scores)
+        attention_mask, attention_function = plan.scores_for(self, query, key, attention_mask)
+        return self.attend(query, key, value, attention_mask, attention_function, **plan.attention_kwargs, **kwargs)
+
+    def rotated_query_key_value(
+        self, hidden_states: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries and keys projected and rotated for scores by the rotation chosen at construction; values rotated
+        (their dim order kept) when `rotary_value`."""
+        query, key = self.rotation.project_query_key(hidden_states, self.query, self.key, self.head_dim, cos, sin)
+        if self.rotary_value:  # values keep their dim order: the output projection reads it
+            value = self.rotation.values(value, cos, sin)
+        return query, key, value
+
+
+def check_terms_fit_local_heads(
+    config: RoFormerExtConfig,
+    local_heads: int,
+    attention_mask: torch.Tensor | None,
+    relative_scores: RelativeScores | None,
+) -> None:
+    """Under tensor parallel each rank computes `local_heads` of the heads. RoPE, Shaw's table (shared by the heads)
+    and linear attention work per head; a term with one value per head (T5's buckets, ALiBi's slopes, TUPE's) would be
+    read by local head index, so rank 1 would use rank 0's heads' terms, and Transformer-XL's and DeBERTa's position
+    parameters hold every head: refused (`RelativeScores.fits_local_heads`)."""
+    per_head_bias = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] != 1
+    per_head_scores = relative_scores is not None and not relative_scores.fits_local_heads
+    if per_head_bias or per_head_scores:
+        raise ValueError(
+            f"position_encoding={config.position_encoding!r} adds one term per attention head, but this process holds "
+            f"{local_heads} of the {config.num_attention_heads} heads (tensor parallel). Load it without tensor "
+            "parallelism (FSDP2 / DDP shard or replicate whole heads), or use position_encoding 'rope', 'shaw', "
+            "'sinusoidal', 'learned' or 'none' under tp_plan."
+        )
+
+
+def packed_linear_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None,
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+    packed: PackedBatch | None,
+) -> torch.Tensor:
+    """Linear attention, each packed sequence with its own running sums (its state must not leak into the next)."""
+    if packed is None:
+        return linear_attention_forward(module, query, key, value, position_embeddings, attention_mask, cache)
+    batch, heads, seq, head_dim = query.shape
+    rotations = None
+    if position_embeddings is not None:  # (batch or 1, seq, dim) -> (1, total, dim), as the rows
+        rotations = tuple(end_to_end(t.expand(batch, -1, -1), 1) for t in position_embeddings)
+    output = per_sequence_linear_attention(module, *(end_to_end(t, 2) for t in (query, key, value)), rotations, packed)
+    return output.view(batch, seq, heads, head_dim)  # (batch, seq, heads, head_dim)
+
+
+class RoFormerExtCrossAttention(AttentionProjections):
+    """A decoder's attention over encoder states (as transformers' RoFormer: no rotation across two sequences).
+
+    Keys and values of the encoder are computed once and kept in the cross-attention half of an
+    `EncoderDecoderCache`, so each generated token only adds its query.
+    """
+
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx, is_causal=False)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        plan: AttentionPlan,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The plan's cross-attention mask and function; keys and values of the encoder cached once."""
+        query = self.heads(self.query, hidden_states)
+        cache = plan.layout.cache
+        cache = cache if isinstance(cache, EncoderDecoderCache) else None
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            key = cache.cross_attention_cache.layers[self.layer_idx].keys
+            value = cache.cross_attention_cache.layers[self.layer_idx].values
+        else:
+            # (batch, heads, encoder_seq, head_dim)
+            key, value = self.heads(self.key, encoder_hidden_states), self.heads(self.value, encoder_hidden_states)
+            if cache is not None:
+                key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                cache.is_updated[self.layer_idx] = True
+        return self.attend(query, key, value, plan.cross_mask, plan.cross_attention, **kwargs)
+
+
+class RoFormerExtFeedForward(nn.Module):
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__()
+        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias)
+        self.act_fn = ACT2FN[config.hidden_act]
+        self.output = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.use_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.output(self.act_fn(self.intermediate(hidden_states)))
+
+
+class RoFormerExtLayer(GradientCheckpointingLayer):
+    """Post-norm BERT layer: x = norm(x + attn(x)); [x = norm(x + cross_attn(x, enc))]; x = norm(x + ffn(x))."""
+
+    def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.attention = RoFormerExtAttention(config, layer_idx)
+        self.attention_norm = make_norm(config, config.hidden_size)
+        if config.add_cross_attention:
+            if not config.is_decoder:
+                raise ValueError(
+                    "add_cross_attention=True needs a decoder (is_decoder=True): cross-attention reads an encoder's "
+                    "states while generating. Use RoFormerExtForCausalLM or set is_decoder=True."
+                )
+            self.crossattention = RoFormerExtCrossAttention(config, layer_idx)
+            self.crossattention_norm = make_norm(config, config.hidden_size)
+        self.feed_forward = RoFormerExtFeedForward(config)
+        self.output_norm = make_norm(config, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        plan: AttentionPlan,
+        encoder_hidden_states: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        """`attention_mask` is `plan.mask` as a tensor argument of its own: gradient checkpointing replays the layer
+        with it (a shared score term may need gradients), which it cannot do for a tensor inside the plan."""
+        attn_output, _ = self.attention(hidden_states, attention_mask, plan, **kwargs)
+        hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
+        if encoder_hidden_states is not None:
+            cross_output, _ = self.crossattention(hidden_states, encoder_hidden_states, plan, **kwargs)
+            hidden_states = self.crossattention_norm(hidden_states + self.dropout(cross_output))
+        ffn_output = self.feed_forward(hidden_states)
+        return self.output_norm(hidden_states + self.dropout(ffn_output))
+
+
+class RoFormerExtPooler(nn.Module):
+    """Dense on [CLS]; RoFormer-Sim uses it without activation ("linear"), BERT with tanh."""
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.activation = torch.tanh if config.pooler_activation == "tanh" else nn.Identity()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+class RoFormerExtPredictionTransform(nn.Module):
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size, bias=config.use_bias)
+        self.act_fn = ACT2FN[config.hidden_act]
+        self.norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act_fn(self.dense(hidden_states)))
+
+
+class RoFormerExtLMHead(nn.Module):
+    """Tied-embedding decoder; v1 adds dense + act + LayerNorm and an output bias, RoFormer-V2 has neither."""
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__()
+        self.transform = RoFormerExtPredictionTransform(config) if config.mlm_head_transform else None
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.use_bias else None
+        if config.embedding_size != config.hidden_size and self.transform is None:
+            raise ValueError(
+                "An MLM head without the dense transform needs embedding_size == hidden_size "
+                f"(got {config.embedding_size} vs {config.hidden_size}); set mlm_head_transform=True."
+            )
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.transform is not None:
+            hidden_states = self.transform(hidden_states)
+        logits = self.decoder(hidden_states)
+        return logits + self.bias if self.bias is not None else logits
+
+    @torch.no_grad()
+    def resize_bias(self, vocab_size: int) -> None:
+        """Follow a resized vocabulary: keep the old tokens' biases, zeros for new tokens (as their init)."""
+        if self.bias is None or self.bias.shape[0] == vocab_size:
+            return
+        bias = self.bias.new_zeros(vocab_size)
+        keep = min(vocab_size, self.bias.shape[0])
+        bias[:keep] = self.bias[:keep]
+        self.bias = nn.Parameter(bias, requires_grad=self.bias.requires_grad)
+
+
+class RoFormerExtClassificationHead(nn.Module):
+    """[CLS] -> dropout -> dense -> act -> dropout -> out_proj, as transformers' RoFormer (and ELECTRA)."""
+
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__()
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act_fn = ACT2FN[config.hidden_act]
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(sequences, hidden) pooled states (`classifier_pooling`) -> (sequences, num_labels)."""
+        x = self.dropout(pooled)
+        x = self.dropout(self.act_fn(self.dense(x)))
+        return self.out_proj(x)
+
+
+__all__ = [
+    "AttentionProjections",
+    "RoFormerExtAttention",
+    "RoFormerExtClassificationHead",
+    "RoFormerExtCrossAttention",
+    "RoFormerExtEmbeddings",
+    "RoFormerExtFeedForward",
+    "RoFormerExtLMHead",
+    "RoFormerExtLayer",
+    "RoFormerExtPooler",
+    "RoFormerExtPredictionTransform",
+    "ScaleFreeRMSNorm",
+    "check_terms_fit_local_heads",
+    "make_norm",
+    "packed_linear_attention",
+]

@@ -1,0 +1,691 @@
+"""Multimodal position schemes (*position designs*) and their registry: where every token of a text / image / video
+sample sits, one float position per axis.
+
+positions.py cuts a sample into *segments* (`Segment`: maximal runs of real tokens that are text, image placeholders
+or video placeholders, a vision segment with its grid (t, h, w) and its t·h·w patches in row-major order, t then h
+then w). A *position scheme* (`config.rope_parameters["position_scheme"]`) turns a sample's segments into one float
+position per axis for every token, plus the position the next text token would get; `register_position_scheme`
+adds one.
+
+Notation: `n` is the position the next text token would get (0 at the start of a sample) and
+`L = n - 1` the position of the last text token before a vision segment (or the one it would have had).
+Patch indices are 1-based in the Su formulas ((i, j, k) = (row, col, frame)) and 0-based in mrope.
+Text token positions are the same on every axis, except in `rope_2d_rows`.
+
+- ``rope_1d``: every token, placeholders included, gets its sequence index; with several axes it is
+  repeated on each of them.
+- ``rope_2d_rows``: "unify to 2D". Axes (row, col[, frame]). Each text segment is one row: its k-th token
+  (0-based) is (r, k). An image is h rows: patch (i, j), 0-based, is (r + i, j). A video is h rows too,
+  its frames share those rows and are told apart by the third axis: (r + i, j, frame). Text and images
+  have frame 0. `r` counts the rows used so far (the first segment is row 0). Text generated after the
+  prompt continues the last text row, or opens a new row after a trailing image.
+- ``rope_tie`` (Su's RoPE-Tie v1): text is (n, n). Image h×w: patch (i, j) → (L + i·s, L + j·t) with
+  s = w+1, t = h+1; the next text token is at L + (w+1)(h+1). Video h×w×T (3 axes): the natural 3D form,
+  span S = (h+1)(w+1)(T+1), patch (i, j, k) → (L + i·S/(h+1), L + j·S/(w+1), L + k·S/(T+1)), i.e. steps
+  s = (w+1)(T+1), t = (h+1)(T+1), u = (h+1)(w+1); next text at L + S. Every step times its extent plus
+  one equals S, so the gap from the last text token to the first patch equals the gap from the last
+  patch to the next text token on every axis.
+- ``rope_tie_v2`` (Su's RoPE-Tie-v2 / RoPE-TV, γ = 1): patch (i, j) → (β1 + i, β2 + j), β1 = L + (wh−h)/2,
+  β2 = L + (wh−w)/2, next text at L + wh + 1. Video: P = whT, β_a = L + (P − extent_a)/2 per axis,
+  patch (i, j, k) → (β1 + i, β2 + j, β3 + k), next text at L + P + 1.
+- ``mrope`` (Qwen2-VL, 3 axes (t, h, w)): text is (n, n, n); a vision segment starts at st = n and patch
+  (k, i, j), 0-based, is (st + k, st + i, st + j); the next text token is at max(segment) + 1 =
+  st + max(T, h, w), as in the original Qwen2-VL code. transformers 5.23's `get_rope_index` instead
+  advances by max(h, w) only, so for a video with T > max(h, w) its following text repeats temporal
+  positions of the video (T=4, h=2, w=3 after 2 text tokens: video t-axis 2..5, next text (5, 5, 5)
+  there, (6, 6, 6) here). Images (T = 1) and videos with T ≤ max(h, w) agree exactly.
+
+The multimodal variants of the literature (qwen2_5_vl, qwen3_vl, mrope_interleave, mhrope, ilrope, omnirope,
+videorope, hope, v2pe, mmrope, vrope, circle_rope) are further down, each a small function with its formula in its docstring and
+its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in axis_allocations.py
+(its knob class in scheme_knobs.py: `default_allocation`).
+
+In the Su schemes a 2-axis config places images (T = 1) with the 2D form; a 3-axis config treats every
+image as a one-frame video, which for rope_tie_v2 is the 2D form plus a third axis and for rope_tie has
+its own (doubled) steps.
+
+positions.py's `build_position_ids` runs a scheme on every row (each packed sequence alone) and turns the next text
+position into the row's decoding delta.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .registries import POSITION_SCHEMES
+from .scheme_knobs import (
+    BUILTIN_SCHEME_KNOBS,
+    SchemeKnobs,
+    check_knob_class,
+    knobs_from_signature,
+    scheme_knobs_class,
+)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A maximal run of real tokens of one kind: "text", "image" or "video"; `grid` is (t, h, w) for vision.
+
+    `seconds_per_grid` is a video's time between two temporal patches (Qwen2.5-VL's `second_per_grid_ts`), when known.
+    `temporal_scale` is a scale drawn for this vision segment while training (HoPE's dynamic temporal scaling: see
+    `build_position_ids`), None otherwise.
+    """
+
+    kind: str
+    length: int
+    grid: tuple[int, int, int] | None = None
+    seconds_per_grid: float | None = None
+    temporal_scale: float | None = None
+
+
+#: A scheme maps a sample's segments and the number of axes to (positions (axes, tokens), next text position).
+PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
+
+
+def register_position_scheme(
+    name: str, *, knobs: type[SchemeKnobs] | None = None, overwrite: bool = False
+) -> Callable[[PositionScheme], PositionScheme]:
+    """Register a scheme (a *position design*) under `name`, so `rope_parameters={"position_scheme": name}` selects it.
+
+    The function gets `(segments, axes)` and returns float positions of shape (axes, sum of lengths) and the
+    position the next text token would get. It raises ValueError for a layout it cannot place. Its keyword-only
+    arguments are its knobs, read from `rope_parameters` under their own names (e.g.
+    `def my_scheme(segments, axes, *, temporal_stride=1.0)`). `knobs`, a `scheme_knobs.SchemeKnobs` dataclass with
+    the same fields, gives their defaults and checks, the rope_parameters the scheme fills in when named
+    (`default_axes`, `default_allocation`), the paper's `mrope_section` split and its `capabilities`; without one,
+    a class is made from the signature (no checks). Which frequency pair reads which axis is the *frequency
+    allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.register_axis_allocation`).
+    Re-registering a name needs `overwrite=True`, so a plug-in cannot silently replace a built-in.
+    """
+
+    def decorator(scheme: PositionScheme) -> PositionScheme:
+        from_signature = knobs_from_signature(name, scheme)
+        knob_class = from_signature if knobs is None else knobs
+        check_knob_class(knob_class, SchemeKnobs, f"Position scheme {name!r}'s")
+        arguments = set(from_signature.names())
+        if set(knob_class.names()) != arguments:
+            raise TypeError(
+                f"Position scheme {name!r}: its knob class {knob_class.__name__} has the fields "
+                f"{sorted(knob_class.names())} but the function's keyword-only arguments are {sorted(arguments)}; "
+                "give both the same names."
+            )
+        POSITION_SCHEMES.register(name, scheme, overwrite=overwrite, knobs=knob_class)
+        return scheme
+
+    return decorator
+
+
+def _builtin(name: str) -> Callable[[PositionScheme], PositionScheme]:
+    """A built-in scheme's registration, with its knob class from scheme_knobs.py."""
+    return register_position_scheme(name, knobs=BUILTIN_SCHEME_KNOBS[name])
+
+
+def registered_position_schemes() -> tuple[str, ...]:
+    """Names accepted as `rope_parameters["position_scheme"]`."""
+    return POSITION_SCHEMES.registered()
+
+
+def get_position_scheme(name: str) -> PositionScheme:
+    return POSITION_SCHEMES.get(name)
+
+
+def scheme_knobs(name: str, rope_parameters: dict) -> dict[str, Any]:
+    """The knobs of scheme `name` as `rope_parameters` sets them (the rest at their defaults), checked: the keyword
+    arguments its function gets."""
+    return scheme_knobs_class(name).from_rope_parameters(rope_parameters).to_dict()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Building blocks shared by the schemes
+# ----------------------------------------------------------------------------------------------------------
+
+
+def patch_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """0-based (frame, row, col) index of every patch, in token order (t, then h, then w)."""
+    t, h, w = grid
+    frames, rows, cols = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
+    return frames.reshape(-1), rows.reshape(-1), cols.reshape(-1)
+
+
+def _text(start: float, length: int, axes: int) -> torch.Tensor:
+    return (start + torch.arange(length, dtype=torch.float32)).expand(axes, -1)
+
+
+def _su_extents(scheme: str, grid: tuple[int, int, int], axes: int) -> tuple[int, ...]:
+    """(h, w) or (h, w, t): the extents Su's schemes place on the (row, col[, frame]) axes."""
+    t, h, w = grid
+    if axes == 2 and t == 1:
+        return h, w
+    if axes == 3:
+        return h, w, t
+    if axes > 3:
+        raise ValueError(
+            f"Position scheme {scheme!r} places vision on 2 or 3 axes; config.rope_parameters['axes'] = {axes}."
+        )
+    need = "3 axes for a video or a grid with t > 1" if t > 1 else "2 axes (row, col) for an image"
+    raise ValueError(
+        f"Position scheme {scheme!r} needs {need}, but config.rope_parameters['axes'] = {axes} "
+        f"(grid (t, h, w) = {grid})."
+    )
+
+
+def _su_coordinates(grid: tuple[int, int, int], axes: int) -> torch.Tensor:
+    """1-based (row, col[, frame]) of every patch in token order, shape (axes, t·h·w)."""
+    frames, rows, cols = patch_indices(grid)
+    return torch.stack((rows, cols, frames)[:axes]).float() + 1
+
+
+def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
+    return torch.cat(blocks, dim=1) if blocks else torch.zeros(axes, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Built-in schemes (formulas in the module docstring)
+# ----------------------------------------------------------------------------------------------------------
+# Each is registered by a call after its definition rather than by the decorator, and made when called rather than
+# by a factory at import: mutmut (docs/testing.md) mutates neither decorated functions nor code run at import.
+
+
+def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    total = sum(segment.length for segment in segments)
+    return _text(0.0, total, axes), float(total)
+
+
+_builtin("rope_1d")(rope_1d)
+
+
+def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    if axes not in (2, 3):
+        raise ValueError(
+            f"Position scheme 'rope_2d_rows' needs 2 or 3 axes, but config.rope_parameters['axes'] = {axes}."
+        )
+    blocks, row, next_col = [], 0, 0
+    for segment in segments:
+        if segment.grid is None:
+            cols = torch.arange(segment.length, dtype=torch.float32)
+            block = torch.zeros(axes, segment.length)
+            block[0], block[1] = row, cols
+            row, next_col = row + 1, segment.length
+        else:
+            t, h, _ = segment.grid
+            if t > 1 and axes < 3:
+                raise ValueError(
+                    f"Position scheme 'rope_2d_rows' needs 3 axes for a grid with t > 1 ({segment.grid}), "
+                    f"but config.rope_parameters['axes'] = {axes}."
+                )
+            frames, rows, cols = patch_indices(segment.grid)
+            block = torch.stack((rows + row, cols, frames)[:axes]).float()
+            row, next_col = row + h, 0
+        blocks.append(block)
+    # Generated text continues the last text row, or opens a new row after a trailing image.
+    return _concat(blocks, axes), float(next_col)
+
+
+_builtin("rope_2d_rows")(rope_2d_rows)
+
+
+def _tie_v1_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
+    extents = _su_extents("rope_tie", grid, axes)
+    span = 1
+    for extent in extents:
+        span *= extent + 1
+    steps = torch.tensor([span // (extent + 1) for extent in extents], dtype=torch.float32)
+    last_text = next_pos - 1
+    return last_text + steps[:, None] * _su_coordinates(grid, axes), last_text + span
+
+
+def _tie_v2_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
+    extents = _su_extents("rope_tie_v2", grid, axes)
+    patches = grid[0] * grid[1] * grid[2]
+    last_text = next_pos - 1
+    betas = torch.tensor([last_text + (patches - extent) / 2 for extent in extents], dtype=torch.float32)
+    return betas[:, None] + _su_coordinates(grid, axes), last_text + patches + 1
+
+
+def _mrope_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
+    return next_pos + torch.stack(patch_indices(grid)).float(), next_pos + max(grid)
+
+
+def rope_tie(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    return _place(segments, axes, lambda start, segment: _tie_v1_block(start, segment.grid, axes))
+
+
+_builtin("rope_tie")(rope_tie)
+
+
+def rope_tie_v2(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    return _place(segments, axes, lambda start, segment: _tie_v2_block(start, segment.grid, axes))
+
+
+_builtin("rope_tie_v2")(rope_tie_v2)
+
+
+def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    if axes != 3:  # also for text-only input: the config promises (t, h, w) axes
+        raise ValueError(
+            f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}."
+        )
+    return _place(segments, axes, lambda start, segment: _mrope_block(start, segment.grid, axes))
+
+
+_builtin("mrope")(mrope)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The multimodal variants of the literature (position designs; each pairs with a frequency allocation in axis_allocations.py,
+# its knob class's `default_allocation`, filled in when rope_parameters name the variant). All are 3-axis (t, h, w):
+# text is (n, n, n) and a vision segment starts at st = the position the next text token would have had.
+# ----------------------------------------------------------------------------------------------------------
+
+VisionBlock = Callable[[float, Segment], tuple[torch.Tensor, float]]
+
+
+def _place(segments: Sequence[Segment], axes: int, vision: VisionBlock) -> tuple[torch.Tensor, float]:
+    """Text 1D on every axis; each vision segment is `vision(st, segment)` -> (block (3, t·h·w), next text position)."""
+    blocks, next_pos = [], 0.0
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(next_pos, segment.length, axes))
+            next_pos += segment.length
+        else:
+            block, next_pos = vision(next_pos, segment)
+            blocks.append(block)
+    return _concat(blocks, axes), float(next_pos)
+
+
+def _need_three_axes(scheme: str, axes: int) -> None:
+    if axes != 3:
+        raise ValueError(
+            f"Position scheme {scheme!r} needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}; set "
+            "rope_parameters['axes'] = 3."
+        )
+
+
+def _positive(scheme: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"Position scheme {scheme!r}: rope_parameters[{name!r}] must be a positive number; got {value!r}."
+        )
+    return float(value)
+
+
+def _grid_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    frames, rows, cols = patch_indices(grid)
+    return frames.float(), rows.float(), cols.float()
+
+
+def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: float = 2.0) -> tuple[torch.Tensor, float]:
+    """Qwen2.5-VL's M-RoPE with time-aligned temporal positions.
+
+    Frame k of a video is at temporal index floor(k · tokens_per_second · second_per_grid_t) (the video's
+    `second_per_grid_ts` entry, 1.0 when not given; images: k = 0): patch (k, i, j), 0-based, is
+    (st + floor(k·interval), st + i, st + j). Text after the segment continues at max(segment) + 1, as Qwen2.5-VL's
+    original `get_rope_index` (transformers 5.21-5.24 advance by max(h, w) only: they agree while the temporal extent
+    fits in max(h, w)).
+    """
+    _need_three_axes("qwen2_5_vl", axes)
+    tokens_per_second = _positive("qwen2_5_vl", "tokens_per_second", tokens_per_second)
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        frames, rows, cols = patch_indices(segment.grid)
+        if segment.kind == "video":
+            # float32 product, truncated as the reference's `.long()` does (positions here are never negative)
+            interval = torch.tensor(segment.seconds_per_grid or 1.0, dtype=torch.float32) * tokens_per_second
+            frames = (frames * interval).long()
+        block = st + torch.stack((frames, rows, cols)).float()
+        return block, float(block.max()) + 1
+
+    return _place(segments, axes, vision)
+
+
+_builtin("qwen2_5_vl")(qwen2_5_vl)
+
+
+def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    """Qwen3-VL: every frame is placed as an image, one after another (Qwen3-VL separates frames by timestamp text;
+    here consecutive frames simply follow each other): frame k starts at st_k, patch (i, j) is (st_k, st_k + i,
+    st_k + j), st_{k+1} = st_k + max(h, w); text continues at the last st. Pair it with the "mrope_interleaved"
+    allocation (Qwen3-VL's interleaved M-RoPE), the default for this name."""
+    _need_three_axes("qwen3_vl", axes)
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        t, h, w = segment.grid
+        _, rows, cols = _grid_indices((1, h, w))
+        frames = []
+        for _ in range(t):
+            frames.append(torch.stack((torch.full_like(rows, st), st + rows, st + cols)))
+            st += max(h, w)
+        return torch.cat(frames, dim=1), st
+
+    return _place(segments, axes, vision)
+
+
+_builtin("qwen3_vl")(qwen3_vl)
+
+
+def _reset_block(st: float, grid: tuple[int, int, int], temporal_stride: float, spatial_reset: bool):
+    """(st + k·stride, [st +] i, [st +] j), next text at st + max((T−1)·stride, h−1, w−1) + 1."""
+    frames, rows, cols = _grid_indices(grid)
+    offset = 0.0 if spatial_reset else st
+    block = torch.stack((st + frames * temporal_stride, offset + rows, offset + cols))
+    t, h, w = grid
+    return block, st + max((t - 1) * temporal_stride, h - 1, w - 1) + 1
+
+
+def mrope_interleave(
+    segments: Sequence[Segment], axes: int, *, spatial_reset: bool = True, temporal_stride: float = 1.0
+) -> tuple[torch.Tensor, float]:
+    """MRoPE-Interleave (Huang et al., ICLR 2026): patch (k, i, j), 0-based, is (st + k·temporal_stride, i, j) with
+    spatial reset (the h and w axes restart at 0 in every image), (st + k·s, st + i, st + j) without; the next text
+    token is at st + max((T−1)·s, h−1, w−1) + 1 either way. Allocation: "mrope_interleaved"."""
+    _need_three_axes("mrope_interleave", axes)
+    if not isinstance(spatial_reset, bool):
+        raise ValueError(f"rope_parameters['spatial_reset'] must be True or False; got {spatial_reset!r}.")
+    stride = _positive("mrope_interleave", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
+
+
+_builtin("mrope_interleave")(mrope_interleave)
+
+
+# MHRoPE (the same paper) places tokens as MRoPE-Interleave does; its allocation is head-wise ("headwise").
+_builtin("mhrope")(mrope_interleave)
+
+
+def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
+    """ILRoPE / OmniRoPE's reset visual layout: (st + k·temporal_stride, i, j), 0-based; next text at
+    st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "omnirope" (OmniGen2's
+    per-axis frequency ladders)."""
+    _need_three_axes("spatial_reset_layout", axes)
+    stride = _positive("spatial_reset_layout", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
+
+
+_builtin("ilrope")(spatial_reset_layout)
+_builtin("omnirope")(spatial_reset_layout)
+
+
+def _diagonal_video_block(st: float, grid: tuple[int, int, int], temporal_stride: float):
+    """VideoRoPE's diagonal layout: t = st + k·s, h = t + i − ⌊(h−1)/2⌋, w = t + j − ⌊(w−1)/2⌋; next at max(t) + 1."""
+    frames, rows, cols = _grid_indices(grid)
+    t, h, w = grid
+    temporal = st + frames * temporal_stride
+    block = torch.stack((temporal, temporal + rows - (h - 1) // 2, temporal + cols - (w - 1) // 2))
+    return block, st + (t - 1) * temporal_stride + 1
+
+
+def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 2.0) -> tuple[torch.Tensor, float]:
+    """VideoRoPE (Wei et al., 2025): the diagonal layout (`_diagonal_video_block`) with temporal stride δ (default 2);
+    allocation "videorope" (temporal axis on the lowest frequencies, h and w interleaved on the rest)."""
+    _need_three_axes("videorope", axes)
+    stride = _positive("videorope", "temporal_stride", temporal_stride)
+    return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
+
+
+_builtin("videorope")(videorope)
+
+
+def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
+    if scales is None:
+        return None
+    if not isinstance(scales, (list, tuple)) or not scales:
+        raise ValueError(
+            f"Position scheme {scheme!r}: rope_parameters['temporal_scales'] must be a non-empty list of positive "
+            f"numbers (the scales drawn from while training, e.g. [0.5, 0.75, 1.0, 1.25, 1.5]) or None; got {scales!r}."
+        )
+    return tuple(_positive(scheme, "temporal_scales", scale) for scale in scales)
+
+
+def hope(
+    segments: Sequence[Segment],
+    axes: int,
+    *,
+    temporal_stride: float = 1.0,
+    temporal_scales: Sequence[float] | None = None,
+) -> tuple[torch.Tensor, float]:
+    """HoPE (Li et al., 2025): VideoRoPE's diagonal layout with a temporal scale δ, and NoPE on the temporal
+    frequencies (allocation "hope"). Dynamic temporal scaling: with `temporal_scales` set, a model in training mode
+    draws δ for every vision segment from that set (`build_position_ids(..., training=True)` records the draw on the
+    segment, `segment.temporal_scale`); otherwise (eval, or no set) δ = `temporal_stride`, the fixed inference scale."""
+    _need_three_axes("hope", axes)
+    stride = _positive("hope", "temporal_stride", temporal_stride)
+    _temporal_scales("hope", temporal_scales)  # checked here too: a scheme runs also when nothing is drawn
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        scale = stride if segment.temporal_scale is None else segment.temporal_scale
+        return _diagonal_video_block(st, segment.grid, scale)
+
+    return _place(segments, axes, vision)
+
+
+_builtin("hope")(hope)
+
+
+def v2pe(
+    segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0, visual_stride_tokens: int | None = None
+) -> tuple[torch.Tensor, float]:
+    """V2PE (Ge et al., 2024): one flat sequence whose visual tokens advance by a smaller step. A vision segment of V
+    tokens after position p gets p + δ·(n + 1), n = 0…V−1; the next text token is at ⌈last visual position⌉ + 1. The
+    same position on every axis (so any allocation is 1D RoPE). δ = visual_stride / visual_stride_tokens, a step per
+    visual token as the official code (OpenGVLab/V2PE) takes it, with 256 there (the tokens of one InternVL tile: an
+    image of n tiles spans n·visual_stride); with visual_stride_tokens None (the default) δ = visual_stride / V, every
+    segment spanning visual_stride, as the ICLR 2026 reference (Multimodal-RoPEs) takes it. The two agree when V
+    equals visual_stride_tokens."""
+    stride = _positive("v2pe", "visual_stride", visual_stride)
+    if visual_stride_tokens is not None and (
+        isinstance(visual_stride_tokens, bool) or not isinstance(visual_stride_tokens, int) or visual_stride_tokens < 1
+    ):
+        raise ValueError(
+            "Position scheme 'v2pe': rope_parameters['visual_stride_tokens'] must be None (a segment spans "
+            f"visual_stride) or a positive integer (tokens per visual_stride, 256 in V2PE); got {visual_stride_tokens!r}."
+        )
+    blocks, last = [], -1.0
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(last + 1, segment.length, axes))
+            last += segment.length
+        else:
+            step = stride / (segment.length if visual_stride_tokens is None else visual_stride_tokens)
+            # first + n·step in float64, rounded to float32 once (as a float arange from last + step computes them)
+            values = ((last + step) + torch.arange(segment.length, dtype=torch.float64) * step).float()
+            blocks.append(values.expand(axes, -1))
+            last = float(math.ceil(values[-1].item()))
+    return _concat(blocks, axes), last + 1
+
+
+_builtin("v2pe")(v2pe)
+
+
+def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
+    """VRoPE (Liu et al., EMNLP 2025), 4 axes: patch (k, i, j), 0-based, of a T×h×w video (an image: T = 1) is at
+    st + k·(h + w − 1) + (i + j, i + (w−1−j), (h−1−i) + j, (h−1−i) + (w−1−j)), the four diagonal directions; the
+    next text token is at st + T·(h + w − 1). Allocation "interleaved" over the 4 axes (pair p reads axis p mod 4),
+    as the official code's channel allocation (no temporal channels)."""
+    if axes != 4:
+        raise ValueError(f"Position scheme 'vrope' needs 4 axes, but config.rope_parameters['axes'] = {axes}; set 4.")
+
+    def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
+        frames, rows, cols = _grid_indices(segment.grid)
+        t, h, w = segment.grid
+        span = h + w - 1
+        flipped_rows, flipped_cols = h - 1 - rows, w - 1 - cols
+        block = torch.stack((rows + cols, rows + flipped_cols, flipped_rows + cols, flipped_rows + flipped_cols))
+        return st + frames * span + block, st + t * span
+
+    return _place(segments, axes, vision)
+
+
+_builtin("vrope")(vrope)
+
+
+def mmrope(
+    segments: Sequence[Segment],
+    axes: int,
+    *,
+    temporal_stride: float = 1.0,
+    position_scale: Sequence[float] = (1.0, 1.0, 1.0),
+) -> tuple[torch.Tensor, float]:
+    """MM-RoPE (Lumos-1, Yuan et al., ICLR 2026), as its official code places a row (alibaba-damo-academy/Lumos,
+    `generate_mm_position_ids` + `set_3d_global_offset`): every text token at its token index n (on every axis);
+    patch (k, i, j) of a vision segment at o + ((f + k)·s·σ_t, i·σ_h, j·σ_w), o the token index of the sample's first
+    vision token, f the frames of the sample's earlier vision segments (an image counts one): one offset and one
+    frame counter for all images and videos of a sample. The next text token is at the token count (delta 0).
+    s = temporal_stride, σ = position_scale; Lumos-1 takes σ = (4, 8, 8) (its Cosmos tokenizer's strides) and gives
+    every latent row a new-line token, i.e. grid (t, h, w + 1). Allocation "mmrope" (T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W
+    repeated, as Lumos-1's code). (The ICLR 2026 reference, Multimodal-RoPEs, places M-RoPE blocks instead,
+    (st + k·s·σ_t, st + i·σ_h, st + j·σ_w) with text after at max + 1; its fixture test registers that design.)"""
+    _need_three_axes("mmrope", axes)
+    stride = _positive("mmrope", "temporal_stride", temporal_stride)
+    if not isinstance(position_scale, (list, tuple)) or len(position_scale) != 3:
+        raise ValueError(f"rope_parameters['position_scale'] must be three positive numbers; got {position_scale!r}.")
+    scale = torch.tensor([_positive("mmrope", "position_scale", v) for v in position_scale], dtype=torch.float32)
+    blocks, index, origin, frames = [], 0, None, 0
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(index, segment.length, axes))
+        else:
+            origin = index if origin is None else origin
+            k, rows, cols = _grid_indices(segment.grid)
+            blocks.append(origin + torch.stack(((frames + k) * stride, rows, cols)) * scale[:, None])
+            frames += segment.grid[0]
+        index += segment.length
+    return _concat(blocks, axes), float(index)
+
+
+_builtin("mmrope")(mmrope)
+
+
+def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:
+    """Circle-RoPE's knobs, checked: radius a positive number, "auto" or "auto-<scale>" (the largest coordinate
+    times scale), alpha and dff_rate in [0, 1], move_to_positive None or an offset >= 0."""
+
+    def fail(name: str, want: str, value: Any) -> ValueError:
+        return ValueError(f"Position scheme 'circle_rope': rope_parameters[{name!r}] must be {want}; got {value!r}.")
+
+    scale = None
+    if isinstance(radius, str):
+        head, _, tail = radius.partition("-")
+        try:
+            scale = 1.0 if radius == "auto" else float(tail) if head == "auto" else None
+        except ValueError:
+            scale = None
+        if scale is None or not math.isfinite(scale) or scale <= 0:
+            raise fail("circle_radius", "a positive number, 'auto' or 'auto-<positive scale>'", radius)
+        radius = ("auto", scale)
+    else:
+        radius = _positive("circle_rope", "circle_radius", radius)
+    for name, value in (("circle_alpha", alpha), ("circle_dff_rate", dff_rate)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise fail(name, "a number in [0, 1]", value)
+    if move_to_positive is not None and (
+        isinstance(move_to_positive, bool)
+        or not isinstance(move_to_positive, (int, float))
+        or not math.isfinite(move_to_positive)
+        or move_to_positive < 0
+    ):
+        raise fail("circle_move_to_positive", "None (off) or an offset >= 0", move_to_positive)
+    return radius, float(alpha), float(dff_rate), move_to_positive
+
+
+def _in_text_plane(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(x, y) as coordinates in the plane through 0 orthogonal to the text direction (1, 1, 1), with the basis
+    u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u: x·u + y·v, shape (3, ...), the (w, h, t) axes. Float32, every step as
+    the official Circle-RoPE code takes it, so positions match it bit for bit."""
+    text = torch.ones(3) / torch.norm(torch.ones(3))
+    u = torch.stack([-text[1], text[0], torch.tensor(0.0)])
+    u = u / torch.norm(u)
+    v = torch.linalg.cross(text, u, dim=0)
+    v = v / torch.norm(v)
+    return torch.stack([x * u[a] + y * v[a] for a in range(3)])
+
+
+def _circle_coordinates(
+    grid: tuple[int, int, int], radius: Any, alpha: float, move_to_origin: bool, dff_rate: float, move_to_positive: Any
+) -> torch.Tensor:
+    """Circle-RoPE's (t, h, w) offsets of an h×w image's patches, (3, h·w), before adding the start position."""
+    _, h, w = grid
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    coords = torch.stack((cols, rows, torch.zeros_like(rows)))  # (x, y, z) = (w, h, t) index, int64
+    if move_to_origin:  # the box's centre to 0, per axis
+        coords = coords - ((coords.amax(dim=(1, 2)) + coords.amin(dim=(1, 2))) / 2.0).view(3, 1, 1)
+    if isinstance(radius, tuple):  # "auto": the largest coordinate (after centring) times the scale
+        radius = coords.max().abs() * radius[1]
+    x, y = coords[0], coords[1]
+    angle = torch.atan2(y, x)
+    spread = angle.max() - angle.min()
+    if spread > 0:  # the patches' own angles, stretched over the full turn
+        angle = (angle - angle.min()) / spread * (2 * math.pi)
+    by_index = torch.arange(h * w, dtype=torch.float32).reshape(h, w) / (h * w) * (2 * math.pi)
+    angle = alpha * angle + (1 - alpha) * by_index
+    ring = _in_text_plane(radius * torch.cos(angle), radius * torch.sin(angle))
+    if dff_rate:  # towards the unbent grid, turned into the same plane
+        ring = (1 - dff_rate) * ring + dff_rate * _in_text_plane(x, y)
+    if move_to_positive is not None:  # as the official code: + |min| (also when the minimum is positive) + offset
+        ring = ring + torch.abs(torch.min(ring)) + float(move_to_positive)
+    return ring.flip(0).reshape(3, -1)  # (w, h, t) -> (t, h, w)
+
+
+def circle_rope(
+    segments: Sequence[Segment],
+    axes: int,
+    *,
+    circle_radius: float | str = 10.0,
+    circle_alpha: float = 0.5,
+    circle_move_to_origin: bool = True,
+    circle_dff_rate: float = 0.0,
+    circle_move_to_positive: float | None = None,
+) -> tuple[torch.Tensor, float]:
+    """Circle-RoPE (Wang et al., 2025, "Cone-like Decoupled Rotary Positional Embedding"): an image's patches sit on a
+    ring of radius R in the plane orthogonal to the text direction (1, 1, 1), so every patch is equally far from each
+    text token's line. Patch (i, j) of an h×w image (0-based, index p = i·w + j), with the grid centred
+    (x = j − (w−1)/2, y = i − (h−1)/2; uncentred with circle_move_to_origin False) gets the angle
+    θ = α·θ_grid + (1 − α)·2π·p/(h·w), θ_grid its atan2(y, x) stretched linearly over [0, 2π]; the point
+    (R cos θ, R sin θ) in the basis u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u is its (w, h, t) offset o, mixed with the
+    unbent grid's as (1 − d)·o + d·(x·u + y·v) (d = circle_dff_rate) and optionally shifted by |min| + offset
+    (circle_move_to_positive). Position = (n − m) + m + o where m is the text since the last vision segment, the
+    float32 order of the official code; text after it continues at max(block) + 1. Images only (t = 1): the official
+    code has no placement for several frames. Allocation "sections" (Qwen2.5-VL's, the model the authors patch).
+    Not here: the authors' AGE mode, which alternates layers between these and Qwen2.5-VL's M-RoPE positions."""
+    _need_three_axes("circle_rope", axes)
+    if not isinstance(circle_move_to_origin, bool):
+        raise ValueError(
+            f"rope_parameters['circle_move_to_origin'] must be True or False; got {circle_move_to_origin!r}."
+        )
+    radius, alpha, dff_rate, offset = _circle_knobs(circle_radius, circle_alpha, circle_dff_rate,
+                                                    circle_move_to_positive)  # fmt: skip
+    blocks, start, text_since = [], 0.0, 0  # start: the reference's `st_idx` (float32 value), text since it
+    for segment in segments:
+        if segment.grid is None:
+            blocks.append(_text(start + text_since, segment.length, axes))
+            text_since += segment.length
+            continue
+        if segment.grid[0] != 1:
+            raise ValueError(
+                f"Position scheme 'circle_rope' places images (grid t = 1); got a {segment.kind} grid (t, h, w) = "
+                f"{segment.grid}. The official Circle-RoPE code has no placement for several frames: give each frame "
+                "its own group (t = 1) or choose a video scheme (videorope, hope, mrope_interleave)."
+            )
+        offsets = _circle_coordinates(segment.grid, radius, alpha, circle_move_to_origin, dff_rate, offset)
+        block = (offsets + text_since) + torch.tensor(start, dtype=torch.float32)
+        blocks.append(block)
+        start, text_since = float(block.max()) + 1, 0
+    return _concat(blocks, axes), start + text_since
+
+
+_builtin("circle_rope")(circle_rope)
+
+
+__all__ = [
+    "PositionScheme",
+    "Segment",
+    "get_position_scheme",
+    "patch_indices",
+    "register_position_scheme",
+    "registered_position_schemes",
+    "scheme_knobs",
+]
