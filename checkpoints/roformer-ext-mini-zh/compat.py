@@ -30,6 +30,7 @@ import types
 import warnings
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import transformers
@@ -342,6 +343,10 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.modeling_utils:PreTrainedModel._tp_plan": "declare",
     "transformers.modeling_utils:PreTrainedModel._fsdp_plan": "declare",
     "transformers.configuration_utils:PreTrainedConfig._attn_implementation": "read - attn_implementation",
+    "transformers.modeling_rope_utils:RotaryEmbeddingConfigMixin._validate_longrope_rope_parameters": (
+        "override, call - parent_validate_longrope_rope_parameters: a 'split' allocation's factors count one axis "
+        "group's frequencies"
+    ),
     "transformers.configuration_utils:PreTrainedConfig._auto_class": "read - auto_class",
     "transformers.generation.utils:GenerationMixin._update_model_kwargs_for_generation": (
         "override, call - parent_update_model_kwargs_for_generation"
@@ -453,6 +458,25 @@ def parent_standardize_kwargs(parent, **kwargs) -> dict:
 
 def parent_validate_preprocess_kwargs(parent, **kwargs) -> None:
     parent._validate_preprocess_kwargs(**kwargs)
+
+
+class _WithHeadDim:
+    """A config read through, with another `head_dim` (the dims of one frequency ladder)."""
+
+    def __init__(self, config: Any, head_dim: int) -> None:
+        self._config, self.head_dim = config, head_dim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
+
+
+def parent_validate_longrope_rope_parameters(config, rope_parameters: dict, ignore_keys: Any, head_dim: int) -> None:
+    """transformers' longrope checks (its keys, the factors' lengths) for a frequency ladder of `head_dim` dims."""
+    from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
+
+    RotaryEmbeddingConfigMixin._validate_longrope_rope_parameters(
+        _WithHeadDim(config, head_dim), rope_parameters, ignore_keys=ignore_keys
+    )
 
 
 def set_backend_tokenizer(tokenizer, backend) -> None:

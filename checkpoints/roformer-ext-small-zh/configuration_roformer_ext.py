@@ -10,7 +10,7 @@ from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils import logging
 
-from .compat import CACHE
+from .compat import CACHE, parent_validate_longrope_rope_parameters
 from .encoding_knobs import BUILTIN_KNOBS, LEGACY_KNOB_DEFAULTS, EncodingKnobs, knobs_class, legacy_knob_owners
 from .registries import (
     AXIS_ALLOCATIONS,
@@ -315,6 +315,27 @@ class RoFormerExtConfig(PreTrainedConfig):
                 f"{err.args[0]}. Add them to rope_parameters, e.g. rope_parameters={{'rope_type': 'linear', "
                 "'factor': 2.0}."
             ) from None
+
+    def _validate_longrope_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
+        """transformers' longrope checks, with the factors counted per frequency ladder, and a wrong count refused
+        here (a shape error in the first forward otherwise): axis_allocation 'split' repeats one ladder of
+        head_dim / axes dims on each axis, so it takes head_dim / (2 * axes) factors, not head_dim / 2."""
+        groups = rope_parameters.get("axes", 1) if rope_parameters.get("axis_allocation") == "split" else 1
+        ladder = int(self.head_dim // groups * rope_parameters.get("partial_rotary_factor", 1.0))
+        for key in ("short_factor", "long_factor"):
+            factors = rope_parameters.get(key)
+            if isinstance(factors, (list, tuple)) and len(factors) != ladder // 2:
+                where = (
+                    f"axis_allocation 'split' repeats one ladder of head_dim / axes = {ladder} dims on each of the "
+                    f"{groups} axes"
+                    if groups > 1
+                    else f"head_dim {ladder} gives {ladder // 2} rotary frequencies"
+                )
+                raise ValueError(
+                    f"rope_parameters[{key!r}] has {len(factors)} factors; longrope scales each frequency of the "
+                    f"rotary's ladder, and {where}: give {ladder // 2} factors."
+                )
+        parent_validate_longrope_rope_parameters(self, rope_parameters, ignore_keys, ladder)
 
     def _validate_grape_m_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
         """GRAPE-M's own keys (`grape_*`), through transformers' per-rope_type hook (it warns for a type without one);
