@@ -12,7 +12,7 @@ from conftest import tiny_config
 from torch import nn
 from vision_sizes import SIZES
 
-from roformer_ext import RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel, fused_rotary, rope
+from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel, fused_rotary, rope
 from roformer_ext.fused_rotary import fused_rotary_installed
 from roformer_ext.rope import (
     AXIS_ALLOCATIONS,
@@ -23,6 +23,7 @@ from roformer_ext.rope import (
     InterleavedPairRotation,
     PairAdjacentRows,
     RotaryEmbedding,
+    apply_rotary,
     axis_of_pair,
     is_headwise,
     projects_pair_adjacent,
@@ -421,3 +422,83 @@ def test_without_torch_distributed_nothing_is_distributed(monkeypatch):
     monkeypatch.setattr(torch.distributed, "is_available", lambda: False)
     assert not rope._is_distributed(torch.zeros(4))
     assert projects_pair_adjacent(torch.zeros(1, 20, 32), *projections())
+
+
+def half_rotary_case():
+    """q, k (2, 4, 7, 8) and the half layout's cos / sin of positions 0..6 from a tiny model."""
+    model = RoFormerExtModel(tiny_config(rope_parameters={"pair_layout": "half"}))
+    generator = torch.Generator().manual_seed(0)
+    query, key = (torch.randn(2, 7, 4, 8, generator=generator).transpose(1, 2) for _ in range(2))
+    cos, sin = model.rotary_emb(query, torch.arange(7).expand(2, 7))
+    return query, key, cos, sin
+
+
+class _ClaimsCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: the fused rotation's device branch, reached on a CPU machine."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+
+def test_fused_rotation_without_liger_kernel_takes_the_half_path_on_cuda(monkeypatch):
+    """Made by hand where liger-kernel is missing (the GPU check of 2026-11-27 found a bare "'NoneType' object is not
+    callable" here), the fused rotation rotates CUDA tensors as the half layout; the kernel call alone says what to
+    install."""
+    monkeypatch.setattr(fused_rotary, "_liger_rotary", lambda: None)
+    query, key, cos, sin = half_rotary_case()
+    plain = HalfPairRotation().query_key(query, key, cos, sin)
+    claimed = [t.as_subclass(_ClaimsCuda) for t in (query, key, cos, sin)]
+    assert claimed[0].is_cuda and not FusedHalfPairRotation.fuses(claimed[0])
+    for got, want in zip(FusedHalfPairRotation().query_key(*claimed), plain):
+        torch.testing.assert_close(got.as_subclass(torch.Tensor), want, atol=0, rtol=0)
+    with pytest.raises(ImportError, match="pip install liger-kernel"):
+        fused_rotary.fused_half_rotate_query_key(query, key, cos, sin)
+
+
+def test_the_fused_branch_with_a_stand_in_kernel(monkeypatch):
+    """The CUDA branch of the fused rotation, run on a CPU: liger-kernel replaced by a recording stand-in, tensors
+    that say they are on CUDA. It projects q and k into heads (no reordered rows), hands them to the kernel with
+    cos / sin in their dtype, and returns the kernel's result, for `project_query_key` and `query_key` alike."""
+    calls = []
+
+    def kernel(query, key, cos, sin):
+        calls.append((query, key, cos, sin))
+        return apply_rotary(query, cos, sin, "half") + 1, apply_rotary(key, cos, sin, "half") - 1
+
+    monkeypatch.setattr(fused_rotary, "_liger_rotary", lambda: kernel)
+    monkeypatch.setattr(fused_rotary, "fused_rotary_installed", lambda: True)
+    # 80 rows for 32 outputs: on a CPU the half layout projects with its pair-adjacent rows (projects_pair_adjacent)
+    model = RoFormerExtModel(tiny_config(rope_parameters={"pair_layout": "half"}))
+    generator = torch.Generator().manual_seed(1)
+    states = torch.randn(2, 40, 32, generator=generator, dtype=torch.float64)
+    cos, sin = model.rotary_emb(states, torch.arange(40).expand(2, 40))  # (2, 40, 8), float32
+    query_projection, key_projection = nn.Linear(32, 32).double(), nn.Linear(32, 32).double()
+    query = query_projection(states).view(2, 40, 4, 8).transpose(1, 2)
+    key = key_projection(states).view(2, 40, 4, 8).transpose(1, 2)
+    rotation = FusedHalfPairRotation()
+    got = rotation.project_query_key(states.as_subclass(_ClaimsCuda), query_projection, key_projection, 8, cos, sin)
+    ((seen_query, seen_key, seen_cos, seen_sin),) = calls
+    torch.testing.assert_close(seen_query.as_subclass(torch.Tensor), query, atol=0, rtol=0)
+    torch.testing.assert_close(seen_key.as_subclass(torch.Tensor), key, atol=0, rtol=0)
+    assert seen_cos.dtype == seen_sin.dtype == torch.float64  # cast to the queries' dtype for the kernel
+    torch.testing.assert_close(seen_sin, sin.double(), atol=0, rtol=0)
+    expected = apply_rotary(query, cos, sin, "half") + 1, apply_rotary(key, cos, sin, "half") - 1
+    for out, want in zip(got, expected):
+        torch.testing.assert_close(out.as_subclass(torch.Tensor), want, atol=0, rtol=0)
+    calls.clear()
+    got = rotation.query_key(query.as_subclass(_ClaimsCuda), key.as_subclass(_ClaimsCuda), cos, sin)
+    assert len(calls) == 1
+    for out, want in zip(got, expected):
+        torch.testing.assert_close(out.as_subclass(torch.Tensor), want, atol=0, rtol=0)
+    # plain CPU tensors do not reach the kernel, even with it installed: the half layout's own paths
+    calls.clear()
+    plain = HalfPairRotation()
+    for got, want in (
+        (rotation.project_query_key(states, query_projection, key_projection, 8, cos, sin),
+         plain.project_query_key(states, query_projection, key_projection, 8, cos, sin)),
+        (rotation.query_key(query, key, cos, sin), plain.query_key(query, key, cos, sin)),
+    ):  # fmt: skip
+        for out, want_one in zip(got, want):
+            torch.testing.assert_close(out, want_one, atol=0, rtol=0)
+    assert not calls
