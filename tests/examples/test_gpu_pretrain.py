@@ -114,13 +114,11 @@ def test_time_budget_stops_training_and_says_where(tmp_path, monkeypatch):
         run_in_process(MLM, [*args[: -len(SIZES) - len(TRAINER)], "--max_train_seconds", "0"], monkeypatch)
 
 
-def test_gpu_pretrain_dry_run_chain(tmp_path):
-    """One job of the prepared GPU script, on the CPU at tiny sizes: pretraining, then the three fine-tunes; the
-    summary lists each step with its metrics, and the comparison table reads them."""
-    data = tmp_path / "data"
-    (data / "mlm").mkdir(parents=True)
+def tiny_exported_corpus(data: Path) -> Path:
+    """export_corpus.py's layout at a tiny size: pre-segmented MLM text and the sentiment splits."""
     import lzma
 
+    (data / "mlm").mkdir(parents=True)
     for split, count in (("train", 120), ("validation", 12)):
         with lzma.open(data / "mlm" / f"{split}.txt.xz", "wt", encoding="utf-8") as handle:
             handle.writelines(" ".join(LINES[i % 4] * 8) + "\n" for i in range(count))
@@ -128,6 +126,13 @@ def test_gpu_pretrain_dry_run_chain(tmp_path):
     for split in ("train", "validation", "test"):
         rows = [{"text": LINES[i % 4], "label": i % 2} for i in range(40)]
         (data / "chinese_sentiment" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def test_gpu_pretrain_dry_run_chain(tmp_path):
+    """One job of the prepared GPU script, on the CPU at tiny sizes: pretraining, then the three fine-tunes; the
+    summary lists each step with its metrics, and the comparison table reads them."""
+    data = tiny_exported_corpus(tmp_path / "data")
     out = tmp_path / "out"
     run([sys.executable, str(LM / "gpu_pretrain.py"), "--data", str(data), "--out", str(out), "--dry-run",
          "--budget", "1500", "--jobs", "rope-s1"], ROOT)  # fmt: skip
@@ -146,17 +151,7 @@ def test_gpu_pretrain_dry_run_chain(tmp_path):
 def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
     """`--plan long`: one pretraining, then its three sentiment fine-tunes as one group of processes at once (their
     logs overlap in time); 256-token recipes read 256 tokens."""
-    data = tmp_path / "data"
-    (data / "mlm").mkdir(parents=True)
-    import lzma
-
-    for split, count in (("train", 120), ("validation", 12)):
-        with lzma.open(data / "mlm" / f"{split}.txt.xz", "wt", encoding="utf-8") as handle:
-            handle.writelines(" ".join(LINES[i % 4] * 8) + "\n" for i in range(count))
-    (data / "chinese_sentiment").mkdir()
-    for split in ("train", "validation", "test"):
-        rows = [{"text": LINES[i % 4], "label": i % 2} for i in range(40)]
-        (data / "chinese_sentiment" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = tiny_exported_corpus(tmp_path / "data")
     module = load_module("gpu_pretrain")
     jobs = module.plan_long(module.Sizes(dry=True), data, tmp_path / "planned", 500)
     assert list(jobs) == ["small-long", "mini-long"]
