@@ -18,11 +18,15 @@ from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
 from roformer_ext.rope import interleaved_allocation, register_axis_allocation
 from roformer_ext.scheme_knobs import (
+    BOOL,
     BUILTIN_ALLOCATION_KNOBS,
     BUILTIN_SCHEME_KNOBS,
+    POSITIVE,
     AxisAllocationKnobs,
     SchemeCapabilities,
     SchemeKnobs,
+    _scheme_knobs,
+    allocation_knobs,
     allocation_knobs_class,
     scheme_knobs_class,
 )
@@ -310,3 +314,128 @@ def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
         RoFormerExtVisionTextConfig(
             hidden_size=64, num_attention_heads=2, attention_type="linear", rope_parameters=rope
         )
+
+
+# --- the mutation run's edges: the knob-class factories, called at test time (the built-ins are made at import,
+# before a mutant is switched on)
+
+
+def test_a_builtin_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
+    knobs = _scheme_knobs(
+        "my_new_scheme", (("stride", 2.0, POSITIVE), ("reset", True, BOOL)), allocation="sections", ratio=(1, 2, 3)
+    )
+    assert issubclass(knobs, SchemeKnobs)
+    assert knobs.__name__ == "MyNewSchemeKnobs"
+    assert knobs.__module__ == "roformer_ext.scheme_knobs"
+    assert knobs.__doc__ == "The knobs of position scheme 'my_new_scheme'."
+    assert knobs.scheme == "my_new_scheme"
+    assert knobs.default_axes == 3 and knobs.allowed_axes == (3,)
+    assert knobs.default_allocation == "sections" and knobs.mrope_section_ratio == (1, 2, 3)
+    assert knobs.checks == {"stride": POSITIVE, "reset": BOOL}
+    assert knobs.names() == ("stride", "reset")
+    assert knobs().to_dict() == {"stride": 2.0, "reset": True}
+    assert knobs(stride=0.5, reset=False).to_dict() == {"stride": 0.5, "reset": False}
+    with pytest.raises(AttributeError):
+        knobs().stride = 1.0  # frozen
+    with pytest.raises(ValueError) as refused:
+        knobs(stride=0)
+    assert str(refused.value) == (
+        "Position scheme 'my_new_scheme': rope_parameters['stride'] must be a positive number; got 0."
+    )
+    with pytest.raises(ValueError) as refused:
+        knobs(reset=1)
+    assert (
+        str(refused.value) == "Position scheme 'my_new_scheme': rope_parameters['reset'] must be True or False; got 1."
+    )
+
+
+def test_a_builtin_scheme_knob_class_without_knobs_takes_its_axes_defaults():
+    plain = _scheme_knobs("plain", axes=None)
+    assert plain.__name__ == "PlainKnobs" and plain.names() == () and plain.checks == {}
+    assert plain.default_axes is None and plain.allowed_axes == (1, 2, 3)
+    assert plain.default_allocation is None and plain.mrope_section_ratio is None
+    assert plain().to_dict() == {}
+    three = _scheme_knobs("three")
+    assert three.default_axes == 3 and three.allowed_axes == (3,) and three.names() == ()
+    assert _scheme_knobs("two", axes=2).allowed_axes == (2,)
+    assert _scheme_knobs("given", axes=3, allowed_axes=(2, 3)).allowed_axes == (2, 3)
+    assert _scheme_knobs("given", axes=None, allowed_axes=(1,)).allowed_axes == (1,)
+
+
+def test_an_allocation_knob_class_carries_its_flags():
+    knobs = allocation_knobs("my_banded_split", section="heads", headwise=1, axis_ladders="yes")
+    assert issubclass(knobs, AxisAllocationKnobs)
+    assert knobs.__name__ == "MyBandedSplitAllocationKnobs"
+    assert knobs.__module__ == "roformer_ext.scheme_knobs"
+    assert knobs.__doc__ == "The knobs of axis allocation 'my_banded_split'."
+    assert knobs.allocation == "my_banded_split" and knobs.section == "heads"
+    assert knobs.headwise is True and knobs.axis_ladders is True  # made booleans
+    assert knobs().mrope_section is None and knobs(mrope_section=[1, 2]).mrope_section == [1, 2]
+    plain = allocation_knobs("plain")
+    assert plain.__name__ == "PlainAllocationKnobs"
+    assert plain.section is None and plain.headwise is False and plain.axis_ladders is False
+    for section in (None, "pairs", "heads"):
+        assert allocation_knobs("any", section=section).section == section
+    with pytest.raises(ValueError) as refused:
+        allocation_knobs("any", section="rows")
+    assert str(refused.value) == "An allocation's section counts None, 'pairs' or 'heads'; got 'rows'."
+
+
+@pytest.mark.parametrize(
+    "radius, takes",
+    [
+        (3.0, True),
+        ("auto", True),
+        ("auto-2", True),
+        ("auto-0.5", True),
+        ("auto-0", False),
+        ("auto--1", False),
+        ("auto-", False),
+        ("auto-x", False),
+        ("AUTO-2", False),
+        ("xauto-2", False),
+        ("2", False),
+        (None, False),
+        (0, False),
+    ],
+)
+def test_circle_rope_radius_takes_a_positive_number_auto_or_a_positive_auto_scale(radius, takes):
+    knobs = BUILTIN_SCHEME_KNOBS["circle_rope"]
+    if takes:
+        assert knobs(circle_radius=radius).circle_radius == radius
+        return
+    with pytest.raises(ValueError) as refused:
+        knobs(circle_radius=radius)
+    assert str(refused.value) == (
+        "Position scheme 'circle_rope': rope_parameters['circle_radius'] must be a positive number, 'auto' or "
+        f"'auto-<positive scale>'; got {radius!r}."
+    )
+
+
+@pytest.mark.parametrize("value, takes", [(0, True), (0.0, True), (0.25, True), (1, True), (1.0, True), (1.5, False)])
+def test_circle_rope_alpha_and_dff_rate_take_the_closed_unit_interval(value, takes):
+    knobs = BUILTIN_SCHEME_KNOBS["circle_rope"]
+    for name in ("circle_alpha", "circle_dff_rate"):
+        if takes:
+            assert getattr(knobs(**{name: value}), name) == value
+            continue
+        with pytest.raises(ValueError) as refused:
+            knobs(**{name: value})
+        assert str(refused.value) == (
+            f"Position scheme 'circle_rope': rope_parameters[{name!r}] must be a number in [0, 1]; got {value!r}."
+        )
+    for bad in (-0.5, True, "0.5"):
+        with pytest.raises(ValueError):
+            knobs(circle_alpha=bad)
+
+
+def test_a_builtin_allocation_registers_under_its_name_with_its_knob_class(monkeypatch):
+    """`_builtin_allocation` runs at import; called here with the registration recorded."""
+    import roformer_ext.axis_allocations as axis_allocations
+
+    calls = []
+    monkeypatch.setattr(
+        axis_allocations, "register_axis_allocation", lambda name, *, knobs: calls.append((name, knobs)) or "made"
+    )
+    assert axis_allocations._builtin_allocation("hope") == "made"
+    assert calls == [("hope", BUILTIN_ALLOCATION_KNOBS["hope"])]
