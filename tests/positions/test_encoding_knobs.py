@@ -14,6 +14,7 @@ from roformer_ext.encoding_knobs import (
     Capabilities,
     DebertaKnobs,
     EncodingKnobs,
+    T5BiasKnobs,
     knobs_class,
     legacy_knob_owners,
 )
@@ -243,3 +244,12 @@ def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
         for (knob, default), value in zip(listed, knobs().to_dict().values()):
             shown = default.split(":")[0].strip("`").replace('"', "'")
             assert shown == repr(value).replace('"', "'"), (name, knob)
+
+
+@pytest.mark.parametrize(
+    "knob, hint", [("relative_attention_num_buckets", " (T5: 32)"), ("relative_attention_max_distance", " (T5: 128)")]
+)
+def test_t5_bias_knobs_name_t5s_value_when_refusing_a_non_positive_count(knob, hint):
+    with pytest.raises(ValueError) as refused:
+        T5BiasKnobs(**{knob: 0})
+    assert str(refused.value) == f"t5_bias's {knob} must be a positive integer{hint}; got 0."

@@ -13,6 +13,7 @@ from conftest import position_sensitive_config
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
+from roformer_ext.axis_allocations import mrope_interleaved_allocation
 from roformer_ext.position_schemes import register_position_scheme, rope_1d
 from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
@@ -25,9 +26,11 @@ from roformer_ext.scheme_knobs import (
     AxisAllocationKnobs,
     SchemeCapabilities,
     SchemeKnobs,
+    SplitAllocationKnobs,
     _scheme_knobs,
     allocation_knobs,
     allocation_knobs_class,
+    knobs_from_signature,
     scheme_knobs_class,
 )
 
@@ -439,3 +442,83 @@ def test_a_builtin_allocation_registers_under_its_name_with_its_knob_class(monke
     )
     assert axis_allocations._builtin_allocation("hope") == "made"
     assert calls == [("hope", BUILTIN_ALLOCATION_KNOBS["hope"])]
+
+
+def test_register_axis_allocation_refuses_knobs_and_flags_together_and_a_class_that_is_no_knob_class():
+    with pytest.raises(TypeError) as refused:
+        register_axis_allocation("test_both", knobs=SplitAllocationKnobs, headwise=True)
+    assert str(refused.value) == (
+        "register_axis_allocation('test_both'): pass either knobs= or the flags section= / headwise= / "
+        "axis_ladders=, not both (the knob class sets them)."
+    )
+    with pytest.raises(TypeError) as refused:
+        register_axis_allocation("test_int", knobs=int)
+    assert str(refused.value) == (
+        "Axis allocation 'test_int''s knobs must be a AxisAllocationKnobs subclass (a frozen dataclass); got "
+        "<class 'int'>."
+    )
+
+
+def test_mrope_interleaved_allocation_strides_h_and_w_up_to_their_sections():
+    # T,H,W,T,H,W,...: h on pairs 1, 4, 7 below 3 * 3 = 9, w on 2, 5, 8; every other pair t
+    assert mrope_interleaved_allocation(10, 3, [4, 3, 3]) == [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]
+    # h's section (2) ends first: pairs 1, 4; w's (4) reaches the last pair: 2, 5, 8, 11
+    assert mrope_interleaved_allocation(12, 3, [6, 2, 4]) == [0, 1, 2, 0, 1, 2, 0, 0, 2, 0, 0, 2]
+
+
+def test_knobs_from_a_signature_put_required_knobs_first_and_name_the_scheme():
+    def scheme(grid, *, b, a=2, c):
+        return grid
+
+    knobs = knobs_from_signature("my_sig", scheme)
+    assert issubclass(knobs, SchemeKnobs) and knobs.__name__ == "my_sigKnobs"
+    assert knobs.scheme == "my_sig"
+    assert knobs.__doc__ == "The knobs of position scheme 'my_sig', from its signature."
+    assert knobs.names() == ("b", "c", "a")
+    assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
+    unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
+    assert unsigned.names() == () and unsigned.scheme == "unsigned"
+
+
+@pytest.mark.parametrize(
+    "ratio, expected",
+    [
+        ((16, 24, 24), {2: None, 3: [1, 1, 1], 4: [1, 2, 1], 5: [1, 2, 2], 7: [2, 3, 2], 10: [2, 4, 4], 16: [4, 6, 6]}),
+        ((24, 20, 20), {2: None, 3: [1, 1, 1], 4: [2, 1, 1], 5: [2, 2, 1], 7: [3, 2, 2], 8: [3, 3, 2], 16: [6, 5, 5]}),
+        ((5, 3, 1), {4: [2, 1, 1], 6: [3, 2, 1], 7: [4, 2, 1], 8: [4, 2, 2], 10: [6, 3, 1], 16: [9, 5, 2]}),
+    ],
+)
+def test_default_mrope_section_rounds_the_largest_remainders_up(ratio, expected):
+    """Written out by hand: e.g. (16, 24, 24) at 7 pairs is exactly 1.75, 2.625, 2.625: floors 1, 2, 2, and the one
+    pair left goes to the largest remainder (t's .75)."""
+
+    class Knobs(SchemeKnobs):
+        mrope_section_ratio = ratio
+
+    for num_pairs, section in expected.items():
+        assert Knobs.default_mrope_section(num_pairs) == section, num_pairs
+
+
+def test_split_checks_its_share_then_the_base_check():
+    SplitAllocationKnobs().check(2, 8, 4)  # 8 pairs in two shares of 4
+    with pytest.raises(ValueError) as refused:
+        SplitAllocationKnobs().check(3, 8, 4)
+    assert str(refused.value) == (
+        "axis_allocation 'split' gives each of the 3 axes an equal share of the 8 frequency pairs; 8 is not "
+        "divisible by 3. Change the head dim or use 'interleaved'."
+    )
+    with pytest.raises(ValueError) as refused:
+        SplitAllocationKnobs().check(2, 0, 4)  # divisible, but no pair for the axes: the base check's message
+    assert str(refused.value) == "head_dim // 2 = 0 frequency pairs cannot cover 2 axes."
+
+    @dataclass(frozen=True)
+    class HeadsSplit(SplitAllocationKnobs):  # a subclass whose section counts heads: the base check reads them
+        section: ClassVar[str] = "heads"
+
+    HeadsSplit(mrope_section=[2, 2]).check(2, 8, 4)
+    with pytest.raises(ValueError) as refused:
+        HeadsSplit(mrope_section=[2, 3]).check(2, 8, 4)
+    assert str(refused.value) == (
+        "axis_allocation 'split' needs rope_parameters['mrope_section'] with 2 entries, the attention heads per axis, "
+        "summing to at most num_attention_heads = 4 (MHRoPE's [2, 3, 3] for 8 heads); got [2, 3]."
+    )
