@@ -14,7 +14,10 @@ from roformer_ext.encoding_knobs import (
     Capabilities,
     DebertaKnobs,
     EncodingKnobs,
+    ShawKnobs,
+    SinusoidalKnobs,
     T5BiasKnobs,
+    TupeKnobs,
     knobs_class,
     legacy_knob_owners,
 )
@@ -253,3 +256,34 @@ def test_t5_bias_knobs_name_t5s_value_when_refusing_a_non_positive_count(knob, h
     with pytest.raises(ValueError) as refused:
         T5BiasKnobs(**{knob: 0})
     assert str(refused.value) == f"t5_bias's {knob} must be a positive integer{hint}; got 0."
+
+
+@pytest.mark.parametrize(
+    "knobs, knob, message",
+    [
+        (
+            SinusoidalKnobs,
+            "sinusoidal_scale",
+            "sinusoidal's sinusoidal_scale must be a positive number (finite, > 0; 1.0 is Vaswani's table); got 0.",
+        ),
+        (
+            ShawKnobs,
+            "max_relative_position",
+            "shaw's max_relative_position must be a positive integer (Shaw et al.: 16); got 0.",
+        ),
+        (
+            TupeKnobs,
+            "relative_attention_num_buckets",
+            "tupe's relative_attention_num_buckets must be a positive integer (TUPE: 32); got 0.",
+        ),
+        (
+            TupeKnobs,
+            "relative_attention_max_distance",
+            "tupe's relative_attention_max_distance must be a positive integer (TUPE: 128); got 0.",
+        ),
+    ],
+)
+def test_each_encodings_refusal_names_the_papers_value(knobs, knob, message):
+    with pytest.raises(ValueError) as refused:
+        knobs(**{knob: 0})
+    assert str(refused.value) == message
