@@ -139,8 +139,12 @@ def test_no_cache_capability_refuses_cached_generation(unregister):
     unregister.append(name := limited_encoding(cache=False))
     model = RoFormerExtForCausalLM(tiny_config(position_encoding=name, is_decoder=True)).eval()
     ids = torch.randint(4, 90, (1, 5))
-    with pytest.raises(ValueError, match=rf"position_encoding='{name}' does not support a KV cache.*use_cache=False"):
+    with pytest.raises(ValueError) as refused:
         model.generate(ids, max_new_tokens=2, do_sample=False)
+    assert str(refused.value) == (
+        f"position_encoding={name!r} does not support a KV cache (its capabilities say so): call the model / "
+        "generate with use_cache=False."
+    )
     out = model.generate(ids, max_new_tokens=2, do_sample=False, use_cache=False)
     assert out.shape == (1, 7)
 
@@ -149,8 +153,12 @@ def test_no_packing_capability_refuses_packed_rows(unregister):
     unregister.append(name := limited_encoding(packing=False))
     model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
-    with pytest.raises(ValueError, match="does not support packed .*pad the batch instead"):
+    with pytest.raises(ValueError) as refused:
         model(torch.randint(4, 90, (1, 7)), cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    assert str(refused.value) == (
+        f"position_encoding={name!r} does not support packed (padding-free) rows (its capabilities say so): pad the "
+        "batch instead (DataCollatorWithPadding), without cu_seq_lens / seq_idx."
+    )
     assert model(torch.randint(4, 90, (2, 4))).last_hidden_state.shape == (2, 4, 32)
 
 
