@@ -1,6 +1,8 @@
 """Each position encoding's knobs (a dataclass in one nested config dict) and capabilities (read where each decision
 is made): built-ins declared once, checked, documented; a plugin's flags refuse what it cannot do, with the fix."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -295,3 +297,53 @@ def test_each_encodings_refusal_names_the_papers_value(knobs, knob, message):
     with pytest.raises(ValueError) as refused:
         knobs(**{knob: 0})
     assert str(refused.value) == message
+
+
+def test_t5_bias_takes_four_buckets_and_a_distance_beyond_half_of_them():
+    assert T5BiasKnobs(relative_attention_num_buckets=4, relative_attention_max_distance=3).to_dict() == {
+        "relative_attention_num_buckets": 4,
+        "relative_attention_max_distance": 3,
+    }
+    for buckets, distance in ((4, 2), (3, 100), (6, 3)):
+        with pytest.raises(ValueError) as refused:
+            T5BiasKnobs(relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
+        assert str(refused.value) == (
+            "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than half "
+            f"the buckets (T5: 32 and 128); got {buckets} and {distance}."
+        )
+
+
+def test_tupe_takes_four_even_buckets_and_a_distance_beyond_half_of_them():
+    knobs = TupeKnobs(relative_attention_num_buckets=4, relative_attention_max_distance=3)
+    assert (knobs.relative_attention_num_buckets, knobs.relative_attention_max_distance) == (4, 3)
+    for buckets, distance in ((4, 2), (2, 100), (5, 100), (6, 3)):
+        with pytest.raises(ValueError) as refused:
+            TupeKnobs(relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
+        assert str(refused.value) == (
+            "tupe's relative bias (tupe_rel_pos=True) needs an even relative_attention_num_buckets >= 4 and "
+            "relative_attention_max_distance larger than half the buckets (TUPE: 32 and 128); got "
+            f"{buckets} and {distance}."
+        )
+    assert TupeKnobs(tupe_rel_pos=False, relative_attention_num_buckets=2).relative_attention_num_buckets == 2
+
+
+def test_shaw_takes_a_clipping_distance_of_one():
+    assert ShawKnobs(max_relative_position=1).max_relative_position == 1
+
+
+def test_deberta_reach_and_log_bucket_check_at_their_edges():
+    config = SimpleNamespace(max_position_embeddings=64)
+    assert DebertaKnobs(max_relative_positions=0).relative_span(config) == 64  # <= 0: the model's length
+    assert DebertaKnobs(max_relative_positions=1).relative_span(config) == 1
+    assert DebertaKnobs(max_relative_positions=-1).relative_span(config) == 64
+    accepted = [(0, 1), (-1, 1), (2, 3), (4, 4), (6, 5)]  # (position_buckets, max_relative_positions)
+    for buckets, reach in accepted:
+        DebertaKnobs(position_buckets=buckets, max_relative_positions=reach).check(config)
+    for buckets, reach in [(1, 100), (2, 2), (4, 3), (6, 4)]:
+        with pytest.raises(ValueError) as refused:
+            DebertaKnobs(position_buckets=buckets, max_relative_positions=reach).check(config)
+        assert str(refused.value) == (
+            "deberta's log buckets need position_buckets >= 2 and max_relative_positions - 1 larger than half of "
+            f"them (DeBERTa-v3: 256 and 512); got position_buckets={buckets}, max_relative_positions={reach}. Raise "
+            "max_relative_positions or set position_buckets=-1."
+        )

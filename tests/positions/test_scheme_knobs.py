@@ -31,6 +31,7 @@ from roformer_ext.scheme_knobs import (
     allocation_knobs,
     allocation_knobs_class,
     knobs_from_signature,
+    rotates_per_head,
     scheme_knobs_class,
 )
 
@@ -522,3 +523,37 @@ def test_split_checks_its_share_then_the_base_check():
         "axis_allocation 'split' needs rope_parameters['mrope_section'] with 2 entries, the attention heads per axis, "
         "summing to at most num_attention_heads = 4 (MHRoPE's [2, 3, 3] for 8 heads); got [2, 3]."
     )
+
+
+def test_an_allocation_check_at_its_edges_with_its_messages_in_full():
+    heads = allocation_knobs("test_heads", section="heads")
+    heads(mrope_section=[2, 2]).check(2, 8, 4)  # the heads may be all used
+    for section in ([4], [2, 3], None):  # one entry for two axes; 5 heads of 4; none
+        with pytest.raises(ValueError) as refused:
+            heads(mrope_section=section).check(2, 8, 4)
+        assert str(refused.value) == (
+            "axis_allocation 'test_heads' needs rope_parameters['mrope_section'] with 2 entries, the attention heads "
+            f"per axis, summing to at most num_attention_heads = 4 (MHRoPE's [2, 3, 3] for 8 heads); got {section}."
+        )
+    pairs = allocation_knobs("test_pairs", section="pairs")
+    with pytest.raises(ValueError) as refused:
+        pairs().check(3, 8, 4)
+    assert str(refused.value) == (
+        "axis_allocation 'test_pairs' needs rope_parameters['mrope_section'] with 3 entries summing to head_dim // 2 "
+        "= 8 (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's [16, 24, 24] for head_dim 128); got None. Naming "
+        "a scheme with a published split (mrope, qwen2_5_vl, qwen3_vl, mrope_interleave, ilrope, omnirope, "
+        "videorope, hope, circle_rope) fills it in for the head size."
+    )
+    AxisAllocationKnobs().check(3, 3, 4)  # one pair per axis is enough
+    with pytest.raises(ValueError) as refused:
+        AxisAllocationKnobs().check(3, 2, 4)
+    assert str(refused.value) == "head_dim // 2 = 2 frequency pairs cannot cover 3 axes."
+
+
+def test_grape_rotates_per_head_only_when_it_does_not_share_across_heads():
+    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": False}) is True
+    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": True}) is False
+    assert rotates_per_head({"rope_type": "grape_m"}) is False  # the default shares
+    assert rotates_per_head({"rope_type": "default", "grape_share_across_heads": False}) is False
+    assert rotates_per_head({"axis_allocation": "headwise"}) is True
+    assert rotates_per_head({}) is False
