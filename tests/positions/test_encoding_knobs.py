@@ -347,3 +347,29 @@ def test_deberta_reach_and_log_bucket_check_at_their_edges():
             f"them (DeBERTa-v3: 256 and 512); got position_buckets={buckets}, max_relative_positions={reach}. Raise "
             "max_relative_positions or set position_buckets=-1."
         )
+
+
+def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes():
+    cases = [
+        (
+            TupeKnobs,
+            None,
+            "'tupe'",
+            "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', 'relative_attention_max_distance'",
+        ),
+        (EncodingKnobs, "rope", "'rope'", "no knobs"),
+    ]
+    for knobs, encoding, name, takes in cases:
+        with pytest.raises(ValueError) as refused:
+            knobs.from_dict({"nope": 1, "also": 2}, encoding)
+        assert str(refused.value) == (
+            f"position_encoding_parameters has 'also', 'nope', which position_encoding={name} does not take; it "
+            f"takes {takes}. Remove them, or choose the encoding they belong to."
+        )
+
+
+def test_before_the_model_code_registers_them_the_builtin_encoding_knobs_answer(monkeypatch):
+    monkeypatch.setattr(POSITION_ENCODINGS, "entry", lambda name: None)
+    assert knobs_class("tupe") is TupeKnobs
+    assert knobs_class("unknown") is EncodingKnobs
+    assert knobs_class(["tupe"]) is EncodingKnobs

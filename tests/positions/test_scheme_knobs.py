@@ -32,6 +32,7 @@ from roformer_ext.scheme_knobs import (
     allocation_knobs_class,
     knobs_from_signature,
     rotates_per_head,
+    scheme_knob_names,
     scheme_knobs_class,
 )
 
@@ -557,3 +558,47 @@ def test_grape_rotates_per_head_only_when_it_does_not_share_across_heads():
     assert rotates_per_head({"rope_type": "default", "grape_share_across_heads": False}) is False
     assert rotates_per_head({"axis_allocation": "headwise"}) is True
     assert rotates_per_head({}) is False
+
+
+def test_before_the_model_code_registers_them_the_builtin_knob_classes_answer(monkeypatch):
+    """Before position_schemes.py / axis_allocations.py are imported the registries hold no knob class: the look-ups
+    fall back to the built-ins declared here (made as if nothing were registered yet)."""
+    monkeypatch.setattr(POSITION_SCHEMES, "knobs_of", lambda name: None)
+    monkeypatch.setattr(AXIS_ALLOCATIONS, "knobs_of", lambda name: None)
+    assert scheme_knobs_class("qwen2_5_vl") is BUILTIN_SCHEME_KNOBS["qwen2_5_vl"]
+    assert scheme_knobs_class("unknown") is SchemeKnobs and scheme_knobs_class(["qwen2_5_vl"]) is SchemeKnobs
+    assert scheme_knob_names("qwen2_5_vl") == frozenset({"tokens_per_second"})
+    assert allocation_knobs_class("headwise") is BUILTIN_ALLOCATION_KNOBS["headwise"]
+    assert allocation_knobs_class("unknown") is AxisAllocationKnobs
+    assert allocation_knobs_class(["headwise"]) is AxisAllocationKnobs
+
+
+def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes():
+    cases = [
+        ((2, 3), "2 or 3"),
+        ((1, 2, 4), "1, 2 or 4"),
+        ((3,), "3"),
+    ]
+    for allowed, named in cases:
+        knobs = _scheme_knobs("x", axes=None, allowed_axes=allowed)
+        with pytest.raises(ValueError) as refused:
+            knobs.check_axes(5)
+        assert str(refused.value) == (
+            f"Position scheme 'x' places tokens on {named} axes; rope_parameters['axes'] = 5. Set "
+            f"rope_parameters['axes'] = {allowed[-1]}, or leave it out: naming the scheme fills it in."
+        )
+    with pytest.raises(ValueError) as refused:
+        _scheme_knobs("x", axes=None).check_axes(4)
+    assert str(refused.value) == "rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got 4."
+
+
+def test_a_knob_without_a_default_is_asked_for():
+    def scheme(grid, *, need):
+        return grid
+
+    with pytest.raises(ValueError) as refused:
+        knobs_from_signature("needy", scheme).from_rope_parameters({})
+    assert str(refused.value) == (
+        "Position scheme 'needy' needs rope_parameters['need'] (a knob without a default); add it to rope_parameters."
+    )
+    assert knobs_from_signature("needy", scheme).from_rope_parameters({"need": 2, "other": 1}).to_dict() == {"need": 2}
