@@ -259,8 +259,12 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
     both, cu = torch.cat([ids, ids], dim=1), torch.tensor([0, 4, 8], dtype=torch.int32)
     with torch.no_grad():
         if capability == "cache":
-            with pytest.raises(ValueError, match=f"'{name}' does not continue after a cached prompt"):
+            with pytest.raises(ValueError) as refused:
                 model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
+            assert str(refused.value) == (
+                f"Position scheme {name!r} does not continue after a cached prompt (its capabilities say so): call "
+                "the model / generate with use_cache=False."
+            )
             out = model.generate(
                 ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False, use_cache=False
             )
@@ -268,9 +272,13 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
             model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
                   cu_seq_lens_q=cu, cu_seq_lens_k=cu, use_cache=False)  # fmt: skip
         else:
-            with pytest.raises(ValueError, match=f"'{name}' does not lay out packed"):
+            with pytest.raises(ValueError) as refused:
                 model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
                       cu_seq_lens_q=cu, cu_seq_lens_k=cu)  # fmt: skip
+            assert str(refused.value) == (
+                f"Position scheme {name!r} does not lay out packed (padding-free) rows (its capabilities say so): "
+                "pad the batch instead, without cu_seq_lens / seq_idx, or pass 3D position_ids."
+            )
             model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
 
 

@@ -18,6 +18,7 @@ from roformer_ext import (
     RoFormerExtVisionTextConfig,
     RoFormerExtVisionTextForCausalLM,
     RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextModel,
 )
 from roformer_ext.compat import CACHE, output_cache
 from roformer_ext.modeling_roformer_ext_vision import expand_vision_inputs
@@ -216,3 +217,16 @@ def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_
         assert torch.equal(with_pixels.sequences, other.sequences)
         for step, step_other in zip(with_pixels.logits, other.logits):
             torch.testing.assert_close(step, step_other, atol=1e-8, rtol=0)
+
+
+@pytest.mark.parametrize("grid", ["image_grid_thw", "video_grid_thw"])
+def test_a_grid_without_input_ids_is_refused_with_the_fix(grid):
+    """Embeddings alone cannot say where the image sits: either grid is refused, each on its own."""
+    model = RoFormerExtVisionTextModel(sensitive_config()).eval()
+    embeds = model.get_input_embeddings()(torch.tensor([[5, 6, 7]]))
+    with pytest.raises(ValueError) as refused:
+        model(inputs_embeds=embeds, **{grid: torch.tensor([[1, 1, 1]])})
+    assert str(refused.value) == (
+        "image_grid_thw / video_grid_thw need input_ids (their placeholders say where each image sits); with "
+        "inputs_embeds pass 3D position_ids built by roformer_ext.positions.build_position_ids."
+    )
