@@ -235,14 +235,14 @@ def test_a_grid_without_input_ids_is_refused_with_the_fix(grid):
 def test_decoding_without_position_ids_continues_after_the_cached_prompt():
     """A cached call without position_ids numbers its tokens from the cached length, as generate's 2D positions do."""
     model = RoFormerExtVisionTextModel(sensitive_config(is_decoder=True)).eval()
-    prompt, following = torch.tensor([[5, 6, 7, 8], [8, 7, 6, 5]]), torch.tensor([[9, 10], [10, 9]])
+    prompt, following = torch.tensor([[5, 6, 7, 8], [8, 7, 6, 5]]), torch.tensor([[9, 10, 11], [11, 10, 9]])
     with torch.no_grad():
         cache = output_cache(model(prompt, use_cache=True))
         implicit = model(following, **{CACHE: cache}).last_hidden_state
         cache = output_cache(model(prompt, use_cache=True))
-        explicit = model(following, **{CACHE: cache}, position_ids=torch.tensor([[4, 5], [4, 5]]))
+        explicit = model(following, **{CACHE: cache}, position_ids=torch.tensor([[4, 5, 6], [4, 5, 6]]))
         cache = output_cache(model(prompt, use_cache=True))
-        restarted = model(following, **{CACHE: cache}, position_ids=torch.tensor([[0, 1], [0, 1]]))
-    assert implicit.shape == (2, 2, SIZES["hidden_size"])
+        restarted = model(following, **{CACHE: cache}, position_ids=torch.tensor([[0, 1, 2], [0, 1, 2]]))
+    assert implicit.shape == (2, 3, SIZES["hidden_size"])  # batch 2, 3 tokens: neither size stands for the other
     assert torch.equal(implicit, explicit.last_hidden_state)
     assert not torch.allclose(implicit, restarted.last_hidden_state)  # the positions are seen
