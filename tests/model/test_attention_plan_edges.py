@@ -335,3 +335,87 @@ def test_flash_refusals_name_the_backends_that_take_the_input():
         "A custom 4D attention_mask cannot be used with attn_implementation='flash_attention_2' (flash attention takes "
         "no dense mask); " + fix
     )
+
+
+class FlexCall:
+    """Stands in for flex attention: records what it was given and returns a (batch, heads, query, dim) tensor whose
+    entries are all different, so any other transpose than heads <-> queries shows. Every argument is required."""
+
+    def __init__(self):
+        self.calls = []
+        self.output = torch.arange(2 * 3 * 5 * 4, dtype=torch.float32).reshape(2, 3, 5, 4)
+
+    def eager(self, query, key, value, *, score_mod, block_mask, scale):
+        self.calls.append(("eager", query, key, value, score_mod, block_mask, scale))
+        return self.output
+
+    def compiled(self, query, key, value, *, score_mod, block_mask, scale, training):
+        self.calls.append(("compiled", query, key, value, score_mod, block_mask, scale, training))
+        return self.output
+
+
+def _flex_inputs(device: str = "cpu"):
+    query = torch.zeros(2, 3, 5, 4, device=device)
+    key = torch.ones(2, 3, 7, 4, device=device)
+    value = torch.full((2, 3, 7, 4), 2.0, device=device)
+    return query, key, value
+
+
+def test_the_score_mod_call_hands_its_inputs_to_flex_unchanged(monkeypatch):
+    """`flex_attention_with_score_mod` on a CPU tensor outside torch.compile calls the fixed-shape compiled flex
+    attention; on any other device, or while compiling, transformers' compile-friendly wrapper, with the module's
+    training flag. Both stand-ins record their arguments (no flex attention is compiled here)."""
+    import transformers.integrations.flex_attention as transformers_flex
+
+    import roformer_ext.attention_plan as attention_plan
+
+    flex = FlexCall()
+    monkeypatch.setattr(attention_plan, "_cpu_flex_attention", lambda: flex.eager)
+    monkeypatch.setattr(transformers_flex, "compile_friendly_flex_attention", flex.compiled)
+    module = nn.Linear(1, 1).train()
+
+    def score_mod(score, batch, head, q_idx, kv_idx):
+        return score
+
+    block_mask = object()
+    expected = flex.output.transpose(1, 2)
+    query, key, value = _flex_inputs()
+    output, weights = flex_attention_with_score_mod(
+        module, query, key, value, block_mask, scaling=0.25, score_mod=score_mod
+    )
+    assert weights is None and output.shape == (2, 5, 3, 4) and output.is_contiguous()
+    assert torch.equal(output, expected)
+    assert len(flex.calls) == 1
+    name, *arguments = flex.calls[0]
+    assert name == "eager"
+    assert arguments[0] is query and arguments[1] is key and arguments[2] is value
+    assert arguments[3] is score_mod and arguments[4] is block_mask and arguments[5] == 0.25
+
+    meta = _flex_inputs("meta")  # not a CPU tensor: the wrapper
+    flex_attention_with_score_mod(module, *meta, block_mask, scaling=0.5, score_mod=score_mod)
+    name, *arguments = flex.calls[1]
+    assert name == "compiled"
+    assert arguments[0] is meta[0] and arguments[1] is meta[1] and arguments[2] is meta[2]
+    assert arguments[3] is score_mod and arguments[4] is block_mask and arguments[5] == 0.5 and arguments[6] is True
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # a CPU tensor while compiling: the wrapper
+    flex_attention_with_score_mod(module.eval(), query, key, value, block_mask, scaling=0.5, score_mod=score_mod)
+    assert [call[0] for call in flex.calls] == ["eager", "compiled", "compiled"]
+    assert flex.calls[2][1] is query and flex.calls[2][7] is False
+
+
+def test_the_score_mod_call_refuses_dropout_and_takes_none_by_default(monkeypatch):
+    import roformer_ext.attention_plan as attention_plan
+
+    flex = FlexCall()
+    monkeypatch.setattr(attention_plan, "_cpu_flex_attention", lambda: flex.eager)
+    query, key, value = _flex_inputs()
+    with pytest.raises(ValueError) as refused:
+        flex_attention_with_score_mod(nn.Linear(1, 1), query, key, value, None, dropout=0.5)
+    assert str(refused.value) == (
+        "flex attention does not support attention dropout; call model.eval() or set it to 0."
+    )
+    assert flex.calls == []
+    output, _ = flex_attention_with_score_mod(nn.Linear(1, 1), query, key, value, None)  # no dropout, scale, score_mod
+    assert flex.calls == [("eager", query, key, value, None, None, None)]
+    assert torch.equal(output, flex.output.transpose(1, 2))

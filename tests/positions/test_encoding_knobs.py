@@ -1,6 +1,8 @@
 """Each position encoding's knobs (a dataclass in one nested config dict) and capabilities (read where each decision
 is made): built-ins declared once, checked, documented; a plugin's flags refuse what it cannot do, with the fix."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -14,6 +16,10 @@ from roformer_ext.encoding_knobs import (
     Capabilities,
     DebertaKnobs,
     EncodingKnobs,
+    ShawKnobs,
+    SinusoidalKnobs,
+    T5BiasKnobs,
+    TupeKnobs,
     knobs_class,
     legacy_knob_owners,
 )
@@ -135,8 +141,12 @@ def test_no_cache_capability_refuses_cached_generation(unregister):
     unregister.append(name := limited_encoding(cache=False))
     model = RoFormerExtForCausalLM(tiny_config(position_encoding=name, is_decoder=True)).eval()
     ids = torch.randint(4, 90, (1, 5))
-    with pytest.raises(ValueError, match=rf"position_encoding='{name}' does not support a KV cache.*use_cache=False"):
+    with pytest.raises(ValueError) as refused:
         model.generate(ids, max_new_tokens=2, do_sample=False)
+    assert str(refused.value) == (
+        f"position_encoding={name!r} does not support a KV cache (its capabilities say so): call the model / "
+        "generate with use_cache=False."
+    )
     out = model.generate(ids, max_new_tokens=2, do_sample=False, use_cache=False)
     assert out.shape == (1, 7)
 
@@ -145,8 +155,12 @@ def test_no_packing_capability_refuses_packed_rows(unregister):
     unregister.append(name := limited_encoding(packing=False))
     model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
-    with pytest.raises(ValueError, match="does not support packed .*pad the batch instead"):
+    with pytest.raises(ValueError) as refused:
         model(torch.randint(4, 90, (1, 7)), cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    assert str(refused.value) == (
+        f"position_encoding={name!r} does not support packed (padding-free) rows (its capabilities say so): pad the "
+        "batch instead (DataCollatorWithPadding), without cu_seq_lens / seq_idx."
+    )
     assert model(torch.randint(4, 90, (2, 4))).last_hidden_state.shape == (2, 4, 32)
 
 
@@ -243,3 +257,119 @@ def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
         for (knob, default), value in zip(listed, knobs().to_dict().values()):
             shown = default.split(":")[0].strip("`").replace('"', "'")
             assert shown == repr(value).replace('"', "'"), (name, knob)
+
+
+@pytest.mark.parametrize(
+    "knob, hint", [("relative_attention_num_buckets", " (T5: 32)"), ("relative_attention_max_distance", " (T5: 128)")]
+)
+def test_t5_bias_knobs_name_t5s_value_when_refusing_a_non_positive_count(knob, hint):
+    with pytest.raises(ValueError) as refused:
+        T5BiasKnobs(**{knob: 0})
+    assert str(refused.value) == f"t5_bias's {knob} must be a positive integer{hint}; got 0."
+
+
+@pytest.mark.parametrize(
+    "knobs, knob, message",
+    [
+        (
+            SinusoidalKnobs,
+            "sinusoidal_scale",
+            "sinusoidal's sinusoidal_scale must be a positive number (finite, > 0; 1.0 is Vaswani's table); got 0.",
+        ),
+        (
+            ShawKnobs,
+            "max_relative_position",
+            "shaw's max_relative_position must be a positive integer (Shaw et al.: 16); got 0.",
+        ),
+        (
+            TupeKnobs,
+            "relative_attention_num_buckets",
+            "tupe's relative_attention_num_buckets must be a positive integer (TUPE: 32); got 0.",
+        ),
+        (
+            TupeKnobs,
+            "relative_attention_max_distance",
+            "tupe's relative_attention_max_distance must be a positive integer (TUPE: 128); got 0.",
+        ),
+    ],
+)
+def test_each_encodings_refusal_names_the_papers_value(knobs, knob, message):
+    with pytest.raises(ValueError) as refused:
+        knobs(**{knob: 0})
+    assert str(refused.value) == message
+
+
+def test_t5_bias_takes_four_buckets_and_a_distance_beyond_half_of_them():
+    assert T5BiasKnobs(relative_attention_num_buckets=4, relative_attention_max_distance=3).to_dict() == {
+        "relative_attention_num_buckets": 4,
+        "relative_attention_max_distance": 3,
+    }
+    for buckets, distance in ((4, 2), (3, 100), (6, 3)):
+        with pytest.raises(ValueError) as refused:
+            T5BiasKnobs(relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
+        assert str(refused.value) == (
+            "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than half "
+            f"the buckets (T5: 32 and 128); got {buckets} and {distance}."
+        )
+
+
+def test_tupe_takes_four_even_buckets_and_a_distance_beyond_half_of_them():
+    knobs = TupeKnobs(relative_attention_num_buckets=4, relative_attention_max_distance=3)
+    assert (knobs.relative_attention_num_buckets, knobs.relative_attention_max_distance) == (4, 3)
+    for buckets, distance in ((4, 2), (2, 100), (5, 100), (6, 3)):
+        with pytest.raises(ValueError) as refused:
+            TupeKnobs(relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
+        assert str(refused.value) == (
+            "tupe's relative bias (tupe_rel_pos=True) needs an even relative_attention_num_buckets >= 4 and "
+            "relative_attention_max_distance larger than half the buckets (TUPE: 32 and 128); got "
+            f"{buckets} and {distance}."
+        )
+    assert TupeKnobs(tupe_rel_pos=False, relative_attention_num_buckets=2).relative_attention_num_buckets == 2
+
+
+def test_shaw_takes_a_clipping_distance_of_one():
+    assert ShawKnobs(max_relative_position=1).max_relative_position == 1
+
+
+def test_deberta_reach_and_log_bucket_check_at_their_edges():
+    config = SimpleNamespace(max_position_embeddings=64)
+    assert DebertaKnobs(max_relative_positions=0).relative_span(config) == 64  # <= 0: the model's length
+    assert DebertaKnobs(max_relative_positions=1).relative_span(config) == 1
+    assert DebertaKnobs(max_relative_positions=-1).relative_span(config) == 64
+    accepted = [(0, 1), (-1, 1), (2, 3), (4, 4), (6, 5)]  # (position_buckets, max_relative_positions)
+    for buckets, reach in accepted:
+        DebertaKnobs(position_buckets=buckets, max_relative_positions=reach).check(config)
+    for buckets, reach in [(1, 100), (2, 2), (4, 3), (6, 4)]:
+        with pytest.raises(ValueError) as refused:
+            DebertaKnobs(position_buckets=buckets, max_relative_positions=reach).check(config)
+        assert str(refused.value) == (
+            "deberta's log buckets need position_buckets >= 2 and max_relative_positions - 1 larger than half of "
+            f"them (DeBERTa-v3: 256 and 512); got position_buckets={buckets}, max_relative_positions={reach}. Raise "
+            "max_relative_positions or set position_buckets=-1."
+        )
+
+
+def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes():
+    cases = [
+        (
+            TupeKnobs,
+            None,
+            "'tupe'",
+            "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', 'relative_attention_max_distance'",
+        ),
+        (EncodingKnobs, "rope", "'rope'", "no knobs"),
+    ]
+    for knobs, encoding, name, takes in cases:
+        with pytest.raises(ValueError) as refused:
+            knobs.from_dict({"nope": 1, "also": 2}, encoding)
+        assert str(refused.value) == (
+            f"position_encoding_parameters has 'also', 'nope', which position_encoding={name} does not take; it "
+            f"takes {takes}. Remove them, or choose the encoding they belong to."
+        )
+
+
+def test_before_the_model_code_registers_them_the_builtin_encoding_knobs_answer(monkeypatch):
+    monkeypatch.setattr(POSITION_ENCODINGS, "entry", lambda name: None)
+    assert knobs_class("tupe") is TupeKnobs
+    assert knobs_class("unknown") is EncodingKnobs
+    assert knobs_class(["tupe"]) is EncodingKnobs

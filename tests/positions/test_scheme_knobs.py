@@ -13,17 +13,26 @@ from conftest import position_sensitive_config
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
+from roformer_ext.axis_allocations import mrope_interleaved_allocation
 from roformer_ext.position_schemes import register_position_scheme, rope_1d
 from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
 from roformer_ext.rope import interleaved_allocation, register_axis_allocation
 from roformer_ext.scheme_knobs import (
+    BOOL,
     BUILTIN_ALLOCATION_KNOBS,
     BUILTIN_SCHEME_KNOBS,
+    POSITIVE,
     AxisAllocationKnobs,
     SchemeCapabilities,
     SchemeKnobs,
+    SplitAllocationKnobs,
+    _scheme_knobs,
+    allocation_knobs,
     allocation_knobs_class,
+    knobs_from_signature,
+    rotates_per_head,
+    scheme_knob_names,
     scheme_knobs_class,
 )
 
@@ -250,8 +259,12 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
     both, cu = torch.cat([ids, ids], dim=1), torch.tensor([0, 4, 8], dtype=torch.int32)
     with torch.no_grad():
         if capability == "cache":
-            with pytest.raises(ValueError, match=f"'{name}' does not continue after a cached prompt"):
+            with pytest.raises(ValueError) as refused:
                 model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
+            assert str(refused.value) == (
+                f"Position scheme {name!r} does not continue after a cached prompt (its capabilities say so): call "
+                "the model / generate with use_cache=False."
+            )
             out = model.generate(
                 ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False, use_cache=False
             )
@@ -259,9 +272,13 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
             model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
                   cu_seq_lens_q=cu, cu_seq_lens_k=cu, use_cache=False)  # fmt: skip
         else:
-            with pytest.raises(ValueError, match=f"'{name}' does not lay out packed"):
+            with pytest.raises(ValueError) as refused:
                 model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
                       cu_seq_lens_q=cu, cu_seq_lens_k=cu)  # fmt: skip
+            assert str(refused.value) == (
+                f"Position scheme {name!r} does not lay out packed (padding-free) rows (its capabilities say so): "
+                "pad the batch instead, without cu_seq_lens / seq_idx, or pass 3D position_ids."
+            )
             model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
 
 
@@ -310,3 +327,286 @@ def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
         RoFormerExtVisionTextConfig(
             hidden_size=64, num_attention_heads=2, attention_type="linear", rope_parameters=rope
         )
+
+
+# --- the mutation run's edges: the knob-class factories, called at test time (the built-ins are made at import,
+# before a mutant is switched on)
+
+
+def test_a_builtin_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
+    knobs = _scheme_knobs(
+        "my_new_scheme", (("stride", 2.0, POSITIVE), ("reset", True, BOOL)), allocation="sections", ratio=(1, 2, 3)
+    )
+    assert issubclass(knobs, SchemeKnobs)
+    assert knobs.__name__ == "MyNewSchemeKnobs"
+    assert knobs.__module__ == "roformer_ext.scheme_knobs"
+    assert knobs.__doc__ == "The knobs of position scheme 'my_new_scheme'."
+    assert knobs.scheme == "my_new_scheme"
+    assert knobs.default_axes == 3 and knobs.allowed_axes == (3,)
+    assert knobs.default_allocation == "sections" and knobs.mrope_section_ratio == (1, 2, 3)
+    assert knobs.checks == {"stride": POSITIVE, "reset": BOOL}
+    assert knobs.names() == ("stride", "reset")
+    assert knobs().to_dict() == {"stride": 2.0, "reset": True}
+    assert knobs(stride=0.5, reset=False).to_dict() == {"stride": 0.5, "reset": False}
+    with pytest.raises(AttributeError):
+        knobs().stride = 1.0  # frozen
+    with pytest.raises(ValueError) as refused:
+        knobs(stride=0)
+    assert str(refused.value) == (
+        "Position scheme 'my_new_scheme': rope_parameters['stride'] must be a positive number; got 0."
+    )
+    with pytest.raises(ValueError) as refused:
+        knobs(reset=1)
+    assert (
+        str(refused.value) == "Position scheme 'my_new_scheme': rope_parameters['reset'] must be True or False; got 1."
+    )
+
+
+def test_a_builtin_scheme_knob_class_without_knobs_takes_its_axes_defaults():
+    plain = _scheme_knobs("plain", axes=None)
+    assert plain.__name__ == "PlainKnobs" and plain.names() == () and plain.checks == {}
+    assert plain.default_axes is None and plain.allowed_axes == (1, 2, 3)
+    assert plain.default_allocation is None and plain.mrope_section_ratio is None
+    assert plain().to_dict() == {}
+    three = _scheme_knobs("three")
+    assert three.default_axes == 3 and three.allowed_axes == (3,) and three.names() == ()
+    assert _scheme_knobs("two", axes=2).allowed_axes == (2,)
+    assert _scheme_knobs("given", axes=3, allowed_axes=(2, 3)).allowed_axes == (2, 3)
+    assert _scheme_knobs("given", axes=None, allowed_axes=(1,)).allowed_axes == (1,)
+
+
+def test_an_allocation_knob_class_carries_its_flags():
+    knobs = allocation_knobs("my_banded_split", section="heads", headwise=1, axis_ladders="yes")
+    assert issubclass(knobs, AxisAllocationKnobs)
+    assert knobs.__name__ == "MyBandedSplitAllocationKnobs"
+    assert knobs.__module__ == "roformer_ext.scheme_knobs"
+    assert knobs.__doc__ == "The knobs of axis allocation 'my_banded_split'."
+    assert knobs.allocation == "my_banded_split" and knobs.section == "heads"
+    assert knobs.headwise is True and knobs.axis_ladders is True  # made booleans
+    assert knobs().mrope_section is None and knobs(mrope_section=[1, 2]).mrope_section == [1, 2]
+    plain = allocation_knobs("plain")
+    assert plain.__name__ == "PlainAllocationKnobs"
+    assert plain.section is None and plain.headwise is False and plain.axis_ladders is False
+    for section in (None, "pairs", "heads"):
+        assert allocation_knobs("any", section=section).section == section
+    with pytest.raises(ValueError) as refused:
+        allocation_knobs("any", section="rows")
+    assert str(refused.value) == "An allocation's section counts None, 'pairs' or 'heads'; got 'rows'."
+
+
+@pytest.mark.parametrize(
+    "radius, takes",
+    [
+        (3.0, True),
+        ("auto", True),
+        ("auto-2", True),
+        ("auto-0.5", True),
+        ("auto-0", False),
+        ("auto--1", False),
+        ("auto-", False),
+        ("auto-x", False),
+        ("AUTO-2", False),
+        ("xauto-2", False),
+        ("2", False),
+        (None, False),
+        (0, False),
+    ],
+)
+def test_circle_rope_radius_takes_a_positive_number_auto_or_a_positive_auto_scale(radius, takes):
+    knobs = BUILTIN_SCHEME_KNOBS["circle_rope"]
+    if takes:
+        assert knobs(circle_radius=radius).circle_radius == radius
+        return
+    with pytest.raises(ValueError) as refused:
+        knobs(circle_radius=radius)
+    assert str(refused.value) == (
+        "Position scheme 'circle_rope': rope_parameters['circle_radius'] must be a positive number, 'auto' or "
+        f"'auto-<positive scale>'; got {radius!r}."
+    )
+
+
+@pytest.mark.parametrize("value, takes", [(0, True), (0.0, True), (0.25, True), (1, True), (1.0, True), (1.5, False)])
+def test_circle_rope_alpha_and_dff_rate_take_the_closed_unit_interval(value, takes):
+    knobs = BUILTIN_SCHEME_KNOBS["circle_rope"]
+    for name in ("circle_alpha", "circle_dff_rate"):
+        if takes:
+            assert getattr(knobs(**{name: value}), name) == value
+            continue
+        with pytest.raises(ValueError) as refused:
+            knobs(**{name: value})
+        assert str(refused.value) == (
+            f"Position scheme 'circle_rope': rope_parameters[{name!r}] must be a number in [0, 1]; got {value!r}."
+        )
+    for bad in (-0.5, True, "0.5"):
+        with pytest.raises(ValueError):
+            knobs(circle_alpha=bad)
+
+
+def test_a_builtin_allocation_registers_under_its_name_with_its_knob_class(monkeypatch):
+    """`_builtin_allocation` runs at import; called here with the registration recorded."""
+    import roformer_ext.axis_allocations as axis_allocations
+
+    calls = []
+    monkeypatch.setattr(
+        axis_allocations, "register_axis_allocation", lambda name, *, knobs: calls.append((name, knobs)) or "made"
+    )
+    assert axis_allocations._builtin_allocation("hope") == "made"
+    assert calls == [("hope", BUILTIN_ALLOCATION_KNOBS["hope"])]
+
+
+def test_register_axis_allocation_refuses_knobs_and_flags_together_and_a_class_that_is_no_knob_class():
+    with pytest.raises(TypeError) as refused:
+        register_axis_allocation("test_both", knobs=SplitAllocationKnobs, headwise=True)
+    assert str(refused.value) == (
+        "register_axis_allocation('test_both'): pass either knobs= or the flags section= / headwise= / "
+        "axis_ladders=, not both (the knob class sets them)."
+    )
+    with pytest.raises(TypeError) as refused:
+        register_axis_allocation("test_int", knobs=int)
+    assert str(refused.value) == (
+        "Axis allocation 'test_int''s knobs must be a AxisAllocationKnobs subclass (a frozen dataclass); got "
+        "<class 'int'>."
+    )
+
+
+def test_mrope_interleaved_allocation_strides_h_and_w_up_to_their_sections():
+    # T,H,W,T,H,W,...: h on pairs 1, 4, 7 below 3 * 3 = 9, w on 2, 5, 8; every other pair t
+    assert mrope_interleaved_allocation(10, 3, [4, 3, 3]) == [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]
+    # h's section (2) ends first: pairs 1, 4; w's (4) reaches the last pair: 2, 5, 8, 11
+    assert mrope_interleaved_allocation(12, 3, [6, 2, 4]) == [0, 1, 2, 0, 1, 2, 0, 0, 2, 0, 0, 2]
+
+
+def test_knobs_from_a_signature_put_required_knobs_first_and_name_the_scheme():
+    def scheme(grid, *, b, a=2, c):
+        return grid
+
+    knobs = knobs_from_signature("my_sig", scheme)
+    assert issubclass(knobs, SchemeKnobs) and knobs.__name__ == "my_sigKnobs"
+    assert knobs.scheme == "my_sig"
+    assert knobs.__doc__ == "The knobs of position scheme 'my_sig', from its signature."
+    assert knobs.names() == ("b", "c", "a")
+    assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
+    unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
+    assert unsigned.names() == () and unsigned.scheme == "unsigned"
+
+
+@pytest.mark.parametrize(
+    "ratio, expected",
+    [
+        ((16, 24, 24), {2: None, 3: [1, 1, 1], 4: [1, 2, 1], 5: [1, 2, 2], 7: [2, 3, 2], 10: [2, 4, 4], 16: [4, 6, 6]}),
+        ((24, 20, 20), {2: None, 3: [1, 1, 1], 4: [2, 1, 1], 5: [2, 2, 1], 7: [3, 2, 2], 8: [3, 3, 2], 16: [6, 5, 5]}),
+        ((5, 3, 1), {4: [2, 1, 1], 6: [3, 2, 1], 7: [4, 2, 1], 8: [4, 2, 2], 10: [6, 3, 1], 16: [9, 5, 2]}),
+    ],
+)
+def test_default_mrope_section_rounds_the_largest_remainders_up(ratio, expected):
+    """Written out by hand: e.g. (16, 24, 24) at 7 pairs is exactly 1.75, 2.625, 2.625: floors 1, 2, 2, and the one
+    pair left goes to the largest remainder (t's .75)."""
+
+    class Knobs(SchemeKnobs):
+        mrope_section_ratio = ratio
+
+    for num_pairs, section in expected.items():
+        assert Knobs.default_mrope_section(num_pairs) == section, num_pairs
+
+
+def test_split_checks_its_share_then_the_base_check():
+    SplitAllocationKnobs().check(2, 8, 4)  # 8 pairs in two shares of 4
+    with pytest.raises(ValueError) as refused:
+        SplitAllocationKnobs().check(3, 8, 4)
+    assert str(refused.value) == (
+        "axis_allocation 'split' gives each of the 3 axes an equal share of the 8 frequency pairs; 8 is not "
+        "divisible by 3. Change the head dim or use 'interleaved'."
+    )
+    with pytest.raises(ValueError) as refused:
+        SplitAllocationKnobs().check(2, 0, 4)  # divisible, but no pair for the axes: the base check's message
+    assert str(refused.value) == "head_dim // 2 = 0 frequency pairs cannot cover 2 axes."
+
+    @dataclass(frozen=True)
+    class HeadsSplit(SplitAllocationKnobs):  # a subclass whose section counts heads: the base check reads them
+        section: ClassVar[str] = "heads"
+
+    HeadsSplit(mrope_section=[2, 2]).check(2, 8, 4)
+    with pytest.raises(ValueError) as refused:
+        HeadsSplit(mrope_section=[2, 3]).check(2, 8, 4)
+    assert str(refused.value) == (
+        "axis_allocation 'split' needs rope_parameters['mrope_section'] with 2 entries, the attention heads per axis, "
+        "summing to at most num_attention_heads = 4 (MHRoPE's [2, 3, 3] for 8 heads); got [2, 3]."
+    )
+
+
+def test_an_allocation_check_at_its_edges_with_its_messages_in_full():
+    heads = allocation_knobs("test_heads", section="heads")
+    heads(mrope_section=[2, 2]).check(2, 8, 4)  # the heads may be all used
+    for section in ([4], [2, 3], None):  # one entry for two axes; 5 heads of 4; none
+        with pytest.raises(ValueError) as refused:
+            heads(mrope_section=section).check(2, 8, 4)
+        assert str(refused.value) == (
+            "axis_allocation 'test_heads' needs rope_parameters['mrope_section'] with 2 entries, the attention heads "
+            f"per axis, summing to at most num_attention_heads = 4 (MHRoPE's [2, 3, 3] for 8 heads); got {section}."
+        )
+    pairs = allocation_knobs("test_pairs", section="pairs")
+    with pytest.raises(ValueError) as refused:
+        pairs().check(3, 8, 4)
+    assert str(refused.value) == (
+        "axis_allocation 'test_pairs' needs rope_parameters['mrope_section'] with 3 entries summing to head_dim // 2 "
+        "= 8 (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's [16, 24, 24] for head_dim 128); got None. Naming "
+        "a scheme with a published split (mrope, qwen2_5_vl, qwen3_vl, mrope_interleave, ilrope, omnirope, "
+        "videorope, hope, circle_rope) fills it in for the head size."
+    )
+    AxisAllocationKnobs().check(3, 3, 4)  # one pair per axis is enough
+    with pytest.raises(ValueError) as refused:
+        AxisAllocationKnobs().check(3, 2, 4)
+    assert str(refused.value) == "head_dim // 2 = 2 frequency pairs cannot cover 3 axes."
+
+
+def test_grape_rotates_per_head_only_when_it_does_not_share_across_heads():
+    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": False}) is True
+    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": True}) is False
+    assert rotates_per_head({"rope_type": "grape_m"}) is False  # the default shares
+    assert rotates_per_head({"rope_type": "default", "grape_share_across_heads": False}) is False
+    assert rotates_per_head({"axis_allocation": "headwise"}) is True
+    assert rotates_per_head({}) is False
+
+
+def test_before_the_model_code_registers_them_the_builtin_knob_classes_answer(monkeypatch):
+    """Before position_schemes.py / axis_allocations.py are imported the registries hold no knob class: the look-ups
+    fall back to the built-ins declared here (made as if nothing were registered yet)."""
+    monkeypatch.setattr(POSITION_SCHEMES, "knobs_of", lambda name: None)
+    monkeypatch.setattr(AXIS_ALLOCATIONS, "knobs_of", lambda name: None)
+    assert scheme_knobs_class("qwen2_5_vl") is BUILTIN_SCHEME_KNOBS["qwen2_5_vl"]
+    assert scheme_knobs_class("unknown") is SchemeKnobs and scheme_knobs_class(["qwen2_5_vl"]) is SchemeKnobs
+    assert scheme_knob_names("qwen2_5_vl") == frozenset({"tokens_per_second"})
+    assert allocation_knobs_class("headwise") is BUILTIN_ALLOCATION_KNOBS["headwise"]
+    assert allocation_knobs_class("unknown") is AxisAllocationKnobs
+    assert allocation_knobs_class(["headwise"]) is AxisAllocationKnobs
+
+
+def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes():
+    cases = [
+        ((2, 3), "2 or 3"),
+        ((1, 2, 4), "1, 2 or 4"),
+        ((3,), "3"),
+    ]
+    for allowed, named in cases:
+        knobs = _scheme_knobs("x", axes=None, allowed_axes=allowed)
+        with pytest.raises(ValueError) as refused:
+            knobs.check_axes(5)
+        assert str(refused.value) == (
+            f"Position scheme 'x' places tokens on {named} axes; rope_parameters['axes'] = 5. Set "
+            f"rope_parameters['axes'] = {allowed[-1]}, or leave it out: naming the scheme fills it in."
+        )
+    with pytest.raises(ValueError) as refused:
+        _scheme_knobs("x", axes=None).check_axes(4)
+    assert str(refused.value) == "rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got 4."
+
+
+def test_a_knob_without_a_default_is_asked_for():
+    def scheme(grid, *, need):
+        return grid
+
+    with pytest.raises(ValueError) as refused:
+        knobs_from_signature("needy", scheme).from_rope_parameters({})
+    assert str(refused.value) == (
+        "Position scheme 'needy' needs rope_parameters['need'] (a knob without a default); add it to rope_parameters."
+    )
+    assert knobs_from_signature("needy", scheme).from_rope_parameters({"need": 2, "other": 1}).to_dict() == {"need": 2}

@@ -18,6 +18,7 @@ from roformer_ext import (
     RoFormerExtVisionTextConfig,
     RoFormerExtVisionTextForCausalLM,
     RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextModel,
 )
 from roformer_ext.compat import CACHE, output_cache
 from roformer_ext.modeling_roformer_ext_vision import expand_vision_inputs
@@ -216,3 +217,32 @@ def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_
         assert torch.equal(with_pixels.sequences, other.sequences)
         for step, step_other in zip(with_pixels.logits, other.logits):
             torch.testing.assert_close(step, step_other, atol=1e-8, rtol=0)
+
+
+@pytest.mark.parametrize("grid", ["image_grid_thw", "video_grid_thw"])
+def test_a_grid_without_input_ids_is_refused_with_the_fix(grid):
+    """Embeddings alone cannot say where the image sits: either grid is refused, each on its own."""
+    model = RoFormerExtVisionTextModel(sensitive_config()).eval()
+    embeds = model.get_input_embeddings()(torch.tensor([[5, 6, 7]]))
+    with pytest.raises(ValueError) as refused:
+        model(inputs_embeds=embeds, **{grid: torch.tensor([[1, 1, 1]])})
+    assert str(refused.value) == (
+        "image_grid_thw / video_grid_thw need input_ids (their placeholders say where each image sits); with "
+        "inputs_embeds pass 3D position_ids built by roformer_ext.positions.build_position_ids."
+    )
+
+
+def test_decoding_without_position_ids_continues_after_the_cached_prompt():
+    """A cached call without position_ids numbers its tokens from the cached length, as generate's 2D positions do."""
+    model = RoFormerExtVisionTextModel(sensitive_config(is_decoder=True)).eval()
+    prompt, following = torch.tensor([[5, 6, 7, 8], [8, 7, 6, 5]]), torch.tensor([[9, 10, 11], [11, 10, 9]])
+    with torch.no_grad():
+        cache = output_cache(model(prompt, use_cache=True))
+        implicit = model(following, **{CACHE: cache}).last_hidden_state
+        cache = output_cache(model(prompt, use_cache=True))
+        explicit = model(following, **{CACHE: cache}, position_ids=torch.tensor([[4, 5, 6], [4, 5, 6]]))
+        cache = output_cache(model(prompt, use_cache=True))
+        restarted = model(following, **{CACHE: cache}, position_ids=torch.tensor([[0, 1, 2], [0, 1, 2]]))
+    assert implicit.shape == (2, 3, SIZES["hidden_size"])  # batch 2, 3 tokens: neither size stands for the other
+    assert torch.equal(implicit, explicit.last_hidden_state)
+    assert not torch.allclose(implicit, restarted.last_hidden_state)  # the positions are seen
