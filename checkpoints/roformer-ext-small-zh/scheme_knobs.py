@@ -135,7 +135,7 @@ class SchemeKnobs:
         exact = [num_pairs * part / total for part in ratio]
         section = [max(1, int(share)) for share in exact]
         order = sorted(range(len(ratio)), key=lambda axis: exact[axis] - int(exact[axis]), reverse=True)
-        for axis in order[: num_pairs - sum(section)]:
+        for axis in order[: max(0, num_pairs - sum(section))]:  # none to give when the minimum already overshoots
             section[axis] += 1
         while sum(section) > num_pairs:  # an axis raised to one pair: take it back from the largest
             section[section.index(max(section))] -= 1

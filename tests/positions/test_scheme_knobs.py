@@ -3,6 +3,7 @@ dataclasses with defaults and checks, the rope_parameters a scheme brings, the p
 capabilities, each read at its one site."""
 
 import inspect
+import itertools
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
@@ -610,3 +611,27 @@ def test_a_knob_without_a_default_is_asked_for():
         "Position scheme 'needy' needs rope_parameters['need'] (a knob without a default); add it to rope_parameters."
     )
     assert knobs_from_signature("needy", scheme).from_rope_parameters({"need": 2, "other": 1}).to_dict() == {"need": 2}
+
+
+def test_default_mrope_section_gives_no_pair_beyond_a_raised_minimum():
+    """When raising an axis to its one pair already overshoots `num_pairs`, no axis gets a rounded-up pair: the
+    overshoot is taken back from the largest axis. (A negative count once still handed out pairs: (1, 1, 8) at 5
+    pairs gave [1, 2, 2].)"""
+
+    class Plugin(SchemeKnobs):
+        mrope_section_ratio = (1, 1, 8)
+
+    assert Plugin.default_mrope_section(5) == [1, 1, 3]
+    assert Plugin.default_mrope_section(4) == [1, 1, 2]
+    assert Plugin.default_mrope_section(3) == [1, 1, 1]
+    overshoots = 0
+    for ratio in itertools.product(range(1, 9), repeat=3):
+        Plugin.mrope_section_ratio = ratio
+        for num_pairs in range(3, 30):
+            raised = [max(1, int(num_pairs * part / sum(ratio))) for part in ratio]
+            section = Plugin.default_mrope_section(num_pairs)
+            assert sum(section) == num_pairs and min(section) >= 1
+            if sum(raised) > num_pairs:
+                overshoots += 1
+                assert all(got <= floor for got, floor in zip(section, raised)), (ratio, num_pairs, section)
+    assert overshoots == 54  # counted: the cases where the old slice handed out pairs are among them
