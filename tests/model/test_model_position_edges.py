@@ -1,6 +1,10 @@
 """Edge cases of the text model's position helpers found by the mutation run of modeling_roformer_ext.py
 (docs/testing.md, "The models' position paths"): the batch layout (`RoFormerExtModel.batch_layout`), the hand-over to
-the attention plan (`RoFormerExtModel.attention_plan`) and what `__init__` builds, each asserted exactly."""
+the attention plan (`RoFormerExtModel.attention_plan`) and what `__init__` builds; and of the layers' helpers
+(modeling_roformer_ext_layers.py: the tensor-parallel refusal of per-head terms, packed linear attention without a
+rotation), each asserted exactly."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,7 +13,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 import roformer_ext.modeling_roformer_ext as modeling
 from roformer_ext import RoFormerExtModel
-from roformer_ext.modeling_roformer_ext_layers import RoFormerExtPooler
+from roformer_ext.modeling_roformer_ext_layers import RoFormerExtPooler, check_terms_fit_local_heads
 
 
 def cache_holding(tokens: int) -> DynamicCache:
@@ -88,3 +92,35 @@ def test_the_pooler_is_built_when_asked_for_and_configured():
     assert RoFormerExtModel(tiny_config(pooler_activation="linear"), add_pooling_layer=False).pooler is None
     assert RoFormerExtModel(tiny_config()).pooler is None  # no pooler_activation: no pooler
     assert pooled.gradient_checkpointing is False
+
+
+def test_per_head_terms_are_refused_on_a_rank_holding_some_of_the_heads():
+    config = tiny_config(position_encoding="alibi")
+    message = (
+        "position_encoding='alibi' adds one term per attention head, but this process holds 2 of the 4 heads "
+        "(tensor parallel). Load it without tensor parallelism (FSDP2 / DDP shard or replicate whole heads), or use "
+        "position_encoding 'rope', 'shaw', 'sinusoidal', 'learned' or 'none' under tp_plan."
+    )
+    fits, per_head = SimpleNamespace(fits_local_heads=True), SimpleNamespace(fits_local_heads=False)
+    for mask in (None, torch.ones(1, 3), torch.zeros(1, 1, 3, 3), torch.zeros(1, 1, 1, 3)):
+        for scores in (None, fits):
+            assert check_terms_fit_local_heads(config, 2, mask, scores) is None  # shared by every head: fits
+    refused = [(torch.zeros(1, 4, 3, 3), None), (torch.zeros(1, 2, 3, 3), fits), (torch.zeros(1, 4, 1, 3), None)]
+    refused += [(None, per_head), (torch.ones(1, 3), per_head)]
+    for mask, scores in refused:
+        with pytest.raises(ValueError) as error:
+            check_terms_fit_local_heads(config, 2, mask, scores)
+        assert str(error.value) == message
+
+
+def test_packed_linear_attention_without_a_rotation_keeps_each_sequence_alone():
+    torch.manual_seed(0)
+    model = RoFormerExtModel(tiny_config(attention_type="linear", position_encoding="none", initializer_range=0.2))
+    model.eval()
+    ids = torch.tensor([[5, 17, 42, 9, 61]])
+    with torch.no_grad():
+        packed = model(input_ids=ids, cu_seq_lens_q=torch.tensor([0, 3, 5])).last_hidden_state
+        first, second = (model(input_ids=part).last_hidden_state for part in (ids[:, :3], ids[:, 3:]))
+        whole = model(input_ids=ids).last_hidden_state
+    torch.testing.assert_close(packed, torch.cat([first, second], dim=1), rtol=0, atol=1e-5)
+    assert (whole - packed).abs().max() > 1e-2  # one sequence of 5 is not the two of 3 and 2
