@@ -460,8 +460,9 @@ def parent_validate_preprocess_kwargs(parent, **kwargs) -> None:
     parent._validate_preprocess_kwargs(**kwargs)
 
 
-class _WithHeadDim:
-    """A config read through, with another `head_dim` (the dims of one frequency ladder)."""
+class HeadDimView:
+    """A config read through, with another `head_dim`: transformers' rope frequency functions and validators read it
+    from the config, and a "split" or per-axis allocation's frequency ladder spans fewer dims than the head."""
 
     def __init__(self, config: Any, head_dim: int) -> None:
         self._config, self.head_dim = config, head_dim
@@ -475,7 +476,7 @@ def parent_validate_longrope_rope_parameters(config, rope_parameters: dict, igno
     from transformers.modeling_rope_utils import RotaryEmbeddingConfigMixin
 
     RotaryEmbeddingConfigMixin._validate_longrope_rope_parameters(
-        _WithHeadDim(config, head_dim), rope_parameters, ignore_keys=ignore_keys
+        HeadDimView(config, head_dim), rope_parameters, ignore_keys=ignore_keys
     )
 
 

@@ -24,7 +24,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_u
 
 from .axis_allocations import __all__ as _MOVED_TO_AXIS_ALLOCATIONS
 from .axis_allocations import axis_of_pair
-from .compat import global_module_hooks_active, has_module_hooks, tensor_identity
+from .compat import HeadDimView, global_module_hooks_active, has_module_hooks, tensor_identity
 from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
 from .scheme_knobs import allocation_knobs_class, rotates_per_head
 
@@ -53,16 +53,6 @@ def rotary_embedding_class(rope_type: str) -> type[RotaryEmbedding]:
     return ROTARY_KINDS.get(rope_type)
 
 
-class _HeadDimView:
-    """Config proxy with another head_dim: transformers' frequency functions read it from the config."""
-
-    def __init__(self, config: Any, head_dim: int) -> None:
-        self._config, self.head_dim = config, head_dim
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._config, name)
-
-
 class RotaryEmbedding(nn.Module):
     """Turns position ids into the `(cos, sin)` every attention layer uses.
 
@@ -79,7 +69,7 @@ class RotaryEmbedding(nn.Module):
         allocation = rope.get("axis_allocation", "interleaved")
         self.split_axes = self.axes if allocation == "split" else 1
         # transformers' dynamic/longrope updates re-read frequencies through self.config.
-        self.config = config if self.split_axes == 1 else _HeadDimView(config, self.head_dim // self.split_axes)
+        self.config = config if self.split_axes == 1 else HeadDimView(config, self.head_dim // self.split_axes)
         self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
         AXIS_ALLOCATIONS.check(allocation)
         self.axis_ladders: bool = allocation_knobs_class(allocation).axis_ladders
@@ -116,7 +106,7 @@ class RotaryEmbedding(nn.Module):
             return self.compute_inv_freq(self.config)
         rope = self.config.rope_parameters
         axis = AXIS_ALLOCATIONS.get(rope["axis_allocation"])(self.head_dim // 2, self.axes, rope.get("mrope_section"))
-        ladders = {a: self.compute_inv_freq(_HeadDimView(self.config, 2 * axis.count(a))) for a in set(axis) if a >= 0}
+        ladders = {a: self.compute_inv_freq(HeadDimView(self.config, 2 * axis.count(a))) for a in set(axis) if a >= 0}
         taken = dict.fromkeys(ladders, 0)
         pieces = []  # plain Python bookkeeping: this also runs under the meta device
         for a in axis:

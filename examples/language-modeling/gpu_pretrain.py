@@ -195,10 +195,9 @@ def plan_long(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, l
 
 def plan(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, list[Step | list[Step]]]:
     """Each job's steps; every job starts at once and its steps run in order (a list of steps: at once)."""
-    mini, small = MINI, SMALL
     models, tuned = out / "models", out / "finetune"
     jobs: dict[str, list[Step | list[Step]]] = {}
-    for name, shape, batch, extra in (("small", small, 256, ",embedding_size=128"), ("mini", mini, 128, "")):
+    for name, shape, batch, extra in (("small", SMALL, 256, ",embedding_size=128"), ("mini", MINI, 128, "")):
         jobs[name] = [
             pretrain(sizes, data, models / name, name, shape, steps=6000, batch=batch, seq=128, seed=42,
                      overrides=NO_DROPOUT + extra, eval_steps=1000, seconds=SHARE[name] * budget),
@@ -210,7 +209,7 @@ def plan(sizes: Sizes, data: Path, out: Path, budget: float) -> dict[str, list[S
         for seed in (1, 2):
             name = f"{encoding}-s{seed}"
             jobs[name] = [
-                pretrain(sizes, data, models / name, "compare", mini, steps=2000, batch=32, seq=512, seed=seed,
+                pretrain(sizes, data, models / name, "compare", MINI, steps=2000, batch=32, seq=512, seed=seed,
                          overrides=overrides, eval_steps=200, seconds=SHARE["compare"] * budget),
                 finetune(sizes, data, models / name, tuned / f"{name}-sentiment", "chinese_sentiment", seq=128,
                          recipe="a", seconds=FINETUNE_SHARE["sentiment"] * budget),
