@@ -64,31 +64,19 @@ def recovered(model, tokenizer, sentence: str, word: str) -> bool:
 
 
 @ALL
-def test_checkpoint_folder_is_complete_and_small(folder):
+def test_checkpoint_folder_is_complete_small_and_code_free(folder):
     files = {path.name for path in folder.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
     assert expected <= files, expected - files
-    assert {"modeling_roformer_ext.py", "configuration_roformer_ext.py", "tokenization_roformer_ext.py"} <= files
+    assert not [name for name in files if name.endswith(".py")]  # the installed package is the code
     assert not any(name.startswith("checkpoint-") for name in files)  # no intermediate Trainer checkpoints shipped
     size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
     assert size <= 25 * 2**20, f"{size / 2**20:.1f} MB"
-    auto_map = json.loads((folder / "config.json").read_text(encoding="utf-8"))["auto_map"]
-    assert {"AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"} <= set(auto_map)
+    for name in ("config.json", "tokenizer_config.json"):  # no auto_map pointing at code the folder does not have
+        assert "auto_map" not in json.loads((folder / name).read_text(encoding="utf-8")), name
     card = (folder / "README.md").read_text(encoding="utf-8")
     for needle in ("run_mlm.py", "--seed 42", "--whole_word_masking", "steps", "final", "wall"):
         assert needle in card, needle
-
-
-@ALL
-def test_checkpoint_code_is_this_versions_code(folder):
-    """The shipped folder carries copies of the code (it loads with trust_remote_code where roformer_ext is not
-    installed): they stay this version's. After a change under src/, run `roformer-ext update-code
-    checkpoints/roformer-ext-mini-zh`."""
-    source = ROOT / "src" / "roformer_ext"
-    copies = sorted(folder.glob("*.py"))
-    assert copies
-    stale = [p.name for p in copies if p.read_text(encoding="utf-8") != (source / p.name).read_text(encoding="utf-8")]
-    assert not stale, f"out of date: {stale}; run roformer-ext update-code {folder.relative_to(ROOT)}"
 
 
 @ALL
@@ -143,17 +131,24 @@ REMOTE = textwrap.dedent(
 )
 
 
-def test_checkpoint_loads_as_remote_code_in_a_fresh_process(tmp_path):
+@ALL
+def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tmp_path, folder):
+    """Saved with the package, a shipped checkpoint gets the code and an auto_map, and loads where roformer_ext
+    cannot be imported, with the same outputs."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    shared = tmp_path / "shared"
+    model.save_pretrained(shared)
+    tokenizer.save_pretrained(shared)
+    assert "auto_map" in json.loads((shared / "config.json").read_text(encoding="utf-8"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", REMOTE, str(CHECKPOINT)], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", REMOTE, str(shared)], capture_output=True, text=True, env=env, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
-    tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
-    model = AutoModelForMaskedLM.from_pretrained(CHECKPOINT).eval()
     assert lines["top5"].split() == top5(model, tokenizer, "我们在北京工作。", "在")[0]  # as in the package
-    assert "在" in lines["top5"].split()  # measured: 的 first, 在 second
+    assert "在" in lines["top5"].split()  # measured on every shipped checkpoint
     with torch.no_grad():
         expected = float(model(**tokenizer("我们[MASK]北京工作。", return_tensors="pt")).logits[0].sum())
     assert float(lines["sum"]) == pytest.approx(expected, rel=1e-5)
