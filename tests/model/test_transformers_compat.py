@@ -54,16 +54,16 @@ def test_installed_release_is_inside_the_range():
     assert check_transformers_version()  # CI runs the suite on both ends of the range
 
 
-@pytest.mark.parametrize("version", ["5.21.0", "5.22.2", "5.24.0", "5.24.3"])
+@pytest.mark.parametrize("version", ["5.21.0", "5.22.2", "5.24.0", "5.25.0", "5.25.3"])
 def test_tested_releases(version):
     assert is_tested_release(version)
 
 
 @pytest.mark.parametrize(
-    "version", ["5.20.2", "5.21.0rc1", "5.25.0", "5.25.0.dev0", "5.25.0rc1", "5.26.1", "6.0.0", "4.57.6"]
+    "version", ["5.20.2", "5.21.0rc1", "5.26.0", "5.26.0.dev0", "5.26.0rc1", "5.27.1", "6.0.0", "4.57.6"]
 )
 def test_releases_outside_the_range_are_untested(version):
-    """Pre-releases of the next minor are outside too (5.25.0.dev0 < 5.25.0 as a version, not as a release)."""
+    """Pre-releases of the next minor are outside too (5.26.0.dev0 < 5.26.0 as a version, not as a release)."""
     assert not is_tested_release(version)
 
 

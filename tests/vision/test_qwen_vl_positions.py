@@ -119,7 +119,7 @@ def original_qwen2_5_vl(layout, seconds: list[float], tokens_per_second: int) ->
 
 
 def test_qwen2_5_vl_matches_transformers_get_rope_index():
-    """Where transformers (5.21 to 5.24) and the original agree (each video's temporal extent within max(h, w)), ours
+    """Where transformers (5.21 to 5.25) and the original agree (each video's temporal extent within max(h, w)), ours
     equals transformers' positions and deltas; elsewhere ours equals the original rule and transformers' up to the
     end of the first video that reaches past max(h, w) (transformers then continues the text at st + max(h, w))."""
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
@@ -173,7 +173,7 @@ def test_qwen2_5_vl_matches_transformers_get_rope_index():
 
 def test_qwen2_5_vl_text_after_a_long_video():
     """4 frames at 1 s per grid, 2 tokens per second: temporal indices 0, 2, 4, 6 after 2 text tokens (st = 2). The
-    original continues the text at 2 + 6 + 1 = 9; transformers 5.21-5.24 at 2 + max(h, w) = 5, which repeats the
+    original continues the text at 2 + 6 + 1 = 9; transformers 5.21-5.25 at 2 + max(h, w) = 5, which repeats the
     temporal position of the video's third frame."""
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
