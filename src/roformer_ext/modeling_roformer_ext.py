@@ -451,6 +451,7 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -561,6 +562,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             encoder_attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=use_cache,
+            return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -623,6 +625,7 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             packed_batch=packed,
+            return_dict=True,
             **kwargs,
         )
         pooled = self.pool(outputs.last_hidden_state, attention_mask, packed)
@@ -712,6 +715,7 @@ class RoFormerExtForMultipleChoice(RoFormerExtPreTrainedModel):
             token_type_ids=flat(token_type_ids),
             position_ids=flat(position_ids),
             inputs_embeds=flat(inputs_embeds),
+            return_dict=True,
             **kwargs,
         )
         hidden = outputs.last_hidden_state
@@ -757,6 +761,7 @@ class RoFormerExtForTokenClassification(RoFormerExtPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            return_dict=True,
             **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
@@ -803,6 +808,7 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             packed_batch=packed,
+            return_dict=True,
             **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)

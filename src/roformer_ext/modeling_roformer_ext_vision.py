@@ -12,8 +12,9 @@ this base model; they never see positions. A text checkpoint loads into any of t
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
+from transformers.utils import TransformersKwargs, auto_docstring
 
 from .attention_plan import BatchLayout
 from .compat import accepts_old_cache_name, parent_expand_inputs_for_generation
@@ -335,7 +336,9 @@ def expand_vision_inputs(
 class VisionTextHeadMixin:
     """A text head around the vision-text base model: same parameters plus `roformer.patch_embed`, same outputs.
 
-    The head forwards the pixel inputs to its base model and never touches positions.
+    The head forwards the pixel inputs to its base model and never touches positions. `return_dict` is the text
+    head's (its `can_return_tuple`): a second one here would return a tuple for `return_dict=True` under a config's
+    `return_dict=False`.
     """
 
     config: RoFormerExtVisionTextConfig
@@ -346,7 +349,6 @@ class VisionTextHeadMixin:
     def build_base_model(self, config: RoFormerExtVisionTextConfig, add_pooling_layer: bool = True) -> nn.Module:
         return RoFormerExtVisionTextModel(config, add_pooling_layer=add_pooling_layer)
 
-    @can_return_tuple
     @auto_docstring
     @_documented
     def forward(
@@ -399,7 +401,7 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 
 
 @auto_docstring
-class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM):
+class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM, GenerationMixin):
     """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
     (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
 
@@ -420,7 +422,6 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         return expanded_ids, kwargs
 
     @accepts_old_cache_name
-    @can_return_tuple
     @auto_docstring
     @_documented
     def forward(
