@@ -2,10 +2,10 @@
 
 The base model describes the batch first (`BatchLayout`: the cache it writes, the cached length, the packed-batch
 description), chooses positions from it, embeds, and then asks `make_attention_plan` once for the rest
-(`AttentionPlan`): the mask, the attention function (transformers' configured backend, per-sequence SDPA for packed
-rows, or RoFormer's linear attention), the position terms of the position encoding (RoPE's cos / sin, a relative
-term joined into the mask or given per score to flex attention), the cross-attention mask and the lengths every
-backend reads for packed rows. Layers and heads read the plan; nothing below the base model decides any of it again.
+(`AttentionPlan`): the mask, the attention function (transformers' configured backend; for packed rows torch's varlen
+flash kernel on CUDA or per-sequence SDPA; or RoFormer's linear attention), the position terms of the position
+encoding (RoPE's cos / sin, a relative term joined into the mask or given per score to flex attention), the
+cross-attention mask and the lengths every backend reads for packed rows. Layers and heads read the plan; nothing below the base model decides any of it again.
 
 Which backend can take which input is decided here too (`check_backend_takes`): flash attention takes no dense mask
 and no score term. A new backend or layout changes this module.
@@ -26,7 +26,7 @@ from transformers.utils import TransformersKwargs
 from .compat import attn_implementation, is_flash_attention
 from .configuration_roformer_ext import RoFormerExtConfig
 from .masking_roformer_ext import cross_attention_mask, has_unilm_overlay, is_first_call, self_attention_mask
-from .packing import PackedBatch, per_sequence_sdpa
+from .packing import PackedBatch, per_sequence_sdpa, varlen_attention, varlen_kernel_takes
 from .position_encodings import PositionEncoding, RelativeScores, add_scores_to_mask
 
 
@@ -134,10 +134,12 @@ def make_attention_plan(
         and not has_score_term
         and not (config.is_decoder and has_unilm_overlay(config, token_type_ids, past_length))
     ):
-        # Packed rows with nothing else to mask: each sequence alone (Σ len², not total², no mask built). Traced
-        # (torch.compile) too, as one opaque operator: a masked SDPA over the whole row costs total² (a compiled
+        # Packed rows with nothing else to mask: each sequence alone (Σ len², not total², no mask built). On CUDA
+        # one varlen flash call for the whole row where the kernel takes it; otherwise one SDPA call per sequence,
+        # traced (torch.compile) too as one opaque operator: a masked SDPA over the whole row costs total² (a compiled
         # packed MLM step 3.4x slower than eager, benchmarks/bench_packed_compile.py).
-        mask, attention = None, per_sequence_sdpa
+        mask = None
+        attention = varlen_attention if varlen_kernel_takes(embeddings, config.head_dim, packed) else per_sequence_sdpa
     else:
         mask = self_attention_mask(
             config, attention_mask, embeddings, cache, past_length, token_type_ids, packed, has_score_term

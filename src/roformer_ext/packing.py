@@ -3,8 +3,9 @@
 Where one sequence ends is read only from explicit inputs: `cu_seq_lens_q` (cumulative lengths, the flash-attention
 convention), `seq_idx` (the index of each token's sequence), or `position_ids` that restart at 0 (the collator's
 default output). A forward jump in positions (an image block, a caller's own positions) never starts a sequence.
-Attention then stays inside each sequence on every backend; on CPU, SDPA runs per sequence so that the work is the sum
-of the sequences' own attention, not one attention over the whole row.
+Attention then stays inside each sequence on every backend; with SDPA the work is the sum of the sequences' own
+attention, not one attention over the whole row: on CUDA one call of torch's variable-length flash kernel
+(`varlen_attention`), elsewhere one SDPA call per sequence (`per_sequence_sdpa`).
 """
 
 import re
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention.varlen import varlen_attn
 
 from .compat import cpu_fused_sdpa, cpu_fused_sdpa_available, cpu_fused_sdpa_backward
 
@@ -244,6 +246,47 @@ def unpack(packed: torch.Tensor, cu_seq_lens: torch.Tensor, fill: float) -> torc
     return torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True, padding_value=fill)
 
 
+def varlen_kernel_takes(states: torch.Tensor, head_dim: int, packed: PackedBatch) -> bool:
+    """Whether torch's variable-length flash kernel (`varlen_attn`) takes this packed batch: CUDA of compute capability
+    8.0 or more, fp16 / bf16 attention inputs (autocast's dtype where it is on), a head dimension that is a multiple
+    of 8 up to 256 (flash attention's limits), and the lengths on the host (not traced)."""
+    if not states.is_cuda or packed.max_length is None or head_dim % 8 or head_dim > 256:
+        return False
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else states.dtype
+    return dtype in (torch.float16, torch.bfloat16) and torch.cuda.get_device_capability(states.device) >= (8, 0)
+
+
+def varlen_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool = False,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    max_length_q: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Every packed sequence in one call of torch's variable-length flash kernel, forward and backward: (rows, heads,
+    seq, d) in, (rows, seq, heads, d) out; causal (window (-1, 0)) for a decoder. The attention plan chooses it where
+    `varlen_kernel_takes` the batch. The kernel has no dropout: a step with attention dropout runs per sequence."""
+    if dropout > 0:
+        return per_sequence_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, cu_seq_lens_q)
+    rows, heads, seq, _ = query.shape
+    device = query.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype  # as SDPA's cast
+    # (rows, heads, seq, d) -> (rows * seq, heads, d): the rows end to end, as cu_seq_lens counts them
+    query, key, value = (t.transpose(1, 2).reshape(rows * seq, heads, -1).to(dtype) for t in (query, key, value))
+    window = (-1, 0) if is_causal else (-1, -1)
+    lengths = cu_seq_lens_q.to(query.device, torch.int32)
+    output = varlen_attn(
+        query, key, value, lengths, lengths, max_length_q, max_length_q, scale=scaling, window_size=window
+    )
+    return output.view(rows, seq, heads, -1), None
+
+
 def per_sequence_sdpa(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -454,4 +497,5 @@ __all__ = [
     "end_to_end",
     "per_sequence_sdpa",
     "unpack",
+    "varlen_attention",
 ]

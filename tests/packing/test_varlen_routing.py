@@ -1,0 +1,122 @@
+"""Packed rows on CUDA go through torch's variable-length flash kernel (`varlen_attn`), one call per layer; the routing
+checked on a CPU. Tensors that say they are on CUDA (`ClaimsCuda`) reach the plan's CUDA branch, and a recording
+stand-in for the kernel runs each sequence with SDPA, so the whole model runs and is compared with the CPU path.
+Results on a GPU (varlen equals the padded batch, forward and gradients): benchmarks/gpu/check.py's packed_varlen."""
+
+import pytest
+import torch
+from conftest import tiny_config
+from torch.nn import functional as F
+from transformers import DataCollatorWithFlattening
+
+from roformer_ext import RoFormerExtModel, packing
+
+LENGTHS = (5, 9, 3, 8)
+
+
+class ClaimsCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA (the tensors made from it do too)."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+
+class RecordingVarlen:
+    """Stands in for `varlen_attn`: records each call and attends each sequence alone with SDPA."""
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def __call__(self, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
+        self.calls.append(dict(query=query, cu_seq_q=cu_seq_q, cu_seq_k=cu_seq_k, max_q=max_q, max_k=max_k,
+                               scale=scale, window_size=window_size))  # fmt: skip
+        bounds = cu_seq_q.tolist()
+        pieces = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            q, k, v = (t.as_subclass(torch.Tensor)[start:end].transpose(0, 1) for t in (query, key, value))
+            out = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=window_size == (-1, 0))
+            pieces.append(out.transpose(0, 1))
+        return torch.cat(pieces)  # (total, heads, head_dim)
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    recorder = RecordingVarlen()
+    monkeypatch.setattr(packing, "varlen_attn", recorder)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    return recorder
+
+
+def packed_inputs(model, cuda: bool) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(5, 99, (n,), generator=generator).tolist() for n in LENGTHS]
+    batch = DataCollatorWithFlattening(return_flash_attn_kwargs=True)([{"input_ids": s} for s in seqs])
+    embeds = model.get_input_embeddings()(batch.pop("input_ids")).detach()
+    batch.pop("labels")
+    return {**batch, "inputs_embeds": embeds.as_subclass(ClaimsCuda) if cuda else embeds}
+
+
+def model_of(dtype=torch.bfloat16, **overrides) -> RoFormerExtModel:
+    torch.manual_seed(0)
+    config = tiny_config(attn_implementation="sdpa", **overrides)
+    return RoFormerExtModel(config).to(dtype).eval()
+
+
+@pytest.mark.parametrize("decoder", [False, True])
+def test_a_cuda_packed_batch_takes_one_varlen_call_per_layer(kernel, decoder):
+    model = model_of(is_decoder=decoder)
+    inputs = packed_inputs(model, cuda=True)
+    output = model(**inputs).last_hidden_state.as_subclass(torch.Tensor)
+    assert len(kernel.calls) == model.config.num_hidden_layers  # the whole row at once, every layer
+    cu = torch.tensor([0, 5, 14, 17, 25], dtype=torch.int32)
+    for call in kernel.calls:
+        assert call["query"].shape == (25, 4, 8) and call["query"].dtype == torch.bfloat16  # (total, heads, head_dim)
+        assert torch.equal(call["cu_seq_q"], cu) and torch.equal(call["cu_seq_k"], cu)
+        assert call["cu_seq_q"].dtype == torch.int32 and call["max_q"] == call["max_k"] == 9
+        assert call["window_size"] == ((-1, 0) if decoder else (-1, -1))  # causal for a decoder
+        assert call["scale"] == pytest.approx(8**-0.5)
+    # the same as the CPU path (one SDPA call per sequence), which the kernel never sees
+    kernel.calls.clear()
+    expected = model(**packed_inputs(model, cuda=False)).last_hidden_state
+    assert not kernel.calls
+    torch.testing.assert_close(output, expected, atol=2e-2, rtol=2e-2)
+
+
+def test_gradients_flow_through_the_varlen_call(kernel):
+    model = model_of().train()
+    inputs = packed_inputs(model, cuda=True)
+    model(**inputs).last_hidden_state.float().square().mean().backward()
+    assert len(kernel.calls) == 2
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert "layers.0.attention.query.weight" in grads and grads["layers.0.attention.query.weight"].abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["cpu", "fp32", "head_dim", "capability", "dropout", "score_term", "padded"],
+)
+def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
+    """CPU tensors, fp32, a head dimension flash attention refuses (12), a GPU before compute capability 8.0,
+    attention dropout in training (the kernel has none), a score term (T5's bias joins a mask) and a padded batch: no
+    varlen call, and the output is the CPU path's."""
+    dtype = torch.float32 if case == "fp32" else torch.bfloat16
+    overrides = {
+        "head_dim": dict(hidden_size=48),  # 4 heads of 12
+        "dropout": dict(attention_probs_dropout_prob=0.5),
+        "score_term": dict(position_encoding="t5_bias"),
+    }.get(case, {})
+    model = model_of(dtype, **overrides)
+    if case == "capability":
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    if case == "dropout":
+        model.train()
+    inputs = packed_inputs(model, cuda=case != "cpu")
+    if case == "padded":
+        inputs = {"inputs_embeds": inputs["inputs_embeds"].view(1, 25, -1)[:, :20]}
+    torch.manual_seed(1)
+    output = model(**inputs).last_hidden_state.as_subclass(torch.Tensor)
+    assert not kernel.calls
+    plain = {k: v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    torch.manual_seed(1)
+    torch.testing.assert_close(output, model(**plain).last_hidden_state, atol=0, rtol=0)
