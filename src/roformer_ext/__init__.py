@@ -2,7 +2,7 @@
 
 Importing the package registers every class with transformers' Auto classes, and marks them
 `register_for_auto_class` so `save_pretrained` writes an `auto_map` that loads with `trust_remote_code=True`
-where this package is not installed. Pillow is optional (`pip install 'roformer-ext[vision]'`): without it the
+where this package is not installed. Pillow is optional (`pip install -e '.[vision]'` in the clone): without it the
 text models, tokenizers and configs work, and building the image processor raises an ImportError saying so.
 """
 

@@ -71,7 +71,9 @@ def lora_config(
     try:
         from peft import LoraConfig
     except ImportError as error:
-        raise ImportError("lora_config needs PEFT: pip install 'roformer-ext[peft]' (or pip install peft).") from error
+        raise ImportError(
+            "lora_config needs PEFT: pip install peft (or, in the roformer-ext clone, pip install -e '.[peft]')."
+        ) from error
     if kwargs.get("target_modules") is None:
         kwargs["target_modules"] = lora_target_modules(families)
     return LoraConfig(task_type=task_type, **kwargs)

@@ -182,7 +182,7 @@ def _export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             args.model_dir, args.out_dir, args.task, args.int8, args.example_length, force=args.force
         )
     except ImportError as error:  # onnx / onnxscript / onnxruntime missing
-        parser.exit(1, f"roformer-ext export: {error} (pip install 'roformer-ext[onnx]')\n")
+        parser.exit(1, f"roformer-ext export: {error} (in the roformer-ext clone: pip install -e '.[onnx]')\n")
     except (OSError, ValueError, TypeError) as error:
         parser.exit(1, f"roformer-ext export: {error}\n")
     for path in written:

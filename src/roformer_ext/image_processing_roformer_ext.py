@@ -50,7 +50,7 @@ if is_vision_available():
     from PIL import Image
     from transformers.image_utils import PILImageResampling
 
-VISION_INSTALL_HINT = "pip install 'roformer-ext[vision]'"
+VISION_INSTALL_HINT = "pip install pillow (or, in the roformer-ext clone, pip install -e '.[vision]')"
 # PIL modes whose values do not fit 8 bits: PIL's own RGB conversion would clip them to 255.
 WIDE_PIL_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")
 

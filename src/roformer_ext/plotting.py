@@ -1,7 +1,7 @@
 """Figures for the README, drawn by `roformer-ext plot`: where each position scheme puts a text–image–text layout,
 and RoPE's long-range decay.
 
-Needs matplotlib (the `plot` extra: `pip install 'roformer-ext[plot]'`). Figures are drawn with the Agg backend, so no display is needed.
+Needs matplotlib (the `plot` extra: `pip install -e '.[plot]'` in the clone). Figures are drawn with the Agg backend, so no display is needed.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _pyplot():
         import matplotlib
     except ImportError as error:
         raise ImportError(
-            "Plotting needs matplotlib, which is not installed: pip install 'roformer-ext[plot]' (or: pip install matplotlib)."
+            "Plotting needs matplotlib, which is not installed: pip install matplotlib (or, in the roformer-ext clone, pip install -e '.[plot]')."
         ) from error
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -170,7 +170,7 @@ def word_segmenter() -> str:
     except ImportError as error:
         if choice == "rjieba":
             raise ImportError(
-                f"{WORD_SEGMENTER_ENV}=rjieba needs rjieba: pip install rjieba (the roformer-ext[word] extra)."
+                f"{WORD_SEGMENTER_ENV}=rjieba needs rjieba: pip install rjieba (or, in the roformer-ext clone, pip install -e '.[word]')."
             ) from error
         return "jieba"
     return "rjieba"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
-from sentence_transformers import SentenceTransformer  # pip install 'roformer-ext[sentence-transformers]'
+from sentence_transformers import SentenceTransformer  # pip install -e '.[sentence-transformers]'
 from test_convert_junnyu import write_junnyu_folder
 from test_convert_original import FIXTURES
 from transformers import AutoModel, AutoTokenizer

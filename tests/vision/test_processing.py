@@ -288,5 +288,5 @@ def test_text_side_works_without_pillow(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])
     assert output["shape"] == [1, 8, len(VOCAB) + 4] and output["finite"]
-    assert "pip install 'roformer-ext[vision]'" in output["error"]
+    assert "pip install -e '.[vision]'" in output["error"]
     assert output["matplotlib"] is False
