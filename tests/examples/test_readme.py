@@ -1,20 +1,35 @@
-"""The user documentation works as written: runnable blocks run, relative links and their anchors exist.
+"""The user documentation works as written: every Python block runs, relative links and their anchors exist.
 
-Python blocks marked `<!-- runnable -->` in README.md and docs/*.md are executed in a temporary working
-directory (with `tests/` linked in, for the fixtures some examples name). Every relative link and image in those
-files must point to an existing file, and a `#anchor` into a Markdown file must name one of its headings.
+Every Python block in README.md and docs/*.md is marked, and executed in a temporary working directory (with
+`tests/`, `checkpoints/` and `examples/` linked in, for the files the examples name):
+- `<!-- runnable -->`: runs as written;
+- `<!-- needs real weights; stand-in: PATH=KIND, ... -->`: the block names a folder of real weights (a released
+  checkpoint, a fine-tuning's output); a tiny stand-in of that KIND (see STAND_INS) is written at PATH first, and the
+  block runs as written on it.
+An unmarked Python block fails the test. Every relative link and image in those files must point to an existing
+file, and a `#anchor` into a Markdown file must name one of its headings.
 """
 
+import contextlib
+import io
 import pathlib
 import re
 
 import pytest
+from test_convert_junnyu import write_junnyu_folder
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from roformer_ext import registries
+from roformer_ext.conversion.cli import main as convert
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 RUNNABLE = re.compile(r"<!-- runnable -->\n```python\n(.*?)```", flags=re.S)
+MARKED = re.compile(r"<!-- (?:runnable|needs real weights; stand-in: ([^>]*?)) -->\n```python\n(.*?)```", flags=re.S)
+PYTHON = re.compile(r"^```python\n", flags=re.M)
+RELEASES = ROOT / "tests" / "fixtures" / "original_tf"
 FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", flags=re.M)
@@ -25,10 +40,42 @@ def _name(page: pathlib.Path) -> str:
 
 
 BLOCKS = [
-    pytest.param(block, id=f"{_name(page)}-{index}")
+    pytest.param(stand_ins, block, id=f"{_name(page)}-{index}")
     for page in PAGES
-    for index, block in enumerate(RUNNABLE.findall(page.read_text(encoding="utf-8")))
+    for index, (stand_ins, block) in enumerate(MARKED.findall(page.read_text(encoding="utf-8")))
 ]
+
+
+def _quiet_convert(*argv: str) -> None:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert convert(list(argv)) == 0
+
+
+def _classifier(folder: pathlib.Path) -> None:
+    """A fine-tuned sentiment classifier's folder: the bundled mini checkpoint with an untrained two-label head."""
+    source = ROOT / "checkpoints" / "roformer-ext-mini-zh"
+    labels = {0: "negative", 1: "positive"}
+    AutoModelForSequenceClassification.from_pretrained(source, id2label=labels).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+
+
+#: The stand-ins a block may ask for: tiny folders in the layout of the real ones.
+STAND_INS = {
+    "release-v1": lambda folder: folder.symlink_to(RELEASES / "roformer_v1"),  # an unzipped original release
+    "release-v2": lambda folder: folder.symlink_to(RELEASES / "roformer_v2"),
+    "release-sim": lambda folder: folder.symlink_to(RELEASES / "roformer_sim"),
+    "sim": lambda folder: _quiet_convert("original", str(RELEASES / "roformer_sim"), str(folder)),  # converted Sim
+    "roformer": lambda folder: write_junnyu_folder("roformer_v1", folder),  # a transformers `roformer` folder
+    "classifier": _classifier,
+}
+
+
+def _write_stand_ins(spec: str) -> None:
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        path, kind = entry.split("=")
+        folder = pathlib.Path(path)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        STAND_INS[kind](folder)
 
 
 def _prose(page: pathlib.Path) -> str:
@@ -62,18 +109,61 @@ def test_readme_has_runnable_examples():
 
 
 def test_setup_commands_come_first():
-    """The two set-up commands (main job, tests) are code blocks within the README's first 40 lines."""
+    """The two set-up commands (the sentiment fine-tuning, the tests) and the CPU torch line are code blocks within
+    the README's first 40 lines, with no placeholder URL."""
     head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:40])
     commands = re.findall(r"```bash\n(.*?)```", head, flags=re.S)
     assert any("main_job.json" in command for command in commands)
     assert any("pytest" in command for command in commands)
+    assert any("download.pytorch.org/whl/cpu" in command for command in commands)
+    assert "<url" not in head.lower()
 
 
-@pytest.mark.parametrize("block", BLOCKS)
-def test_documented_example_runs(block, tmp_path, monkeypatch):
-    (tmp_path / "tests").symlink_to(ROOT / "tests")  # examples name repository paths such as tests/fixtures
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_python_block_is_marked(page):
+    """A Python block is either runnable or names the stand-in it runs on: none is left untested."""
+    text = page.read_text(encoding="utf-8")
+    assert len(MARKED.findall(text)) == len(PYTHON.findall(text)), f"{_name(page)} has an unmarked python block"
+    for stand_ins, _ in MARKED.findall(text):
+        kinds = [entry.split("=")[-1].strip() for entry in stand_ins.split(",") if entry.strip()]
+        assert set(kinds) <= set(STAND_INS), f"{_name(page)}: unknown stand-in in {stand_ins!r}"
+
+
+@pytest.mark.parametrize(("stand_ins", "block"), BLOCKS)
+def test_documented_example_runs(stand_ins, block, tmp_path, monkeypatch):
+    for name in ("tests", "checkpoints", "examples"):  # examples name repository paths such as checkpoints/...
+        (tmp_path / name).symlink_to(ROOT / name)
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "documented example", "exec"), {"__name__": "__readme__"})
+    _write_stand_ins(stand_ins)
+    before = {
+        name: set(registry.names())
+        for name, registry in vars(registries).items()
+        if hasattr(registry, "unregister") and not isinstance(registry, type)
+    }
+    try:
+        exec(compile(block, "documented example", "exec"), {"__name__": "__readme__"})
+    finally:  # a block that registers a plugin leaves no trace for the next block or test
+        for name, names in before.items():
+            for added in set(getattr(registries, name).names()) - names:
+                getattr(registries, name).unregister(added)
+
+
+def test_install_instructions_name_only_what_exists():
+    """roformer-ext is installed from a clone (`pip install -e ".[extra]"`): no page, model card or message of the
+    package names a `roformer-ext` distribution on PyPI, and every extra named exists in setup.cfg."""
+    extras = set(
+        re.findall(r"^([\w-]+) =", (ROOT / "setup.cfg").read_text().split("[options.extras_require]")[1], re.M)
+    )
+    files = [*PAGES, *ROOT.glob("checkpoints/*/README.md"), *(ROOT / "src" / "roformer_ext").rglob("*.py")]
+    wrong = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        wrong += [
+            f"{_name(path)}: {m}" for m in re.findall(r"pip install -U roformer-ext|roformer-ext\[[\w,-]+\]", text)
+        ]
+        named = {e for group in re.findall(r"""install -e ["']\.\[([\w,-]+)\]""", text) for e in group.split(",")}
+        wrong += [f"{_name(path)}: no extra {extra!r}" for extra in named - extras]
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)
