@@ -12,16 +12,11 @@ of the projection output):
 - a copy of q and k: the lower bound for any out-of-place rotation (read once, write once).
 
 A second table times what attention pays in all, from the hidden states: the q and k projections (plain
-`nn.Linear`, the same weights for every row) and the rotation. Ours is the rotation's `project_query_key`, which for
-the half layout projects with each head's weight rows reordered so that pairs come out side by side (when the batch
-has more rows than the projection has outputs; the reordered rows are kept until the weights change) and then
-rotates as interleaved pairs do; "rotated after the projection" is the half layout without that reordering (the path
-for adapters, hooks and short batches).
+`nn.Linear`, the same weights for every row) and the rotation: the rotation's `project_query_key`.
 
 A third table times a whole encoder forward (`RoFormerExtModel`, `--model-size`, sdpa, batch × seq random ids)
-with the interleaved layout, the same weights converted to the half layout (`convert_pair_layout`: the same
-function), and that half model with a no-op forward hook on its key projections, which sends it down the path
-without the reordering (the path an adapter takes).
+with the interleaved layout and the same weights converted to the half layout (`convert_pair_layout`: the same
+function).
 
     python benchmarks/bench_rope.py --out benchmarks/results
 """
@@ -175,20 +170,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
 
 
 def encoder_forward(args: argparse.Namespace, dtype: torch.dtype) -> dict:
-    """Time a whole encoder forward in each pair layout (the same function), and the half layout unreordered."""
+    """Time a whole encoder forward in each pair layout (the same function)."""
     torch.manual_seed(0)
     config = RoFormerExtConfig(**SIZES[args.model_size], attn_implementation="sdpa")
     interleaved = RoFormerExtModel(config).to(dtype).eval()
     half = convert_pair_layout(copy.deepcopy(interleaved), "half")
-    unreordered = copy.deepcopy(half)
-    for layer in unreordered.layers:
-        layer.attention.key.register_forward_hook(lambda *unused: None)
     generator = torch.Generator().manual_seed(3)
     input_ids = torch.randint(5, config.vocab_size, (args.batch, args.seq), generator=generator)
     cases = {
         "interleaved": lambda: interleaved(input_ids),
         "half": lambda: half(input_ids),
-        "half, rotated after the projection": lambda: unreordered(input_ids),
     }
     with torch.inference_mode():
         reference = interleaved(input_ids).last_hidden_state
@@ -228,9 +219,6 @@ def projection_and_rotation(
             states, query, key, args.head_dim, *interleaved
         ),
         "ours, half": lambda: half_rotation.project_query_key(states, query, key, args.head_dim, *half),
-        "ours, half, rotated after the projection": lambda: half_rotation.query_key(
-            heads(query(states)), heads(key(states)), *half
-        ),
     }
 
     def scores(pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

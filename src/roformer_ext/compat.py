@@ -4,11 +4,8 @@ torch and tokenizers that it reaches, decided here once.
 Modeling code reads one name for each thing that moved; this module maps it onto the installed release by looking at
 what the release has (feature detection). A saved folder loaded with `trust_remote_code=True` runs this file under
 whatever transformers the user has, for years: so a release outside the tested range is never refused on its version
-string. It gets one warning naming the tested range, and the first forward runs `self_check()` (seconds at most, a
-tiny random model): cached greedy generation equals recomputation, the cache reaches the forward under the name
-`generate` passes, the mask helpers take what we pass, the processor merges its kwargs. Only a failed check stops it
-(`IncompatibleTransformersError`, naming what broke and how to get updated code): never silently wrong, as
-transformers 5.24's rename of `past_key_values` to `cache` made every model that read only the old name.
+string. It gets one warning naming the tested range, and the first forward runs the self-check (self_check.py). This
+module imports nothing of the package: every other module may import it.
 
 What moved, and since when:
 - transformers 5.24 made the kwargs class of `ProcessorMixin._merge_kwargs` optional (required before).
@@ -28,7 +25,6 @@ import sys
 import threading
 import types
 import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -46,16 +42,16 @@ from transformers.utils.generic import is_flash_attention_requested
 #: The transformers releases this code is tested on (CI runs the newest and the lowest); setup.cfg declares the same.
 LOWEST_TRANSFORMERS = "5.21.0"
 #: The first release outside the tested range: the newest tested release's next minor (its pre-releases too).
-TRANSFORMERS_BELOW = "5.25.0"
+TRANSFORMERS_BELOW = "5.26.0"
 SUPPORTED_RANGE = f"transformers>={LOWEST_TRANSFORMERS},<{TRANSFORMERS_BELOW}"
 #: The torch releases the suite ran on (setup.cfg declares `torch>=` this; docs/compatibility.md says what ran).
 LOWEST_TORCH = "2.13.0"
 #: How a user gets code that knows a newer transformers (said by the warning and by a failed self-check).
 UPDATE_HINT = (
-    "Get updated code: `pip install -U roformer-ext` (then `import roformer_ext`, or re-save the folder with it); "
-    "for a folder whose config.json `auto_map` names a code repository (`owner/repo--...`), that repository's "
-    "maintainer publishes the fix once with `roformer-ext push-code owner/repo` and every checkpoint pointing there "
-    f'gets it. Meanwhile a tested release works: pip install "{SUPPORTED_RANGE}".'
+    "Get updated code: `git pull && pip install -e .` in a clone of roformer-ext, then `roformer-ext update-code "
+    "FOLDER` gives a saved folder that version's code; for a folder whose config.json `auto_map` names a code "
+    "repository (`owner/repo--...`), that repository's maintainer publishes the fix once with `roformer-ext push-code "
+    f'owner/repo` and every checkpoint pointing there gets it. Meanwhile a tested release works: pip install "{SUPPORTED_RANGE}".'
 )
 
 
@@ -73,20 +69,21 @@ def is_tested_release(version: str) -> bool:
     return parsed >= Version(LOWEST_TRANSFORMERS) and parsed.release < Version(TRANSFORMERS_BELOW).release
 
 
-def _process_state() -> types.ModuleType:
+def process_state() -> types.ModuleType:
     """One state per process, however many copies of this file run: transformers imports a saved folder's code once
     per class module (config, model, tokenizer each in a package of its own), and roformer_ext may be installed too."""
     state = sys.modules.get("_roformer_ext_compat_state")
     if state is None:
         state = types.ModuleType("_roformer_ext_compat_state", "roformer-ext's per-process compatibility state")
         state.lock = threading.RLock()
-        state.policy = {"tested": None, "warned": False, "checked": False, "running": False, "failure": None}
+        # tested: inside the range; warned: the warning given; failure: what the self-check found ("" nothing, None
+        # not run yet); checker: the thread the self-check runs in
+        state.policy = {"tested": None, "warned": False, "failure": None, "checker": None}
         state = sys.modules.setdefault("_roformer_ext_compat_state", state)
     return state
 
 
-_policy_lock = _process_state().lock
-_policy = _process_state().policy
+_policy_lock, _policy = process_state().lock, process_state().policy
 
 
 def check_transformers_version(version: str | None = None) -> bool:
@@ -106,148 +103,6 @@ def check_transformers_version(version: str | None = None) -> bool:
             )
     return False
 
-
-def ensure_compatible() -> None:
-    """Outside the tested range, run `self_check()` once per process (the base model's forward calls this first: a
-    model is built under transformers' meta-device and dtype contexts, a forward is not); raise
-    `IncompatibleTransformersError` when it failed, at every forward after that. Inside the range: one lookup."""
-    if torch.compiler.is_compiling():  # traced: nothing to decide here (an eager forward decides it)
-        return
-    if _policy["tested"] is None:
-        _policy["tested"] = is_tested_release(transformers.__version__)
-    if _policy["tested"]:
-        return
-    with _policy_lock:
-        if _policy["running"]:  # the self-check's own tiny models
-            return
-        if not _policy["checked"]:
-            _run_self_check()
-    if _policy["failure"]:
-        raise IncompatibleTransformersError(_policy["failure"])
-
-
-def _run_self_check() -> None:
-    """Run the checks once (the caller holds the lock) and keep what failed."""
-    _policy["running"] = True
-    try:
-        failures = self_check()
-    finally:
-        _policy["running"] = False
-    if failures:
-        _policy["failure"] = (
-            f"roformer-ext's self-check failed under transformers {transformers.__version__} (tested: "
-            f"{SUPPORTED_RANGE}); running would give wrong results. What broke: " + "; ".join(failures) + ". "
-        ) + UPDATE_HINT
-    _policy["checked"] = True
-
-
-def self_check() -> list[str]:
-    """The checks a transformers release must pass for this code to run on it, on tiny random models (2-4 s on a
-    busy 2-core machine, mostly `generate`'s own set-up). Returns what failed, one line each; empty when everything holds."""
-    failures = []
-    try:
-        model = _tiny_decoder()
-    except Exception as error:
-        return [f"a tiny model builds ({type(error).__name__}: {error})"]
-    for name, check in _SELF_CHECKS:
-        try:
-            with torch.autocast("cpu", enabled=False), torch.inference_mode(False):
-                check(model)
-        except Exception as error:  # each check names itself; the error says how it broke
-            failures.append(f"{name} ({type(error).__name__}: {error})")
-    return failures
-
-
-def _tiny_decoder():
-    from .configuration_roformer_ext import RoFormerExtConfig
-    from .modeling_roformer_ext import RoFormerExtForCausalLM
-
-    config = RoFormerExtConfig(
-        vocab_size=40,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        is_decoder=True,
-        initializer_range=0.5,  # outputs that depend on every earlier token: a lost cache changes them
-        attention_probs_dropout_prob=0.0,
-        hidden_dropout_prob=0.0,
-    )
-    with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # the caller's random stream is left as it was
-        torch.manual_seed(0)
-        return RoFormerExtForCausalLM(config).float().eval()
-
-
-def _check_generation(model) -> None:
-    """`generate` hands the cache to the forward under a name the forward reads (`CACHE`, or the old name), and
-    greedy generation with the cache gives the scores of generation without it (which recomputes every step)."""
-    from transformers.cache_utils import Cache
-
-    prompt = torch.tensor([[5, 6, 7, 8, 9]])
-    settings = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
-    received = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: received.append({k for k, v in kwargs.items() if isinstance(v, Cache)}),
-        with_kwargs=True,
-    )
-    try:
-        with torch.no_grad():
-            cached = model.generate(prompt, use_cache=True, **settings)
-    finally:
-        hook.remove()
-    names = set().union(*received)
-    if not names or not names <= {CACHE, "past_key_values"} or not all(received[1:]):
-        raise AssertionError(f"generate passed the cache as {sorted(names) or 'nothing'}; this code reads `{CACHE}`")
-    with torch.no_grad():
-        recomputed = model.generate(prompt, use_cache=False, **settings)
-    if cached.sequences.tolist() != recomputed.sequences.tolist():
-        raise AssertionError("cached greedy tokens differ from recomputed ones")
-    gap = max((a - b).abs().max().item() for a, b in zip(cached.scores, recomputed.scores))
-    if gap > 1e-4:
-        raise AssertionError(f"cached scores differ from recomputed ones by {gap:.2e}")
-
-
-def _check_masks(model) -> None:
-    """The mask helpers take what we pass: a left-padded row equals the same prompt alone, eager and sdpa."""
-    input_ids = torch.tensor([[0, 0, 5, 6, 7], [9, 8, 7, 6, 5]])
-    attention_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-    for implementation in ("eager", "sdpa"):
-        model.set_attn_implementation(implementation)
-        with torch.no_grad():
-            batch = model(input_ids, attention_mask=attention_mask).logits[0, 2:]
-            alone = model(input_ids[:1, 2:]).logits[0]
-        if not torch.allclose(batch, alone, atol=1e-4):
-            raise AssertionError(f"a left-padded row differs from the prompt alone on {implementation}")
-
-
-def _check_processor(model) -> None:
-    """The processor merges its kwargs (`merge_processor_kwargs`); skipped where the vision extra is missing."""
-    from transformers.utils import is_vision_available
-
-    if not is_vision_available():
-        return
-    from .image_processing_roformer_ext import RoFormerExtImageProcessor
-    from .processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens
-    from .tokenization_roformer_ext import RoFormerExtTokenizerFast
-
-    tokenizer = RoFormerExtTokenizerFast(vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"])})
-    add_vision_tokens(tokenizer)
-    processor = RoFormerExtProcessor(image_processor=RoFormerExtImageProcessor(), tokenizer=tokenizer)
-    merged = merge_processor_kwargs(processor, tokenizer.init_kwargs, {"padding": "max_length", "max_length": 7})
-    if merged.get("text_kwargs", {}).get("max_length") != 7:
-        raise AssertionError(f"the processor's kwargs were merged as {merged}")
-    if len(processor("a a", padding="max_length", max_length=7)["input_ids"][0]) != 7:
-        raise AssertionError("the processor dropped its text kwargs")
-
-
-_SELF_CHECKS: tuple[tuple[str, Callable[[nn.Module], None]], ...] = (
-    (
-        "cached generation: the cache reaches the forward under the name generate passes, and equals recomputation",
-        _check_generation,
-    ),
-    ("the mask helpers accept what we pass", _check_masks),
-    ("the processor merges kwargs", _check_processor),
-)
 
 check_transformers_version()
 
@@ -382,12 +237,10 @@ PRIVATE_NAMES: dict[str, str] = {
     ),
     "transformers.image_processing_utils:BaseImageProcessor._preprocess_image_like_inputs": "override",
     "transformers.image_processing_base:ImageProcessingMixin._auto_class": "read - auto_class",
+    "transformers.utils.hub:PushToHubMixin._upload_modified_files": (
+        "override, call - parent_upload_modified_files: a push uploads our code placement and card section too"
+    ),
     # torch
-    "torch:Tensor._version": "read - tensor_identity",
-    "torch.nn:Module._forward_hooks": "read - has_module_hooks",
-    "torch.nn:Module._forward_pre_hooks": "read - has_module_hooks",
-    "torch.nn.modules.module:_global_forward_hooks": "read - global_module_hooks_active",
-    "torch.nn.modules.module:_global_forward_pre_hooks": "read - global_module_hooks_active",
     "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu": "call - cpu_fused_sdpa (when present)",
     "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu_backward": "call - cpu_fused_sdpa_backward (when present)",
 }
@@ -452,6 +305,11 @@ def parent_save_pretrained_files(parent, *args, **kwargs) -> tuple[str, ...]:
     return parent._save_pretrained(*args, **kwargs)
 
 
+def parent_upload_modified_files(parent, working_dir, *args, **kwargs):
+    """`super()._upload_modified_files(...)`: transformers' push of the files a save wrote or changed (one commit)."""
+    return parent._upload_modified_files(working_dir, *args, **kwargs)
+
+
 def parent_standardize_kwargs(parent, **kwargs) -> dict:
     return parent._standardize_kwargs(**kwargs)
 
@@ -492,21 +350,6 @@ def warn_too_long_sequence(tokenizer, ids: list[int], max_length: int | None, ve
     tokenizer._eventual_warn_about_too_long_sequence(ids, max_length, verbose)
 
 
-def tensor_identity(tensor: torch.Tensor) -> tuple:
-    """What changes when `tensor` is replaced or written in place: the object, its version counter, its storage."""
-    return (weakref.ref(tensor), tensor._version, tensor.data_ptr(), tensor.device, tensor.dtype)
-
-
-def has_module_hooks(module: nn.Module) -> bool:
-    """Whether forward (pre-)hooks are registered on `module` itself."""
-    return bool(module._forward_hooks or module._forward_pre_hooks)
-
-
-def global_module_hooks_active() -> bool:
-    """Whether hooks registered for every module (`register_module_forward_hook`) are set."""
-    return any(getattr(nn.modules.module, n, None) for n in ("_global_forward_hooks", "_global_forward_pre_hooks"))
-
-
 def cpu_fused_sdpa_available() -> bool:
     """Whether this torch has the fused CPU attention kernel's forward and backward as operators."""
     return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -537,10 +380,9 @@ __all__ = [
     "cache_field",
     "check_transformers_version",
     "enable_activation_checkpointing",
-    "ensure_compatible",
     "is_tested_release",
     "mask_cache",
     "merge_processor_kwargs",
     "output_cache",
-    "self_check",
+    "process_state",
 ]

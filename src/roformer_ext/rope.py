@@ -13,18 +13,15 @@ Add your own with `@register_rotary_embedding("name")` on a `RotaryEmbedding` su
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from .axis_allocations import __all__ as _MOVED_TO_AXIS_ALLOCATIONS
 from .axis_allocations import axis_of_pair
-from .compat import HeadDimView, global_module_hooks_active, has_module_hooks, tensor_identity
+from .compat import HeadDimView
 from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
 from .scheme_knobs import allocation_knobs_class, rotates_per_head
 
@@ -347,20 +344,11 @@ class InterleavedPairRotation(QueryKeyRotation):
 
 
 class HalfPairRotation(QueryKeyRotation):
-    """Pairs (i, i + d/2), as most RoPE code lays them out, at the interleaved layout's cost.
-
-    For scores, half pairs are read straight into a complex tensor (one pass) and rotated as interleaved pairs are,
-    instead of the plain formula's five passes. Better still, when the batch has more rows than the projection has
-    outputs, queries and keys are projected with each head's weight rows in pair-adjacent order (0, d/2, 1,
-    d/2 + 1, ...) so the pairs come out side by side and no pass over q and k moves them: the scores are those of the
-    half layout (the same permutation on q and k), at the interleaved cost. The reordered rows are kept
-    (`PairAdjacentRows`), computed again only when the weights change.
-    """
+    """Pairs (i, i + d/2), as most RoPE code lays them out, at the interleaved layout's cost: for scores, half pairs
+    are read straight into a complex tensor (one pass) and rotated as interleaved pairs are, instead of the plain
+    formula's five passes."""
 
     pair_layout = "half"
-
-    def __init__(self) -> None:
-        self.query_rows, self.key_rows = PairAdjacentRows(), PairAdjacentRows()
 
     def for_scores(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -370,32 +358,6 @@ class HalfPairRotation(QueryKeyRotation):
             return _rotate_interleaved_pairs(x, cos.unsqueeze(1), sin.unsqueeze(1))
         rotation = torch.complex(cos[..., :half], sin[..., :half]).unsqueeze(1)
         return torch.view_as_real(torch.complex(x[..., :half], x[..., half:]) * rotation).flatten(-2)
-
-    def project_query_key(
-        self,
-        states: torch.Tensor,
-        query_projection: nn.Module,
-        key_projection: nn.Module,
-        head_dim: int,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not projects_pair_adjacent(states, query_projection, key_projection):
-            return super().project_query_key(states, query_projection, key_projection, head_dim, cos, sin)
-        half = head_dim // 2
-        cos_pairs, sin_pairs = cos[..., :half].unsqueeze(1), sin[..., :half].unsqueeze(1)
-        return tuple(
-            _rotate_adjacent_pairs(
-                _heads(F.linear(states, *rows(projection, head_dim)), head_dim), cos_pairs, sin_pairs
-            )
-            for rows, projection in ((self.query_rows, query_projection), (self.key_rows, key_projection))
-        )
-
-    def __getstate__(self) -> dict:
-        return {}  # the kept rows are a cache: copies and pickles start without it
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
 
 
 class FusedHalfPairRotation(HalfPairRotation):
@@ -409,12 +371,6 @@ class FusedHalfPairRotation(HalfPairRotation):
         from .fused_rotary import fused_rotary_installed
 
         return tensor.is_cuda and fused_rotary_installed()
-
-    def project_query_key(self, states, query_projection, key_projection, head_dim, cos, sin):
-        if not self.fuses(states):
-            return super().project_query_key(states, query_projection, key_projection, head_dim, cos, sin)
-        query, key = _heads(query_projection(states), head_dim), _heads(key_projection(states), head_dim)
-        return self.query_key(query, key, cos, sin)
 
     def query_key(self, query, key, cos, sin):
         if not self.fuses(query):
@@ -440,7 +396,7 @@ class HeadwiseRotation(QueryKeyRotation):
 
 
 def query_key_rotation(config: Any) -> QueryKeyRotation:
-    """A new rotation for one attention layer of `config`'s pair layout (each layer keeps its own reordered rows)."""
+    """The rotation for one attention layer of `config`'s pair layout."""
     pair_layout = config.rope_parameters.get("pair_layout", "interleaved")
     if rotates_per_head(config.rope_parameters):
         if pair_layout not in PAIR_LAYOUTS:
@@ -453,97 +409,6 @@ def query_key_rotation(config: Any) -> QueryKeyRotation:
     from .fused_rotary import fused_rotary_installed
 
     return FusedHalfPairRotation() if fused_rotary_installed() else HalfPairRotation()
-
-
-class PairAdjacentRows:
-    """One q or k projection's weight and bias with each head's rows in pair-adjacent order (0, d/2, 1, d/2 + 1,
-    ...), computed once and kept while the parameters stay the same tensors with the same `_version`, storage,
-    device and dtype. An optimizer step, `load_state_dict`, `convert_pair_layout` or any in-place change bumps the
-    version, `.to()` moves the storage: the next forward reorders again. (A write through `.data` bypasses the version
-    counter, as it bypasses autograd: call `clear()` after one.)
-
-    While autograd records through the parameters (training), the rows are gathered in that forward instead, so the
-    gradient reaches the parameters; the weights change at every step then anyway.
-    """
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self._source: tuple | None = None
-        self._rows: tuple[torch.Tensor, torch.Tensor | None] | None = None
-
-    def __call__(self, projection: nn.Linear, head_dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        weight, bias = projection.weight, projection.bias
-        if torch.is_grad_enabled() and (weight.requires_grad or (bias is not None and bias.requires_grad)):
-            return reorder_rows(weight, bias, head_dim)
-        source = tuple(_identity(t) for t in (weight, bias))
-        if self._rows is None or not _same_source(self._source, source):
-            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable outside inference mode
-                self._rows = reorder_rows(weight, bias, head_dim)
-            self._source = source
-        return self._rows
-
-
-def _identity(t: torch.Tensor | None) -> tuple | None:
-    if t is None:
-        return None
-    return tensor_identity(t)
-
-
-def _same_source(kept: tuple, now: tuple) -> bool:
-    return all(
-        (a is None and b is None) or (a is not None and b is not None and a[0]() is b[0]() and a[1:] == b[1:])
-        for a, b in zip(kept, now)
-    )
-
-
-def reorder_rows(
-    weight: torch.Tensor, bias: torch.Tensor | None, head_dim: int
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Weight rows (and bias) of a q/k projection in each head's pair-adjacent order: 0, d/2, 1, d/2 + 1, ..."""
-    if _is_distributed(weight) or weight.shape[0] % head_dim:
-        raise ValueError(
-            f"The half pair layout reorders whole heads of q/k projection rows; got a {type(weight).__name__} of "
-            f"{weight.shape[0]} rows (head_dim {head_dim}), a shard of a distributed weight. Run the projection's own "
-            "forward for it (projects_pair_adjacent does), or shard whole heads."
-        )
-    rows_per_head = torch.arange(weight.shape[0], device=weight.device).view(-1, head_dim)
-    order = _half_to_interleaved(rows_per_head).flatten()
-    return weight[order], None if bias is None else bias[order]
-
-
-def _is_distributed(weight: torch.Tensor) -> bool:
-    """Whether `weight` is a torch.distributed DTensor (its `shape` the whole tensor's, its data a shard)."""
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(weight, DTensor)
-
-
-def projects_pair_adjacent(states: torch.Tensor, query_projection: nn.Module, key_projection: nn.Module) -> bool:
-    """Whether this call of a half-layout attention can project with the kept pair-adjacent rows.
-
-    What the rotation cannot know when it is built, because it belongs to the call: eager fp32/fp64 states (torch.compile
-    traces the plain path; bf16 has no complex kernels), plain `nn.Linear` projections with no hooks (an adapter such as
-    LoRA, a quantized layer or a hook, also one added later, must see its own forward run), and more rows than the
-    projection has outputs (a decoding step's few rows are cheaper to move than to project anew).
-    """
-    if torch.compiler.is_compiling() or states.dtype not in (torch.float32, torch.float64):
-        return False
-    # A distributed weight (a DTensor: tensor parallel's shard, FSDP2's outside its all-gather) is never read as if
-    # whole: the projection's own forward, which its engine wraps, runs instead (tensor parallel gives local heads).
-    if any(_is_distributed(p.weight) for p in (query_projection, key_projection)):
-        return False
-    # Hooks registered for every module (torch.nn.modules.module.register_module_forward_hook) must see q and k too.
-    if global_module_hooks_active():
-        return False
-    plain = all(
-        type(p) is nn.Linear and not has_module_hooks(p) and "forward" not in vars(p)
-        for p in (query_projection, key_projection)
-    )
-    return plain and states.numel() // states.shape[-1] > query_projection.weight.shape[0]
 
 
 #: One rotation per layout for `rotate_for_scores` (which keeps no rows).
@@ -571,11 +436,3 @@ __all__ = [
     "rotary_embedding_class",
     "rotate_for_scores",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """The frequency allocations' names (axis_allocations.py's `__all__`) stay importable from here, where they were
-    defined until they got a module of their own."""
-    if name in _MOVED_TO_AXIS_ALLOCATIONS:  # the module itself: the one that defines axis_of_pair
-        return getattr(sys.modules[axis_of_pair.__module__], name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

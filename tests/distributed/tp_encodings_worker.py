@@ -1,7 +1,6 @@
 """Run by test_distributed_runs.py under `torchrun --nproc_per_node 2`: each folder given is loaded with transformers'
 tensor parallel (`DistributedConfig(tp_size=2)`) and one process's copy; rank 0 writes, per folder, the largest
-logit difference or the error the tensor-parallel forward raised, and whether the half layout's kept q/k rows were
-ever filled (they must not be: a shard is never reordered as if it were the whole weight).
+logit difference or the error the tensor-parallel forward raised.
 
     torchrun --nproc_per_node 2 tp_encodings_worker.py RESULTS_JSON FOLDER...
 """
@@ -24,7 +23,7 @@ def check(folder: str) -> dict:
     reference = cls.from_pretrained(folder).eval()
     if (Path(folder) / "inputs.pt").is_file():  # a vision-text batch the test wrote
         inputs = torch.load(Path(folder) / "inputs.pt")
-    else:  # 2 x 48 rows, more than the q projection's 32 outputs: the half layout's pair-adjacent path is eligible
+    else:
         generator = torch.Generator().manual_seed(0)
         inputs = {"input_ids": torch.randint(5, model.config.vocab_size, (2, 48), generator=generator)}
     result = {"local_heads": model.config.num_attention_heads // 2}
@@ -34,10 +33,6 @@ def check(folder: str) -> dict:
             result["max_abs_diff"] = (model(**inputs).logits - expected).abs().max().item()
         except ValueError as err:
             result["error"] = str(err)
-    rotations = [layer.attention.rotation for layer in model.roformer.layers]
-    result["kept_rows_filled"] = any(
-        getattr(r, "query_rows", None) and r.query_rows._rows is not None for r in rotations
-    )
     return result
 
 

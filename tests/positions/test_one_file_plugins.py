@@ -29,7 +29,7 @@ from roformer_ext import (
 from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, EncodingKnobs
 from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES
-from roformer_ext.rope import register_axis_allocation
+from roformer_ext.axis_allocations import register_axis_allocation
 from roformer_ext.scheme_knobs import POSITIVE, Knob, SchemeKnobs
 
 ATOL = 1e-5
@@ -287,6 +287,6 @@ def test_new_scheme_knobs_bring_their_defaults_check_and_allocation():
     assert config.rope_parameters["axis_allocation"] == "test_reversed_interleaved"
     with pytest.raises(ValueError, match=r"'test_stepped_diagonal': rope_parameters\['diagonal_step'\] must be a pos"):
         scheme_model(step=-1.0)
-    from roformer_ext.rope import axis_of_pair
+    from roformer_ext.axis_allocations import axis_of_pair
 
     assert axis_of_pair(4, 3, "test_reversed_interleaved").tolist() == [0, 2, 1, 0]

@@ -247,61 +247,6 @@ def _half_model(**overrides) -> RoFormerExtForMaskedLM:
     return RoFormerExtForMaskedLM(tiny_config(rope_parameters={"pair_layout": "half"}, **overrides)).eval()
 
 
-def test_half_layout_projects_pair_adjacent_rows_when_that_is_cheaper():
-    """With more rows than projection outputs, half-layout attention projects with its weight rows reordered (no
-    pass over q and k to bring pairs together) and gets the logits of the activation path, forced by a hook."""
-    from roformer_ext.rope import HalfPairRotation, InterleavedPairRotation, projects_pair_adjacent
-
-    model = _half_model()
-    attention = model.roformer.layers[0].attention
-    assert isinstance(attention.rotation, HalfPairRotation)
-    assert isinstance(
-        RoFormerExtForMaskedLM(tiny_config()).roformer.layers[0].attention.rotation, InterleavedPairRotation
-    )
-    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)  # 48 rows > 32 outputs
-    states = torch.randn(4, 12, 32)
-    assert projects_pair_adjacent(states, attention.query, attention.key)
-    assert not projects_pair_adjacent(states[:, :8], attention.query, attention.key)  # 32 rows (decoding): activations
-    with torch.no_grad():
-        reordered = model(input_ids, attention_mask=attention_mask).logits
-        handles = [layer.attention.query.register_forward_hook(lambda *args: None) for layer in model.roformer.layers]
-        assert not projects_pair_adjacent(states, attention.query, attention.key)
-        activations = model(input_ids, attention_mask=attention_mask).logits
-        for handle in handles:
-            handle.remove()
-    torch.testing.assert_close(reordered, activations, rtol=0, atol=1e-5)
-
-
-def test_half_layout_reordered_projection_under_bf16_autocast():
-    """Under CPU autocast the projections return bf16 while the states are fp32: the reordered path still rotates
-    and agrees with the activation path (which rotates bf16 by the formula) within bf16 rounding."""
-    model = _half_model()
-    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        reordered = model(input_ids, attention_mask=attention_mask).logits
-        for layer in model.roformer.layers:
-            layer.attention.query.register_forward_hook(lambda *args: None)
-        activations = model(input_ids, attention_mask=attention_mask).logits
-    torch.testing.assert_close(reordered.float(), activations.float(), rtol=0, atol=3e-2)
-
-
-def test_half_layout_reordered_projection_gradients_match():
-    """Gradients reach the projection weights through the reordered rows exactly as through the activations."""
-    input_ids, attention_mask, _ = random_inputs(batch=4, seq=12)
-    grads = []
-    for hooked in (False, True):
-        model = _half_model()
-        handles = [layer.attention.key.register_forward_hook(lambda *args: None) for layer in model.roformer.layers]
-        if not hooked:
-            for handle in handles:
-                handle.remove()
-        model(input_ids, attention_mask=attention_mask, labels=input_ids).loss.backward()
-        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
-    assert grads[0].keys() == grads[1].keys()
-    for name, grad in grads[0].items():
-        torch.testing.assert_close(grad, grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
-
-
 def test_half_layout_adapter_projection_keeps_its_forward():
     """A projection that is not a plain nn.Linear (an adapter such as LoRA) runs its own forward: an adapter that
     doubles the queries gives the logits of plain projections with doubled weights."""

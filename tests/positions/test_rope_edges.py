@@ -13,6 +13,7 @@ from torch import nn
 from vision_sizes import SIZES
 
 from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel, fused_rotary, rope
+from roformer_ext.axis_allocations import axis_of_pair, is_headwise, register_axis_allocation
 from roformer_ext.fused_rotary import fused_rotary_installed
 from roformer_ext.rope import (
     AXIS_ALLOCATIONS,
@@ -21,15 +22,9 @@ from roformer_ext.rope import (
     HalfPairRotation,
     HeadwiseRotation,
     InterleavedPairRotation,
-    PairAdjacentRows,
     RotaryEmbedding,
     apply_rotary,
-    axis_of_pair,
-    is_headwise,
-    projects_pair_adjacent,
     query_key_rotation,
-    register_axis_allocation,
-    reorder_rows,
 )
 
 
@@ -76,80 +71,6 @@ def test_unknown_pair_layout_is_named_with_the_choices(headwise):
     config = SimpleNamespace(rope_parameters={**rope_parameters, "pair_layout": "bogus"})
     with pytest.raises(ValueError, match=r"^Unknown pair_layout 'bogus'; choose one of interleaved, half\.$"):
         query_key_rotation(config)
-
-
-def test_reorder_rows_refuses_partial_heads_and_passes_no_bias_through():
-    weight = torch.arange(8 * 3, dtype=torch.float32).view(8, 3)
-    rows, bias = reorder_rows(weight, None, head_dim=4)
-    assert bias is None and rows[:, 0].tolist() == [0.0, 6.0, 3.0, 9.0, 12.0, 18.0, 15.0, 21.0]
-    message = (
-        r"got a Tensor of 6 rows \(head_dim 4\), a shard of a distributed weight\. Run the projection's own forward "
-        r"for it \(projects_pair_adjacent does\), or shard whole heads\.$"
-    )
-    with pytest.raises(ValueError, match=message):
-        reorder_rows(weight[:6], None, head_dim=4)
-
-
-def linear(bias: bool = True, weight_grad: bool = True, bias_grad: bool = True) -> nn.Linear:
-    torch.manual_seed(0)
-    projection = nn.Linear(3, 8, bias=bias)
-    projection.weight.requires_grad_(weight_grad)
-    if bias:
-        projection.bias.requires_grad_(bias_grad)
-    return projection
-
-
-def test_rows_follow_autograd_when_only_the_weight_or_only_the_bias_trains():
-    weight_rows, bias_rows = PairAdjacentRows()(linear(bias_grad=False), 4)
-    assert weight_rows.requires_grad and not bias_rows.requires_grad
-    weight_rows, bias_rows = PairAdjacentRows()(linear(weight_grad=False), 4)
-    assert bias_rows.requires_grad and not weight_rows.requires_grad
-
-
-def test_frozen_rows_are_kept_ordinary_tensors_with_their_bias():
-    projection = linear(weight_grad=False, bias_grad=False)
-    rows = PairAdjacentRows()
-    weight_rows, bias_rows = rows(projection, 4)
-    assert rows(projection, 4)[0] is weight_rows  # kept
-    assert not torch.is_inference(weight_rows)  # usable in a graph later
-    expected_weight, expected_bias = reorder_rows(projection.weight, projection.bias, 4)
-    assert torch.equal(weight_rows, expected_weight) and torch.equal(bias_rows, expected_bias)
-    no_bias = linear(bias=False, weight_grad=False)
-    assert PairAdjacentRows()(no_bias, 4)[1] is None
-
-
-def test_same_source_compares_a_missing_bias_as_missing():
-    weight = torch.zeros(4)
-    ident = rope._identity(weight)
-    assert rope._same_source((ident, None), (ident, None))
-    assert not rope._same_source((ident, None), (ident, ident))
-    assert not rope._same_source((ident, ident), (ident, None))
-
-
-def projections(out_features: int = 16) -> tuple[nn.Linear, nn.Linear]:
-    return nn.Linear(32, out_features), nn.Linear(32, out_features)
-
-
-def test_pair_adjacent_projection_is_for_plain_eager_float_layers_with_many_rows():
-    q, k = projections()
-    states = torch.zeros(1, 20, 32)  # 20 rows > 16 outputs (not > 32 inputs)
-    assert projects_pair_adjacent(states, q, k)
-    assert not projects_pair_adjacent(states[:, :10], q, k)
-    assert not projects_pair_adjacent(states.bfloat16(), q, k)
-    q.forward = nn.Linear.forward.__get__(q)  # an instance forward (an adapter's patch) must run
-    assert not projects_pair_adjacent(states, q, k)
-
-
-@pytest.mark.parametrize("register", [nn.modules.module.register_module_forward_hook,
-                                      nn.modules.module.register_module_forward_pre_hook])  # fmt: skip
-def test_global_hooks_see_their_projections(register):
-    q, k = projections()
-    handle = register(lambda *args: None)
-    try:
-        assert not projects_pair_adjacent(torch.zeros(1, 20, 32), q, k)
-    finally:
-        handle.remove()
-    assert projects_pair_adjacent(torch.zeros(1, 20, 32), q, k)
 
 
 def test_model_config_reaches_the_interleaved_rotation():
@@ -391,39 +312,6 @@ def test_installed_fused_kernel_is_chosen_for_the_half_layout(monkeypatch):
     assert type(query_key_rotation(tiny_config(rope_parameters={"pair_layout": "half"}))) is FusedHalfPairRotation
 
 
-@pytest.fixture
-def one_process_group(tmp_path):
-    """A gloo group of one process, so DTensors can be made on the CPU."""
-    if torch.distributed.is_initialized():
-        pytest.skip("a process group is already running")
-    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
-    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield torch.distributed.device_mesh.init_device_mesh("cpu", (1,))
-    finally:
-        torch.distributed.destroy_process_group()
-
-
-def test_a_distributed_weight_is_never_reordered(one_process_group):
-    """A DTensor's rows may be a shard: reorder_rows refuses it and the attention runs the projection's own forward
-    (here the shard is the whole weight, so only the type tells)."""
-    from torch.distributed.tensor import Shard, distribute_tensor
-
-    q, k = projections()
-    for projection in (q, k):
-        projection.weight = nn.Parameter(distribute_tensor(projection.weight.detach(), one_process_group, [Shard(0)]))
-    with pytest.raises(ValueError, match="got a DTensor of 16 rows"):
-        reorder_rows(q.weight, None, head_dim=4)
-    assert not projects_pair_adjacent(torch.zeros(1, 20, 32), q, k)  # 20 rows > 16 outputs: only the DTensor stops it
-
-
-def test_without_torch_distributed_nothing_is_distributed(monkeypatch):
-    """A torch built without torch.distributed has no DTensor: every weight is whole."""
-    monkeypatch.setattr(torch.distributed, "is_available", lambda: False)
-    assert not rope._is_distributed(torch.zeros(4))
-    assert projects_pair_adjacent(torch.zeros(1, 20, 32), *projections())
-
-
 def half_rotary_case():
     """q, k (2, 4, 7, 8) and the half layout's cos / sin of positions 0..6 from a tiny model."""
     model = RoFormerExtModel(tiny_config(rope_parameters={"pair_layout": "half"}))
@@ -458,7 +346,7 @@ def test_fused_rotation_without_liger_kernel_takes_the_half_path_on_cuda(monkeyp
 
 def test_the_fused_branch_with_a_stand_in_kernel(monkeypatch):
     """The CUDA branch of the fused rotation, run on a CPU: liger-kernel replaced by a recording stand-in, tensors
-    that say they are on CUDA. It projects q and k into heads (no reordered rows), hands them to the kernel with
+    that say they are on CUDA. It projects q and k into heads, hands them to the kernel with
     cos / sin in their dtype, and returns the kernel's result, for `project_query_key` and `query_key` alike."""
     calls = []
 
@@ -468,7 +356,6 @@ def test_the_fused_branch_with_a_stand_in_kernel(monkeypatch):
 
     monkeypatch.setattr(fused_rotary, "_liger_rotary", lambda: kernel)
     monkeypatch.setattr(fused_rotary, "fused_rotary_installed", lambda: True)
-    # 80 rows for 32 outputs: on a CPU the half layout projects with its pair-adjacent rows (projects_pair_adjacent)
     model = RoFormerExtModel(tiny_config(rope_parameters={"pair_layout": "half"}))
     generator = torch.Generator().manual_seed(1)
     states = torch.randn(2, 40, 32, generator=generator, dtype=torch.float64)

@@ -4,6 +4,7 @@ capabilities, each read at its one site."""
 
 import inspect
 import itertools
+import logging
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
@@ -11,6 +12,7 @@ from typing import ClassVar
 import pytest
 import torch
 from conftest import position_sensitive_config
+from transformers.utils import logging as hf_logging
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
@@ -18,7 +20,7 @@ from roformer_ext.axis_allocations import mrope_interleaved_allocation
 from roformer_ext.position_schemes import register_position_scheme, rope_1d
 from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
-from roformer_ext.rope import interleaved_allocation, register_axis_allocation
+from roformer_ext.axis_allocations import interleaved_allocation, register_axis_allocation
 from roformer_ext.scheme_knobs import (
     BOOL,
     BUILTIN_ALLOCATION_KNOBS,
@@ -74,48 +76,144 @@ def test_allocation_classes_say_what_mrope_section_counts():
     assert [n for n, k in BUILTIN_ALLOCATION_KNOBS.items() if k.axis_ladders] == ["omnirope"]
 
 
-#: The rope_parameters each variant brings when named (the papers' pairing), and the split for head_dim 32 (16 pairs).
-BROUGHT = {
+#: What a bare scheme name gets, as its paper runs it: (axes, axis_allocation, mrope_section for head_dim 32 = 16 pairs
+#: and 8 heads; sections are scaled from the paper's size). Every built-in scheme has a row.
+PAPER = {
+    # Su's RoPE-Tie / 2D RoPE: rotary pairs alternate the axes; rope_1d and V2PE repeat one position on every axis
+    "rope_1d": (3, "interleaved", None),
+    "rope_2d_rows": (3, "interleaved", None),
+    "rope_tie": (3, "interleaved", None),
+    "rope_tie_v2": (3, "interleaved", None),
+    "v2pe": (3, "interleaved", None),
+    # Qwen2-VL / Qwen2.5-VL: contiguous sections [16, 24, 24] at head_dim 128 (Circle-RoPE builds on them)
+    "mrope": (3, "sections", [4, 6, 6]),
     "qwen2_5_vl": (3, "sections", [4, 6, 6]),
+    "circle_rope": (3, "sections", [4, 6, 6]),
+    # Qwen3-VL's interleaved M-RoPE [24, 20, 20]; MRoPE-I and ILRoPE in the Multimodal-RoPEs reference
     "qwen3_vl": (3, "mrope_interleaved", [6, 5, 5]),
     "mrope_interleave": (3, "mrope_interleaved", [6, 5, 5]),
     "ilrope": (3, "mrope_interleaved", [6, 5, 5]),
+    # MHRoPE: whole heads per axis, [2, 3, 3] of 8 heads (the Multimodal-RoPEs reference's default)
+    "mhrope": (3, "headwise", [2, 3, 3]),
+    # their own allocations, on Qwen2-VL's split
     "omnirope": (3, "omnirope", [4, 6, 6]),
     "videorope": (3, "videorope", [4, 6, 6]),
     "hope": (3, "hope", [4, 6, 6]),
-    "circle_rope": (3, "sections", [4, 6, 6]),
+    # Lumos-1's fixed 16-pair meta component; VRoPE's 4 axes on interleaved pairs
     "mmrope": (3, "mmrope", None),
     "vrope": (4, "interleaved", None),
 }
 
 
-@pytest.mark.parametrize("name", sorted(BROUGHT))
-def test_naming_a_variant_fills_in_its_axes_allocation_and_split(name):
-    axes, allocation, section = BROUGHT[name]
-    config = RoFormerExtVisionTextConfig(
-        hidden_size=64, num_attention_heads=2, rope_parameters={"position_scheme": name}
-    )
-    rope = config.rope_parameters
-    assert (rope["axes"], rope["axis_allocation"], rope.get("mrope_section")) == (axes, allocation, section)
+def test_every_builtin_scheme_gets_its_papers_allocation_and_section_by_name():
+    assert set(PAPER) == set(POSITION_SCHEMES.builtin)
+    for name in sorted(POSITION_SCHEMES.builtin):
+        rope = RoFormerExtVisionTextConfig(
+            hidden_size=256, num_attention_heads=8, rope_parameters={"position_scheme": name}
+        ).rope_parameters
+        assert (rope["axes"], rope["axis_allocation"], rope.get("mrope_section")) == PAPER[name], name
 
 
-@pytest.mark.parametrize("name", sorted(BROUGHT))
+@pytest.mark.parametrize("name", sorted(n for n, (_, _, section) in PAPER.items() if section))
+def test_explicit_allocation_and_section_win_over_the_papers(name):
+    heads = PAPER[name][1] == "headwise"
+    given = [1, 1, 1] if heads else [2, 7, 7]
+    sizes = dict(hidden_size=256, num_attention_heads=8)
+    rope = RoFormerExtVisionTextConfig(**sizes, rope_parameters={"position_scheme": name, "mrope_section": given})
+    assert rope.rope_parameters["mrope_section"] == given
+    rope = RoFormerExtVisionTextConfig(
+        **sizes, rope_parameters={"position_scheme": name, "axis_allocation": "interleaved"}
+    ).rope_parameters
+    assert rope["axis_allocation"] == "interleaved" and "mrope_section" not in rope
+    # another allocation that counts pairs gets the paper's pairs; one that counts something else gets none
+    other = "videorope" if name != "videorope" else "sections"
+    rope = {"position_scheme": name, "axis_allocation": other}
+    if heads:
+        with pytest.raises(ValueError, match=r"'videorope' needs rope_parameters\['mrope_section'\]"):
+            RoFormerExtVisionTextConfig(**sizes, rope_parameters=rope)
+    else:
+        assert (
+            RoFormerExtVisionTextConfig(**sizes, rope_parameters=rope).rope_parameters["mrope_section"]
+            == (PAPER[name][2])
+        )
+
+
+@pytest.mark.parametrize("heads, section", [(3, [1, 1, 1]), (4, [1, 2, 1]), (6, [2, 2, 2]), (12, [3, 5, 4])])
+def test_mhrope_scales_its_head_split_to_the_head_count(heads, section):
+    """MHRoPE's [2, 3, 3] of 8 heads, by largest remainders: every head reads an axis (no NoPE head by default)."""
+    rope = RoFormerExtVisionTextConfig(
+        hidden_size=16 * heads, num_attention_heads=heads, rope_parameters={"position_scheme": "mhrope"}
+    ).rope_parameters
+    assert rope["mrope_section"] == section and sum(section) == heads
+    with pytest.raises(ValueError, match=r"attention heads per axis.*got None"):  # 2 heads cannot cover 3 axes
+        RoFormerExtVisionTextConfig(
+            hidden_size=32, num_attention_heads=2, rope_parameters={"position_scheme": "mhrope"}
+        )
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, (axes, _, _) in PAPER.items() if axes != 3 or PAPER[n][1] != "interleaved")
+)
 def test_a_variant_refuses_other_axes_when_the_config_is_built(name):
     """Its function would refuse them in the first forward; the configuration says so first, with the fix."""
-    axes = BROUGHT[name][0]
+    axes = PAPER[name][0]
     other = 2 if axes != 2 else 3
     with pytest.raises(ValueError, match=rf"^Position scheme '{name}' places tokens on {axes} axes; .*= {other}\. Set"):
         RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": name, "axes": other})
     assert BUILTIN_SCHEME_KNOBS[name].allowed_axes == (axes,)
 
 
-def test_schemes_without_a_pairing_keep_the_configs_defaults():
-    for name in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "v2pe"):
+def test_schemes_without_a_pairing_keep_the_configs_axes():
+    for name in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe"):
         knobs = BUILTIN_SCHEME_KNOBS[name]
         assert knobs.default_axes is None and knobs.default_allocation is None
-        rope = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": name}).rope_parameters
-        assert (rope["axes"], rope["axis_allocation"]) == (3, "interleaved")
     assert RoFormerExtConfig(rope_parameters={"position_scheme": "rope_tie"}).rope_parameters["axes"] == 1
+
+
+@pytest.mark.parametrize(
+    "rope, typo, meant",
+    [
+        ({"position_scheme": "mrope_interleave", "temporal_strde": 2.0}, "temporal_strde", "temporal_stride"),
+        ({"position_scheme": "qwen3_vl", "mrope_sections": [6, 5, 5]}, "mrope_sections", "mrope_section"),
+        ({"position_scheme": "circle_rope", "circle_raduis": 3.0}, "circle_raduis", "circle_radius"),
+        ({"rope_type": "linear", "factor": 2.0, "axis_alocation": "split"}, "axis_alocation", "axis_allocation"),
+        ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32, "beta_fats": 8}, "beta_fats",
+         "beta_fast"),
+    ],
+)  # fmt: skip
+def test_an_unknown_rope_key_warns_once_naming_the_nearest_known_key(rope, typo, meant, caplog):
+    """A typo'd key was ignored in silence and its default used; transformers' own models warn on unknown keys."""
+    hf_logging.enable_propagation()  # transformers' warning, if it repeated ours, would be seen too
+    try:
+        with caplog.at_level(logging.WARNING):
+            RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)
+    finally:
+        hf_logging.disable_propagation()
+    about = [record.getMessage() for record in caplog.records if typo in record.getMessage()]
+    assert len(about) == 1, about
+    assert "unknown" in about[0] and f"did you mean {meant!r}?" in about[0].lower()
+
+
+def test_known_rope_keys_and_a_plugins_knobs_warn_nothing(registered, caplog):
+    def stepped(segments, axes, *, step_size=1.0):
+        return rope_1d(segments, axes)
+
+    register_position_scheme(registered(POSITION_SCHEMES, "test_stepped"))(stepped)
+    every_knob = {name: field.default for knobs in BUILTIN_SCHEME_KNOBS.values() for name, field in
+                  ((f.name, f) for f in fields(knobs))}  # fmt: skip
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            RoFormerExtVisionTextConfig(
+                hidden_size=64, num_attention_heads=2,
+                rope_parameters={"position_scheme": "test_stepped", "step_size": 2.0, "rope_theta": 500.0,
+                                 "pair_layout": "half", "grape_share_across_heads": True, **every_knob},
+            )  # fmt: skip
+            RoFormerExtConfig(rope_parameters={"rope_type": "yarn", "factor": 2.0, "beta_fast": 16,
+                                               "original_max_position_embeddings": 768})  # fmt: skip
+    finally:
+        hf_logging.disable_propagation()
+    assert not [r.getMessage() for r in caplog.records if "rope_parameters" in r.getMessage()]
 
 
 #: A bad value for every built-in knob, and part of the message that names it.
