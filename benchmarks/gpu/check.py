@@ -4,8 +4,14 @@ A GPU is lent only now and then, for minutes, with no network: this script must 
 order, each with a time budget (a stage that would not fit in what is left of the limit is skipped, with the reason):
 - environment: versions, the GPU, which optional kernels are installed (flash-attn, liger-kernel, datasets);
 - gpu_tests: tests/model/test_gpu.py under pytest;
-- packed_varlen: DataCollatorWithFlattening's packed row equals the padded batch, per sequence, on sdpa and
-  flash_attention_2 (its varlen kernel reads cu_seq_lens), encoder and causal decoder;
+- packed_varlen: DataCollatorWithFlattening's packed row equals the padded batch, per sequence, forward and
+  gradients, on sdpa (on CUDA: torch's varlen flash kernel, one call per layer, counted) and flash_attention_2 (its
+  varlen kernel reads cu_seq_lens), encoder and causal decoder;
+- packed_speed: packed row vs padded batch, time, for the 4,108-token row and a review mix (Rotten Tomatoes lengths),
+  on sdpa (varlen) and flex attention (its block mask; CUDA only), inference and a bf16 MLM training step, and the
+  packed step's loss against the padded one's;
+- modernbert: benchmarks/bench_modernbert.py on the device: ours padded and packed against transformers' ModernBERT
+  (sdpa, padded; every layer global, and its local/global default) at matched parameter counts;
 - fused_rotary: liger-kernel's fused rotary equals `apply_rotary` (fp32, bf16), and a model whose layers use it
   equals the same model with the eager half-layout rotation;
 - bf16: an MLM training step under bf16 autocast against fp32 (loss, gradient direction, loss after an AdamW step),
@@ -22,14 +28,19 @@ status is 1 if any stage failed. check.json and check.md are written after every
 what it measured. `--dry-run` runs the same stages on CPU at tiny sizes (only what needs CUDA is skipped) and is
 run by tests/benchmarks/test_gpu_check.py.
 
-    bash benchmarks/gpu/check.sh --quick            # ≤ 3 minutes on one H100
-    bash benchmarks/gpu/check.sh                    # ≤ 8 minutes
+    bash benchmarks/gpu/check.sh --quick            # ≤ 3 minutes on one H100 / H200 (limit 170 s + imports)
+    bash benchmarks/gpu/check.sh                    # ≤ 8 minutes (limit 450 s + imports)
+
+Beside the working tree the machine needs only what benchmarks/gpu/fetch_wheels.sh lists (a supported transformers,
+datasets, liger-kernel: about 15 MB, within the 64 MiB the GPU machine takes with the tree); torch (≥ 2.11 for the
+varlen kernel's window_size) comes with the GPU image.
     bash benchmarks/gpu/check.sh --dry-run --out /tmp/gpu-dry
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import importlib.util
@@ -42,7 +53,7 @@ import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +65,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 # bench_model imports roformer_ext: the stages import it, after the environment stage has checked that it imports
 from bench_utils import markdown_table, median_seconds, synchronize  # noqa: E402
 
-STAGES = ("environment", "gpu_tests", "packed_varlen", "fused_rotary", "bf16", "benchmark", "run_mlm")
+STAGES = (
+    "environment", "gpu_tests", "packed_varlen", "packed_speed", "modernbert", "fused_rotary", "bf16", "benchmark",
+    "run_mlm",
+)  # fmt: skip
 STATUSES = ("passed", "failed", "skipped")
 
 #: (value, what it bounds). A "max" value is an upper bound (atol = rtol for the `close` ones); `--tolerance-scale`
@@ -62,6 +76,8 @@ STATUSES = ("passed", "failed", "skipped")
 TOLERANCES = {
     "packed_vs_padded_fp32": (1e-5, "packed row vs padded batch, fp32 (atol = rtol), as tests/packing"),
     "packed_vs_padded_bf16": (2e-2, "packed row vs padded batch, bf16 weights (atol = rtol), as tests/model/test_gpu"),
+    "packed_grad_rel_fp32": (1e-4, "max |grad(packed) - grad(padded)| / max |grad(padded)|, all parameters, fp32"),
+    "packed_grad_rel_bf16": (5e-2, "max |grad(packed) - grad(padded)| / max |grad(padded)|, all parameters, bf16"),
     "rotary_fp32": (1e-5, "fused rotary vs apply_rotary on the same fp32 q, k (atol = rtol)"),
     "rotary_bf16": (1e-2, "fused rotary on bf16 q, k vs apply_rotary in fp32 on the same values (atol = rtol)"),
     "rotary_model_fp32": (1e-4, "last hidden state, fused-rotary layers vs eager half-layout layers, fp32"),
@@ -75,33 +91,41 @@ TOLERANCES = {
 #: if its budget fits in what is left; run_mlm's budget is a minimum: it gets all that is left.
 GPU_SIZES = {
     "size": "small",
-    "packed_lengths": (512, 1200, 37, 2048, 311),
+    "packed_lengths": (512, 1200, 37, 2048, 311),  # 4,108 tokens
+    "reviews": 256,  # the review mix: Rotten Tomatoes lengths (bench_modernbert's tokenizer)
+    "review_rows": None,
+    "flex_batches": ("row", "reviews"),
     "rotary_shape": (8, 12, 512, 64),
     "train_batch": (8, 512),
     "mlm_lines": None,
 }
 PLANS = {
     "full": {
-        **GPU_SIZES, "limit": 450, "generate": (2, 64, 32),
-        "budgets": {"environment": 30, "gpu_tests": 90, "packed_varlen": 45, "fused_rotary": 30, "bf16": 45,
-                    "benchmark": 180, "run_mlm": 60},
+        **GPU_SIZES, "limit": 450, "generate": (2, 64, 32), "repeats": 5,
+        "budgets": {"environment": 30, "gpu_tests": 90, "packed_varlen": 45, "packed_speed": 60, "modernbert": 60,
+                    "fused_rotary": 30, "bf16": 45, "benchmark": 120, "run_mlm": 45},
+        "modernbert": ["--reviews", "256", "--doc-tokens", "16384", "--repeats", "5"],
         "bench_seqs": (512, 2048, 8192), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "3"],
         "mlm": ["--hidden_size", "768", "--num_hidden_layers", "12", "--num_attention_heads", "12",
                 "--intermediate_size", "3072", "--vocab_size", "8000", "--max_seq_length", "512", "--bf16",
                 "--per_device_train_batch_size", "32", "--max_steps", "200", "--max_eval_samples", "512"],
     },
     "quick": {
-        **GPU_SIZES, "limit": 160, "generate": (2, 64, 16),
-        "budgets": {"environment": 10, "gpu_tests": 40, "packed_varlen": 20, "fused_rotary": 15, "bf16": 20,
-                    "benchmark": 55, "run_mlm": 0},
-        "bench_seqs": (512, 2048), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "2", "--no-memory"],
+        **GPU_SIZES, "limit": 170, "generate": (2, 64, 16), "repeats": 3,
+        "budgets": {"environment": 10, "gpu_tests": 35, "packed_varlen": 20, "packed_speed": 30, "modernbert": 25,
+                    "fused_rotary": 10, "bf16": 15, "benchmark": 35, "run_mlm": 0},
+        "modernbert": ["--reviews", "128", "--doc-lengths", "512", "2048", "--repeats", "3"],
+        "flex_batches": ("row",),  # flex compiles per shape: the review mix in the full check only
+        "bench_seqs": (512,), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "2", "--no-memory"],
         "mlm": [],
     },
     "dry-run": {  # generous budgets: CI machines are shared (the time it took is in the report)
-        "limit": 600, "size": "tiny", "packed_lengths": (5, 9, 3, 8), "rotary_shape": (2, 4, 7, 8),
-        "train_batch": (2, 16), "generate": (2, 5, 4), "mlm_lines": 200,
-        "budgets": {"environment": 30, "gpu_tests": 120, "packed_varlen": 60, "fused_rotary": 60, "bf16": 60,
-                    "benchmark": 150, "run_mlm": 120},
+        "limit": 780, "size": "tiny", "packed_lengths": (5, 9, 3, 8), "rotary_shape": (2, 4, 7, 8),
+        "train_batch": (2, 16), "generate": (2, 5, 4), "mlm_lines": 200, "repeats": 1, "reviews": 6,
+        "review_rows": 300, "flex_batches": (),
+        "budgets": {"environment": 30, "gpu_tests": 120, "packed_varlen": 60, "packed_speed": 60, "modernbert": 120,
+                    "fused_rotary": 60, "bf16": 60, "benchmark": 150, "run_mlm": 120},
+        "modernbert": ["--quick"],
         "bench_seqs": (16,), "bench": ["--size", "tiny", "--tokens", "32", "--repeats", "1", "--gemm-size", "64",
                                        "--no-memory"],
         "mlm": ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4",
@@ -198,6 +222,43 @@ def flash_attention_reason(device: str) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def varlen_calls() -> Iterator[list[int]]:
+    """Counts the calls of torch's varlen kernel from roformer_ext's packed path: the route the attention plan chose."""
+    from roformer_ext import packing
+
+    kernel, calls = packing.varlen_attn, [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return kernel(*args, **kwargs)
+
+    packing.varlen_attn = counted
+    try:
+        yield calls
+    finally:
+        packing.varlen_attn = kernel
+
+
+def gradient_gap(model: torch.nn.Module, packed: dict, padded: dict, lengths: list[int]) -> float:
+    """max |grad(packed) - grad(padded)| / max |grad(padded)| over all parameters, for the same loss on both: a fixed
+    random projection of each real token's output."""
+    generator = torch.Generator().manual_seed(2)
+    device = padded["input_ids"].device
+    probes = [torch.randn(n, model.config.hidden_size, generator=generator).to(device) for n in lengths]
+    grads = []
+    for inputs, pieces in (
+        (packed, lambda out: torch.split(out[0], lengths)),
+        (padded, lambda out: [out[index, :n] for index, n in enumerate(lengths)]),
+    ):
+        model.zero_grad(set_to_none=True)
+        out = model(**inputs).last_hidden_state
+        sum((piece.float() * probe).sum() for piece, probe in zip(pieces(out), probes)).backward()
+        grads.append(torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None]))
+    model.zero_grad(set_to_none=True)
+    return ((grads[0] - grads[1]).abs().max() / grads[1].abs().max()).item()
+
+
 def fail_if(failures: list[str]) -> None:
     if failures:
         raise CheckFailed("; ".join(failures))
@@ -275,7 +336,8 @@ def stage_gpu_tests(ctx: Context) -> None:
 
 
 def stage_packed_varlen(ctx: Context) -> None:
-    """A packed row (DataCollatorWithFlattening, cu_seq_lens) equals the padded batch per sequence; times both."""
+    """A packed row (DataCollatorWithFlattening, cu_seq_lens) equals the padded batch per sequence, forward and
+    gradients; on CUDA sdpa's packed row takes torch's varlen kernel once per layer. Times both."""
     from bench_model import SIZES
     from transformers import DataCollatorWithFlattening
 
@@ -284,6 +346,7 @@ def stage_packed_varlen(ctx: Context) -> None:
     device, cuda = ctx.device, ctx.device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     tol = ctx.tolerance["packed_vs_padded_bf16" if cuda else "packed_vs_padded_fp32"]
+    grad_tol = ctx.tolerance["packed_grad_rel_bf16" if cuda else "packed_grad_rel_fp32"]
     lengths = ctx.plan["packed_lengths"]
     vocab = SIZES[ctx.plan["size"]]["vocab_size"]
     generator = torch.Generator().manual_seed(1)
@@ -306,23 +369,136 @@ def stage_packed_varlen(ctx: Context) -> None:
             model = RoFormerExtModel._from_config(config, attn_implementation=impl, dtype=dtype).to(device).eval()
             with torch.no_grad():
                 padded = model(input_ids, attention_mask=attention_mask).last_hidden_state
-                row = model(**packed).last_hidden_state
+                with varlen_calls() as calls:
+                    row = model(**packed).last_hidden_state
                 ok, max_diff = True, 0.0
                 for index, piece in enumerate(torch.split(row[0], lengths)):
                     piece_ok, diff = close(piece, padded[index, : lengths[index]], tol)
                     ok, max_diff = ok and piece_ok, max(max_diff, diff)
                 cases[name] = {
                     "max_abs_diff": max_diff,
+                    "varlen_calls": calls[0],
                     "packed_ms": median_ms(lambda m=model: m(**packed), device),
                     "padded_ms": median_ms(lambda m=model: m(input_ids, attention_mask=attention_mask), device),
                 }
+            padded_inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            cases[name]["grad_rel"] = gradient_gap(model, packed, padded_inputs, list(lengths))
             if not ok:
                 failures.append(f"{name}: packed vs padded max |diff| {max_diff:.2e} > tolerance {tol:g}")
+            if not cases[name]["grad_rel"] <= grad_tol:
+                failures.append(f"{name}: gradients differ by {cases[name]['grad_rel']:.2e} > {grad_tol:g} (relative)")
+            if cuda and impl == "sdpa" and calls[0] != config.num_hidden_layers:
+                failures.append(f"{name}: {calls[0]} varlen kernel calls for {config.num_hidden_layers} layers")
     ctx.details.update(
-        dtype=str(dtype).removeprefix("torch."), lengths=list(lengths), tolerance=tol, cases=cases, skipped=skipped
-    )
+        dtype=str(dtype).removeprefix("torch."), lengths=list(lengths), tolerance=tol, grad_tolerance=grad_tol,
+        cases=cases, skipped=skipped,
+    )  # fmt: skip
     fail_if(failures)
-    ctx.details["summary"] = ", ".join(f"{name} {case['max_abs_diff']:.1e}" for name, case in cases.items())
+    ctx.details["summary"] = ", ".join(
+        f"{name} {case['max_abs_diff']:.1e} (grad {case['grad_rel']:.1e})" for name, case in cases.items()
+    )
+
+
+def time_layout(model: torch.nn.Module, batch: dict, layout: str, dtype: str, repeats: int) -> dict:
+    """One layout's varlen calls (one forward), inference and training times (ms)."""
+    from bench_model import autocast
+
+    device = batch["input_ids"].device
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def infer() -> None:
+        with torch.inference_mode(), autocast(dtype, device):
+            model.roformer(**inputs)
+
+    def train() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(dtype, device):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+
+    model.eval()
+    with varlen_calls() as calls:
+        infer()
+    measured = {f"{layout}_varlen_calls": calls[0], f"{layout}_inference_ms": median_ms(infer, device, repeats)}
+    model.train()
+    measured[f"{layout}_training_ms"] = median_ms(train, device, repeats)
+    return measured
+
+
+def stage_packed_speed(ctx: Context) -> None:
+    """Packed row vs padded batch, time (the 4,108-token row and the review mix) on sdpa (torch's varlen kernel on
+    CUDA) and flex attention (its block mask over the row), inference and a bf16 MLM training step; the packed step's
+    loss against the padded one's."""
+    from bench_model import autocast
+    from bench_modernbert import corpus_lengths, layouts
+
+    from roformer_ext import RoFormerExtForMaskedLM
+
+    device, cuda = ctx.device, ctx.device == "cuda"
+    dtype = "bf16" if cuda else "fp32"
+    config = model_config(ctx.plan["size"])
+    wordpiece = argparse.Namespace(corpus_rows=ctx.plan["review_rows"], vocab=config.vocab_size)
+    reviews = corpus_lengths(wordpiece)["rotten_tomatoes"]
+    mix = [reviews[i] for i in torch.randperm(len(reviews), generator=torch.Generator().manual_seed(0)).tolist()]
+    lengths = {"row": list(ctx.plan["packed_lengths"]), "reviews": mix[: ctx.plan["reviews"]]}
+    data = {name: layouts(seqs, config.vocab_size, 0, device) for name, seqs in lengths.items()}
+    cases, skipped, failures = {}, {}, []
+    for impl in ("sdpa", "flex_attention"):
+        names = list(lengths) if impl == "sdpa" else [n for n in lengths if cuda and n in ctx.plan["flex_batches"]]
+        if impl == "flex_attention" and not cuda:
+            skipped[impl] = "CUDA only: flex attention compiles its kernels, minutes on a shared CPU runner"
+        torch.manual_seed(0)
+        model = RoFormerExtForMaskedLM._from_config(config, attn_implementation=impl).to(device)
+        for name in names:
+            case = cases[f"{impl}, {name}"] = {"sequences": len(lengths[name]), "tokens": sum(lengths[name])}
+            with torch.no_grad(), autocast(dtype, device):  # before any step changes the weights
+                case.update({f"{layout}_loss": model(**batch).loss.item() for layout, batch in data[name].items()})
+            for layout, batch in data[name].items():
+                case.update(time_layout(model, batch, layout, dtype, ctx.plan["repeats"]))
+            for mode in ("inference", "training"):
+                case[f"{mode}_packed_over_padded"] = case[f"packed_{mode}_ms"] / case[f"padded_{mode}_ms"]
+            case["loss_rel"] = abs(case["packed_loss"] - case["padded_loss"]) / abs(case["padded_loss"])
+            if not case["loss_rel"] <= ctx.tolerance["bf16_loss_rel"]:
+                failures.append(f"{impl}, {name}: packed loss vs padded rel {case['loss_rel']:.2e}")
+            if cuda and impl == "sdpa" and case["packed_varlen_calls"] != config.num_hidden_layers:
+                failures.append(f"{impl}, {name}: {case['packed_varlen_calls']} varlen kernel calls")
+    ctx.details.update(dtype=dtype, lengths=lengths, cases=cases, skipped=skipped)
+    fail_if(failures)
+    ctx.details["summary"] = "packed / padded time: " + "; ".join(
+        f"{name} inference {c['inference_packed_over_padded']:.2f}, training {c['training_packed_over_padded']:.2f}"
+        for name, c in cases.items()
+    )
+
+
+def stage_modernbert(ctx: Context) -> None:
+    """benchmarks/bench_modernbert.py on the device: ours padded and packed against ModernBERT (sdpa, padded; global
+    and local/global) at matched parameter counts; ModernBERT's time over ours from its JSON."""
+    log = ctx.out / "modernbert.log"
+    result_path = ctx.out / "bench_modernbert.json"
+    result_path.unlink(missing_ok=True)
+    dtype = "bf16" if ctx.device == "cuda" else "fp32"
+    command = [sys.executable, "benchmarks/bench_modernbert.py", "--device", ctx.device, "--dtype", dtype]
+    code = run_logged([*command, *ctx.plan["modernbert"], "--out", str(ctx.out)], log, ctx.budget)
+    result = json.loads(result_path.read_text()) if result_path.exists() else {"batches": []}
+    ratios = {
+        f"{batch['batch']} {mode}": {
+            key: cases[key].get("time_vs_ours_packed") for key in ("modernbert_global", "modernbert_local")
+        }
+        for batch in result["batches"]
+        for mode, cases in batch["modes"].items()
+    }
+    ctx.details.update(exit_code=code, sizes=result.get("sizes"), modernbert_time_over_ours_packed=ratios)
+    ctx.details["tables"] = "bench_modernbert.md"
+    if code is None:
+        raise CheckFailed(f"bench_modernbert.py ran past its budget of {ctx.budget:.0f} s")
+    if code != 0:
+        raise CheckFailed(f"bench_modernbert.py exit code {code}: {tail(log, 800)}")
+    log.unlink()
+    ctx.details["summary"] = "ModernBERT global / ours packed: " + "; ".join(
+        f"{name} {value['modernbert_global']:.2f}" for name, value in ratios.items() if value["modernbert_global"]
+    )
 
 
 def stage_fused_rotary(ctx: Context) -> None:
@@ -529,6 +705,8 @@ STAGE_FUNCTIONS: dict[str, Callable[[Context], None]] = {
     "environment": stage_environment,
     "gpu_tests": stage_gpu_tests,
     "packed_varlen": stage_packed_varlen,
+    "packed_speed": stage_packed_speed,
+    "modernbert": stage_modernbert,
     "fused_rotary": stage_fused_rotary,
     "bf16": stage_bf16,
     "benchmark": stage_benchmark,
@@ -645,9 +823,9 @@ def to_markdown(report: dict) -> str:
         shown = {k: v for k, v in stage["details"].items() if k not in ("summary", "traceback")}
         if shown:
             lines += ["", f"## {stage['name']}", "", "```json", json.dumps(shown, indent=1)[:4000], "```"]
-    benchmark = Path(report["out"]) / "bench_model.md"
-    if benchmark.exists():
-        lines += ["", "## Benchmark tables (bench_model.md)", "", benchmark.read_text()]
+    for tables in ("bench_modernbert.md", "bench_model.md"):
+        if (Path(report["out"]) / tables).exists():
+            lines += ["", f"## Benchmark tables ({tables})", "", (Path(report["out"]) / tables).read_text()]
     lines += ["", f"Command: `{report['command']}`"]
     return "\n".join(lines)
 

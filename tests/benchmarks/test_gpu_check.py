@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ["environment", "gpu_tests", "packed_varlen", "fused_rotary", "bf16", "benchmark", "run_mlm"]
+STAGES = ["environment", "gpu_tests", "packed_varlen", "packed_speed", "modernbert", "fused_rotary", "bf16", "benchmark",
+          "run_mlm"]  # fmt: skip
 
 
 def run_check(out: Path, *args: str, pythonpath: str = "") -> tuple[int, dict, str]:
@@ -46,7 +47,7 @@ def test_dry_run_runs_every_stage_on_cpu(tmp_path):
     assert code == 0, report
     stages = stages_by_name(report)
     assert report["mode"] == "dry-run" and report["device"] == "cpu" and report["ok"] is True
-    assert report["counts"] == {"passed": 6, "failed": 0, "skipped": 1}
+    assert report["counts"] == {"passed": 8, "failed": 0, "skipped": 1}
     assert {name for name, s in stages.items() if s["status"] == "passed"} == set(STAGES) - {"fused_rotary"}
     assert "needs CUDA" in stages["fused_rotary"]["reason"]
     assert stages["fused_rotary"]["details"]["model"]["max_abs_diff"] == 0.0  # the comparison code ran
@@ -58,6 +59,16 @@ def test_dry_run_runs_every_stage_on_cpu(tmp_path):
     assert set(packed["cases"]) == {"sdpa, encoder", "sdpa, decoder"}
     assert packed["skipped"] == {"flash_attention_2": "needs CUDA"}
     assert max(case["max_abs_diff"] for case in packed["cases"].values()) <= 1e-5
+    assert max(case["grad_rel"] for case in packed["cases"].values()) <= 1e-4  # gradients compared too
+    assert all(case["varlen_calls"] == 0 for case in packed["cases"].values())  # the CPU path: per sequence
+    speed = stages["packed_speed"]["details"]
+    assert set(speed["cases"]) == {"sdpa, row", "sdpa, reviews"} and "CUDA only" in speed["skipped"]["flex_attention"]
+    assert len(speed["lengths"]["reviews"]) == 6 and speed["lengths"]["row"] == [5, 9, 3, 8]
+    for case in speed["cases"].values():
+        assert case["loss_rel"] <= 1e-5 and case["packed_training_ms"] > 0 and case["inference_packed_over_padded"] > 0
+    modernbert = stages["modernbert"]["details"]
+    assert abs(modernbert["sizes"]["base_ratio"] - 1) <= 0.02
+    assert modernbert["modernbert_time_over_ours_packed"]["reviews training"]["modernbert_local"] > 0
     bf16 = stages["bf16"]["details"]
     assert bf16["training"]["loss_rel"] <= 2e-2 and bf16["generate"]["logits_rel"] <= 3e-2
     rows = stages["benchmark"]["details"]["rows"]
@@ -67,12 +78,13 @@ def test_dry_run_runs_every_stage_on_cpu(tmp_path):
     assert metrics["train_loss"] > 0 and metrics["eval_loss"] > 0
     assert set(report["tolerances"]) >= {"packed_vs_padded_bf16", "rotary_bf16", "bf16_loss_rel", "bf16_logits_rel"}
     files = {path.name for path in tmp_path.iterdir()}
-    assert files == {"check.json", "check.md", "bench_model.json", "bench_model.md", "gpu_tests.log", "run_mlm.log",
-                     "run_mlm_results.json"}  # fmt: skip
-    assert markdown.startswith("# GPU check: dry-run, cpu") and "**PASSED**: 6 passed, 0 failed, 1 skipped" in markdown
+    assert files == {"check.json", "check.md", "bench_model.json", "bench_model.md", "bench_modernbert.json",
+                     "bench_modernbert.md", "gpu_tests.log", "run_mlm.log", "run_mlm_results.json"}  # fmt: skip
+    assert markdown.startswith("# GPU check: dry-run, cpu") and "**PASSED**: 8 passed, 0 failed, 1 skipped" in markdown
     for name in STAGES:
         assert f"| {name} | {stages[name]['status']} |" in markdown
-    assert "### transformers RoFormer vs ours: tiny" in markdown  # the benchmark's tables
+    assert "### transformers RoFormer vs ours: tiny" in markdown  # the benchmarks' tables
+    assert "### Ours vs ModernBERT" in markdown
 
 
 def test_a_missed_tolerance_fails_the_run(tmp_path):
