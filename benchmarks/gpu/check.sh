@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check (docs/benchmarks.md#gpu): flash-attention varlen, the fused rotary kernel, bf16 training and
-# generation, transformers' RoFormer vs ours on the device, run_mlm.py at base size. All logic is in check.py.
+# The GPU check (docs/benchmarks.md#gpu): packed rows (torch's varlen kernel, flex, flash-attention varlen) against
+# padding, ours against ModernBERT, the fused rotary kernel, bf16 training and generation, transformers' RoFormer vs
+# ours on the device, run_mlm.py at base size. All logic is in check.py. Beside the working tree it needs only the
+# wheels fetch_wheels.sh fetches (it fails if tree + wheels pass the GPU machine's 64 MiB).
 #
-#   bash benchmarks/gpu/check.sh --quick                 # at most 3 minutes on one H100
+#   bash benchmarks/gpu/check.sh --quick                 # at most 3 minutes on one H100 / H200
 #   bash benchmarks/gpu/check.sh [--out DIR]              # at most 8 minutes (default DIR: benchmarks/results/gpu/<date>)
 #   bash benchmarks/gpu/check.sh --dry-run --out DIR      # on CPU at tiny sizes: the script's own check (CI runs it)
 #   bash benchmarks/gpu/check.sh --wheels .whl ...        # first install the carried wheels (fetch_wheels.sh) to a temp dir
