@@ -275,18 +275,31 @@ _traced_linear_attention = _define_traced_linear_attention()
 class LinearAttentionState(DynamicLayer):
     """A cache layer holding linear attention's running state instead of keys and values.
 
-    `values` is the packed state [S | z] (batch, heads, d, d_v + 1), replaced at every step; `keys` is a
-    (batch, 1, seen, 1) zero length marker (4 bytes a token), so the inherited length, mask sizes and batch operations
-    (beam search's reordering, repeat and select: both have batch first) hold. Cropping cannot undo a sum."""
+    The state [S | z] (batch, heads, d, d_v + 1) is replaced at every step and the tokens it has seen are counted.
+    `keys` and `values` both name the state, so the inherited batch operations (beam search's reordering, repeat and
+    select: batch first), offloading and reset act on it. Cropping cannot undo a sum."""
 
     is_croppable = False
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.seen = 0
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.keys = torch.cat([self.keys, key_states], dim=-2)
-        self.values = value_states
-        return self.keys, self.values
+        raise TypeError("A linear-attention cache layer holds a running state, not keys and values: use `write`.")
+
+    def write(self, state: torch.Tensor, new_tokens: int) -> None:
+        """Replace the state by the one after `new_tokens` more tokens."""
+        self.keys = self.values = state
+        self.device, self.is_initialized = state.device, True
+        self.seen += new_tokens
+
+    def get_seq_length(self) -> int:
+        return self.seen if self.is_initialized else 0
+
+    def reset(self) -> None:
+        super().reset()
+        self.seen = 0
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove:
@@ -326,5 +339,4 @@ def _read_state(cache: Cache, layer_idx: int) -> tuple[torch.Tensor, torch.Tenso
 
 def _write_state(cache: Cache, layer_idx: int, state: tuple[torch.Tensor, torch.Tensor], new_tokens: int) -> None:
     s, z = state
-    marker = s.new_zeros(s.shape[0], 1, new_tokens, 1)
-    cache.update(marker, torch.cat((s, z.unsqueeze(-1)), dim=-1), layer_idx)
+    cache.layers[layer_idx].write(torch.cat((s, z.unsqueeze(-1)), dim=-1), new_tokens)

@@ -151,6 +151,25 @@ def test_generation_with_state_equals_without_cache(layout):
     assert_position_sensitive(model, lambda m: logits(m, True), TOLERANCE)
 
 
+@pytest.mark.parametrize(
+    "search", [{"num_beams": 3, "num_return_sequences": 2}, {"num_beams": 2, "num_return_sequences": 2}]
+)
+def test_beam_search_and_several_samples_reorder_the_state(search):
+    """The cache's batch operations (the prompt repeated for each beam, beam reordering) act on the running state: the
+    cached result equals the uncached one, and the cache counts the tokens it has seen."""
+    torch.manual_seed(0)
+    model = RoFormerExtForCausalLM(position_sensitive_config(attention_type="linear")).eval()
+    prompt = torch.randint(5, 99, (2, 6))
+    kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0, "return_dict_in_generate": True, **search}
+    with torch.no_grad():
+        cached = model.generate(prompt, use_cache=True, **kwargs)
+        uncached = model.generate(prompt, use_cache=False, **kwargs)
+    torch.testing.assert_close(cached.sequences, uncached.sequences, rtol=0, atol=0)
+    state = output_cache(cached)
+    assert state.get_seq_length() == cached.sequences.shape[1] - 1  # the last token is never fed back
+    assert state.layers[0].values.shape[0] == 2 * search["num_beams"]  # 2 prompts x beams
+
+
 def test_cached_logits_equal_full_forward():
     """Step-by-step logits with the recurrent state equal one causal forward over the whole sequence."""
     torch.manual_seed(0)
