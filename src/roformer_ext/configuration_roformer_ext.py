@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RopeParameters
 from transformers.utils import logging
 
 from .compat import CACHE, parent_validate_longrope_rope_parameters
@@ -41,6 +42,9 @@ ROPE_LAYOUT_KEYS = {
     "pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *BUILTIN_SCHEME_KNOB_CHECKS,
     *GRAPE_KNOBS,
 }  # fmt: skip
+
+#: The keys transformers reads from rope_parameters (rope_type, rope_theta, its scaling keys: factor, ...).
+TRANSFORMERS_ROPE_KEYS = frozenset(RopeParameters.__annotations__)
 
 DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
     "rope_type": "default",
@@ -278,22 +282,25 @@ class RoFormerExtConfig(PreTrainedConfig):
             variant = {"axes": scheme.default_axes, "axis_allocation": scheme.default_allocation}
             variant = {key: setting for key, setting in variant.items() if setting is not None}
             value = {**self.default_rope_parameters, **variant, **value}
-            allocation = allocation_knobs_class(value["axis_allocation"])
-            if value.get("mrope_section") is None and allocation.section == "pairs":
-                # the paper's split for this head size, where there is one (SchemeKnobs.mrope_section_ratio)
-                section = scheme_knobs_class(value["position_scheme"]).default_mrope_section(self._num_pairs())
+            # the paper's split scaled to this model (SchemeKnobs.mrope_section_ratio), where the allocation counts
+            # what the paper's does: frequency pairs, or heads for a head-wise one (MHRoPE)
+            scheme = scheme_knobs_class(value["position_scheme"])
+            counts = allocation_knobs_class(value["axis_allocation"]).section
+            if value.get("mrope_section") is None and counts == scheme.section_counts():
+                total = self._num_pairs() if counts == "pairs" else getattr(self, "num_attention_heads", None)
+                section = scheme.default_mrope_section(total)
                 if section is not None:
                     value["mrope_section"] = section
         super().__setattr__(key, value)
 
     @property
     def ignore_keys_at_rope_validation(self) -> set[str]:
-        """The rope_parameters keys transformers' rope validation must not call unknown: ours, the selected position
-        scheme's knobs (a registered scheme's keyword-only arguments: a plugin needs no list of its keys elsewhere),
-        and any transformers adds (it assigns this attribute; the value is kept beside ours)."""
+        """The rope_parameters keys transformers' rope validation must not check: all but its own scaling keys (ours,
+        the scheme's knobs, and unknown keys, which `validate_rope_layout` names once with the nearest known key), and
+        any transformers adds (it assigns this attribute; the value is kept beside ours)."""
         rope = self.__dict__.get("rope_parameters") or {}
         added = self.__dict__.get("ignore_keys_at_rope_validation") or set()
-        return {*ROPE_LAYOUT_KEYS, *scheme_knob_names(rope.get("position_scheme")), *added}
+        return {key for key in rope if key in ROPE_LAYOUT_KEYS or key not in TRANSFORMERS_ROPE_KEYS} | added
 
     @ignore_keys_at_rope_validation.setter
     def ignore_keys_at_rope_validation(self, value: Any) -> None:
@@ -395,9 +402,17 @@ class RoFormerExtConfig(PreTrainedConfig):
         scheme.from_rope_parameters(rope)  # the selected scheme's knobs pass its own checks (a plugin's too)
         self._validate_grape_m_rope_parameters(rope)  # grape_* keys, also where another rope_type was chosen
         check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
-        plugin_keys = scheme_knob_names(rope["position_scheme"])
-        for key, value in rope.items():  # transformers' scaling keys (factor, attention_factor, long_factor, ...)
-            if key not in ROPE_LAYOUT_KEYS and key not in plugin_keys and key != "rope_theta":
+        known = {*ROPE_LAYOUT_KEYS, *scheme_knob_names(rope["position_scheme"]), *TRANSFORMERS_ROPE_KEYS}
+        for key, value in rope.items():
+            if key not in known:  # a typo would otherwise leave its setting at the default in silence
+                nearest = difflib.get_close_matches(str(key), sorted(known), n=1)
+                logger.warning(
+                    f"rope_parameters has an unknown key, {key!r}: transformers, roformer-ext and position scheme "
+                    f"{rope['position_scheme']!r} do not read it"
+                    + (f" (did you mean {nearest[0]!r}?)" if nearest else "")
+                    + ". Unless a rotary kind of your own reads it, it is ignored."
+                )
+            elif key in TRANSFORMERS_ROPE_KEYS and key not in ROPE_LAYOUT_KEYS:  # factor, long_factor, ...
                 _check_finite(f"rope_parameters[{key!r}]", value)
         if rope["rope_type"] in ROPE_INIT_FUNCTIONS:  # transformers' own checks of its scaling keys (factor, ...)
             self.validate_rope()

@@ -88,8 +88,9 @@ class SchemeKnobs:
     default_allocation: ClassVar[str | None] = None
     #: The axes it can place tokens on.
     allowed_axes: ClassVar[tuple[int, ...]] = (1, 2, 3)
-    #: The paper's (t, h, w) split of a head's rotary pairs at its head_dim 128 (64 pairs), scaled to the model's
-    #: head when a sectioned allocation gets no `mrope_section` (`default_mrope_section`); None: no published split.
+    #: The paper's (t, h, w) split of what its allocation's `mrope_section` counts (`section_counts`): a head's
+    #: rotary pairs at head_dim 128, or MHRoPE's heads (of 8), scaled to the model when an allocation counting the same
+    #: gets no `mrope_section` (`default_mrope_section`); None: no published split.
     mrope_section_ratio: ClassVar[tuple[int, ...] | None] = None
     capabilities: ClassVar[SchemeCapabilities] = SchemeCapabilities()
     #: knob name -> its check; a value that fails it is a ValueError naming rope_parameters[knob].
@@ -124,20 +125,26 @@ class SchemeKnobs:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def default_mrope_section(cls, num_pairs: Any) -> list[int] | None:
-        """The paper's split scaled to `num_pairs` (head_dim // 2) rotary pairs, summing to exactly `num_pairs`
-        (largest remainders round up; every axis keeps at least one pair), or None without a paper split. E.g.
-        Qwen2-VL's [16, 24, 24] gives [4, 6, 6] for head_dim 32."""
+    def section_counts(cls) -> str:
+        """What `mrope_section_ratio` counts: "heads" where the paper's allocation is head-wise, "pairs" otherwise."""
+        return allocation_knobs_class(cls.default_allocation).section or "pairs"
+
+    @classmethod
+    def default_mrope_section(cls, count: Any) -> list[int] | None:
+        """The paper's split scaled to `count` (head_dim // 2 rotary pairs, or the attention heads where the split
+        counts heads), summing to exactly `count` (largest remainders round up; every axis keeps at least one),
+        or None without a paper split. E.g. Qwen2-VL's [16, 24, 24] gives [4, 6, 6] for head_dim 32; MHRoPE's
+        [2, 3, 3] gives [1, 2, 1] for 4 heads."""
         ratio = cls.mrope_section_ratio
-        if ratio is None or not is_int(num_pairs) or num_pairs < len(ratio):
+        if ratio is None or not is_int(count) or count < len(ratio):
             return None
         total = sum(ratio)
-        exact = [num_pairs * part / total for part in ratio]
+        exact = [count * part / total for part in ratio]
         section = [max(1, int(share)) for share in exact]
         order = sorted(range(len(ratio)), key=lambda axis: exact[axis] - int(exact[axis]), reverse=True)
-        for axis in order[: max(0, num_pairs - sum(section))]:  # none to give when the minimum already overshoots
+        for axis in order[: max(0, count - sum(section))]:  # none to give when the minimum already overshoots
             section[axis] += 1
-        while sum(section) > num_pairs:  # an axis raised to one pair: take it back from the largest
+        while sum(section) > count:  # an axis raised to one pair: take it back from the largest
             section[section.index(max(section))] -= 1
         return section
 
@@ -181,19 +188,19 @@ def _scheme_knobs(
     return make_dataclass(class_name, spec, bases=(SchemeKnobs,), frozen=True, namespace=namespace)
 
 
-QWEN2_VL_SPLIT, QWEN3_VL_SPLIT = (16, 24, 24), (24, 20, 20)
+QWEN2_VL_SPLIT, QWEN3_VL_SPLIT, MHROPE_HEADS = (16, 24, 24), (24, 20, 20), (2, 3, 3)
 TEMPORAL_STRIDE = ("temporal_stride", 1.0, POSITIVE)
 
-#: Every built-in position design's knob class. Sources of the splits: Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL
-#: configs; VideoRoPE, HoPE and Circle-RoPE build on them; OmniGen2's split as the Multimodal-RoPEs reference runs
-#: it); Qwen3-VL's [24, 20, 20] (its config; MRoPE-I and ILRoPE in the Multimodal-RoPEs reference). MHRoPE's head-wise
-#: split has no published default: it stays required.
+#: Every built-in position design's knob class, each with its paper's axes, allocation and split. Sources of the
+#: splits: Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL configs, contiguous sections; VideoRoPE, HoPE and Circle-RoPE
+#: build on them; OmniGen2's split as the Multimodal-RoPEs reference runs it); Qwen3-VL's [24, 20, 20] (its config;
+#: MRoPE-I and ILRoPE in the Multimodal-RoPEs reference); MHRoPE's [2, 3, 3] heads of 8 (that reference's default).
 BUILTIN_SCHEME_KNOBS: dict[str, type[SchemeKnobs]] = {
     "rope_1d": _scheme_knobs("rope_1d", axes=None),
     "rope_2d_rows": _scheme_knobs("rope_2d_rows", axes=None),
     "rope_tie": _scheme_knobs("rope_tie", axes=None),
     "rope_tie_v2": _scheme_knobs("rope_tie_v2", axes=None),
-    "mrope": _scheme_knobs("mrope", axes=None, ratio=QWEN2_VL_SPLIT),
+    "mrope": _scheme_knobs("mrope", allocation="sections", ratio=QWEN2_VL_SPLIT),
     "qwen2_5_vl": _scheme_knobs(
         "qwen2_5_vl", (("tokens_per_second", 2.0, POSITIVE),), allocation="sections", ratio=QWEN2_VL_SPLIT
     ),
@@ -204,7 +211,9 @@ BUILTIN_SCHEME_KNOBS: dict[str, type[SchemeKnobs]] = {
         allocation="mrope_interleaved",
         ratio=QWEN3_VL_SPLIT,
     ),
-    "mhrope": _scheme_knobs("mhrope", (("spatial_reset", True, BOOL), TEMPORAL_STRIDE), allocation="headwise"),
+    "mhrope": _scheme_knobs(
+        "mhrope", (("spatial_reset", True, BOOL), TEMPORAL_STRIDE), allocation="headwise", ratio=MHROPE_HEADS
+    ),
     "ilrope": _scheme_knobs("ilrope", (TEMPORAL_STRIDE,), allocation="mrope_interleaved", ratio=QWEN3_VL_SPLIT),
     "omnirope": _scheme_knobs("omnirope", (TEMPORAL_STRIDE,), allocation="omnirope", ratio=QWEN2_VL_SPLIT),
     "videorope": _scheme_knobs(
@@ -332,11 +341,6 @@ def scheme_knob_names(scheme: Any) -> frozenset[str]:
     return frozenset(scheme_knobs_class(scheme).names())
 
 
-def default_mrope_section(scheme: Any, num_pairs: Any) -> list[int] | None:
-    """`scheme`'s paper split scaled to `num_pairs` rotary pairs (`SchemeKnobs.default_mrope_section`)."""
-    return scheme_knobs_class(scheme).default_mrope_section(num_pairs)
-
-
 @dataclass(frozen=True)
 class AxisAllocationKnobs:
     """A frequency allocation's one knob, `mrope_section`, and what the allocation is. A subclass sets `section`
@@ -371,7 +375,11 @@ class AxisAllocationKnobs:
                 )
         elif self.section == "pairs":
             if section is None:
-                with_split = ", ".join(k for k, v in BUILTIN_SCHEME_KNOBS.items() if v.mrope_section_ratio)
+                with_split = ", ".join(
+                    k
+                    for k, v in BUILTIN_SCHEME_KNOBS.items()
+                    if v.mrope_section_ratio and v.section_counts() == "pairs"
+                )
                 raise ValueError(
                     f"axis_allocation {name!r} needs rope_parameters['mrope_section'] with {axes} entries summing to "
                     f"head_dim // 2 = {num_pairs} (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's [16, 24, 24] "
@@ -476,7 +484,6 @@ __all__ = [
     "allocation_knobs",
     "allocation_knobs_class",
     "check_knob_class",
-    "default_mrope_section",
     "knobs_from_signature",
     "rotates_per_head",
     "scheme_knob_names",

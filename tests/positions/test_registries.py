@@ -126,14 +126,15 @@ def test_grape_hook_checks_grape_keys(key, value):
 )  # fmt: skip
 def test_paper_mrope_sections_scale_with_the_head(scheme, at_64, at_16):
     """The papers' configs at head_dim 128, and the Multimodal-RoPEs reference's at head_dim 32 (our fixtures)."""
-    from roformer_ext.scheme_knobs import default_mrope_section
+    from roformer_ext.scheme_knobs import scheme_knobs_class
 
-    assert default_mrope_section(scheme, 64) == at_64 and default_mrope_section(scheme, 16) == at_16
+    knobs = scheme_knobs_class(scheme)
+    assert knobs.default_mrope_section(64) == at_64 and knobs.default_mrope_section(16) == at_16
     for pairs in range(3, 200):
-        section = default_mrope_section(scheme, pairs)
+        section = knobs.default_mrope_section(pairs)
         assert sum(section) == pairs and min(section) >= 1, (pairs, section)
-    assert default_mrope_section(scheme, 2) is None  # fewer pairs than axes
-    assert default_mrope_section("mhrope", 64) is None and default_mrope_section("rope_tie", 64) is None
+    assert knobs.default_mrope_section(2) is None  # fewer pairs than axes
+    assert scheme_knobs_class("rope_tie").default_mrope_section(64) is None
 
 
 def test_qwen_style_schemes_build_without_mrope_section(tmp_path):

@@ -16,11 +16,10 @@ from transformers.utils import logging as hf_logging
 from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
-from roformer_ext.axis_allocations import mrope_interleaved_allocation
+from roformer_ext.axis_allocations import interleaved_allocation, mrope_interleaved_allocation, register_axis_allocation
 from roformer_ext.position_schemes import register_position_scheme, rope_1d
 from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
-from roformer_ext.axis_allocations import interleaved_allocation, register_axis_allocation
 from roformer_ext.scheme_knobs import (
     BOOL,
     BUILTIN_ALLOCATION_KNOBS,

@@ -368,7 +368,8 @@ def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_im
     "rope, fields, message",
     [
         ({"position_scheme": "mhrope", "mrope_section": [2, 2, 1]}, {}, "summing to at most num_attention_heads = 4"),
-        ({"position_scheme": "mhrope"}, {}, r"attention heads per axis.*got None"),
+        # MHRoPE's paper split fills in its heads from 3 heads on; 2 cannot cover 3 axes
+        ({"position_scheme": "mhrope"}, {"num_attention_heads": 2}, r"attention heads per axis.*got None"),
         ({"position_scheme": "mhrope", "mrope_section": [1, 1, 1]}, {"attention_type": "linear"}, "linear attention"),
         # a sectioned allocation under a scheme without a paper split (videorope's own fills it in)
         (
