@@ -40,7 +40,6 @@ from .compat import (
     accepts_old_cache_name,
     auto_class,
     cache_field,
-    ensure_compatible,
     output_cache,
     parent_init_weights,
     parent_update_model_kwargs_for_generation,
@@ -73,6 +72,7 @@ from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import position_encoding_class
 from .positions import as_axes_batch_seq, text_position_ids
 from .rope import RotaryEmbedding
+from .self_check import ensure_compatible
 
 
 def _defining_class(cls: type) -> type:
@@ -339,7 +339,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
             accepted too.
         """
-        ensure_compatible()  # outside the tested transformers range: the self-check, at the first forward
+        ensure_compatible(RoFormerExtForCausalLM)  # outside the tested transformers range: the self-check
         check_token_inputs(input_ids, inputs_embeds)
         if encoder_hidden_states is not None and not self.config.add_cross_attention:
             raise ValueError(

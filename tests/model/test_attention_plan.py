@@ -26,8 +26,9 @@ from roformer_ext.packing import per_sequence_sdpa
 
 
 class PlanRecorder:
-    """Counts the plans made (`RoFormerExtModel.attention_plan`) and the layouts described (`batch_layout`), and
-    records the plan object every self-attention layer receives."""
+    """Counts the plans made (`RoFormerExtModel.attention_plan`) and the layouts described (`batch_layout`) by
+    `model` (not by another model, such as the self-check's under a transformers release outside the tested range),
+    and records the plan object every self-attention layer receives."""
 
     def __init__(self, model: torch.nn.Module, monkeypatch) -> None:
         self.plans, self.layouts, self.seen = [], 0, []
@@ -35,11 +36,12 @@ class PlanRecorder:
 
         def attention_plan(base, *args, **kwargs):
             plan = make_plan(base, *args, **kwargs)
-            self.plans.append(plan)
+            if base is model.base_model:
+                self.plans.append(plan)
             return plan
 
         def batch_layout(base, *args, **kwargs):
-            if "batch_layout" not in args[-1]:  # made here, not handed down
+            if base is model.base_model and "batch_layout" not in args[-1]:  # made here, not handed down
                 self.layouts += 1
             return make_layout(base, *args, **kwargs)
 

@@ -130,3 +130,46 @@ def test_the_scan_sees_a_private_name(tmp_path):
     ours = _defined_names(trees) - {"_attn_implementation"}
     reached = [n.attr for n in ast.walk(bad) if isinstance(n, ast.Attribute) and n.attr not in ours]
     assert reached == ["_attn_implementation"]
+
+
+def _relative_imports() -> dict[str, set[str]]:
+    """Each module of the package -> the modules it imports with `from .x import ...`, anywhere in the file (inside a
+    function or `if TYPE_CHECKING:` too: transformers copies a saved folder's code by following every one of them)."""
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        graph[".".join(parts)] = edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = parts[: len(parts) - node.level]
+                for target in [node.module] if node.module else [alias.name for alias in node.names]:
+                    edges.add(".".join((*base, *target.split("."))))
+    return {name: {t if t in graph else f"{t}.__init__" for t in edges} & graph.keys() for name, edges in graph.items()}
+
+
+def _first_cycle(graph: dict[str, set[str]]) -> list[str]:
+    done, path = set(), []
+
+    def visit(name: str) -> list[str]:
+        if name in path:
+            return [*path[path.index(name) :], name]
+        if name in done:
+            return []
+        path.append(name)
+        cycle = next((c for c in map(visit, sorted(graph[name])) if c), [])
+        path.pop()
+        done.add(name)
+        return cycle
+
+    return next((c for c in map(visit, sorted(graph)) if c), [])
+
+
+def test_package_has_no_import_cycle():
+    """Layers: compat.py at the bottom imports nothing of the package; the self-check sits below the model."""
+    graph = _relative_imports()
+    assert graph["compat"] == set()
+    assert _first_cycle(graph) == [], f"import cycle: {' -> '.join(_first_cycle(graph))}"
+
+
+def test_the_cycle_search_finds_one():
+    assert _first_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
