@@ -42,7 +42,6 @@ from .compat import (
     cache_field,
     output_cache,
     parent_init_weights,
-    parent_update_model_kwargs_for_generation,
 )
 from .configuration_roformer_ext import RoFormerExtConfig
 from .hub_code import SharedCodeMixin
@@ -52,21 +51,15 @@ from .masking_roformer_ext import (
     is_first_call,
     self_attention_cache,
 )
-from .modeling_roformer_ext_layers import (  # noqa: F401  (the layers' other names, importable from here as before)
-    AttentionProjections,
+from .modeling_roformer_ext_layers import (
     RoFormerExtAttention,
     RoFormerExtClassificationHead,
     RoFormerExtCrossAttention,
     RoFormerExtEmbeddings,
-    RoFormerExtFeedForward,
     RoFormerExtLayer,
     RoFormerExtLMHead,
     RoFormerExtPooler,
-    RoFormerExtPredictionTransform,
     ScaleFreeRMSNorm,
-    check_terms_fit_local_heads,
-    make_norm,
-    packed_linear_attention,
 )
 from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import position_encoding_class
@@ -302,15 +295,25 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             encoder_attention_mask,
         )
 
-    def default_token_type_ids(
+    def unilm_token_type_ids(
         self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
     ) -> torch.Tensor | None:
-        """A UniLM decoder's segments when the caller gives none: a prompt (nothing cached) is the source (segment 0,
-        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1)."""
-        if token_type_ids is not None or self.config.decoder_attention != "unilm":
+        """A UniLM decoder's segments: when the caller gives none, a prompt (nothing cached) is the source (segment 0,
+        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1). A source
+        token after a cache is refused: the cached source tokens were computed without seeing it."""
+        if self.config.decoder_attention != "unilm":
             return token_type_ids
-        segment = 0 if is_first_call(past_length) else 1
-        return torch.full((batch, seq), segment, dtype=torch.long, device=device)
+        first_call = is_first_call(past_length)
+        if token_type_ids is None:
+            return torch.full((batch, seq), 0 if first_call else 1, dtype=torch.long, device=device)
+        if not first_call and not torch.compiler.is_compiling() and bool((token_type_ids == 0).any()):
+            raise ValueError(
+                "A UniLM decoder takes no source tokens (token_type_ids 0) after a cache: the cached source tokens "
+                "were computed without seeing them (nor a source split over several calls, as prefill_chunk_size "
+                "does). Give the tokens after the cache token_type_ids 1 (the target), or run the whole sequence "
+                "without the cache to make more of it the source (generate does so itself)."
+            )
+        return token_type_ids
 
     @accepts_old_cache_name
     @merge_with_config_defaults
@@ -351,7 +354,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         layout = self.batch_layout(
             tokens, attention_mask, position_ids, cache, use_cache, encoder_hidden_states, kwargs
         )
-        token_type_ids = self.default_token_type_ids(token_type_ids, layout.past_length, batch, seq, tokens.device)
+        token_type_ids = self.unilm_token_type_ids(token_type_ids, layout.past_length, batch, seq, tokens.device)
         # Cached keys are numbered as the queries are: over the mask's real tokens where the caller numbered the
         # queries (generate does, from the mask), by slot where the positions are the default ones.
         keys_numbered_by = attention_mask if position_ids is not None else None
@@ -503,27 +506,40 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         )
 
     def generate(self, inputs: torch.Tensor | None = None, *args, **kwargs):
-        """transformers' `generate`; a UniLM decoder's prompt given without `token_type_ids` is the source.
+        """transformers' `generate`; a UniLM decoder's segments are made explicit here, so every step, cached or
+        recomputed, assisted or not, sees the same ones.
 
-        Its segments are made explicit here so every step, cached or recomputed, sees the prompt as segment 0 and the
-        generated tokens as segment 1 (`pipeline("text-generation")` passes no token types)."""
-        if self.config.decoder_attention == "unilm" and kwargs.get("token_type_ids") is None:
-            prompt = kwargs.get("inputs_embeds")
-            prompt = prompt if prompt is not None else inputs if inputs is not None else kwargs.get("input_ids")
-            if prompt is not None:
-                kwargs["token_type_ids"] = torch.zeros(prompt.shape[:2], dtype=torch.long, device=prompt.device)
+        A prompt given without `token_type_ids` is the source (`pipeline("text-generation")` passes no token types),
+        but for the tokens after a given cache (a second turn): they are the target, as the cached answer is. Source
+        tokens after a given cache were never seen by the cached ones: the cache is left unused and all is recomputed.
+        Every token generated after the prompt is the target (the forward reads `prompt_length`)."""
+        prompt = kwargs.get("inputs_embeds")
+        prompt = prompt if prompt is not None else inputs if inputs is not None else kwargs.get("input_ids")
+        if self.config.decoder_attention == "unilm" and prompt is not None:
+            cache_name = CACHE if kwargs.get(CACHE) is not None else "past_key_values"
+            cached = int(kwargs[cache_name].get_seq_length()) if kwargs.get(cache_name) is not None else 0
+            token_type_ids = kwargs.get("token_type_ids")
+            if token_type_ids is None:
+                token_type_ids = torch.zeros(prompt.shape[:2], dtype=torch.long, device=prompt.device)
+                token_type_ids[:, cached if cached else prompt.shape[1] :] = 1
+            elif cached and bool((token_type_ids[:, cached:] == 0).any()):
+                kwargs[cache_name] = None
+            kwargs["token_type_ids"] = token_type_ids
+            kwargs.setdefault("prompt_length", prompt.shape[1])  # an assistant's generate keeps the main prompt's
         return super().generate(inputs, *args, **kwargs)
 
-    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
-        """transformers repeats the last token type for new tokens; a UniLM decoder's new tokens are the target."""
-        token_type_ids = model_kwargs.get("token_type_ids")
-        model_kwargs = parent_update_model_kwargs_for_generation(
-            super(), outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
-        )
-        if self.config.decoder_attention == "unilm" and token_type_ids is not None:
-            target = token_type_ids.new_ones(token_type_ids.shape[0], num_new_tokens)
-            model_kwargs["token_type_ids"] = torch.cat([token_type_ids, target], dim=-1)
-        return model_kwargs
+    def generated_as_target(
+        self, token_type_ids: torch.Tensor | None, prompt_length: int | None, cache: Cache | None
+    ) -> torch.Tensor | None:
+        """A UniLM decoder's tokens from `prompt_length` on (cached ones counted) are the target (segment 1).
+
+        transformers gives new tokens the prompt's last token type, the source's 0 for a plain prompt: assisted and
+        prompt-lookup drafts, verified together with the prompt in the first forward, would join the source."""
+        if self.config.decoder_attention != "unilm" or prompt_length is None or token_type_ids is None:
+            return token_type_ids
+        past_length = cache.get_seq_length() if cache is not None else 0
+        index = past_length + torch.arange(token_type_ids.shape[1], device=token_type_ids.device)
+        return token_type_ids.masked_fill(index >= prompt_length, 1)
 
     @accepts_old_cache_name
     @can_return_tuple
@@ -541,6 +557,7 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        prompt_length: int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
         r"""
@@ -551,11 +568,14 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         cache (`Cache`, *optional*):
             The KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is accepted
             too.
+        prompt_length (`int`, *optional*):
+            A UniLM decoder's generated tokens start here (cached tokens counted): they are the target
+            (`token_type_ids` 1) whatever types they were given. `generate` sets it to the prompt's length.
         """
         outputs = self.roformer(
             input_ids,
             attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
+            token_type_ids=self.generated_as_target(token_type_ids, prompt_length, cache),
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             encoder_hidden_states=encoder_hidden_states,

@@ -67,15 +67,6 @@ def _register_relative_encodings() -> None:
     from .relative_position_encodings import RELATIVE_ENCODINGS  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    """The names that moved to relative_position_encodings.py (its `__all__`) stay importable from here."""
-    from . import relative_position_encodings
-
-    if name in relative_position_encodings.__all__:
-        return getattr(relative_position_encodings, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 class PositionEncoding(nn.Module):
     """How a model tells attention where its tokens are. Every hook defaults to "nothing"; subclasses override some.
 

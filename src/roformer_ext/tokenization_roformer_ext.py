@@ -43,26 +43,13 @@ from .compat import (
     set_backend_tokenizer,
 )
 from .hub_code import SharedCodeMixin
-from .tokenization_word_route import (  # noqa: F401  (moved names, importable from here as before)
+from .tokenization_word_route import (
     WordRoute,
-    _fixed_encoding,
-    _fixed_offsets,
-    _FixedOnAccess,
-    _Reencode,
-    _route_plan,
-    _route_tokenizer,
-    _set_call_settings,
     _WordMarker,
 )
-from .tokenization_words import (  # noqa: F401  (moved names, importable from here as before)
-    _UNKNOWN_MARKERS,
-    SEGMENTERS,
-    WORD_SEGMENTER_ENV,
-    WORD_VOCAB_MIN_FRACTION,
+from .tokenization_words import (
     _check_segmenter,
     _import_jieba,
-    _is_cjk,
-    _is_punctuation,
     _JiebaPreTokenizer,
     basic_spans,
     detect_segmenter,

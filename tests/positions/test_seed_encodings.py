@@ -20,7 +20,7 @@ from torch import nn
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
 from roformer_ext.compat import enable_activation_checkpointing, output_cache
-from roformer_ext.modeling_roformer_ext import check_terms_fit_local_heads
+from roformer_ext.modeling_roformer_ext_layers import check_terms_fit_local_heads
 from roformer_ext.relative_position_encodings import deberta_log_bucket, t5_relative_bucket, xlnet_relative_sinusoid
 
 SEED_ENCODINGS = ("transformer_xl", "tupe", "deberta")

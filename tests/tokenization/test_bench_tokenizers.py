@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_tokenizers  # noqa: E402
 
-from roformer_ext.tokenization_roformer_ext import WORD_SEGMENTER_ENV  # noqa: E402
+from roformer_ext.tokenization_words import WORD_SEGMENTER_ENV  # noqa: E402
 
 
 def test_bench_tokenizers_writes_results(tmp_path, monkeypatch):

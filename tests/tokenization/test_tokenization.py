@@ -25,14 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, BertTokenizer, PreTrainedConfig
 
-from roformer_ext.tokenization_roformer_ext import (
-    RoFormerExtTokenizer,
-    RoFormerExtTokenizerFast,
-    _JiebaPreTokenizer,
-    detect_segmenter,
-    load_vocab,
-    word_spans,
-)
+from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
+from roformer_ext.tokenization_words import _JiebaPreTokenizer, detect_segmenter, load_vocab, word_spans
 
 jieba = pytest.importorskip("jieba")
 

@@ -85,7 +85,7 @@ def test_surrogates_in_batches_pairs_and_words(segmenter):
 
 def test_ordinary_text_is_passed_through_unchanged():
     """The common case costs one C-level check per string: no copy, the same object goes to the backend."""
-    from roformer_ext.tokenization_roformer_ext import mark_unknown_chars
+    from roformer_ext.tokenization_words import mark_unknown_chars
 
     for text in ["plain ascii", "中国经济发展\t很好\n", "emoji 😀 and\u3000ideographic space", ""]:
         assert mark_unknown_chars(text, "?") is text
@@ -108,7 +108,7 @@ def test_markers_are_split_and_kept_by_the_rust_pipeline():
     """Each candidate marker is punctuation to both BERT pre-tokenizers and survives both normalisers."""
     from tokenizers import normalizers, pre_tokenizers
 
-    from roformer_ext.tokenization_roformer_ext import _UNKNOWN_MARKERS, _is_punctuation
+    from roformer_ext.tokenization_words import _UNKNOWN_MARKERS, _is_punctuation
 
     for marker in _UNKNOWN_MARKERS:
         for lowercase in (True, False):

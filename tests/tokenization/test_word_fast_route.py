@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from test_tokenization import _long_text, lines, vocab_files  # noqa: F401  (module fixtures)
 
 from roformer_ext import RoFormerExtTokenizerFast
-from roformer_ext.tokenization_roformer_ext import _FixedOnAccess, _Reencode, _route_plan, _WordMarker
+from roformer_ext.tokenization_word_route import _FixedOnAccess, _Reencode, _route_plan, _WordMarker
 
 ENCODING_FIELDS = (
     "ids", "type_ids", "tokens", "offsets", "word_ids", "sequence_ids", "attention_mask", "special_tokens_mask",

@@ -5,7 +5,7 @@ import pytest
 from test_tokenization import SLOW_LINES, lines, vocab_files  # noqa: F401  (module fixtures)
 
 from roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
-from roformer_ext.tokenization_roformer_ext import WORD_SEGMENTER_ENV, word_segmenter
+from roformer_ext.tokenization_words import WORD_SEGMENTER_ENV, word_segmenter
 
 
 def encode_with(library: str, cls, vocab_file, texts, monkeypatch) -> list[list[int]]:
