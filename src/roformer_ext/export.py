@@ -105,7 +105,9 @@ class _ExportedOutputs(nn.Module):
         self.model, self.task = model, task
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+        )
         if self.task == "sentence-embedding":
             return (out.pooler_output,)
         return tuple(out[name] for name in TASK_OUTPUTS[self.task])

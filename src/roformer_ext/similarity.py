@@ -230,7 +230,7 @@ class SimilarSentenceGenerator:
                 max_length=max_length,
                 return_tensors="pt",
             ).to(self.encoder.device)
-            chunks.append(self.encoder(**batch).pooler_output.float())
+            chunks.append(self.encoder(**batch, return_dict=True).pooler_output.float())
         if not chunks:
             return torch.empty(0, self.encoder.config.hidden_size)
         return torch.nn.functional.normalize(torch.cat(chunks), dim=-1).cpu()
