@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.cache_utils import Cache, DynamicLayer
 
-from .packing import PackedBatch, defined_operator, operator_name
+from .packing import PackedBatch
 from .rope import apply_rotary, rotate_for_scores
 
 #: Queries per chunk in the causal form: the (C×C) intra-chunk products grow with C, the per-chunk (d×d) states
@@ -155,6 +155,7 @@ def causal_linear_attention(
 # --- Packed rows: each sequence with its own sums -------------------------------------------------------------------
 
 
+@torch.compiler.disable  # the split sizes are host lengths: torch.compile runs this eagerly (a graph break)
 def per_sequence_linear_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -166,107 +167,22 @@ def per_sequence_linear_attention(
     """Packed rows laid end to end (1, heads, total, head_dim) in, (1, total, heads, head_dim) out: each sequence of
     `packed` alone, so no state leaks into the next. `position_embeddings` (1, total, dim).
 
-    The row is split once (a slice per sequence would fill a zero tensor of the whole row each in backward). Under
-    torch.compile the split, whose sizes are data, runs inside one custom operator (`_traced_linear_attention`)."""
-    cos, sin = position_embeddings if position_embeddings is not None else (None, None)
-    settings = (module.config.rope_parameters["pair_layout"], bool(module.rotary_value), bool(module.is_causal))
-    if torch.compiler.is_compiling():
-        sequence_ids = packed.sequence_ids.reshape(1, -1)
-        return _traced_linear_attention(query, key, value, cos, sin, sequence_ids, *settings)
-    return _split_linear_attention(query, key, value, cos, sin, list(packed.sequence_lengths()), *settings)
-
-
-def _split_linear_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    cos: torch.Tensor | None,
-    sin: torch.Tensor | None,
-    lengths: list[int],
-    layout: str,
-    rotary_value: bool,
-    is_causal: bool,
-) -> torch.Tensor:
-    rotations = (
-        [None] * len(lengths) if cos is None else list(zip(cos.split(lengths, dim=1), sin.split(lengths, dim=1)))
-    )
+    The row is split once (a slice per sequence would fill a zero tensor of the whole row each in backward)."""
+    lengths = list(packed.sequence_lengths())
+    rotations = [None] * len(lengths)
+    if position_embeddings is not None:
+        rotations = list(zip(*(t.split(lengths, dim=1) for t in position_embeddings)))
+    layout = module.config.rope_parameters["pair_layout"]
     pieces = []
     for q, k, v, rotation in zip(*(t.split(lengths, dim=2) for t in (query, key, value)), rotations):
         with torch.autocast(device_type=query.device.type, enabled=False):
-            q, q_rot, k, k_rot, v = _features(q, k, v, rotation, None, layout, rotary_value)
-            out = causal_linear_attention(q, q_rot, k, k_rot, v)[0] if is_causal else None
-            out = bidirectional_linear_attention(q, q_rot, k, k_rot, v) if out is None else out
+            q, q_rot, k, k_rot, v = _features(q, k, v, rotation, None, layout, module.rotary_value)
+            if module.is_causal:
+                out = causal_linear_attention(q, q_rot, k, k_rot, v)[0]
+            else:
+                out = bidirectional_linear_attention(q, q_rot, k, k_rot, v)
         pieces.append(out.to(query.dtype).transpose(1, 2))
     return torch.cat(pieces, dim=1)
-
-
-def _define_traced_linear_attention():
-    """The split as a custom operator (shapes from the query's); backward recomputes each sequence and
-    differentiates it (linear attention draws no random numbers)."""
-    operator = operator_name("per_sequence_linear_attention", __name__)
-    if (defined := defined_operator(operator)) is not None:
-        return defined
-
-    @torch.library.custom_op(operator, mutates_args=())
-    def traced(
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        cos: torch.Tensor | None,
-        sin: torch.Tensor | None,
-        sequence_ids: torch.Tensor,
-        layout: str,
-        rotary_value: bool,
-        is_causal: bool,
-    ) -> torch.Tensor:
-        lengths = torch.unique_consecutive(sequence_ids, return_counts=True)[1].tolist()
-        return _split_linear_attention(query, key, value, cos, sin, lengths, layout, rotary_value, is_causal)
-
-    @traced.register_fake
-    def _(query, key, value, cos, sin, sequence_ids, layout, rotary_value, is_causal):
-        batch, heads, total, _ = query.shape
-        return query.new_empty(batch, total, heads, value.shape[-1])
-
-    @torch.library.custom_op(operator + "_backward", mutates_args=())
-    def traced_backward(
-        grad: torch.Tensor,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        cos: torch.Tensor | None,
-        sin: torch.Tensor | None,
-        sequence_ids: torch.Tensor,
-        layout: str,
-        rotary_value: bool,
-        is_causal: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        lengths = torch.unique_consecutive(sequence_ids, return_counts=True)[1].tolist()
-        # torch.func: an operator's body runs below autograd, where torch.autograd.grad records nothing
-        _, pullback = torch.func.vjp(
-            lambda q, k, v: _split_linear_attention(q, k, v, cos, sin, lengths, layout, rotary_value, is_causal),
-            query,
-            key,
-            value,
-        )
-        return tuple(gradient.contiguous() for gradient in pullback(grad))
-
-    @traced_backward.register_fake
-    def _(grad, query, key, value, cos, sin, sequence_ids, layout, rotary_value, is_causal):
-        return tuple(tensor.new_empty(tensor.shape) for tensor in (query, key, value))  # contiguous, as the op's
-
-    def setup_context(ctx, inputs, output) -> None:
-        query, key, value, cos, sin, sequence_ids, *ctx.settings = inputs
-        ctx.save_for_backward(query, key, value, cos, sin, sequence_ids)
-
-    def backward(ctx, grad):
-        grads = traced_backward(grad.contiguous(), *ctx.saved_tensors, *ctx.settings)
-        return *grads, None, None, None, None, None, None
-
-    traced.register_autograd(backward, setup_context=setup_context)
-    return traced
-
-
-_traced_linear_attention = _define_traced_linear_attention()
 
 
 # --- The running state: a cache layer of its own, on transformers' public cache-layer API ---------------------------
