@@ -406,7 +406,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         for key, value in rope.items():
             if key not in known:  # a typo would otherwise leave its setting at the default in silence
                 nearest = difflib.get_close_matches(str(key), sorted(known), n=1)
-                logger.warning(
+                logger.warning_once(  # once per process: validation runs again when a model is built
                     f"rope_parameters has an unknown key, {key!r}: transformers, roformer-ext and position scheme "
                     f"{rope['position_scheme']!r} do not read it"
                     + (f" (did you mean {nearest[0]!r}?)" if nearest else "")
