@@ -116,7 +116,7 @@ def _code_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                 )
             )
         elif args.command == "share-code":
-            hub_code.share_code(hub_code.check_saved_folder(args.folder), args.code_repo)
+            hub_code.share_code(args.folder, args.code_repo)
             print(f"{args.folder} now loads its code from {args.code_repo}")
         else:
             for path in hub_code.update_code(args.folder):

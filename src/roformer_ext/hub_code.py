@@ -10,15 +10,17 @@ families work this way). docs/compatibility.md says when to use which.
 
 import json
 import os
-import re
 import shutil
 import tempfile
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub.utils import validate_repo_id
+from transformers import PreTrainedModel
 from transformers.dynamic_module_utils import get_relative_import_files
 
-from .compat import LOWEST_TRANSFORMERS, SUPPORTED_RANGE, TRANSFORMERS_BELOW
+from .compat import LOWEST_TRANSFORMERS, SUPPORTED_RANGE, TRANSFORMERS_BELOW, parent_upload_modified_files
 
 #: The modules the Auto classes load (config, models, tokenizers, processors); their relative imports come along.
 CODE_MODULES = (
@@ -31,26 +33,39 @@ CODE_MODULES = (
 )
 #: The files of a saved folder that may hold an `auto_map`.
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: The `model_type`s of roformer-ext's configs (text, vision-text): the code commands change only their folders.
+MODEL_TYPES = ("roformer_ext", "roformer_ext_vision")
 _CARD_START = "<!-- roformer-ext compatibility -->"
 _CARD_END = "<!-- /roformer-ext compatibility -->"
 
 
 def check_code_repo(code_repo: Any) -> str:
-    """`code_repo` as a Hub repo id ("owner/name"), or a ValueError saying what one looks like."""
-    if not isinstance(code_repo, str) or not _REPO_ID.match(code_repo) or "--" in code_repo or ".." in code_repo:
+    """`code_repo` as a Hub repo id ("owner/name", as huggingface_hub's own validator accepts it), or a ValueError
+    naming the id and the rule it breaks."""
+    try:
+        if not isinstance(code_repo, str) or code_repo.count("/") != 1:
+            raise ValueError("it names no owner, or more than one folder.")
+        validate_repo_id(code_repo)
+    except ValueError as error:  # huggingface_hub's HFValidationError is one
         raise ValueError(
-            f"code_repo must be a Hub model repository id 'owner/name' (letters, digits, '-', '_', '.'; no '--'), "
-            f"got {code_repo!r}. Publish the code there with `roformer-ext push-code owner/name`."
-        )
+            f"code_repo must be a Hub model repository id 'owner/name', got {code_repo!r}: {error} Publish the code "
+            "there with `roformer-ext push-code owner/name`."
+        ) from None
     return code_repo
 
 
 def check_saved_folder(folder: str | os.PathLike) -> Path:
-    """`folder` as a Path, or a FileNotFoundError when it is not a saved model folder (no config.json)."""
+    """`folder` as a Path, or an error saying why it is not a saved roformer-ext folder (no config.json: a
+    FileNotFoundError; another model's config: a ValueError)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} is not a saved model folder (it has no config.json).")
+    model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"{folder} is not a roformer-ext folder: its config.json has model_type {model_type!r}, not one of "
+            f"{list(MODEL_TYPES)}. The code commands change only roformer-ext's folders; nothing was changed."
+        )
     return folder
 
 
@@ -111,15 +126,20 @@ def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> list[Pa
 
 
 def share_code(folder: str | os.PathLike, code_repo: str) -> None:
-    """Make a saved folder load its code from `code_repo`: every `auto_map` points there and the code files the save
-    copied in are removed (only files named as roformer-ext's own modules). The model card says so."""
+    """Make a saved roformer-ext folder load its code from `code_repo`: every `auto_map` points there and the code
+    files the save copied in are removed (only files named as roformer-ext's own modules). The model card says so.
+    A bad id or another model's folder is refused before anything changes."""
     code_repo = check_code_repo(code_repo)
+    _share(check_saved_folder(folder), code_repo)
+    write_compatibility_section(folder)
+
+
+def _share(folder: str | os.PathLike, code_repo: str) -> None:
     point_auto_maps(folder, code_repo)
     ours = {path.name for path in code_files()}
     for path in Path(folder).glob("*.py"):
         if path.name in ours:
             path.unlink()
-    write_compatibility_section(folder)
 
 
 def update_code(folder: str | os.PathLike) -> list[Path]:
@@ -195,9 +215,9 @@ def with_compatibility_section(card: str, code_repo: str | None) -> str:
     return card.rstrip("\n") + "\n\n" + section if card.strip() else section
 
 
-def write_compatibility_section(folder: str | os.PathLike) -> None:
-    """Add or refresh the section in the folder's README.md (a minimal card when there is none), for where the
-    folder's code comes from now (its config's `auto_map`)."""
+def write_compatibility_section(folder: str | os.PathLike, create: bool = True) -> None:
+    """Add or refresh the section in the folder's README.md (a minimal card when there is none, if `create`), for
+    where the folder's code comes from now (its config's `auto_map`). A card already up to date is not rewritten."""
     folder = Path(folder)
     auto_map = None
     for name in AUTO_MAP_FILES:
@@ -205,8 +225,12 @@ def write_compatibility_section(folder: str | os.PathLike) -> None:
             auto_map = json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map")
             break
     path = folder / "README.md"
+    if not path.is_file() and not create:
+        return
     card = path.read_text(encoding="utf-8") if path.is_file() else "---\nlibrary_name: transformers\n---\n"
-    _write_atomically(path, with_compatibility_section(card, code_repo_of(auto_map)))
+    updated = with_compatibility_section(card, code_repo_of(auto_map))
+    if updated != card:
+        _write_atomically(path, updated)
 
 
 def push_code(
@@ -250,15 +274,6 @@ def _code_repo_card(code_repo: str) -> str:
     )
 
 
-def upload_folder(folder: str | os.PathLike, repo_id: str, **kwargs: Any) -> str:
-    """Create `repo_id` if needed and upload `folder` in one commit (huggingface_hub's public API)."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(token=kwargs.pop("token", None))
-    repo_id = api.create_repo(repo_id, private=kwargs.pop("private", None), exist_ok=True).repo_id
-    return str(api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs))
-
-
 def _write_atomically(path: Path, text: str) -> None:
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -270,59 +285,52 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
+#: The `code_repo` of the save or push in progress in this thread / task, for the upload hook transformers calls
+#: inside it (a value per call, never stored on the object).
+_CODE_REPO: ContextVar[str | bool | None] = ContextVar("roformer_ext_code_repo", default=None)
+
+
 class SharedCodeMixin:
     """`save_pretrained(folder, code_repo=...)` and `push_to_hub(repo_id, code_repo=...)` for our models, tokenizers
     and processors. `code_repo=None` keeps what the object was loaded with (a folder pointing to a code repository
-    keeps pointing there); `code_repo=False` writes copies. Every save writes the card's compatibility section."""
+    keeps pointing there); `code_repo=False` writes copies. A model's save writes the card's compatibility section
+    (a tokenizer's or processor's refreshes a card that is there). Pushing is transformers' own: it uploads the files
+    the save wrote or changed, our code placement and card section among them (`_upload_modified_files` applies them
+    first), with its `create_pr`, `revision`, `private` and `token` behaviour."""
 
     def save_pretrained(self, save_directory, *args, code_repo: str | bool | None = None, **kwargs):
-        shared = self._code_repo(code_repo)
-        push = kwargs.pop("push_to_hub", False)
-        push_kwargs = {k: kwargs.pop(k) for k in ("repo_id", "commit_message", "token", "private") if k in kwargs}
-        result = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            if shared:
-                share_code(save_directory, shared)
-            else:
-                if code_repo is False:  # copies asked for: auto_map entries inherited from a code repository go
-                    point_auto_maps(save_directory, None)
-                write_compatibility_section(save_directory)
-        if push:
-            upload_folder(save_directory, push_kwargs.pop("repo_id", Path(save_directory).name), **push_kwargs)
+        code_repo = _CODE_REPO.get() if code_repo is None else code_repo  # inside our push_to_hub: its code_repo
+        self._code_repo(code_repo)  # a bad id is refused before anything is written
+        reset = _CODE_REPO.set(code_repo)
+        try:
+            result = super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            _CODE_REPO.reset(reset)
+        if not kwargs.get("push_to_hub") and kwargs.get("is_main_process", True):
+            self._place_code(save_directory, code_repo)
         return result
 
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        code_repo: str | bool | None = None,
-        commit_message: str | None = None,
-        commit_description: str | None = None,
-        private: bool | None = None,
-        token: bool | str | None = None,
-        revision: str | None = None,
-        create_pr: bool = False,
-        max_shard_size: int | str | None = "50GB",
-        tags: list[str] | None = None,
-    ) -> str:
-        """transformers' `push_to_hub` (same arguments) with `code_repo`, and the card's compatibility section."""
-        with tempfile.TemporaryDirectory() as tmp:
-            sizes = {"max_shard_size": max_shard_size} if hasattr(self, "state_dict") else {}
-            self.save_pretrained(tmp, code_repo=code_repo, **sizes)
-            _keep_the_repos_card(Path(tmp), repo_id, token, revision)
-            if tags:
-                card = Path(tmp) / "README.md"
-                card.write_text(_with_tags(card.read_text(encoding="utf-8"), tags), encoding="utf-8")
-            return upload_folder(
-                tmp,
-                repo_id,
-                token=token,
-                private=private,
-                revision=revision,
-                create_pr=create_pr,
-                commit_message=commit_message or f"Upload {type(self).__name__}",
-                commit_description=commit_description,
-            )
+    def push_to_hub(self, repo_id: str, *args, code_repo: str | bool | None = None, **kwargs) -> str:
+        """transformers' `push_to_hub` (same arguments) with `code_repo`."""
+        self._code_repo(code_repo)
+        reset = _CODE_REPO.set(code_repo)
+        try:
+            return super().push_to_hub(repo_id, *args, **kwargs)
+        finally:
+            _CODE_REPO.reset(reset)
+
+    def _upload_modified_files(self, working_dir, *args, **kwargs):
+        """transformers' upload of the files its save wrote or changed, after our code placement and card section."""
+        self._place_code(working_dir, _CODE_REPO.get())
+        return parent_upload_modified_files(super(), working_dir, *args, **kwargs)
+
+    def _place_code(self, folder: str | os.PathLike, code_repo: str | bool | None) -> None:
+        shared = self._code_repo(code_repo)
+        if shared:
+            _share(folder, shared)
+        elif code_repo is False:  # copies asked for: auto_map entries inherited from a code repository go
+            point_auto_maps(folder, None)
+        write_compatibility_section(folder, create=isinstance(self, PreTrainedModel))
 
     def _code_repo(self, code_repo: str | bool | None) -> str | None:
         if code_repo is False:
@@ -335,28 +343,6 @@ class SharedCodeMixin:
                 raise ValueError("code_repo=True needs a loaded folder that points to a code repository; pass its id.")
             return inherited
         return check_code_repo(code_repo)
-
-
-def _keep_the_repos_card(folder: Path, repo_id: str, token: bool | str | None, revision: str | None) -> None:
-    """A repository that has a README.md keeps it (as transformers' own push does), with our section refreshed."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
-    try:
-        existing = hf_hub_download(repo_id, "README.md", token=token, revision=revision)
-    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
-        return
-    shutil.copyfile(existing, folder / "README.md")
-    write_compatibility_section(folder)
-
-
-def _with_tags(card: str, tags: list[str]) -> str:
-    """Add `tags` to the card's YAML header (kept simple: one `tags:` list)."""
-    from huggingface_hub import ModelCard
-
-    model_card = ModelCard(card)
-    model_card.data.tags = sorted({*(model_card.data.tags or []), *tags})
-    return str(model_card)
 
 
 __all__ = [

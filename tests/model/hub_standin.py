@@ -1,8 +1,12 @@
 """A local stand-in for the Hugging Face Hub: just the HTTP endpoints huggingface_hub's `create_repo`,
-`upload_folder` (regular, non-LFS files) and `hf_hub_download` use, on 127.0.0.1, in memory.
+`create_branch`, `create_commit` / `upload_folder` (regular, non-LFS files, `create_pr`) and `hf_hub_download` use, on
+127.0.0.1, in memory.
 
 Point a process at it with `HF_ENDPOINT=stand_in.url` (and `HF_HUB_OFFLINE=0`, a dummy `HF_TOKEN`). Every commit gets
-a new id, so a download after an update sees the new files, as on the Hub.
+a new id, so a download after an update sees the new files, as on the Hub. A repository is
+`{"commit", "files", "visibility", "branches": {name: {"commit", "files"}}, "prs": [{"commit", "files"}]}` (main's
+commit and files at the top; pull request N is `prs[N - 1]`, revision `refs/pr/N`); `requests` logs
+"METHOD path token" for each request.
 """
 
 import base64
@@ -11,11 +15,12 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
 
 
 class StandInHub:
     def __init__(self) -> None:
-        self.repos: dict[str, dict] = {}  # repo id -> {"commit": id, "files": {path: bytes}}
+        self.repos: dict[str, dict] = {}
         self.requests: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -28,6 +33,24 @@ class StandInHub:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def repo(self, repo_id: str, files: dict[str, bytes] | None = None, visibility: str | None = None) -> dict:
+        """The repository `repo_id` (created with `files` on main when missing; visibility None: the default)."""
+        commit = hashlib.sha1(repo_id.encode()).hexdigest()
+        fresh = {"commit": commit, "files": dict(files or {}), "visibility": visibility, "branches": {}, "prs": []}
+        return self.repos.setdefault(repo_id, fresh)
+
+    @staticmethod
+    def ref(repo: dict, revision: str) -> dict | None:
+        """The commit and files of `revision` (a branch, `refs/pr/N`, or a ref's latest commit id) in `repo`, None
+        when there is none."""
+        if revision == "main":
+            return repo
+        if revision.startswith("refs/pr/"):
+            number = int(revision.rsplit("/", 1)[1])
+            return repo["prs"][number - 1] if 0 < number <= len(repo["prs"]) else None
+        refs = [repo, *repo["branches"].values(), *repo["prs"]]
+        return repo["branches"].get(revision) or next((ref for ref in refs if ref["commit"] == revision), None)
 
     def _handler(self):
         hub = self
@@ -51,52 +74,71 @@ class StandInHub:
             def _body(self) -> bytes:
                 return self.rfile.read(int(self.headers.get("Content-Length", 0)))
 
+            def _log(self) -> None:
+                hub.requests.append(f"{self.command} {self.path} {self.headers.get('Authorization', '')}".rstrip())
+
             def do_POST(self) -> None:
-                hub.requests.append(f"POST {self.path}")
-                path = self.path.split("?")[0]
+                self._log()
+                url = urlsplit(self.path)
+                path, query = url.path, parse_qs(url.query)
                 if path == "/api/repos/create":
                     data = json.loads(self._body())
                     repo_id = f"{data['organization']}/{data['name']}" if data.get("organization") else data["name"]
                     exists = repo_id in hub.repos
-                    hub.repos.setdefault(repo_id, {"commit": hashlib.sha1(repo_id.encode()).hexdigest(), "files": {}})
+                    hub.repo(repo_id, visibility=data.get("visibility"))
                     return self._json({"url": f"{hub.url}/{repo_id}", "name": repo_id}, 409 if exists else 200)
                 if path == "/api/validate-yaml":
                     self._body()
                     return self._json({"errors": [], "warnings": []})
-                match = re.match(r"^/api/models/([^/]+/[^/]+)/(preupload|commit)/([^/]+)$", path)
+                match = re.match(r"^/api/models/([^/]+/[^/]+)/(preupload|commit|branch)/([^/]+)$", path)
                 if not match or match.group(1) not in hub.repos:
                     return self._json({"error": "Repository not found"}, 404)
-                repo = hub.repos[match.group(1)]
+                repo_id, action, revision = match.group(1), match.group(2), unquote(match.group(3))
+                repo = hub.repos[repo_id]
                 body = self._body()
-                if match.group(2) == "preupload":
+                if action == "branch":
+                    if hub.ref(repo, revision) is not None:
+                        return self._json({"error": "Reference already exists"}, 409)
+                    repo["branches"][revision] = {"commit": repo["commit"], "files": dict(repo["files"])}
+                    return self._json({})
+                target = hub.ref(repo, revision)
+                if target is None:
+                    return self._reply(404, b"", {"X-Error-Code": "RevisionNotFound"})
+                if action == "preupload":
                     files = json.loads(body)["files"]
                     return self._json(
                         {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
                     )
+                reply = {}
+                if query.get("create_pr") == ["1"]:
+                    repo["prs"].append({"commit": target["commit"], "files": dict(target["files"])})
+                    target = repo["prs"][-1]
+                    reply["pullRequestUrl"] = f"{hub.url}/{repo_id}/discussions/{len(repo['prs'])}"
                 for line in body.splitlines():
                     item = json.loads(line)
                     if item["key"] == "file":
-                        repo["files"][item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+                        target["files"][item["value"]["path"]] = base64.b64decode(item["value"]["content"])
                     elif item["key"] == "deletedFile":
-                        repo["files"].pop(item["value"]["path"], None)
-                repo["commit"] = hashlib.sha1((repo["commit"] + str(len(hub.requests))).encode() + body).hexdigest()
-                return self._json(
-                    {"commitUrl": f"{hub.url}/{match.group(1)}/commit/{repo['commit']}", "commitOid": repo["commit"]}
-                )
+                        target["files"].pop(item["value"]["path"], None)
+                target["commit"] = hashlib.sha1((target["commit"] + str(len(hub.requests))).encode() + body).hexdigest()
+                reply.update(commitUrl=f"{hub.url}/{repo_id}/commit/{target['commit']}", commitOid=target["commit"])
+                return self._json(reply)
 
             def do_HEAD(self) -> None:
                 self.do_GET()
 
             def do_GET(self) -> None:
-                hub.requests.append(f"{self.command} {self.path}")
-                match = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", self.path.split("?")[0])
+                self._log()
+                match = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", urlsplit(self.path).path)
                 if not match or match.group(1) not in hub.repos:
                     return self._reply(404, b"", {"X-Error-Code": "RepositoryNotFound"})
-                repo = hub.repos[match.group(1)]
-                content = repo["files"].get(match.group(3))
+                ref = hub.ref(hub.repos[match.group(1)], unquote(match.group(2)))
+                if ref is None:
+                    return self._reply(404, b"", {"X-Error-Code": "RevisionNotFound"})
+                content = ref["files"].get(match.group(3))
                 if content is None:
-                    return self._reply(404, b"", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo["commit"]})
+                    return self._reply(404, b"", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": ref["commit"]})
                 etag = hashlib.sha1(content).hexdigest()
-                self._reply(200, content, {"X-Repo-Commit": repo["commit"], "ETag": f'"{etag}"'})
+                self._reply(200, content, {"X-Repo-Commit": ref["commit"], "ETag": f'"{etag}"'})
 
         return Handler

@@ -16,7 +16,12 @@ from conftest import tiny_config
 from hub_standin import StandInHub
 
 import roformer_ext
-from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForSequenceClassification, RoFormerExtTokenizerFast
+from roformer_ext import (
+    RoFormerExtForCausalLM,
+    RoFormerExtForSequenceClassification,
+    RoFormerExtTokenizerFast,
+    RoFormerExtVisionTextConfig,
+)
 from roformer_ext.compat import SUPPORTED_RANGE
 from roformer_ext.hub_code import check_code_repo, code_files, code_repo_of, share_code, update_code
 
@@ -45,6 +50,59 @@ PUSHER = textwrap.dedent(
     import roformer_ext
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
         auto.from_pretrained(sys.argv[1]).push_to_hub(sys.argv[2], code_repo="owner/roformer-ext")
+    """
+)
+
+#: Publishes a saved model folder and its tokenizer in each way transformers offers (argv: kind, source, work folder),
+#: each into its own repository `owner/{kind}-{case}`; prints the error type of each case that raised.
+PUBLISHER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import transformers
+    import roformer_ext
+    kind, source, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    model = transformers.AutoModel.from_pretrained(source)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+
+    def out(case):  # a training run's output folder: it holds files that no save writes
+        folder = work / kind / case
+        folder.mkdir(parents=True)
+        (folder / ".env").write_text("HF_TOKEN=hf_secret")
+        (folder / "optimizer.pt").write_bytes(b"optimizer state")
+        return str(folder)
+
+    def save(obj, case, **kwargs):
+        return lambda: obj.save_pretrained(out(case), push_to_hub=True, repo_id=f"owner/{kind}-{case}", **kwargs)
+
+    def push(obj, case, **kwargs):
+        return lambda: obj.push_to_hub(f"owner/{kind}-{case}", **kwargs)
+
+    cases = {
+        "save": save(model, "save"),
+        "save-pr": save(model, "save-pr", create_pr=True),
+        "save-private-token": save(model, "save-private-token", private=True, token="hf_other"),
+        "save-revision": save(model, "save-revision", revision="dev"),
+        "push-pr": push(model, "push-pr", create_pr=True),
+        "push-revision": push(model, "push-revision", revision="dev"),
+        "push-private-token": push(model, "push-private-token", private=True, token="hf_other"),
+        "tokenizer-save": save(tokenizer, "tokenizer-save"),
+        "tokenizer-save-pr": save(tokenizer, "tokenizer-save-pr", create_pr=True),
+        "tokenizer-push-pr": push(tokenizer, "tokenizer-push-pr", create_pr=True),
+    }
+    if kind == "ours":  # last: the processor's tokenizer gains the vision tokens
+        from roformer_ext.processing_roformer_ext import add_vision_tokens
+
+        add_vision_tokens(tokenizer)
+        processor = roformer_ext.RoFormerExtProcessor(roformer_ext.RoFormerExtImageProcessor(), tokenizer)
+        cases["processor-save"] = save(processor, "processor-save")
+    errors = {}
+    for case, publish in cases.items():
+        try:
+            publish()
+        except Exception as error:
+            errors[case] = type(error).__name__
+    print(json.dumps(errors))
     """
 )
 
@@ -93,7 +151,7 @@ def test_checkpoint_loads_its_code_from_the_code_repository_and_gets_updates(tmp
         assert loaded["tokenizer"].endswith("tokenization_roformer_ext") and loaded["tokens"] == [2, 4, 5, 3]
 
         own_card = b"---\nlicense: mit\n---\n# My own card\n"  # a card the repository has: push keeps it
-        hub.repos["owner/tiny-decoder"] = {"commit": "0" * 40, "files": {"README.md": own_card}}
+        hub.repo("owner/tiny-decoder", {"README.md": own_card})
         pushed = _run([sys.executable, "-c", PUSHER, str(folder), "owner/tiny-decoder"], env)
         assert pushed.returncode == 0, pushed.stderr[-3000:]
         files = hub.repos["owner/tiny-decoder"]["files"]
@@ -181,7 +239,26 @@ def test_update_code_restores_copies_a_folder_lost(tmp_path):
     assert (tmp_path / "my_script.py").read_text() == "print('mine')\n"
 
 
-@pytest.mark.parametrize("bad", ["roformer-ext", "owner/", "owner/a--b", "../x/y", "a/b/c", "", 3])
+#: Ids the Hub refuses: no owner, empty name, '--', path-like, a trailing '-' or '.', '.git', over 96 characters.
+BAD_IDS = [
+    "roformer-ext",
+    "owner/",
+    "owner/a--b",
+    "../x/y",
+    "a/b/c",
+    "",
+    "owner/code-",
+    "owner/code.",
+    "owner/code.git",
+]
+BAD_IDS += ["owner/" + "c" * 97]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("bad", [*BAD_IDS, 3])
 def test_bad_code_repo_is_refused_before_anything_is_written(bad, tmp_path):
     with pytest.raises(ValueError, match="code_repo must be a Hub model repository id"):
         check_code_repo(bad)
@@ -196,3 +273,102 @@ def test_cli_errors_are_one_line(tmp_path):
     assert done.returncode == 1 and "is not a saved model folder" in done.stderr and "Traceback" not in done.stderr
     done = _run(_cli("push-code", "not a repo"), dict(os.environ))
     assert done.returncode == 1 and "code_repo must be" in done.stderr and "Traceback" not in done.stderr
+
+
+def _published(hub: StandInHub, repo_id: str, leave_out: set[str] = frozenset()) -> dict | None:
+    """What `repo_id` holds (its refs' files, but for our code files and `leave_out`), its visibility and the
+    commits' tokens."""
+    repo = hub.repos.get(repo_id)
+    if repo is None:
+        return None
+    names = lambda ref: sorted(n for n in ref["files"] if not n.endswith(".py") and n not in leave_out)  # noqa: E731
+    commits = [line.split(" ")[2:] for line in hub.requests if f"/api/models/{repo_id}/commit/" in line]
+    return {
+        "visibility": repo["visibility"],
+        "main": names(repo),
+        "branches": {name: names(ref) for name, ref in repo["branches"].items()},
+        "prs": [names(pr) for pr in repo["prs"]],
+        "commit tokens": sorted({" ".join(token) for token in commits}),
+    }
+
+
+def test_push_to_hub_publishes_what_transformers_would(tmp_path):
+    """Side by side with a BERT model and tokenizer saved the same way, against the stand-in Hub: the same files
+    uploaded (ours add only their code files, and our tokenizer its vocab.txt), nothing of the folder's other files
+    (.env, optimizer states), and the same create_pr / revision / private / token behaviour, for
+    save_pretrained(push_to_hub=True) and push_to_hub."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    BertModel(BertConfig(**sizes)).save_pretrained(tmp_path / "bert")
+    roformer_ext.RoFormerExtModel(tiny_config()).save_pretrained(tmp_path / "ours")
+    tokenizer_files = {}
+    for kind, tokenizer in (("bert", BertTokenizer(vocab=vocab)), ("ours", _tokenizer())):
+        tokenizer.save_pretrained(tmp_path / kind)
+        tokenizer.save_pretrained(tmp_path / f"{kind}-tokenizer")
+        tokenizer_files[kind] = {path.name for path in (tmp_path / f"{kind}-tokenizer").iterdir()}
+    ours_only = tokenizer_files["ours"] - tokenizer_files["bert"]  # our tokenizer's own files: its vocab.txt
+    with StandInHub() as hub:
+        env = _env(hub, tmp_path)
+        errors = {}
+        for kind in ("bert", "ours"):
+            done = _run([sys.executable, "-c", PUBLISHER, kind, str(tmp_path / kind), str(tmp_path / "work")], env)
+            assert done.returncode == 0, done.stderr[-3000:]
+            errors[kind] = json.loads(done.stdout.strip().splitlines()[-1])
+        cases = sorted({repo_id.split("-", 1)[1] for repo_id in hub.repos if repo_id.startswith("owner/bert-")})
+        bert = {case: _published(hub, f"owner/bert-{case}") for case in cases}
+        ours = {case: _published(hub, f"owner/ours-{case}", leave_out=ours_only) for case in cases}
+        our_code = [name for name in hub.repos["owner/ours-save"]["files"] if name.endswith(".py")]
+        processor = _published(hub, "owner/ours-processor-save")
+    assert ".env" not in ours["save"]["main"] and "optimizer.pt" not in ours["save"]["main"]
+    assert errors["ours"].pop("processor-save", None) is None
+    assert errors["ours"] == errors["bert"]
+    assert ours == bert
+    assert "modeling_roformer_ext.py" in our_code  # copy mode: the save wrote them
+    assert ours["save-pr"]["main"] == [] and "config.json" in ours["save-pr"]["prs"][0]
+    assert ours["push-pr"]["main"] == [] and "model.safetensors" in ours["push-pr"]["prs"][0]
+    assert ours["push-revision"]["main"] == [] and "config.json" in ours["push-revision"]["branches"]["dev"]
+    assert ours["push-private-token"]["visibility"] == "private"
+    assert ours["push-private-token"]["commit tokens"] == ["Bearer hf_other"]
+    assert "processor_config.json" in processor["main"] and ".env" not in processor["main"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_share_code_refuses_an_id_the_hub_refuses_and_changes_nothing(bad, tmp_path):
+    """huggingface_hub's own validator decides, before the folder's code copies are touched: it still loads."""
+    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError, match="code_repo must be a Hub model repository id") as error:
+        share_code(tmp_path, bad)
+    assert repr(bad) in str(error.value)
+    assert _snapshot(tmp_path) == before
+
+
+def test_share_code_cli_refuses_a_trailing_dash(tmp_path):
+    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
+    before = _snapshot(tmp_path)
+    done = _run(_cli("share-code", str(tmp_path), "owner/roformer-ext-"), dict(os.environ))
+    assert done.returncode == 1 and "'owner/roformer-ext-'" in done.stderr and "Traceback" not in done.stderr
+    assert _snapshot(tmp_path) == before
+
+
+def test_code_commands_refuse_a_folder_that_is_not_roformer_exts(tmp_path):
+    """A BERT checkpoint: share-code and update-code say why, and its files (card included) stay as they were."""
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)).save_pretrained(
+        tmp_path
+    )
+    (tmp_path / "README.md").write_text("# A BERT card\n")
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError, match="model_type 'bert'"):
+        share_code(tmp_path, CODE_REPO)
+    with pytest.raises(ValueError, match="model_type 'bert'"):
+        update_code(tmp_path)
+    for command in (["share-code", str(tmp_path), CODE_REPO], ["update-code", str(tmp_path)]):
+        done = _run(_cli(*command), dict(os.environ))
+        assert done.returncode == 1 and "not a roformer-ext folder" in done.stderr and "Traceback" not in done.stderr
+    assert _snapshot(tmp_path) == before
+    RoFormerExtVisionTextConfig().save_pretrained(tmp_path / "vision")  # roformer-ext's other model type
+    assert update_code(tmp_path / "vision")
