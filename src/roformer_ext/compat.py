@@ -203,9 +203,6 @@ PRIVATE_NAMES: dict[str, str] = {
         "group's frequencies"
     ),
     "transformers.configuration_utils:PreTrainedConfig._auto_class": "read - auto_class",
-    "transformers.generation.utils:GenerationMixin._update_model_kwargs_for_generation": (
-        "override, call - parent_update_model_kwargs_for_generation"
-    ),
     "transformers.generation.utils:GenerationMixin._expand_inputs_for_generation": (
         "override, call - parent_expand_inputs_for_generation: per-prompt images for beams / return sequences"
     ),
@@ -279,11 +276,6 @@ def relative_position_bucket(
 def parent_init_weights(parent, module: nn.Module) -> None:
     """`super()._init_weights(module)`: transformers' initialisation of the modules it knows (Linear, Embedding...)."""
     parent._init_weights(module)
-
-
-def parent_update_model_kwargs_for_generation(parent, outputs, model_kwargs: dict, **kwargs) -> dict:
-    """`super()._update_model_kwargs_for_generation(...)` (`parent` is the caller's `super()`)."""
-    return parent._update_model_kwargs_for_generation(outputs, model_kwargs, **kwargs)
 
 
 def parent_expand_inputs_for_generation(parent, expand_size: int, is_encoder_decoder: bool, input_ids, **kwargs):

@@ -5,14 +5,20 @@ logits ≥ 100x the 1e-5 tolerance (`assert_position_sensitive`)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import logging
+
 import pytest
 import torch
 from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers import DynamicCache
 
 import roformer_ext
 from roformer_ext import RoFormerExtModel
+from roformer_ext.compat import CACHE, output_cache
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 
@@ -159,10 +165,9 @@ def test_unilm_generate_without_token_type_ids_treats_the_prompt_as_source():
     model = unilm_decoder()
     input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(2))
     kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
-    assert torch.equal(
-        model.generate(input_ids, **kwargs),
-        model.generate(input_ids, token_type_ids=torch.zeros_like(input_ids), **kwargs),
-    )
+    reference = model.generate(input_ids, token_type_ids=torch.zeros_like(input_ids), **kwargs)
+    assert torch.equal(model.generate(input_ids, **kwargs), reference)
+    assert torch.equal(model.generate(input_ids, **{CACHE: DynamicCache(config=model.config)}, **kwargs), reference)
 
 
 def test_unilm_prompt_is_bidirectional_unlike_causal():
@@ -179,3 +184,113 @@ def test_unilm_prompt_is_bidirectional_unlike_causal():
     causal.load_state_dict(model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(causal(input_ids).logits[0, 0], causal(changed).logits[0, 0])
+
+
+def greedy(model, input_ids, **kwargs):
+    return model.generate(
+        input_ids, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True, **kwargs
+    )
+
+
+def target_after(input_ids: torch.Tensor, source_length: int) -> torch.Tensor:
+    """Token types of a UniLM sequence: the first `source_length` tokens are the source, the rest the target."""
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, source_length:] = 1
+    return token_type_ids
+
+
+@contextlib.contextmanager
+def assistant_generate_deprecation_dropped():
+    """transformers' own assisted decoding hands its assistant's `generate` a generation_config together with
+    generation arguments and logs that as deprecated (a GPT-2 assistant logs it too): not this project's code path."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return "together with generation-related arguments" not in record.getMessage()
+
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
+@pytest.mark.parametrize("drafts", ["prompt_lookup", "same_assistant", "other_assistant"])
+def test_unilm_assisted_decoding_gives_the_greedy_tokens(drafts):
+    """Draft tokens are the target: verified with the prompt in one first forward, they must not join the source."""
+    model = unilm_decoder()
+    source = torch.randint(5, 99, (1, 8), generator=torch.Generator().manual_seed(4))
+    input_ids = torch.cat([source, source[:, :4]], dim=1)  # a repeat: prompt lookup drafts from the first step
+    if drafts == "prompt_lookup":
+        options = {"prompt_lookup_num_tokens": 3}
+    elif drafts == "same_assistant":  # every draft accepted: several target tokens verified per forward
+        options = {"assistant_model": copy.deepcopy(model)}
+    else:
+        torch.manual_seed(5)
+        options = {"assistant_model": roformer_ext.RoFormerExtForCausalLM(model.config).eval()}
+    reference = greedy(model, input_ids, max_new_tokens=10)
+    with assistant_generate_deprecation_dropped():
+        assisted = greedy(model, input_ids, max_new_tokens=10, **options)
+    assert torch.equal(assisted.sequences, reference.sequences)
+    torch.testing.assert_close(torch.stack(assisted.logits), torch.stack(reference.logits), rtol=1e-5, atol=1e-5)
+
+
+def test_unilm_second_turn_with_the_returned_cache_equals_recomputation():
+    """Turn 2 continues turn 1's cache: the prompt stays the source, turn 1's answer and the new tokens are target."""
+    model = unilm_decoder()
+    input_ids = torch.randint(5, 99, (2, 6), generator=torch.Generator().manual_seed(6))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, :2] = 0  # left padding
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    first = greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4)
+    extra = torch.tensor([[11, 12], [13, 14]])  # tokens the caller appends to the answer before turn 2
+    second_ids = torch.cat([first.sequences, extra], dim=1)
+    second_mask = torch.cat([attention_mask, attention_mask.new_ones(2, 6)], dim=1)
+    recomputed = greedy(
+        model,
+        second_ids,
+        attention_mask=second_mask,
+        token_type_ids=target_after(second_ids, input_ids.shape[1]),
+        max_new_tokens=3,
+    )
+    for token_type_ids in (None, target_after(second_ids, input_ids.shape[1])):
+        cache = output_cache(greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4))
+        cached = greedy(
+            model,
+            second_ids,
+            attention_mask=second_mask,
+            token_type_ids=token_type_ids,
+            max_new_tokens=3,
+            **{CACHE: cache},
+        )
+        assert torch.equal(cached.sequences, recomputed.sequences)
+        torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
+
+
+def test_unilm_continuing_with_the_cache_equals_one_longer_generation():
+    model = unilm_decoder()
+    input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(7))
+    first = greedy(model, input_ids, max_new_tokens=3)
+    continued = greedy(model, first.sequences, max_new_tokens=4, **{CACHE: output_cache(first)})
+    at_once = greedy(model, input_ids, max_new_tokens=7)
+    assert torch.equal(continued.sequences, at_once.sequences)
+    torch.testing.assert_close(
+        torch.stack(first.logits + continued.logits), torch.stack(at_once.logits), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_unilm_source_tokens_after_a_cache_are_recomputed_by_generate_and_refused_by_forward():
+    """A source token after cached tokens would need the cached source to see it: generate recomputes without the
+    cache, a forward refuses."""
+    model = unilm_decoder()
+    input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(8))
+    first = greedy(model, input_ids, max_new_tokens=3)
+    all_source = torch.zeros_like(first.sequences)  # turn 1's answer made the source of turn 2
+    cached = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3, **{CACHE: output_cache(first)})
+    recomputed = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        cache = output_cache(model(input_ids, token_type_ids=torch.zeros_like(input_ids), use_cache=True))
+        with pytest.raises(ValueError, match="after a cache"):
+            model(input_ids[:, :2], token_type_ids=torch.zeros(1, 2, dtype=torch.long), **{CACHE: cache})
