@@ -61,6 +61,11 @@ class WholeSuiteOfOurModelType:
         if not self._has_fsdp_plan():
             self.skipTest("Model does not have an FSDP plan (base_model_fsdp_plan)")
 
+    def test_tp_unit_plan_forward_backward(self) -> None:
+        # transformers 5.25's test sets `head_dim` (ours is hidden_size / heads, read-only), then skips every model
+        # whose attention is not q_proj / k_proj / v_proj / o_proj under `self_attn` (ours: attention.query, ...)
+        self.skipTest("unit sharding plans only q_proj/k_proj/v_proj/o_proj under self_attn; ours are query/key/value")
+
 
 @pytest.mark.xdist_group("two_processes")  # never beside another two-process run: 2 cores
 class RoFormerExtCausalLMDistributedTest(
