@@ -20,7 +20,7 @@ untimed warm-up each; none at 8192 on a CPU); tokens/s counts real tokens; ratio
 A batch of one sequence is not packed on a CPU (the packed row is the padded batch: one SDPA call); its packed time is
 the padded one.
 
-    OMP_NUM_THREADS=2 python benchmarks/bench_modernbert.py --out benchmarks/results
+    OMP_NUM_THREADS=1 python benchmarks/bench_modernbert.py --out benchmarks/results   # 15 min on a shared 2-core CPU
     python benchmarks/bench_modernbert.py --quick --out /tmp/modernbert          # a tiny dry run (CI)
     python benchmarks/bench_modernbert.py --device cuda --dtype bf16 --out DIR    # the GPU check's case
 """
