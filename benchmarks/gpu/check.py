@@ -293,11 +293,12 @@ def stage_environment(ctx: Context) -> None:
             f"roformer_ext does not import: {error} (carry supported wheels: benchmarks/gpu/fetch_wheels.sh, "
             "then check.sh --wheels .whl)"
         ) from error
-    from roformer_ext.compat import is_tested_release, self_check
+    from roformer_ext.compat import is_tested_release
+    from roformer_ext.self_check import self_check
 
     details["transformers_tested"] = is_tested_release(transformers.__version__)
     if not details["transformers_tested"]:  # outside the tested range: the self-check a model runs at its first forward
-        failures = self_check()
+        failures = self_check(roformer_ext.RoFormerExtForCausalLM)
         if failures:
             raise CheckFailed(f"roformer_ext's self-check fails on this transformers: {'; '.join(failures)}")
     location = Path(roformer_ext.__file__).resolve()
