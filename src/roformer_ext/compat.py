@@ -237,15 +237,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.utils.hub:PushToHubMixin._upload_modified_files": (
         "override, call - parent_upload_modified_files: a push uploads our code placement and card section too"
     ),
-    # torch
-    "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu": "call - cpu_fused_sdpa (when present)",
-    "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu_backward": "call - cpu_fused_sdpa_backward (when present)",
 }
-#: Entries that a torch build may lack by design: the code checks `cpu_fused_sdpa_available()` and recomputes.
-OPTIONAL_PRIVATE_NAMES = (
-    "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu",
-    "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu_backward",
-)
 
 
 def attn_implementation(config) -> str | None:
@@ -340,23 +332,6 @@ def warn_too_long_sequence(tokenizer, ids: list[int], max_length: int | None, ve
     """transformers' warning (once per tokenizer) that `ids` is longer than the model takes: the word route calls it
     for a row longer than `model_max_length`, as transformers' `_encode_plus` does."""
     tokenizer._eventual_warn_about_too_long_sequence(ids, max_length, verbose)
-
-
-def cpu_fused_sdpa_available() -> bool:
-    """Whether this torch has the fused CPU attention kernel's forward and backward as operators."""
-    return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
-
-
-def cpu_fused_sdpa(q, k, v, is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch's fused CPU attention: (output (batch, seq, heads, dim), log-sum-exp)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, scale=scale)
-
-
-def cpu_fused_sdpa_backward(grad, q, k, v, output, log_sum_exp, is_causal: bool, scale: float):
-    """The fused CPU kernel's backward from its kept log-sum-exp: (grad q, grad k, grad v)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad, q, k, v, output, log_sum_exp, 0.0, is_causal, scale=scale
-    )
 
 
 __all__ = [

@@ -8,15 +8,11 @@ attention, not one attention over the whole row: on CUDA one call of torch's var
 (`varlen_attention`), elsewhere one SDPA call per sequence (`per_sequence_sdpa`).
 """
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
 from torch.nn.attention.varlen import varlen_attn
-
-from .compat import cpu_fused_sdpa, cpu_fused_sdpa_available, cpu_fused_sdpa_backward
 
 
 @dataclass(frozen=True)
@@ -46,8 +42,7 @@ class PackedBatch:
         return int(self.sequence_ids.max()) + 1
 
     def sequence_lengths(self) -> tuple[int, ...]:
-        """Each sequence's length on the host, for eager splits (traced, the custom operators read them from the
-        tensors inside: `_traced_sdpa`, linear attention's)."""
+        """Each sequence's length on the host, for the per-sequence splits."""
         if self.lengths is not None:
             return self.lengths
         return tuple(torch.unique_consecutive(self.sequence_ids.reshape(-1), return_counts=True)[1].tolist())
@@ -287,6 +282,7 @@ def varlen_attention(
     return output.view(rows, seq, heads, -1), None
 
 
+@torch.compiler.disable  # the split sizes are host lengths: torch.compile runs this eagerly (a graph break)
 def per_sequence_sdpa(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -308,28 +304,20 @@ def per_sequence_sdpa(
     kernel takes only 4D inputs (3D pieces fall back to the unfused math path, 2x slower on review lengths,
     benchmarks/bench_packed_attention.py). In backward the split is one concatenation, where a slice per sequence
     fills a zero tensor of the whole row each. Batching the sequences that share a length into one call measured no
-    faster on CPU than one call each, so the code stays simple. Under torch.compile the same split runs inside one
-    opaque operator (`_traced_sdpa`), so the step stays one graph.
+    faster on CPU than one call each, so the code stays simple.
     """
     if cu_seq_lens_q is None:
         raise ValueError("per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences.")
     batch, heads, seq, head_dim = query.shape
-    if not torch.compiler.is_compiling():  # traced, the packed-batch description was checked in an eager call
-        total = int(cu_seq_lens_q[-1])
-        if batch * seq != total or key.shape[0] * key.shape[2] != total:
-            raise ValueError(
-                f"per_sequence_sdpa takes packed rows of {total} tokens in all (cu_seq_lens_q[-1]) as query, key and "
-                f"value; got query {tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, seq, head_dim). "
-                "Pass an ordinary batch with an attention mask to the backend's own attention function instead."
-            )
+    total = int(cu_seq_lens_q[-1])
+    if batch * seq != total or key.shape[0] * key.shape[2] != total:
+        raise ValueError(
+            f"per_sequence_sdpa takes packed rows of {total} tokens in all (cu_seq_lens_q[-1]) as query, key and "
+            f"value; got query {tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, seq, head_dim). "
+            "Pass an ordinary batch with an attention mask to the backend's own attention function instead."
+        )
     query, key, value = (end_to_end(tensor, 2) for tensor in (query, key, value))  # (1, heads, total, head_dim)
-    if torch.compiler.is_compiling():
-        device = query.device.type
-        if torch.is_autocast_enabled(device):  # as autocast casts SDPA's inputs (a custom operator it leaves alone)
-            query, key, value = (tensor.to(torch.get_autocast_dtype(device)) for tensor in (query, key, value))
-        output = _traced_sdpa(query, key, value, cu_seq_lens_q, float(dropout), bool(is_causal), scaling)[0]
-    else:
-        output = _split_sdpa(query, key, value, torch.diff(cu_seq_lens_q).tolist(), dropout, is_causal, scaling)
+    output = _split_sdpa(query, key, value, torch.diff(cu_seq_lens_q).tolist(), dropout, is_causal, scaling)
     return output.view(batch, seq, heads, value.shape[-1]), None  # rows back from end to end
 
 
@@ -349,146 +337,6 @@ def _split_sdpa(
         for q, k, v in pieces
     ]
     return torch.cat(outputs, dim=1)
-
-
-# torch.compile cannot trace a split whose sizes live in a tensor (one graph break per layer). The split runs in a
-# custom operator instead: opaque to the compiler, its output shape known from the query's. Its backward is what the
-# eager split's autograd would run: on CPU without dropout (where SDPA takes torch's fused CPU kernel) the kernel's
-# own backward per sequence, from the log-sum-exp the forward kept; elsewhere (dropout, CUDA) each sequence's
-# attention is recomputed, with the forward's random state so dropout draws the same mask, and differentiated. Eager
-# calls never use it.
-
-
-def operator_name(kind: str, module: str) -> str:
-    """A custom operator's name: it carries the defining module's, because a remote-code folder imports these files
-    again under another module name, and torch refuses a name defined twice."""
-    return f"roformer_ext::{kind}_" + re.sub(r"\W", "_", module)
-
-
-def defined_operator(name: str) -> Callable | None:
-    """The operator `name` if this process defined it already (its module imported again, e.g. importlib.reload)."""
-    namespace, short = name.split("::")
-    return getattr(getattr(torch.ops, namespace), short, None)
-
-
-_OPERATOR = operator_name("per_sequence_sdpa", __name__)
-
-
-def _random_state(device: torch.device) -> torch.Tensor:
-    """The generator state SDPA's dropout draws from on `device` (a CPU uint8 tensor)."""
-    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
-
-
-def _fused_cpu(query: torch.Tensor, dropout: float) -> bool:
-    """Whether SDPA runs each sequence on torch's fused CPU kernel (no dropout), whose backward needs its log-sum-exp
-    (a torch without that kernel's operators takes the recomputing path)."""
-    return cpu_fused_sdpa_available() and query.device.type == "cpu" and dropout == 0
-
-
-def _log_sum_exp_dtype(query: torch.Tensor) -> torch.dtype:
-    return torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-
-
-def _define_traced_sdpa() -> Callable:
-    if (operator := defined_operator(_OPERATOR)) is not None:
-        return operator
-
-    @torch.library.custom_op(_OPERATOR, mutates_args=())
-    def traced_sdpa(
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        cu_seq_lens: torch.Tensor,
-        dropout: float,
-        is_causal: bool,
-        scale: float | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(output (1, total, heads, d), log-sum-exp (1, heads, total) or empty, random state or empty)."""
-        lengths = torch.diff(cu_seq_lens).tolist()
-        empty = torch.empty(0, dtype=torch.uint8)
-        if not _fused_cpu(query, dropout):
-            state = _random_state(query.device).clone() if dropout > 0 else empty
-            return _split_sdpa(query, key, value, lengths, dropout, is_causal, scale), query.new_empty(0), state
-        pieces = zip(*(tensor.split(lengths, dim=2) for tensor in (query, key, value)))
-        outputs, log_sum_exps = zip(*(cpu_fused_sdpa(q, k, v, is_causal, scale) for q, k, v in pieces))
-        output = torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1)
-        return output, torch.cat(log_sum_exps, dim=2), empty
-
-    @traced_sdpa.register_fake
-    def _(query, key, value, cu_seq_lens, dropout, is_causal, scale):
-        batch, heads, total, _ = query.shape
-        output = query.new_empty(batch, total, heads, value.shape[-1])
-        if _fused_cpu(query, dropout):
-            log_sum_exp = query.new_empty(batch, heads, total, dtype=_log_sum_exp_dtype(query))
-            return output, log_sum_exp, torch.empty(0, dtype=torch.uint8)
-        state_size = _random_state(query.device).numel() if dropout > 0 else 0
-        return output, query.new_empty(0), torch.empty(state_size, dtype=torch.uint8)
-
-    @torch.library.custom_op(_OPERATOR + "_backward", mutates_args=())
-    def traced_sdpa_backward(
-        grad: torch.Tensor,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        cu_seq_lens: torch.Tensor,
-        output: torch.Tensor,
-        log_sum_exp: torch.Tensor,
-        state: torch.Tensor,
-        dropout: float,
-        is_causal: bool,
-        scale: float | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        lengths = torch.diff(cu_seq_lens).tolist()
-        if _fused_cpu(query, dropout):
-            pieces = zip(
-                *(tensor.split(lengths, dim=2) for tensor in (query, key, value, log_sum_exp)),
-                *(tensor.transpose(1, 2).split(lengths, dim=2) for tensor in (grad, output)),
-            )
-            grads = [cpu_fused_sdpa_backward(g, q, k, v, o, lse, is_causal, scale) for q, k, v, lse, g, o in pieces]
-            return tuple(torch.cat(per_input, dim=2) for per_input in zip(*grads))
-        devices = [query.device] if query.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, enabled=dropout > 0):
-            if dropout > 0:
-                if query.device.type == "cuda":
-                    torch.cuda.set_rng_state(state, query.device)
-                else:
-                    torch.set_rng_state(state)
-            # torch.func: an operator's body runs below autograd, where torch.autograd.grad records nothing
-            _, pullback = torch.func.vjp(
-                lambda q, k, v: _split_sdpa(q, k, v, lengths, dropout, is_causal, scale), query, key, value
-            )
-            return tuple(gradient.contiguous() for gradient in pullback(grad))
-
-    @traced_sdpa_backward.register_fake
-    def _(grad, query, key, value, cu_seq_lens, output, log_sum_exp, state, dropout, is_causal, scale):
-        return tuple(tensor.new_empty(tensor.shape) for tensor in (query, key, value))  # contiguous, as the op's
-
-    def setup_context(ctx, inputs, output) -> None:
-        query, key, value, cu_seq_lens, ctx.dropout, ctx.is_causal, ctx.scale = inputs
-        ctx.save_for_backward(query, key, value, cu_seq_lens, *output)
-
-    def backward(ctx, grad, _log_sum_exp_grad, _state_grad):
-        query, key, value, cu_seq_lens, output, log_sum_exp, state = ctx.saved_tensors
-        grads = traced_sdpa_backward(
-            grad.contiguous(),
-            query,
-            key,
-            value,
-            cu_seq_lens,
-            output,
-            log_sum_exp,
-            state,
-            ctx.dropout,
-            ctx.is_causal,
-            ctx.scale,
-        )
-        return *grads, None, None, None, None
-
-    traced_sdpa.register_autograd(backward, setup_context=setup_context)
-    return traced_sdpa
-
-
-_traced_sdpa = _define_traced_sdpa()
 
 
 __all__ = [

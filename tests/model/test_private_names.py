@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import roformer_ext
-from roformer_ext.compat import OPTIONAL_PRIVATE_NAMES, PRIVATE_NAMES
+from roformer_ext.compat import PRIVATE_NAMES
 
 PACKAGE = Path(roformer_ext.__file__).parent
 #: Python's own bookkeeping on classes (abc), not a library's hook.
@@ -50,8 +50,6 @@ def _has(owner, name: str) -> bool:
 @pytest.mark.parametrize("key", sorted(PRIVATE_NAMES))
 def test_private_name_still_exists(key):
     owner, name = _owner_and_name(key)
-    if key in OPTIONAL_PRIVATE_NAMES and not _has(owner, name):
-        pytest.skip(f"{key}: this torch build has no such operator; the code checks for it and recomputes")
     assert _has(owner, name), (
         f"{key} is gone from the installed release ({PRIVATE_NAMES[key]}): update compat.py's function for it"
     )

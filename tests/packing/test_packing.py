@@ -19,7 +19,6 @@ from roformer_ext import (
     RoFormerExtForSequenceClassification,
     RoFormerExtForTokenClassification,
     RoFormerExtModel,
-    packing,
 )
 from roformer_ext.packing import per_sequence_sdpa
 
@@ -279,27 +278,6 @@ def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, monke
     assert calls == list(lengths)  # one call per sequence, in order, never one over the whole row
     for piece, reference in zip(torch.split(out[0], lengths), alone):
         torch.testing.assert_close(piece, reference[0].transpose(0, 1), rtol=ATOL, atol=ATOL)
-
-
-@pytest.mark.parametrize(("dropout", "is_causal"), [(0.0, False), (0.0, True), (0.3, False), (0.3, True)])
-def test_traced_per_sequence_sdpa_operator_equals_the_eager_split(dropout, is_causal):
-    """The operator torch.compile sees (opaque, so the step stays one graph) gives the eager split's output and
-    gradients exactly, dropout included: its backward recomputes with the forward's random state."""
-    q, k, v, cu_seq_lens = packed_qkv(REPEATED_LENGTHS)
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-    runs = []
-    for traced in (True, False):
-        torch.manual_seed(7)
-        if traced:
-            out = packing._traced_sdpa(q, k, v, cu_seq_lens, dropout, is_causal, None)[0]
-        else:
-            out = packing._split_sdpa(q, k, v, list(REPEATED_LENGTHS), dropout, is_causal, None)
-        runs.append((out, torch.autograd.grad(out, (q, k, v), torch.ones_like(out))))
-    (out, grads), (reference, reference_grads) = runs
-    assert torch.equal(out, reference)
-    assert all(torch.equal(a, b) for a, b in zip(grads, reference_grads))
-    if dropout == 0:  # schema, fake shapes and strides, autograd registration (opcheck compares two runs: no dropout)
-        torch.library.opcheck(packing._traced_sdpa, (q, k, v, cu_seq_lens, dropout, is_causal, None))
 
 
 def test_per_sequence_sdpa_rejects_rows_that_are_not_one_packed_row():

@@ -4,14 +4,12 @@ each explicit input, its error checks one at a time, the description's own metho
 Each expected value is written out by hand or built by a plain Python loop over the lengths, independent of the code.
 """
 
-import importlib.util
 import re
 
 import pytest
 import torch
 
 from roformer_ext import packing
-from roformer_ext.compat import cpu_fused_sdpa_available
 from roformer_ext.packing import PackedBatch, describe_packed_batch, end_to_end, per_sequence_sdpa, unpack
 
 
@@ -292,17 +290,6 @@ def test_per_sequence_sdpa_without_lengths_says_what_it_needs():
         per_sequence_sdpa(None, q, q, q, None)
 
 
-def test_dropout_on_cuda_keeps_that_devices_random_state(monkeypatch):
-    """The traced operator's dropout replays the state of the generator SDPA drew from: CUDA's of the query's device,
-    the CPU generator otherwise (CUDA's answer is faked here: no GPU needed to see which one is asked)."""
-    asked = []
-    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": asked.append(device) or torch.ones(3))
-    assert torch.equal(packing._random_state(torch.device("cuda", 1)), torch.ones(3))
-    assert asked == [torch.device("cuda", 1)]
-    assert torch.equal(packing._random_state(torch.device("cpu")), torch.get_rng_state())
-    assert asked == [torch.device("cuda", 1)]
-
-
 @pytest.mark.parametrize(
     ("bounds", "message"),
     [
@@ -374,80 +361,6 @@ def test_traced_description_of_positions_without_a_restart(monkeypatch):
     assert describe(2, 4) is None
 
 
-@pytest.mark.parametrize("is_causal", [False, True])
-def test_traced_per_sequence_sdpa_gives_the_eager_split(is_causal, monkeypatch):
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, 6, 4, generator=generator) for _ in range(3))
-    lengths = cu([2, 4, 5, 1])  # rows of 6: (2, 4) and (5, 1)
-    scale = 0.3
-    eager, _ = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, scaling=scale, cu_seq_lens_q=lengths)
-    traced(monkeypatch)
-    out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, scaling=scale, cu_seq_lens_q=lengths)
-    assert weights is None and out.shape == (2, 6, 2, 4)
-    torch.testing.assert_close(out, eager, rtol=1e-6, atol=1e-6)
-    if is_causal:  # the traced call passes is_causal on: the first token of each sequence sees only itself
-        torch.testing.assert_close(out[0, 0], v[0, :, 0], rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(out[0, 2], v[0, :, 2], rtol=1e-6, atol=1e-6)
-
-
-def test_traced_per_sequence_sdpa_casts_under_autocast(monkeypatch):
-    """Autocast leaves a custom operator alone, so the traced call casts q, k, v itself, as autocast casts SDPA's."""
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator) for _ in range(3))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        eager, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu([2, 3]))
-        traced(monkeypatch)
-        out, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu([2, 3]))
-    assert eager.dtype == torch.bfloat16 and out.dtype == torch.bfloat16
-    torch.testing.assert_close(out, eager, rtol=0, atol=0)
-
-
-def test_traced_per_sequence_sdpa_dropout_reaches_the_operator(monkeypatch):
-    """Dropout 1.0 zeroes every attention weight: the output is 0 only if the traced call passes dropout on."""
-    q = torch.randn(1, 2, 5, 4)
-    traced(monkeypatch)
-    out, _ = per_sequence_sdpa(None, q, q, q, None, dropout=1.0, cu_seq_lens_q=cu([2, 3]))
-    assert torch.equal(out, torch.zeros_like(out))
-
-
-def test_a_second_copy_of_the_module_defines_its_own_operator():
-    """A remote-code folder imports packing.py again under another module name: that copy defines its own operator
-    (a name of its own, torch refuses one defined twice), which computes what the eager split does, gradients too."""
-    spec = importlib.util.spec_from_file_location("roformer_ext._packing_copy", packing.__file__)
-    copy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(copy)
-    assert copy._OPERATOR == "roformer_ext::per_sequence_sdpa_roformer_ext__packing_copy"
-    assert packing._OPERATOR == "roformer_ext::per_sequence_sdpa_roformer_ext_packing"
-    assert copy.defined_operator(copy._OPERATOR)._qualified_op_name == copy._OPERATOR
-    # defined once: a second call finds the registered operator instead of defining it again
-    assert copy._define_traced_sdpa()._qualified_op_name == copy._OPERATOR
-    assert copy.defined_operator("roformer_ext::not_defined_here") is None
-    generator = torch.Generator().manual_seed(0)
-    lengths = [2, 5, 3]
-    for is_causal, scale in ((False, None), (True, 0.5)):
-        q, k, v = (torch.randn(1, 2, 10, 4, generator=generator, requires_grad=True) for _ in range(3))
-        out, log_sum_exp, state = copy._traced_sdpa(q, k, v, cu(lengths), 0.0, is_causal, scale)
-        reference = packing._split_sdpa(q, k, v, lengths, 0.0, is_causal, scale)
-        torch.testing.assert_close(out, reference, rtol=1e-6, atol=1e-6)
-        grads = torch.autograd.grad(out, (q, k, v), torch.arange(out.numel(), dtype=out.dtype).view_as(out))
-        expected = torch.autograd.grad(reference, (q, k, v), torch.arange(out.numel(), dtype=out.dtype).view_as(out))
-        for grad, reference_grad in zip(grads, expected):
-            torch.testing.assert_close(grad, reference_grad, rtol=1e-5, atol=1e-5)
-        torch.library.opcheck(copy._traced_sdpa, (q, k, v, cu(lengths), 0.0, is_causal, scale))
-    # dropout: the split draws its mask from the CPU generator; the operator keeps that state for its backward
-    q, k, v = (torch.randn(1, 2, 10, 4, generator=generator, requires_grad=True) for _ in range(3))
-    runs = []
-    for operator in (True, False):
-        torch.manual_seed(3)
-        if operator:
-            out = copy._traced_sdpa(q, k, v, cu(lengths), 0.4, False, None)[0]
-        else:
-            out = packing._split_sdpa(q, k, v, lengths, 0.4, False, None)
-        runs.append((out, torch.autograd.grad(out, (q, k, v), torch.ones_like(out))))
-    (out, grads), (reference, expected) = runs
-    assert torch.equal(out, reference) and all(torch.equal(a, b) for a, b in zip(grads, expected))
-
-
 def test_lengths_stay_on_the_ids_device():
     packed = packing._packed(torch.tensor([[0, 0, 1, 1, 1]]).to("meta"), [2, 3])
     assert packed.cu_seq_lens.device.type == "meta" and packed.cu_seq_lens.dtype == torch.int32
@@ -462,23 +375,6 @@ def test_eager_per_sequence_sdpa_passes_scale_and_dropout_on():
         torch.testing.assert_close(piece, reference, rtol=1e-5, atol=1e-6)
     dropped, _ = per_sequence_sdpa(None, q, k, v, None, dropout=1.0, cu_seq_lens_q=cu([2, 3]))
     assert torch.equal(dropped, torch.zeros_like(dropped))
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
-def test_traced_operator_outputs_and_their_fake_shapes(dtype):
-    """The operator's extra outputs: on CPU without dropout torch's fused kernel keeps its log-sum-exp (fp32 for
-    half inputs) for the backward; with dropout the random state instead. opcheck compares the fake with the real."""
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator).to(dtype).requires_grad_() for _ in range(3))
-    lengths = cu([2, 3])
-    _, log_sum_exp, state = packing._traced_sdpa(q, k, v, lengths, 0.0, False, None)
-    if cpu_fused_sdpa_available():
-        assert log_sum_exp.shape == (1, 2, 5) and state.numel() == 0
-        assert log_sum_exp.dtype == (torch.float32 if dtype == torch.bfloat16 else dtype)
-    torch.library.opcheck(packing._traced_sdpa, (q, k, v, lengths, 0.0, False, None))
-    _, log_sum_exp, state = packing._traced_sdpa(q, k, v, lengths, 0.5, False, None)
-    assert log_sum_exp.numel() == 0 and torch.equal(state, torch.get_rng_state()) is False
-    assert state.dtype == torch.uint8 and state.numel() == torch.get_rng_state().numel()
 
 
 @pytest.mark.parametrize(
@@ -515,17 +411,6 @@ def test_per_sequence_sdpa_shape_error_in_full():
     )
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         per_sequence_sdpa(None, q, q, q, None, cu_seq_lens_q=cu([2, 3]))
-
-
-def test_operator_names_carry_the_defining_module():
-    assert packing.operator_name("kind", "a.b-c") == "roformer_ext::kind_a_b_c"
-    assert packing.operator_name("per_sequence_sdpa", "roformer_ext.packing") == packing._OPERATOR
-    found = packing.defined_operator(packing._OPERATOR)
-    assert found is not None and found._qualified_op_name == packing._OPERATOR
-    assert packing.defined_operator("roformer_ext::never_defined_here") is None
-    assert packing.defined_operator("aten::add")._qualified_op_name == "aten::add"
-    # a second definition (importlib.reload) finds the operator this process registered instead of defining it again
-    assert packing._define_traced_sdpa()._qualified_op_name == packing._OPERATOR
 
 
 def test_traced_description_stays_on_the_lengths_device(monkeypatch):
