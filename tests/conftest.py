@@ -20,17 +20,17 @@ import torch  # noqa: E402
 import roformer_ext  # noqa: E402,F401  (registers the Auto classes)
 import roformer_ext.attention_plan as plan_module  # noqa: E402
 from roformer_ext import RoFormerExtConfig  # noqa: E402
-from roformer_ext.encoding_knobs import LEGACY_KNOB_DEFAULTS, knobs_class  # noqa: E402
+from roformer_ext.encoding_knobs import knobs_class  # noqa: E402
 
 
 def knob_kwargs(encoding: str, knobs: dict, overrides: dict) -> dict:
     """Config keyword arguments for a test helper: `overrides`, with the position-encoding knobs among them joined to
     the helper's `knobs` in `position_encoding_parameters`, keeping those `encoding` takes (a helper's shared knobs
-    serve several encodings; a knob the encoding does not take, given explicitly, stays a flat keyword)."""
+    serve several encodings)."""
     overrides = dict(overrides)
     encoding = overrides.pop("position_encoding", encoding)
     names = knobs_class(encoding).names()
-    given = {name: overrides.pop(name) for name in list(overrides) if name in LEGACY_KNOB_DEFAULTS and name in names}
+    given = {name: overrides.pop(name) for name in list(overrides) if name in names}
     params = {
         **{k: v for k, v in knobs.items() if k in names},
         **given,

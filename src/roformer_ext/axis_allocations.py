@@ -16,8 +16,8 @@ import torch
 
 from .registries import AXIS_ALLOCATIONS
 from .scheme_knobs import (
-    BUILTIN_ALLOCATION_KNOBS,
     AxisAllocationKnobs,
+    SplitAllocationKnobs,
     allocation_knobs,
     allocation_knobs_class,
     check_knob_class,
@@ -60,17 +60,10 @@ def register_axis_allocation(
     check_knob_class(knobs, AxisAllocationKnobs, f"Axis allocation {name!r}'s")
 
     def decorator(allocation: AxisAllocation) -> AxisAllocation:
-        allocation.headwise = knobs.headwise  # read through the knob class; kept on the function for older code
-        allocation.axis_ladders = knobs.axis_ladders
         AXIS_ALLOCATIONS.register(name, allocation, overwrite=overwrite, knobs=knobs)
         return allocation
 
     return decorator
-
-
-def _builtin_allocation(name: str) -> Callable[[AxisAllocation], AxisAllocation]:
-    """A built-in allocation's registration, with its knob class from scheme_knobs.py."""
-    return register_axis_allocation(name, knobs=BUILTIN_ALLOCATION_KNOBS[name])
 
 
 def registered_axis_allocations() -> tuple[str, ...]:
@@ -96,19 +89,19 @@ def axis_of_pair(
     return torch.tensor(entry(num_pairs, axes, mrope_section), dtype=torch.long)
 
 
-@_builtin_allocation("interleaved")
+@register_axis_allocation("interleaved")
 def interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """θ0→axis 0, θ1→axis 1, ... (RoPE-Tie)."""
     return [pair % axes for pair in range(num_pairs)]
 
 
-@_builtin_allocation("sections")
+@register_axis_allocation("sections", section="pairs")
 def sections_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Contiguous bands of `mrope_section` pairs per axis (Qwen2-VL / Qwen2.5-VL M-RoPE)."""
     return [axis for axis, size in enumerate(mrope_section) for _ in range(size)]
 
 
-@_builtin_allocation("omnirope")
+@register_axis_allocation("omnirope", section="pairs", axis_ladders=True)
 def omnirope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """OmniRoPE (OmniGen2), as its official code allocates it (`OmniGen2RotaryPosEmbed`: diffusers'
     `get_1d_rotary_pos_embed(axes_dim[a])` per axis, concatenated, interleaved pairs): contiguous bands of
@@ -117,7 +110,7 @@ def omnirope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | No
     return sections_allocation(num_pairs, axes, mrope_section)
 
 
-@_builtin_allocation("split")
+@register_axis_allocation("split", knobs=SplitAllocationKnobs)
 def split_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Equal contiguous halves / thirds, each with its own full θ set (RoPE-2D for ViT)."""
     return [pair // (num_pairs // axes) for pair in range(num_pairs)]
@@ -132,14 +125,14 @@ def _strided(num_pairs: int, mrope_section: list[int], period: int, offsets: tup
     return axis
 
 
-@_builtin_allocation("mrope_interleaved")
+@register_axis_allocation("mrope_interleaved", section="pairs")
 def mrope_interleaved_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """Qwen3-VL's interleaved M-RoPE (MRoPE-Interleave): T,H,W,T,H,W,...: pair 3m+1 reads h while m < section[1],
     pair 3m+2 reads w while m < section[2], every other pair reads t."""
     return _strided(num_pairs, mrope_section, 3, (1, 2))
 
 
-@_builtin_allocation("videorope")
+@register_axis_allocation("videorope", section="pairs")
 def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """VideoRoPE (official code, `apply_m_modify_multimodal_rotary_pos_emb`): the first section[1] + section[2] pairs
     (high frequencies) alternate h, w, h, w, ...; the temporal axis takes the last section[0] pairs, the lowest
@@ -148,7 +141,7 @@ def videorope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | N
     return [(1 if pair % 2 == 0 else 2) if pair < spatial else 0 for pair in range(num_pairs)]
 
 
-@_builtin_allocation("hope")
+@register_axis_allocation("hope", section="pairs")
 def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """HoPE's hybrid frequency allocation (official hrlics/HoPE code, `apply_hybrid_multimodal_rotary_pos_emb`):
     VideoRoPE's (the first section[1] + section[2] pairs alternate h, w, h, w, ...) with the last section[0] pairs,
@@ -157,7 +150,7 @@ def hope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) 
     return [-1 if axis == 0 else axis for axis in videorope_allocation(num_pairs, axes, mrope_section)]
 
 
-@_builtin_allocation("headwise")
+@register_axis_allocation("headwise", section="heads", headwise=True)
 def headwise_allocation(num_pairs: int, axes: int, mrope_section: list[int], num_heads: int) -> list[list[int]]:
     """MHRoPE (Huang et al., ICLR 2026): `mrope_section` counts heads per axis: the first section[0] heads rotate every
     pair with t, the next section[1] with h, the next section[2] with w; heads left over are not rotated (NoPE)."""
@@ -166,7 +159,7 @@ def headwise_allocation(num_pairs: int, axes: int, mrope_section: list[int], num
     return [[axis] * num_pairs for axis in per_head]
 
 
-@_builtin_allocation("mmrope")
+@register_axis_allocation("mmrope")
 def mmrope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None) -> list[int]:
     """MM-RoPE (Lumos-1), as its official code (alibaba-damo-academy/Lumos, `ChameleonRotaryEmbedding`'s
     indices_frame / indices_h / indices_w, half layout) allocates it: meta components of 16 pairs

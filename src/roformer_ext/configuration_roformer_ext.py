@@ -11,8 +11,10 @@ from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, RopeParameters
 from transformers.utils import logging
 
+from .axis_allocations import registered_axis_allocations
 from .compat import CACHE, parent_validate_longrope_rope_parameters
-from .encoding_knobs import BUILTIN_KNOBS, LEGACY_KNOB_DEFAULTS, EncodingKnobs, knobs_class, legacy_knob_owners
+from .encoding_knobs import EncodingKnobs, knobs_class
+from .position_schemes import registered_position_schemes
 from .registries import (
     AXIS_ALLOCATIONS,
     PAIR_LAYOUTS,
@@ -22,10 +24,8 @@ from .registries import (
     check_positive_number,
     is_int,
 )
+from .relative_position_encodings import RELATIVE_ENCODINGS  # noqa: F401  (registers the built-in encodings)
 from .scheme_knobs import (
-    BUILTIN_ALLOCATION_KNOBS,
-    BUILTIN_SCHEME_KNOB_CHECKS,
-    BUILTIN_SCHEME_KNOBS,
     GRAPE_KNOBS,
     Knob,
     allocation_knobs_class,
@@ -35,6 +35,16 @@ from .scheme_knobs import (
 )
 
 logger = logging.get_logger(__name__)
+
+#: Every built-in encoding, scheme and allocation (registered by the imports above) and each scheme's knob checks: a
+#: knob of another built-in scheme in rope_parameters is checked too, so a typo'd value fails at once.
+BUILTIN_ENCODINGS = POSITION_ENCODINGS.registered()
+BUILTIN_SCHEMES, BUILTIN_ALLOCATIONS = registered_position_schemes(), registered_axis_allocations()
+BUILTIN_SCHEME_KNOB_CHECKS = {
+    knob: check for scheme in BUILTIN_SCHEMES for knob, check in scheme_knobs_class(scheme).checks.items()
+}
+#: Every built-in encoding's knob names (refused as fields of their own).
+ENCODING_KNOB_NAMES = frozenset(knob for name in BUILTIN_ENCODINGS for knob in knobs_class(name).names())
 
 #: The keys we add to transformers' rope_parameters (the built-in schemes' knobs and GRAPE-M's included); its
 #: validators must not warn about them.
@@ -83,8 +93,8 @@ class RoFormerExtConfig(PreTrainedConfig):
     `axis_allocation` (which rotary pair reads which axis: <<AXIS_ALLOCATIONS>>), `mrope_section` (pairs per axis
     for <<SECTIONED>>; heads per axis for "headwise"; a scheme's paper default fills it in where there is one),
     `position_scheme` (where each token sits: <<POSITION_SCHEMES>>) and the selected scheme's knobs
-    (`roformer_ext.scheme_knobs` gives each one's default and check; docs/position-schemes.md): <<SCHEME_KNOBS>>. The lists here are the built-in names of `roformer_ext.registries`, written into
-    this docstring from them; a name registered later (`register_position_scheme`, ...) is accepted too.
+    (`roformer_ext.scheme_knobs` gives each one's default and check; docs/position-schemes.md): <<SCHEME_KNOBS>>. The lists here are the built-ins, written into this docstring from their
+    registrations; a name registered later (`register_position_scheme`, ...) is accepted too.
 
     `decoder_attention` ("causal" | "unilm"): how a decoder (`is_decoder=True`, e.g. `RoFormerExtForCausalLM`)
     attends. "unilm" is RoFormer-Sim's sequence-to-sequence pattern: the source (token_type_ids == 0, given in the
@@ -106,9 +116,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     knob's meaning, default and check): <<ENCODING_KNOBS>>.
     "sinusoidal"'s rows have norm sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from
     scratch the table drowns the tokens after the embedding norm, so train from scratch with
-    `sinusoidal_scale` = `initializer_range * 2 ** 0.5` (both start at one norm). Configs saved before this dict
-    stored the knobs as flat fields (`max_relative_position=8`, ...); those, and such keyword arguments, still load
-    into it.
+    `sinusoidal_scale` = `initializer_range * 2 ** 0.5` (both start at one norm).
 
     `classifier_pooling` (as in transformers' ModernBERT): what the sequence classifier reads, "cls" (the first
     real token, BERT's and RoFormer's [CLS]: after the pads of a left-padded row) or "mean" (the mean of the real tokens: attention_mask 1, or each packed
@@ -196,42 +204,41 @@ class RoFormerExtConfig(PreTrainedConfig):
             self.embedding_size = self.hidden_size
         if self.mlm_head_transform is None:
             self.mlm_head_transform = self.norm_type == "layer_norm"
-        self.rope_parameters = self.rope_parameters or {}
-        flat = {name: kwargs.pop(name) for name in list(kwargs) if name in LEGACY_KNOB_DEFAULTS}
-        self.position_encoding_parameters = self._with_flat_knobs(flat)
+        # copies: transformers fills rope_parameters in place, and the caller's dicts are never changed
+        self.rope_parameters = dict(_check_dict("rope_parameters", self.rope_parameters) or {})
+        flat = sorted(set(kwargs) & ENCODING_KNOB_NAMES)
+        if flat:  # a knob as a field of its own would be ignored
+            raise ValueError(
+                f"Position-encoding knobs go in position_encoding_parameters, one dict as rope_parameters; got "
+                f"{', '.join(flat)} as fields of their own. Give e.g. position_encoding_parameters={{{flat[0]!r}: ...}}."
+            )
         super().__post_init__(**kwargs)
         self.validate_fields()
-        # the knobs written out with their defaults, so a saved config says what the model ran with
-        self.position_encoding_parameters = self.position_encoding_knobs.to_dict()
 
-    def _with_flat_knobs(self, flat: dict[str, Any], override: bool = False) -> dict[str, Any]:
-        """`position_encoding_parameters` joined with knobs given as flat fields (configs saved before the nested
-        dict, and such keyword arguments): the selected encoding's go in (at construction a knob given both ways must
-        agree; `override`: a knob set later replaces the dict's); another encoding's are not used, and a value that is
-        not the default says so."""
-        params = dict(self.__dict__.get("position_encoding_parameters") or {})
-        names = knobs_class(self.position_encoding).names()
-        unused = {}
-        for name, value in flat.items():
-            if name in names and not override and name in params and not _same_knob(value, params[name]):
-                raise ValueError(
-                    f"{name} is given twice, {value!r} as a keyword and {params[name]!r} in "
-                    "position_encoding_parameters; give it once, in position_encoding_parameters."
-                )
-            if name in names:
-                params[name] = value
-            elif not _same_knob(value, LEGACY_KNOB_DEFAULTS[name]):
-                unused[name] = value
-        if unused:
-            owners = legacy_knob_owners()
-            logger.warning(
-                f"position_encoding={self.position_encoding!r} does not use "
-                + ", ".join(
-                    f"{name}={value!r} (a knob of {' / '.join(owners[name])})" for name, value in unused.items()
-                )
-                + "; ignored. Set the selected encoding's knobs in position_encoding_parameters."
+    def complete_rope_parameters(self) -> dict[str, Any]:
+        """`rope_parameters` with every default written out (a saved config says what the model ran with): the one
+        place it is completed, when the config is built and again when a model is built from it, so a dict assigned
+        afterwards (`config.rope_parameters = {...}`, `from_pretrained(path, rope_parameters=...)`) is completed and
+        checked too."""
+        rope = dict(_check_dict("rope_parameters", self.rope_parameters) or {})
+        if "type" in rope:  # a legacy `rope_scaling` dict, whose `type` transformers 5 reads as `rope_type`
+            rope.setdefault("rope_type", rope.pop("type"))
+        # A multimodal variant named here brings its frequency allocation (and axes) unless they are given: its knob
+        # class says which (scheme_knobs.py).
+        scheme = scheme_knobs_class(rope.get("position_scheme"))
+        variant = {"axes": scheme.default_axes, "axis_allocation": scheme.default_allocation}
+        rope = {**self.default_rope_parameters, **{k: v for k, v in variant.items() if v is not None}, **rope}
+        # the paper's split scaled to this model (SchemeKnobs.mrope_section_ratio), where the allocation counts what
+        # the paper's does: frequency pairs, or heads for a head-wise one (MHRoPE)
+        scheme = scheme_knobs_class(rope["position_scheme"])
+        counts = allocation_knobs_class(rope["axis_allocation"]).section
+        if rope.get("mrope_section") is None and counts == scheme.section_counts():
+            section = scheme.default_mrope_section(
+                self.head_dim // 2 if counts == "pairs" else self.num_attention_heads
             )
-        return params
+            if section is not None:
+                rope["mrope_section"] = section
+        return rope
 
     @property
     def position_encoding_knobs(self) -> EncodingKnobs:
@@ -239,59 +246,6 @@ class RoFormerExtConfig(PreTrainedConfig):
         return knobs_class(self.position_encoding).from_dict(
             self.position_encoding_parameters or {}, self.position_encoding
         )
-
-    def __getattr__(self, name: str) -> Any:
-        # Only for names not found otherwise: the flat knob fields of configs saved before position_encoding_parameters
-        # (`config.max_relative_position`) read the selected encoding's knob, or the default of an encoding not selected.
-        if name in LEGACY_KNOB_DEFAULTS and "position_encoding" in self.__dict__:
-            knobs = self.position_encoding_knobs
-            value = getattr(knobs, name) if name in knobs.names() else LEGACY_KNOB_DEFAULTS[name]
-            return list(value) if isinstance(value, tuple) else value
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        if key in LEGACY_KNOB_DEFAULTS and "position_encoding" in self.__dict__:
-            # a flat knob set on a built config (`from_pretrained(path, clamp_len=8)` sets it so): into the dict
-            key, value = "position_encoding_parameters", self._with_flat_knobs({key: value}, override=True)
-        if key == "position_encoding_parameters":
-            if value is not None and not isinstance(value, dict):
-                raise TypeError(
-                    f"position_encoding_parameters must be a dict of the encoding's knobs such as "
-                    f"{{'max_relative_position': 8}}; got {value!r} ({type(value).__name__})."
-                )
-            value = dict(value or {})  # a copy: the caller's dict is never changed
-        elif key == "position_encoding" and "position_encoding_parameters" in self.__dict__:
-            # another encoding on a built config: it keeps the knobs it shares (t5_bias / tupe), the rest default
-            names = knobs_class(value).names()
-            kept = {name: v for name, v in self.position_encoding_parameters.items() if name in names}
-            super().__setattr__("position_encoding_parameters", kept)
-        # Also when from_pretrained(..., rope_parameters={...}) assigns a partial dict after construction, and for a
-        # legacy `rope_scaling` dict, whose `type` key transformers 5 reads as `rope_type`.
-        if key == "rope_parameters" and value is not None and not isinstance(value, dict):
-            raise TypeError(
-                f"rope_parameters must be a dict such as {{'rope_type': 'default', 'rope_theta': 10000.0}}; got "
-                f"{value!r} ({type(value).__name__})."
-            )
-        if key == "rope_parameters" and isinstance(value, dict):
-            value = dict(value)
-            if "type" in value:
-                value.setdefault("rope_type", value.pop("type"))
-            # A multimodal variant named here brings its frequency allocation (and axes) unless they are given: its
-            # knob class says which (scheme_knobs.py).
-            scheme = scheme_knobs_class(value.get("position_scheme"))
-            variant = {"axes": scheme.default_axes, "axis_allocation": scheme.default_allocation}
-            variant = {key: setting for key, setting in variant.items() if setting is not None}
-            value = {**self.default_rope_parameters, **variant, **value}
-            # the paper's split scaled to this model (SchemeKnobs.mrope_section_ratio), where the allocation counts
-            # what the paper's does: frequency pairs, or heads for a head-wise one (MHRoPE)
-            scheme = scheme_knobs_class(value["position_scheme"])
-            counts = allocation_knobs_class(value["axis_allocation"]).section
-            if value.get("mrope_section") is None and counts == scheme.section_counts():
-                total = self._num_pairs() if counts == "pairs" else getattr(self, "num_attention_heads", None)
-                section = scheme.default_mrope_section(total)
-                if section is not None:
-                    value["mrope_section"] = section
-        super().__setattr__(key, value)
 
     @property
     def ignore_keys_at_rope_validation(self) -> set[str]:
@@ -305,13 +259,6 @@ class RoFormerExtConfig(PreTrainedConfig):
     @ignore_keys_at_rope_validation.setter
     def ignore_keys_at_rope_validation(self, value: Any) -> None:
         self.__dict__["ignore_keys_at_rope_validation"] = set(value or ())
-
-    def _num_pairs(self) -> int | None:
-        """head_dim // 2 when the sizes are set and valid (None while the dataclass is still being filled in)."""
-        hidden, heads = getattr(self, "hidden_size", None), getattr(self, "num_attention_heads", None)
-        if not (is_int(hidden) and is_int(heads)) or heads <= 0 or hidden % heads:
-            return None
-        return hidden // heads // 2
 
     def validate_rope(self) -> None:
         """transformers' checks of the scaling keys, with a ValueError that says what to add instead of a KeyError."""
@@ -390,7 +337,7 @@ class RoFormerExtConfig(PreTrainedConfig):
     def validate_rope_layout(self) -> None:
         """Every rope_parameters field has the right type and range: a wrong one otherwise surfaces as an unrelated
         error (or NaN) in the first forward pass. Integer fields refuse bools and floats, numbers refuse inf / nan."""
-        rope = self.rope_parameters
+        rope = self.rope_parameters = self.complete_rope_parameters()
         ROTARY_KINDS.check(rope["rope_type"])
         POSITION_SCHEMES.check(rope["position_scheme"])
         _check_choice("rope_parameters['pair_layout']", rope["pair_layout"], PAIR_LAYOUTS)
@@ -438,7 +385,10 @@ class RoFormerExtConfig(PreTrainedConfig):
         """The encoding is registered and its knobs pass its own checks (`encoding_knobs`; whether it fits linear
         attention, the encoding checks when the model is built: the configuration imports no model code)."""
         POSITION_ENCODINGS.check(self.position_encoding)
-        self.position_encoding_knobs.check(self)
+        params = _check_dict("position_encoding_parameters", self.position_encoding_parameters) or {}
+        knobs = knobs_class(self.position_encoding).from_dict(params, self.position_encoding)
+        knobs.check(self)
+        self.position_encoding_parameters = knobs.to_dict()  # defaults written out, a copy of the caller's dict
 
 
 VISION_DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
@@ -467,6 +417,17 @@ class RoFormerExtVisionTextConfig(RoFormerExtConfig):
                 f"The vision-text models place images with multi-axis RoPE; position_encoding must be 'rope', got "
                 f"{self.position_encoding!r}. Pick the image layout with rope_parameters['position_scheme']."
             )
+
+
+def _check_dict(name: str, value: Any) -> dict | None:
+    if value is not None and not isinstance(value, dict):
+        example = (
+            "{'rope_type': 'default', 'rope_theta': 10000.0}"
+            if name == "rope_parameters"
+            else "{'max_relative_position': 8}"
+        )
+        raise TypeError(f"{name} must be a dict such as {example}; got {value!r} ({type(value).__name__}).")
+    return value
 
 
 def _check_choice(name: str, value: Any, allowed) -> None:
@@ -516,17 +477,6 @@ def _check_mrope_section(section: Any) -> None:
         )
 
 
-def _same_knob(value: Any, default: Any) -> bool:
-    """A flat knob at its default (lists and tuples alike: JSON gives lists; "c2p|p2c" is DeBERTa's default too)."""
-    if isinstance(value, str) and isinstance(default, tuple):
-        value = tuple(term.strip() for term in value.lower().split("|"))
-    if isinstance(value, list):
-        value = tuple(value)
-    if isinstance(value, bool) or isinstance(default, bool):
-        return value is default
-    return value == default
-
-
 def _names(registry_names: tuple[str, ...]) -> str:
     return ", ".join(f'"{name}"' for name in sorted(registry_names))
 
@@ -534,24 +484,26 @@ def _names(registry_names: tuple[str, ...]) -> str:
 RoFormerExtConfig.__doc__ = (
     RoFormerExtConfig.__doc__.replace("<<ROTARY_KINDS>>", _names(ROTARY_KINDS.builtin))
     .replace("<<PAIR_LAYOUTS>>", _names(PAIR_LAYOUTS))
-    .replace("<<AXIS_ALLOCATIONS>>", _names(AXIS_ALLOCATIONS.builtin))
+    .replace("<<AXIS_ALLOCATIONS>>", _names(BUILTIN_ALLOCATIONS))
     .replace(
-        "<<SECTIONED>>", _names(name for name, knobs in BUILTIN_ALLOCATION_KNOBS.items() if knobs.section == "pairs")
+        "<<SECTIONED>>", _names(name for name in BUILTIN_ALLOCATIONS if allocation_knobs_class(name).section == "pairs")
     )
-    .replace("<<POSITION_SCHEMES>>", _names(POSITION_SCHEMES.builtin))
-    .replace("<<POSITION_ENCODINGS>>", _names(POSITION_ENCODINGS.builtin))
+    .replace("<<POSITION_SCHEMES>>", _names(BUILTIN_SCHEMES))
+    .replace("<<POSITION_ENCODINGS>>", _names(BUILTIN_ENCODINGS))
     .replace(
         "<<SCHEME_KNOBS>>",
         "; ".join(
             f'"{name}" {", ".join(f"`{knob}`" for knob in knobs.names())}'
-            for name, knobs in BUILTIN_SCHEME_KNOBS.items()
+            for name, knobs in ((name, scheme_knobs_class(name)) for name in BUILTIN_SCHEMES)
             if knobs.names()
         ),
     )
     .replace(
         "<<ENCODING_KNOBS>>",
         "; ".join(
-            f'"{name}" {", ".join(f"`{knob}`" for knob in knobs.names())}' for name, knobs in BUILTIN_KNOBS.items()
+            f'"{name}" {", ".join(f"`{knob}`" for knob in knobs_class(name).names())}'
+            for name in BUILTIN_ENCODINGS
+            if knobs_class(name).names()
         ),
     )
 )

@@ -10,10 +10,8 @@ A position encoding is one registration (`@register_position_encoding("name")` o
   ONNX export. The one place that decides each of these reads the flag.
 - `init_position_weights(config)`: its weight-init hook (position_encodings.py).
 
-The built-in encodings' knob classes are declared here (`BUILTIN_KNOBS`), because the configuration must check them
-without importing model code; a test checks each built-in class declares the same one. Configs saved before the
-nested dict stored the knobs as flat fields (`max_relative_position`, `clamp_len`, ...): `legacy_knob_owners` says
-which encodings own each such name, so those configs still load.
+The built-in encodings' knob classes are defined here and named by their encoding's class (`knobs = ShawKnobs`), the
+one registration.
 """
 
 from __future__ import annotations
@@ -239,48 +237,16 @@ class DebertaKnobs(EncodingKnobs):
             )
 
 
-#: The built-in encodings' knobs (the configuration checks them without importing the model code).
-BUILTIN_KNOBS: dict[str, type[EncodingKnobs]] = {
-    "sinusoidal": SinusoidalKnobs,
-    "shaw": ShawKnobs,
-    "t5_bias": T5BiasKnobs,
-    "transformer_xl": TransformerXLKnobs,
-    "tupe": TupeKnobs,
-    "deberta": DebertaKnobs,
-}
-
-
 def knobs_class(encoding: Any) -> type[EncodingKnobs]:
-    """The knob dataclass of the encoding registered as `encoding` (its class's `knobs`), the built-in one before
-    position_encodings.py is imported, and `EncodingKnobs` (no knobs) for an encoding without any or an unknown name."""
-    knobs = getattr(POSITION_ENCODINGS.entry(encoding), "knobs", None)
-    if knobs is None:
-        knobs = BUILTIN_KNOBS.get(encoding, EncodingKnobs) if isinstance(encoding, str) else EncodingKnobs
-    return knobs  # a registered class's `knobs` was checked by `register_position_encoding`
-
-
-def legacy_knob_owners() -> dict[str, tuple[str, ...]]:
-    """Each flat field of the configs saved before `position_encoding_parameters` -> the built-in encodings that own
-    it (`relative_attention_num_buckets`: t5_bias and tupe)."""
-    owners: dict[str, tuple[str, ...]] = {}
-    for encoding, knobs in BUILTIN_KNOBS.items():
-        for name in knobs.names():
-            owners[name] = (*owners.get(name, ()), encoding)
-    return owners
-
-
-#: name -> default of every legacy flat knob field (the same for every owner).
-LEGACY_KNOB_DEFAULTS: dict[str, Any] = {
-    field.name: field.default for knobs in BUILTIN_KNOBS.values() for field in fields(knobs)
-}
+    """The knob dataclass of the encoding registered as `encoding` (its class's `knobs`, checked by
+    `register_position_encoding`), `EncodingKnobs` (no knobs) for an encoding without any or an unknown name."""
+    return getattr(POSITION_ENCODINGS.entry(encoding), "knobs", EncodingKnobs)
 
 
 __all__ = [
-    "BUILTIN_KNOBS",
     "Capabilities",
     "DebertaKnobs",
     "EncodingKnobs",
-    "LEGACY_KNOB_DEFAULTS",
     "SCORE_TERM_CAPABILITIES",
     "ShawKnobs",
     "SinusoidalKnobs",
@@ -288,5 +254,4 @@ __all__ = [
     "TransformerXLKnobs",
     "TupeKnobs",
     "knobs_class",
-    "legacy_knob_owners",
 ]

@@ -104,11 +104,6 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
         "AutoModelForMultipleChoice": "modeling_roformer_ext.RoFormerExtForMultipleChoice",
     }
 
-    def __init__(self, config: RoFormerExtConfig, *inputs, **kwargs) -> None:
-        # Fields set after construction (from_pretrained(path, attention_type=...), config.x = ...) are checked here.
-        config.validate_fields()
-        super().__init__(config, *inputs, **kwargs)
-
     def build_base_model(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> "RoFormerExtModel":
         """The encoder a head wraps as `self.roformer` (the vision-text heads wrap the vision-text base model)."""
         return RoFormerExtModel(config, add_pooling_layer=add_pooling_layer)
@@ -201,6 +196,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         add_pooling_layer (`bool`, *optional*, defaults to `True`):
             Build the pooler when `config.pooler_activation` is set.
         """
+        # Once per model (a head builds its base here): fields set after construction (from_pretrained(path,
+        # attention_type=...), config.x = ...) are completed and checked.
+        config.validate_fields()
         super().__init__(config)
         self.embeddings = RoFormerExtEmbeddings(config)
         self.layers = nn.ModuleList([RoFormerExtLayer(config, i) for i in range(config.num_hidden_layers)])

@@ -165,11 +165,6 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 f"Position scheme {scheme!r} does not lay out packed (padding-free) rows (its capabilities say so): "
                 "pad the batch instead, without cu_seq_lens / seq_idx, or pass 3D position_ids."
             )
-        if layout.self_cache is not None and not capabilities.cache:
-            raise ValueError(
-                f"Position scheme {scheme!r} does not continue after a cached prompt (its capabilities say so): call "
-                "the model / generate with use_cache=False."
-            )
         batch, seq = inputs_embeds.shape[:2]
         if not layout.decoding:
             if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be

@@ -51,15 +51,19 @@ position into the row's decoding delta.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .registries import POSITION_SCHEMES
+from .registries import POSITION_SCHEMES, is_int, is_positive_number
 from .scheme_knobs import (
-    BUILTIN_SCHEME_KNOBS,
+    BOOL,
+    POSITIVE,
+    Knob,
+    SchemeCapabilities,
     SchemeKnobs,
     check_knob_class,
     knobs_from_signature,
@@ -120,9 +124,81 @@ def register_position_scheme(
     return decorator
 
 
-def _builtin(name: str) -> Callable[[PositionScheme], PositionScheme]:
-    """A built-in scheme's registration, with its knob class from scheme_knobs.py."""
-    return register_position_scheme(name, knobs=BUILTIN_SCHEME_KNOBS[name])
+def _builtin(
+    name: str,
+    checks: dict[str, Knob] | None = None,
+    *,
+    axes: int | None = 3,
+    allocation: str | None = None,
+    ratio: tuple[int, ...] | None = None,
+    cache: bool = True,
+) -> Callable[[PositionScheme], PositionScheme]:
+    """A built-in scheme's registration: its knob class from the function's keyword-only arguments (their defaults),
+    `checks` and the class variables (`axes`: `default_axes`, `allocation`: `default_allocation`, `ratio`:
+    `mrope_section_ratio`, `cache`: whether text continues after a cached prompt)."""
+
+    def decorator(scheme: PositionScheme) -> PositionScheme:
+        knobs = knobs_from_signature(
+            name,
+            scheme,
+            checks=checks or {},
+            default_axes=axes,
+            default_allocation=allocation,
+            mrope_section_ratio=ratio,
+            capabilities=SchemeCapabilities(cache=cache),
+        )
+        return register_position_scheme(name, knobs=knobs)(scheme)
+
+    return decorator
+
+
+#: The papers' (t, h, w) splits. Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL configs, contiguous sections;
+#: VideoRoPE, HoPE and Circle-RoPE build on them; OmniGen2's split as the Multimodal-RoPEs reference runs it);
+#: Qwen3-VL's [24, 20, 20] (its config; MRoPE-I and ILRoPE in the Multimodal-RoPEs reference); MHRoPE's [2, 3, 3]
+#: heads of 8 (that reference's default).
+QWEN2_VL_SPLIT, QWEN3_VL_SPLIT, MHROPE_HEADS = (16, 24, 24), (24, 20, 20), (2, 3, 3)
+STRIDE = {"temporal_stride": POSITIVE}
+
+
+def _is_unit_interval(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def _is_auto_scale(value: Any) -> bool:
+    """'auto-<positive number>' (Circle-RoPE's radius: the largest coordinate times that scale)."""
+    if not isinstance(value, str) or not value.startswith("auto-"):
+        return False
+    try:
+        return is_positive_number(float(value[5:]))
+    except ValueError:
+        return False
+
+
+SCALES = Knob(  # HoPE's temporal scales drawn from while training
+    "None or a non-empty list of positive numbers",
+    lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(map(is_positive_number, v))),
+)
+STRIDE_TOKENS = Knob(  # V2PE's tokens per visual stride
+    "None or a positive integer (tokens per visual_stride; 256 in V2PE)", lambda v: v is None or (is_int(v) and v > 0)
+)
+THREE_SCALES = Knob(
+    "three positive numbers",
+    lambda v: isinstance(v, (list, tuple)) and len(v) == 3 and all(map(is_positive_number, v)),
+)
+UNIT_INTERVAL = Knob("a number in [0, 1]", _is_unit_interval)
+CIRCLE_KNOBS = {
+    "circle_radius": Knob(
+        "a positive number, 'auto' or 'auto-<positive scale>'",
+        lambda v: is_positive_number(v) or v == "auto" or _is_auto_scale(v),
+    ),
+    "circle_alpha": UNIT_INTERVAL,
+    "circle_move_to_origin": BOOL,
+    "circle_dff_rate": UNIT_INTERVAL,
+    "circle_move_to_positive": Knob(
+        "None (off) or an offset >= 0",
+        lambda v: v is None or is_positive_number(v) or (v == 0 and not isinstance(v, bool)),
+    ),
+}
 
 
 def registered_position_schemes() -> tuple[str, ...]:
@@ -196,7 +272,7 @@ def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float
     return _text(0.0, total, axes), float(total)
 
 
-_builtin("rope_1d")(rope_1d)
+_builtin("rope_1d", axes=None)(rope_1d)
 
 
 def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -226,7 +302,7 @@ def rope_2d_rows(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, 
     return _concat(blocks, axes), float(next_col)
 
 
-_builtin("rope_2d_rows")(rope_2d_rows)
+_builtin("rope_2d_rows", axes=None, cache=False)(rope_2d_rows)
 
 
 def _tie_v1_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
@@ -255,14 +331,14 @@ def rope_tie(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, floa
     return _place(segments, axes, lambda start, segment: _tie_v1_block(start, segment.grid, axes))
 
 
-_builtin("rope_tie")(rope_tie)
+_builtin("rope_tie", axes=None)(rope_tie)
 
 
 def rope_tie_v2(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, lambda start, segment: _tie_v2_block(start, segment.grid, axes))
 
 
-_builtin("rope_tie_v2")(rope_tie_v2)
+_builtin("rope_tie_v2", axes=None)(rope_tie_v2)
 
 
 def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -273,7 +349,7 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, lambda start, segment: _mrope_block(start, segment.grid, axes))
 
 
-_builtin("mrope")(mrope)
+_builtin("mrope", allocation="sections", ratio=QWEN2_VL_SPLIT)(mrope)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -343,7 +419,7 @@ def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: flo
     return _place(segments, axes, vision)
 
 
-_builtin("qwen2_5_vl")(qwen2_5_vl)
+_builtin("qwen2_5_vl", {"tokens_per_second": POSITIVE}, allocation="sections", ratio=QWEN2_VL_SPLIT)(qwen2_5_vl)
 
 
 def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -365,7 +441,7 @@ def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, floa
     return _place(segments, axes, vision)
 
 
-_builtin("qwen3_vl")(qwen3_vl)
+_builtin("qwen3_vl", allocation="mrope_interleaved", ratio=QWEN3_VL_SPLIT)(qwen3_vl)
 
 
 def _reset_block(st: float, grid: tuple[int, int, int], temporal_stride: float, spatial_reset: bool):
@@ -390,11 +466,13 @@ def mrope_interleave(
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
 
 
-_builtin("mrope_interleave")(mrope_interleave)
+_builtin("mrope_interleave", {"spatial_reset": BOOL, **STRIDE}, allocation="mrope_interleaved", ratio=QWEN3_VL_SPLIT)(
+    mrope_interleave
+)
 
 
 # MHRoPE (the same paper) places tokens as MRoPE-Interleave does; its allocation is head-wise ("headwise").
-_builtin("mhrope")(mrope_interleave)
+_builtin("mhrope", {"spatial_reset": BOOL, **STRIDE}, allocation="headwise", ratio=MHROPE_HEADS)(mrope_interleave)
 
 
 def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
@@ -406,8 +484,8 @@ def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_str
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
 
 
-_builtin("ilrope")(spatial_reset_layout)
-_builtin("omnirope")(spatial_reset_layout)
+_builtin("ilrope", STRIDE, allocation="mrope_interleaved", ratio=QWEN3_VL_SPLIT)(spatial_reset_layout)
+_builtin("omnirope", STRIDE, allocation="omnirope", ratio=QWEN2_VL_SPLIT)(spatial_reset_layout)
 
 
 def _diagonal_video_block(st: float, grid: tuple[int, int, int], temporal_stride: float):
@@ -427,7 +505,7 @@ def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float 
     return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
 
 
-_builtin("videorope")(videorope)
+_builtin("videorope", STRIDE, allocation="videorope", ratio=QWEN2_VL_SPLIT)(videorope)
 
 
 def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
@@ -463,7 +541,7 @@ def hope(
     return _place(segments, axes, vision)
 
 
-_builtin("hope")(hope)
+_builtin("hope", {**STRIDE, "temporal_scales": SCALES}, allocation="hope", ratio=QWEN2_VL_SPLIT)(hope)
 
 
 def v2pe(
@@ -498,7 +576,7 @@ def v2pe(
     return _concat(blocks, axes), last + 1
 
 
-_builtin("v2pe")(v2pe)
+_builtin("v2pe", {"visual_stride": POSITIVE, "visual_stride_tokens": STRIDE_TOKENS}, axes=None)(v2pe)
 
 
 def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -520,7 +598,7 @@ def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     return _place(segments, axes, vision)
 
 
-_builtin("vrope")(vrope)
+_builtin("vrope", axes=4, allocation="interleaved")(vrope)
 
 
 def mmrope(
@@ -557,7 +635,7 @@ def mmrope(
     return _concat(blocks, axes), float(index)
 
 
-_builtin("mmrope")(mmrope)
+_builtin("mmrope", {**STRIDE, "position_scale": THREE_SCALES}, allocation="mmrope")(mmrope)
 
 
 def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:
@@ -677,7 +755,7 @@ def circle_rope(
     return _concat(blocks, axes), start + text_since
 
 
-_builtin("circle_rope")(circle_rope)
+_builtin("circle_rope", CIRCLE_KNOBS, allocation="sections", ratio=QWEN2_VL_SPLIT)(circle_rope)
 
 
 __all__ = [

@@ -301,10 +301,10 @@ def decoding_position_ids(text_positions: torch.Tensor, cache: Any, config: Any)
     one fed as inputs_embeds) continues at delta 0, which is exactly 1D RoPE.
     """
     rope = config.rope_parameters
-    if rope["position_scheme"] == "rope_2d_rows":
+    if not scheme_knobs_class(rope["position_scheme"]).capabilities.cache:  # rope_2d_rows: rows do not advance
         raise ValueError(
-            "Cached generation is not defined for position_scheme 'rope_2d_rows' (its rows do not advance with each "
-            "token); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
+            f"Cached generation is not defined for position_scheme {rope['position_scheme']!r} (its capabilities say "
+            "so); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
         )
     positions = text_positions.float()
     deltas = getattr(cache, _CACHE_DELTAS, None)

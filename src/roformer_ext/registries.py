@@ -1,13 +1,11 @@
-"""The names a configuration may use, in one torch-free module the configuration can import.
+"""The registries of what a configuration may name, and the small checks they share.
 
-Three things are pluggable by name: position encodings (`config.position_encoding`), rotary kinds
-(`rope_parameters["rope_type"]`) and position schemes (`rope_parameters["position_scheme"]`). Each has one
-`Registry` here. The model modules fill them (`@register_position_encoding`, `@register_rotary_embedding`,
-`@register_position_scheme`); the configuration only checks names, so it must not import those modules (a
-configuration loaded on its own, e.g. `AutoConfig` with remote code, then needs no model code). The built-in names
-are therefore declared here as data; `tests/positions/test_registries.py` checks they are exactly what the model
-modules register. What each registration carries besides its implementation (its knob dataclass, its capabilities)
-is in the torch-free encoding_knobs.py (encodings) and scheme_knobs.py (schemes and allocations).
+Four things are pluggable by name: position encodings (`config.position_encoding`), rotary kinds
+(`rope_parameters["rope_type"]`), position schemes (`rope_parameters["position_scheme"]`) and frequency allocations
+(`rope_parameters["axis_allocation"]`). Each has one `Registry` here, filled by one registration per plugin
+(`@register_position_encoding`, `@register_rotary_embedding`, `@register_position_scheme`,
+`@register_axis_allocation`), which carries its implementation and its knob dataclass. The built-ins register when
+their modules are imported (the configuration imports them). Rotary kinds also accept transformers' own rope types.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ PAIR_LAYOUTS = ("interleaved", "half")
 class Registry:
     """Name -> implementation, filled by decorators in the model modules; names are known before they are filled."""
 
-    def __init__(self, field: str, register_hint: str, builtin: tuple[str, ...]) -> None:
+    def __init__(self, field: str, register_hint: str, builtin: tuple[str, ...] = ()) -> None:
         self.field, self.register_hint, self.builtin = field, register_hint, builtin
         self._entries: dict[str, Any] = {}
         self._knobs: dict[str, type] = {}
@@ -79,7 +77,6 @@ class Registry:
 POSITION_ENCODINGS = Registry(
     "position_encoding",
     "Register a new one with roformer_ext.register_position_encoding(name).",
-    ("alibi", "deberta", "learned", "none", "rope", "shaw", "sinusoidal", "t5_bias", "transformer_xl", "tupe"),
 )
 ROTARY_KINDS = Registry(
     "rope_parameters['rope_type']",
@@ -89,16 +86,11 @@ ROTARY_KINDS = Registry(
 POSITION_SCHEMES = Registry(
     "rope_parameters['position_scheme']",
     "Register a new one with roformer_ext.register_position_scheme(name).",
-    (
-        "circle_rope", "hope", "ilrope", "mhrope", "mmrope", "mrope", "mrope_interleave", "omnirope", "qwen2_5_vl",
-        "qwen3_vl", "rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "v2pe", "videorope", "vrope",
-    ),
-)  # fmt: skip
+)
 #: Which rotary frequency pair reads which position axis (rope.py registers the functions).
 AXIS_ALLOCATIONS = Registry(
     "rope_parameters['axis_allocation']",
     "Register a new one with roformer_ext.register_axis_allocation(name).",
-    ("headwise", "hope", "interleaved", "mmrope", "mrope_interleaved", "omnirope", "sections", "split", "videorope"),
 )
 
 

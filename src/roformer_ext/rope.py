@@ -22,7 +22,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_u
 
 from .axis_allocations import axis_of_pair
 from .compat import HeadDimView
-from .registries import AXIS_ALLOCATIONS, PAIR_LAYOUTS, ROTARY_KINDS
+from .registries import AXIS_ALLOCATIONS, ROTARY_KINDS
 from .scheme_knobs import allocation_knobs_class, rotates_per_head
 
 
@@ -63,12 +63,11 @@ class RotaryEmbedding(nn.Module):
         self.rope_type: str = rope["rope_type"]
         self.axes: int = int(rope.get("axes", 1))
         self.head_dim: int = config.hidden_size // config.num_attention_heads
-        allocation = rope.get("axis_allocation", "interleaved")
+        allocation = rope["axis_allocation"]  # checked by the configuration, with the sizes it needs
         self.split_axes = self.axes if allocation == "split" else 1
         # transformers' dynamic/longrope updates re-read frequencies through self.config.
         self.config = config if self.split_axes == 1 else HeadDimView(config, self.head_dim // self.split_axes)
         self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
-        AXIS_ALLOCATIONS.check(allocation)
         self.axis_ladders: bool = allocation_knobs_class(allocation).axis_ladders
         if self.axis_ladders and self.rope_type in ("dynamic", "longrope"):
             raise ValueError(
@@ -86,7 +85,7 @@ class RotaryEmbedding(nn.Module):
     @property
     def pair_layout(self) -> str:
         """Read from the config, the one place it is kept (`convert_pair_layout` changes it there)."""
-        return self.config.rope_parameters.get("pair_layout", "interleaved")
+        return self.config.rope_parameters["pair_layout"]
 
     def compute_inv_freq(self, config: Any) -> tuple[torch.Tensor, float]:
         """Inverse frequencies of one axis group, and the cos/sin scaling factor (1.0 unless yarn/longrope)."""
@@ -125,9 +124,10 @@ class RotaryEmbedding(nn.Module):
         self.inv_freq.copy_(inv_freq)
         self.original_inv_freq.copy_(inv_freq)
         rope = self.config.rope_parameters
-        allocation = rope.get("axis_allocation", "interleaved")
         self.axis_of_pair.copy_(
-            axis_of_pair(self.head_dim // 2, self.axes, allocation, rope.get("mrope_section"), self.num_heads)
+            axis_of_pair(
+                self.head_dim // 2, self.axes, rope["axis_allocation"], rope.get("mrope_section"), self.num_heads
+            )
         )
 
     def pair_frequencies(self) -> torch.Tensor:
@@ -397,15 +397,11 @@ class HeadwiseRotation(QueryKeyRotation):
 
 def query_key_rotation(config: Any) -> QueryKeyRotation:
     """The rotation for one attention layer of `config`'s pair layout."""
-    pair_layout = config.rope_parameters.get("pair_layout", "interleaved")
+    pair_layout = config.rope_parameters["pair_layout"]  # checked by the configuration
     if rotates_per_head(config.rope_parameters):
-        if pair_layout not in PAIR_LAYOUTS:
-            raise ValueError(f"Unknown pair_layout {pair_layout!r}; choose one of {', '.join(PAIR_LAYOUTS)}.")
         return HeadwiseRotation(pair_layout)
     if pair_layout == "interleaved":
         return InterleavedPairRotation()
-    if pair_layout != "half":
-        raise ValueError(f"Unknown pair_layout {pair_layout!r}; choose one of {', '.join(PAIR_LAYOUTS)}.")
     from .fused_rotary import fused_rotary_installed
 
     return FusedHalfPairRotation() if fused_rotary_installed() else HalfPairRotation()

@@ -1,5 +1,4 @@
-"""What a multimodal position scheme and a frequency allocation can be set to, and what they can do: torch-free, so
-the configuration can check them without importing model code.
+"""What a multimodal position scheme and a frequency allocation can be set to, and what they can do.
 
 A multimodal RoPE is a *position design* (`@register_position_scheme` in position_schemes.py) plus a *frequency
 allocation* (`@register_axis_allocation` in axis_allocations.py). Each is one registration, and the registration carries a knob
@@ -15,15 +14,14 @@ dataclass:
   axis, or nothing) with its check against the head, whether it rotates each head its own way (`headwise`, which
   linear attention cannot run), and whether each axis gets its own frequency ladder (`axis_ladders`).
 
-The built-ins' knob classes are declared here (`BUILTIN_SCHEME_KNOBS`, `BUILTIN_ALLOCATION_KNOBS`); a test checks the
-model modules register exactly these. A plugin passes its own class to the decorator; one registered without a
-class gets one made from its keyword-only arguments (names and defaults, no checks).
+Each built-in is declared once, where its function is registered (position_schemes.py, axis_allocations.py): a
+scheme's knob class is made from its function's keyword-only arguments (names and defaults) and the checks and class
+variables its registration gives. A plugin passes its own class to the decorator, or gets one made the same way.
 """
 
 from __future__ import annotations
 
 import inspect
-import numbers
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
@@ -43,20 +41,6 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, bool)
 
 
-def _is_unit_interval(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value <= 1
-
-
-def _is_auto_scale(value: Any) -> bool:
-    """'auto-<positive number>' (Circle-RoPE's radius: the largest coordinate times that scale)."""
-    if not isinstance(value, str) or not value.startswith("auto-"):
-        return False
-    try:
-        return is_positive_number(float(value[5:]))
-    except ValueError:
-        return False
-
-
 POSITIVE = Knob("a positive number", is_positive_number)
 BOOL = Knob("True or False", _is_bool)
 
@@ -67,8 +51,8 @@ class SchemeCapabilities:
 
     #: Video segments (`video_grid_thw`): `positions.build_position_ids`.
     video: bool = True
-    #: Decoding with a KV cache, text continuing after the prompt's layout (the vision base model's
-    #: `compute_position_ids`, where the scheme's positions are built).
+    #: Decoding with a KV cache, text continuing after the prompt's layout (`positions.decoding_position_ids`;
+    #: rope_2d_rows has none: its rows do not advance with each token).
     cache: bool = True
     #: Padding-free packed rows, every sequence laid out alone (the same `compute_position_ids`).
     packing: bool = True
@@ -162,146 +146,6 @@ class SchemeKnobs:
         )
 
 
-def _scheme_knobs(
-    name: str,
-    knobs: tuple[tuple[str, Any, Knob], ...] = (),
-    *,
-    axes: int | None = 3,
-    allocation: str | None = None,
-    ratio: tuple[int, ...] | None = None,
-    allowed_axes: tuple[int, ...] | None = None,
-) -> type[SchemeKnobs]:
-    """A built-in scheme's knob class: (name, default, check) per knob, and its class variables."""
-    spec = [(knob, Any, field(default=default)) for knob, default, _ in knobs]
-    namespace = {
-        "scheme": name,
-        "default_axes": axes,
-        "default_allocation": allocation,
-        # a scheme that brings its axes places tokens on those only (its function refuses others too)
-        "allowed_axes": allowed_axes or ((axes,) if axes else (1, 2, 3)),
-        "mrope_section_ratio": ratio,
-        "checks": {knob: check for knob, _, check in knobs},
-        "__doc__": f"The knobs of position scheme {name!r}.",
-        "__module__": __name__,
-    }
-    class_name = "".join(part.capitalize() for part in name.split("_")) + "Knobs"
-    return make_dataclass(class_name, spec, bases=(SchemeKnobs,), frozen=True, namespace=namespace)
-
-
-QWEN2_VL_SPLIT, QWEN3_VL_SPLIT, MHROPE_HEADS = (16, 24, 24), (24, 20, 20), (2, 3, 3)
-TEMPORAL_STRIDE = ("temporal_stride", 1.0, POSITIVE)
-
-#: Every built-in position design's knob class, each with its paper's axes, allocation and split. Sources of the
-#: splits: Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL configs, contiguous sections; VideoRoPE, HoPE and Circle-RoPE
-#: build on them; OmniGen2's split as the Multimodal-RoPEs reference runs it); Qwen3-VL's [24, 20, 20] (its config;
-#: MRoPE-I and ILRoPE in the Multimodal-RoPEs reference); MHRoPE's [2, 3, 3] heads of 8 (that reference's default).
-BUILTIN_SCHEME_KNOBS: dict[str, type[SchemeKnobs]] = {
-    "rope_1d": _scheme_knobs("rope_1d", axes=None),
-    "rope_2d_rows": _scheme_knobs("rope_2d_rows", axes=None),
-    "rope_tie": _scheme_knobs("rope_tie", axes=None),
-    "rope_tie_v2": _scheme_knobs("rope_tie_v2", axes=None),
-    "mrope": _scheme_knobs("mrope", allocation="sections", ratio=QWEN2_VL_SPLIT),
-    "qwen2_5_vl": _scheme_knobs(
-        "qwen2_5_vl", (("tokens_per_second", 2.0, POSITIVE),), allocation="sections", ratio=QWEN2_VL_SPLIT
-    ),
-    "qwen3_vl": _scheme_knobs("qwen3_vl", allocation="mrope_interleaved", ratio=QWEN3_VL_SPLIT),
-    "mrope_interleave": _scheme_knobs(
-        "mrope_interleave",
-        (("spatial_reset", True, BOOL), TEMPORAL_STRIDE),
-        allocation="mrope_interleaved",
-        ratio=QWEN3_VL_SPLIT,
-    ),
-    "mhrope": _scheme_knobs(
-        "mhrope", (("spatial_reset", True, BOOL), TEMPORAL_STRIDE), allocation="headwise", ratio=MHROPE_HEADS
-    ),
-    "ilrope": _scheme_knobs("ilrope", (TEMPORAL_STRIDE,), allocation="mrope_interleaved", ratio=QWEN3_VL_SPLIT),
-    "omnirope": _scheme_knobs("omnirope", (TEMPORAL_STRIDE,), allocation="omnirope", ratio=QWEN2_VL_SPLIT),
-    "videorope": _scheme_knobs(
-        "videorope", (("temporal_stride", 2.0, POSITIVE),), allocation="videorope", ratio=QWEN2_VL_SPLIT
-    ),
-    "hope": _scheme_knobs(
-        "hope",
-        (
-            TEMPORAL_STRIDE,
-            (
-                "temporal_scales",  # HoPE's temporal scales drawn from while training
-                None,
-                Knob(
-                    "None or a non-empty list of positive numbers",
-                    lambda v: (
-                        v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(map(is_positive_number, v)))
-                    ),
-                ),
-            ),
-        ),
-        allocation="hope",
-        ratio=QWEN2_VL_SPLIT,
-    ),
-    "v2pe": _scheme_knobs(
-        "v2pe",
-        (
-            ("visual_stride", 16.0, POSITIVE),
-            (
-                "visual_stride_tokens",  # V2PE's tokens per visual stride
-                None,
-                Knob(
-                    "None or a positive integer (tokens per visual_stride; 256 in V2PE)",
-                    lambda v: v is None or (is_int(v) and v > 0),
-                ),
-            ),
-        ),
-        axes=None,
-    ),
-    "mmrope": _scheme_knobs(
-        "mmrope",
-        (
-            TEMPORAL_STRIDE,
-            (
-                "position_scale",
-                (1.0, 1.0, 1.0),
-                Knob(
-                    "three positive numbers",
-                    lambda v: isinstance(v, (list, tuple)) and len(v) == 3 and all(map(is_positive_number, v)),
-                ),
-            ),
-        ),
-        allocation="mmrope",
-    ),
-    "vrope": _scheme_knobs("vrope", axes=4, allocation="interleaved"),
-    "circle_rope": _scheme_knobs(
-        "circle_rope",
-        (
-            (
-                "circle_radius",
-                10.0,
-                Knob(
-                    "a positive number, 'auto' or 'auto-<positive scale>'",
-                    lambda v: is_positive_number(v) or v == "auto" or _is_auto_scale(v),
-                ),
-            ),
-            ("circle_alpha", 0.5, Knob("a number in [0, 1]", _is_unit_interval)),
-            ("circle_move_to_origin", True, BOOL),
-            ("circle_dff_rate", 0.0, Knob("a number in [0, 1]", _is_unit_interval)),
-            (
-                "circle_move_to_positive",
-                None,
-                Knob(
-                    "None (off) or an offset >= 0",
-                    lambda v: v is None or is_positive_number(v) or (v == 0 and not isinstance(v, bool)),
-                ),
-            ),
-        ),
-        allocation="sections",
-        ratio=QWEN2_VL_SPLIT,
-    ),
-}
-
-#: The built-in schemes' knobs by name, each with its check (the same name has the same check in every scheme): a
-#: knob of another built-in scheme in rope_parameters is checked too, so a typo'd value fails at once.
-BUILTIN_SCHEME_KNOB_CHECKS: dict[str, Knob] = {
-    name: knob for knobs in BUILTIN_SCHEME_KNOBS.values() for name, knob in knobs.checks.items()
-}
-
 #: GRAPE-M's keys (the "grape_m" rotary kind's settings, beside the scheme's in rope_parameters).
 GRAPE_KNOBS: dict[str, Knob] = {
     "grape_log_freq_scale": POSITIVE,
@@ -310,9 +154,10 @@ GRAPE_KNOBS: dict[str, Knob] = {
 }
 
 
-def knobs_from_signature(name: str, scheme: Callable) -> type[SchemeKnobs]:
-    """A knob class for a scheme registered without one: its keyword-only arguments, with their defaults (those
-    without a default are required), unchecked."""
+def knobs_from_signature(name: str, scheme: Callable, **class_vars: Any) -> type[SchemeKnobs]:
+    """The knob class of a scheme: its keyword-only arguments, with their defaults (those without a default are
+    required), and `class_vars` (`checks`, `default_axes`, `default_allocation`, `mrope_section_ratio`,
+    `capabilities`; `allowed_axes` defaults to the scheme's own axes where it brings them)."""
     try:
         parameters = inspect.signature(scheme).parameters.values()
     except (TypeError, ValueError):
@@ -323,17 +168,16 @@ def knobs_from_signature(name: str, scheme: Callable) -> type[SchemeKnobs]:
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     ]
     spec.sort(key=len)  # required knobs first, as a dataclass needs
-    namespace = {"scheme": name, "__doc__": f"The knobs of position scheme {name!r}, from its signature."}
-    return make_dataclass(f"{name}Knobs", spec, bases=(SchemeKnobs,), frozen=True, namespace=namespace)
+    axes = class_vars.get("default_axes")
+    class_vars.setdefault("allowed_axes", (axes,) if axes else (1, 2, 3))
+    namespace = {"scheme": name, "__doc__": f"The knobs of position scheme {name!r}.", **class_vars}
+    class_name = "".join(part.capitalize() for part in name.split("_")) + "Knobs"
+    return make_dataclass(class_name, spec, bases=(SchemeKnobs,), frozen=True, namespace=namespace)
 
 
 def scheme_knobs_class(scheme: Any) -> type[SchemeKnobs]:
-    """The knob class of the position scheme registered as `scheme`, the built-in one before position_schemes.py is
-    imported, `SchemeKnobs` (no knobs) for an unknown name."""
-    registered = POSITION_SCHEMES.knobs_of(scheme)
-    if registered is not None:
-        return registered
-    return BUILTIN_SCHEME_KNOBS.get(scheme, SchemeKnobs) if isinstance(scheme, str) else SchemeKnobs
+    """The knob class of the position scheme registered as `scheme`, `SchemeKnobs` (no knobs) for an unknown name."""
+    return POSITION_SCHEMES.knobs_of(scheme) or SchemeKnobs
 
 
 def scheme_knob_names(scheme: Any) -> frozenset[str]:
@@ -377,8 +221,8 @@ class AxisAllocationKnobs:
             if section is None:
                 with_split = ", ".join(
                     k
-                    for k, v in BUILTIN_SCHEME_KNOBS.items()
-                    if v.mrope_section_ratio and v.section_counts() == "pairs"
+                    for k in POSITION_SCHEMES.registered()
+                    if scheme_knobs_class(k).mrope_section_ratio and scheme_knobs_class(k).section_counts() == "pairs"
                 )
                 raise ValueError(
                     f"axis_allocation {name!r} needs rope_parameters['mrope_section'] with {axes} entries summing to "
@@ -431,31 +275,10 @@ def allocation_knobs(name: str, *, section: str | None = None, headwise: bool = 
     return make_dataclass(class_name, [], bases=(AxisAllocationKnobs,), frozen=True, namespace=namespace)
 
 
-#: Every built-in frequency allocation's knob class.
-BUILTIN_ALLOCATION_KNOBS: dict[str, type[AxisAllocationKnobs]] = {
-    "interleaved": allocation_knobs("interleaved"),
-    "split": SplitAllocationKnobs,
-    "sections": allocation_knobs("sections", section="pairs"),
-    "omnirope": allocation_knobs("omnirope", section="pairs", axis_ladders=True),
-    "mrope_interleaved": allocation_knobs("mrope_interleaved", section="pairs"),
-    "videorope": allocation_knobs("videorope", section="pairs"),
-    "hope": allocation_knobs("hope", section="pairs"),
-    "headwise": allocation_knobs("headwise", section="heads", headwise=True),
-    "mmrope": allocation_knobs("mmrope"),
-}
-
-
 def allocation_knobs_class(allocation: Any) -> type[AxisAllocationKnobs]:
-    """The knob class of the allocation registered as `allocation`, the built-in one before axis_allocations.py is imported,
-    `AxisAllocationKnobs` (no section) for an unknown name."""
-    registered = AXIS_ALLOCATIONS.knobs_of(allocation)
-    if registered is not None:
-        return registered
-    return (
-        BUILTIN_ALLOCATION_KNOBS.get(allocation, AxisAllocationKnobs)
-        if isinstance(allocation, str)
-        else (AxisAllocationKnobs)
-    )
+    """The knob class of the allocation registered as `allocation`, `AxisAllocationKnobs` (no section) for an unknown
+    name."""
+    return AXIS_ALLOCATIONS.knobs_of(allocation) or AxisAllocationKnobs
 
 
 def rotates_per_head(rope_parameters: dict) -> bool:
@@ -472,9 +295,6 @@ def check_knob_class(knobs: Any, base: type, what: str) -> None:
 
 
 __all__ = [
-    "BUILTIN_ALLOCATION_KNOBS",
-    "BUILTIN_SCHEME_KNOBS",
-    "BUILTIN_SCHEME_KNOB_CHECKS",
     "GRAPE_KNOBS",
     "AxisAllocationKnobs",
     "Knob",

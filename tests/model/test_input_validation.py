@@ -15,17 +15,19 @@ def test_sinusoidal_scale_must_be_finite(scale):
     with pytest.raises(
         ValueError, match=r"sinusoidal_scale must be a positive number \(finite, > 0.*got (inf|-inf|nan)"
     ):
-        tiny_config(position_encoding="sinusoidal", sinusoidal_scale=scale)
+        tiny_config(position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": scale})
 
 
 @pytest.mark.parametrize("scale, error", [(0.0, ValueError), (-1.0, ValueError), (True, TypeError), ("1", TypeError)])
 def test_sinusoidal_scale_must_be_a_positive_number(scale, error):
     with pytest.raises(error, match=r"sinusoidal_scale must be a positive number \(finite, > 0"):
-        tiny_config(position_encoding="sinusoidal", sinusoidal_scale=scale)
+        tiny_config(position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": scale})
 
 
 def test_finite_sinusoidal_scale_gives_finite_outputs():
-    model = RoFormerExtModel(tiny_config(position_encoding="sinusoidal", sinusoidal_scale=1e3)).eval()
+    model = RoFormerExtModel(
+        tiny_config(position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": 1e3})
+    ).eval()
     input_ids, attention_mask, _ = random_inputs()
     with torch.no_grad():
         assert model(input_ids, attention_mask=attention_mask).last_hidden_state.isfinite().all()

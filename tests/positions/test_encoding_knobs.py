@@ -9,9 +9,8 @@ from conftest import tiny_config
 
 import roformer_ext.position_encodings as encodings
 from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtModel, register_position_encoding
+from roformer_ext.configuration_roformer_ext import BUILTIN_ENCODINGS
 from roformer_ext.encoding_knobs import (
-    BUILTIN_KNOBS,
-    LEGACY_KNOB_DEFAULTS,
     SCORE_TERM_CAPABILITIES,
     Capabilities,
     DebertaKnobs,
@@ -21,15 +20,16 @@ from roformer_ext.encoding_knobs import (
     T5BiasKnobs,
     TupeKnobs,
     knobs_class,
-    legacy_knob_owners,
 )
 from roformer_ext.registries import POSITION_ENCODINGS
 
+#: The built-in encodings that have knobs, with their knob classes.
+BUILTIN_KNOBS = {name: knobs_class(name) for name in BUILTIN_ENCODINGS if knobs_class(name).names()}
 
-def test_every_builtin_class_declares_the_knobs_the_configuration_checks():
-    for name in POSITION_ENCODINGS.builtin:
+
+def test_every_builtin_class_carries_its_knobs_and_capabilities():
+    for name in BUILTIN_ENCODINGS:
         cls = encodings.position_encoding_class(name)
-        assert cls.knobs is BUILTIN_KNOBS.get(name, EncodingKnobs), name
         assert knobs_class(name) is cls.knobs
         expected = SCORE_TERM_CAPABILITIES if cls.has_relative_scores else Capabilities()
         assert cls.capabilities == expected, name
@@ -99,14 +99,6 @@ def test_tupe_without_the_relative_bias_does_not_check_its_buckets():
 def test_the_parameters_must_be_a_dict():
     with pytest.raises(TypeError, match="position_encoding_parameters must be a dict"):
         tiny_config(position_encoding="shaw", position_encoding_parameters=[("max_relative_position", 4)])
-
-
-def test_legacy_names_map_to_their_owners():
-    owners = legacy_knob_owners()
-    assert owners["relative_attention_num_buckets"] == ("t5_bias", "tupe")
-    assert owners["clamp_len"] == ("transformer_xl",) and owners["pos_att_type"] == ("deberta",)
-    assert set(owners) == set(LEGACY_KNOB_DEFAULTS)
-    assert LEGACY_KNOB_DEFAULTS["relative_attention_max_distance"] == 128
 
 
 def test_the_config_docstring_lists_each_encodings_knobs():
@@ -366,10 +358,3 @@ def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes():
             f"position_encoding_parameters has 'also', 'nope', which position_encoding={name} does not take; it "
             f"takes {takes}. Remove them, or choose the encoding they belong to."
         )
-
-
-def test_before_the_model_code_registers_them_the_builtin_encoding_knobs_answer(monkeypatch):
-    monkeypatch.setattr(POSITION_ENCODINGS, "entry", lambda name: None)
-    assert knobs_class("tupe") is TupeKnobs
-    assert knobs_class("unknown") is EncodingKnobs
-    assert knobs_class(["tupe"]) is EncodingKnobs

@@ -202,7 +202,7 @@ def test_sinusoidal_scale_multiplies_the_table_and_is_saved(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = RoFormerExtForMaskedLM.from_pretrained(tmp_path).config
     assert loaded.position_encoding_parameters == {"sinusoidal_scale": 0.25}
-    assert loaded.position_encoding_knobs.sinusoidal_scale == 0.25 and loaded.sinusoidal_scale == 0.25
+    assert loaded.position_encoding_knobs.sinusoidal_scale == 0.25
 
 
 def test_sinusoidal_has_no_length_cap():

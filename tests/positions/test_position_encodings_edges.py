@@ -368,7 +368,7 @@ def test_deberta_term_and_score_mod_are_c2p_plus_p2c_of_the_bucketed_row(pair, v
     query, key = torch.randn(batch, HEADS, q, HEAD_DIM), torch.randn(batch, HEADS, k, HEAD_DIM)
     with torch.no_grad():
         relative = encoding.rel_embeddings.weight
-        if cfg.norm_rel_ebd == "layer_norm":
+        if cfg.position_encoding_parameters["norm_rel_ebd"] == "layer_norm":
             relative = nn.functional.layer_norm(relative, (HIDDEN,), encoding.norm.weight, encoding.norm.bias, 1e-12)
         torch.testing.assert_close(encoding.relative_embeddings(), relative)
 
@@ -683,7 +683,7 @@ def test_xlnet_sinusoid_of_a_grid_of_distances_stacks_sines_then_cosines_on_the_
 def test_layer_terms_cast_the_shared_table_to_the_querys_dtype(encoding):
     """The shared tables (XL's sinusoid, DeBERTa's relative embeddings) meet each layer's projections in the query's
     dtype: a layer in fp64 with the table in fp32 computes the same term in fp64."""
-    cfg = config(encoding, share_att_key=False)
+    cfg = config(encoding, **({"share_att_key": False} if encoding == "deberta" else {}))
     queries, keys = POSITION_PAIRS["queries_batched"]
     torch.manual_seed(1)
     query, key = torch.randn(2, HEADS, 3, HEAD_DIM), torch.randn(2, HEADS, 6, HEAD_DIM)

@@ -357,7 +357,10 @@ def test_shift_leaves_attention_scores_unchanged(scheme, pair_layout):
     from roformer_ext.rope import RotaryEmbedding, apply_rotary
 
     axes = SCHEME_AXES[scheme]
-    rope_parameters = {"rope_type": "default", "rope_theta": 10000.0, "pair_layout": pair_layout, "axes": axes}
+    rope_parameters = {
+        "rope_type": "default", "rope_theta": 10000.0, "pair_layout": pair_layout, "axes": axes,
+        "axis_allocation": "interleaved",
+    }  # fmt: skip
     if scheme == "mrope":
         rope_parameters.update(axis_allocation="sections", mrope_section=[4, 6, 6])
     config = types.SimpleNamespace(

@@ -108,10 +108,21 @@ def test_decoding_continues_at_the_prompts_delta_on_every_axis():
     remember_position_deltas(None, torch.zeros(1, 1))  # no cache: nothing to keep
 
 
-def test_decoding_is_refused_for_rope_2d_rows():
-    config = SimpleNamespace(rope_parameters={"position_scheme": "rope_2d_rows", "axes": 2})
+def test_cached_generation_is_refused_for_rope_2d_rows():
+    """Its rows do not advance with each token: its registration says it takes no cache, and decoding is refused."""
+    from vision_sizes import SIZES
+
+    from roformer_ext import RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
+
+    rope = {"position_scheme": "rope_2d_rows", "axes": 2}
+    model = RoFormerExtVisionTextForCausalLM(
+        RoFormerExtVisionTextConfig(**SIZES, is_decoder=True, rope_parameters=rope)
+    ).eval()
+    ids = torch.tensor([[5, 6, 7]])
+    model(ids)  # a prompt with a cache runs; only the tokens after it are undefined
     with pytest.raises(ValueError, match="Cached generation is not defined for position_scheme 'rope_2d_rows'"):
-        decoding_position_ids(torch.tensor([[1]]), SimpleNamespace(), config)
+        model.generate(ids, max_new_tokens=2, do_sample=False)
+    assert model.generate(ids, max_new_tokens=2, do_sample=False, use_cache=False).shape == (1, 5)
 
 
 def vision_config(scheme: str = "mrope", **knobs):
@@ -308,16 +319,6 @@ def test_decoding_beams_of_several_tokens():
     remember_position_deltas(cache, torch.tensor([[-2.0], [1.0]]))
     result = decoding_position_ids(torch.tensor([[7, 8]] * 4), cache, config)
     assert result.tolist() == [[[5.0, 6.0], [5.0, 6.0], [8.0, 9.0], [8.0, 9.0]]] * 3
-
-
-def test_decoding_rope_2d_rows_error_in_full():
-    config = SimpleNamespace(rope_parameters={"position_scheme": "rope_2d_rows", "axes": 2})
-    message = (
-        "Cached generation is not defined for position_scheme 'rope_2d_rows' (its rows do not advance with each "
-        "token); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
-    )
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        decoding_position_ids(torch.tensor([[1]]), SimpleNamespace(), config)
 
 
 def test_text_positions_are_made_on_the_given_device():

@@ -26,6 +26,7 @@ from roformer_ext.rope import (
     apply_rotary,
     query_key_rotation,
 )
+from roformer_ext.scheme_knobs import allocation_knobs_class
 
 
 def test_registering_an_allocation_keeps_its_flags_and_refuses_a_second_time():
@@ -34,19 +35,14 @@ def test_registering_an_allocation_keeps_its_flags_and_refuses_a_second_time():
 
     try:
         assert register_axis_allocation("test_axis0")(every_pair_on_axis_0) is every_pair_on_axis_0
-        assert every_pair_on_axis_0.headwise is False and every_pair_on_axis_0.axis_ladders is False
+        assert not is_headwise("test_axis0") and not allocation_knobs_class("test_axis0").axis_ladders
         assert AXIS_ALLOCATIONS.get("test_axis0") is every_pair_on_axis_0
         with pytest.raises(ValueError):
             register_axis_allocation("test_axis0")(every_pair_on_axis_0)
         register_axis_allocation("test_axis0", overwrite=True, headwise=True, axis_ladders=True)(every_pair_on_axis_0)
-        assert every_pair_on_axis_0.headwise is True and every_pair_on_axis_0.axis_ladders is True
+        assert is_headwise("test_axis0") and allocation_knobs_class("test_axis0").axis_ladders
     finally:
         AXIS_ALLOCATIONS.unregister("test_axis0")
-
-
-def test_pair_layout_defaults_to_interleaved():
-    """An object with rope_parameters but no pair_layout (not a validated config) gets RoFormer's layout."""
-    assert isinstance(query_key_rotation(SimpleNamespace(rope_parameters={})), InterleavedPairRotation)
 
 
 def mhrope_config() -> RoFormerExtVisionTextConfig:
@@ -66,11 +62,11 @@ def test_each_layout_gets_its_rotation():
 
 @pytest.mark.parametrize("headwise", [False, True], ids=["text", "headwise"])
 def test_unknown_pair_layout_is_named_with_the_choices(headwise):
-    """The config validates pair_layout when it is set; a dict changed in place afterwards reaches the layer."""
-    rope_parameters = dict(mhrope_config().rope_parameters) if headwise else {}
-    config = SimpleNamespace(rope_parameters={**rope_parameters, "pair_layout": "bogus"})
-    with pytest.raises(ValueError, match=r"^Unknown pair_layout 'bogus'; choose one of interleaved, half\.$"):
-        query_key_rotation(config)
+    """A dict changed in place after construction is checked when the model is built."""
+    config = mhrope_config() if headwise else tiny_config()
+    config.rope_parameters["pair_layout"] = "bogus"
+    with pytest.raises(ValueError, match=r"pair_layout'\] 'bogus'. Registered choices: 'interleaved', 'half'"):
+        (RoFormerExtVisionTextModel if headwise else RoFormerExtModel)(config)
 
 
 def test_model_config_reaches_the_interleaved_rotation():
@@ -124,9 +120,8 @@ def test_adjacent_pair_rotation_takes_any_layout(make):
 
 
 def bare_config(**rope) -> SimpleNamespace:
-    """What `RotaryEmbedding` reads from a config, and nothing filled in: no `axes`, no `axis_allocation` unless given
-    (head_dim 8, θ = 100)."""
-    rope_parameters = {"rope_type": "default", "rope_theta": 100.0, **rope}
+    """What `RotaryEmbedding` reads from a config, and no more: no `axes` unless given (head_dim 8, θ = 100)."""
+    rope_parameters = {"rope_type": "default", "rope_theta": 100.0, "axis_allocation": "interleaved", **rope}
     return SimpleNamespace(
         rope_parameters=rope_parameters, hidden_size=16, num_attention_heads=2, head_dim=8, max_position_embeddings=32
     )
@@ -202,9 +197,8 @@ def test_split_allocation_gives_each_axis_the_ladder_of_its_share():
     torch.testing.assert_close(rotary.angles(positions), expected)
 
 
-def test_reset_frequencies_of_a_config_with_no_allocation_or_axes():
-    """A config without `axes` / `axis_allocation` (not a validated one) is 1D interleaved RoPE, also once the
-    buffers are recomputed (meta-device init, from_pretrained); a 1-axis rotary refuses 2-axis positions."""
+def test_reset_frequencies_of_a_config_with_no_axes():
+    """A config without `axes` is 1D interleaved RoPE, also once the buffers are recomputed (meta-device init, from_pretrained); a 1-axis rotary refuses 2-axis positions."""
     rotary = RotaryEmbedding(bare_config())
     assert rotary.axes == 1
     for buffer in (rotary.inv_freq, rotary.original_inv_freq, rotary.axis_of_pair):

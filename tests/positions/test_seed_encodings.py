@@ -113,6 +113,7 @@ def layer0_attention(model, **inputs):
 def deberta_v2_config(our_config: RoFormerExtConfig):
     from transformers import DebertaV2Config
 
+    knobs = our_config.position_encoding_parameters
     return DebertaV2Config(
         vocab_size=97,
         hidden_size=32,
@@ -123,11 +124,11 @@ def deberta_v2_config(our_config: RoFormerExtConfig):
         attention_probs_dropout_prob=0.0,
         max_position_embeddings=our_config.max_position_embeddings,
         relative_attention=True,
-        position_buckets=our_config.position_buckets,
-        max_relative_positions=our_config.max_relative_positions,
-        pos_att_type=list(our_config.pos_att_type),
-        share_att_key=our_config.share_att_key,
-        norm_rel_ebd=our_config.norm_rel_ebd,
+        position_buckets=knobs["position_buckets"],
+        max_relative_positions=knobs["max_relative_positions"],
+        pos_att_type=knobs["pos_att_type"],
+        share_att_key=knobs["share_att_key"],
+        norm_rel_ebd=knobs["norm_rel_ebd"],
         layer_norm_eps=our_config.layer_norm_eps,
     )
 
@@ -577,7 +578,10 @@ def test_bad_fields_are_clear_errors():
         config("transformer_xl", clamp_len=2.5)
     with pytest.raises(ValueError, match="needs an even relative_attention_num_buckets"):
         config("tupe", relative_attention_num_buckets=9)
-    assert config(pos_att_type="P2C | c2p").pos_att_type == ["p2c", "c2p"]  # DeBERTa's string form
+    assert config(pos_att_type="P2C | c2p").position_encoding_parameters["pos_att_type"] == [
+        "p2c",
+        "c2p",
+    ]  # DeBERTa's string form
 
 
 def test_parameters_and_their_homes():

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rope import PAIR_LAYOUTS, interleaved_to_half_permutation, query_key_rotation
+from ..registries import PAIR_LAYOUTS
+from ..rope import interleaved_to_half_permutation, query_key_rotation
 
 
 def _head_permutation(config, to_layout: str) -> torch.Tensor:
