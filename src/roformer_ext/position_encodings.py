@@ -52,19 +52,11 @@ def register_position_encoding(name: str) -> Callable[[type["PositionEncoding"]]
 
 def registered_position_encodings() -> tuple[str, ...]:
     """Names accepted as `config.position_encoding`."""
-    _register_relative_encodings()
     return POSITION_ENCODINGS.registered()
 
 
 def position_encoding_class(name: str) -> type["PositionEncoding"]:
-    _register_relative_encodings()
     return POSITION_ENCODINGS.get(name)
-
-
-def _register_relative_encodings() -> None:
-    """The built-in relative encodings live in relative_position_encodings.py and register when it is imported
-    (imported here, not at the top: that module imports this one)."""
-    from .relative_position_encodings import RELATIVE_ENCODINGS  # noqa: F401
 
 
 class PositionEncoding(nn.Module):

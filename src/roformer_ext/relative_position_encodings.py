@@ -3,8 +3,7 @@
 Shaw et al.'s relative keys, T5's bucketed bias, ALiBi, Transformer-XL / XLNet, TUPE and DeBERTa-v2, each a
 `RelativePositionEncoding` (position_encodings.py: the base classes, the registry and how a term reaches the layers)
 with its `RelativeScores` (one forward's term: a shared bias, a per-layer bias or flex attention's `score_mod`) and
-its knobs (encoding_knobs.py). They register themselves when this module is imported, which
-`position_encodings.position_encoding_class` does the first time a built-in name is asked for.
+its knobs (encoding_knobs.py). They register themselves when this module is imported (the configuration imports it).
 """
 
 import math
@@ -541,7 +540,7 @@ class DebertaPositionEncoding(RelativePositionEncoding):
         return (1 + len(config.position_encoding_knobs.pos_att_type)) ** -0.5
 
 
-#: The built-in relative encodings (imported by `position_encodings` to register them).
+#: The built-in relative encodings (registered when this module is imported).
 RELATIVE_ENCODINGS = (
     ShawPositionEncoding,
     T5BiasPositionEncoding,
