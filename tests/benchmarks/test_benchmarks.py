@@ -207,10 +207,10 @@ def test_bench_packed_compile_writes_results(tmp_path):
         str(tmp_path),
     )
     text = (tmp_path / "bench_packed_compile.md").read_text()
-    assert "torch.compile (per-sequence SDPA as a custom operator)" in text and "Compile warm-up" in text
+    assert "| torch.compile |" in text and "Compile warm-up" in text
     result = json.loads((tmp_path / "bench_packed_compile.json").read_text())
     assert result["median_step_ms"]["eager"] > 0 and result["median_step_ms"]["compiled"] > 0
-    assert result["graph_breaks"] == 0 and result["graphs"] >= 1  # the packed step is one graph per shape
+    assert result["graph_breaks"] >= 1 and result["graphs"] >= 1  # per-sequence SDPA runs eagerly between graphs
 
 
 def test_bench_before_after_equal_code_gives_equal_outputs(tmp_path):
