@@ -78,7 +78,7 @@ def test_layout_positions_mark_the_image():
 
 def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing matplotlib now fails
-    with pytest.raises(ImportError, match=r"pip install 'roformer-ext\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[plot\]'"):
         plotting._pyplot()
     with pytest.raises(SystemExit) as error:
         main(["plot", "--out", str(tmp_path)])
