@@ -221,9 +221,6 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.tokenization_python:PythonBackend._convert_token_to_id": "override",
     "transformers.tokenization_python:PythonBackend._convert_id_to_token": "override",
     "transformers.tokenization_utils_base:PreTrainedTokenizerBase._auto_class": "read - auto_class",
-    "transformers.tokenization_utils_base:PreTrainedTokenizerBase._eventual_warn_about_too_long_sequence": (
-        "call - warn_too_long_sequence (a row longer than model_max_length)"
-    ),
     "transformers.processing_utils:ProcessorMixin._merge_kwargs": "call - merge_processor_kwargs",
     "transformers.processing_utils:ProcessorMixin._auto_class": "read - auto_class",
     "transformers.image_processing_utils:BaseImageProcessor._standardize_kwargs": (
@@ -326,12 +323,6 @@ def set_backend_tokenizer(tokenizer, backend) -> None:
     """Give a fast tokenizer the `tokenizers.Tokenizer` it built, before `super().__init__` (transformers 5's own
     tokenizers that build their pipeline do the same)."""
     tokenizer._tokenizer = backend
-
-
-def warn_too_long_sequence(tokenizer, ids: list[int], max_length: int | None, verbose: bool) -> None:
-    """transformers' warning (once per tokenizer) that `ids` is longer than the model takes: the word route calls it
-    for a row longer than `model_max_length`, as transformers' `_encode_plus` does."""
-    tokenizer._eventual_warn_about_too_long_sequence(ids, max_length, verbose)
 
 
 __all__ = [

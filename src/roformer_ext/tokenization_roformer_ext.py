@@ -8,11 +8,8 @@ Word mode (`segmenter="jieba"`) is what WoBERT and the RoFormer v1 word models w
 cut by jieba without HMM; a word found in the vocabulary is one token, any other word falls back
 to char mode. The mode is an `__init__` argument, so it is written to `tokenizer_config.json` and
 rebuilt on load; `tokenizer.json` only ever holds a serialisable char-mode pipeline, because a
-Python pre-tokenizer cannot be serialised (the cause of transformers issue #28164).
-
-The fast class does not call the Python pre-tokenizer once per text in word mode: it cuts a call's texts in one pass
-and encodes them with an all-Rust pipeline (tokenization_word_route.py); the ids, offsets and word ids are the same
-either way. `word_fast_route = False` on an instance turns the route off.
+Python pre-tokenizer cannot be serialised (the cause of transformers issue #28164). The fast class's word mode is
+tokenizers' own pipeline with a custom pre-tokenizer (`WordSplitter`) in BERT's pre-tokenizer's place.
 
 Unknown code points (unassigned in the running Python, lone surrogates) become one `[UNK]` token each in both classes
 (`mark_unknown_chars`). The splitting itself (vocabulary files, unknown code points, BERT's basic split, jieba's words
@@ -28,12 +25,13 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
-from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import Encoding, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
-from transformers import PythonBackend, TokenizersBackend
+from transformers import BatchEncoding, PythonBackend, TokenizersBackend
+from transformers.tokenization_utils_base import PaddingStrategy, TruncationStrategy
 from transformers.utils import logging
 
 from .compat import (
@@ -43,21 +41,15 @@ from .compat import (
     set_backend_tokenizer,
 )
 from .hub_code import SharedCodeMixin
-from .tokenization_word_route import (
-    WordRoute,
-    _WordMarker,
-)
 from .tokenization_words import (
+    WordSplitter,
     _check_segmenter,
     _import_jieba,
-    _JiebaPreTokenizer,
     basic_spans,
     detect_segmenter,
     load_vocab,
     mark_unknown_chars,
     unknown_char_marker,
-    word_segmenter,
-    word_spans,
 )
 
 logger = logging.get_logger(__name__)
@@ -185,9 +177,9 @@ class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
             text = mark_unknown_chars(text, self.unknown_char_marker)
         text = self._normalize(text)
         if self.segmenter == "jieba":
-            if "_word_library" not in self.__dict__:  # chosen once per tokenizer, as the fast class does
-                self.__dict__["_word_library"] = word_segmenter()
-            spans = word_spans(text, self.vocab, self.tokenize_chinese_chars, self.__dict__["_word_library"])
+            if "_word_splitter" not in self.__dict__:  # the library is chosen once per tokenizer, as in the fast class
+                self.__dict__["_word_splitter"] = WordSplitter(self.vocab, self.tokenize_chinese_chars)
+            spans = self.__dict__["_word_splitter"].spans(text)
         else:
             spans = basic_spans(text, self.tokenize_chinese_chars)
         return [piece for a, b in spans for piece in self._wordpiece(text[a:b])]
@@ -306,12 +298,9 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         self.backend_tokenizer.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=False, strip_accents=self.strip_accents, lowercase=self.do_lower_case
         )
-        vocab = self.backend_tokenizer.get_vocab(with_added_tokens=False)
-        jieba_pre_tokenizer = _JiebaPreTokenizer(vocab, self.tokenize_chinese_chars)
-        self.__dict__["_word_pre_tokenizer"] = jieba_pre_tokenizer
-        self.__dict__.pop("_word_marker_cache", None)
-        self.__dict__["_word_route"] = WordRoute()
-        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(jieba_pre_tokenizer)
+        splitter = WordSplitter(self.backend_tokenizer.get_vocab(with_added_tokens=False), self.tokenize_chinese_chars)
+        self.__dict__["_word_splitter"] = splitter
+        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(splitter)
 
     @contextlib.contextmanager
     def _serialisable(self) -> Iterator[None]:
@@ -324,13 +313,7 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for cached in (
-            "_word_pre_tokenizer",
-            "_word_route",
-            "_added_tokens_cache",
-            "_word_marker_cache",
-        ):
-            state.pop(cached, None)  # rebuilt by `_set_segmenter` / on first use
+        state.pop("_word_splitter", None)  # rebuilt by `_set_segmenter`
         with self._serialisable():
             state["_tokenizer"] = Tokenizer.from_str(self.backend_tokenizer.to_str())
         return state
@@ -362,44 +345,93 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             return type(value)(self._mark_unknown(item) for item in value)
         return value  # not text: transformers' checks report it
 
-    #: Word mode's fast route (`WordRoute`); False keeps the Python pre-tokenizer for every text.
-    word_fast_route = True
-
     def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
         text, text_pair = self._mark_unknown(text), self._mark_unknown(text_pair)
-        if self.segmenter == "jieba" and self.word_fast_route:
-            # The route encodes on pipelines of its own and gives what transformers would (None: a call it does not
-            # map, e.g. pre-split words: transformers' own path).
-            result = self.__dict__["_word_route"].encode(self, text, text_pair, kwargs)
-            if result is not None:
-                return result
+        if self.segmenter == "jieba" and _ROUTE_CALLS.issuperset(kwargs):
+            encoded = self._encode_words(text, text_pair, kwargs)
+            if encoded is not None:
+                return encoded
         return parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
 
-    def _word_marker(self) -> _WordMarker:
-        """The fast route's `_WordMarker` for this tokenizer's vocabulary, normaliser and segmenter."""
-        marker = self.__dict__.get("_word_marker_cache")
-        if marker is None:
-            pre_tokenizer = self.__dict__["_word_pre_tokenizer"]
-            normalize = self.backend_tokenizer.normalizer.normalize_str
-            marker = _WordMarker(pre_tokenizer.vocab, pre_tokenizer.split_cjk, pre_tokenizer.library, normalize)
-            self.__dict__["_word_marker_cache"] = marker
-        normalize = self.backend_tokenizer.normalizer.normalize_str
-        if marker.normalize.__self__.__getstate__() != normalize.__self__.__getstate__():  # replaced by the user
-            marker.forget_normaliser(normalize)
-        return marker
+    def _encode_words(self, text: Any, text_pair: Any, call: dict[str, Any]) -> BatchEncoding | None:
+        """Word mode's fast route: what transformers' own path gives for `call`, or None for a call it does not take.
 
-    def _added_tokens_pattern(self) -> re.Pattern[str] | None:
-        """Any added token's text, as written or normalised, in any case: a text holding one takes the Python
-        pre-tokenizer, which sees the pieces between added tokens one by one."""
+        The texts are normalised and cut here, written with a space between pieces, and encoded by a Rust pipeline
+        that splits at spaces (no Python call per text). The `BatchEncoding` holds the same ids and masks; its
+        `.encodings` (offsets, word ids) are those of transformers' own path for the same call, encoded when first
+        read. Not taken: offsets or overflowing tokens asked for, pre-split words, a text that holds an added token,
+        a row longer than `model_max_length` without truncation (transformers warns).
+        """
+        if any(call.get(key) for key in ("return_offsets_mapping", "return_overflowing_tokens", "is_split_into_words")):
+            return None
+        # The inputs as transformers' `_encode_plus` batches them (a single text drops an empty pair)
+        texts, pairs = ([text], [text_pair] if text_pair else None) if isinstance(text, str) else (text, text_pair)
+        if not _texts(texts) or not (pairs is None or (_texts(pairs) and len(pairs) == len(texts))):
+            return None  # transformers' path gives its result or its error
+        batch = list(texts) if pairs is None else list(zip(texts, pairs))
+        marked = self._marked_words(batch)
+        if marked is None:
+            return None
+        self.set_truncation_and_padding(  # transformers' settings for this call, copied onto the route's pipeline
+            padding_strategy=call.get("padding_strategy", PaddingStrategy.DO_NOT_PAD),
+            truncation_strategy=call.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE),
+            max_length=call.get("max_length"),
+            stride=call.get("stride", 0),
+            pad_to_multiple_of=call.get("pad_to_multiple_of"),
+            padding_side=call.get("padding_side"),
+        )
         backend = self.backend_tokenizer
-        contents = tuple(sorted({token.content for token in backend.get_added_tokens_decoder().values()}))
-        cached = self.__dict__.get("_added_tokens_cache")
+        route = Tokenizer(backend.model)
+        route.pre_tokenizer, route.post_processor = pre_tokenizers.WhitespaceSplit(), backend.post_processor
+        if backend.truncation is not None:
+            route.enable_truncation(**backend.truncation)
+        if backend.padding is not None:
+            route.enable_padding(**backend.padding)
+        encodings = route.encode_batch_fast(marked, add_special_tokens=call.get("add_special_tokens", True))
+        # transformers' `_convert_encoding` of each row
+        type_ids, attention_mask = call.get("return_token_type_ids"), call.get("return_attention_mask")
+        data = {"input_ids": [e.ids for e in encodings]}
+        if "token_type_ids" in self.model_input_names if type_ids is None else type_ids:
+            data["token_type_ids"] = [e.type_ids for e in encodings]
+        if "attention_mask" in self.model_input_names if attention_mask is None else attention_mask:
+            data["attention_mask"] = [e.attention_mask for e in encodings]
+        if call.get("return_special_tokens_mask"):
+            data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
+        if call.get("return_length"):
+            data["length"] = [len(ids) for ids in data["input_ids"]]
+        limit = self.model_max_length
+        if call.get("max_length") is None and call.get("verbose", True) and limit:
+            if any(len(ids) > limit for ids in data["input_ids"]):
+                return None
+        parent = super()  # `.encodings`: transformers' own path for the same call, when first read
+        exact = _EncodingsOnDemand(lambda: parent_encode_plus(parent, text, text_pair, **call).encodings, len(batch))
+        tensors = call.get("return_tensors")
+        if isinstance(text, str) and tensors is None:  # a single input loses its batch axis
+            data = {key: value[0] if value and isinstance(value[0], list) else value for key, value in data.items()}
+        return BatchEncoding(data, exact, tensor_type=tensors, n_sequences=encodings[0].n_sequences)
+
+    def _marked_words(self, batch: list) -> list | None:
+        """Each text of `batch` normalised, cut, and written with a space between pieces (None: one holds an added
+        token, which transformers' path splits off before the pre-tokenizer)."""
+        backend = self.backend_tokenizer
+        normalize, joined = backend.normalizer.normalize_str, self.__dict__["_word_splitter"].joined
+        contents = sorted({token.content for token in backend.get_added_tokens_decoder().values()})
+        cached = self.__dict__.get("_added_tokens_search")
         if cached is None or cached[0] != contents:
-            normalize = backend.normalizer.normalize_str
             variants = sorted({v for c in contents for v in (c, normalize(c)) if v}, key=len, reverse=True)
-            pattern = re.compile("|".join(map(re.escape, variants)), re.IGNORECASE) if variants else None
-            cached = self.__dict__["_added_tokens_cache"] = (contents, pattern)
-        return cached[1]
+            search = re.compile("|".join(map(re.escape, variants)), re.IGNORECASE).search if variants else None
+            cached = self.__dict__["_added_tokens_search"] = (contents, search)
+        search = cached[1]
+        marked = []
+        for item in batch:
+            pieces = []
+            for text in (item,) if isinstance(item, str) else item:
+                normalized = normalize(text)
+                if search is not None and (search(text) or search(normalized)):
+                    return None
+                pieces.append(joined(normalized))
+            marked.append(pieces[0] if len(pieces) == 1 else tuple(pieces))
+        return marked
 
     def _encode_without_added_tokens(self, text: str) -> list[int]:
         return parent_encode_without_added_tokens(super(), self._mark_unknown(text))
@@ -416,6 +448,41 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
                 super(), save_directory, file_names, legacy_format, filename_prefix
             )
         return file_names + self.save_vocabulary(str(save_directory), filename_prefix)
+
+
+#: transformers' `_encode_plus` arguments the word route maps (a call with any other keyword takes transformers' path).
+_ROUTE_CALLS = frozenset(
+    "add_special_tokens padding_strategy truncation_strategy max_length stride is_split_into_words pad_to_multiple_of "
+    "padding_side return_tensors return_token_type_ids return_attention_mask return_overflowing_tokens "
+    "return_special_tokens_mask return_offsets_mapping return_length verbose split_special_tokens".split()
+)
+
+
+def _texts(values: Any) -> bool:
+    """A non-empty list or tuple of strings."""
+    return isinstance(values, (list, tuple)) and bool(values) and all(isinstance(value, str) for value in values)
+
+
+class _EncodingsOnDemand(Sequence):
+    """`BatchEncoding.encodings` of the word route: `encode()`'s encodings, made when first read (a plain list once
+    pickled or copied)."""
+
+    def __init__(self, encode: Callable[[], list[Encoding]], length: int) -> None:
+        self._encode, self._length, self._encodings = encode, length, None
+
+    def _all(self) -> list[Encoding]:
+        if self._encodings is None:
+            self._encodings = self._encode()
+        return self._encodings
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __reduce__(self) -> tuple:
+        return list, (self._all(),)
 
 
 # `save_pretrained` then writes `auto_map`, so a saved folder reloads with `trust_remote_code=True`.

@@ -2,7 +2,7 @@
 jieba's words (the tokenizer classes are in tokenization_roformer_ext.py).
 
 Word mode (`segmenter="jieba"`) cuts the normalised text with jieba without HMM; a word found in the vocabulary is one
-piece, any other word falls back to BERT's basic split (`word_spans`). `detect_segmenter` tells a word vocabulary
+piece, any other word falls back to BERT's basic split (`WordSplitter`). `detect_segmenter` tells a word vocabulary
 from a char one.
 
 The words come from `rjieba` (jieba-rs, the `word` extra; what transformers' RoFormerTokenizer uses) when it is
@@ -32,6 +32,7 @@ SEGMENTERS = ("jieba",)
 WORD_VOCAB_MIN_FRACTION = 0.01
 # Pieces up to this many chars are sliced word by word; longer ones are halved first (`_slice_spans`).
 _DIRECT_SLICE_CHARS = 64
+_MAX_KNOWN_WORDS = 1 << 19  # words whose pieces a `WordSplitter` remembers
 
 
 #: Stand-ins for an unknown code point: old punctuation (Po, Unicode <= 5.1) that Python's and tokenizers' tables
@@ -176,13 +177,14 @@ def word_segmenter() -> str:
     return "rjieba"
 
 
-def _word_tokenize(library: str):
-    """`text -> [(word, start, end), ...]` of `library` with HMM off (start / end are character offsets)."""
+@functools.cache
+def _word_cut(library: str):
+    """`text -> [word, ...]` of `library` with HMM off; the words tile the text."""
     if library == "rjieba":
         import rjieba
 
-        return functools.partial(rjieba.tokenize, hmm=False)
-    return functools.partial(_import_jieba().tokenize, HMM=False)
+        return functools.partial(rjieba.cut, hmm=False)
+    return functools.partial(_import_jieba().lcut, HMM=False)
 
 
 def basic_spans(text: str, split_cjk: bool = True) -> Iterator[tuple[int, int]]:
@@ -206,38 +208,21 @@ def basic_spans(text: str, split_cjk: bool = True) -> Iterator[tuple[int, int]]:
         yield start, len(text)
 
 
-def word_spans(
-    text: str, vocab: Container[str], split_cjk: bool = True, library: str | None = None
-) -> list[tuple[int, int]]:
-    """Spans of word mode: jieba words (HMM off) that are in `vocab`, else the basic split of the word.
-
-    HMM off and the fallback for out-of-vocabulary words are what bert4keras did for WoBERT and
-    RoFormer; the HMM would invent words the vocabulary never has. `library`: "rjieba" or "jieba"
-    (default: `word_segmenter()`), which give the same words.
-    """
-    spans: list[tuple[int, int]] = []
-    for word, start, end in _word_tokenize(library or word_segmenter())(text):
-        if word in vocab:
-            spans.append((start, end))
-        else:
-            spans.extend((start + a, start + b) for a, b in basic_spans(word, split_cjk))
-    return spans
-
-
 def _slice_spans(normalized: NormalizedString, length: int, spans: list[tuple[int, int]]) -> list[NormalizedString]:
     """`[normalized[a:b] for a, b in spans]` without quadratic time on long text.
 
     tokenizers turns a slice's char offsets into byte offsets by scanning the string from its start, so
     slicing each word out of the whole text costs O(length) per word. Halving at a span boundary first
     keeps every slice inside a short piece: each level of halving scans the text about twice, and there
-    are log2(len(spans)) levels. (A `(start, end)` tuple slices like `start:end`, with less call overhead.)
+    are log2(len(spans)) levels. A one-character span is sliced by its index (`normalized[a]`, several
+    times cheaper than a `(start, end)` tuple, which itself is cheaper than a `slice`).
     """
     pieces: list[NormalizedString] = []
 
     def cut(piece: NormalizedString, offset: int, size: int, lo: int, hi: int) -> None:
         """Slice `spans[lo:hi]` out of `piece`, which holds the text's chars `offset` to `offset + size`."""
         if size <= _DIRECT_SLICE_CHARS or hi - lo < 2:
-            pieces.extend(piece[(a - offset, b - offset)] for a, b in spans[lo:hi])
+            pieces.extend(piece[a - offset] if b - a == 1 else piece[(a - offset, b - offset)] for a, b in spans[lo:hi])
             return
         middle = (lo + hi) // 2
         split = spans[middle][0] - offset
@@ -248,48 +233,71 @@ def _slice_spans(normalized: NormalizedString, length: int, spans: list[tuple[in
     return pieces
 
 
-class _JiebaPreTokenizer:
-    """`tokenizers` custom pre-tokenizer running `word_spans`; slicing keeps the offset alignment."""
+class WordSplitter:
+    """Word mode's cut of normalised text: jieba's words (HMM off) that are in `vocab` stay whole, any other word
+    takes BERT's basic split (`basic_spans`).
 
-    def __init__(self, vocab: Container[str], split_cjk: bool) -> None:
-        self.vocab = vocab
-        self.split_cjk = split_cjk
-        self.library = word_segmenter()
+    HMM off and the fallback for out-of-vocabulary words are what bert4keras did for WoBERT and RoFormer; the HMM
+    would invent words the vocabulary never has. `library`: "rjieba" or "jieba" (default: `word_segmenter()`), which
+    give the same words. Each distinct word is looked up once.
+
+    It is also the fast class's pre-tokenizer, through tokenizers' documented custom-component protocol
+    (`PreTokenizer.custom(splitter)` calls `pre_tokenize(pretok)`): the pieces are slices of the `NormalizedString`,
+    so offsets stay those of the input. A custom pre-tokenizer cannot be serialised: `tokenizer.json` holds BERT's
+    pre-tokenizer and the fast class attaches this one again when it is loaded.
+    """
+
+    def __init__(self, vocab: Container[str], split_cjk: bool = True, library: str | None = None) -> None:
+        self.vocab, self.split_cjk = vocab, split_cjk
+        self.library = library or word_segmenter()
+        self._pieces: dict[str, tuple[tuple[int, int], ...]] = {}  # word -> its pieces' spans in the word
+        self._joined: dict[str, str] = {}  # word -> its pieces joined by spaces
+
+    def __reduce__(self) -> tuple:  # pickled without the per-word caches
+        return type(self), (self.vocab, self.split_cjk, self.library)
+
+    def _word_pieces(self, word: str) -> tuple[tuple[int, int], ...]:
+        """The spans of `word`'s pieces in the word: the word itself when it is in the vocabulary."""
+        pieces = self._pieces.get(word)
+        if pieces is None:
+            pieces = ((0, len(word)),) if word in self.vocab else tuple(basic_spans(word, self.split_cjk))
+            if len(self._pieces) < _MAX_KNOWN_WORDS:
+                self._pieces[word] = pieces
+                self._joined[word] = " ".join([word[a:b] for a, b in pieces])
+        return pieces
+
+    def joined(self, text: str) -> str:
+        """`text` (normalised) with a space between every two pieces: split at whitespace, it gives the pieces."""
+        words = _word_cut(self.library)(text)
+        joined = [*map(self._joined.get, words)]  # (a C loop: the common case, every word seen before)
+        if None in joined:
+            joined = [" ".join([word[a:b] for a, b in self._word_pieces(word)]) for word in words]
+        return " ".join(joined)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of the pieces of `text` (normalised)."""
+        spans, start = [], 0
+        for word in _word_cut(self.library)(text):
+            spans.extend([(start + a, start + b) for a, b in self._word_pieces(word)])
+            start += len(word)
+        return spans
 
     def _split(self, index: int, normalized: NormalizedString) -> list[NormalizedString]:
         text = str(normalized)
-        return _slice_spans(normalized, len(text), word_spans(text, self.vocab, self.split_cjk, self.library))
+        return _slice_spans(normalized, len(text), self.spans(text))
 
     def pre_tokenize(self, pretok: PreTokenizedString) -> None:
         pretok.split(self._split)
 
 
-def _word_cut(library: str):
-    """`text -> [word, ...]` of `library` with HMM off: the words of `_word_tokenize`, without their offsets."""
-    if library == "rjieba":
-        import rjieba
-
-        return functools.partial(rjieba.cut, hmm=False)
-    return functools.partial(_import_jieba().lcut, HMM=False)
-
-
-@functools.cache
-def _cjk_pattern() -> re.Pattern[str]:
-    """One character of `_is_cjk`'s ranges."""
-    return re.compile(
-        "[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b81f\U0002b920-\U0002ceaf"
-        "\uf900-\ufaff\U0002f800-\U0002fa1f]"
-    )
-
-
 __all__ = [
     "SEGMENTERS",
     "WORD_SEGMENTER_ENV",
+    "WordSplitter",
     "basic_spans",
     "detect_segmenter",
     "load_vocab",
     "mark_unknown_chars",
     "unknown_char_marker",
     "word_segmenter",
-    "word_spans",
 ]

@@ -19,16 +19,13 @@ def test_bench_tokenizers_writes_results(tmp_path, monkeypatch):
     monkeypatch.delenv(WORD_SEGMENTER_ENV, raising=False)
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     payload = bench_tokenizers.main(["--lines", "40", "--repeats", "1", "--warmup", "0", "--out", str(tmp_path)])
-    assert all(payload["identical"].values()) and payload["fast_route_lines"] >= 35
+    assert all(payload["identical"].values())
     written = json.loads((tmp_path / "bench_tokenizers.json").read_text())
     assert {row["what"] for row in written["rows"]} >= {
         "jieba alone (cut, HMM off)",
         "rjieba alone (cut, HMM off)",
-        "ours fast, word mode, fast route (rjieba)",
+        "ours fast, word mode (rjieba)",
         "ours slow, word mode (rjieba)",
         "BertTokenizerFast, char mode",
     }
     assert "lines / s" in (tmp_path / "bench_tokenizers.md").read_text()
-    assert len(written["fast_route_parts"]) == 4 and all(s > 0 for s in written["fast_route_parts"].values())
-    assert written["fast_route_full_collections"]["runs"] == 1
-    assert written["fast_route_after_gc_freeze"]["mean"] > 0

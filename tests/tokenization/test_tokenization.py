@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer, BertTokenizer, PreTrainedConfig
 
 from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
-from roformer_ext.tokenization_words import _JiebaPreTokenizer, detect_segmenter, load_vocab, word_spans
+from roformer_ext.tokenization_words import WordSplitter, detect_segmenter, load_vocab
 
 jieba = pytest.importorskip("jieba")
 
@@ -390,8 +390,11 @@ class _ScanCountingString:
     def __str__(self) -> str:
         return self.text
 
-    def __getitem__(self, key: slice | tuple[int, int]) -> _ScanCountingString:
-        start, end = (key.start, key.stop) if isinstance(key, slice) else key  # both forms slice chars
+    def __getitem__(self, key: int | slice | tuple[int, int]) -> _ScanCountingString:
+        if isinstance(key, int):  # every form slices chars
+            start, end = key, key + 1
+        else:
+            start, end = (key.start, key.stop) if isinstance(key, slice) else key
         assert 0 <= start <= end <= len(self.text)
         self.scanned[0] += len(self.text)
         return _ScanCountingString(self.text[start:end], self.scanned)
@@ -399,8 +402,9 @@ class _ScanCountingString:
 
 def _jieba_scan_per_char(vocab: dict[str, int], text: str) -> float:
     scanned = [0]
-    pieces = _JiebaPreTokenizer(vocab, True)._split(0, _ScanCountingString(text, scanned))
-    assert [str(piece) for piece in pieces] == [text[a:b] for a, b in word_spans(text, vocab)]
+    splitter = WordSplitter(vocab)
+    pieces = splitter._split(0, _ScanCountingString(text, scanned))
+    assert [str(piece) for piece in pieces] == [text[a:b] for a, b in splitter.spans(text)]
     return scanned[0] / len(text)
 
 
