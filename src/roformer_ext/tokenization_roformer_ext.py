@@ -357,21 +357,24 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         """Word mode's fast route: what transformers' own path gives for `call`, or None for a call it does not take.
 
         The texts are normalised and cut here, written with a space between pieces, and encoded by a Rust pipeline
-        that splits at spaces (no Python call per text). The `BatchEncoding` holds the same ids and masks; its
-        `.encodings` (offsets, word ids) are those of transformers' own path for the same call, encoded when first
-        read. Not taken: offsets or overflowing tokens asked for, pre-split words, a text that holds an added token,
-        a row longer than `model_max_length` without truncation (transformers warns).
+        that splits at spaces (no Python call per text). The `BatchEncoding` holds the same ids and masks, and the
+        offsets moved back by the spaces written before each piece; its `.encodings` are those of transformers' own
+        path for the same call, encoded when first read. Not taken: overflowing tokens or pre-split words, a text that
+        holds an added token, a row longer than `model_max_length` without truncation (transformers warns), offsets
+        of a text whose normaliser does not keep each character's place.
         """
-        if any(call.get(key) for key in ("return_offsets_mapping", "return_overflowing_tokens", "is_split_into_words")):
+        if call.get("return_overflowing_tokens") or call.get("is_split_into_words"):
             return None
+        with_offsets = call.get("return_offsets_mapping", False)
         # The inputs as transformers' `_encode_plus` batches them (a single text drops an empty pair)
         texts, pairs = ([text], [text_pair] if text_pair else None) if isinstance(text, str) else (text, text_pair)
         if not _texts(texts) or not (pairs is None or (_texts(pairs) and len(pairs) == len(texts))):
             return None  # transformers' path gives its result or its error
         batch = list(texts) if pairs is None else list(zip(texts, pairs))
-        marked = self._marked_words(batch)
+        marked = self._marked_words(batch, with_offsets)
         if marked is None:
             return None
+        marked, shifts = marked
         self.set_truncation_and_padding(  # transformers' settings for this call, copied onto the route's pipeline
             padding_strategy=call.get("padding_strategy", PaddingStrategy.DO_NOT_PAD),
             truncation_strategy=call.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE),
@@ -387,7 +390,8 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             route.enable_truncation(**backend.truncation)
         if backend.padding is not None:
             route.enable_padding(**backend.padding)
-        encodings = route.encode_batch_fast(marked, add_special_tokens=call.get("add_special_tokens", True))
+        encode = route.encode_batch if with_offsets else route.encode_batch_fast  # (without offsets: ~40 % faster)
+        encodings = encode(marked, add_special_tokens=call.get("add_special_tokens", True))
         # transformers' `_convert_encoding` of each row
         type_ids, attention_mask = call.get("return_token_type_ids"), call.get("return_attention_mask")
         data = {"input_ids": [e.ids for e in encodings]}
@@ -397,6 +401,11 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             data["attention_mask"] = [e.attention_mask for e in encodings]
         if call.get("return_special_tokens_mask"):
             data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
+        if with_offsets:  # piece w of sequence q starts shifts[q][w] characters later in the marked text
+            data["offset_mapping"] = [
+                [(a, b) if w is None else (a - shift[q][w], b - shift[q][w]) for (a, b), w, q in zip(*fields)]
+                for shift, fields in zip(shifts, ((e.offsets, e.word_ids, e.sequence_ids) for e in encodings))
+            ]
         if call.get("return_length"):
             data["length"] = [len(ids) for ids in data["input_ids"]]
         limit = self.model_max_length
@@ -410,11 +419,12 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             data = {key: value[0] if value and isinstance(value[0], list) else value for key, value in data.items()}
         return BatchEncoding(data, exact, tensor_type=tensors, n_sequences=encodings[0].n_sequences)
 
-    def _marked_words(self, batch: list) -> list | None:
-        """Each text of `batch` normalised, cut, and written with a space between pieces (None: one holds an added
-        token, which transformers' path splits off before the pre-tokenizer)."""
+    def _marked_words(self, batch: list, with_offsets: bool) -> tuple[list, list | None] | None:
+        """Each text of `batch` normalised, cut, and written with a space between pieces, and with offsets the shift
+        of each piece (None: a text holds an added token, which transformers' path splits off before the
+        pre-tokenizer, or its normaliser does not keep each character's place)."""
         backend = self.backend_tokenizer
-        normalize, joined = backend.normalizer.normalize_str, self.__dict__["_word_splitter"].joined
+        normalize, splitter = backend.normalizer.normalize_str, self.__dict__["_word_splitter"]
         contents = sorted({token.content for token in backend.get_added_tokens_decoder().values()})
         cached = self.__dict__.get("_added_tokens_search")
         if cached is None or cached[0] != contents:
@@ -422,16 +432,28 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             search = re.compile("|".join(map(re.escape, variants)), re.IGNORECASE).search if variants else None
             cached = self.__dict__["_added_tokens_search"] = (contents, search)
         search = cached[1]
-        marked = []
+        marked, shifts = [], [] if with_offsets else None
         for item in batch:
-            pieces = []
+            pieces, item_shifts = [], []
             for text in (item,) if isinstance(item, str) else item:
                 normalized = normalize(text)
                 if search is not None and (search(text) or search(normalized)):
                     return None
-                pieces.append(joined(normalized))
+                if not with_offsets:
+                    pieces.append(splitter.joined(normalized))
+                    continue
+                if not _same_places(text, normalized, self.do_lower_case):
+                    return None
+                spans, shift, position = splitter.spans(normalized), [], 0
+                for a, b in spans:
+                    shift.append(position - a)
+                    position += b - a + 1
+                pieces.append(" ".join([normalized[a:b] for a, b in spans]))
+                item_shifts.append(shift)
             marked.append(pieces[0] if len(pieces) == 1 else tuple(pieces))
-        return marked
+            if with_offsets:
+                shifts.append(item_shifts)
+        return marked, shifts
 
     def _encode_without_added_tokens(self, text: str) -> list[int]:
         return parent_encode_without_added_tokens(super(), self._mark_unknown(text))
@@ -456,6 +478,18 @@ _ROUTE_CALLS = frozenset(
     "padding_side return_tensors return_token_type_ids return_attention_mask return_overflowing_tokens "
     "return_special_tokens_mask return_offsets_mapping return_length verbose split_special_tokens".split()
 )
+
+
+_SPACES = {code: " " for code in range(0x3001) if chr(code).isspace()}  # what BERT's normaliser makes of them
+
+
+def _same_places(text: str, normalized: str, lowercase: bool) -> bool:
+    """Whether `normalized` is `text` with each character replaced by one character (lower-cased, spaces for other
+    whitespace), so that an offset into one is the same offset into the other. Sufficient, not necessary: a text
+    it refuses (accents stripped, characters deleted) takes transformers' path."""
+    if len(normalized) != len(text):
+        return False
+    return normalized == text or normalized == (text.lower() if lowercase else text).translate(_SPACES)
 
 
 def _texts(values: Any) -> bool:

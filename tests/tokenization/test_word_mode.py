@@ -29,7 +29,8 @@ HOSTILE = [
     "我爱Python编程😀！很好",
     "学习C++语言， e-mail 地址 1998-01-01",
     "İstanbul 大学 ÉCOLE Ωμέγα ΣΑΣ",
-    "[MASK]中国人民[mask]经济 [SEP]",  # added tokens: tokenizers' pipeline for the whole call
+    "İ\x00中国经济",  # without accent stripping: one character more and one less, at other places
+    "[MASK]中国人民[mask]经济 [SEP]",  # added tokens: tokenizers' own pipeline for the whole call
     "a\x00b中国\u200b发展\ufffd",  # deleted characters
     "１９９８年，中国经济发展。",
     "   前导和尾随空格   ",
@@ -49,8 +50,16 @@ def _same_encoding(new, old) -> None:
 
 
 def _same_call(tokenizer, *args, **kwargs) -> None:
-    """`tokenizer(*args, **kwargs)` equals the same call with offsets asked for, but for the offsets' own key."""
+    """`tokenizer(*args, **kwargs)` equals the same call with offsets asked for, but for the offsets' own key, and
+    those offsets are the encodings' (tokenizers' own pipeline with the word pre-tokenizer)."""
     plain, full = tokenizer(*args, **kwargs), tokenizer(*args, return_offsets_mapping=True, **kwargs)
+    offsets = full["offset_mapping"]
+    offsets = offsets.tolist() if hasattr(offsets, "tolist") else offsets
+    unbatched = (
+        isinstance(args[0], str) and not kwargs.get("return_tensors") and not kwargs.get("return_overflowing_tokens")
+    )
+    offsets = [offsets] if unbatched else offsets
+    assert [[list(o) for o in row] for row in offsets] == [[list(o) for o in e.offsets] for e in full.encodings]
     assert list(plain.keys()) == [key for key in full.keys() if key != "offset_mapping"]
     for key in plain:
         if isinstance(full[key], torch.Tensor):
@@ -94,6 +103,7 @@ def hostile(lines):  # noqa: F811
 def test_plain_call_equals_call_with_offsets(tokenizer, lines, hostile, kwargs):  # noqa: F811
     _same_call(tokenizer, lines[:300], **kwargs)
     _same_call(tokenizer, hostile, **kwargs)
+    _same_call(tokenizer, [text for text in hostile if "[" not in text], **kwargs)
     for text in (hostile[0], hostile[4], hostile[8], hostile[-3]):
         _same_call(tokenizer, text, **kwargs)
     pair_kwargs = dict(kwargs)
@@ -144,8 +154,9 @@ def test_encodings_follow_their_own_call(tokenizer, lines):  # noqa: F811
 @pytest.mark.parametrize("options", [{"do_lower_case": False}, {"strip_accents": False}, {"strip_accents": True}])
 def test_normaliser_options(vocab_files, hostile, options):  # noqa: F811
     tokenizer = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"], **options)
-    _same_call(tokenizer, hostile)
     _same_call(tokenizer, hostile[::-1], padding=True)
+    for text in hostile:
+        _same_call(tokenizer, text)
 
 
 def test_added_tokens_after_construction(vocab_files, lines):  # noqa: F811
