@@ -103,8 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         "| | ms per step | eager / this |",
         "|---|---:|---:|",
         f"| eager (per-sequence SDPA) | {medians['eager']:.1f} | 1.00x |",
-        f"| torch.compile | {medians['compiled']:.1f} | "
-        f"{result['eager_over_compiled']:.2f}x |",
+        f"| torch.compile | {medians['compiled']:.1f} | {result['eager_over_compiled']:.2f}x |",
         "",
         f"Compile warm-up over the {args.batches} batches: {warm_up:.1f} s, {result['graphs']} graphs compiled "
         f"(one per shape specialisation), {result['graph_breaks']} graph breaks. Threads {result['threads']}, "

@@ -26,10 +26,10 @@ from roformer_ext import (
     register_position_encoding,
     register_position_scheme,
 )
+from roformer_ext.axis_allocations import register_axis_allocation
 from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, EncodingKnobs
 from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES
-from roformer_ext.axis_allocations import register_axis_allocation
 from roformer_ext.scheme_knobs import POSITIVE, Knob, SchemeKnobs
 
 ATOL = 1e-5

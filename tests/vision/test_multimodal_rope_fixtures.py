@@ -28,9 +28,9 @@ import pytest
 import torch
 
 from roformer_ext import RoFormerExtVisionTextConfig
+from roformer_ext.axis_allocations import register_axis_allocation
 from roformer_ext.positions import build_position_ids, patch_indices, register_position_scheme
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
-from roformer_ext.axis_allocations import register_axis_allocation
 from roformer_ext.rope import HeadwiseRotation, RotaryEmbedding, apply_rotary
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "multimodal_rope"
