@@ -374,7 +374,6 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         marked = self._marked_words(batch, with_offsets)
         if marked is None:
             return None
-        marked, shifts = marked
         self.set_truncation_and_padding(  # transformers' settings for this call, copied onto the route's pipeline
             padding_strategy=call.get("padding_strategy", PaddingStrategy.DO_NOT_PAD),
             truncation_strategy=call.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE),
@@ -401,10 +400,9 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             data["attention_mask"] = [e.attention_mask for e in encodings]
         if call.get("return_special_tokens_mask"):
             data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
-        if with_offsets:  # piece w of sequence q starts shifts[q][w] characters later in the marked text
+        if with_offsets:  # piece w starts w characters later in the marked text (`_marked_words`)
             data["offset_mapping"] = [
-                [(a, b) if w is None else (a - shift[q][w], b - shift[q][w]) for (a, b), w, q in zip(*fields)]
-                for shift, fields in zip(shifts, ((e.offsets, e.word_ids, e.sequence_ids) for e in encodings))
+                [(a, b) if w is None else (a - w, b - w) for (a, b), w in zip(e.offsets, e.word_ids)] for e in encodings
             ]
         if call.get("return_length"):
             data["length"] = [len(ids) for ids in data["input_ids"]]
@@ -419,10 +417,10 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             data = {key: value[0] if value and isinstance(value[0], list) else value for key, value in data.items()}
         return BatchEncoding(data, exact, tensor_type=tensors, n_sequences=encodings[0].n_sequences)
 
-    def _marked_words(self, batch: list, with_offsets: bool) -> tuple[list, list | None] | None:
-        """Each text of `batch` normalised, cut, and written with a space between pieces, and with offsets the shift
-        of each piece (None: a text holds an added token, which transformers' path splits off before the
-        pre-tokenizer, or its normaliser does not keep each character's place)."""
+    def _marked_words(self, batch: list, with_offsets: bool) -> list | None:
+        """Each text of `batch` normalised, cut, and written with a space between pieces (None: a text holds an added
+        token, which transformers' path splits off before the pre-tokenizer, or offsets are asked for and could not
+        be moved back)."""
         backend = self.backend_tokenizer
         normalize, splitter = backend.normalizer.normalize_str, self.__dict__["_word_splitter"]
         contents = sorted({token.content for token in backend.get_added_tokens_decoder().values()})
@@ -432,28 +430,25 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             search = re.compile("|".join(map(re.escape, variants)), re.IGNORECASE).search if variants else None
             cached = self.__dict__["_added_tokens_search"] = (contents, search)
         search = cached[1]
-        marked, shifts = [], [] if with_offsets else None
+        marked = []
         for item in batch:
-            pieces, item_shifts = [], []
+            pieces = []
             for text in (item,) if isinstance(item, str) else item:
                 normalized = normalize(text)
                 if search is not None and (search(text) or search(normalized)):
                     return None
-                if not with_offsets:
-                    pieces.append(splitter.joined(normalized))
-                    continue
-                if not _same_places(text, normalized, self.do_lower_case):
+                joined = splitter.joined(normalized)
+                # Offsets: piece w of `joined` starts w characters later than in the text when the normaliser keeps
+                # each character's place and the pieces and single whitespace characters tile the text (then
+                # `joined` is that much longer than the text).
+                if with_offsets and not (
+                    _same_places(text, normalized, self.do_lower_case)
+                    and len(joined) == len(normalized) + len(joined.split()) - 1
+                ):
                     return None
-                spans, shift, position = splitter.spans(normalized), [], 0
-                for a, b in spans:
-                    shift.append(position - a)
-                    position += b - a + 1
-                pieces.append(" ".join([normalized[a:b] for a, b in spans]))
-                item_shifts.append(shift)
+                pieces.append(joined)
             marked.append(pieces[0] if len(pieces) == 1 else tuple(pieces))
-            if with_offsets:
-                shifts.append(item_shifts)
-        return marked, shifts
+        return marked
 
     def _encode_without_added_tokens(self, text: str) -> list[int]:
         return parent_encode_without_added_tokens(super(), self._mark_unknown(text))

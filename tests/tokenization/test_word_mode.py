@@ -15,6 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_tokenization import _check_offsets, _long_text, lines, vocab_files  # noqa: F401  (module fixtures)
+from tokenizers import normalizers
 
 from roformer_ext import RoFormerExtTokenizerFast
 
@@ -157,6 +158,15 @@ def test_normaliser_options(vocab_files, hostile, options):  # noqa: F811
     _same_call(tokenizer, hostile[::-1], padding=True)
     for text in hostile:
         _same_call(tokenizer, text)
+
+
+def test_a_normaliser_set_by_the_user(vocab_files):  # noqa: F811
+    """One that keeps "\r\n" (one jieba word of two characters) and tabs, and makes two characters of "İ"."""
+    tokenizer = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
+    tokenizer.backend_tokenizer.normalizer = normalizers.Lowercase()
+    for text in ["中国\r\n经济发展", "ＡＢ\t中国  经济", "İ中国经济", "中国经济"]:
+        _same_call(tokenizer, text)
+    _same_call(tokenizer, ["中国\r\n经济发展", "中国经济"], padding=True)
 
 
 def test_added_tokens_after_construction(vocab_files, lines):  # noqa: F811
