@@ -5,7 +5,8 @@ description), chooses positions from it, embeds, and then asks `make_attention_p
 (`AttentionPlan`): the mask, the attention function (transformers' configured backend; for packed rows torch's varlen
 flash kernel on CUDA or per-sequence SDPA; or RoFormer's linear attention), the position terms of the position
 encoding (RoPE's cos / sin, a relative term joined into the mask or given per score to flex attention), the
-cross-attention mask and the lengths every backend reads for packed rows. Layers and heads read the plan; nothing below the base model decides any of it again.
+cross-attention mask and the lengths every backend reads for packed rows. Layers and heads read the plan; nothing
+below the base model decides any of it again.
 
 Which backend can take which input is decided here too (`check_backend_takes`): flash attention takes no dense mask
 and no score term. A new backend or layout changes this module.
@@ -135,9 +136,8 @@ def make_attention_plan(
         and not (config.is_decoder and has_unilm_overlay(config, token_type_ids, past_length))
     ):
         # Packed rows with nothing else to mask: each sequence alone (Σ len², not total², no mask built). On CUDA
-        # one varlen flash call for the whole row where the kernel takes it; otherwise one SDPA call per sequence,
-        # traced (torch.compile) too as one opaque operator: a masked SDPA over the whole row costs total² (a compiled
-        # packed MLM step 3.4x slower than eager, benchmarks/bench_packed_compile.py).
+        # one varlen flash call for the whole row where the kernel takes it; otherwise one SDPA call per sequence
+        # (run eagerly under torch.compile: a masked SDPA over the whole row would cost total²).
         mask = None
         attention = varlen_attention if varlen_kernel_takes(embeddings, config.head_dim, packed) else per_sequence_sdpa
     else:
