@@ -261,7 +261,7 @@ def test_unsupported_pooler_activation(tmp_path):
     src = write_junnyu_folder(
         "roformer_sim", tmp_path / "sim", {**junnyu_config("roformer_sim"), "pooler_activation": "relu"}
     )
-    with pytest.raises(CheckpointConversionError, match="pooler_activation 'relu' is not supported"):
+    with pytest.raises(CheckpointConversionError, match="Unknown pooler_activation 'relu'"):
         convert_transformers_checkpoint(src, tmp_path / "out")
 
 

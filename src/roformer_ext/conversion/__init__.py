@@ -1,42 +1,33 @@
-"""Converters from other RoFormer formats into roformer-ext folders, and the `roformer-ext-convert` script.
+"""Converters from other RoFormer formats into roformer-ext folders, and the `roformer-ext-convert` script."""
 
-Submodules are imported lazily: reading a TF checkpoint needs only numpy, and `--help` should not pay for
-importing torch and transformers.
-"""
+from .cli import main  # noqa: I001  (last: it imports the converters)
+from .files import CheckpointConversionError
+from .from_transformers import build_converted_model, convert_transformers_checkpoint, detect_source_kind
+from .original import (
+    VARIANTS,
+    convert_original_checkpoint,
+    detect_variant,
+    map_original_variables,
+    original_config_kwargs,
+)
+from .output_folder import OutputExistsError, OutputOverlapsSourceError, output_folder
+from .tf_checkpoint import TFCheckpointError, TFCheckpointReader, read_tf_checkpoint
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-
-class CheckpointConversionError(ValueError):
-    """A checkpoint cannot be converted as asked; the message names what is wrong and how to fix it."""
-
-
-_LAZY = {
-    "TFCheckpointReader": ".tf_checkpoint",
-    "TFCheckpointError": ".tf_checkpoint",
-    "read_tf_checkpoint": ".tf_checkpoint",
-    "convert_original_checkpoint": ".original",
-    "detect_variant": ".original",
-    "map_original_variables": ".original",
-    "original_config_kwargs": ".original",
-    "VARIANTS": ".original",
-    "output_folder": ".output_folder",
-    "OutputExistsError": ".output_folder",
-    "OutputOverlapsSourceError": ".output_folder",
-    "convert_transformers_checkpoint": ".from_transformers",
-    "build_converted_model": ".from_transformers",
-    "detect_source_kind": ".from_transformers",
-    "main": ".cli",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["CheckpointConversionError", *_LAZY]
+__all__ = [
+    "VARIANTS",
+    "CheckpointConversionError",
+    "OutputExistsError",
+    "OutputOverlapsSourceError",
+    "TFCheckpointError",
+    "TFCheckpointReader",
+    "build_converted_model",
+    "convert_original_checkpoint",
+    "convert_transformers_checkpoint",
+    "detect_source_kind",
+    "detect_variant",
+    "main",
+    "map_original_variables",
+    "original_config_kwargs",
+    "output_folder",
+    "read_tf_checkpoint",
+]

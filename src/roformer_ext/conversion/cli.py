@@ -10,8 +10,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import CheckpointConversionError
-from .files import one_line, portable_command, portable_path
+from .files import CheckpointConversionError, one_line
+from .from_transformers import convert_transformers_checkpoint
+from .original import convert_original_checkpoint
 
 _ORIGINAL_HELP = """\
 Convert an original ZhuiyiTechnology release (bert4keras TF checkpoint: bert_config.json,
@@ -93,16 +94,6 @@ def _report_to_stderr() -> Iterator[None]:
         logger.setLevel(previous)
 
 
-def _recorded_command(args: argparse.Namespace) -> str:
-    """The command for the model card: relative paths as given, absolute ones reduced to folder names."""
-    options = []
-    for name in ("variant", "pooler_activation", "code_repo"):
-        if getattr(args, name, None):
-            options += [f"--{name.replace('_', '-')}", getattr(args, name)]
-    options += ["--force"] if args.force else []
-    return portable_command(args.command, portable_path(args.src), portable_path(args.out), *options)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the converter; print the error and return 1 instead of a traceback for conversion errors."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -120,14 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+_DISK = "free some space or choose an OUT_DIR on another disk"
+_PERMISSIONS = "check the permissions of that path, or choose an OUT_DIR you can write to"
 _OS_ERROR_FIXES = {
-    errno.ENOSPC: "free some space or choose an OUT_DIR on another disk",
-    errno.EDQUOT: "free some space or choose an OUT_DIR on another disk",
-    errno.EACCES: "check the permissions of that path, or choose an OUT_DIR you can write to",
-    errno.EPERM: "check the permissions of that path, or choose an OUT_DIR you can write to",
-    errno.EROFS: "choose an OUT_DIR on a writable file system",
-    errno.ENAMETOOLONG: "choose a shorter path",
-}
+    errno.ENOSPC: _DISK, errno.EDQUOT: _DISK, errno.EACCES: _PERMISSIONS, errno.EPERM: _PERMISSIONS,
+    errno.EROFS: "choose an OUT_DIR on a writable file system", errno.ENAMETOOLONG: "choose a shorter path",
+}  # fmt: skip
 
 
 def _os_error_line(err: OSError) -> str:
@@ -140,29 +129,7 @@ def _os_error_line(err: OSError) -> str:
 
 def _convert(args: argparse.Namespace) -> Path:
     """Run the chosen converter with the parsed arguments; return the written folder."""
+    options = dict(pooler_activation=args.pooler_activation, force=args.force, code_repo=args.code_repo)
     if args.command == "original":
-        from .original import convert_original_checkpoint
-
-        return convert_original_checkpoint(
-            args.src,
-            args.out,
-            variant=args.variant,
-            pooler_activation=args.pooler_activation,
-            force=args.force,
-            command=_recorded_command(args),
-            code_repo=args.code_repo,
-        )
-    from .from_transformers import convert_transformers_checkpoint
-
-    return convert_transformers_checkpoint(
-        args.src,
-        args.out,
-        force=args.force,
-        pooler_activation=args.pooler_activation,
-        command=_recorded_command(args),
-        code_repo=args.code_repo,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        return convert_original_checkpoint(args.src, args.out, variant=args.variant, **options)
+    return convert_transformers_checkpoint(args.src, args.out, **options)

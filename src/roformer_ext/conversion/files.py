@@ -1,8 +1,8 @@
-"""Reading a checkpoint's side files with one-line errors, and writing what several converters share.
+"""What both converters share: one-line errors for a source's files, the model built with every key and shape
+checked, and the folder written from it.
 
-A release's config, vocabulary and weights come from elsewhere: a wrong value or a damaged file there is the
-user's to fix, so each failure becomes a CheckpointConversionError naming the file and the problem, never a
-traceback from json, the codec or torch.
+A release's config, vocabulary and weights come from elsewhere: a wrong value or a damaged file there is the user's
+to fix, so each failure is a CheckpointConversionError naming the file and the problem, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,14 +12,19 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import CheckpointConversionError
+import torch
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+from ..hub_code import check_code_repo, share_code, write_compatibility_section
 
-    from ..configuration_roformer_ext import RoFormerExtConfig
+
+class CheckpointConversionError(ValueError):
+    """A checkpoint cannot be converted as asked; the message names what is wrong and how to fix it."""
+
+
+#: A pooler next to an MLM head: the architecture does not hold it, the saved file does (for AutoModel).
+_POOLER = re.compile(r"^(roformer\.)?pooler\.dense\.")
 
 
 def one_line(err: BaseException) -> str:
@@ -28,7 +33,6 @@ def one_line(err: BaseException) -> str:
 
 
 def read_text_file(path: Path) -> str:
-    """The file as UTF-8 text; a missing file or another encoding is a CheckpointConversionError."""
     try:
         return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -40,7 +44,6 @@ def read_text_file(path: Path) -> str:
 
 
 def read_json_file(path: Path) -> dict[str, Any]:
-    """A JSON object from `path` (UTF-8); anything else is a CheckpointConversionError naming the file."""
     try:
         value = json.loads(read_text_file(path))
     except json.JSONDecodeError as err:
@@ -50,80 +53,135 @@ def read_json_file(path: Path) -> dict[str, Any]:
     return value
 
 
-def _is_int(value: Any) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_config_types(
-    config: Mapping[str, Any],
-    path: Path,
-    integers: Iterable[str] = (),
-    numbers: Iterable[str] = (),
-    flags: Iterable[str] = (),
+    config: Mapping[str, Any], path: Path, integers: Iterable[str] = (), numbers: Iterable[str] = (), flags=()
 ) -> None:
     """Every listed key that is present (and not null) has the right JSON type; else one error naming them all."""
-    wrong = []
-    for keys, check, kind in (
-        (integers, _is_int, "an integer"),
-        (numbers, _is_number, "a number"),
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    checks = (
+        (integers, lambda v: number(v) and (isinstance(v, int) or v.is_integer()), "an integer"),
+        (numbers, number, "a number"),
         (flags, lambda v: isinstance(v, bool), "true or false"),
-    ):
-        wrong += [
-            f"{key} is {config[key]!r} (expected {kind})"
-            for key in keys
-            if config.get(key) is not None and not check(config[key])
-        ]
+    )
+    wrong = [
+        f"{key} is {config[key]!r} (expected {kind})"
+        for keys, check, kind in checks
+        for key in keys
+        if config.get(key) is not None and not check(config[key])
+    ]
     if wrong:
         raise CheckpointConversionError(f"{path}: {'; '.join(wrong)}. Fix the value(s) in that file.")
 
 
-def portable_path(arg: str | Path) -> str:
-    """How a path argument appears in a model card: as given when relative, only the folder name when absolute."""
-    path = Path(arg)
-    if path.is_absolute():
-        return path.name or str(arg)
-    return str(arg)
+def command_line(command: str, src: str | Path, out: str | Path, **options: str | bool | None) -> str:
+    """The command for the model card: relative paths as typed, absolute ones reduced to their folder name."""
+    words = [command, *(Path(p).name or str(p) if Path(p).is_absolute() else str(p) for p in (src, out))]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        words += [flag] if value is True else [flag, value] if value else []
+    return shlex.join(["roformer-ext-convert", *words])
 
 
-def portable_command(*args: str | Path | None) -> str:
-    """`roformer-ext-convert ...` with no local absolute path in it (None arguments are left out)."""
-    return shlex.join(["roformer-ext-convert", *(str(a) for a in args if a is not None)])
+def resolve_pooler_activation(has_pooler: bool, given: str | None, default: str | None, where: str) -> str | None:
+    """The pooler's activation: `given`, else `default`; needed exactly when there is a pooler (named `where`)."""
+    if not has_pooler:
+        if given is not None:
+            raise CheckpointConversionError(
+                f"--pooler-activation was given but the checkpoint has no pooler ({where}); leave it out."
+            )
+        return None
+    activation = given or default
+    if activation is None:
+        raise CheckpointConversionError(
+            f"The checkpoint has a pooler ({where}) but config.json has no pooler_activation; pass "
+            "--pooler-activation linear (RoFormer-Sim) or tanh."
+        )
+    return activation  # RoFormerExtConfig checks the name
 
 
-def add_to_safetensors(folder: Path, extra: Mapping[str, Any]) -> None:
-    """Add tensors the saved architecture does not hold (a pooler next to an MLM head) so AutoModel loads them."""
+def conversion_folder(src: Path, out: str | Path, force: bool, code_repo: str | None):
+    """Check the arguments, then the all-or-nothing `output_folder(out)`, which may not overlap `src`."""
+    from .output_folder import output_folder
+
+    if code_repo is not None:
+        try:
+            check_code_repo(code_repo)
+        except ValueError as error:
+            raise CheckpointConversionError(str(error)) from None
+    if not src.is_dir():
+        raise CheckpointConversionError(f"Source folder {src} does not exist.")
+    return output_folder(out, force=force, sources=[src])
+
+
+def build_model(
+    architecture: str, config_kwargs: Mapping[str, Any], state: Mapping[str, torch.Tensor], config_path: Path
+) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """Our model with `state` loaded: every expected key present with its shape and nothing left over, else one
+    error listing them all. Also returns the pooler tensors an MLM architecture does not hold."""
+    from .. import RoFormerExtConfig, modeling_roformer_ext
+
+    try:
+        config = RoFormerExtConfig(**config_kwargs)
+    except (ValueError, TypeError) as err:
+        raise CheckpointConversionError(f"{config_path} gives an invalid configuration: {err}") from None
+    model = getattr(modeling_roformer_ext, architecture)(config)
+    if model.base_model is model:  # a bare encoder's keys carry no "roformer." prefix
+        state = {k.removeprefix(f"{model.base_model_prefix}."): v for k, v in state.items()}
+    expected = model.state_dict()
+    extra = {k: v for k, v in state.items() if k not in expected and _POOLER.match(k)}
+    missing = sorted(k for k in expected if k not in state and k != "lm_head.decoder.weight")  # tied
+    unexpected = sorted(k for k in state if k not in expected and k not in extra)
+    misshaped = [f"{k}: expected {tuple(expected[k].shape)}, found {tuple(v.shape)}"
+                 for k, v in state.items() if k in expected and v.shape != expected[k].shape]  # fmt: skip
+    if missing or unexpected or misshaped:
+        raise CheckpointConversionError(
+            f"The checkpoint does not fit its {config_path}:"
+            + (f"\n  missing: {', '.join(missing)}" if missing else "")
+            + (f"\n  unexpected: {', '.join(unexpected)}" if unexpected else "")
+            + ("\n  mis-shaped: " + "; ".join(misshaped) if misshaped else "")
+            + f"\nCheck that {config_path.name} (vocab_size, hidden_size, num_hidden_layers, ...) belongs to these "
+            "weights."
+        )
+    model.load_state_dict(state, strict=False)
+    return model.eval(), extra
+
+
+def save_folder(
+    folder: Path,
+    model: torch.nn.Module,
+    extra: Mapping[str, torch.Tensor],
+    card: str,
+    code_repo: str | None,
+    vocab_file: Path | None,
+    do_lower_case: bool = True,
+) -> None:
+    """Write the model (`extra` tensors added to its file), our tokenizer built from `vocab_file` (jieba word mode
+    when the vocabulary holds words), RoFormer-Sim's extras, and the model card."""
     from safetensors.torch import load_file, save_file
 
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        raise CheckpointConversionError(f"Expected a single {path} to add {sorted(extra)} to; found a sharded save.")
-    tensors = load_file(path)
-    tensors.update({k: v.contiguous() for k, v in extra.items()})
-    save_file(tensors, path, metadata={"format": "pt"})
-
-
-def write_sim_files(folder: Path, config: RoFormerExtConfig, tokenizer: PreTrainedTokenizerBase | None) -> None:
-    """RoFormer-Sim's extras: a UniLM generator's generation config (stop at [SEP], pad with [PAD]) when there is a
-    tokenizer to take the ids from, and the sentence-transformers files when the model has a pooler."""
     from ..similarity import sim_generation_config, write_sentence_transformers_config
+    from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
 
-    if config.decoder_attention == "unilm" and tokenizer is not None:
+    model.save_pretrained(folder)
+    if extra:
+        path = folder / "model.safetensors"
+        if not path.is_file():
+            raise CheckpointConversionError(
+                f"Expected a single {path} to add {sorted(extra)} to; found a sharded save."
+            )
+        tensors = load_file(path)
+        tensors.update({k: v.contiguous() for k, v in extra.items()})
+        save_file(tensors, path, metadata={"format": "pt"})
+    tokenizer = None
+    if vocab_file is not None:
+        read_text_file(vocab_file)  # a clear error for a vocabulary in another encoding
+        tokenizer = RoFormerExtTokenizerFast.from_vocab_file(vocab_file, segmenter="auto", do_lower_case=do_lower_case)
+        tokenizer.save_pretrained(folder)
+    if model.config.decoder_attention == "unilm" and tokenizer is not None:  # stop at [SEP], pad with [PAD]
         sim_generation_config(tokenizer).save_pretrained(folder)
-    if config.pooler_activation is not None:
+    if model.config.pooler_activation is not None:
         write_sentence_transformers_config(folder)
-
-
-__all__ = [
-    "add_to_safetensors",
-    "check_config_types",
-    "one_line",
-    "portable_command",
-    "portable_path",
-    "read_json_file",
-    "read_text_file",
-    "write_sim_files",
-]
+    (folder / "README.md").write_text(card, encoding="utf-8")
+    write_compatibility_section(folder)
+    if code_repo:
+        share_code(folder, code_repo)

@@ -1,13 +1,10 @@
 """Convert a `model_type: roformer` folder (transformers' RoFormer, or junnyu's `roformer` package) into roformer-ext.
 
-An explicit key map with every shape checked (nanoGPT's `from_pretrained` style). transformers' sinusoidal
-position table is dropped: our rotary computes the same angles from positions, at any length.
-
-junnyu's Hub folders use transformers' names plus three switches of his `roformer` package (read from his
-`modeling_roformer.py`): `use_bias: false` removes every bias of the encoder; a `norm_type` other than
-"layer_norm" makes every norm his parameter-free `x / sqrt(mean(x^2) + eps)` and the MLM head the tied decoder
-alone (`cls.predictions.decoder.weight`, no transform, no bias) — RoFormer-V2; and a pooler
-(`roformer.pooler.dense.*`, always with a bias) with `pooler_activation` ("linear" for RoFormer-Sim).
+An explicit key map with every shape checked; transformers' sinusoidal position table is dropped (our rotary
+computes the same angles, at any length). junnyu's folders add three switches of his package: `use_bias: false`
+drops every encoder bias; a `norm_type` other than "layer_norm" makes every norm his parameter-free
+`x / sqrt(mean(x^2) + eps)` and the MLM head the tied decoder alone (RoFormer-V2); and a pooler
+(`roformer.pooler.dense.*`, with a bias) with `pooler_activation` ("linear" for RoFormer-Sim).
 """
 
 from __future__ import annotations
@@ -16,26 +13,21 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ..hub_code import check_code_repo, share_code, write_compatibility_section
-from . import CheckpointConversionError
 from .files import (
-    add_to_safetensors,
+    CheckpointConversionError,
+    build_model,
     check_config_types,
+    command_line,
+    conversion_folder,
     one_line,
-    portable_command,
-    portable_path,
     read_json_file,
-    read_text_file,
-    write_sim_files,
+    resolve_pooler_activation,
+    save_folder,
 )
-from .output_folder import output_folder
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +93,6 @@ _NUMBER_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initia
 _FLAG_FIELDS = ("rotary_value", "is_decoder", "add_cross_attention", "tie_word_embeddings", "use_bias")
 #: Keys only junnyu's `roformer` package writes: they tell his folders from transformers' own.
 _JUNNYU_KEYS = ("norm_type", "use_bias", "pooler_activation")
-_POOLER_ACTIVATIONS = ("linear", "tanh")
 
 
 # ------------------------------------------------------------------------------------------ detection
@@ -152,27 +143,6 @@ def _architecture(their: Mapping[str, Any], keys: list[str]) -> str:
     return ARCHITECTURES[architectures[0]]
 
 
-def _pooler_activation(their: Mapping[str, Any], keys: list[str], override: str | None) -> str | None:
-    """The pooler's activation: the override, else config.json's; needed exactly when there is a pooler."""
-    if not _has_pooler(keys):
-        if override is not None:
-            raise CheckpointConversionError(
-                "--pooler-activation was given but the checkpoint has no pooler (roformer.pooler.dense); leave it out."
-            )
-        return None
-    activation = override or their.get("pooler_activation")
-    if activation is None:
-        raise CheckpointConversionError(
-            "The checkpoint has a pooler (roformer.pooler.dense) but config.json has no pooler_activation; pass "
-            "--pooler-activation linear (RoFormer-Sim) or tanh."
-        )
-    if activation not in _POOLER_ACTIVATIONS:
-        raise CheckpointConversionError(
-            f"pooler_activation {activation!r} is not supported; roformer-ext has {', '.join(_POOLER_ACTIVATIONS)}."
-        )
-    return activation
-
-
 def convert_transformers_config(
     their: Mapping[str, Any],
     keys: Iterable[str] = (),
@@ -195,7 +165,9 @@ def convert_transformers_config(
     ours["mlm_head_transform"] = layer_norm  # his MLM head has the transform iff norm_type == "layer_norm"
     ours["multiple_choice_pooling"] = "last"
     ours["architectures"] = [_architecture(their, keys)]
-    ours["pooler_activation"] = _pooler_activation(their, keys, pooler_activation)
+    ours["pooler_activation"] = resolve_pooler_activation(
+        _has_pooler(keys), pooler_activation, their.get("pooler_activation"), "roformer.pooler.dense"
+    )
     if ours["pooler_activation"] is not None:
         ours["is_decoder"] = False  # see _architecture
         if _has_mlm_head(keys):  # the Sim generator: AutoModelForCausalLM loads it as junnyu runs it (UniLM)
@@ -287,74 +259,22 @@ def load_state_dict_from_folder(src: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _check_and_load(
-    model: torch.nn.Module, state: dict[str, torch.Tensor], config_path: Path = Path("config.json")
-) -> dict[str, torch.Tensor]:
-    """Every expected tensor present with its shape, nothing left over — else one error listing them all.
-
-    Returns the pooler tensors when the architecture does not hold a pooler, to be saved next to its weights.
-    """
-    if model.base_model is model:  # a bare encoder's keys carry no "roformer." prefix
-        state = {k.removeprefix(f"{model.base_model_prefix}."): v for k, v in state.items()}
-    expected = model.state_dict()
-    tied = {"lm_head.decoder.weight"}
-    extra = {k: v for k, v in state.items() if k not in expected and _POOLER.match(k)}
-    missing = sorted(k for k in expected if k not in state and k not in tied)
-    unexpected = sorted(k for k in state if k not in expected and k not in extra)
-    misshaped = [f"{k}: expected {tuple(expected[k].shape)}, found {tuple(v.shape)}"
-                 for k, v in state.items() if k in expected and tuple(v.shape) != tuple(expected[k].shape)]  # fmt: skip
-    if missing or unexpected or misshaped:
-        raise CheckpointConversionError(
-            f"The checkpoint does not fit its {config_path}:"
-            + (f"\n  missing: {', '.join(missing)}" if missing else "")
-            + (f"\n  unexpected: {', '.join(unexpected)}" if unexpected else "")
-            + ("\n  mis-shaped: " + "; ".join(misshaped) if misshaped else "")
-            + f"\nCheck that {config_path.name} (vocab_size, hidden_size, num_hidden_layers, ...) belongs to these "
-            "weights."
-        )
-    model.load_state_dict(state, strict=False)
-    return extra
-
-
 def _build(src: Path, pooler_activation: str | None) -> tuple[torch.nn.Module, str, dict[str, torch.Tensor]]:
     """Our model with their weights, the detected source kind, and pooler tensors the model does not hold."""
-    from .. import modeling_roformer_ext
-    from ..configuration_roformer_ext import RoFormerExtConfig
-
     if not (src / "config.json").exists():
         raise CheckpointConversionError(f"{src} has no config.json; pass a folder written by save_pretrained.")
     their = read_json_file(src / "config.json")
     _check_model_type(their)
     state = load_state_dict_from_folder(src)
-    kind = detect_source_kind(their, state)
     kwargs = convert_transformers_config(their, state, pooler_activation, src / "config.json")
-    try:
-        config = RoFormerExtConfig(**kwargs)
-    except (ValueError, TypeError) as err:
-        raise CheckpointConversionError(f"{src / 'config.json'} gives an invalid configuration: {err}") from None
-    model = getattr(modeling_roformer_ext, kwargs["architectures"][0])(config)
-    extra = _check_and_load(model, convert_transformers_state_dict(state), src / "config.json")
-    return model.eval(), kind, extra
+    ours = convert_transformers_state_dict(state)
+    model, extra = build_model(kwargs["architectures"][0], kwargs, ours, src / "config.json")
+    return model, detect_source_kind(their, state), extra
 
 
 def build_converted_model(src: str | Path, pooler_activation: str | None = None) -> torch.nn.Module:
     """Our model, in memory, from a transformers / junnyu RoFormer folder."""
     return _build(Path(src), pooler_activation)[0]
-
-
-# --------------------------------------------------------------------------------------------- folder
-def _save_tokenizer(src: Path, folder: Path) -> PreTrainedTokenizerBase:
-    """Ours, built from vocab.txt (jieba word mode when it holds words, as transformers' RoFormerTokenizer)."""
-    from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
-
-    vocab = src / "vocab.txt"
-    read_text_file(vocab)  # a clear error for a vocabulary in another encoding
-    settings = read_json_file(src / "tokenizer_config.json") if (src / "tokenizer_config.json").exists() else {}
-    tokenizer = RoFormerExtTokenizerFast.from_vocab_file(
-        vocab, segmenter="auto", do_lower_case=settings.get("do_lower_case", True)
-    )
-    tokenizer.save_pretrained(folder)
-    return tokenizer
 
 
 def convert_transformers_checkpoint(
@@ -365,40 +285,28 @@ def convert_transformers_checkpoint(
     command: str | None = None,
     code_repo: str | None = None,
 ) -> Path:
-    """Write our folder (config with auto_map, safetensors, code, tokenizer, card) to `out`, atomically.
+    """Write our folder (config with auto_map, safetensors, code, tokenizer, card) to `out`, all or nothing.
 
-    The tokenizer becomes ours, built from vocab.txt, so the folder no longer needs rjieba and keeps jieba on
-    reload; without vocab.txt the folder has no tokenizer and a warning says so. `pooler_activation` is for a
-    pooler whose config.json does not name its activation. `out` may not be, hold or lie inside `src`. With
-    `code_repo` ("owner/name") the folder loads its code from that Hub code repository instead of carrying copies.
+    The tokenizer becomes ours, built from vocab.txt (no rjieba needed; without vocab.txt, no tokenizer and a
+    warning). `pooler_activation` is for a pooler whose config.json does not name its activation. `out` may not be,
+    hold or lie inside `src`. With `code_repo` ("owner/name") the folder loads its code from that Hub code repository.
     """
+    options = dict(pooler_activation=pooler_activation, code_repo=code_repo, force=force)
+    command = command or command_line("transformers", src, out, **options)  # relative paths as typed
     src, out = Path(src), Path(out)
-    if code_repo is not None:
-        try:
-            check_code_repo(code_repo)
-        except ValueError as error:
-            raise CheckpointConversionError(str(error)) from None
-    if not src.is_dir():
-        raise CheckpointConversionError(f"Source folder {src} does not exist.")
-    with output_folder(out, force=force, sources=[src]) as tmp:
+    with conversion_folder(src, out, force, code_repo) as tmp:
         model, kind, extra = _build(src, pooler_activation)
         logger.info("Detected %s -> %s.", SOURCE_KINDS[kind], model.__class__.__name__)
-        model.save_pretrained(tmp)
-        if extra:
-            add_to_safetensors(tmp, extra)
-        tokenizer = _save_tokenizer(src, tmp) if (src / "vocab.txt").exists() else None
-        write_sim_files(tmp, model.config, tokenizer)
-        if tokenizer is None:
+        vocab = src / "vocab.txt"
+        if not vocab.exists():
+            vocab = None
             logger.warning(
                 "%s has no vocab.txt, so %s gets no tokenizer: put the model's vocab.txt into %s and convert "
                 "again (or save a tokenizer into %s yourself).", src, out, src, out
             )  # fmt: skip
-        if command is None:
-            command = portable_command("transformers", portable_path(src), portable_path(out))
-        (tmp / "README.md").write_text(_model_card(src, model, kind, command), encoding="utf-8")
-        write_compatibility_section(tmp)
-        if code_repo:
-            share_code(tmp, code_repo)
+        settings = read_json_file(src / "tokenizer_config.json") if (src / "tokenizer_config.json").exists() else {}
+        card = _model_card(src, model, kind, command)
+        save_folder(tmp, model, extra, card, code_repo, vocab, settings.get("do_lower_case", True))
     return out
 
 

@@ -1,40 +1,39 @@
 """Convert the original RoFormer releases (bert4keras TF checkpoints) into roformer-ext folders.
 
-The ZhuiyiTechnology releases (RoFormer v1 word/char, RoFormer-Sim, RoFormer-GPT, RoFormer-V2) are TF
-checkpoints with BERT variable names written by bert4keras. Conversion is an explicit name map with every
-shape checked, plus a config that keeps what bert4keras computes: exact erf gelu, norm epsilon 1e-7, the
-parameter-free RMS norm and bias-free layers of V2, and the pooler's activation (not stored anywhere).
+The ZhuiyiTechnology releases (v1 word/char, Sim, GPT, V2) are TF checkpoints with BERT variable names: an explicit
+name map with every shape checked, and a config that keeps what bert4keras computes (exact erf gelu, norm epsilon
+1e-7, V2's parameter-free RMS norm and bias-free layers, the pooler's activation, which is stored nowhere).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from ..hub_code import check_code_repo, share_code, write_compatibility_section
-from . import CheckpointConversionError
 from .files import (
-    add_to_safetensors,
+    CheckpointConversionError,
+    build_model,
     check_config_types,
-    portable_command,
-    portable_path,
+    command_line,
+    conversion_folder,
     read_json_file,
     read_text_file,
-    write_sim_files,
+    resolve_pooler_activation,
+    save_folder,
 )
-from .output_folder import output_folder
 from .tf_checkpoint import TFCheckpointReader
 
 logger = logging.getLogger(__name__)
 
 VARIANTS = ("v1", "sim", "gpt", "v2")
-POOLER_ACTIVATIONS = ("linear", "tanh")
 
 #: Optimizer state and bookkeeping that training checkpoints may carry next to the weights.
 _IGNORED = re.compile(
@@ -247,47 +246,23 @@ def plan_conversion(
     """Decide variant, architecture, config and variable map, checking the checkpoint against them."""
     if variant is not None and variant not in VARIANTS:
         raise CheckpointConversionError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
-    if pooler_activation is not None and pooler_activation not in POOLER_ACTIVATIONS:
-        raise CheckpointConversionError(
-            f"Unknown pooler activation {pooler_activation!r}; choose one of {', '.join(POOLER_ACTIVATIONS)}."
-        )
     variant = variant or detect_variant(variables)
     has_pooler = "bert/pooler/dense/kernel" in variables or variant == "sim"
     has_head = variant in ("v2", "gpt") or any(n.startswith("cls/") for n in variables)
-    if pooler_activation is not None and not has_pooler:
-        raise CheckpointConversionError(
-            "--pooler-activation was given but the checkpoint has no pooler (bert/pooler/dense); leave it out."
-        )
-    if has_pooler and pooler_activation is None:
-        pooler_activation = "linear" if variant == "sim" else "tanh"  # RoFormer-Sim's pooler is linear
+    default = "linear" if variant == "sim" else "tanh"  # RoFormer-Sim's pooler is linear
+    pooler = resolve_pooler_activation(has_pooler, pooler_activation, default, "bert/pooler/dense")
     specs = map_original_variables(bert_config, variant, has_pooler, has_head)
     _check_variables(variables, specs, variant)
     architecture = (
         "RoFormerExtForCausalLM" if variant == "gpt" else "RoFormerExtForMaskedLM" if has_head else "RoFormerExtModel"
     )
-    pooler = pooler_activation if has_pooler else None
     config_kwargs = original_config_kwargs(bert_config, variant, pooler, pad_token_id)
     if variant == "sim" and has_head:  # the generator: AutoModelForCausalLM loads it as bert4keras' application='unilm'
         config_kwargs["decoder_attention"] = "unilm"
-    return ConversionPlan(
-        variant=variant,
-        architecture=architecture,
-        config_kwargs=config_kwargs,
-        specs=specs,
-        ignored=sorted(n for n in variables if _is_ignored(n)),
-    )
+    ignored = sorted(n for n in variables if _is_ignored(n))
+    return ConversionPlan(variant, architecture, config_kwargs, specs, ignored)
 
 
-def load_state_dict(reader: TFCheckpointReader, specs: list[VariableSpec]) -> dict[str, np.ndarray]:
-    """Read and transpose every mapped variable (float32), keyed as RoFormerExtForMaskedLM."""
-    state = {}
-    for spec in specs:
-        array = reader.get_tensor(spec.tf_name).astype(np.float32, copy=False)
-        state[spec.torch_key] = np.ascontiguousarray(array.T if spec.transpose else array)
-    return state
-
-
-# -------------------------------------------------------------------------------------- source files
 _INTEGER_KEYS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "embedding_size",
     "type_vocab_size", "max_position_embeddings",
@@ -295,74 +270,6 @@ _INTEGER_KEYS = (
 _NUMBER_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
 
-def _read_bert_config(src: Path) -> dict[str, Any]:
-    """bert_config.json with every size an integer and every rate a number (else one error naming them)."""
-    path = src / "bert_config.json"
-    if not path.is_file():
-        raise CheckpointConversionError(
-            f"Missing {path}: an original release folder holds bert_config.json, bert_model.ckpt.* and vocab.txt."
-        )
-    config = read_json_file(path)
-    check_config_types(config, path, integers=_INTEGER_KEYS, numbers=_NUMBER_KEYS)
-    return config
-
-
-def _read_vocab(src: Path) -> list[str]:
-    path = src / "vocab.txt"
-    if not path.is_file():
-        raise CheckpointConversionError(f"Missing {path}: the tokenizer vocabulary is needed for the converted folder.")
-    return read_text_file(path).splitlines()
-
-
-# ------------------------------------------------------------------------------------------- output
-def _tokenizer(vocab_file: Path):
-    """Our tokenizer from the release's vocab.txt; jieba word mode when the vocabulary holds words."""
-    from ..tokenization_roformer_ext import RoFormerExtTokenizerFast
-
-    return RoFormerExtTokenizerFast.from_vocab_file(vocab_file, segmenter="auto", do_lower_case=True)
-
-
-def save_converted(
-    folder: Path, plan: ConversionPlan, state: Mapping[str, np.ndarray], vocab_file: Path, readme: str
-) -> None:
-    """Build the planned model, load `state` strictly, and write model, tokenizer, vocab.txt and README.md."""
-    import shutil
-
-    import torch
-
-    # importing the package registers the Auto classes, so save_pretrained writes auto_map
-    from .. import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
-
-    classes = (RoFormerExtModel, RoFormerExtForMaskedLM, RoFormerExtForCausalLM)
-    model_class = {c.__name__: c for c in classes}[plan.architecture]
-    try:
-        config = RoFormerExtConfig(**plan.config_kwargs)
-    except (ValueError, TypeError) as err:
-        raise CheckpointConversionError(f"bert_config.json gives an invalid configuration: {err}") from None
-    model = model_class(config).eval()
-    strip = "roformer." if model_class is RoFormerExtModel else ""
-    tensors = {k.removeprefix(strip): torch.from_numpy(np.array(v)) for k, v in state.items()}
-    try:
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
-    except RuntimeError as err:
-        raise CheckpointConversionError(f"The converted weights do not fit {plan.architecture}: {err}") from None
-    tied = set(getattr(model, "_tied_weights_keys", None) or {})
-    if set(missing) - tied:
-        raise CheckpointConversionError(
-            f"{plan.architecture} expects weights the checkpoint map does not give: {sorted(set(missing) - tied)}."
-        )
-    model.save_pretrained(folder)
-    if unexpected:  # weights this architecture does not hold (e.g. a pooler next to an MLM head): keep them in
-        add_to_safetensors(folder, {k: tensors[k] for k in unexpected})  # the file so AutoModel loads them
-    tokenizer = _tokenizer(vocab_file)
-    tokenizer.save_pretrained(folder)
-    shutil.copyfile(vocab_file, folder / "vocab.txt")
-    write_sim_files(folder, config, tokenizer)
-    (folder / "README.md").write_text(readme, encoding="utf-8")
-    write_compatibility_section(folder)
-
-
-# -------------------------------------------------------------------------------------------- main
 def convert_original_checkpoint(
     src: str | Path,
     out: str | Path,
@@ -374,24 +281,24 @@ def convert_original_checkpoint(
 ) -> Path:
     """Convert an original RoFormer release folder `src` into a roformer-ext folder `out`; return `out`.
 
-    `variant` (v1 | sim | gpt | v2) is detected when None (gpt must be asked for). `pooler_activation`
-    defaults to "linear" for RoFormer-Sim and "tanh" for another checkpoint with a pooler. Nothing is left at
-    `out` when anything fails; an existing `out` is refused unless `force` (see `output_folder`), and an `out`
-    that is, holds or lies inside `src` always. `command` is what the model card records (default: this call
-    as a command line, absolute paths reduced to folder names). With `code_repo` ("owner/name") the folder loads its
-    code from that Hub code repository instead of carrying copies (`roformer_ext.hub_code`).
+    `variant` (v1 | sim | gpt | v2) is detected when None (gpt must be asked for). `pooler_activation` defaults to
+    "linear" for RoFormer-Sim, "tanh" for another checkpoint with a pooler. `out` is written all or nothing (see
+    `output_folder`). `command` is what the model card records (default: this call as a command line). With
+    `code_repo` ("owner/name") the folder loads its code from that Hub code repository (`roformer_ext.hub_code`).
     """
+    options = dict(variant=variant, pooler_activation=pooler_activation, code_repo=code_repo, force=force)
+    command = command or command_line("original", src, out, **options)  # relative paths as typed
     src, out = Path(src), Path(out)
-    if code_repo is not None:
-        try:
-            check_code_repo(code_repo)
-        except ValueError as error:
-            raise CheckpointConversionError(str(error)) from None
-    if not src.is_dir():
-        raise CheckpointConversionError(f"Source folder {src} does not exist.")
-    with output_folder(out, force=force, sources=[src]) as tmp:
-        bert_config = _read_bert_config(src)
-        vocab = _read_vocab(src)
+    with conversion_folder(src, out, force, code_repo) as tmp:
+        for name in ("bert_config.json", "vocab.txt"):
+            if not (src / name).is_file():
+                raise CheckpointConversionError(
+                    f"Missing {src / name}: an original release folder holds bert_config.json, bert_model.ckpt.* "
+                    "and vocab.txt."
+                )
+        bert_config = read_json_file(src / "bert_config.json")
+        check_config_types(bert_config, src / "bert_config.json", _INTEGER_KEYS, _NUMBER_KEYS)
+        vocab = read_text_file(src / "vocab.txt").splitlines()
         reader = TFCheckpointReader(src)
         pad_id = vocab.index("[PAD]") if "[PAD]" in vocab else 0
         plan = plan_conversion(reader.variables, bert_config, variant, pooler_activation, pad_id)
@@ -401,21 +308,14 @@ def convert_original_checkpoint(
                 f"vocab.txt has {len(vocab)} entries but the embeddings only "
                 f"{plan.config_kwargs['vocab_size']} rows: the vocabulary does not belong to this checkpoint."
             )
-        state = load_state_dict(reader, plan.specs)
-        if command is None:
-            command = _command(src, out, variant, pooler_activation, force)
-        save_converted(tmp, plan, state, src / "vocab.txt", model_card(src, plan, command))
-        if code_repo:
-            share_code(tmp, code_repo)
+        state = {}
+        for spec in plan.specs:  # TF Dense kernels are [in, out], torch Linear weights [out, in]
+            array = reader.get_tensor(spec.tf_name).astype(np.float32, copy=False)
+            state[spec.torch_key] = torch.from_numpy(np.ascontiguousarray(array.T if spec.transpose else array))
+        model, extra = build_model(plan.architecture, plan.config_kwargs, state, src / "bert_config.json")
+        save_folder(tmp, model, extra, model_card(src, plan, command), code_repo, src / "vocab.txt")
+        shutil.copyfile(src / "vocab.txt", tmp / "vocab.txt")
     return out
-
-
-def _command(src: Path, out: Path, variant: str | None, pooler: str | None, force: bool) -> str:
-    args = ["original", portable_path(src), portable_path(out)]
-    args += ["--variant", variant] if variant else []
-    args += ["--pooler-activation", pooler] if pooler else []
-    args += ["--force"] if force else []
-    return portable_command(*args)
 
 
 def describe_variant(plan: ConversionPlan, forced: bool = False) -> str:
@@ -510,14 +410,12 @@ def sim_card_section(plan: ConversionPlan) -> str:
 
 
 __all__ = [
-    "POOLER_ACTIVATIONS",
     "VARIANTS",
     "ConversionPlan",
     "VariableSpec",
     "convert_original_checkpoint",
     "describe_variant",
     "detect_variant",
-    "load_state_dict",
     "map_original_variables",
     "model_card",
     "original_config_kwargs",

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import CheckpointConversionError
+from .files import CheckpointConversionError
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import CheckpointConversionError
+from .files import CheckpointConversionError
 
 
 class TFCheckpointError(CheckpointConversionError):
