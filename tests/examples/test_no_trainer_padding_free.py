@@ -1,32 +1,22 @@
-"""The accelerate classification script with padding-free batches (`--padding_free`, on by default as in the
-Trainer script) and `--group_by_length`, run in this process at tiny scale on the bundled Chinese reviews.
-
-What the classifier's forward receives is recorded: packed training batches must reach the model as one row with
-`cu_seq_lens` and positions restarting at 0 in each sequence, and padded ones as an ordinary masked batch. From the
-same seed without dropout, training packed gives the padded run's losses and metrics.
-"""
+"""The accelerate classification script with padding-free batches (the default) and `--group_by_length`, in this
+process on the bundled Chinese reviews. The classifier's training inputs are recorded: packed batches arrive as one
+row with `cu_seq_lens` and positions restarting at 0 in each sequence, and train as the padded run does."""
 
 import json
 import math
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_examples import CLASSIFY_LOOP, run_in_process
+from test_examples import TINY as SIZES
 
 from roformer_ext import RoFormerExtForSequenceClassification
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SCRIPT = EXAMPLES / "text-classification" / "run_classification_no_trainer.py"
-TINY = [
-    "--dataset", "chinese_sentiment", "--max_train_samples", "32", "--max_eval_samples", "16",
-    "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--max_train_steps", "4",
-    "--learning_rate", "1e-3", "--warmup_ratio", "0", "--logging_steps", "2",
-    "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0",
-    "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
-    "--vocab_size", "1000", "--vocab_min_frequency", "1",
-]  # fmt: skip
+TINY = ["--dataset", "chinese_sentiment", "--max_train_samples", "32", "--max_eval_samples", "16",
+        "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--max_train_steps", "4",
+        "--learning_rate", "1e-3", "--warmup_ratio", "0", "--logging_steps", "2",
+        "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0", *SIZES]  # fmt: skip
 FORWARD = RoFormerExtForSequenceClassification.forward  # unwrapped, however many runs a test records
 
 
@@ -40,9 +30,7 @@ def run_recording(args: list[str], monkeypatch) -> list[dict]:
         return FORWARD(self, *positional, **inputs)
 
     monkeypatch.setattr(RoFormerExtForSequenceClassification, "forward", recording_forward)
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
+    run_in_process(CLASSIFY_LOOP, args, monkeypatch)
     return calls
 
 

@@ -1,15 +1,18 @@
 """examples/position-lab/run_extrapolation.py: a tiny end-to-end study (two encodings, an eval-time RoPE scaling),
 the eval blocks, the shared masks, argument errors and the decay figure of the trained models."""
 
-import importlib.util
+import importlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_examples import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "run_extrapolation.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "examples" / "position-lab" / "run_extrapolation.py"
+STUDY = ["--encodings", "rope", "t5_bias", "--seeds", "0", "1", "--rope_scalings", "yarn"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = [
     "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
@@ -20,19 +23,24 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("run_extrapolation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")
 def study(script, tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    argv = ["--output_dir", str(out), "--encodings", "rope", "t5_bias", "--seeds", "0", "1", "--rope_scalings", "yarn"]
-    results = script.main(argv + TINY)
-    return script.parse_args(argv + TINY), results, out
+    argv = ["--output_dir", str(out), *STUDY, *TINY]
+    results = script.main(argv)
+    return script.parse_args(argv), results, out
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("bench_extrapolation")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +49,7 @@ def streams(script, study):
     return script.load_token_streams(args, out / "tokenizer")
 
 
-def test_results_have_every_encoding_seed_and_length(study):
+def test_results_have_every_encoding_seed_and_length_and_the_same_masks(study):
     args, results, out = study
     on_disk = json.loads(args.results_path.read_text())
     assert on_disk == results
@@ -57,12 +65,8 @@ def test_results_have_every_encoding_seed_and_length(study):
     assert cells["rope+yarn", 0]["eval_overrides"]["rope_parameters"]["rope_type"] == "yarn"
     assert results["setup"]["unigram_entropy"] > 0 and "--encodings rope t5_bias" in results["setup"]["command"]
     assert (out / "models" / "mlm" / "t5_bias" / "seed1" / "config.json").is_file()
-
-
-def test_every_encoding_and_length_scores_the_same_masks(study):
-    _, results, _ = study
-    checksums = {cell["mask_checksum"] for run in results["runs"] for cell in run["eval"].values()}
-    assert len(checksums) == 1
+    # every encoding and length scores the same masks
+    assert len({cell["mask_checksum"] for run in results["runs"] for cell in run["eval"].values()}) == 1
 
 
 def test_eval_blocks_are_k_times_the_training_length(script, study, streams):
@@ -110,8 +114,7 @@ def test_a_second_run_trains_nothing(script, study, monkeypatch):
         raise AssertionError("trained again")
 
     monkeypatch.setattr(script, "train_model", no_training)
-    argv = ["--output_dir", str(out), "--encodings", "rope", "t5_bias", "--seeds", "0", "1", "--rope_scalings", "yarn"]
-    assert script.main(argv + TINY)["runs"] == results["runs"]
+    assert script.main(["--output_dir", str(out), *STUDY, *TINY])["runs"] == results["runs"]
 
 
 def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
@@ -125,24 +128,10 @@ def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
-def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
+def test_benchmark_tabulates_the_study(bench, study, tmp_path, capsys):
     args, results, out = study
-    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(benchmarks))
-    try:
-        bench = importlib.import_module("bench_extrapolation")
-    finally:
-        sys.path.remove(str(benchmarks))
-    argv = [
-        "--report-only",
-        "--out",
-        str(tmp_path / "res"),
-        "--images",
-        str(tmp_path / "img"),
-        "--output_dir",
-        str(out),
-    ]
-    bench.main(argv + TINY)
+    bench.main(["--report-only", "--out", str(tmp_path / "res"), "--images", str(tmp_path / "img"), "--output_dir",
+                str(out), *TINY])  # fmt: skip
     printed = capsys.readouterr().out
     assert "| rope+yarn | 2 |" in printed and "± " in printed and "4× (64)" in printed
     assert (tmp_path / "img" / "extrapolation_mlm.png").read_bytes()[:8] == PNG_SIGNATURE
@@ -153,13 +142,8 @@ def test_benchmark_tabulates_the_study(script, study, tmp_path, capsys):
     assert f"{mean:.3f} ± {spread:.3f}" in printed.split("| t5_bias |")[1].splitlines()[0]
 
 
-def test_benchmark_merges_seeds_run_in_another_process(script, study, tmp_path):
-    args, results, out = study
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        bench = importlib.import_module("bench_extrapolation")
-    finally:
-        sys.path.pop(0)
+def test_benchmark_merges_seeds_run_in_another_process(bench, study):
+    _, results, _ = study
     seed0 = {"setup": {**results["setup"], "seeds": [0]}, "runs": [r for r in results["runs"] if r["seed"] == 0]}
     seed1 = {"setup": {**results["setup"], "seeds": [1]}, "runs": [r for r in results["runs"] if r["seed"] == 1]}
     bench.merge_runs(seed0, seed1)

@@ -1,20 +1,15 @@
-"""The pretrained checkpoints shipped in `checkpoints/`, the main job that fine-tunes one, and the n-gram baseline
-it is compared with.
-
-The checkpoint must load with the Auto classes (from the installed package, and as remote code in a fresh process
-where `roformer_ext` cannot be imported), stay small enough to ship, and its MLM head must have learnt Chinese:
-the masked character of common phrases is among its top 5 (measured on the shipped weights, see the model card).
-"""
+"""The pretrained checkpoints shipped in `checkpoints/` (they load with the Auto classes, also as remote code where
+`roformer_ext` cannot be imported, stay small enough to ship, and their MLM heads have learnt Chinese), the jobs that
+fine-tune them, and the n-gram baselines they are compared with."""
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from test_examples import run
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 import roformer_ext
@@ -31,20 +26,11 @@ sys.path.insert(0, str(EXAMPLES))
 
 from common.utils import ModelArguments, load_config, resolve_checkpoint_paths  # noqa: E402
 
-#: (sentence, masked word): the whole word is masked, as in whole-word pretraining. Measured on the shipped weights
-#: (one run of 3,000 steps, validation loss 4.52): each word's characters are in the top 5 at their positions. The
-#: model is weak: it gets frequent one-character words from their context (在 is its second guess in
-#: 我们[MASK]北京工作, after 的) and few content words (房间 and 经济 here; 代表, 北京, 天气, 电影, 喜欢, 态度, 质量 and
-#: 宪法 were measured and missed).
-PHRASES = [
-    ("我们在北京工作。", "在"),
-    ("这本书不好看。", "不"),
-    ("这个手机很好用。", "很"),
-    ("他是我的朋友。", "的"),
-    ("价格太贵了。", "了"),
-    ("这家酒店的房间很好。", "房间"),
-    ("中国经济发展很快。", "经济"),
-]
+#: (sentence, masked word), the whole word masked as in whole-word pretraining. Measured on the shipped mini weights
+#: (3,000 steps, validation loss 4.52): each word's characters are in the top 5 at their positions. A weak model: it
+#: gets frequent one-character words and few content words (代表, 北京, 天气, 电影, 喜欢, 态度, 质量, 宪法 missed).
+PHRASES = [("我们在北京工作。", "在"), ("这本书不好看。", "不"), ("这个手机很好用。", "很"), ("他是我的朋友。", "的"),
+           ("价格太贵了。", "了"), ("这家酒店的房间很好。", "房间"), ("中国经济发展很快。", "经济")]  # fmt: skip
 
 
 def top5(model, tokenizer, sentence: str, word: str) -> list[list[str]]:
@@ -64,7 +50,7 @@ def recovered(model, tokenizer, sentence: str, word: str) -> bool:
 
 
 @ALL
-def test_checkpoint_folder_is_complete_small_and_code_free(folder):
+def test_checkpoint_folder_is_complete_small_code_free_and_loads(folder):
     files = {path.name for path in folder.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
     assert expected <= files, expected - files
@@ -77,10 +63,6 @@ def test_checkpoint_folder_is_complete_small_and_code_free(folder):
     card = (folder / "README.md").read_text(encoding="utf-8")
     for needle in ("run_mlm.py", "--seed 42", "--whole_word_masking", "steps", "final", "wall"):
         assert needle in card, needle
-
-
-@ALL
-def test_auto_model_loads_the_shipped_checkpoint(folder):
     model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
     assert isinstance(model, roformer_ext.RoFormerExtModel)
     assert not info["missing_keys"] and not info["mismatched_keys"], info
@@ -88,16 +70,12 @@ def test_auto_model_loads_the_shipped_checkpoint(folder):
     assert not info["missing_keys"] and not info["unexpected_keys"], info
 
 
-@pytest.mark.parametrize(
-    ("folder", "phrases"),
-    # the GPU models, measured: all but 房间 (their guesses: 服务 / 位置 / 环境 ... at those places)
-    [
-        (CHECKPOINT, PHRASES),
-        (LONG, [p for p in PHRASES if p[1] != "房间"]),
-        (SMALL, [p for p in PHRASES if p[1] != "房间"]),
-    ],
-    ids=["mini", "mini-long", "small"],
-)
+# the GPU models, measured: all but 房间 (their guesses: 服务 / 位置 / 环境 ... at those places)
+GPU_PHRASES = [p for p in PHRASES if p[1] != "房间"]
+
+
+@pytest.mark.parametrize(("folder", "phrases"), [(CHECKPOINT, PHRASES), (LONG, GPU_PHRASES), (SMALL, GPU_PHRASES)],
+                         ids=["mini", "mini-long", "small"])  # fmt: skip
 def test_mlm_head_predicts_masked_characters(folder, phrases):
     """Measured on the shipped weights: every masked word of `phrases` is recovered (its characters in the top 5)."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -141,11 +119,7 @@ def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tm
     model.save_pretrained(shared)
     tokenizer.save_pretrained(shared)
     assert "auto_map" in json.loads((shared / "config.json").read_text(encoding="utf-8"))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE, str(shared)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run([sys.executable, "-c", REMOTE, shared], tmp_path, HF_MODULES_CACHE=str(tmp_path / "modules"))
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
     assert lines["top5"].split() == top5(model, tokenizer, "我们在北京工作。", "在")[0]  # as in the package
     assert "在" in lines["top5"].split()  # measured on every shipped checkpoint
@@ -154,9 +128,8 @@ def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tm
     assert float(lines["sum"]) == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize(
-    ("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)], ids=["main", "mini"]
-)
+@pytest.mark.parametrize(("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)],
+                         ids=["main", "mini"])  # fmt: skip
 def test_pretrained_jobs_name_the_shipped_checkpoints(tmp_path, monkeypatch, name, folder):
     """The main job fine-tunes roformer-ext-mini-zh-long (it beats the n-gram baseline, the README's table), the
     mini job roformer-ext-mini-zh; each names its checkpoint relative to the repository, resolved from any working
@@ -281,10 +254,7 @@ def test_msra_held_out_sentences_are_not_in_the_pretraining_text():
     for split in ("validation", "test"):
         sentences = ["".join(tokens) for tokens in msra[split]["tokens"]]
         found[split] = [s for s in sentences if len(s) >= 20 and s in text]
-    assert found == {
-        "validation": [],
-        "test": ["在此基础上，共同承担义务，维护中国的主权和领土完整，并对今后两岸关系的发展进行规划。"],
-    }
+    assert found == {"validation": [], "test": ["在此基础上，共同承担义务，维护中国的主权和领土完整，并对今后两岸关系的发展进行规划。"]}  # fmt: skip
 
 
 def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
@@ -296,9 +266,7 @@ def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     def state(folder, losses, step_every):
         folder.mkdir()
         history = [{"step": step_every * (i + 1), "loss": loss} for i, loss in enumerate(losses)]
-        (folder / "trainer_state.json").write_text(
-            json.dumps({"global_step": history[-1]["step"], "log_history": history})
-        )
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": history[-1]["step"], "log_history": history}))  # fmt: skip
         return folder / "trainer_state.json"
 
     first = state(tmp_path / "first", [8.0, 6.0, 5.0], 500)

@@ -1,13 +1,9 @@
-"""examples/sentence-similarity/run_similarity.py end to end: a converted tiny Sim folder fine-tuned for a few steps.
-
-The script runs in this process (no interpreter start-up) on the sample file it ships, with transformers'
-example flags; its output folder must load in sentence-transformers and in transformers with the same embedding.
-"""
+"""examples/sentence-similarity/run_similarity.py in this process: a converted tiny Sim folder fine-tuned for a few
+steps on the sample file it ships; its output folder loads in sentence-transformers and transformers alike."""
 
 import csv
 import json
-import runpy
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -15,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
 from test_convert_original import FIXTURES
+from test_examples import run_in_process
 from transformers import AutoModel, AutoTokenizer
 
 from roformer_ext.conversion.original import convert_original_checkpoint
@@ -30,10 +27,7 @@ def sim_folder(tmp_path_factory) -> Path:
     return convert_original_checkpoint(FIXTURES / "roformer_sim", tmp_path_factory.mktemp("start") / "sim")
 
 
-def run_script(args: list[str], monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
+run_script = partial(run_in_process, SCRIPT)
 
 
 def rows() -> list[dict]:

@@ -1,15 +1,13 @@
 """examples/vision-text/run_spatial_digits.py: question generator correctness, and a tiny end-to-end run per scheme."""
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from test_examples import load_script, run
 from transformers import AutoModelForSequenceClassification, AutoProcessor
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "vision-text" / "run_spatial_digits.py"
@@ -17,11 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "vision-text" / "run
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("run_spatial_digits", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 # The grid used below (rows top to bottom):   7 2 7
@@ -30,26 +24,15 @@ def script():
 KNOWN = np.array([[7, 2, 7], [4, 0, 5], [1, 4, 9]])
 
 
-@pytest.mark.parametrize(
-    "question, expected",
-    [
-        ("which digit is in row 1, column 1?", {7}),
-        ("which digit is in row 2, column 3?", {5}),
-        ("which digit is in row 3, column 2?", {4}),
-        ("which digit is left of the 0?", {4}),
-        ("which digit is right of the 0?", {5}),
-        ("which digit is above the 0?", {2}),
-        ("which digit is below the 0?", {4}),
-        ("which digit is below the 5?", {9}),
-        ("which digit is above the 1?", {4}),
-        ("which digit is right of the 2?", {7}),
-        ("which digit is left of the 1?", set()),  # nothing there
-        ("which digit is below the 7?", {4, 5}),  # two 7s: ambiguous, so never generated
-        ("which digit is in row 4, column 1?", set()),
-    ],
-)
-def test_reference_solver_on_a_known_grid(script, question, expected):
-    assert script.answers_to(question, KNOWN) == expected
+def test_reference_solver_on_a_known_grid(script):
+    expected = {
+        "in row 1, column 1": {7}, "in row 2, column 3": {5}, "in row 3, column 2": {4}, "left of the 0": {4},
+        "right of the 0": {5}, "above the 0": {2}, "below the 0": {4}, "below the 5": {9}, "above the 1": {4},
+        "right of the 2": {7}, "left of the 1": set(),  # nothing there
+        "below the 7": {4, 5},  # two 7s: ambiguous, so never generated
+        "in row 4, column 1": set(),
+    }  # fmt: skip
+    assert {q: script.answers_to(f"which digit is {q}?", KNOWN) for q in expected} == expected
 
 
 def test_generated_questions_are_correct_and_unique(script):
@@ -97,19 +80,11 @@ def test_question_position_puts_the_question_before_or_after_the_mark(script):
 @pytest.mark.parametrize("scheme", ["rope_tie_v2", "mrope"])
 def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
     out = tmp_path / scheme
-    args = [
-        "--dataset", "sklearn_digits", "--position_scheme", scheme, "--num_train", "96", "--num_eval", "32",
-        "--max_steps", "3", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size", "32",
-        "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
-        "--output_dir", str(out), "--save_strategy", "no", "--report_to", "none", "--torch_threads", "1",
-        "--disable_tqdm", "true",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-
+    run([sys.executable, SCRIPT, "--dataset", "sklearn_digits", "--position_scheme", scheme, "--num_train", "96",
+         "--num_eval", "32", "--max_steps", "3", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size",
+         "32", "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size",
+         "64", "--output_dir", out, "--save_strategy", "no", "--report_to", "none", "--torch_threads", "1",
+         "--disable_tqdm", "true"], tmp_path)  # fmt: skip
     metrics = json.loads((out / "all_results.json").read_text())
     for key in ("eval_accuracy", "test_accuracy", "eval_accuracy_position", "train_runtime", "wall_time_s"):
         assert key in metrics, key
@@ -117,9 +92,8 @@ def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
     card = (out / "README.md").read_text()
     assert "2104.09864" in card and "--position_scheme " + scheme in card and "eval_accuracy" in card
     config = json.loads((out / "config.json").read_text())
-    assert config["auto_map"]["AutoModelForSequenceClassification"].endswith(
-        "RoFormerExtVisionTextForSequenceClassification"
-    )
+    auto_map = config["auto_map"]["AutoModelForSequenceClassification"]
+    assert auto_map.endswith("RoFormerExtVisionTextForSequenceClassification")
     assert config["rope_parameters"]["position_scheme"] == scheme
     assert (out / "modeling_roformer_ext_vision.py").is_file() and (out / "positions.py").is_file()
 

@@ -1,10 +1,7 @@
 """examples/position-lab/run_symmetry.py: the before / after prompts, the video variant, the question read-out, and a
 tiny end-to-end grid whose results JSON has every cell."""
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,17 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_examples import load_script, run
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "run_symmetry.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("run_symmetry", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +69,8 @@ def test_video_questions_are_answered_by_the_named_tile(script):
     labels = np.arange(200) % 10
     data = script.make_video_split(np.arange(200), labels, 50, 3, 2, np.random.default_rng(0))
     for row in data:
-        frame, r, c = (
-            int(x) - 1
-            for x in row["question"]
-            .removeprefix("which digit is in frame ")
-            .rstrip("?")
-            .replace(", row ", " ")
-            .replace(", column ", " ")
-            .split()
-        )
+        words = row["question"].removeprefix("which digit is in frame ").rstrip("?")
+        frame, r, c = (int(x) - 1 for x in words.replace(", row ", " ").replace(", column ", " ").split())
         assert row["label"] == labels[row["tiles"][frame * 4 + r * 2 + c]]
         assert row["kind"] == f"frame {frame + 1}"
 
@@ -107,9 +94,8 @@ def test_video_runs_get_a_frame_axis_for_every_scheme(script, prepared):
 def test_question_readout_pools_the_question_and_cls_readout_is_the_library_head(script, prepared):
     _, model_args, data = prepared
     data = data["image"]
-    config = script.build_config(
-        replace(model_args, position_scheme="mrope", axis_allocation="sections"), data.processor, 8
-    )
+    run_args = replace(model_args, position_scheme="mrope", axis_allocation="sections")
+    config = script.build_config(run_args, data.processor, 8)
     torch.manual_seed(0)
     model = script.QuestionReadoutForSequenceClassification(config).eval()
     _, batch = _batch(script, data, "after")
@@ -161,9 +147,7 @@ def test_a_rerun_with_another_setup_is_refused(script, tmp_path):
         script.load_previous(path, {"max_steps": 2}, overwrite=False)
 
 
-@pytest.mark.parametrize(
-    "flag, value", [("schemes", "rope_3d"), ("layouts", "middle"), ("readout", "mean"), ("seeds", "a")]
-)
+@pytest.mark.parametrize("flag, value", [("schemes", "rope_3d"), ("layouts", "middle"), ("readout", "mean"), ("seeds", "a")])  # fmt: skip
 def test_bad_arguments_name_the_flag(script, flag, value):
     with pytest.raises(ValueError, match=f"--{flag}"):
         script.SymmetryArguments(**{flag: value})
@@ -171,88 +155,64 @@ def test_bad_arguments_name_the_flag(script, flag, value):
 
 def test_tiny_grid_end_to_end(tmp_path):
     output = tmp_path / "symmetry.json"
-    args = [
-        "--schemes", "rope_tie_v2,mrope,circle_rope", "--seeds", "0", "--long_video_frames", "5", "--max_steps", "2", "--batch_size", "8", "--warmup_steps", "0",
-        "--num_test", "16", "--video_frames", "3", "--hidden_size", "32", "--intermediate_size", "64",
-        "--num_hidden_layers", "1", "--output", str(output),
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(SCRIPT), *args]
-    result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-
+    args = ["--schemes", "rope_tie_v2,mrope,circle_rope", "--seeds", "0", "--long_video_frames", "5", "--max_steps",
+            "2", "--batch_size", "8", "--warmup_steps", "0", "--num_test", "16", "--video_frames", "3",
+            "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1", "--output", str(output)]  # fmt: skip
+    run([sys.executable, SCRIPT, *args], tmp_path)
     results = json.loads(output.read_text())
     runs = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in results["runs"]}
-    expected = {
-        (s, m, layout, 0)
-        for s in ("rope_tie_v2", "mrope", "circle_rope")
-        for m in ("image", "video")
-        for layout in ("before", "after")
-        if (s, m) != ("circle_rope", "video")  # images only
-    }
+    expected = {(s, m, layout, 0) for s in ("rope_tie_v2", "mrope", "circle_rope") for m in ("image", "video")
+                for layout in ("before", "after") if (s, m) != ("circle_rope", "video")}  # circle_rope: images only  # fmt: skip
     assert runs == expected
     cells = {(c["scheme"], c["modality"], c["layout"]): c for c in results["cells"]}
     long_cells = {key: cells.pop(key) for key in list(cells) if key[1] == "long_video"}
     assert set(cells) == {(s, m, layout) for s, m, _, _ in expected for layout in ("before", "after", "after-before")}
     # the long-video test: 5-frame videos asking about the first 3 frames, as a difference to the 3-frame accuracy
     assert set(long_cells) == {
-        (s, "long_video", layout) for s in ("rope_tie_v2", "mrope") for layout in ("before", "after")
+        (s, "long_video", side) for s in ("rope_tie_v2", "mrope") for side in ("before", "after")
     }
-    for run in results["runs"]:
-        if run["modality"] == "video":
-            assert run["long_video_frames"] == 5 and 0.0 <= run["long_test_accuracy"] <= 1.0
-            assert set(run["long_test_accuracy_by_kind"]) <= {
-                "accuracy_frame 1",
-                "accuracy_frame 2",
-                "accuracy_frame 3",
-            }
-            cell = long_cells[run["scheme"], "long_video", run["layout"]]
-            assert cell["mean"] == round(run["long_test_accuracy"] - run["test_accuracy"], 4)
+    frames = [f"accuracy_frame {n}" for n in (1, 2, 3)]
+    for run_ in results["runs"]:
+        if run_["modality"] == "video":
+            assert run_["long_video_frames"] == 5 and 0.0 <= run_["long_test_accuracy"] <= 1.0
+            assert set(run_["long_test_accuracy_by_kind"]) <= set(frames)
+            cell = long_cells[run_["scheme"], "long_video", run_["layout"]]
+            assert cell["mean"] == round(run_["long_test_accuracy"] - run_["test_accuracy"], 4)
         else:
-            assert "long_test_accuracy" not in run
+            assert "long_test_accuracy" not in run_
+    by_cell = {(r["scheme"], r["modality"], r["layout"]): r for r in results["runs"]}
     for (scheme, modality, layout), cell in cells.items():
         assert cell["n"] == 1 and cell["std"] is None
         if layout != "after-before":
-            assert 0.0 <= cell["mean"] <= 1.0
-            run = next(
-                r for r in results["runs"] if (r["scheme"], r["modality"], r["layout"]) == (scheme, modality, layout)
+            assert 0.0 <= cell["mean"] <= 1.0 and cell["mean"] == round(
+                by_cell[scheme, modality, layout]["test_accuracy"], 4
             )
-            assert cell["mean"] == round(run["test_accuracy"], 4)
-    mrope_video = next(r for r in results["runs"] if r["scheme"] == "mrope" and r["modality"] == "video")
+    mrope_video = by_cell["mrope", "video", "after"]
     assert mrope_video["rope_parameters"]["mrope_section"] == [1, 1, 2]  # head_dim 8: 4 pairs
-    assert sorted(mrope_video["test_accuracy_by_kind"]) == ["accuracy_frame 1", "accuracy_frame 2", "accuracy_frame 3"]
+    assert sorted(mrope_video["test_accuracy_by_kind"]) == frames
     assert results["sizes"]["video"]["grid_thw"] == [3, 2, 2] and set(results["floors"]) == {"image", "video"}
     table = output.with_suffix(".md").read_text()
     assert "| `rope_tie_v2` |" in table and "| `mrope` |" in table and "video: after − before" in table
     assert "Long videos: accuracy on 5-frame videos minus accuracy on the 3-frame videos" in table
 
     # the same call again resumes: every run is already there, nothing is retrained
-    again = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads(output.read_text())["runs"] == results["runs"]
-    assert "test accuracy" not in again.stderr
+    again = run([sys.executable, SCRIPT, *args], tmp_path)
+    assert json.loads(output.read_text())["runs"] == results["runs"] and "test accuracy" not in again.stderr
 
     # another process's seed joins with --merge, without training anything again
-    other = output.with_name("other.json")
-    one_seed = [*args[: args.index("--output")], "--output", str(other)]
+    one_seed = [*args[: args.index("--output")], "--output", str(output.with_name("other.json")), "--modalities",
+                "image", "--layouts", "after"]  # fmt: skip
     one_seed[one_seed.index("--schemes") + 1], one_seed[one_seed.index("--seeds") + 1] = "rope_tie_v2", "1"
-    one_seed += ["--modalities", "image", "--layouts", "after"]
-    assert subprocess.run([sys.executable, str(SCRIPT), *one_seed], env=env, timeout=300).returncode == 0
-    merged = subprocess.run([*command, "--merge", str(other)], capture_output=True, text=True, env=env, timeout=300)
-    assert merged.returncode == 0, merged.stderr[-3000:]
+    run([sys.executable, SCRIPT, *one_seed], tmp_path)
+    merged = run([sys.executable, SCRIPT, *args, "--merge", output.with_name("other.json")], tmp_path)
     assert "test accuracy" not in merged.stderr
     runs = json.loads(output.read_text())["runs"]
     assert runs[: len(results["runs"])] == results["runs"]
     assert [(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in runs[len(results["runs"]) :]] == [
-        ("rope_tie_v2", "image", "after", 1)
-    ]
+        ("rope_tie_v2", "image", "after", 1)]  # fmt: skip
 
     # a figure per question: before vs after, and the long videos
-    plot = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("plot_symmetry.py")), str(output), "--out", str(tmp_path / "figures")],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert plot.returncode == 0, plot.stderr[-3000:]
+    run([sys.executable, SCRIPT.with_name("plot_symmetry.py"), output, "--out", tmp_path / "figures"], tmp_path)
     figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert figures == ["symmetry_before_after.png", "symmetry_long_video.png"], figures
     assert all((tmp_path / "figures" / name).stat().st_size > 10_000 for name in figures)
@@ -263,15 +223,11 @@ def test_variants_and_mixed_length_training_end_to_end(tmp_path):
     but not in 'all'; --train_video_frames 1,2 trains on one- and two-frame videos in batches of one length, and
     tests on the 2- and 4-frame videos; --merge joins only the runs of this call's schemes."""
     output = tmp_path / "mixed.json"
-    args = [
-        "--schemes", "hope_dynamic,mmrope_lumos_scale", "--modalities", "video", "--seeds", "0", "--max_steps", "4",
-        "--batch_size", "4", "--warmup_steps", "0", "--num_test", "8", "--video_frames", "2",
-        "--long_video_frames", "4", "--train_video_frames", "1,2", "--hidden_size", "32", "--intermediate_size", "64",
-        "--num_hidden_layers", "1", "--output", str(output),
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    args = ["--schemes", "hope_dynamic,mmrope_lumos_scale", "--modalities", "video", "--seeds", "0", "--max_steps",
+            "4", "--batch_size", "4", "--warmup_steps", "0", "--num_test", "8", "--video_frames", "2",
+            "--long_video_frames", "4", "--train_video_frames", "1,2", "--hidden_size", "32", "--intermediate_size",
+            "64", "--num_hidden_layers", "1", "--output", str(output)]  # fmt: skip
+    run([sys.executable, SCRIPT, *args], tmp_path)
     results = json.loads(output.read_text())
     assert results["setup"]["train_video_frames"] == "1,2" and results["sizes"]["video"]["train"] == 16
     by_scheme = {(r["scheme"], r["layout"]): r for r in results["runs"]}
@@ -279,19 +235,14 @@ def test_variants_and_mixed_length_training_end_to_end(tmp_path):
     assert by_scheme["hope_dynamic", "after"]["rope_parameters"]["temporal_scales"] == [0.5, 0.75, 1.0, 1.25, 1.5]
     assert by_scheme["mmrope_lumos_scale", "after"]["rope_parameters"]["position_scale"] == [4.0, 8.0, 8.0]
     assert all(r["long_video_frames"] == 4 for r in results["runs"])
-    assert (
-        "Long videos, trained on 1,2-frame videos: accuracy on 4-frame videos" in output.with_suffix(".md").read_text()
-    )
+    table = output.with_suffix(".md").read_text()
+    assert "Long videos, trained on 1,2-frame videos: accuracy on 4-frame videos" in table
 
     # merging a file keeps only this call's schemes
     other = tmp_path / "other.json"
     merged = [*args[: args.index("--output")], "--output", str(other), "--merge", str(output)]
     merged[merged.index("--schemes") + 1] = "hope_dynamic"
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), *merged], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "test accuracy" not in result.stderr
+    assert "test accuracy" not in run([sys.executable, SCRIPT, *merged], tmp_path).stderr
     assert {r["scheme"] for r in json.loads(other.read_text())["runs"]} == {"hope_dynamic"}
 
 
@@ -302,14 +253,10 @@ def test_temporal_scales_are_drawn_in_training_only(script, monkeypatch):
 
     drawn = []
     original = positions._draw_temporal_scales
-    monkeypatch.setattr(
-        positions,
-        "_draw_temporal_scales",
-        lambda samples, scales: drawn.append(len(samples)) or original(samples, scales),
-    )
-    args = script.SymmetryArguments(
-        schemes="hope_dynamic", max_steps=2, batch_size=4, num_test=8, video_frames=2, warmup_steps=0
-    )
+    draw = lambda samples, scales: drawn.append(len(samples)) or original(samples, scales)  # noqa: E731
+    monkeypatch.setattr(positions, "_draw_temporal_scales", draw)
+    args = script.SymmetryArguments(schemes="hope_dynamic", max_steps=2, batch_size=4, num_test=8, video_frames=2,
+                                    warmup_steps=0)  # fmt: skip
     model_args = script.SymmetryModelArguments(hidden_size=32, intermediate_size=64, num_hidden_layers=1)
     data = script.prepare(args, model_args, "video")
     run = script.train_and_test(args, model_args, data, "hope_dynamic", "after", 0)
