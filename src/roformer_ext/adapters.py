@@ -1,32 +1,15 @@
-"""LoRA and other PEFT adapters on roformer-ext models: the module names to target, and a `LoraConfig` that has them.
+"""LoRA and other PEFT adapters on roformer-ext models: the module names to target (docs/deployment.md has the table).
 
-Every roformer-ext text and vision-text model has the same `nn.Linear` names in each layer
-(`roformer.layers.<i>.` ...):
-
-| family | module names (PEFT `target_modules`) |
-| --- | --- |
-| attention q / k / v | `attention.query`, `attention.key`, `attention.value` and the cross-attention's `crossattention.query`, `crossattention.key`, `crossattention.value` (a decoder with `add_cross_attention`) |
-| attention output | `attention.output` |
-| feed-forward | `feed_forward.intermediate`, `feed_forward.output` |
-| heads (trained in full, PEFT `modules_to_save`) | `classifier` (sequence / token classification), `qa_outputs` (question answering), `lm_head` (masked / causal LM), `pooler` (the Sim embedding) |
-
-Never target a bare `output`: PEFT matches a name by suffix, and `output` is both the attention output and the
-feed-forward output (BERT recipes that say `output.dense` catch both too). A bare `query` / `key` has the same trap:
-TUPE's position projections are `roformer.position_encoding.query` / `.key`, which are no attention projections.
-
-PEFT fills `target_modules` from its own table, keyed by `model_type`, when a `LoraConfig` leaves them out. It
-offers no public way to add a model type to that table (peft 0.21: `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
-is a module-level dict that only PEFT's own entries fill; `register_peft_method` registers a new *method*, not a
-model's defaults). Writing into that dict on import would change PEFT for every model in the process, so this
-module does not: `lora_config(task_type=...)` returns a `LoraConfig` with the targets filled in, and
-`target_modules="all-linear"` (a PEFT value) also works on these models.
+Never a bare `output` (PEFT matches by suffix: the attention's and the feed-forward's) nor a bare `query` / `key`
+(TUPE's position projections). PEFT has no public way to give a model type default targets, and writing into its
+table would change it for every model in the process: `lora_config` fills them in instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: The LoRA targets of each family of linear layers (PEFT suffix names, see the module docstring).
+#: The LoRA targets of each family of linear layers (PEFT suffix names).
 LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
     "attention": (
         "attention.query",
@@ -62,12 +45,7 @@ def lora_config(
     families: str | tuple[str, ...] | list[str] = DEFAULT_LORA_FAMILIES,
     **kwargs: Any,
 ):
-    """A `peft.LoraConfig` for a roformer-ext model: `target_modules` from `families` unless given in `kwargs`.
-
-    `task_type` is PEFT's (`"SEQ_CLS"`, `"TOKEN_CLS"`, `"QUESTION_ANS"`, `"CAUSAL_LM"`, `"FEATURE_EXTRACTION"`, or a
-    `peft.TaskType`); for classification and question answering PEFT then also trains the head (`classifier`,
-    `qa_outputs`) in full. Needs `pip install peft` (the `peft` extra).
-    """
+    """A `peft.LoraConfig` (PEFT's `task_type`) with `target_modules` from `families` unless given in `kwargs`."""
     try:
         from peft import LoraConfig
     except ImportError as error:

@@ -1,16 +1,7 @@
 """Padding-free (packed) batches for training: every sequence of a batch in one row, no padding token computed.
 
-A RoFormerExt model reads a packed row the way transformers' `DataCollatorWithFlattening` builds it (positions
-restarting at 0, `cu_seq_lens_q` / `cu_seq_lens_k`, `max_length_q` / `max_length_k`) and attends within each
-sequence only. That collator keeps only `input_ids` and per-token language-modelling `labels`: it drops
-`token_type_ids` (sentence pairs) and turns a class label into token labels. The two collators here keep the same
-conventions and carry what classification and tagging need:
-
-- `DataCollatorForPackedClassification`: tokenized features with one `label` each -> one packed row, one label per
-  sequence (what `RoFormerExtForSequenceClassification` reads from a packed batch).
-- `FlattenPaddedBatch`: wraps any of transformers' padding collators (`DataCollatorWithPadding`,
-  `DataCollatorForTokenClassification`, `DataCollatorForLanguageModeling`, whose masking is per token, so masking
-  the padded rows and then dropping the padding masks exactly what it would mask unpadded) and removes the padding.
+The rows follow transformers' `DataCollatorWithFlattening` (positions restarting at 0, `cu_seq_lens_q/k`,
+`max_length_q/k`), which drops `token_type_ids` and turns a class label into token labels; these keep both.
 """
 
 from collections.abc import Callable
@@ -39,13 +30,8 @@ def _packing_fields(lengths: torch.Tensor) -> dict[str, Any]:
 
 
 class DataCollatorForPackedClassification:
-    """Tokenized features with one class label (or regression value) each -> one packed row, one label per sequence.
-
-    Each feature holds `input_ids` (and optionally `token_type_ids`) and `label` or `labels` (an int, a float, or a
-    list for multi-label). Returns `input_ids` (1, total), `token_type_ids` (1, total) when given, `position_ids`
-    restarting at 0, `cu_seq_lens_q` / `cu_seq_lens_k`, `max_length_q` / `max_length_k`, and `labels`
-    (sequences, ...), in the features' order.
-    """
+    """Features with `input_ids` (`token_type_ids`) and one `label` / `labels` each (int, float, or a multi-label
+    list) -> one packed row (1, total) and `labels` (sequences, ...), in the features' order."""
 
     def __init__(self, return_tensors: str = "pt") -> None:
         if return_tensors != "pt":
@@ -92,12 +78,9 @@ def _label_of(feature: dict[str, Any], index: int) -> Any:
 
 
 class FlattenPaddedBatch:
-    """Wrap a padding collator: its batch, with the padding removed and the sequences packed into one row.
-
-    Returns `input_ids` (and `token_type_ids`, per-token `labels`) of shape (1, total), `position_ids` restarting
-    at 0 in each sequence, and the sequence boundaries as flash-attention kwargs, which the CPU path uses too; a
-    per-sequence label stays (sequences,).
-    """
+    """A padding collator's batch (`DataCollatorWithPadding`, `...ForTokenClassification`, `...ForLanguageModeling`,
+    whose per-token masking is the same unpadded) with the padding removed: per-token keys (1, total); a
+    per-sequence label stays (sequences,)."""
 
     def __init__(self, collator: Callable[[list[dict]], dict], per_token_labels: bool) -> None:
         self.collator = collator

@@ -1,21 +1,9 @@
-"""Serve roformer-ext encoders on CPU: ONNX export (fp32 and int8) and ONNX Runtime inference, and torch int8.
+"""Serve roformer-ext encoders on CPU: ONNX export (fp32, ONNX Runtime's dynamic int8), ONNX Runtime inference, and
+torch's dynamic int8.
 
-`export_onnx` traces a model with `torch.onnx.export(..., dynamo=True)` with a dynamic batch and sequence length: the
-graph takes padded batches (`input_ids`, `attention_mask`, `token_type_ids`, int64, (batch, seq)) of any length,
-also longer than the example it was traced with (RoPE's angles are computed in the graph). `quantize_onnx` writes
-ONNX Runtime's dynamic int8 version; `OnnxModel` runs either through an `InferenceSession` and, for the sentence
-embedding (RoFormer-Sim's pooler output), encodes sentences as `SentenceTransformer.encode` does.
-
-Packed (padding-free) batches are a training-time layout: the graph has no `position_ids` / `cu_seq_lens` inputs,
-and `OnnxModel` refuses them with a ValueError (pad the sequences instead, or run packed rows in PyTorch).
-
-`quantize_dynamic_int8` is torch's dynamic int8 (`torch.ao.quantization.quantize_dynamic` on the `nn.Linear`s).
-torch marks `torch.ao.quantization` deprecated in favour of torchao, whose int8 CPU path measured 16x slower than
-fp32 on a 384 -> 1536 -> 384 feed-forward (torchao 0.18, torch 2.13, this repository's 2-core machine) while
-torch.ao's ran 1.5x faster; so the torch.ao call stays, its deprecation warning silenced at that one call, and
-ONNX Runtime int8 is the path that does not depend on it.
-
-Command line: `roformer-ext export MODEL_DIR OUT_DIR [--task ...] [--int8] [--force]` (docs/deployment.md).
+The graph takes padded batches (`input_ids`, `attention_mask`, `token_type_ids`, int64, (batch, seq)) of any size and
+length (RoPE's angles are computed in it); packed batches are a training layout it refuses. Command line:
+`roformer-ext export MODEL_DIR OUT_DIR [--task ...] [--int8] [--force]` (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -32,7 +20,7 @@ from torch import nn
 
 from .conversion.output_folder import output_folder
 
-#: What each exported task returns, by the class of the model (the output names of the ONNX graph).
+#: What each exported task returns (the output names of the ONNX graph).
 TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
     "feature-extraction": ("last_hidden_state",),
     "sentence-embedding": ("sentence_embedding",),
@@ -41,64 +29,44 @@ TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
     "token-classification": ("logits",),
     "question-answering": ("start_logits", "end_logits"),
 }
-
-#: The Auto class that loads a folder for each task.
-TASK_AUTO_CLASSES: dict[str, str] = {
-    "feature-extraction": "AutoModel",
-    "sentence-embedding": "AutoModel",
-    "fill-mask": "AutoModelForMaskedLM",
-    "sequence-classification": "AutoModelForSequenceClassification",
-    "token-classification": "AutoModelForTokenClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
+#: The head classes' tasks; a base model serves sentence-embedding (with a pooler, RoFormer-Sim) or feature-extraction.
+HEAD_TASKS = {
+    "RoFormerExtForSequenceClassification": "sequence-classification",
+    "RoFormerExtForTokenClassification": "token-classification",
+    "RoFormerExtForQuestionAnswering": "question-answering",
+    "RoFormerExtForMaskedLM": "fill-mask",
 }
-
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-
 #: Inputs of a packed (padding-free) batch, which the ONNX graph does not take.
 PACKED_INPUTS = ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
-
 ONNX_FILE, ONNX_INT8_FILE = "model.onnx", "model_int8.onnx"
+
+
+def _task(class_names: Sequence[str], pooler: bool) -> str:
+    heads = [HEAD_TASKS[name] for name in class_names if name in HEAD_TASKS]
+    return heads[0] if heads else "sentence-embedding" if pooler else "feature-extraction"
 
 
 def default_task(model: nn.Module) -> str:
     """The task an ONNX export of `model` serves, from its class."""
-    from .modeling_roformer_ext import (
-        RoFormerExtForCausalLM,
-        RoFormerExtForMaskedLM,
-        RoFormerExtForMultipleChoice,
-        RoFormerExtForQuestionAnswering,
-        RoFormerExtForSequenceClassification,
-        RoFormerExtForTokenClassification,
-        RoFormerExtModel,
-    )
-
-    if getattr(model.config, "model_type", None) != "roformer_ext":
+    model_type = getattr(model.config, "model_type", None)
+    if model_type != "roformer_ext":
         raise TypeError(
             f"export_onnx exports roformer-ext text models (model_type 'roformer_ext'), got {type(model).__name__} "
-            f"with model_type {getattr(model.config, 'model_type', None)!r}."
+            f"with model_type {model_type!r}."
         )
-    if isinstance(model, (RoFormerExtForCausalLM, RoFormerExtForMultipleChoice)) or model.config.is_decoder:
+    names = [cls.__name__ for cls in type(model).__mro__]
+    if {"RoFormerExtForCausalLM", "RoFormerExtForMultipleChoice"} & set(names) or model.config.is_decoder:
         raise ValueError(
             f"{type(model).__name__} is not exported: generation needs the KV cache loop and multiple choice a 3-D "
-            "input, which this exporter does not trace. Export an encoder (AutoModel, a classification, token "
-            "classification, question answering or masked-LM head) and keep generation in PyTorch."
+            "input. Export an encoder (AutoModel, a classification, token classification, question answering or "
+            "masked-LM head) and keep generation in PyTorch."
         )
-    classes = {
-        RoFormerExtForSequenceClassification: "sequence-classification",
-        RoFormerExtForTokenClassification: "token-classification",
-        RoFormerExtForQuestionAnswering: "question-answering",
-        RoFormerExtForMaskedLM: "fill-mask",
-    }
-    for cls, task in classes.items():
-        if isinstance(model, cls):
-            return task
-    if isinstance(model, RoFormerExtModel):
-        return "sentence-embedding" if getattr(model, "pooler", None) is not None else "feature-extraction"
-    raise TypeError(f"No ONNX task for {type(model).__name__}; export one of the classes named in docs/deployment.md.")
+    return _task(names, getattr(model, "pooler", None) is not None)
 
 
 class _ExportedOutputs(nn.Module):
-    """The model with positional inputs (input_ids, attention_mask, token_type_ids) and tuple outputs of `task`."""
+    """The model with positional inputs and tuple outputs of `task`."""
 
     def __init__(self, model: nn.Module, task: str) -> None:
         super().__init__()
@@ -120,21 +88,16 @@ def export_onnx(
     example_length: int = 16,
     opset_version: int | None = None,
 ) -> Path:
-    """Export `model` (eval mode, fp32, CPU) to the ONNX file `path`, with dynamic batch and sequence length.
-
-    `task` defaults to the model's class (`default_task`); "sentence-embedding" is the pooler output of a base model
-    built with a pooler (RoFormer-Sim), "feature-extraction" its last hidden state. The graph is traced on a batch
-    of 2 × `example_length` tokens; it runs on any batch size and length.
-    """
-    task = task or default_task(model)
+    """Export `model` (fp32, CPU) to the ONNX file `path` with dynamic batch and sequence length, traced on 2 rows of
+    `example_length` tokens. `task` defaults to the model's class (`default_task`)."""
+    inferred = default_task(model)
+    task = task or inferred
     if task not in TASK_OUTPUTS:
         raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASK_OUTPUTS)}.")
-    inferred = default_task(model)
     if task == "sentence-embedding" and getattr(model, "pooler", None) is None:
         raise ValueError(
             "task='sentence-embedding' exports the pooler output (RoFormer-Sim's embedding), and this model has no "
-            "pooler: load the folder with AutoModel after building it with pooler_activation='linear' or 'tanh', or "
-            "export task='feature-extraction' and pool the last hidden state yourself."
+            "pooler: build it with pooler_activation='linear' or 'tanh', or export task='feature-extraction'."
         )
     if task != inferred and {task, inferred} != {"sentence-embedding", "feature-extraction"}:
         raise ValueError(f"{type(model).__name__} serves task {inferred!r}, not {task!r}: load the matching head.")
@@ -148,10 +111,9 @@ def export_onnx(
             f"position_encoding={model.config.position_encoding!r} does not export to ONNX (its capabilities say so); "
             "serve it with PyTorch (torch int8: roformer_ext.export.quantize_dynamic_int8) instead."
         )
-    model = model.eval()
-    if next(model.parameters()).dtype != torch.float32 or next(model.parameters()).device.type != "cpu":
+    parameter = next(model.parameters())
+    if parameter.dtype != torch.float32 or parameter.device.type != "cpu":
         raise ValueError("export_onnx takes an fp32 model on the CPU: call model.float().cpu() first.")
-    wrapper = _ExportedOutputs(model, task).eval()
     example = (
         torch.full((2, example_length), 5, dtype=torch.long),
         torch.ones(2, example_length, dtype=torch.long),
@@ -159,16 +121,15 @@ def export_onnx(
     )
     example[1][1, example_length // 2 :] = 0  # one padded row, so the traced graph masks padding
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    dynamic_shapes = {name: {0: batch, 1: sequence} for name in INPUT_NAMES}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         program = torch.onnx.export(
-            wrapper,
+            _ExportedOutputs(model.eval(), task).eval(),
             example,
             input_names=list(INPUT_NAMES),
             output_names=list(TASK_OUTPUTS[task]),
-            dynamic_shapes=dynamic_shapes,
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in INPUT_NAMES},
             opset_version=opset_version,
             dynamo=True,
             verbose=False,
@@ -181,16 +142,16 @@ def quantize_onnx(source: str | os.PathLike, target: str | os.PathLike, per_chan
     """ONNX Runtime's dynamic int8 quantization of `source` (int8 weights, activations quantized per batch)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    target = Path(target)
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=per_channel)
-    return target
+    return Path(target)
 
 
 def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
     """A copy of `model` whose `nn.Linear`s run torch's dynamic int8 kernels (fbgemm on x86), for CPU inference."""
     quantized = copy.deepcopy(model).eval()
     with warnings.catch_warnings():
-        # torch.ao.quantization is deprecated for torchao, whose CPU int8 path is the slower one (module docstring)
+        # torch.ao.quantization is deprecated for torchao, whose CPU int8 path measured 16x slower than fp32 on a
+        # 384 -> 1536 -> 384 feed-forward (torchao 0.18, torch 2.13), torch.ao's 1.5x faster (docs/deployment.md)
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.ao")
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
         warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*deprecated.*")
@@ -198,11 +159,8 @@ def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
 
 
 class OnnxModel:
-    """An exported roformer-ext model in an ONNX Runtime session.
-
-    Call it with padded numpy / torch int arrays (`input_ids`, `attention_mask`, `token_type_ids`, as the tokenizer
-    returns them) to get a dict of numpy outputs; `encode` embeds sentences (sentence-embedding exports).
-    """
+    """An exported model in an ONNX Runtime session: call it with padded int arrays (numpy or torch, as the tokenizer
+    returns them) for a dict of numpy outputs; `encode` embeds sentences (sentence-embedding exports)."""
 
     def __init__(self, path: str | os.PathLike, tokenizer: Any = None, threads: int | None = None) -> None:
         import onnxruntime as ort
@@ -210,10 +168,9 @@ class OnnxModel:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        self.path = Path(path)
+        self.path, self.tokenizer = Path(path), tokenizer
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self.output_names = [output.name for output in self.session.get_outputs()]
-        self.tokenizer = tokenizer
 
     @classmethod
     def from_pretrained(
@@ -224,10 +181,9 @@ class OnnxModel:
 
         folder = Path(folder)
         if not (folder / file_name).is_file():
+            flag = " --int8" if file_name == ONNX_INT8_FILE else ""
             raise FileNotFoundError(
-                f"{folder / file_name} does not exist: write it with `roformer-ext export MODEL_DIR {folder}`"
-                + (" --int8" if file_name == ONNX_INT8_FILE else "")
-                + "."
+                f"{folder / file_name} does not exist: write it with `roformer-ext export MODEL_DIR {folder}`{flag}."
             )
         return cls(folder / file_name, AutoTokenizer.from_pretrained(folder), threads)
 
@@ -312,18 +268,12 @@ def export_folder(
     example_length: int = 16,
     force: bool = False,
 ) -> list[Path]:
-    """Load `model_dir` for `task`, write `out_dir`/model.onnx with the tokenizer and config beside it, and
-    `model_int8.onnx` with `int8`. Returns the files written.
+    """Load `model_dir` for `task`, write `out_dir`/model.onnx with the tokenizer and config beside it (and
+    model_int8.onnx with `int8`); returns the ONNX files. All or nothing, as the converters write (`output_folder`).
 
-    As the converters do, everything is written to a hidden sibling folder that becomes `out_dir` by a rename once
-    complete: a failed export leaves nothing. An existing `out_dir` is refused unless `force`, and even then replaced
-    only when it is empty or an earlier roformer-ext output; `out_dir` may not be, hold or sit inside `model_dir`.
-
-    The default task: "sentence-embedding" for a sentence-transformers folder (`modules.json`, as
-    `save_for_sentence_transformers` and the converter write for RoFormer-Sim), else from the config's
-    architectures (a head's task; a base model: sentence-embedding with a pooler, feature-extraction without)."""
+    The default task: sentence-embedding for a sentence-transformers folder (`modules.json`), else from the config's
+    architectures."""
     import transformers
-    from transformers import AutoConfig, AutoTokenizer
 
     from . import RoFormerExtConfig  # noqa: F401  (registers the Auto classes)
 
@@ -333,40 +283,25 @@ def export_folder(
             f"Model folder {str(model_dir)!r} {state}; give a saved roformer-ext folder (save_pretrained, a "
             "converter's or an example's output)."
         )
-    config = AutoConfig.from_pretrained(model_dir)
+    config = transformers.AutoConfig.from_pretrained(model_dir)
     if task is None:
-        task = (
-            "sentence-embedding" if (Path(model_dir) / "modules.json").is_file() else _task_from_architectures(config)
-        )
-    if task not in TASK_AUTO_CLASSES:
-        raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASK_AUTO_CLASSES)}.")
-    model = getattr(transformers, TASK_AUTO_CLASSES[task]).from_pretrained(model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        pooler = bool(getattr(config, "pooler_activation", None))
+        modules = (Path(model_dir) / "modules.json").is_file()
+        task = "sentence-embedding" if modules else _task(config.architectures or [], pooler)
+    if task not in TASK_OUTPUTS:
+        raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASK_OUTPUTS)}.")
+    head = next((name for name, head_task in HEAD_TASKS.items() if head_task == task), None)
+    auto_class = "AutoModel" + head.removeprefix("RoFormerExt") if head else "AutoModel"
+    model = getattr(transformers, auto_class).from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     out_dir = Path(out_dir).absolute()
-    names = [ONNX_FILE, ONNX_INT8_FILE] if int8 else [ONNX_FILE]
     with output_folder(out_dir, force=force, sources=[model_dir]) as partial:
         export_onnx(model, partial / ONNX_FILE, task=task, example_length=example_length)
         tokenizer.save_pretrained(partial)
         model.config.save_pretrained(partial)
         if int8:
             quantize_onnx(partial / ONNX_FILE, partial / ONNX_INT8_FILE)
-    return [out_dir / name for name in names]
-
-
-def _task_from_architectures(config: Any) -> str:
-    architectures = config.architectures or []
-    names = {
-        "RoFormerExtForSequenceClassification": "sequence-classification",
-        "RoFormerExtForTokenClassification": "token-classification",
-        "RoFormerExtForQuestionAnswering": "question-answering",
-        "RoFormerExtForMaskedLM": "fill-mask",
-    }
-    for architecture in architectures:
-        if architecture in names:
-            return names[architecture]
-    if getattr(config, "pooler_activation", None):
-        return "sentence-embedding"
-    return "feature-extraction"
+    return [out_dir / name for name in ([ONNX_FILE, ONNX_INT8_FILE] if int8 else [ONNX_FILE])]
 
 
 __all__ = [

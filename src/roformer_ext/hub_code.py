@@ -1,11 +1,6 @@
-"""Where a saved folder's code lives: copies in the folder (transformers' default), or one shared code repository.
-
-A folder loaded with `trust_remote_code=True` runs the code its `auto_map` names. By default `save_pretrained` copies
-the code files into the folder, and that copy never changes. With a code repository (`code_repo="owner/roformer-ext"`)
-the folder's `auto_map` entries read `owner/roformer-ext--modeling_roformer_ext.RoFormerExtModel` instead, transformers
-fetches the code from that repository (at load, or `code_revision=` pinned), and a fix published there once with
-`roformer-ext push-code owner/roformer-ext` reaches every checkpoint that points to it (jinaai's and nomic-ai's BERT
-families work this way). docs/compatibility.md says when to use which.
+"""Where a saved folder's code lives: copies in the folder (transformers' default), or one shared code repository
+(`code_repo="owner/roformer-ext"`: every `auto_map` reads `owner/roformer-ext--module.Class`, so a fix published there
+with `roformer-ext push-code` reaches every checkpoint pointing to it, as jinaai's and nomic-ai's BERT families do).
 """
 
 import json
@@ -22,7 +17,7 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from .compat import LOWEST_TRANSFORMERS, SUPPORTED_RANGE, TRANSFORMERS_BELOW, parent_upload_modified_files
 
-#: The modules the Auto classes load (config, models, tokenizers, processors); their relative imports come along.
+#: The modules the Auto classes load; their relative imports come along.
 CODE_MODULES = (
     "configuration_roformer_ext",
     "modeling_roformer_ext",
@@ -31,17 +26,14 @@ CODE_MODULES = (
     "processing_roformer_ext",
     "image_processing_roformer_ext",
 )
-#: The files of a saved folder that may hold an `auto_map`.
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
-#: The `model_type`s of roformer-ext's configs (text, vision-text): the code commands change only their folders.
 MODEL_TYPES = ("roformer_ext", "roformer_ext_vision")
 _CARD_START = "<!-- roformer-ext compatibility -->"
 _CARD_END = "<!-- /roformer-ext compatibility -->"
 
 
 def check_code_repo(code_repo: Any) -> str:
-    """`code_repo` as a Hub repo id ("owner/name", as huggingface_hub's own validator accepts it), or a ValueError
-    naming the id and the rule it breaks."""
+    """`code_repo` if huggingface_hub accepts it as "owner/name", else a ValueError naming the id and the rule."""
     try:
         if not isinstance(code_repo, str) or code_repo.count("/") != 1:
             raise ValueError("it names no owner, or more than one folder.")
@@ -55,8 +47,7 @@ def check_code_repo(code_repo: Any) -> str:
 
 
 def check_saved_folder(folder: str | os.PathLike) -> Path:
-    """`folder` as a Path, or an error saying why it is not a saved roformer-ext folder (no config.json: a
-    FileNotFoundError; another model's config: a ValueError)."""
+    """`folder` as a Path, or why it is not a saved roformer-ext folder (FileNotFoundError / ValueError)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} is not a saved model folder (it has no config.json).")
@@ -70,8 +61,7 @@ def check_saved_folder(folder: str | os.PathLike) -> Path:
 
 
 def code_files(source: str | os.PathLike | None = None) -> list[Path]:
-    """The code files a code repository holds: the Auto classes' modules and everything they import, from `source`
-    (default: the folder this module runs from, the installed package)."""
+    """The Auto classes' modules and everything they import, from `source` (default: this installed package)."""
     here = Path(source).resolve() if source is not None else Path(__file__).resolve().parent
     if not (here / "modeling_roformer_ext.py").is_file():
         raise FileNotFoundError(f"{here} holds no roformer-ext code (no modeling_roformer_ext.py).")
@@ -84,8 +74,7 @@ def code_files(source: str | os.PathLike | None = None) -> list[Path]:
 
 
 def _auto_map_refs(auto_map: dict | None) -> list[str]:
-    """Every class reference of an `auto_map` ("module.Class", "owner/repo--module.Class"; a tokenizer's [slow,
-    fast] list counts twice, its None skipped)."""
+    """Every class reference of an `auto_map` (a tokenizer's [slow, fast] list flattened, its None skipped)."""
     refs = [ref for value in (auto_map or {}).values() for ref in (value if isinstance(value, list) else [value])]
     return [ref for ref in refs if isinstance(ref, str)]
 
@@ -105,10 +94,8 @@ def _pointed(ref: Any, code_repo: str | None) -> Any:
     return f"{code_repo}--{local}" if code_repo else local
 
 
-def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> list[Path]:
-    """Rewrite every `auto_map` in `folder` to name `code_repo` (None: the folder's own modules); returns the files
-    changed. Each file is replaced whole (written beside it, then renamed)."""
-    changed = []
+def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> None:
+    """Point every `auto_map` in `folder` at `code_repo` (None: the folder's own modules)."""
     for name in AUTO_MAP_FILES:
         path = Path(folder) / name
         if not path.is_file():
@@ -121,14 +108,11 @@ def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> list[Pa
             continue
         data["auto_map"] = pointed
         _write_atomically(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        changed.append(path)
-    return changed
 
 
 def share_code(folder: str | os.PathLike, code_repo: str) -> None:
-    """Make a saved roformer-ext folder load its code from `code_repo`: every `auto_map` points there and the code
-    files the save copied in are removed (only files named as roformer-ext's own modules). The model card says so.
-    A bad id or another model's folder is refused before anything changes."""
+    """Make a saved folder load its code from `code_repo`: auto_maps point there, our code copies go, the card says
+    so. A bad id or another model's folder is refused before anything changes."""
     code_repo = check_code_repo(code_repo)
     _share(check_saved_folder(folder), code_repo)
     write_compatibility_section(folder)
@@ -143,7 +127,7 @@ def _share(folder: str | os.PathLike, code_repo: str) -> None:
 
 
 def update_code(folder: str | os.PathLike) -> list[Path]:
-    """Replace the code files a folder carries by this installed version's (a folder in copy mode); returns them."""
+    """Replace a copy-mode folder's code files by this installed version's (and those it lost); returns them."""
     folder = check_saved_folder(folder)
     auto_map = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("auto_map")
     if code_repo_of(auto_map):
@@ -151,34 +135,21 @@ def update_code(folder: str | os.PathLike) -> list[Path]:
             f"{folder} loads its code from a code repository; update that repository instead "
             "(`roformer-ext push-code owner/name`)."
         )
-    # the files there, and those its auto_map names (a folder whose copies were left out gets them back)
-    present = {path.name for path in folder.glob("*.py")} | _auto_map_files(auto_map)
-    updated = []
-    for source in code_files():
-        if source.name in present or source.name in _needed_by(present):
-            _write_atomically(folder / source.name, source.read_text(encoding="utf-8"))
-            updated.append(folder / source.name)
+    present = {path.name for path in folder.glob("*.py")}
+    present |= {f"{ref.rsplit('.', 1)[0]}.py" for ref in _auto_map_refs(auto_map) if "." in ref}
+    here = Path(__file__).resolve().parent  # and what this version of them imports (maybe a new module)
+    for name in list(present):
+        if (here / name).exists():
+            present |= {Path(p).name for p in get_relative_import_files(str(here / name))}
+    updated = [folder / source.name for source in code_files() if source.name in present]
+    for path in updated:
+        _write_atomically(path, (here / path.name).read_text(encoding="utf-8"))
     write_compatibility_section(folder)
     return updated
 
 
-def _auto_map_files(auto_map: dict | None) -> set[str]:
-    """The code files a local `auto_map` ("modeling_roformer_ext.Class", or [slow, fast] lists) refers to."""
-    return {f"{ref.rsplit('.', 1)[0]}.py" for ref in _auto_map_refs(auto_map) if "--" not in ref and "." in ref}
-
-
-def _needed_by(present: set[str]) -> set[str]:
-    """Files the installed version of the present modules imports (a newer version may import a new module)."""
-    here = Path(__file__).resolve().parent
-    needed = set()
-    for name in present:
-        if (here / name).exists():
-            needed |= {Path(p).name for p in get_relative_import_files(str(here / name))}
-    return needed
-
-
 def compatibility_section(code_repo: str | None) -> str:
-    """The model card's compatibility section: the tested transformers range and how to get updated code."""
+    """The model card's section: the tested transformers range and how to get updated code."""
     try:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -206,18 +177,9 @@ def compatibility_section(code_repo: str | None) -> str:
     )
 
 
-def with_compatibility_section(card: str, code_repo: str | None) -> str:
-    """`card` with its compatibility section replaced, or added at the end."""
-    section = compatibility_section(code_repo)
-    if _CARD_START in card and _CARD_END in card:
-        before, rest = card.split(_CARD_START, 1)
-        return before + section + rest.split(_CARD_END, 1)[1].lstrip("\n")
-    return card.rstrip("\n") + "\n\n" + section if card.strip() else section
-
-
 def write_compatibility_section(folder: str | os.PathLike, create: bool = True) -> None:
-    """Add or refresh the section in the folder's README.md (a minimal card when there is none, if `create`), for
-    where the folder's code comes from now (its config's `auto_map`). A card already up to date is not rewritten."""
+    """Add or refresh the section in the folder's README.md (created when missing, if `create`) for where the
+    folder's code comes from now; an up-to-date card is not rewritten."""
     folder = Path(folder)
     auto_map = None
     for name in AUTO_MAP_FILES:
@@ -228,7 +190,12 @@ def write_compatibility_section(folder: str | os.PathLike, create: bool = True) 
     if not path.is_file() and not create:
         return
     card = path.read_text(encoding="utf-8") if path.is_file() else "---\nlibrary_name: transformers\n---\n"
-    updated = with_compatibility_section(card, code_repo_of(auto_map))
+    section = compatibility_section(code_repo_of(auto_map))
+    if _CARD_START in card and _CARD_END in card:
+        before, rest = card.split(_CARD_START, 1)
+        updated = before + section + rest.split(_CARD_END, 1)[1].lstrip("\n")
+    else:
+        updated = card.rstrip("\n") + "\n\n" + section if card.strip() else section
     if updated != card:
         _write_atomically(path, updated)
 
@@ -242,36 +209,24 @@ def push_code(
     commit_message: str | None = None,
     source: str | os.PathLike | None = None,
 ) -> str:
-    """Publish (or update) the code files in the code repository `code_repo` (from `source`, default the installed
-    package: a maintainer may publish a patched checkout's `src/roformer_ext`); returns the commit URL. Uses
-    huggingface_hub's `HfApi` (its endpoint and token settings: `HF_ENDPOINT`, `HF_TOKEN`, `hf auth login`)."""
+    """Publish the code files (from `source`, default this package) to the code repository; returns the commit URL.
+    huggingface_hub's `HfApi` with its endpoint and token settings."""
     from huggingface_hub import HfApi
 
-    code_repo = check_code_repo(code_repo)
-    files = code_files(source)
-    api = HfApi(token=token)
+    code_repo, files, api = check_code_repo(code_repo), code_files(source), HfApi(token=token)
     api.create_repo(code_repo, private=private, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for path in files:
             shutil.copyfile(path, Path(tmp) / path.name)
-        (Path(tmp) / "README.md").write_text(_code_repo_card(code_repo), encoding="utf-8")
-        commit = api.upload_folder(
-            repo_id=code_repo,
-            folder_path=tmp,
-            revision=revision,
-            commit_message=commit_message or "roformer-ext code",
+        card = (
+            "---\nlibrary_name: transformers\ntags:\n- roformer-ext\n---\n# roformer-ext code\n\nThe modelling, "
+            "configuration, tokenizer and processor code of roformer-ext. Checkpoints whose `config.json` `auto_map` "
+            f"names `{code_repo}--...` load it with `trust_remote_code=True`; save one with "
+            f'`model.save_pretrained(folder, code_repo="{code_repo}")`.\n\n' + compatibility_section(code_repo)
         )
-    return str(commit)
-
-
-def _code_repo_card(code_repo: str) -> str:
-    return (
-        "---\nlibrary_name: transformers\ntags:\n- roformer-ext\n---\n# roformer-ext code\n\n"
-        "The modelling, configuration, tokenizer and processor code of roformer-ext (RoFormer with a pluggable "
-        "rotary position embedding). Checkpoints whose `config.json` `auto_map` names "
-        f"`{code_repo}--...` load it with `trust_remote_code=True`; save one with "
-        f'`model.save_pretrained(folder, code_repo="{code_repo}")`.\n\n' + compatibility_section(code_repo)
-    )
+        (Path(tmp) / "README.md").write_text(card, encoding="utf-8")
+        message = commit_message or "roformer-ext code"
+        return str(api.upload_folder(repo_id=code_repo, folder_path=tmp, revision=revision, commit_message=message))
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -285,64 +240,63 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
-#: The `code_repo` of the save or push in progress in this thread / task, for the upload hook transformers calls
-#: inside it (a value per call, never stored on the object).
-_CODE_REPO: ContextVar[str | bool | None] = ContextVar("roformer_ext_code_repo", default=None)
+#: The save or push in progress in this thread / task (its owner, `code_repo` and placement), for the upload hook
+#: transformers calls inside it and the saves nested in it (per call, never stored on the object).
+_CALL: ContextVar[tuple[Any, Any, tuple[str | None, bool]] | None] = ContextVar("roformer_ext_code_call", default=None)
 
 
 class SharedCodeMixin:
-    """`save_pretrained(folder, code_repo=...)` and `push_to_hub(repo_id, code_repo=...)` for our models, tokenizers
-    and processors. `code_repo=None` keeps what the object was loaded with (a folder pointing to a code repository
-    keeps pointing there); `code_repo=False` writes copies. A model's save writes the card's compatibility section
-    (a tokenizer's or processor's refreshes a card that is there). Pushing is transformers' own: it uploads the files
-    the save wrote or changed, our code placement and card section among them (`_upload_modified_files` applies them
-    first), with its `create_pr`, `revision`, `private` and `token` behaviour."""
+    """`save_pretrained(folder, code_repo=...)` and `push_to_hub(repo_id, code_repo=...)`: None keeps what the object
+    was loaded with, False writes copies. Pushing is transformers' own (only the files its save wrote or changed,
+    `create_pr`, `revision`, `private`, `token`); `_upload_modified_files` places our code and card section first."""
 
     def save_pretrained(self, save_directory, *args, code_repo: str | bool | None = None, **kwargs):
-        code_repo = _CODE_REPO.get() if code_repo is None else code_repo  # inside our push_to_hub: its code_repo
-        self._code_repo(code_repo)  # a bad id is refused before anything is written
-        reset = _CODE_REPO.set(code_repo)
+        placement = self._placement(code_repo)  # a bad id is refused before anything is written
+        reset = _CALL.set((self, code_repo, placement))
         try:
             result = super().save_pretrained(save_directory, *args, **kwargs)
         finally:
-            _CODE_REPO.reset(reset)
+            _CALL.reset(reset)
         if not kwargs.get("push_to_hub") and kwargs.get("is_main_process", True):
-            self._place_code(save_directory, code_repo)
+            self._place_code(save_directory, placement)
         return result
 
     def push_to_hub(self, repo_id: str, *args, code_repo: str | bool | None = None, **kwargs) -> str:
         """transformers' `push_to_hub` (same arguments) with `code_repo`."""
-        self._code_repo(code_repo)
-        reset = _CODE_REPO.set(code_repo)
+        reset = _CALL.set((self, code_repo, self._placement(code_repo)))
         try:
             return super().push_to_hub(repo_id, *args, **kwargs)
         finally:
-            _CODE_REPO.reset(reset)
+            _CALL.reset(reset)
 
     def _upload_modified_files(self, working_dir, *args, **kwargs):
-        """transformers' upload of the files its save wrote or changed, after our code placement and card section."""
-        self._place_code(working_dir, _CODE_REPO.get())
+        self._place_code(working_dir, self._placement(None))
         return parent_upload_modified_files(super(), working_dir, *args, **kwargs)
 
-    def _place_code(self, folder: str | os.PathLike, code_repo: str | bool | None) -> None:
-        shared = self._code_repo(code_repo)
+    def _place_code(self, folder: str | os.PathLike, placement: tuple[str | None, bool]) -> None:
+        shared, copies = placement
         if shared:
             _share(folder, shared)
-        elif code_repo is False:  # copies asked for: auto_map entries inherited from a code repository go
+        elif copies:  # auto_map entries inherited from a code repository go
             point_auto_maps(folder, None)
         write_compatibility_section(folder, create=isinstance(self, PreTrainedModel))
 
-    def _code_repo(self, code_repo: str | bool | None) -> str | None:
+    def _placement(self, code_repo: str | bool | None) -> tuple[str | None, bool]:
+        """(code repository or None, copies asked for); inside a save or push, what it was given."""
+        if code_repo is None and _CALL.get() is not None:
+            owner, code_repo, placement = _CALL.get()
+            if owner is self:
+                return placement
         if code_repo is False:
-            return None
+            return None, True
         if code_repo is None or code_repo is True:
             config = getattr(self, "config", None)
             auto_map = getattr(config, "auto_map", None) or getattr(self, "init_kwargs", {}).get("auto_map")
             inherited = code_repo_of(auto_map if isinstance(auto_map, dict) else None)
             if code_repo is True and inherited is None:
                 raise ValueError("code_repo=True needs a loaded folder that points to a code repository; pass its id.")
-            return inherited
-        return check_code_repo(code_repo)
+            return inherited, False
+        return check_code_repo(code_repo), False
 
 
 __all__ = [

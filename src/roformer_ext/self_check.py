@@ -1,22 +1,11 @@
 """The self-check that lets a saved folder's code run under a transformers release outside its tested range.
 
-A saved folder loaded with `trust_remote_code=True` runs this code under whatever transformers the user has, for years:
-so such a release is not refused on its version string (compat.py warns once, naming the tested range). The first
-forward of a model runs `self_check()` instead (seconds at most, a tiny random model): cached greedy generation equals
-recomputation, the cache reaches the forward under the name `generate` passes, the mask helpers take what we pass, the
-processor merges its kwargs. Only a failed check stops it (`IncompatibleTransformersError`, naming what broke and how to
-get updated code): never silently wrong, as transformers 5.24's rename of `past_key_values` to `cache` made every model
-that read only the old name.
-
-The check has no side effects on the caller: it runs in a thread of its own (the default device, torch's function and
-dispatch modes such as `torch.device("meta")` or FakeTensorMode, grad and autocast state are per thread), on CPU
-tensors of its own and in float32, and its tiny model's weights come from a generator of its own (no global seed;
-the CPU stream its construction draws from is restored). Under torch.compile / torch.export it runs while the first
-forward is traced, so a compiled model is checked before its first compiled call.
-
-This module sits above the configuration, tokenizer and processor, below the model: the model's forward calls
-`ensure_compatible` with its causal-LM class (the model module is the one that imports this one, so a saved folder
-copies it and the package has no import cycle).
+Outside the range (compat.py warns once) the first forward of a model runs `self_check()` on a tiny random model:
+cached greedy generation equals recomputation, the cache reaches the forward under the name `generate` passes, the
+mask helpers take what we pass, the processor merges its kwargs. Only a failure stops it (`IncompatibleTransformersError`
+naming what broke): never silently wrong, as 5.24's rename of `past_key_values` made every model reading the old name.
+It leaves the caller alone: its own thread (default device, dispatch modes, grad and autocast state are per thread),
+CPU float32 tensors, its own generator; under torch.compile it runs while the first forward is traced.
 """
 
 import threading
@@ -46,10 +35,8 @@ _lock, _policy = process_state().lock, process_state().policy
 
 
 def ensure_compatible(decoder_class: type[nn.Module]) -> None:
-    """Outside the tested range, run `self_check(decoder_class)` once per process and raise
-    `IncompatibleTransformersError` when it failed, at every forward after that. Inside the range: one lookup.
-    The base model's forward calls this first (a model is built under transformers' meta-device and no-init contexts,
-    a forward is not)."""
+    """Outside the tested range, run `self_check` once per process and raise at every forward if it failed (at forward,
+    not at build: a model is built under transformers' meta-device and no-init contexts)."""
     failure = _self_check_failure(decoder_class)
     if failure:
         raise IncompatibleTransformersError(failure)
@@ -57,7 +44,6 @@ def ensure_compatible(decoder_class: type[nn.Module]) -> None:
 
 @torch.compiler.assume_constant_result  # traced, this runs once while the forward is traced: its result a constant
 def _self_check_failure(decoder_class: type[nn.Module]) -> str:
-    """What the self-check found broken ("" when nothing), running it the first time."""
     if _policy["tested"] is None:
         _policy["tested"] = is_tested_release(transformers.__version__)
     if _policy["tested"]:
@@ -77,8 +63,7 @@ def _self_check_failure(decoder_class: type[nn.Module]) -> str:
 
 
 def self_check(decoder_class: type[nn.Module]) -> list[str]:
-    """The checks a transformers release must pass for this code to run on it, on a tiny random `decoder_class`
-    (a causal LM), in a thread of its own. Returns what failed, one line each; empty when everything holds."""
+    """What fails on this transformers, one line each, on a tiny random `decoder_class` (a causal LM)."""
     outcome = [["the self-check stopped before it finished"]]
 
     def run() -> None:
@@ -130,8 +115,7 @@ def _tiny_decoder(decoder_class: type[nn.Module]) -> nn.Module:
 
 
 def _check_generation(model: nn.Module) -> None:
-    """`generate` hands the cache to the forward under a name the forward reads (`CACHE`, or the old name), and
-    greedy generation with the cache gives the scores of generation without it (which recomputes every step)."""
+    """`generate` hands the cache under a name the forward reads, and cached greedy scores equal recomputed ones."""
     prompt = torch.tensor([[5, 6, 7, 8, 9]])
     settings = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
     received = []
@@ -170,7 +154,7 @@ def _check_masks(model: nn.Module) -> None:
 
 
 def _check_processor(model: nn.Module) -> None:
-    """The processor merges its kwargs (`merge_processor_kwargs`); skipped where the vision extra is missing."""
+    """The processor merges its kwargs (skipped without the vision extra)."""
     if not is_vision_available():
         return
     tokenizer = RoFormerExtTokenizerFast(vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"])})

@@ -1,8 +1,4 @@
-"""`Trainer` for padding-free (packed) batches: evaluation and prediction see one row per sequence.
-
-Import it from here (`from roformer_ext.trainer import PaddingFreeTrainer`); `import roformer_ext` does not load
-transformers' Trainer.
-"""
+"""`Trainer` for padding-free (packed) batches (not imported by `import roformer_ext`, which loads no Trainer)."""
 
 from typing import Any
 
@@ -25,19 +21,10 @@ def _per_sequence(value: Any, cu_seq_lens: torch.Tensor) -> Any:
 
 
 class PaddingFreeTrainer(Trainer):
-    """`Trainer` whose evaluation and prediction see one row per sequence, as with padded batches.
-
-    A packed batch's token-level logits and labels are (1, total): concatenated over batches they would make one
-    "sequence" per batch, so entity spans could join across sentences and a predictions file would get one line
-    per batch. Sequence-level outputs (classification logits) are already one row per sequence and pass through.
-    With `include_for_metrics=["inputs"]` the inputs given to `compute_metrics` are per sequence as well
-    ((sequences, longest), padded with -100), row for row with the predictions and labels.
-
-    Evaluation and prediction read the data in its own order. transformers 5's Trainer also draws evaluation
-    batches through `LengthGroupedSampler` under `train_sampling_strategy="group_by_length"`, so `predict()` would
-    give its rows in another order than the data set's, and a predictions file written in data-set order would name
-    the wrong rows.
-    """
+    """`Trainer` whose evaluation and prediction see one row per sequence, as with padded batches: a packed batch's
+    token-level logits, labels (and inputs, with `include_for_metrics=["inputs"]`) are split per sequence, padded
+    with -100. Evaluation reads the data in its own order (transformers groups by length under
+    `train_sampling_strategy="group_by_length"`, so a predictions file would name the wrong rows)."""
 
     def _get_eval_sampler(self, eval_dataset: Dataset) -> Sampler | None:
         """Trainer's own choice without grouping: in order (several processes: accelerate shards it in order)."""
@@ -58,8 +45,7 @@ class PaddingFreeTrainer(Trainer):
             return loss, logits, labels
         cu_seq_lens = cu_seq_lens.cpu()
         if "inputs" in (self.args.include_for_metrics or []):
-            # Trainer reads the inputs for compute_metrics from this batch right after this step: per sequence too,
-            # so they line up with the predictions and labels (the batch is this loop's own, used up here)
+            # Trainer reads compute_metrics' inputs from this batch (its own, used up here) right after this step
             name = getattr(self.model, "main_input_name", "input_ids")
             if name in inputs:
                 inputs[name] = _per_sequence(inputs[name], cu_seq_lens)
