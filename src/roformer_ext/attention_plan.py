@@ -1,15 +1,8 @@
-"""One attention plan per forward: everything the layers need, decided here once and carried as data.
+"""One attention plan per forward: what the layers need, decided once and carried as data.
 
-The base model describes the batch first (`BatchLayout`: the cache it writes, the cached length, the packed-batch
-description), chooses positions from it, embeds, and then asks `make_attention_plan` once for the rest
-(`AttentionPlan`): the mask, the attention function (transformers' configured backend; for packed rows torch's varlen
-flash kernel on CUDA or per-sequence SDPA; or RoFormer's linear attention), the position terms of the position
-encoding (RoPE's cos / sin, a relative term joined into the mask or given per score to flex attention), the
-cross-attention mask and the lengths every backend reads for packed rows. Layers and heads read the plan; nothing
-below the base model decides any of it again.
-
-Which backend can take which input is decided here too (`check_backend_takes`): flash attention takes no dense mask
-and no score term. A new backend or layout changes this module.
+The base model describes the batch (`BatchLayout`), chooses positions from it, embeds, and asks `make_attention_plan`
+once for the rest (`AttentionPlan`): the mask, the attention function, the position terms, the cross-attention mask
+and the packed lengths. Which backend takes which input is decided here too (`check_backend_takes`).
 """
 
 import functools
@@ -33,65 +26,51 @@ from .position_encodings import PositionEncoding, RelativeScores, add_scores_to_
 
 @dataclass(frozen=True)
 class BatchLayout:
-    """What the batch is, decided before anything reads positions: made once per forward by the base model (or by
-    the vision-text base model, which lays out its positions from it, and hands it down)."""
+    """What the batch is, decided before positions: made once per forward by the base model (or the vision-text base
+    model, which lays out its positions from it)."""
 
-    #: The cache this call writes (an `EncoderDecoderCache` with cross-attention), or None.
-    cache: Cache | None
-    #: Its self-attention part: the one the layers append keys and values to, and whose length numbers the queries.
-    self_cache: Cache | None
-    #: Tokens already in the cache (a static cache reports a tensor).
-    past_length: int | torch.Tensor
-    #: Packed (padding-free) rows: where each sequence lies; None for a padded or single-sequence batch.
-    packed: PackedBatch | None
+    cache: Cache | None  # the cache this call writes (an `EncoderDecoderCache` with cross-attention)
+    self_cache: Cache | None  # its self-attention part: the layers append to it, its length numbers the queries
+    past_length: int | torch.Tensor  # tokens already cached (a static cache reports a tensor)
+    packed: PackedBatch | None  # packed (padding-free) rows; None for a padded or single-sequence batch
 
     @property
     def decoding(self) -> bool:
-        """Whether tokens are already cached (the call continues a sequence)."""
         return not is_first_call(self.past_length)
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """Everything one forward's attention layers need. Made once by `make_attention_plan`."""
+    """Everything one forward's attention layers need, made once by `make_attention_plan`."""
 
     layout: BatchLayout
-    #: (axes, batch, seq): where every query sits (what the position terms were computed from).
-    position_ids: torch.Tensor
-    #: The self-attention mask as the backend takes it (a shared score term already joined), or None. The base model
-    #: hands it to each layer as a tensor argument of its own: a shared term may need gradients (T5's buckets,
-    #: TUPE), and gradient checkpointing only replays what a layer takes as tensor arguments.
+    position_ids: torch.Tensor  # (axes, batch, seq): where every query sits
+    #: The self-attention mask (a shared score term joined), or None. The layers take it as a tensor argument of its
+    #: own: gradient checkpointing replays only those, and a shared term may need gradients (T5's buckets, TUPE).
     mask: torch.Tensor | None
-    #: The self-attention function: `(module, query, key, value, mask, **kwargs) -> (output, weights)`; None for
-    #: linear attention (`linear`).
+    #: `(module, query, key, value, mask, **kwargs) -> (output, weights)`; None for linear attention.
     attention: Callable | None
-    #: RoFormer's linear attention with RoPE: the layers take the raw padding mask and the packed description.
-    linear: bool = False
-    #: RoPE's (cos, sin), (batch, seq, head_dim) (or with a heads axis for head-wise allocations); None otherwise.
+    linear: bool = False  # RoFormer's linear attention: the layers take the raw padding mask and `layout.packed`
+    #: RoPE's (cos, sin), (batch, seq, head_dim) (a heads axis for head-wise allocations); None otherwise.
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None
-    #: A relative term each layer computes (Shaw, Transformer-XL, TUPE, DeBERTa; any on flex attention).
-    relative_scores: RelativeScores | None = None
-    #: The relative term goes to flex attention per score (`score_mod`); otherwise it is added to the mask.
-    per_score: bool = False
-    #: The cross-attention mask and function (decoders with `add_cross_attention`).
-    cross_mask: torch.Tensor | None = None
+    relative_scores: RelativeScores | None = None  # a relative term each layer computes
+    per_score: bool = False  # that term goes to flex attention as its `score_mod`, else it joins the mask
+    cross_mask: torch.Tensor | None = None  # a decoder's cross-attention (`add_cross_attention`)
     cross_attention: Callable | None = None
-    #: What every backend reads for packed rows (`cu_seq_lens_q/k`, `max_length_q/k`: flash varlen's convention).
-    attention_kwargs: dict = field(default_factory=dict)
+    attention_kwargs: dict = field(default_factory=dict)  # packed rows' cu_seq_lens_q/k, max_length_q/k
 
     def scores_for(
         self, module: nn.Module, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, Callable]:
-        """The mask and function of one layer: `mask` (the plan's, as the layer received it) with the layer's
-        relative term added where it has one, or flex attention with the term as its `score_mod`."""
+        """One layer's mask and function: the layer's relative term added to `mask`, or given to flex attention as
+        its `score_mod`."""
         if self.relative_scores is None:
             return mask, self.attention
         if self.per_score:
             score_mod = self.relative_scores.layer_term(module, query, key, per_score=True)
             return mask, functools.partial(flex_attention_with_score_mod, score_mod=score_mod)
-        return add_scores_to_mask(mask, self.relative_scores.layer_term(module, query, key, per_score=False)), (
-            self.attention
-        )
+        term = self.relative_scores.layer_term(module, query, key, per_score=False)
+        return add_scores_to_mask(mask, term), self.attention
 
 
 def make_attention_plan(
@@ -105,15 +84,14 @@ def make_attention_plan(
     keys_numbered_by: torch.Tensor | None = None,
     encoder_hidden_states: torch.Tensor | None = None,
     encoder_attention_mask: torch.Tensor | None = None,
+    training: bool = True,
 ) -> AttentionPlan:
-    """The one decision per forward of how attention runs. `keys_numbered_by`: the caller's mask where the caller
-    gave the positions (it numbers the cached keys, see `key_positions`); None where the positions are the default
-    ones, one per slot."""
+    """How attention runs in this forward. `keys_numbered_by`: the caller's mask where the caller gave the positions
+    (it numbers the cached keys, see `key_positions`). `training`: the model's flag, whether attention dropout applies
+    (True unless told: the varlen kernel has none)."""
     implementation = attn_implementation(config)
-    has_score_term = position_encoding.has_relative_scores
-    capabilities = position_encoding.capabilities
+    has_score_term, capabilities = position_encoding.has_relative_scores, position_encoding.capabilities
     check_backend_takes(config, attention_mask, encoder_attention_mask, not capabilities.flash_attention)
-    linear = config.attention_type == "linear"
     packed, cache, past_length = layout.packed, layout.self_cache, layout.past_length
     if cache is not None and not capabilities.cache:
         raise ValueError(
@@ -125,7 +103,8 @@ def make_attention_plan(
             f"position_encoding={config.position_encoding!r} does not support packed (padding-free) rows (its "
             "capabilities say so): pad the batch instead (DataCollatorWithPadding), without cu_seq_lens / seq_idx."
         )
-    if linear:  # the raw 2D padding mask; packed rows: the description
+    linear = config.attention_type == "linear"
+    if linear:  # the raw 2D padding mask (and `layout.packed`)
         mask, attention = attention_mask, None
     elif (
         implementation == "sdpa"
@@ -133,13 +112,13 @@ def make_attention_plan(
         and packed.cu_seq_lens is not None
         and attention_mask is None
         and not has_score_term
-        and not (config.is_decoder and has_unilm_overlay(config, token_type_ids, past_length))
+        and not has_unilm_overlay(config, token_type_ids, past_length)
     ):
-        # Packed rows with nothing else to mask: each sequence alone (Σ len², not total², no mask built). On CUDA
-        # one varlen flash call for the whole row where the kernel takes it; otherwise one SDPA call per sequence
-        # (run eagerly under torch.compile: a masked SDPA over the whole row would cost total²).
-        mask = None
-        attention = varlen_attention if varlen_kernel_takes(embeddings, config.head_dim, packed) else per_sequence_sdpa
+        # Nothing but the packing to mask: each sequence alone, no mask. One varlen flash call where the kernel
+        # takes the row and no attention dropout applies (it has none); else one SDPA call per sequence.
+        dropout = training and config.attention_probs_dropout_prob > 0
+        varlen = not dropout and varlen_kernel_takes(embeddings, config.head_dim, packed)
+        mask, attention = None, varlen_attention if varlen else per_sequence_sdpa
     else:
         mask = self_attention_mask(
             config, attention_mask, embeddings, cache, past_length, token_type_ids, packed, has_score_term
@@ -155,10 +134,10 @@ def make_attention_plan(
         cross_mask = cross_attention_mask(config, encoder_attention_mask, embeddings, encoder_hidden_states)
         cross_attention = configured_attention(config)
     return AttentionPlan(
-        layout=layout,
-        position_ids=position_ids,
-        mask=mask,
-        attention=attention,
+        layout,
+        position_ids,
+        mask,
+        attention,
         linear=linear,
         position_embeddings=terms.position_embeddings,
         relative_scores=terms.relative_scores,
@@ -180,8 +159,8 @@ def check_backend_takes(
     encoder_attention_mask: torch.Tensor | None,
     refuses_flash: bool,
 ) -> None:
-    """Flash attention takes neither a dense 4D mask nor a term on the scores: refused here, once, with the fix.
-    `refuses_flash`: the encoding's capabilities exclude flash attention (a term on the scores)."""
+    """Flash attention takes neither a dense 4D mask nor a term on the scores (`refuses_flash`: the encoding's
+    capabilities exclude it): refused here, once, with the fix."""
     implementation = attn_implementation(config)
     if not is_flash_attention(implementation):
         return
@@ -206,13 +185,9 @@ def key_positions(
     past_length: int | torch.Tensor,
     attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Positions of the keys a layer sees, numbered as the queries are: the queries' own without a cache.
-
-    With one, the keys count back from the last query over the real tokens before it: those the caller's mask lets
-    the last query see (2D padding mask, or the last row of a 4D mask; without one, every slot). `generate` numbers a
-    left-padded prompt by real tokens (its `position_ids`), and its keys are numbered so too; with the default
-    positions (one per slot) every key keeps its slot number. Slots after the last query (a static cache's unwritten
-    ones, hidden by the mask) continue the numbering. (batch | 1, keys)."""
+    """(batch | 1, keys): the keys' positions, numbered as the queries are (their own without a cache). Cached keys
+    count back from the last query over the real tokens the mask lets it see (every slot without one), as `generate`
+    numbers a left-padded prompt; a static cache's unwritten slots continue the numbering."""
     if cache is None or (is_first_call(past_length) and not cache.is_compileable):
         return query_positions
     seq = query_positions.shape[1]
@@ -227,9 +202,8 @@ def key_positions(
 
 
 def visible_keys(attention_mask: torch.Tensor | None, kv_length: int) -> torch.Tensor | None:
-    """(batch, kv_length) long, 1 where a key is a real token: a 2D padding mask (cached + new tokens; slots beyond it
-    count as real), or the keys a 4D mask's last query may see (bool / integer nonzero, or additive 0). None without
-    a tensor mask."""
+    """(batch, kv_length) long, 1 for a real key: a 2D mask's nonzero columns (later slots count as real), or what a
+    4D mask's last query may see (nonzero, or additive above min / 2). None without a 2D / 4D tensor mask."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
         return None
     if attention_mask.dim() == 4:
@@ -238,9 +212,6 @@ def visible_keys(attention_mask: torch.Tensor | None, kv_length: int) -> torch.T
     else:
         real = attention_mask[:, :kv_length] != 0
     return F.pad(real.long(), (0, kv_length - real.shape[-1]), value=1)
-
-
-# --- the attention functions the plan chooses besides transformers' own ---------------------------------------------
 
 
 def eager_attention_forward(
@@ -293,9 +264,8 @@ def flex_attention_with_score_mod(
 
 @functools.cache
 def _cpu_flex_attention() -> Callable:
-    """flex attention compiled for fixed shapes. torch 2.13's CPU inductor fails to build the kernel (a C++ error,
-    "cur_kvSplitSize not declared") once a score_mod that reads tensors is recompiled for a new shape with dynamic
-    shapes, as transformers' compiled wrapper does; one kernel per shape avoids it."""
+    """flex attention compiled for fixed shapes: torch 2.13's CPU inductor fails ("cur_kvSplitSize not declared")
+    to recompile a score_mod that reads tensors with dynamic shapes, as transformers' wrapper does."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)

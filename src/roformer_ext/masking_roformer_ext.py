@@ -1,13 +1,7 @@
-"""Every attention mask of the model family, in one place, built with transformers' masking utilities.
-
-The patterns: bidirectional (encoder), causal (decoder), UniLM (RoFormer-Sim: the source bidirectional, the target
-causal, also under `generate()` with a KV cache), packed documents (attention within each sequence), cross-attention
-(a decoder over an encoder's states), and a caller's own 4D mask. The attention plan
-(`attention_plan.make_attention_plan`) asks `self_attention_mask` once per forward.
-
-Sequence boundaries come only from the padding mask and from the packed-batch description (`packing.PackedBatch`,
-read from explicit inputs): position ids are never passed to transformers' utilities, so a jump in positions (an
-image block, a caller's own positions) is never read as the start of a new sequence.
+"""Every attention mask of the model family, built with transformers' masking utilities: bidirectional, causal, UniLM
+(RoFormer-Sim: the source bidirectional, also under a KV cache), within each packed sequence, cross-attention and a
+caller's 4D mask. Boundaries come from the padding mask and `packing.PackedBatch` only: position ids never reach
+transformers' utilities, which would read a jump in them as the start of a new sequence.
 """
 
 from collections.abc import Callable
@@ -27,9 +21,7 @@ _FLEX_BLOCK = 128
 
 def self_attention_cache(cache: Cache | None) -> Cache | None:
     """The cache of the decoder's own keys and values (an encoder-decoder cache also holds the cross-attention's)."""
-    if isinstance(cache, EncoderDecoderCache):
-        return cache.self_attention_cache
-    return cache
+    return cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
 
 
 def is_first_call(past_length: int | torch.Tensor) -> bool:
@@ -47,32 +39,25 @@ def self_attention_mask(
     packed: PackedBatch | None,
     has_score_term: bool,
 ) -> torch.Tensor | None:
-    """The self-attention mask of softmax attention, as the configured backend takes it.
-
-    Bidirectional for the encoder, causal (or UniLM) for the decoder, within each packed sequence; a caller's 4D mask
-    prepared. `cache` is the self-attention cache. `has_score_term`: the position encoding adds a term to the scores,
-    which joins the mask (so sdpa may not skip a causal mask for `is_causal`). Which attention runs, and whether a
-    packed batch needs a mask at all, is the attention plan's decision (`attention_plan.make_attention_plan`).
-    """
+    """Softmax self-attention's mask as the configured backend takes it (`cache`: the self-attention cache).
+    `has_score_term`: a term joins the scores, so sdpa may not skip a causal mask for `is_causal`."""
     seq = embeddings.shape[1]
-    unilm = unilm_source_overlay(config, token_type_ids, past_length, cache) if config.is_decoder else None
-    same_sequence = within_each_sequence(packed, seq) if packed is not None else None
+    kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq  # a static cache's full length
     if attention_mask is not None and attention_mask.dim() == 4:
-        kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq
         return prepared_4d_mask(attention_mask, seq, kv_length, embeddings.dtype)
-    if config.is_decoder:
-        return create_causal_mask(
-            config=config,
-            inputs_embeds=embeddings,
-            attention_mask=attention_mask,
-            **mask_cache(cache),
-            or_mask_function=unilm,
-            and_mask_function=same_sequence,
-            # sdpa may skip a causal mask and pass is_causal instead, but then a score term has no mask to join
-            allow_is_causal_skip=not has_score_term,
+    same_sequence = within_each_sequence(packed, seq) if packed is not None else None
+    if not config.is_decoder:
+        return create_bidirectional_mask(
+            config=config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
         )
-    return create_bidirectional_mask(
-        config=config, inputs_embeds=embeddings, attention_mask=attention_mask, and_mask_function=same_sequence
+    return create_causal_mask(
+        config=config,
+        inputs_embeds=embeddings,
+        attention_mask=attention_mask,
+        **mask_cache(cache),
+        or_mask_function=unilm_source_overlay(config, token_type_ids, past_length, kv_length),
+        and_mask_function=same_sequence,
+        allow_is_causal_skip=not has_score_term,
     )
 
 
@@ -106,13 +91,11 @@ def cross_attention_mask(
 
 
 def unilm_source_overlay(
-    config: RoFormerExtConfig, token_type_ids: torch.Tensor | None, past_length: int, cache: Cache | None
+    config: RoFormerExtConfig, token_type_ids: torch.Tensor | None, past_length: int, kv_length: int
 ) -> Callable | None:
-    """UniLM: source tokens (segment 0) also see later source tokens."""
+    """UniLM: source tokens (segment 0) also see later source tokens (over `kv_length` keys)."""
     if not has_unilm_overlay(config, token_type_ids, past_length):
         return None
-    seq = token_type_ids.shape[1]
-    kv_length = cache.get_mask_sizes(seq, 0)[0] if cache is not None else seq  # a static cache's full length
     source = padded_for_mask_indices(token_type_ids == 0, kv_length, False)
 
     def source_sees_source(batch_idx, head_idx, q_idx, kv_idx):
@@ -124,21 +107,20 @@ def unilm_source_overlay(
 def has_unilm_overlay(
     config: RoFormerExtConfig, token_type_ids: torch.Tensor | None, past_length: int | torch.Tensor
 ) -> bool:
-    """Whether a UniLM decoder's source overlay applies: only a first call holds source tokens; after it every query
-    is a target token, for which causal attention is already the UniLM rule."""
-    return config.decoder_attention == "unilm" and token_type_ids is not None and is_first_call(past_length)
+    """Whether a UniLM decoder's source overlay applies: only a first call holds source tokens (after it every query
+    is a target token, for which causal attention is the UniLM rule)."""
+    return (
+        config.is_decoder
+        and config.decoder_attention == "unilm"
+        and token_type_ids is not None
+        and is_first_call(past_length)
+    )
 
 
 def unilm_attention_mask(token_type_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.BoolTensor:
-    """RoFormer-Sim's UniLM sequence-to-sequence mask as a (batch, 1, seq, seq) boolean mask, True where query i may
-    attend to key j, for models given a 4D mask (the MLM head, or any other backend's own loop).
-
-    UniLM (bert4keras `application='unilm'`) lets key j be seen from query i iff cumsum(segment)[j] <=
-    cumsum(segment)[i]: the source (segment 0) attends bidirectionally to itself, each target token (segment 1) sees
-    the whole source and the target tokens up to and including itself. Keys where `attention_mask` is 0 (padding) are
-    hidden from every query; padded queries keep their rows (they are computed and ignored, as in the original). The
-    causal LM builds the same pattern itself from `token_type_ids` (`unilm_source_overlay`).
-    """
+    """RoFormer-Sim's UniLM mask (bert4keras `application='unilm'`), (batch, 1, seq, seq) bool, True where query i may
+    see key j: cumsum(segment)[j] <= cumsum(segment)[i], so the source (segment 0) sees itself both ways and a target
+    token the source and the target up to itself. Padded keys (`attention_mask` 0) are hidden from every query."""
     if token_type_ids.dim() != 2:
         raise ValueError(f"token_type_ids must be (batch, seq), got shape {tuple(token_type_ids.shape)}.")
     order = torch.cumsum(token_type_ids.long(), dim=1)  # (batch, seq)
@@ -154,16 +136,9 @@ def unilm_attention_mask(token_type_ids: torch.Tensor, attention_mask: torch.Ten
 
 
 def prepared_4d_mask(mask: torch.Tensor, q_length: int, kv_length: int, dtype: torch.dtype) -> torch.Tensor:
-    """A caller's 4D mask as transformers' attention functions take an already prepared one.
-
-    transformers' masking utilities return a 4D mask untouched, so it must already match the keys the layer sees:
-    (batch, 1, q, kv_length) with kv_length = cached + new tokens, or a static cache's full length. The caller's
-    mask may be boolean / integer (nonzero = may attend) or additive float (0 keeps, a large negative hides); it may
-    cover only this call's queries or the whole sequence (its last q rows are used). Key columns a static cache
-    reserves beyond the mask are hidden. The result is additive in `dtype`: eager, sdpa and flex all take that, and a
-    fully hidden row (a padded query) stays finite instead of turning into NaN. Flash attention takes no such mask
-    (refused by the attention plan).
-    """
+    """A caller's 4D mask (bool / integer nonzero = may attend, or additive float), its last `q_length` rows, as an
+    additive mask in `dtype` over the `kv_length` keys the layer sees (cached + new, or a static cache's full length:
+    unwritten slots hidden). A fully hidden row stays finite instead of turning into NaN."""
     if mask.shape[1] != 1 or mask.shape[-2] < q_length or mask.shape[-1] > kv_length:
         raise ValueError(
             f"A 4D attention_mask must have shape (batch, 1, query_length, key_length) = (batch, 1, {q_length}, "
@@ -187,16 +162,14 @@ def padded_for_mask_indices(per_token: torch.Tensor, length: int, value: int | b
 
 
 def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, key_length: int) -> None:
-    """A 2D mask covers every key: the cached tokens and this call's, one column each. Checked in eager calls: traced
-    with dynamic shapes the two lengths are separate symbols that the comparison cannot prove equal."""
-    if torch.compiler.is_compiling():
+    """A 2D mask has one column per key, cached ones included (eager calls: traced with dynamic shapes the two lengths
+    are symbols the comparison cannot prove equal)."""
+    if torch.compiler.is_compiling() or attention_mask is None or attention_mask.dim() == 4:
         return
-    if attention_mask is None or attention_mask.dim() != 2:
-        if attention_mask is not None and attention_mask.dim() != 4:
-            raise ValueError(
-                f"attention_mask must be 2D (batch, seq) or 4D (batch, 1, query, key); got {tuple(attention_mask.shape)}."
-            )
-        return
+    if attention_mask.dim() != 2:
+        raise ValueError(
+            f"attention_mask must be 2D (batch, seq) or 4D (batch, 1, query, key); got {tuple(attention_mask.shape)}."
+        )
     if attention_mask.shape[1] != key_length or attention_mask.shape[0] not in (1, batch):
         raise ValueError(
             f"attention_mask has shape {tuple(attention_mask.shape)} but the keys are (batch, cached + new tokens) = "

@@ -1,16 +1,17 @@
-"""packing.py's edges, unit by unit (found by the mutation check, docs/testing.md): the packed-batch description from
-each explicit input, its error checks one at a time, the description's own methods, and the end-to-end layout.
+"""packing.py unit by unit (found by the mutation check, docs/testing.md): the packed-batch description from each
+explicit input and its checks, the description's methods, the end-to-end layout and per-sequence SDPA.
 
 Each expected value is written out by hand or built by a plain Python loop over the lengths, independent of the code.
 """
 
-import re
-
 import pytest
 import torch
+from torch import tensor
+from torch.nn import functional as F
 
-from roformer_ext import packing
 from roformer_ext.packing import PackedBatch, describe_packed_batch, end_to_end, per_sequence_sdpa, unpack
+
+CROSSING = ([3, 4, 8], [3, 7, 5], [5, 4, 6], [2, 3, 6, 4], [5, 10])  # rows of 5: the first or second crossed
 
 
 def cu(lengths: list[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:
@@ -26,142 +27,45 @@ def ids_from_lengths(lengths: list[int], rows: int) -> list[list[int]]:
     return [flat[row * seq : (row + 1) * seq] for row in range(rows)]
 
 
-def describe(batch, seq, **given):
-    given.setdefault("attention_mask", None)
-    given.setdefault("position_ids", None)
-    given.setdefault("past_length", 0)
-    return describe_packed_batch(batch, seq, **given)
+def describe(batch, seq, attention_mask=None, position_ids=None, past_length=0, **given):
+    return describe_packed_batch(batch, seq, attention_mask, position_ids, past_length, **given)
 
 
 def assert_description(packed: PackedBatch, lengths: list[int], rows: int) -> None:
     assert packed.sequence_ids.dtype == torch.long
     assert packed.sequence_ids.tolist() == ids_from_lengths(lengths, rows)
-    assert packed.cu_seq_lens.dtype == torch.int32
-    assert packed.cu_seq_lens.tolist() == cu(lengths).tolist()
+    assert packed.cu_seq_lens.dtype == torch.int32 and packed.cu_seq_lens.tolist() == cu(lengths).tolist()
     assert packed.lengths == tuple(lengths) and packed.max_length == max(lengths)
-
-
-@pytest.mark.parametrize("lengths", [[2, 3, 4, 1], [5, 5], [1, 4, 1, 4]])
-def test_cu_seq_lens_give_each_sequence_over_the_rows(lengths):
-    packed = describe(2, 5, cu_seq_lens_q=cu(lengths))
-    assert_description(packed, lengths, 2)
-    assert packed.rows == 2 and packed.num_sequences == len(lengths)
-
-
-def test_cu_seq_lens_in_int64_and_the_same_k_are_accepted():
-    packed = describe(1, 6, cu_seq_lens_q=cu([2, 4], torch.int64), cu_seq_lens_k=cu([2, 4], torch.int32))
-    assert_description(packed, [2, 4], 1)
-
-
-def test_cu_seq_lens_k_that_differ_are_refused():
-    with pytest.raises(ValueError, match=r"cu_seq_lens_k \[0, 4, 6\] differs from cu_seq_lens_q \[0, 2, 6\]"):
-        describe(1, 6, cu_seq_lens_q=cu([2, 4]), cu_seq_lens_k=cu([4, 2]))
-
-
-def test_a_full_2d_mask_and_a_4d_mask_pass_with_cu_seq_lens():
-    full = torch.ones(2, 5, dtype=torch.long)
-    assert_description(describe(2, 5, cu_seq_lens_q=cu([2, 3, 5]), attention_mask=full), [2, 3, 5], 2)
-    four_d = torch.zeros(2, 1, 5, 5)  # a 4D mask is the caller's own; only a 2D padding mask is checked here
-    assert_description(describe(2, 5, cu_seq_lens_q=cu([2, 3, 5]), attention_mask=four_d), [2, 3, 5], 2)
-    with pytest.raises(ValueError, match="padding inside a packed batch"):
-        describe(2, 5, cu_seq_lens_q=cu([2, 3, 5]), attention_mask=torch.tensor([[1] * 5, [1] * 4 + [0]]))
+    assert packed.num_sequences == len(lengths)
 
 
 @pytest.mark.parametrize(
-    ("lengths", "crosses"),
+    ("batch", "seq", "given", "lengths"),
     [
-        ([5, 5, 5], False),
-        ([3, 4, 8], True),
-        ([3, 7, 5], True),
-        ([5, 4, 6], True),
-        ([2, 3, 4, 1, 5], False),
-        ([2, 3, 6, 4], True),
+        (2, 5, dict(cu_seq_lens_q=cu([2, 3, 4, 1])), [2, 3, 4, 1]),
+        (2, 5, dict(cu_seq_lens_q=cu([5, 5])), [5, 5]),
+        (2, 5, dict(cu_seq_lens_q=cu([1, 4, 1, 4])), [1, 4, 1, 4]),
+        (1, 4, dict(cu_seq_lens_q=cu([1, 1, 2])), [1, 1, 2]),  # one-token sequences
+        (1, 6, dict(cu_seq_lens_q=cu([2, 4], torch.int64), cu_seq_lens_k=cu([2, 4])), [2, 4]),
+        (2, 5, dict(cu_seq_lens_q=cu([2, 3, 5]), attention_mask=torch.ones(2, 5, dtype=torch.long)), [2, 3, 5]),
+        (2, 5, dict(cu_seq_lens_q=cu([2, 3, 5]), attention_mask=torch.zeros(2, 1, 5, 5)), [2, 3, 5]),  # caller's 4D
+        (3, 5, dict(cu_seq_lens_q=cu([5, 5, 5])), [5, 5, 5]),
+        (3, 5, dict(cu_seq_lens_q=cu([2, 3, 4, 1, 5])), [2, 3, 4, 1, 5]),
+        (1, 4, dict(cu_seq_lens_q=cu([1, 3]), past_length=torch.tensor(0)), [1, 3]),  # a tensor 0: no cache
+        (1, 4, dict(seq_idx=torch.tensor([[0, 1, 1, 1]]), past_length=torch.tensor(0)), [1, 3]),
+        (2, 5, dict(seq_idx=torch.tensor([[0, 0, 1, 1, 1], [3, 4, 4, 4, 4]])), [2, 3, 1, 4]),  # any labels per row
+        (3, 4, dict(seq_idx=torch.tensor([[0, 0, 0, 5]], dtype=torch.int32)), [3, 1, 3, 1, 3, 1]),  # once for all
+        (1, 4, dict(seq_idx=torch.tensor([[2, 2, 2, 2]])), [4]),
+        (2, 5, dict(position_ids=torch.tensor([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]])), [3, 2, 2, 3]),
+        (2, 5, dict(position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 1, 0, 1, 2]])), [5, 2, 3]),  # a row unpacked
+        (2, 5, dict(position_ids=torch.tensor([[0, 1, 2, 3, 0], [0, 0, 0, 1, 2]])), [4, 1, 1, 1, 3]),
+        (2, 5, dict(position_ids=torch.tensor([[3, 4, 0, 1, 2], [0, 7, 8, 0, 5]])), [2, 3, 3, 2]),  # a jump: no start
+        (2, 4, dict(position_ids=torch.tensor([[0, 1, 0, 1]])), [2, 2, 2, 2]),  # once for every row
+        (2, 3, dict(position_ids=torch.tensor([[0, 1, 2], [0, 1, 0]])), [3, 2, 1]),  # a restart in the last column
     ],
 )
-def test_a_sequence_may_not_run_into_the_next_row(lengths, crosses):
-    """Three rows of 5: each row boundary (5 and 10) must be a sequence end; the first or the second row crossed."""
-    if crosses:
-        with pytest.raises(ValueError, match=r"running from one row into the next \(rows of 5 tokens\)"):
-            describe(3, 5, cu_seq_lens_q=cu(lengths))
-    else:
-        assert_description(describe(3, 5, cu_seq_lens_q=cu(lengths)), lengths, 3)
-
-
-@pytest.mark.parametrize("past_length", [1, torch.tensor(2)])
-@pytest.mark.parametrize("given", ["cu_seq_lens_q", "seq_idx"])
-def test_packed_inputs_cannot_continue_a_cache(past_length, given):
-    inputs = dict(cu_seq_lens_q=cu([2, 2])) if given == "cu_seq_lens_q" else dict(seq_idx=torch.tensor([[0, 0, 1, 1]]))
-    with pytest.raises(ValueError, match="cannot continue a KV cache"):
-        describe(1, 4, past_length=past_length, **inputs)
-
-
-def test_a_tensor_past_length_of_zero_is_no_cache():
-    assert_description(describe(1, 4, past_length=torch.tensor(0), cu_seq_lens_q=cu([1, 3])), [1, 3], 1)
-    assert_description(describe(1, 4, past_length=torch.tensor(0), seq_idx=torch.tensor([[0, 1, 1, 1]])), [1, 3], 1)
-
-
-@pytest.mark.parametrize(
-    ("bounds", "error", "message"),
-    [
-        (torch.tensor([0.0, 2.0, 4.0]), TypeError, r"must be an integer tensor .* got torch.float32 of shape \(3,\)"),
-        (torch.tensor([False, True]), TypeError, r"got torch.bool of shape \(2,\)"),
-        (torch.tensor([[0, 2, 4]], dtype=torch.int32), TypeError, r"of shape \(1, 3\)\. Use cu_seq_lens_q"),
-        (torch.tensor([], dtype=torch.int32), ValueError, r"must start at 0 .*; got \[\]"),
-        (torch.tensor([1, 2, 4], dtype=torch.int32), ValueError, r"must start at 0 .*; got \[1, 2, 4\]"),
-        (torch.tensor([0, 2, 2, 4], dtype=torch.int32), ValueError, r"gives sequence 1 length 0"),
-        (torch.tensor([0, 0, 4], dtype=torch.int32), ValueError, r"gives sequence 0 length 0"),
-        (torch.tensor([0, 3, 2, 4], dtype=torch.int32), ValueError, r"gives sequence 1 length -1"),
-        (torch.tensor([0, 2, 3], dtype=torch.int32), ValueError, r"ends at 3 but the batch holds 4 tokens"),
-        (torch.tensor([0, 2, 5], dtype=torch.int32), ValueError, r"ends at 5 but the batch holds 4 tokens"),
-    ],
-)
-def test_cu_seq_lens_checks(bounds, error, message):
-    with pytest.raises(error, match=message):
-        describe(1, 4, cu_seq_lens_q=bounds)
-
-
-def test_a_one_token_sequence_is_accepted():
-    assert_description(describe(1, 4, cu_seq_lens_q=cu([1, 1, 2])), [1, 1, 2], 1)
-
-
-def test_seq_idx_per_row_is_numbered_over_the_rows():
-    seq_idx = torch.tensor([[0, 0, 1, 1, 1], [3, 4, 4, 4, 4]])  # any non-decreasing labels per row
-    assert_description(describe(2, 5, seq_idx=seq_idx), [2, 3, 1, 4], 2)
-
-
-def test_seq_idx_given_once_serves_every_row():
-    packed = describe(3, 4, seq_idx=torch.tensor([[0, 0, 0, 5]], dtype=torch.int32))
-    assert_description(packed, [3, 1, 3, 1, 3, 1], 3)
-
-
-def test_seq_idx_checks():
-    with pytest.raises(ValueError, match=r"seq_idx has shape \(2, 3\); .* must be \(batch, seq\) = \(2, 4\)"):
-        describe(2, 4, seq_idx=torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"seq_idx has shape \(4,\)"):
-        describe(1, 4, seq_idx=torch.zeros(4, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"seq_idx must hold integers .*; got torch.float32"):
-        describe(1, 4, seq_idx=torch.zeros(1, 4))
-    with pytest.raises(ValueError, match=r"must not decrease along a row.*\[\[0, 0, 1, 1\], \[0, 1, 0, 1\]\]"):
-        describe(2, 4, seq_idx=torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1]]))
-    assert_description(describe(1, 4, seq_idx=torch.tensor([[2, 2, 2, 2]])), [4], 1)  # equal labels: one sequence
-
-
-@pytest.mark.parametrize(
-    ("positions", "lengths"),
-    [
-        ([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]], [3, 2, 2, 3]),
-        ([[0, 1, 2, 3, 4], [0, 1, 0, 1, 2]], [5, 2, 3]),  # a row without a restart is one sequence
-        ([[0, 1, 2, 3, 0], [0, 0, 0, 1, 2]], [4, 1, 1, 1, 3]),
-        ([[3, 4, 0, 1, 2], [0, 7, 8, 0, 5]], [2, 3, 3, 2]),  # only a return to 0 starts a sequence, not a jump
-    ],
-)
-def test_restarting_positions_mark_the_sequences(positions, lengths):
-    position_ids = torch.tensor(positions)
-    assert_description(describe(2, 5, position_ids=position_ids), lengths, 2)
-
-
-def test_restarting_positions_given_once_serve_every_row():
-    assert_description(describe(2, 4, position_ids=torch.tensor([[0, 1, 0, 1]])), [2, 2, 2, 2], 2)
+def test_each_explicit_input_describes_the_sequences(batch, seq, given, lengths):
+    assert_description(describe(batch, seq, **given), lengths, batch)
 
 
 @pytest.mark.parametrize(
@@ -182,53 +86,64 @@ def test_positions_that_cannot_mark_sequences_give_an_ordinary_batch(given):
     assert describe(2, 4, **given) is None
 
 
-def test_a_restart_in_the_last_column_of_one_row_counts():
-    assert_description(describe(2, 3, position_ids=torch.tensor([[0, 1, 2], [0, 1, 0]])), [3, 2, 1], 2)
+T, V = TypeError, ValueError
 
 
-def lengths_batch(lengths: list[int], rows: int, with_host_lengths: bool, with_cu: bool) -> PackedBatch:
-    ids = torch.tensor(ids_from_lengths(lengths, rows))
-    return PackedBatch(
-        ids,
-        cu(lengths) if with_cu else None,
-        tuple(lengths) if with_host_lengths else None,
-        max(lengths) if with_host_lengths else None,
-    )
+@pytest.mark.parametrize(
+    ("shape", "given", "error", "message"),
+    [
+        ((1, 4), dict(cu_seq_lens_q=tensor([0.0, 2.0, 4.0])), T, r"integer tensor .* torch.float32 of shape \(3"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([False, True])), T, r"got torch.bool of shape \(2,\)"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([[0, 2, 4]])), T, r"of shape \(1, 3\)\. Use cu_seq_lens_q"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([], dtype=torch.int32)), V, r"must start at 0 .*; got \[\]"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([1, 2, 4])), V, r"must start at 0 .*; got \[1, 2, 4\]"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([0, 2, 2, 4])), V, r"\[0, 2, 2, 4\] gives sequence 1 length 0"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([0, 0, 4])), V, r"gives sequence 0 length 0"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([0, 3, 2, 4])), V, r"gives sequence 1 length -1"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([0, 2, 3])), V, r"ends at 3 but the batch holds 4 tokens"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([0, 2, 5])), V, r"ends at 5 but the batch holds 4 tokens"),
+        ((1, 6), dict(cu_seq_lens_q=cu([2, 4]), cu_seq_lens_k=cu([4, 2])), V, r"_k \[0, 4, 6\] differs .*\[0, 2, 6"),
+        ((1, 4), dict(cu_seq_lens_q=cu([2, 2]), attention_mask=tensor([[1, 1, 1, 0]])), V, "padding inside"),
+        ((1, 4), dict(cu_seq_lens_q=cu([2, 2]), past_length=1), V, "cannot continue a KV cache"),
+        ((1, 4), dict(cu_seq_lens_q=cu([2, 2]), past_length=tensor(2)), V, "cannot continue a KV cache"),
+        ((1, 4), dict(seq_idx=tensor([[0, 0, 1, 1]]), past_length=1), V, "cannot continue a KV cache"),
+        ((1, 4), dict(seq_idx=torch.zeros(1, 3, dtype=torch.long)), V, r"shape \(1, 3\); .* = \(1, 4\)"),
+        ((1, 4), dict(seq_idx=torch.zeros(4, dtype=torch.long)), V, r"seq_idx has shape \(4,\)"),
+        ((1, 4), dict(seq_idx=torch.zeros(1, 4)), T, r"seq_idx must hold integers .*; got torch.float32"),
+        ((2, 4), dict(seq_idx=tensor([[0, 0, 1, 1], [0, 1, 0, 1]])), V, r"not decrease.*\[0, 1, 0, 1\]\]"),
+        # three rows of 5: each row boundary (5 and 10) must be a sequence end
+        *[((3, 5), dict(cu_seq_lens_q=cu(n)), V, r"one row into the next \(rows of 5 tokens\)") for n in CROSSING],
+    ],
+)
+def test_inconsistent_packing_inputs_are_refused(shape, given, error, message):
+    with pytest.raises(error, match=message):
+        describe(*shape, **given)
 
 
 @pytest.mark.parametrize("with_cu", [True, False])
 @pytest.mark.parametrize("with_host_lengths", [True, False])
 def test_the_description_methods_agree_whatever_it_holds(with_cu, with_host_lengths):
     lengths = [3, 2, 1, 4, 2]  # two rows of 6
-    packed = lengths_batch(lengths, 2, with_host_lengths, with_cu)
-    assert packed.rows == 2
-    assert packed.num_sequences == 5
-    assert packed.sequence_lengths() == (3, 2, 1, 4, 2)
-    assert packed.starts().tolist() == [
-        [True, False, False, True, False, True],
-        [True, False, False, False, True, False],
-    ]
-    assert packed.first_tokens().dtype == torch.long
-    assert packed.first_tokens().tolist() == [0, 3, 5, 6, 10]
+    packed = PackedBatch(
+        torch.tensor(ids_from_lengths(lengths, 2)),
+        cu(lengths) if with_cu else None,
+        tuple(lengths) if with_host_lengths else None,
+    )
+    assert packed.num_sequences == 5 and packed.sequence_lengths() == (3, 2, 1, 4, 2)
+    assert packed.first_tokens().dtype == torch.long and packed.first_tokens().tolist() == [0, 3, 5, 6, 10]
     assert packed.positions().tolist() == [[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 1]]
-    kwargs = packed.attention_kwargs()
-    expected = set()
+    expected = {}
     if with_cu:
-        expected |= {"cu_seq_lens_q", "cu_seq_lens_k"}
-        assert kwargs["cu_seq_lens_q"] is packed.cu_seq_lens and kwargs["cu_seq_lens_k"] is packed.cu_seq_lens
+        expected.update(cu_seq_lens_q=packed.cu_seq_lens, cu_seq_lens_k=packed.cu_seq_lens)
     if with_host_lengths:
-        expected |= {"max_length_q", "max_length_k"}
-        assert kwargs["max_length_q"] == 4 and kwargs["max_length_k"] == 4
-    assert set(kwargs) == expected
-
-
-def test_a_row_that_starts_with_a_continuing_label_still_starts_a_sequence():
-    """sequence_ids over rows: the first token of each row begins a run even if the label equals the previous row's
-    last (a hand-made description); positions restart there too."""
-    packed = PackedBatch(torch.tensor([[0, 0, 1], [1, 1, 2]]), None, None, None)
-    assert packed.starts().tolist() == [[True, False, True], [True, False, True]]
-    assert packed.positions().tolist() == [[0, 1, 0], [0, 1, 0]]
-    assert packed.num_sequences == 3
+        expected.update(max_length_q=4, max_length_k=4)
+    assert packed.attention_kwargs() == expected
+    # a row whose first label continues the previous row's last still starts a sequence (a hand-made description)
+    continuing = PackedBatch(torch.tensor([[0, 0, 1], [1, 1, 2]]), None, None)
+    assert continuing.positions().tolist() == [[0, 1, 0], [0, 1, 0]] and continuing.num_sequences == 3
+    assert continuing.first_tokens().tolist() == [0, 2, 3, 5] and continuing.max_length is None
+    meta = PackedBatch(torch.tensor([[0, 0, 1], [2, 2, 2]]).to("meta"), None, None)  # built where the ids live
+    assert meta.positions().device.type == "meta" and meta.positions().shape == (2, 3)
 
 
 @pytest.mark.parametrize("seq_dim", [1, 2, 3])
@@ -237,91 +152,25 @@ def test_end_to_end_lays_the_rows_along_the_sequence_dimension(seq_dim):
     shape[seq_dim] = 4
     tensor = torch.arange(torch.Size(shape).numel(), dtype=torch.float32).view(shape)
     expected = torch.cat([tensor[row : row + 1] for row in range(3)], dim=seq_dim)
-    result = end_to_end(tensor, seq_dim)
-    assert result.shape == expected.shape
-    assert torch.equal(result, expected)
-
-
-def test_end_to_end_keeps_one_row_as_it_is():
-    tensor = torch.randn(1, 2, 5, 3)
-    assert end_to_end(tensor, 2) is tensor
+    assert torch.equal(end_to_end(tensor, seq_dim), expected)
+    one_row = torch.randn(1, 2, 5, 3)
+    assert end_to_end(one_row, 2) is one_row
 
 
 def test_unpack_gives_the_padded_layout():
     lengths = [2, 4, 1]
     packed = torch.arange(7 * 2, dtype=torch.float32).view(1, 7, 2)
-    result = unpack(packed, cu(lengths), fill=-5.0)
     expected = torch.full((3, 4, 2), -5.0)
     start = 0
     for index, length in enumerate(lengths):
         expected[index, :length] = packed[0, start : start + length]
         start += length
-    assert torch.equal(result, expected)
-
-
-def test_unpack_of_one_sequence_is_the_sequence():
-    packed = torch.arange(5, dtype=torch.float32).view(1, 5)
-    assert torch.equal(unpack(packed, cu([5]), fill=0.0), packed)
-
-
-def test_the_description_stays_on_the_ids_device():
-    """On the meta device (no data): the positions and first tokens are built where the sequence ids live; a tensor
-    made on the default device instead does not mix with them."""
-    ids = torch.tensor([[0, 0, 1], [2, 2, 2]]).to("meta")
-    packed = PackedBatch(ids, None, None, None)
-    assert packed.positions().device.type == "meta" and packed.positions().shape == (2, 3)
-    assert packed.starts().device.type == "meta"
-
-
-def test_per_sequence_sdpa_is_bidirectional_unless_told():
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator) for _ in range(3))
-    out, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu([2, 3]))
-    for (a, b), piece in zip([(0, 2), (2, 5)], torch.split(out[0], [2, 3])):
-        scores = q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2) / 2.0  # sqrt(head_dim 4)
-        reference = (scores.softmax(-1) @ v[0, :, a:b]).transpose(0, 1)
-        torch.testing.assert_close(piece, reference, rtol=1e-5, atol=1e-6)
-
-
-def test_per_sequence_sdpa_without_lengths_says_what_it_needs():
-    q = torch.zeros(1, 1, 2, 4)
-    message = "per_sequence_sdpa needs cu_seq_lens_q (0, len0, len0 + len1, ...) to find the sequences."
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        per_sequence_sdpa(None, q, q, q, None)
-
-
-@pytest.mark.parametrize(
-    ("bounds", "message"),
-    [
-        (
-            [0, 2, 2, 4],
-            "cu_seq_lens_q [0, 2, 2, 4] gives sequence 1 length 0: every packed sequence needs at least one token (a "
-            "zero-length sequence has no [CLS] to read and no tokens to average). Drop empty sequences.",
-        ),
-        (
-            [0, 2, 3],
-            "cu_seq_lens_q ends at 3 but the batch holds 4 tokens (batch x seq); the lengths must cover every token of "
-            "the rows laid end to end.",
-        ),
-    ],
-)
-def test_cu_seq_lens_errors_in_full(bounds, message):
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        describe(1, 4, cu_seq_lens_q=torch.tensor(bounds, dtype=torch.int32))
-
-
-def test_decreasing_seq_idx_error_in_full():
-    message = (
-        "seq_idx must not decrease along a row: each packed sequence is one contiguous run of tokens. Got "
-        "[[0, 1, 0, 1]]."
-    )
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        describe(1, 4, seq_idx=torch.tensor([[0, 1, 0, 1]]))
+    assert torch.equal(unpack(packed, cu(lengths), fill=-5.0), expected)
+    assert torch.equal(unpack(packed[..., 0], cu([7]), fill=0.0), packed[..., 0])
 
 
 def traced(monkeypatch) -> None:
-    """What torch.compile's tracing sees (`torch.compiler.is_compiling()` true), run eagerly: the tensor-only paths
-    give the values the compiled step would compute."""
+    """What torch.compile's tracing sees (`torch.compiler.is_compiling()` true), run eagerly."""
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
 
 
@@ -342,7 +191,7 @@ def test_traced_description_gives_the_eager_sequences(given, monkeypatch):
     assert packed.sequence_ids.tolist() == eager.sequence_ids.tolist()
     assert packed.lengths is None and packed.max_length is None  # not on the host when traced
     if "cu_seq_lens_q" in given:
-        assert packed.cu_seq_lens is given["cu_seq_lens_q"]
+        assert packed.cu_seq_lens.tolist() == eager.cu_seq_lens.tolist()
     else:
         assert packed.cu_seq_lens is None
     assert packed.num_sequences == eager.num_sequences
@@ -350,8 +199,8 @@ def test_traced_description_gives_the_eager_sequences(given, monkeypatch):
 
 
 def test_traced_description_of_positions_without_a_restart(monkeypatch):
-    """Traced, a row without a restart is one sequence (no host decision); positions that cannot mark sequences
-    (a mask, a cache) give an ordinary batch as in eager calls."""
+    """Traced, a row without a restart is one sequence (no host decision); positions that cannot mark sequences (a
+    mask, a cache) give an ordinary batch as in eager calls; no host checks run."""
     traced(monkeypatch)
     packed = describe(2, 4, position_ids=torch.tensor([[0, 1, 2, 3], [0, 1, 0, 1]]))
     assert packed.sequence_ids.tolist() == [[0, 0, 0, 0], [1, 1, 2, 2]]
@@ -359,61 +208,71 @@ def test_traced_description_of_positions_without_a_restart(monkeypatch):
     assert describe(2, 4, position_ids=positions, attention_mask=torch.ones(2, 4)) is None
     assert describe(2, 4, position_ids=positions, past_length=2) is None
     assert describe(2, 4) is None
+    meta = describe(2, 5, cu_seq_lens_q=cu([2, 3, 4, 1]).to("meta"))  # no host checks; made on the lengths' device
+    assert meta.sequence_ids.device.type == "meta" and meta.sequence_ids.shape == (2, 5)
 
 
-def test_lengths_stay_on_the_ids_device():
-    packed = packing._packed(torch.tensor([[0, 0, 1, 1, 1]]).to("meta"), [2, 3])
-    assert packed.cu_seq_lens.device.type == "meta" and packed.cu_seq_lens.dtype == torch.int32
+# --- per_sequence_sdpa -------------------------------------------------------------------------------------------
 
 
-def test_eager_per_sequence_sdpa_passes_scale_and_dropout_on():
-    generator = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(1, 2, 5, 4, generator=generator) for _ in range(3))
-    out, _ = per_sequence_sdpa(None, q, k, v, None, scaling=0.3, cu_seq_lens_q=cu([2, 3]))
+def packed_qkv(lengths, heads: int = 4, dim: int = 8, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """q, k, v of one packed row, (1, heads, total, head_dim), and its cu_seq_lens."""
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, heads, sum(lengths), dim, generator=generator) for _ in range(3))
+    return q, k, v, cu(lengths)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("lengths", [(5, 9, 5, 3, 9, 5), (4, 4, 4, 7, 4)], ids=["apart", "side-by-side"])
+def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, monkeypatch):
+    """One SDPA call per sequence, in order (never one over the whole row), each as if it ran alone."""
+    q, k, v, cu_seq_lens = packed_qkv(lengths)
+    bounds = cu_seq_lens.tolist()
+    alone = [
+        F.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=is_causal)
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+    sdpa, calls = F.scaled_dot_product_attention, []
+
+    def counting_sdpa(query, *args, **kwargs):
+        calls.append(query.shape[-2])
+        return sdpa(query, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
+    out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, cu_seq_lens_q=cu_seq_lens)
+    assert weights is None and out.shape == (1, sum(lengths), 4, 8) and out.is_contiguous()
+    assert calls == list(lengths)
+    for piece, reference in zip(torch.split(out[0], lengths), alone):
+        torch.testing.assert_close(piece, reference[0].transpose(0, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scaling", [None, 0.3])
+def test_per_sequence_sdpa_is_softmax_attention_with_its_scale_and_dropout(scaling):
+    """Bidirectional unless told, the scale passed on (1 / sqrt(head_dim 4) by default), dropout passed on."""
+    q, k, v, cu_seq_lens = packed_qkv([2, 3], heads=2, dim=4, seed=1)
+    out, _ = per_sequence_sdpa(None, q, k, v, None, scaling=scaling, cu_seq_lens_q=cu_seq_lens)
     for (a, b), piece in zip([(0, 2), (2, 5)], torch.split(out[0], [2, 3])):
-        reference = (((q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2)) * 0.3).softmax(-1) @ v[0, :, a:b]).transpose(0, 1)
-        torch.testing.assert_close(piece, reference, rtol=1e-5, atol=1e-6)
-    dropped, _ = per_sequence_sdpa(None, q, k, v, None, dropout=1.0, cu_seq_lens_q=cu([2, 3]))
+        scores = q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2) * (scaling or 0.5)
+        torch.testing.assert_close(piece, (scores.softmax(-1) @ v[0, :, a:b]).transpose(0, 1), rtol=1e-5, atol=1e-6)
+    dropped, _ = per_sequence_sdpa(None, q, k, v, None, dropout=1.0, cu_seq_lens_q=cu_seq_lens)
     assert torch.equal(dropped, torch.zeros_like(dropped))
 
 
-@pytest.mark.parametrize(
-    ("given", "message"),
-    [
-        (
-            dict(cu_seq_lens_q=cu([2, 2]), past_length=1),
-            "Packed sequences (cu_seq_lens_q / seq_idx) cannot continue a KV cache: a cached step extends one sequence "
-            "per row. Decode each sequence in its own row, with an attention mask for the padding.",
-        ),
-        (
-            dict(cu_seq_lens_q=cu([2, 2]), cu_seq_lens_k=cu([1, 3])),
-            "cu_seq_lens_k [0, 1, 4] differs from cu_seq_lens_q [0, 2, 4]; in self-attention each packed sequence "
-            "attends to itself: pass the same lengths (or cu_seq_lens_q alone).",
-        ),
-        (
-            dict(cu_seq_lens_q=cu([2, 2]), attention_mask=torch.tensor([[1, 1, 1, 0]])),
-            "attention_mask has padding inside a packed batch given by cu_seq_lens_q: a packed row holds only real "
-            "tokens. Drop the padding (DataCollatorWithFlattening gives none), or pass seq_idx with the mask.",
-        ),
-    ],
-)
-def test_description_errors_in_full(given, message):
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        describe(1, 4, **given)
+def test_per_sequence_sdpa_lays_several_rows_end_to_end():
+    """Two rows, each packed: cu_seq_lens counts over the rows end to end; the output comes back per row."""
+    q, k, v, cu_seq_lens = packed_qkv((5, 7, 4, 8))  # rows of 12: (5, 7) and (4, 8)
+    q2, k2, v2 = (t.transpose(1, 2).reshape(2, 12, 4, 8).transpose(1, 2) for t in (q, k, v))  # (2, heads, 12, d)
+    out, _ = per_sequence_sdpa(None, q2, k2, v2, None, cu_seq_lens_q=cu_seq_lens)
+    reference, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu_seq_lens)
+    assert out.shape == (2, 12, 4, 8)
+    torch.testing.assert_close(out.reshape(1, 24, 4, 8), reference, rtol=0, atol=0)
 
 
-def test_per_sequence_sdpa_shape_error_in_full():
-    q = torch.zeros(2, 1, 3, 4)
-    message = (
-        "per_sequence_sdpa takes packed rows of 5 tokens in all (cu_seq_lens_q[-1]) as query, key and value; got "
-        "query (2, 1, 3, 4) and key (2, 1, 3, 4) (batch, heads, seq, head_dim). Pass an ordinary batch with an "
-        "attention mask to the backend's own attention function instead."
-    )
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        per_sequence_sdpa(None, q, q, q, None, cu_seq_lens_q=cu([2, 3]))
-
-
-def test_traced_description_stays_on_the_lengths_device(monkeypatch):
-    traced(monkeypatch)
-    packed = describe(2, 5, cu_seq_lens_q=cu([2, 3, 4, 1]).to("meta"))
-    assert packed.sequence_ids.device.type == "meta" and packed.sequence_ids.shape == (2, 5)
+def test_per_sequence_sdpa_rejects_what_is_not_one_packed_row_set():
+    q, k, v, cu_seq_lens = packed_qkv((5, 9, 5, 3, 9, 5))
+    with pytest.raises(ValueError, match=r"needs cu_seq_lens_q .* got query \(2, 4, 36, 8\)"):
+        per_sequence_sdpa(None, q.expand(2, -1, -1, -1), k, v, None, cu_seq_lens_q=cu_seq_lens)
+    with pytest.raises(ValueError, match=r"key \(1, 4, 72, 8\)"):
+        per_sequence_sdpa(None, q, torch.cat([k, k], dim=2), v, None, cu_seq_lens_q=cu_seq_lens)
+    with pytest.raises(ValueError, match="needs cu_seq_lens_q"):
+        per_sequence_sdpa(None, q, k, v, None)
