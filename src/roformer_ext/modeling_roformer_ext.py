@@ -294,16 +294,26 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         )
 
     def unilm_token_type_ids(
-        self, token_type_ids: torch.Tensor | None, past_length: int, batch: int, seq: int, device: torch.device
+        self,
+        token_type_ids: torch.Tensor | None,
+        past_length: int,
+        batch: int,
+        seq: int,
+        device: torch.device,
+        prompt_length: int | None = None,
     ) -> torch.Tensor | None:
         """A UniLM decoder's segments: when the caller gives none, a prompt (nothing cached) is the source (segment 0,
-        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1). A source
-        token after a cache is refused: the cached source tokens were computed without seeing it."""
+        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1); tokens from
+        `prompt_length` on are the target whatever their types (transformers gives assisted and prompt-lookup drafts
+        the prompt's last type). A source token after a cache is refused: the cached source never saw it."""
         if self.config.decoder_attention != "unilm":
             return token_type_ids
         first_call = is_first_call(past_length)
         if token_type_ids is None:
             return torch.full((batch, seq), 0 if first_call else 1, dtype=torch.long, device=device)
+        if prompt_length is not None:
+            index = past_length + torch.arange(seq, device=token_type_ids.device)
+            token_type_ids = token_type_ids.masked_fill(index >= prompt_length, 1)
         if not first_call and not torch.compiler.is_compiling() and bool((token_type_ids == 0).any()):
             raise ValueError(
                 "A UniLM decoder takes no source tokens (token_type_ids 0) after a cache: the cached source tokens "
@@ -328,6 +338,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
+        prompt_length: int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         r"""
@@ -339,6 +350,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         cache (`Cache`, *optional*):
             A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
             accepted too.
+        prompt_length (`int`, *optional*):
+            A UniLM decoder's generated tokens start here (cached tokens counted): they are the target
+            (`token_type_ids` 1) whatever types they were given. `generate` sets it to the prompt's length.
         """
         ensure_compatible(RoFormerExtForCausalLM)  # outside the tested transformers range: the self-check
         check_token_inputs(input_ids, inputs_embeds)
@@ -352,7 +366,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         layout = self.batch_layout(
             tokens, attention_mask, position_ids, cache, use_cache, encoder_hidden_states, kwargs
         )
-        token_type_ids = self.unilm_token_type_ids(token_type_ids, layout.past_length, batch, seq, tokens.device)
+        token_type_ids = self.unilm_token_type_ids(
+            token_type_ids, layout.past_length, batch, seq, tokens.device, prompt_length
+        )
         # Cached keys are numbered as the queries are: over the mask's real tokens where the caller numbered the
         # queries (generate does, from the mask), by slot where the positions are the default ones.
         keys_numbered_by = attention_mask if position_ids is not None else None
@@ -526,19 +542,6 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             kwargs.setdefault("prompt_length", prompt.shape[1])  # an assistant's generate keeps the main prompt's
         return super().generate(inputs, *args, **kwargs)
 
-    def generated_as_target(
-        self, token_type_ids: torch.Tensor | None, prompt_length: int | None, cache: Cache | None
-    ) -> torch.Tensor | None:
-        """A UniLM decoder's tokens from `prompt_length` on (cached ones counted) are the target (segment 1).
-
-        transformers gives new tokens the prompt's last token type, the source's 0 for a plain prompt: assisted and
-        prompt-lookup drafts, verified together with the prompt in the first forward, would join the source."""
-        if self.config.decoder_attention != "unilm" or prompt_length is None or token_type_ids is None:
-            return token_type_ids
-        past_length = cache.get_seq_length() if cache is not None else 0
-        index = past_length + torch.arange(token_type_ids.shape[1], device=token_type_ids.device)
-        return token_type_ids.masked_fill(index >= prompt_length, 1)
-
     @accepts_old_cache_name
     @can_return_tuple
     @auto_docstring
@@ -573,7 +576,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         outputs = self.roformer(
             input_ids,
             attention_mask=attention_mask,
-            token_type_ids=self.generated_as_target(token_type_ids, prompt_length, cache),
+            token_type_ids=token_type_ids,
+            prompt_length=prompt_length,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             encoder_hidden_states=encoder_hidden_states,

@@ -17,7 +17,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring
 
 from .attention_plan import BatchLayout
-from .compat import accepts_old_cache_name, parent_expand_inputs_for_generation
+from .compat import CACHE, accepts_old_cache_name, parent_expand_inputs_for_generation
 from .configuration_roformer_ext import RoFormerExtVisionTextConfig
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
@@ -26,7 +26,7 @@ from .modeling_roformer_ext import (
     RoFormerExtModel,
     check_token_inputs,
 )
-from .positions import build_position_ids, decoding_position_ids, remember_position_deltas
+from .positions import build_position_ids, decoding_position_ids
 from .scheme_knobs import scheme_knobs_class
 
 
@@ -148,49 +148,53 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         image_grid_thw: torch.LongTensor | None,
         video_grid_thw: torch.LongTensor | None,
         second_per_grid_ts: torch.Tensor | None = None,
+        rope_deltas: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Where every token sits, (axes, batch, seq): the caller's 3D positions, a prompt's layout, or decoding.
 
-        A prompt (nothing cached) is laid out from its placeholders and grids, and its delta (next text position −
-        real tokens) is kept on the cache; each later token continues at its index among real tokens (the 2D
-        `position_ids` that `generate` passes) + that delta. Packed rows (the forward's one packed description in
-        `layout`, whichever input gave the boundaries) lay out each sequence alone.
+        A prompt (nothing cached) is laid out from its placeholders and grids (packed rows: each sequence alone). A
+        token after a cache sits at its index among real tokens (the 2D `position_ids` that `generate` passes) + the
+        prompt's `rope_deltas`, which the caller hands in (`generate` does): nothing is kept between calls.
         """
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
         scheme = self.config.rope_parameters["position_scheme"]
-        capabilities = scheme_knobs_class(scheme).capabilities
-        if layout.packed is not None and not capabilities.packing:
+        if layout.packed is not None and not scheme_knobs_class(scheme).capabilities.packing:
             raise ValueError(
                 f"Position scheme {scheme!r} does not lay out packed (padding-free) rows (its capabilities say so): "
                 "pad the batch instead, without cu_seq_lens / seq_idx, or pass 3D position_ids."
             )
         batch, seq = inputs_embeds.shape[:2]
-        if not layout.decoding:
-            if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be
-                if image_grid_thw is not None or video_grid_thw is not None:
-                    raise ValueError(
-                        "image_grid_thw / video_grid_thw need input_ids (their placeholders say where each image sits); "
-                        "with inputs_embeds pass 3D position_ids built by roformer_ext.positions.build_position_ids."
-                    )
-                input_ids = torch.full((batch, seq), -1, device=inputs_embeds.device)  # -1: never a placeholder
-            mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
-            positions, deltas = build_position_ids(
-                input_ids,
-                self.config,
-                image_grid_thw,
-                video_grid_thw,
-                mask_2d,
-                second_per_grid_ts,
-                layout.packed.cu_seq_lens if layout.packed is not None else None,
-                training=self.training,
-            )
-            remember_position_deltas(layout.self_cache, deltas)
-            return positions
-        if position_ids is None:
-            position_ids = torch.arange(seq, device=inputs_embeds.device) + layout.past_length
-            position_ids = position_ids.expand(batch, seq)
-        return decoding_position_ids(position_ids, layout.self_cache, self.config)
+        if layout.decoding:
+            if rope_deltas is None and (self.config.image_token_id, self.config.video_token_id) != (None, None):
+                raise ValueError(
+                    "A call after a cache needs the prompt's rope_deltas (batch, 1) to continue its layout; generate "
+                    "passes them. By hand: rope_deltas = roformer_ext.positions.build_position_ids(prompt_ids, "
+                    "model.config, image_grid_thw, video_grid_thw, attention_mask)[1], or pass 3D position_ids."
+                )
+            if position_ids is None:
+                position_ids = torch.arange(seq, device=inputs_embeds.device) + layout.past_length
+                position_ids = position_ids.expand(batch, seq)
+            return decoding_position_ids(position_ids, rope_deltas, self.config)
+        if input_ids is None:  # embeddings only: all text, laid out by the scheme as input_ids would be
+            if image_grid_thw is not None or video_grid_thw is not None:
+                raise ValueError(
+                    "image_grid_thw / video_grid_thw need input_ids (their placeholders say where each image sits); "
+                    "with inputs_embeds pass 3D position_ids built by roformer_ext.positions.build_position_ids."
+                )
+            input_ids = torch.full((batch, seq), -1, device=inputs_embeds.device)  # -1: never a placeholder
+        mask_2d = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
+        cu_seq_lens = layout.packed.cu_seq_lens if layout.packed is not None else None
+        return build_position_ids(
+            input_ids,
+            self.config,
+            image_grid_thw,
+            video_grid_thw,
+            mask_2d,
+            second_per_grid_ts,
+            cu_seq_lens,
+            training=self.training,
+        )[0]
 
     @accepts_old_cache_name
     @auto_docstring
@@ -207,6 +211,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
         second_per_grid_ts: torch.Tensor | None = None,
+        rope_deltas: torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -215,6 +220,9 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
             3D: every token's position, used as given. 2D: during cached generation, each new token's index among
             the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
+        rope_deltas (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
+            A call after a cache: the prompt's delta (next text position − real tokens, Qwen2-VL's `rope_deltas`) from
+            `roformer_ext.positions.build_position_ids`; `generate` passes it.
         cache (`Cache`, *optional*):
             A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
             accepted too.
@@ -254,6 +262,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
+            rope_deltas,
         )
         return super().forward(
             inputs_embeds=inputs_embeds,
@@ -416,6 +425,32 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
             kwargs.update(expand_vision_inputs(input_ids, self.config, expand_size, vision))
         return expanded_ids, kwargs
 
+    def _prepare_position_ids_for_generation(self, inputs_tensor: torch.Tensor, model_kwargs: dict) -> torch.Tensor:
+        """generate asks once for the prompt's positions (Qwen2-VL overrides this too): each token's index among the
+        real tokens, as transformers makes them, while the prompt's `rope_deltas` join the model kwargs, so every step
+        and every copy of the prompt (beams, return sequences) gets them. A later chat turn's prompt is the whole
+        conversation: its deltas are those of the conversation."""
+        mask = model_kwargs["attention_mask"]  # generate makes it first: the forward takes one
+        input_ids = model_kwargs.get("input_ids")
+        input_ids = input_ids if input_ids is not None and input_ids.shape[1] else inputs_tensor
+        grids = {name: model_kwargs.get(name) for name in ("image_grid_thw", "video_grid_thw")}
+        cache = model_kwargs.get(CACHE)
+        past = int(cache.get_seq_length()) if cache is not None else 0
+        for kind, grid in grids.items():
+            token_id = getattr(self.config, kind.replace("grid_thw", "token_id"))
+            if grid is None and past and token_id is not None and bool((input_ids[:, :past] == token_id).any()):
+                raise ValueError(
+                    f"The cached conversation holds {kind[:5]} placeholders but {kind} was not given: pass the "
+                    "conversation's grids again (pixel_values are optional), so that the new tokens continue its layout."
+                )
+        if input_ids.is_floating_point():  # a prompt of embeddings: all text, delta 0
+            model_kwargs["rope_deltas"] = torch.zeros(input_ids.shape[0], 1, device=input_ids.device)
+        else:
+            model_kwargs["rope_deltas"] = build_position_ids(
+                input_ids, self.config, *grids.values(), mask, model_kwargs.get("second_per_grid_ts")
+            )[1]
+        return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
     @accepts_old_cache_name
     @auto_docstring
     @_documented
@@ -431,6 +466,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         pixel_values_videos: torch.Tensor | None = None,
         video_grid_thw: torch.LongTensor | None = None,
         second_per_grid_ts: torch.Tensor | None = None,
+        rope_deltas: torch.Tensor | None = None,
         cache: Cache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -441,6 +477,9 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
             3D: every token's position, used as given. 2D: during cached generation, each new token's index among
             the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
+        rope_deltas (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
+            A call after a cache: the prompt's delta (next text position − real tokens, Qwen2-VL's `rope_deltas`) from
+            `roformer_ext.positions.build_position_ids`; `generate` passes it.
         cache (`Cache`, *optional*):
             The KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is accepted
             too.
@@ -456,6 +495,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
             pixel_values_videos=pixel_values_videos,
             video_grid_thw=video_grid_thw,
             second_per_grid_ts=second_per_grid_ts,
+            rope_deltas=rope_deltas,
             labels=labels,
             cache=cache,
             use_cache=use_cache,

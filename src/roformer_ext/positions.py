@@ -283,22 +283,11 @@ def as_axes_batch_seq(position_ids: torch.Tensor, axes: int, batch: int, seq: in
     return position_ids.expand(axes, batch, seq)
 
 
-#: Name of the attribute that carries a prompt's position deltas on its KV cache between decoding steps. The
-#: delta belongs to one request, so it travels with that request's cache, never on the model.
-_CACHE_DELTAS = "roformer_ext_position_deltas"
+def decoding_position_ids(text_positions: torch.Tensor, deltas: torch.Tensor | None, config: Any) -> torch.Tensor:
+    """Positions of tokens after a prompt: (index among real tokens) + the prompt's delta, on every axis.
 
-
-def remember_position_deltas(cache: Any, deltas: torch.Tensor) -> None:
-    """Keep a prompt's deltas (batch, 1) on its cache for the tokens generated after it."""
-    if cache is not None:
-        setattr(cache, _CACHE_DELTAS, deltas)
-
-
-def decoding_position_ids(text_positions: torch.Tensor, cache: Any, config: Any) -> torch.Tensor:
-    """Positions of tokens generated after a prompt: (index among real tokens) + the prompt's delta, every axis.
-
-    `text_positions` is (batch, seq), as `generate` passes `position_ids`. A cache without deltas (a text prompt, or
-    one fed as inputs_embeds) continues at delta 0, which is exactly 1D RoPE.
+    `text_positions` (batch, seq) as `generate` passes `position_ids`; `deltas` (batch or a divisor of it, 1) from
+    `build_position_ids` (repeated for the beams / samples of each prompt); None: a text-only model, delta 0.
     """
     rope = config.rope_parameters
     if not scheme_knobs_class(rope["position_scheme"]).capabilities.cache:  # rope_2d_rows: rows do not advance
@@ -307,9 +296,8 @@ def decoding_position_ids(text_positions: torch.Tensor, cache: Any, config: Any)
             "so); use rope_tie, rope_tie_v2, mrope or rope_1d, or generate with use_cache=False."
         )
     positions = text_positions.float()
-    deltas = getattr(cache, _CACHE_DELTAS, None)
     if deltas is not None:
-        if deltas.shape[0] != positions.shape[0]:  # a cache expanded for beams / several samples per prompt
+        if deltas.shape[0] != positions.shape[0]:  # expanded for beams / several samples per prompt
             deltas = deltas.repeat_interleave(positions.shape[0] // deltas.shape[0], dim=0)
         positions = positions + deltas.to(positions.device)
     return positions.unsqueeze(0).expand(int(rope["axes"]), -1, -1)
@@ -319,7 +307,6 @@ __all__ = [
     "PositionScheme",
     "as_axes_batch_seq",
     "decoding_position_ids",
-    "remember_position_deltas",
     "text_position_ids",
     "Segment",
     "build_position_ids",

@@ -235,21 +235,26 @@ def test_4d_causal_mask_with_float_positions():
 
 
 def test_interleaved_requests_do_not_share_position_offsets():
-    """Prompt A, prompt B, then A's next step: A's continuation must not use B's offset."""
+    """Prompt A, prompt B, then A's next step: A's continuation reads A's deltas, handed in; nothing is kept."""
     model = vision_lm("rope_tie")
     a, b = image_inputs(seed=1, text_after=2), image_inputs(seed=2, text_after=5)
     b["input_ids"] = torch.cat([b["input_ids"], torch.randint(5, 90, (1, 4))], dim=1)  # another length, another delta
     b.pop("pixel_values"), b.pop("image_grid_thw")
     b["input_ids"] = b["input_ids"].masked_fill(b["input_ids"] == 97, 7)  # text only: delta 0
     step = torch.tensor([[11]])
+    deltas = build_position_ids(a["input_ids"], model.config, a["image_grid_thw"])[1]
     with torch.no_grad():
         out_a = model(**a, use_cache=True)
-        alone = model(step, cache=copy.deepcopy(output_cache(out_a))).logits
+        alone = model(step, cache=copy.deepcopy(output_cache(out_a)), rope_deltas=deltas).logits
         model(**b, use_cache=True)
-        interleaved = model(step, cache=output_cache(out_a)).logits
+        interleaved = model(step, cache=output_cache(out_a), rope_deltas=deltas).logits
+        with pytest.raises(ValueError, match="needs the prompt's rope_deltas"):
+            model(step, cache=output_cache(out_a))
     torch.testing.assert_close(interleaved, alone)  # float32 defaults: atol 1e-5, rtol 1.3e-6
-    assert_position_sensitive(model, lambda m: m(step, cache=output_cache(m(**a, use_cache=True))).logits, 1e-5)
-    assert not any(isinstance(value, torch.Tensor) for name, value in vars(model).items() if "delta" in name)
+    step_a = lambda m: m(step, cache=output_cache(m(**a, use_cache=True)), rope_deltas=deltas).logits  # noqa: E731
+    assert_position_sensitive(model, step_a, 1e-5)
+    for owner in (model, output_cache(out_a)):  # no request state on the model nor on transformers' cache
+        assert not any("delta" in name for name in vars(owner))
 
 
 def test_two_threads_generate_as_sequential_runs():
@@ -313,15 +318,16 @@ def test_vision_decoding_positions_continue_after_the_prompt():
     model = vision_lm("rope_tie_v2")
     inputs = image_inputs()
     next_token = torch.tensor([[42]])
+    deltas = build_position_ids(inputs["input_ids"], model.config, inputs["image_grid_thw"])[1]
     with torch.no_grad():
         cached = model(**inputs, use_cache=True)
-        step = model(next_token, cache=output_cache(cached)).logits[:, -1]
+        step = model(next_token, cache=output_cache(cached), rope_deltas=deltas).logits[:, -1]
         full_ids = torch.cat([inputs["input_ids"], next_token], dim=1)
         full = model(
             full_ids, pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], use_cache=False
         ).logits[:, -1]
     torch.testing.assert_close(step, full, rtol=1e-5, atol=1e-5)
-    cached_step = lambda m: m(next_token, cache=output_cache(m(**inputs, use_cache=True))).logits  # noqa: E731
+    cached_step = lambda m: m(next_token, cache=output_cache(m(**inputs, use_cache=True)), rope_deltas=deltas).logits  # noqa: E731
     assert_position_sensitive(model, cached_step, 1e-5)
     positions, _ = build_position_ids(full_ids, model.config, inputs["image_grid_thw"])
     assert positions[0, 0, -1] == positions[0, 0, -2] + 1

@@ -194,8 +194,9 @@ def test_expand_vision_inputs_repeats_each_prompts_images_and_videos_as_a_group(
 def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_them():
     """Defect (issue #31, 5): a second chat turn given the cache and the conversation's pixel_values raised "The text
     has 0 image placeholder tokens": the image is in the cache and the new tokens hold no placeholder. As Qwen2-VL,
-    the patches are written only where the current tokens hold placeholders; the turn then equals the call without
-    pixels and a recomputation of the whole conversation (float64, position-sensitive model)."""
+    the patches are written only where the current tokens hold placeholders; the turn then equals the call with the
+    grids alone and a recomputation of the whole conversation (float64, position-sensitive model). Without the grids
+    the conversation's deltas cannot be recomputed (nothing is kept on the cache): refused with the fix."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(sensitive_config()).double().eval()
     part = image_prompt(torch.Generator().manual_seed(3), 3, (1, 2, 3))
@@ -209,11 +210,13 @@ def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_
     def second_turn(**extra):
         return model.generate(input_ids=conversation, **{CACHE: copy.deepcopy(cache)}, **extra, **kwargs)
 
-    with_pixels, without = second_turn(**pixels), second_turn()
+    with_pixels, grids_only = second_turn(**pixels), second_turn(image_grid_thw=pixels["image_grid_thw"])
+    with pytest.raises(ValueError, match="pass the conversation's grids again"):
+        second_turn()
     recomputed = model.generate(input_ids=conversation, **pixels, use_cache=False, **kwargs)
     run = lambda m: torch.stack(m.generate(input_ids=conversation, **pixels, use_cache=False, **kwargs).logits)  # noqa: E731
     assert_position_sensitive(model, run, 1e-8)
-    for other in (without, recomputed):
+    for other in (grids_only, recomputed):
         assert torch.equal(with_pixels.sequences, other.sequences)
         for step, step_other in zip(with_pixels.logits, other.logits):
             torch.testing.assert_close(step, step_other, atol=1e-8, rtol=0)
@@ -233,16 +236,20 @@ def test_a_grid_without_input_ids_is_refused_with_the_fix(grid):
 
 
 def test_decoding_without_position_ids_continues_after_the_cached_prompt():
-    """A cached call without position_ids numbers its tokens from the cached length, as generate's 2D positions do."""
+    """A cached call without position_ids numbers its tokens from the cached length, as generate's 2D positions do,
+    plus the prompt's rope_deltas (text: 0); without them a model with placeholder ids refuses, naming the fix."""
     model = RoFormerExtVisionTextModel(sensitive_config(is_decoder=True)).eval()
     prompt, following = torch.tensor([[5, 6, 7, 8], [8, 7, 6, 5]]), torch.tensor([[9, 10, 11], [11, 10, 9]])
+    deltas = torch.zeros(2, 1)
     with torch.no_grad():
         cache = output_cache(model(prompt, use_cache=True))
-        implicit = model(following, **{CACHE: cache}).last_hidden_state
+        with pytest.raises(ValueError, match="needs the prompt's rope_deltas"):
+            model(following, **{CACHE: cache})
+        implicit = model(following, **{CACHE: cache}, rope_deltas=deltas).last_hidden_state
         cache = output_cache(model(prompt, use_cache=True))
-        explicit = model(following, **{CACHE: cache}, position_ids=torch.tensor([[4, 5, 6], [4, 5, 6]]))
+        explicit = model(following, **{CACHE: cache}, position_ids=torch.tensor([[4, 5, 6]] * 2), rope_deltas=deltas)
         cache = output_cache(model(prompt, use_cache=True))
-        restarted = model(following, **{CACHE: cache}, position_ids=torch.tensor([[0, 1, 2], [0, 1, 2]]))
+        restarted = model(following, **{CACHE: cache}, position_ids=torch.tensor([[0, 1, 2]] * 2), rope_deltas=deltas)
     assert implicit.shape == (2, 3, SIZES["hidden_size"])  # batch 2, 3 tokens: neither size stands for the other
     assert torch.equal(implicit, explicit.last_hidden_state)
     assert not torch.allclose(implicit, restarted.last_hidden_state)  # the positions are seen
