@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from roformer_ext.conversion.tf_checkpoint import (
+    _BFLOAT16,
     _DTYPES,
     _FOOTER_SIZE,
     _TABLE_MAGIC,
@@ -23,7 +24,7 @@ from roformer_ext.conversion.tf_checkpoint import (
     mask_crc,
 )
 
-_WRITE_CODES = {dtype.str: code for code, (name, dtype) in _DTYPES.items() if name != "bfloat16"}
+_WRITE_CODES = {dtype.str: code for code, dtype in _DTYPES.items() if code != _BFLOAT16}
 
 
 def _varint(value: int) -> bytes:

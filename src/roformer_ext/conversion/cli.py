@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .files import CheckpointConversionError, one_line
 from .from_transformers import convert_transformers_checkpoint
-from .original import convert_original_checkpoint
+from .original import VARIANTS, convert_original_checkpoint
 
 _ORIGINAL_HELP = """\
 Convert an original ZhuiyiTechnology release (bert4keras TF checkpoint: bert_config.json,
@@ -36,37 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
         prog="roformer-ext-convert", description="Convert RoFormer checkpoints into roformer-ext folders."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{original,transformers}")
-
     original = commands.add_parser("original", help="an original bert4keras/TF release", description=_ORIGINAL_HELP)
     original.add_argument(
         "src", metavar="SRC_DIR", help="folder with bert_config.json, bert_model.ckpt.* and vocab.txt"
     )
-    original.add_argument("out", metavar="OUT_DIR", help="folder to create")
-    original.add_argument(
-        "--variant", choices=("v1", "sim", "gpt", "v2"), help="force the variant instead of detecting it"
-    )
-    original.add_argument(
-        "--pooler-activation",
-        choices=("linear", "tanh"),
-        help="activation of the pooler, which the checkpoint does not record (default: linear for sim, tanh otherwise)",
-    )
-    original.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
-    original.add_argument("--code-repo", metavar="OWNER/NAME", help=_CODE_REPO_HELP)
-
     transformers = commands.add_parser(
         "transformers",
         help="a transformers `model_type: roformer` folder or a junnyu `roformer` folder",
         description=_TRANSFORMERS_HELP,
     )
     transformers.add_argument("src", metavar="SRC", help="folder with config.json and weights")
-    transformers.add_argument("out", metavar="OUT_DIR", help="folder to create")
-    transformers.add_argument(
-        "--pooler-activation",
-        choices=("linear", "tanh"),
-        help="activation of a pooler (roformer.pooler.dense) when config.json has no pooler_activation",
-    )
-    transformers.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
-    transformers.add_argument("--code-repo", metavar="OWNER/NAME", help=_CODE_REPO_HELP)
+    for command in (original, transformers):
+        command.add_argument("out", metavar="OUT_DIR", help="folder to create")
+        if command is original:
+            command.add_argument("--variant", choices=VARIANTS, help="force the variant instead of detecting it")
+        pooler_help = (
+            "activation of the pooler, which the checkpoint does not record (default: linear for sim, tanh otherwise)"
+            if command is original
+            else "activation of a pooler (roformer.pooler.dense) when config.json has no pooler_activation"
+        )
+        command.add_argument("--pooler-activation", choices=("linear", "tanh"), help=pooler_help)
+        command.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+        command.add_argument("--code-repo", metavar="OWNER/NAME", help=_CODE_REPO_HELP)
     return parser
 
 
@@ -81,8 +72,7 @@ class _CliFormatter(logging.Formatter):
 @contextmanager
 def _report_to_stderr() -> Iterator[None]:
     """Show the converters' info and warnings (detected variant, missing vocabulary) on stderr for this run."""
-    logger = logging.getLogger(__package__)
-    handler = logging.StreamHandler(sys.stderr)
+    logger, handler = logging.getLogger(__package__), logging.StreamHandler(sys.stderr)
     handler.setFormatter(_CliFormatter())
     previous = logger.level
     logger.addHandler(handler)
@@ -96,7 +86,6 @@ def _report_to_stderr() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the converter; print the error and return 1 instead of a traceback for conversion errors."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         with _report_to_stderr():

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .files import (
+    _POOLER,
     CheckpointConversionError,
     build_model,
     check_config_types,
@@ -32,15 +33,9 @@ from .files import (
 logger = logging.getLogger(__name__)
 
 #: transformers class -> ours (architectures entry of config.json).
-ARCHITECTURES = {
-    "RoFormerModel": "RoFormerExtModel",
-    "RoFormerForMaskedLM": "RoFormerExtForMaskedLM",
-    "RoFormerForCausalLM": "RoFormerExtForCausalLM",
-    "RoFormerForSequenceClassification": "RoFormerExtForSequenceClassification",
-    "RoFormerForTokenClassification": "RoFormerExtForTokenClassification",
-    "RoFormerForQuestionAnswering": "RoFormerExtForQuestionAnswering",
-    "RoFormerForMultipleChoice": "RoFormerExtForMultipleChoice",
-}
+_HEADS = ("Model", "ForMaskedLM", "ForCausalLM", "ForSequenceClassification", "ForTokenClassification",
+          "ForQuestionAnswering", "ForMultipleChoice")  # fmt: skip
+ARCHITECTURES = {f"RoFormer{head}": f"RoFormerExt{head}" for head in _HEADS}
 
 #: What `detect_source_kind` returns, and how it is shown.
 SOURCE_KINDS = {
@@ -55,12 +50,9 @@ _BODY_RULES = [
     (r"embeddings\.LayerNorm\.", "embeddings.norm."),
     (r"embeddings\.(word_embeddings|token_type_embeddings)\.", r"embeddings.\1."),
     (r"embeddings_project\.", "embeddings.projection."),
-    (r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.", r"layers.\1.attention.\2."),
-    (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.", r"layers.\1.attention.output."),
-    (r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", r"layers.\1.attention_norm."),
-    (r"encoder\.layer\.(\d+)\.crossattention\.self\.(query|key|value)\.", r"layers.\1.crossattention.\2."),
-    (r"encoder\.layer\.(\d+)\.crossattention\.output\.dense\.", r"layers.\1.crossattention.output."),
-    (r"encoder\.layer\.(\d+)\.crossattention\.output\.LayerNorm\.", r"layers.\1.crossattention_norm."),
+    (r"encoder\.layer\.(\d+)\.(attention|crossattention)\.self\.(query|key|value)\.", r"layers.\1.\2.\3."),
+    (r"encoder\.layer\.(\d+)\.(attention|crossattention)\.output\.dense\.", r"layers.\1.\2.output."),
+    (r"encoder\.layer\.(\d+)\.(attention|crossattention)\.output\.LayerNorm\.", r"layers.\1.\2_norm."),
     (r"encoder\.layer\.(\d+)\.intermediate\.dense\.", r"layers.\1.feed_forward.intermediate."),
     (r"encoder\.layer\.(\d+)\.output\.dense\.", r"layers.\1.feed_forward.output."),
     (r"encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"layers.\1.output_norm."),
@@ -74,9 +66,6 @@ _HEAD_RULES = [
 ]
 #: Keys with no counterpart: the position table, and the decoder tied to the word embeddings.
 _DROPPED = re.compile(r"(encoder\.embed_positions\.weight|cls\.predictions\.decoder\.(weight|bias))$")
-_POOLER = re.compile(r"^(roformer\.)?pooler\.dense\.")
-_DECODER = "cls.predictions.decoder.weight"
-_WORD_EMBEDDINGS = re.compile(r"^(roformer\.)?embeddings\.word_embeddings\.weight$")
 
 _CONFIG_FIELDS = (
     "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -95,12 +84,6 @@ _FLAG_FIELDS = ("rotary_value", "is_decoder", "add_cross_attention", "tie_word_e
 _JUNNYU_KEYS = ("norm_type", "use_bias", "pooler_activation")
 
 
-# ------------------------------------------------------------------------------------------ detection
-def _is_v2(their: Mapping[str, Any]) -> bool:
-    """junnyu's code builds LayerNorm only for norm_type == "layer_norm"; any other value is his scale-free norm."""
-    return their.get("norm_type", "layer_norm") != "layer_norm" or their.get("use_bias", True) is False
-
-
 def _has_pooler(keys: Iterable[str]) -> bool:
     return any(_POOLER.match(k) for k in keys)
 
@@ -112,7 +95,7 @@ def _has_mlm_head(keys: Iterable[str]) -> bool:
 def detect_source_kind(their: Mapping[str, Any], keys: Iterable[str]) -> str:
     """Returns "junnyu-v2", "junnyu-sim" (a pooler), "junnyu-v1" (his config keys, neither) or "transformers"."""
     keys = list(keys)
-    if _is_v2(their):
+    if their.get("norm_type", "layer_norm") != "layer_norm" or their.get("use_bias", True) is False:
         return "junnyu-v2"
     if _has_pooler(keys):
         return "junnyu-sim"
@@ -121,7 +104,6 @@ def detect_source_kind(their: Mapping[str, Any], keys: Iterable[str]) -> str:
     return "transformers"
 
 
-# --------------------------------------------------------------------------------------------- config
 def _check_model_type(their: Mapping[str, Any]) -> None:
     if their.get("model_type") != "roformer":
         raise CheckpointConversionError(
@@ -149,10 +131,7 @@ def convert_transformers_config(
     pooler_activation: str | None = None,
     path: Path = Path("config.json"),
 ) -> dict[str, Any]:
-    """Our config kwargs from theirs (read from `path`) and their weight names.
-
-    Their multiple-choice head pools the last token; we keep that.
-    """
+    """Our config kwargs from theirs (read from `path`) and their weight names."""
     _check_model_type(their)
     check_config_types(their, path, _INTEGER_FIELDS, _NUMBER_FIELDS, _FLAG_FIELDS)
     keys = list(keys)
@@ -163,7 +142,7 @@ def convert_transformers_config(
     layer_norm = their.get("norm_type", "layer_norm") == "layer_norm"  # junnyu: any other value is his RMS norm
     ours["norm_type"] = "layer_norm" if layer_norm else "rms_scale_free"
     ours["mlm_head_transform"] = layer_norm  # his MLM head has the transform iff norm_type == "layer_norm"
-    ours["multiple_choice_pooling"] = "last"
+    ours["multiple_choice_pooling"] = "last"  # as their multiple-choice head
     ours["architectures"] = [_architecture(their, keys)]
     ours["pooler_activation"] = resolve_pooler_activation(
         _has_pooler(keys), pooler_activation, their.get("pooler_activation"), "roformer.pooler.dense"
@@ -175,7 +154,6 @@ def convert_transformers_config(
     return ours
 
 
-# ---------------------------------------------------------------------------------------------- weights
 def _rename(key: str) -> str | None:
     """Our key for one of theirs, or None when it has no counterpart (raises on an unknown key)."""
     if _DROPPED.search(key):
@@ -190,27 +168,18 @@ def _rename(key: str) -> str | None:
     raise CheckpointConversionError(f"Unexpected variable {key!r} in the transformers checkpoint.")
 
 
-def _check_decoder_is_tied(their: Mapping[str, torch.Tensor]) -> None:
-    """The decoder we drop must equal the word embeddings we keep (it is tied in both libraries)."""
-    embeddings = next((v for k, v in their.items() if _WORD_EMBEDDINGS.match(k)), None)
-    decoder = their.get(_DECODER)
-    if decoder is None or embeddings is None or decoder.shape != embeddings.shape:
-        return
-    if not torch.equal(decoder, embeddings):
-        raise CheckpointConversionError(
-            f"{_DECODER} differs from the word embeddings, but roformer-ext ties the MLM decoder to them; an "
-            "untied decoder cannot be converted."
-        )
-
-
 def convert_transformers_state_dict(their: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Rename every tensor; the decoder bias stands in for `cls.predictions.bias` when only it was saved."""
-    _check_decoder_is_tied(their)
-    ours = {}
-    for key, tensor in their.items():
-        new_key = _rename(key)
-        if new_key is not None:
-            ours[new_key] = tensor
+    embeddings = their.get("roformer.embeddings.word_embeddings.weight", their.get("embeddings.word_embeddings.weight"))
+    decoder = their.get("cls.predictions.decoder.weight")
+    if decoder is not None and embeddings is not None and decoder.shape == embeddings.shape:
+        if not torch.equal(decoder, embeddings):  # we drop the decoder: it must be the embeddings, tied
+            raise CheckpointConversionError(
+                "cls.predictions.decoder.weight differs from the word embeddings, but roformer-ext ties the MLM "
+                "decoder to them; an untied decoder cannot be converted."
+            )
+    ours = {_rename(key): tensor for key, tensor in their.items()}
+    ours.pop(None, None)  # keys with no counterpart
     if "cls.predictions.decoder.bias" in their and "lm_head.bias" not in ours:
         ours["lm_head.bias"] = their["cls.predictions.decoder.bias"]
     return ours
@@ -218,44 +187,37 @@ def convert_transformers_state_dict(their: Mapping[str, torch.Tensor]) -> dict[s
 
 def _weight_files(src: Path) -> list[Path]:
     """model.safetensors (single or sharded) or pytorch_model.bin, as transformers writes them."""
-    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-        index = src / index_name
+    for index in (src / "model.safetensors.index.json", src / "pytorch_model.bin.index.json"):
         if index.exists():
             weight_map = read_json_file(index).get("weight_map")
             if not isinstance(weight_map, dict):
                 raise CheckpointConversionError(f"{index} has no weight_map; the index file is damaged.")
             return [src / name for name in sorted(set(weight_map.values()))]
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (src / name).exists():
-            return [src / name]
+    for path in (src / "model.safetensors", src / "pytorch_model.bin"):
+        if path.exists():
+            return [path]
     raise CheckpointConversionError(f"No model.safetensors or pytorch_model.bin in {src}.")
 
 
-def _load_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    """One weights file as a dict of tensors; a missing, damaged or foreign file is a one-line error."""
+def load_state_dict_from_folder(src: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's weight file(s); a missing, damaged or foreign file is a one-line error."""
     from safetensors.torch import load_file
 
-    safetensors = path.name.endswith(".safetensors")
-    if not path.is_file():
-        raise CheckpointConversionError(f"Missing {path}, which the weight index lists.")
-    try:
-        state = load_file(path) if safetensors else torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 (safetensors, zipfile, pickle and torch raise their own kinds)
-        kind = "safetensors" if safetensors else "PyTorch"
-        raise CheckpointConversionError(
-            f"{path} cannot be read as a {kind} weights file ({one_line(err)}); it is damaged or truncated: "
-            "download or save it again."
-        ) from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointConversionError(f"{path} does not hold a state dict (names -> tensors).")
-    return state
-
-
-def load_state_dict_from_folder(src: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the folder's weight file(s)."""
     state = {}
     for path in _weight_files(src):
-        state.update(_load_weight_file(path))
+        safetensors = path.name.endswith(".safetensors")
+        if not path.is_file():
+            raise CheckpointConversionError(f"Missing {path}, which the weight index lists.")
+        try:
+            part = load_file(path) if safetensors else torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 (safetensors, zipfile, pickle and torch raise their own kinds)
+            raise CheckpointConversionError(
+                f"{path} cannot be read as a {'safetensors' if safetensors else 'PyTorch'} weights file "
+                f"({one_line(err)}); it is damaged or truncated: download or save it again."
+            ) from None
+        if not isinstance(part, dict) or not all(isinstance(v, torch.Tensor) for v in part.values()):
+            raise CheckpointConversionError(f"{path} does not hold a state dict (names -> tensors).")
+        state.update(part)
     return state
 
 

@@ -11,9 +11,8 @@ import logging
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -43,19 +42,15 @@ _IGNORED = re.compile(
 )
 
 #: bert4keras activation names -> transformers ACT2FN names.
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_erf": "gelu",
-    "gelu_tanh": "gelu_new",
-    "relu": "relu",
-    "swish": "silu",
-    "tanh": "tanh",
-}
+_ACTIVATIONS = {"gelu": "gelu", "gelu_erf": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu",
+                "tanh": "tanh"}  # fmt: skip
+#: bert4keras' rotary: interleaved pairs, base 10000.
+_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "interleaved", "axes": 1,
+         "axis_allocation": "interleaved", "position_scheme": "rope_1d"}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class VariableSpec:
-    """One checkpoint variable and where it goes: Dense kernels are [in, out], torch Linear weights [out, in]."""
+class VariableSpec(NamedTuple):
+    """One checkpoint variable and its key; Dense kernels are [in, out], torch Linear weights [out, in]."""
 
     tf_name: str
     torch_key: str
@@ -63,27 +58,22 @@ class VariableSpec:
     transpose: bool = False
 
 
-@dataclass
-class ConversionPlan:
-    """Everything decided before any weight is read: variant, architecture, config and the variable map."""
+class ConversionPlan(NamedTuple):
+    """Everything decided before any weight is read."""
 
     variant: str
     architecture: str
     config_kwargs: dict[str, Any]
     specs: list[VariableSpec]
-    ignored: list[str] = field(default_factory=list)
+    ignored: list[str]
 
 
-# ------------------------------------------------------------------------------------------ detection
 def _is_ignored(name: str) -> bool:
     return bool(_IGNORED.search(name))
 
 
 def detect_variant(variables: Mapping[str, tuple[int, ...]]) -> str:
-    """ "v2" (no biases, no norm parameters, no `cls/` head), "sim" (v1 + pooler) or "v1"; gpt is never guessed.
-
-    Raises CheckpointConversionError when the variables fit none of them.
-    """
+    """ "v2" (no biases, no norm parameters, no `cls/` head), "sim" (v1 + pooler) or "v1"; gpt is never guessed."""
     names = {n for n in variables if not _is_ignored(n)}
     needed = ("bert/embeddings/word_embeddings", "bert/encoder/layer_0/attention/self/query/kernel")
     if not all(n in names for n in needed):
@@ -107,19 +97,14 @@ def detect_variant(variables: Mapping[str, tuple[int, ...]]) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------- variables
 def _dense(tf_prefix: str, key_prefix: str, shape_in_out: tuple[int, int], bias: bool) -> list[VariableSpec]:
-    specs = [VariableSpec(f"{tf_prefix}/kernel", f"{key_prefix}.weight", shape_in_out, transpose=True)]
-    if bias:
-        specs.append(VariableSpec(f"{tf_prefix}/bias", f"{key_prefix}.bias", (shape_in_out[1],)))
-    return specs
+    kernel = VariableSpec(f"{tf_prefix}/kernel", f"{key_prefix}.weight", shape_in_out, transpose=True)
+    return [kernel] + ([VariableSpec(f"{tf_prefix}/bias", f"{key_prefix}.bias", shape_in_out[1:])] if bias else [])
 
 
 def _norm(tf_prefix: str, key_prefix: str, size: int) -> list[VariableSpec]:
-    return [
-        VariableSpec(f"{tf_prefix}/gamma", f"{key_prefix}.weight", (size,)),
-        VariableSpec(f"{tf_prefix}/beta", f"{key_prefix}.bias", (size,)),
-    ]
+    pairs = (("gamma", "weight"), ("beta", "bias"))
+    return [VariableSpec(f"{tf_prefix}/{tf}", f"{key_prefix}.{pt}", (size,)) for tf, pt in pairs]
 
 
 def map_original_variables(
@@ -128,19 +113,10 @@ def map_original_variables(
     """The variables a bert4keras RoFormer of this config and variant has, keyed as RoFormerExtForMaskedLM."""
     v1 = variant != "v2"
     size = _sizes(bert_config)
-    vocab, emb, hidden, inter = (
-        size["vocab_size"],
-        size["embedding_size"],
-        size["hidden_size"],
-        size["intermediate_size"],
-    )
+    vocab, emb, hidden, inter = (size[k] for k in ("vocab_size", "embedding_size", "hidden_size", "intermediate_size"))
     specs = [
-        VariableSpec("bert/embeddings/word_embeddings", "roformer.embeddings.word_embeddings.weight", (vocab, emb)),
-        VariableSpec(
-            "bert/embeddings/token_type_embeddings",
-            "roformer.embeddings.token_type_embeddings.weight",
-            (size["type_vocab_size"], emb),
-        ),
+        VariableSpec(f"bert/embeddings/{name}", f"roformer.embeddings.{name}.weight", (rows, emb))
+        for name, rows in (("word_embeddings", vocab), ("token_type_embeddings", size["type_vocab_size"]))
     ]
     if v1:
         specs += _norm("bert/embeddings/LayerNorm", "roformer.embeddings.norm", emb)
@@ -182,7 +158,6 @@ def _check_variables(variables: Mapping[str, tuple[int, ...]], specs: list[Varia
     raise CheckpointConversionError("\n".join(lines))
 
 
-# ------------------------------------------------------------------------------------------- config
 def _sizes(bert_config: Mapping[str, Any]) -> dict[str, int]:
     required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     missing = [k for k in required if k not in bert_config]
@@ -225,14 +200,7 @@ def original_config_kwargs(
         "attention_type": "softmax",
         "pooler_activation": pooler_activation,
         "is_decoder": variant == "gpt",
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 10000.0,
-            "pair_layout": "interleaved",
-            "axes": 1,
-            "axis_allocation": "interleaved",
-            "position_scheme": "rope_1d",
-        },
+        "rope_parameters": dict(_ROPE),
     }
 
 
@@ -348,6 +316,7 @@ def model_card(src: Path, plan: ConversionPlan, command: str) -> str:
     """A short README.md: where the weights come from, how they were converted and what was kept."""
     cfg = plan.config_kwargs
     pooler = f"pooler activation `{cfg['pooler_activation']}`" if cfg["pooler_activation"] else "no pooler"
+    sim = "".join(f"\n{line}\n" for line, wanted in _SIM_CARD if wanted(cfg))
     auto = {"RoFormerExtForMaskedLM": "AutoModelForMaskedLM", "RoFormerExtForCausalLM": "AutoModelForCausalLM"}
     auto_class = auto.get(plan.architecture, "AutoModel")
     name = src.resolve().name
@@ -381,7 +350,7 @@ from transformers import {auto_class}, AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
 model = {auto_class}.from_pretrained("path/to/this/folder")
 ```
-{sim_card_section(plan)}
+{sim}
 ## Citation
 
 ```bibtex
@@ -390,23 +359,22 @@ model = {auto_class}.from_pretrained("path/to/this/folder")
 """
 
 
-def sim_card_section(plan: ConversionPlan) -> str:
-    """How a Sim folder is used: similar sentences through generate(), embeddings through sentence-transformers."""
-    lines = []
-    if plan.config_kwargs.get("decoder_attention") == "unilm":
-        lines += [
-            "Similar sentences: `AutoModelForCausalLM.from_pretrained(folder)` is the UniLM seq2seq model (config: "
-            "`decoder_attention: unilm`; generation config: stop at [SEP]), e.g. `model.generate(**tokenizer(text, "
-            "return_tensors='pt'), do_sample=True, top_p=0.95, top_k=0, num_return_sequences=50)`; "
-            "`roformer_ext.SimilarSentenceGenerator.from_pretrained(folder)(text, n=100, k=20)` ranks them "
-            "(bert4keras' `gen_synonyms`).",
-        ]
-    if plan.config_kwargs["pooler_activation"] is not None:
-        lines += [
-            "Sentence embeddings: `SentenceTransformer(folder).encode(texts)` (sentence-transformers >= 6) equals "
-            "`AutoModel.from_pretrained(folder)(**batch).pooler_output`; compare by cosine similarity.",
-        ]
-    return "".join(f"\n{line}\n" for line in lines)
+#: How a Sim folder is used: similar sentences through generate(), embeddings through sentence-transformers.
+_SIM_CARD = [
+    (
+        "Similar sentences: `AutoModelForCausalLM.from_pretrained(folder)` is the UniLM seq2seq model (config: "
+        "`decoder_attention: unilm`; generation config: stop at [SEP]), e.g. `model.generate(**tokenizer(text, "
+        "return_tensors='pt'), do_sample=True, top_p=0.95, top_k=0, num_return_sequences=50)`; "
+        "`roformer_ext.SimilarSentenceGenerator.from_pretrained(folder)(text, n=100, k=20)` ranks them "
+        "(bert4keras' `gen_synonyms`).",
+        lambda cfg: cfg.get("decoder_attention") == "unilm",
+    ),
+    (
+        "Sentence embeddings: `SentenceTransformer(folder).encode(texts)` (sentence-transformers >= 6) equals "
+        "`AutoModel.from_pretrained(folder)(**batch).pooler_output`; compare by cosine similarity.",
+        lambda cfg: cfg["pooler_activation"] is not None,
+    ),
+]
 
 
 __all__ = [

@@ -1,16 +1,9 @@
-"""All-or-nothing output folders for converters, which never delete what they did not write.
+"""All-or-nothing output folders, which never delete what they did not write.
 
-A conversion writes several files (config, weights, tokenizer, model card); a crash half-way must not leave
-a folder that looks usable. So everything goes into a hidden sibling folder, which replaces OUT by a rename
-only once every file is written, and is removed on any error.
-
-What may be deleted is narrow: OUT only with `force` and only when it is empty or an earlier roformer-ext output
-(config.json with model_type "roformer_ext"), never a folder that is, holds or sits inside a source, and of the
-hidden siblings only those named by our own pattern whose process is gone.
-
-A sibling's name is OUT's name plus a suffix of up to 29 bytes; for an OUT name too long to take it (file names have at
-most 255 bytes on common file systems), the siblings use a shortened form of it plus a hash of the whole name, so
-every OUT name the file system allows can be written. A longer OUT name is refused before anything is written.
+Everything goes into a hidden sibling `.OUT.partial-PID-HEX8`, renamed to OUT once complete and removed on any
+error. Deleted are only: OUT with `force` when it is empty or an earlier roformer-ext output, never a folder that
+is, holds or sits inside a source; and our own siblings whose process is gone. An OUT name too long for the suffix
+gets siblings named by a shortened form plus a hash, so every name the file system allows can be written.
 """
 
 from __future__ import annotations
@@ -64,7 +57,6 @@ def refuse_overlap(out: Path, sources: Iterable[str | os.PathLike]) -> None:
         )
 
 
-# ------------------------------------------------------------------------------------ name lengths
 #: Bytes a hidden sibling adds to OUT's name: "." + ".partial-" + a pid (at most 10 digits) + "-" + 8 hex digits.
 _SIBLING_OVERHEAD = 1 + len(".partial-") + 10 + 1 + 8
 
@@ -81,7 +73,7 @@ def _name_max(folder: Path) -> int:
 
 
 def refuse_long_names(out: Path) -> None:
-    """Every component of `out` fits the file system's name limit; else one error, before anything is written."""
+    """Every component of `out` fits the file system's name limit; else one error before anything is written."""
     limit = _name_max(out.parent)
     for part in out.parts[1:]:
         size = len(os.fsencode(part))
@@ -93,21 +85,13 @@ def refuse_long_names(out: Path) -> None:
 
 
 def sibling_stem(out: Path) -> str:
-    """OUT's name as it appears in our hidden siblings: the name itself, or, when the suffix would push a sibling
-    past the name limit, the name cut short plus `~` and 8 hex digits of its hash (unique to the full name)."""
+    """OUT's name in our siblings: the name, or when the suffix would not fit, cut short plus `~` and its hash."""
     name = os.fsencode(out.name)
     room = _name_max(out.parent) - _SIBLING_OVERHEAD
     if len(name) <= room:
         return out.name
     digest = hashlib.sha256(name).hexdigest()[:8]
     return name[: room - 9].decode(errors="ignore") + "~" + digest  # a cut multi-byte character is dropped
-
-
-# ------------------------------------------------------------------------ leftovers of interrupted runs
-def _leftover_pattern(out: Path) -> re.Pattern[str]:
-    """Our own hidden sibling names: `.OUT.partial-PID-HEX8` (being written), `.OUT.old-PID-HEX8` (moved aside),
-    with OUT as `sibling_stem` gives it."""
-    return re.compile(rf"\.{re.escape(sibling_stem(out))}\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{{8}}")
 
 
 def _process_alive(pid: int) -> bool:
@@ -125,13 +109,11 @@ def _process_alive(pid: int) -> bool:
 
 
 def clear_leftovers(out: Path) -> None:
-    """Remove our siblings of `out` left by a killed run; an `.old` one that is the only copy of OUT is an error.
-
-    A sibling whose process still runs belongs to a conversion in progress and is left alone.
-    """
+    """Remove our siblings of `out` whose process is gone (`.partial` being written, `.old` moved aside); an `.old`
+    one that is the only copy of OUT is an error."""
     if not out.parent.is_dir():
         return
-    pattern = _leftover_pattern(out)
+    pattern = re.compile(rf"\.{re.escape(sibling_stem(out))}\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{{8}}")
     for path in sorted(out.parent.iterdir()):
         match = pattern.fullmatch(path.name)
         if match is None or _process_alive(int(match["pid"])):
@@ -145,7 +127,6 @@ def clear_leftovers(out: Path) -> None:
         logger.info("Removed %s, left by an interrupted conversion.", path)
 
 
-# ------------------------------------------------------------------------------------------ replacing
 def _written_by_us(folder: Path) -> bool:
     try:
         return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type") == "roformer_ext"
@@ -194,12 +175,8 @@ def _swap_in(tmp: Path, out: Path, tag: str) -> None:
 def output_folder(
     out: str | os.PathLike, force: bool = False, sources: Iterable[str | os.PathLike] = ()
 ) -> Iterator[Path]:
-    """Yield an empty temporary folder next to `out`; on success it becomes `out`, on error it is deleted.
-
-    `out` may not overlap any of `sources`. An existing `out` is refused unless `force`, and replaced only when
-    it is empty or an earlier roformer-ext output, and only after the new folder is complete (the old one stays
-    in place if the conversion fails). Leftovers of a killed earlier run are cleared first.
-    """
+    """Yield an empty temporary folder next to `out`; on success it becomes `out` (replacing an old one only
+    then), on error it is deleted. `out` may not overlap any of `sources`; an existing one needs `force`."""
     out = Path(out).absolute()
     refuse_long_names(out)
     refuse_overlap(out, sources)

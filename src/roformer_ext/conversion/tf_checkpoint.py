@@ -1,13 +1,10 @@
 """Read TensorFlow V2-format checkpoints without TensorFlow.
 
-A checkpoint `PREFIX` is `PREFIX.index` plus data shards `PREFIX.data-0000i-of-0000n`. The index is a
-LevelDB-style SSTable: data blocks of prefix-compressed (key, value) entries, an index block of block
-handles and a 48-byte footer ending in a magic number; every block carries a masked crc32c. Its key ""
-holds a `BundleHeaderProto`; every other key is a variable name whose value is a `BundleEntryProto`
-(dtype, shape, shard_id, offset, size, crc32c) locating the raw little-endian bytes in a data shard.
-Only what the RoFormer releases need is supported: uncompressed blocks and whole (unpartitioned) numeric
-tensors. Everything is checked (block and tensor checksums, bounds, sizes), so a damaged download fails
-with a message that names the file and the variable instead of producing a silently wrong model.
+`PREFIX.index` is a LevelDB-style SSTable (prefix-compressed blocks, an index block, a 48-byte footer, a masked
+crc32c per block): key "" holds a `BundleHeaderProto`, every other key a variable's `BundleEntryProto` (dtype, shape,
+shard, offset, size, crc32c) locating its raw bytes in `PREFIX.data-0000i-of-0000n`. Only what the RoFormer releases
+need: uncompressed blocks, whole numeric tensors. Every checksum, bound and size is checked, so a damaged download
+fails naming the file and the variable instead of giving a silently wrong model.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ class TFCheckpointError(CheckpointConversionError):
 
 
 class _FormatError(Exception):
-    """Internal: malformed bytes; the reader re-raises it as TFCheckpointError with the file name."""
+    """Malformed bytes; the reader re-raises it as TFCheckpointError with the file name."""
 
 
 # --------------------------------------------------------------------------------------------- crc32c
@@ -212,23 +209,14 @@ def _read_table(raw: bytes) -> list[tuple[bytes, bytes]]:
 
 
 # ------------------------------------------------------------------------------------------- bundle
-#: TF DataType enum -> numpy dtype. bfloat16 (14) is read as float32 (numpy has no bfloat16).
-_DTYPES: dict[int, tuple[str, np.dtype]] = {
-    1: ("float32", np.dtype("<f4")),
-    2: ("float64", np.dtype("<f8")),
-    3: ("int32", np.dtype("<i4")),
-    4: ("uint8", np.dtype("u1")),
-    5: ("int16", np.dtype("<i2")),
-    6: ("int8", np.dtype("i1")),
-    9: ("int64", np.dtype("<i8")),
-    10: ("bool", np.dtype("?")),
-    14: ("bfloat16", np.dtype("<u2")),
-    17: ("uint16", np.dtype("<u2")),
-    19: ("float16", np.dtype("<f2")),
-    22: ("uint32", np.dtype("<u4")),
-    23: ("uint64", np.dtype("<u8")),
-}
-_DTYPE_NAMES = {1: "float32", 7: "string", 8: "complex64", 18: "complex128", 20: "resource", 21: "variant"}
+#: TF DataType enum -> numpy dtype; bfloat16 is read as its 16 bits, then widened to float32 (numpy has no bfloat16).
+_DTYPES = {code: np.dtype(name) for code, name in {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8",
+           10: "?", 14: "<u2", 17: "<u2", 19: "<f2", 22: "<u4", 23: "<u8"}.items()}  # fmt: skip
+_BFLOAT16 = 14
+_UNSUPPORTED = {7: "string", 8: "complex64", 18: "complex128", 20: "resource", 21: "variant"}
+#: BundleEntryProto field numbers.
+_ENTRY_FIELDS = {1: "dtype_code", 2: "shape", 3: "shard_id", 4: "offset", 5: "size", 6: "masked_crc32c",
+                 7: "partitioned"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,42 +234,29 @@ class TensorEntry:
 
     @property
     def dtype_name(self) -> str:
-        return (
-            _DTYPES[self.dtype_code][0]
-            if self.dtype_code in _DTYPES
-            else _DTYPE_NAMES.get(self.dtype_code, f"dtype #{self.dtype_code}")
-        )
+        if self.dtype_code == _BFLOAT16:
+            return "bfloat16"
+        known = _DTYPES.get(self.dtype_code)
+        return known.name if known else _UNSUPPORTED.get(self.dtype_code, f"dtype #{self.dtype_code}")
 
 
 def _parse_shape(buf: bytes) -> tuple[int, ...]:
     dims = []
     for number, value in _proto_fields(buf):
         if number == 2:
-            size = dict(_proto_fields(value)).get(1, 0)
-            dims.append(_signed64(size))
+            dims.append(_signed64(dict(_proto_fields(value)).get(1, 0)))
         elif number == 3 and value:
             raise _FormatError("tensor of unknown rank")
     return tuple(dims)
 
 
 def _parse_entry(name: str, buf: bytes) -> TensorEntry:
-    fields: dict[str, object] = {"shape": ()}
+    convert = {2: _parse_shape, 4: _signed64, 5: _signed64, 7: lambda value: True}
+    fields = {"dtype_code": 0, "shape": ()}
     for number, value in _proto_fields(buf):
-        if number == 1:
-            fields["dtype_code"] = value
-        elif number == 2:
-            fields["shape"] = _parse_shape(value)
-        elif number == 3:
-            fields["shard_id"] = value
-        elif number == 4:
-            fields["offset"] = _signed64(value)
-        elif number == 5:
-            fields["size"] = _signed64(value)
-        elif number == 6:
-            fields["masked_crc32c"] = value
-        elif number == 7:
-            fields["partitioned"] = True
-    return TensorEntry(name=name, dtype_code=int(fields.pop("dtype_code", 0)), **fields)
+        if number in _ENTRY_FIELDS:
+            fields[_ENTRY_FIELDS[number]] = convert.get(number, lambda v: v)(value)
+    return TensorEntry(name, **fields)
 
 
 # ------------------------------------------------------------------------------------------- reader
@@ -324,11 +299,8 @@ def resolve_checkpoint_prefix(path: str | os.PathLike) -> Path:
 
 
 class TFCheckpointReader:
-    """Random access to the variables of one TF V2 checkpoint, as numpy arrays.
-
-    `variables` maps each name to its shape (like `tf.train.list_variables`); `get_tensor(name)` reads one
-    (like `tf.train.load_variable`), checking bounds, size and the stored crc32c.
-    """
+    """The variables of one TF V2 checkpoint: `variables` maps names to shapes (`tf.train.list_variables`),
+    `get_tensor(name)` reads one as a numpy array (`tf.train.load_variable`), checking bounds, size and crc32c."""
 
     def __init__(self, path: str | os.PathLike):
         self.prefix = resolve_checkpoint_prefix(path)
@@ -382,7 +354,7 @@ class TFCheckpointReader:
                 f"Corrupted checkpoint index {self.index_path}: {name!r} points to shard {entry.shard_id} "
                 f"of {self.num_shards}."
             )
-        dtype_name, dtype = _DTYPES[entry.dtype_code]
+        dtype_name, dtype = entry.dtype_name, _DTYPES[entry.dtype_code]
         expected = int(np.prod(entry.shape, dtype=np.int64)) * dtype.itemsize
         if entry.size != expected or entry.offset < 0 or any(d < 0 for d in entry.shape):
             raise TFCheckpointError(
