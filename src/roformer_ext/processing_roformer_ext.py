@@ -1,15 +1,8 @@
 """Processor for the RoFormer-Ext vision-text models: tokenizer + `RoFormerExtImageProcessor`.
 
-Token convention (shared with `positions.py` and the model):
-
-* the user writes one "[IMAGE]" where each image goes and one "[VIDEO]" where each video goes;
-* the processor expands each mark to ``"[IMG]" + n * mark + "[/IMG]"`` with ``n = t * h * w`` from the
-  picture's grid row, so "[IMAGE]" (``config.image_token_id``) and "[VIDEO]" (``config.video_token_id``)
-  are the per-patch placeholders the patch embedding overwrites. Videos reuse the "[IMG]" / "[/IMG]"
-  wrapper: the placeholder token already says which kind of picture it is, and four special tokens are
-  enough.
-
-`add_vision_tokens(tokenizer)` adds the four tokens to any tokenizer and returns their ids.
+The user writes one "[IMAGE]" per image and one "[VIDEO]" per video; the processor expands each mark to
+``"[IMG]" + t * h * w * mark + "[/IMG]"`` from the picture's grid row, so "[IMAGE]" / "[VIDEO]" (``config.image_token_id``
+/ ``config.video_token_id``) are the placeholders the patch embedding overwrites (videos reuse the "[IMG]" wrapper).
 """
 
 from __future__ import annotations
@@ -29,12 +22,7 @@ IMAGE_END_TOKEN = "[/IMG]"
 IMAGE_TOKEN = "[IMAGE]"
 VIDEO_TOKEN = "[VIDEO]"
 VISION_TOKENS = (IMAGE_START_TOKEN, IMAGE_END_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN)
-_TOKEN_ID_NAMES = {
-    IMAGE_START_TOKEN: "image_start_token_id",
-    IMAGE_END_TOKEN: "image_end_token_id",
-    IMAGE_TOKEN: "image_token_id",
-    VIDEO_TOKEN: "video_token_id",
-}
+_TOKEN_ID_NAMES = ("image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id")
 
 
 def _single_token_id(tokenizer: Any, token: str) -> int | None:
@@ -44,11 +32,8 @@ def _single_token_id(tokenizer: Any, token: str) -> int | None:
 
 
 def vision_token_ids(tokenizer: Any) -> dict[str, int]:
-    """`{"image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id"}` -> ids.
-
-    Raises ValueError naming the tokens the tokenizer does not keep whole, since a split placeholder would
-    silently misalign patches and tokens.
-    """
+    """`{"image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id"}` -> ids; a ValueError names
+    the tokens the tokenizer splits (a split placeholder would misalign patches and tokens)."""
     ids = {token: _single_token_id(tokenizer, token) for token in VISION_TOKENS}
     missing = [token for token, token_id in ids.items() if token_id is None]
     if missing:
@@ -57,16 +42,15 @@ def vision_token_ids(tokenizer: Any) -> dict[str, int]:
             "`roformer_ext.processing_roformer_ext.add_vision_tokens(tokenizer)` first (and resize the model's "
             "embeddings to the new vocabulary size)."
         )
-    return {_TOKEN_ID_NAMES[token]: token_id for token, token_id in ids.items()}
+    return dict(zip(_TOKEN_ID_NAMES, ids.values()))
 
 
 def add_vision_tokens(tokenizer: Any) -> dict[str, int]:
     """Add "[IMG]", "[/IMG]", "[IMAGE]", "[VIDEO]" as special tokens (idempotent) and return their ids.
 
-    Use the result to set `config.image_token_id` / `config.video_token_id`, and call
-    `model.resize_token_embeddings(len(tokenizer))` when the vocabulary grew. Special tokens are matched
-    before normalisation, so a lower-casing tokenizer keeps them whole and `decode(skip_special_tokens=True)`
-    drops them.
+    Set `config.image_token_id` / `config.video_token_id` from the result and call
+    `model.resize_token_embeddings(len(tokenizer))` when the vocabulary grew. Special tokens are matched before
+    normalisation (kept whole by a lower-casing tokenizer) and dropped by `decode(skip_special_tokens=True)`.
     """
     missing = [token for token in VISION_TOKENS if _single_token_id(tokenizer, token) is None]
     if missing:
@@ -83,11 +67,8 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
             (see `add_vision_tokens`).
         chat_template (`str`, *optional*).
 
-    Call with `text` (a string or a list of strings), `images` (a flat list in text order, or a list per
-    sample) and / or `videos` (one video, a flat list of videos, or a list per sample; a video is a list of
-    frames or a 4-D array). Tokenizer options (`padding`, `truncation`, `max_length`, ...) and image
-    processor options (`min_pixels`, `max_pixels`, `do_resize`, ...) can be passed as keyword arguments;
-    image-processor options apply to images and videos alike. `return_tensors="pt"` applies to all outputs.
+    `images`: a flat list in text order or a list per sample; `videos`: one video (frames or a 4-D array), a flat list
+    or a list per sample. Tokenizer and image-processor options (the latter for images and videos alike) are keywords.
     """
 
     image_token = IMAGE_TOKEN
@@ -103,9 +84,8 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
     def __call__(
         self, text: str | list[str] | None = None, images: Any = None, videos: Any = None, **kwargs: Any
     ) -> BatchFeature:
-        """input_ids, attention_mask (+ token_type_ids if the tokenizer makes them), and for the pictures
-        given pixel_values + image_grid_thw and / or pixel_values_videos + video_grid_thw.
-        """
+        """input_ids, attention_mask (+ token_type_ids), and pixel_values + image_grid_thw / pixel_values_videos +
+        video_grid_thw for the pictures given."""
         if text is None and images is None and videos is None:
             raise ValueError("Pass at least one of `text`, `images` or `videos`.")
         texts = self._as_text_list(text)
@@ -128,7 +108,6 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
             data.update(text_inputs)
         return BatchFeature(data=data, tensor_type=return_tensors)
 
-    # ------------------------------------------------------------------------------------------ checks
     @staticmethod
     def _as_text_list(text: str | list[str] | None) -> list[str] | None:
         if text is None:
@@ -148,26 +127,16 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
 
     @staticmethod
     def _match_marks(texts: list[str] | None, pictures: Any, mark: str, kind: str) -> list[Any]:
-        """Flatten `pictures` in text order, checking there is exactly one `mark` per picture.
-
-        A list holding one list of pictures per text sample is checked sample by sample, so the error
-        says which sample is wrong. (A video is itself a list of frames, so for videos a per-sample entry
-        is a list of such lists.)
-        """
+        """`pictures` flattened in text order, one `mark` per picture; a list per sample is checked sample by sample (for
+        videos a per-sample entry is a list of videos, themselves lists of frames)."""
         flatten = flatten_images if kind == "image" else flatten_videos
-        is_one_picture = (lambda item: False) if kind == "image" else is_video
         if pictures is None:
-            marks = sum(sample.count(mark) for sample in texts or [])
-            if marks:
+            if marks := sum(sample.count(mark) for sample in texts or []):
                 raise ValueError(f"The text has {marks} {mark} mark(s) but no {kind}s were given.")
             return []
-        per_sample = (
-            texts is not None
-            and isinstance(pictures, (list, tuple))
-            and len(pictures) > 0
-            and all(isinstance(item, (list, tuple)) and not is_one_picture(item) for item in pictures)
-        )
-        if per_sample:
+        one_picture = (lambda item: False) if kind == "image" else is_video
+        per_sample = texts is not None and isinstance(pictures, (list, tuple)) and len(pictures) > 0
+        if per_sample and all(isinstance(item, (list, tuple)) and not one_picture(item) for item in pictures):
             if len(pictures) != len(texts):
                 raise ValueError(
                     f"Got {len(pictures)} per-sample {kind} lists for {len(texts)} texts; give one list per text "
@@ -208,17 +177,12 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
                         "(truncated?). Raise max_length or lower max_pixels."
                     )
 
-    # -------------------------------------------------------------------------------------- expansion
     @staticmethod
     def _expand_marks(texts: list[str], image_grid_thw: Any, video_grid_thw: Any) -> list[str]:
         """Replace the k-th mark of each kind by "[IMG]" + t*h*w marks + "[/IMG]", in reading order."""
         counts = {
-            IMAGE_TOKEN: iter(
-                [] if image_grid_thw is None else [int(t * h * w) for t, h, w in image_grid_thw.tolist()]
-            ),
-            VIDEO_TOKEN: iter(
-                [] if video_grid_thw is None else [int(t * h * w) for t, h, w in video_grid_thw.tolist()]
-            ),
+            mark: iter([] if grid is None else [int(t * h * w) for t, h, w in grid.tolist()])
+            for mark, grid in ((IMAGE_TOKEN, image_grid_thw), (VIDEO_TOKEN, video_grid_thw))
         }
         pattern = re.compile(f"{re.escape(IMAGE_TOKEN)}|{re.escape(VIDEO_TOKEN)}")
 

@@ -1,9 +1,5 @@
-"""RoFormer-Sim as its users use it: similar sentences in one call, and folders that sentence-transformers loads.
-
-`SimilarSentenceGenerator` does what bert4keras' `gen_synonyms` (RoFormer-Sim's own example) does: sample n
-candidates from the UniLM seq2seq model, embed them with the Sim encoder's pooler, and return the k closest to the
-source by cosine similarity. `save_for_sentence_transformers` writes the few files that make
-`SentenceTransformer(folder)` return `pooler_output` itself, so both libraries read the same weights.
+"""RoFormer-Sim as its users use it: similar sentences in one call (bert4keras' `gen_synonyms`), and folders that
+`SentenceTransformer(folder)` loads with the Sim embedding (`pooler_output`), both libraries reading the same weights.
 """
 
 import json
@@ -45,19 +41,14 @@ class SimilarSentence(NamedTuple):
     score: float
 
 
-# ------------------------------------------------------------------------------------------- sentence-transformers
 def has_pooler(model: PreTrainedModel) -> bool:
     """Whether the model's encoder computes `pooler_output` (RoFormer-Sim's embedding)."""
     return getattr(model.base_model, "pooler", None) is not None
 
 
 def write_sentence_transformers_config(folder: str | os.PathLike) -> None:
-    """Write modules.json, sentence_bert_config.json and config_sentence_transformers.json into a saved folder.
-
-    The folder must already hold a roformer-ext model with a pooler (`pooler_activation` set) and its tokenizer:
-    `SentenceTransformer(folder)` then loads it through `AutoModel` and returns `pooler_output`. No weights are
-    copied, so fine-tuning with sentence-transformers trains the pooler that `AutoModel` reads too.
-    """
+    """Write the sentence-transformers files into a saved folder holding a roformer-ext model with a pooler and its
+    tokenizer (no weights copied: fine-tuning with sentence-transformers trains the pooler `AutoModel` reads)."""
     folder = Path(folder)
     for name, content in SENTENCE_TRANSFORMERS_FILES.items():
         (folder / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
@@ -66,11 +57,8 @@ def write_sentence_transformers_config(folder: str | os.PathLike) -> None:
 def save_for_sentence_transformers(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | os.PathLike
 ) -> Path:
-    """Save `model` and `tokenizer` into `folder` so that `SentenceTransformer(folder)` gives `pooler_output`.
-
-    Any roformer-ext model whose encoder has a pooler works (a converted Sim or Sim-FT, or your own model built
-    with `pooler_activation="linear"` or `"tanh"`); its head, if any, is kept for `from_pretrained`.
-    """
+    """Save `model` (any roformer-ext model whose encoder has a pooler; its head is kept) and `tokenizer` into `folder`
+    so that `SentenceTransformer(folder)` gives `pooler_output`."""
     if not isinstance(model, PreTrainedModel) or model.config.model_type not in ("roformer_ext", "roformer_ext_vision"):
         raise TypeError(f"model must be a roformer-ext model, got {type(model).__name__}.")
     if not has_pooler(model):
@@ -86,40 +74,39 @@ def save_for_sentence_transformers(
     return folder
 
 
-# ------------------------------------------------------------------------------------------------ generation
+def _sim_generation_defaults(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    """Stop at [SEP], pad with [PAD], at most 64 new tokens (bert4keras)."""
+    return {
+        "eos_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "max_new_tokens": SIM_MAX_LENGTH,
+    }
+
+
 def sim_generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
-    """A converted Sim generator's defaults: stop at [SEP], pad with [PAD], at most 64 new tokens (bert4keras)."""
-    return GenerationConfig(
-        eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, max_new_tokens=SIM_MAX_LENGTH
-    )
+    """A converted Sim generator's defaults."""
+    return GenerationConfig(**_sim_generation_defaults(tokenizer))
 
 
 def join_cjk(text: str) -> str:
-    """Drop the spaces a WordPiece decoder puts next to Chinese characters and full-width punctuation.
+    """Drop the spaces `tokenizer.decode` puts next to Chinese characters and full-width punctuation ("今 天" ->
+    "今天"), as bert4keras' decode returns it; spaces between two Latin words stay."""
 
-    `tokenizer.decode` joins every token with a space ("今 天 天 气"); Chinese is written without them, as
-    bert4keras' decode returns it. Spaces between two Latin words are kept.
-    """
-    return re.sub(r" (?=\S)", lambda m: "" if _cjk_around(text, m.start()) else " ", text)
+    def cjk(char: str) -> bool:
+        return bool(char) and (_is_cjk(char) or 0x3000 <= ord(char) <= 0x303F or 0xFF00 <= ord(char) <= 0xFFEF)
 
-
-def _cjk_around(text: str, space: int) -> bool:
-    before, after = text[space - 1 : space], text[space + 1 : space + 2]
-    return any(c and (_is_cjk(c) or 0x3000 <= ord(c) <= 0x303F or 0xFF00 <= ord(c) <= 0xFFEF) for c in (before, after))
+    return re.sub(r" (?=\S)", lambda m: "" if cjk(text[m.start() - 1 : m.start()]) or cjk(text[m.end()]) else " ", text)
 
 
 class SimilarSentenceGenerator:
     """bert4keras' `gen_synonyms` on transformers: generate n similar sentences, return the k closest with scores.
 
-    `generator` is the UniLM seq2seq model (`AutoModelForCausalLM` of a converted Sim folder, whose config says
-    `decoder_attention="unilm"`), `encoder` any model whose `pooler_output` is the Sim embedding (`AutoModel` of
-    the same folder, or of a Sim-FT folder). `from_pretrained` loads both from folders.
+    `generator`: the UniLM seq2seq model (`AutoModelForCausalLM` of a converted Sim folder); `encoder`: any model whose
+    `pooler_output` is the Sim embedding (`AutoModel` of a Sim or Sim-FT folder).
 
-    Example:
     ```python
     >>> sim = SimilarSentenceGenerator.from_pretrained("roformer-sim-base")
-    >>> sim("广州和深圳哪个好？", n=100, k=20)            # [SimilarSentence(text=..., score=...), ...]
-    >>> sim(["今天天气不错", "我想去公园玩"], n=50, k=5)  # one list per text
+    >>> sim("广州和深圳哪个好？", n=100, k=20)  # [SimilarSentence(text=..., score=...), ...]
     ```
     """
 
@@ -147,10 +134,8 @@ class SimilarSentenceGenerator:
     def from_pretrained(
         cls, generator_path: str | os.PathLike, encoder_path: str | os.PathLike | None = None, **kwargs: Any
     ) -> "SimilarSentenceGenerator":
-        """Load the generator (UniLM) and the encoder from folders; `encoder_path` defaults to `generator_path`.
-
-        Both models hold the encoder's weights (two copies in memory). `kwargs` go to both `from_pretrained` calls.
-        """
+        """Load generator and encoder (`encoder_path` defaults to `generator_path`; two copies of the encoder's weights
+        in memory); `kwargs` go to both `from_pretrained` calls."""
         from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
         generator = AutoModelForCausalLM.from_pretrained(generator_path, decoder_attention="unilm", **kwargs)
@@ -166,13 +151,10 @@ class SimilarSentenceGenerator:
         batch_size: int = 64,
         **generate_kwargs: Any,
     ) -> list[SimilarSentence] | list[list[SimilarSentence]]:
-        """For each text: sample `n` candidates, drop the source itself, duplicates and empty ones, and return the
-        `k` most similar to the source (cosine of pooler outputs), best first.
-
-        A single string gives one list, a list of strings a list of lists. Sources are cut to `max_length` tokens.
-        `generate_kwargs` override the sampler of `gen_synonyms` (do_sample, top_p=0.95, no top-k; at most 64 new
-        tokens; stop at [SEP]), e.g. `num_beams=n, do_sample=False` for beam search. `batch_size` is the number of
-        sentences embedded at once. Seed with `torch.manual_seed` (or `transformers.set_seed`) to repeat a run.
+        """For each text the `k` of `n` sampled candidates most similar to it (cosine of pooler outputs), best first,
+        without the source, duplicates and empties; one list for a string, a list of lists for a list. Sources are cut
+        to `max_length` tokens; `generate_kwargs` override `gen_synonyms`' sampler (e.g. `num_beams=n,
+        do_sample=False`); `batch_size` sentences are embedded at once. Seed with `torch.manual_seed` to repeat a run.
         """
         single = isinstance(texts, str)
         texts = [texts] if single else texts
@@ -191,20 +173,13 @@ class SimilarSentenceGenerator:
             results.append([SimilarSentence(found[i], float(scores[i])) for i in order.tolist()])
         return results[0] if single else results
 
-    def _encode(self, text: str, max_length: int) -> dict[str, torch.Tensor]:
-        return self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
-
     def candidates(self, text: str, n: int, max_length: int = SIM_MAX_LENGTH, **generate_kwargs: Any) -> list[str]:
         """`n` sampled continuations of `text` as segment 1, decoded; without the source, duplicates or empties."""
-        source = self._encode(text, max_length).to(self.generator.device)
-        settings = {
-            **SIM_SAMPLING,
-            "max_new_tokens": SIM_MAX_LENGTH,
-            "eos_token_id": self.tokenizer.sep_token_id,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "num_return_sequences": n,
-            **generate_kwargs,
-        }
+        source = self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt").to(
+            self.generator.device
+        )
+        settings = {**SIM_SAMPLING, **_sim_generation_defaults(self.tokenizer), "num_return_sequences": n}
+        settings.update(generate_kwargs)
         output = self.generator.generate(**source, **settings)
         source_ids = source["input_ids"][0, 1:-1].tolist()  # without [CLS] and [SEP]
         seen = {text, join_cjk(self.tokenizer.decode(source_ids))}
@@ -223,14 +198,9 @@ class SimilarSentenceGenerator:
         """L2-normalised Sim embeddings (`pooler_output`) of `texts`, (len(texts), hidden), in batches."""
         chunks = []
         for start in range(0, len(texts), batch_size):
-            batch = self.tokenizer(
-                list(texts[start : start + batch_size]),
-                padding=True,
-                truncation=True,
-                max_length=max_length,
-                return_tensors="pt",
-            ).to(self.encoder.device)
-            chunks.append(self.encoder(**batch, return_dict=True).pooler_output.float())
+            batch = list(texts[start : start + batch_size])
+            batch = self.tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            chunks.append(self.encoder(**batch.to(self.encoder.device), return_dict=True).pooler_output.float())
         if not chunks:
             return torch.empty(0, self.encoder.config.hidden_size)
         return torch.nn.functional.normalize(torch.cat(chunks), dim=-1).cpu()

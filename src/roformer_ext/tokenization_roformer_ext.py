@@ -1,21 +1,10 @@
-"""Tokenizers for RoFormer checkpoints: BERT char vocabularies and jieba word vocabularies.
+"""Tokenizers for RoFormer checkpoints: BERT char vocabularies (`segmenter=None`, the ids of `BertTokenizer`) and
+jieba word vocabularies (`segmenter="jieba"`, WoBERT / RoFormer v1 word models: jieba words without HMM, a word not in
+the vocabulary falls back to char mode, as bert4keras did).
 
-Char mode is BERT's basic tokenizer (clean, lower-case, strip accents, split punctuation and every
-CJK character) followed by WordPiece; it gives the same ids as `transformers.BertTokenizer`.
-
-Word mode (`segmenter="jieba"`) is what WoBERT and the RoFormer v1 word models were trained with
-(bert4keras' `Tokenizer(pre_tokenize=lambda s: jieba.cut(s, HMM=False))`): the normalised text is
-cut by jieba without HMM; a word found in the vocabulary is one token, any other word falls back
-to char mode. The mode is an `__init__` argument, so it is written to `tokenizer_config.json` and
-rebuilt on load; `tokenizer.json` only ever holds a serialisable char-mode pipeline, because a
-Python pre-tokenizer cannot be serialised (the cause of transformers issue #28164). The fast class's word mode is
-tokenizers' own pipeline with a custom pre-tokenizer (`WordSplitter`) in BERT's pre-tokenizer's place.
-
-Unknown code points (unassigned in the running Python, lone surrogates) become one `[UNK]` token each in both classes
-(`mark_unknown_chars`). The splitting itself (vocabulary files, unknown code points, BERT's basic split, jieba's words
-and the choice between rjieba and jieba) is in tokenization_words.py; its names are importable from here too.
-
-This file is copied as Hub remote code with the package files it imports (relative imports only).
+The mode is an `__init__` argument, saved in `tokenizer_config.json`; `tokenizer.json` holds only the serialisable
+char pipeline (a Python pre-tokenizer cannot be serialised, transformers issue #28164). Unknown code points become one
+`[UNK]` each in both classes. Copied as Hub remote code with the files it imports (relative imports only).
 """
 
 from __future__ import annotations
@@ -54,21 +43,49 @@ from .tokenization_words import (
 
 logger = logging.get_logger(__name__)
 
-VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
 MAX_CHARS_PER_WORD = 100  # BERT's WordPiece limit: longer pieces become [UNK]
+SPECIAL_TOKENS = dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
 
 
-class _FromVocabFileMixin:
+class _RoFormerExtTokenizerMixin(SharedCodeMixin):
+    """What both classes share: their options, `from_vocab_file`, the unknown-code-point marker, `vocab.txt`."""
+
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
     @classmethod
     def from_vocab_file(cls, vocab_file: str | os.PathLike, segmenter: str | None = "auto", **kwargs: Any) -> Self:
         """Build from an original checkpoint's `vocab.txt`; `segmenter="auto"` picks the mode from the vocabulary."""
         vocab = load_vocab(vocab_file)
-        if segmenter == "auto":
-            segmenter = detect_segmenter(vocab)
-        return cls(vocab=vocab, segmenter=segmenter, **kwargs)
+        return cls(vocab=vocab, segmenter=detect_segmenter(vocab) if segmenter == "auto" else segmenter, **kwargs)
+
+    def _set_options(self, vocab: Any, segmenter: str | None, **options: Any) -> dict[str, int]:
+        _check_segmenter(segmenter)
+        if vocab is None:
+            raise ValueError(f"{type(self).__name__} needs `vocab` (path or dict) or `vocab_file`.")
+        self.segmenter = segmenter
+        self.__dict__.update(options)  # do_lower_case, tokenize_chinese_chars, strip_accents
+        return dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)
+
+    @property
+    def unknown_char_marker(self) -> str:
+        """What stands in for an unassigned code point or a lone surrogate (see `mark_unknown_chars`)."""
+        if "_unknown_char_marker" not in self.__dict__:
+            self.__dict__["_unknown_char_marker"] = unknown_char_marker(self._base_vocab())
+        return self.__dict__["_unknown_char_marker"]
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
+        """`vocab.txt` in id order, which both classes and the original-checkpoint tools read."""
+        vocab = self._base_vocab()
+        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
+        tokens = sorted(vocab, key=vocab.__getitem__)
+        if [vocab[token] for token in tokens] != list(range(len(tokens))):
+            logger.warning(f"Vocabulary ids are not 0..{len(tokens) - 1} without gaps; {path} renumbers them.")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(token + "\n" for token in tokens)
+        return (path,)
 
 
-class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
+class RoFormerExtTokenizer(_RoFormerExtTokenizerMixin, PythonBackend):
     r"""Pure-Python RoFormer tokenizer (char or jieba-word vocabulary); same tokens as the fast one.
 
     Args:
@@ -80,7 +97,6 @@ class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
     """
 
     vocab_files_names = {"vocab_file": "vocab.txt"}
-    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     def __init__(
         self,
@@ -88,39 +104,22 @@ class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
         vocab_file: str | None = None,
         segmenter: str | None = None,
         do_lower_case: bool = True,
-        unk_token: str = "[UNK]",
-        sep_token: str = "[SEP]",
-        pad_token: str = "[PAD]",
-        cls_token: str = "[CLS]",
-        mask_token: str = "[MASK]",
         tokenize_chinese_chars: bool = True,
         strip_accents: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        _check_segmenter(segmenter)
-        vocab = vocab if vocab is not None else vocab_file
-        if vocab is None:
-            raise ValueError("RoFormerExtTokenizer needs `vocab` (path or dict) or `vocab_file`.")
-        self.vocab = dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)
+        options = dict(
+            do_lower_case=do_lower_case, tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents
+        )
+        self.vocab = self._set_options(vocab if vocab is not None else vocab_file, segmenter, **options)
         self.ids_to_tokens = {index: token for token, index in self.vocab.items()}
-        self.segmenter = segmenter
-        self.do_lower_case = do_lower_case
-        self.tokenize_chinese_chars = tokenize_chinese_chars
-        self.strip_accents = strip_accents
         kwargs.pop("tokenizer_file", None)
         super().__init__(
             segmenter=segmenter,
-            do_lower_case=do_lower_case,
-            unk_token=unk_token,
-            sep_token=sep_token,
-            pad_token=pad_token,
-            cls_token=cls_token,
-            mask_token=mask_token,
-            tokenize_chinese_chars=tokenize_chinese_chars,
-            strip_accents=strip_accents,
             special_tokens_pattern="cls_sep",
             token_type_ids_pattern="bert_style",
-            **kwargs,
+            **options,
+            **{**SPECIAL_TOKENS, **kwargs},
         )
 
     @property
@@ -129,6 +128,9 @@ class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
 
     def get_vocab(self) -> dict[str, int]:
         return dict(self.vocab, **self.added_tokens_encoder)
+
+    def _base_vocab(self) -> dict[str, int]:
+        return self.vocab
 
     def _normalize(self, text: str) -> str:
         """The fast tokenizer's BertNormalizer in Python: clean, (space CJK), strip accents, lower-case."""
@@ -165,13 +167,6 @@ class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
             start = end
         return pieces
 
-    @property
-    def unknown_char_marker(self) -> str:
-        """What stands in for an unassigned code point or a lone surrogate (see `mark_unknown_chars`)."""
-        if "_unknown_char_marker" not in self.__dict__:
-            self.__dict__["_unknown_char_marker"] = unknown_char_marker(self.vocab)
-        return self.__dict__["_unknown_char_marker"]
-
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
         if not (text.isascii() or text.isprintable()):  # the common case skips the marker's vocabulary scan
             text = mark_unknown_chars(text, self.unknown_char_marker)
@@ -193,37 +188,16 @@ class RoFormerExtTokenizer(SharedCodeMixin, _FromVocabFileMixin, PythonBackend):
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
         return " ".join(tokens).replace(" ##", "").strip()
 
-    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
-        return (_write_vocab(self.vocab, save_directory, filename_prefix),)
 
-
-def _write_vocab(vocab: dict[str, int], save_directory: str, filename_prefix: str | None) -> str:
-    """Write `vocab.txt` in id order, so both classes and the original-checkpoint tools can read it."""
-    path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
-    tokens = sorted(vocab, key=vocab.__getitem__)
-    if [vocab[token] for token in tokens] != list(range(len(tokens))):
-        logger.warning(f"Vocabulary ids are not 0..{len(tokens) - 1} without gaps; {path} renumbers them.")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.writelines(token + "\n" for token in tokens)
-    return path
-
-
-class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersBackend):
+class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
     r"""RoFormer tokenizer backed by 🤗 Tokenizers, for char (`segmenter=None`) or jieba-word vocabularies.
 
-    Offsets (`return_offsets_mapping=True`) are character spans of the input in both modes.
-
-    Args:
-        vocab (`str` or `dict[str, int]`, *optional*): a `vocab.txt` path or a token → id mapping.
-        vocab_file (`str`, *optional*): the `vocab.txt` path (what `from_pretrained` passes).
-        segmenter (`str`, *optional*): `None` for char vocabularies, `"jieba"` for word vocabularies
-            (saved in `tokenizer_config.json`).
-        do_lower_case (`bool`, defaults to `True`), tokenize_chinese_chars (`bool`, defaults to `True`),
-        strip_accents (`bool`, *optional*, follows `do_lower_case`): as in `BertTokenizer`.
+    Offsets (`return_offsets_mapping=True`) are character spans of the input in both modes. Word mode is tokenizers'
+    own pipeline with a custom pre-tokenizer (`WordSplitter`) in BERT's pre-tokenizer's place. Arguments as in
+    `RoFormerExtTokenizer`.
     """
 
-    vocab_files_names = VOCAB_FILES_NAMES
-    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    vocab_files_names = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
     model = WordPiece
     slow_tokenizer_class = RoFormerExtTokenizer
 
@@ -233,46 +207,26 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         vocab_file: str | None = None,
         segmenter: str | None = None,
         do_lower_case: bool = True,
-        unk_token: str = "[UNK]",
-        sep_token: str = "[SEP]",
-        pad_token: str = "[PAD]",
-        cls_token: str = "[CLS]",
-        mask_token: str = "[MASK]",
         tokenize_chinese_chars: bool = True,
         strip_accents: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        _check_segmenter(segmenter)
         # The pipeline is always rebuilt from the arguments: tokenizer.json's copy is char mode only.
         tokenizer_file = kwargs.pop("tokenizer_file", None)
         vocab = vocab if vocab is not None else vocab_file
         if vocab is None and tokenizer_file is not None:
             with open(tokenizer_file, encoding="utf-8") as handle:
                 vocab = json.load(handle)["model"]["vocab"]
-        if vocab is None:
-            raise ValueError("RoFormerExtTokenizerFast needs `vocab` (path or dict), `vocab_file` or `tokenizer_file`")
-        vocab = dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)
-        self.segmenter = segmenter
-        self.do_lower_case = do_lower_case
-        self.tokenize_chinese_chars = tokenize_chinese_chars
-        self.strip_accents = strip_accents
-        model = WordPiece(vocab, unk_token=str(unk_token), max_input_chars_per_word=MAX_CHARS_PER_WORD)
+        options = dict(
+            do_lower_case=do_lower_case, tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents
+        )
+        vocab = self._set_options(vocab, segmenter, **options)
+        kwargs = {**SPECIAL_TOKENS, **kwargs}
+        model = WordPiece(vocab, unk_token=str(kwargs["unk_token"]), max_input_chars_per_word=MAX_CHARS_PER_WORD)
         set_backend_tokenizer(self, Tokenizer(model))  # transformers 5's way for a tokenizer that builds its own
         self.backend_tokenizer.decoder = decoders.WordPiece(prefix="##")
-        self._set_char_pipeline()
-        self._set_segmenter()
-        super().__init__(
-            segmenter=segmenter,
-            do_lower_case=do_lower_case,
-            unk_token=unk_token,
-            sep_token=sep_token,
-            pad_token=pad_token,
-            cls_token=cls_token,
-            mask_token=mask_token,
-            tokenize_chinese_chars=tokenize_chinese_chars,
-            strip_accents=strip_accents,
-            **kwargs,
-        )
+        self._set_pipeline()
+        super().__init__(segmenter=segmenter, **options, **kwargs)
         cls, sep = str(self.cls_token), str(self.sep_token)
         self.backend_tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{cls}:0 $A:0 {sep}:0",
@@ -280,60 +234,46 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
             special_tokens=[(cls, self.cls_token_id), (sep, self.sep_token_id)],
         )
 
-    def _set_char_pipeline(self) -> None:
-        """BERT's normaliser and pre-tokenizer: char mode itself, and word mode's serialisable stand-in."""
-        self.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+    def _base_vocab(self) -> dict[str, int]:
+        return self.backend_tokenizer.get_vocab(with_added_tokens=False)
+
+    def _set_pipeline(self, words: bool = True) -> None:
+        """Word mode's pipeline (CJK runs left whole for jieba, cut by the Python pre-tokenizer `WordSplitter`), else
+        BERT's: char mode itself, and word mode's serialisable stand-in (`words=False`)."""
+        words = words and self.segmenter == "jieba"
+        backend = self.backend_tokenizer
+        backend.normalizer = normalizers.BertNormalizer(
             clean_text=True,
-            handle_chinese_chars=self.tokenize_chinese_chars,
+            handle_chinese_chars=self.tokenize_chinese_chars and not words,
             strip_accents=self.strip_accents,
             lowercase=self.do_lower_case,
         )
-        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-
-    def _set_segmenter(self) -> None:
-        """Word mode: leave CJK runs whole for jieba, and split them in the Python pre-tokenizer."""
-        if self.segmenter != "jieba":
+        if not words:
+            backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             return
         _import_jieba()
-        self.backend_tokenizer.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=False, strip_accents=self.strip_accents, lowercase=self.do_lower_case
-        )
-        splitter = WordSplitter(self.backend_tokenizer.get_vocab(with_added_tokens=False), self.tokenize_chinese_chars)
-        self.__dict__["_word_splitter"] = splitter
-        self.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(splitter)
+        splitter = self.__dict__["_word_splitter"] = WordSplitter(self._base_vocab(), self.tokenize_chinese_chars)
+        backend.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(splitter)
 
     @contextlib.contextmanager
     def _serialisable(self) -> Iterator[None]:
         """Swap in the char pipeline while the backend is written out (tokenizer.json, pickle)."""
-        self._set_char_pipeline()
+        self._set_pipeline(words=False)
         try:
             yield
         finally:
-            self._set_segmenter()
+            self._set_pipeline()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.pop("_word_splitter", None)  # rebuilt by `_set_segmenter`
+        state.pop("_word_splitter", None)  # rebuilt by `_set_pipeline`
         with self._serialisable():
             state["_tokenizer"] = Tokenizer.from_str(self.backend_tokenizer.to_str())
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._set_segmenter()
-
-    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
-        return (
-            _write_vocab(self.backend_tokenizer.get_vocab(with_added_tokens=False), save_directory, filename_prefix),
-        )
-
-    @property
-    def unknown_char_marker(self) -> str:
-        """What stands in for an unassigned code point or a lone surrogate (see `mark_unknown_chars`)."""
-        if "_unknown_char_marker" not in self.__dict__:
-            vocab = self.backend_tokenizer.get_vocab(with_added_tokens=False)
-            self.__dict__["_unknown_char_marker"] = unknown_char_marker(vocab)
-        return self.__dict__["_unknown_char_marker"]
+        self._set_pipeline()
 
     def _mark_unknown(self, value: Any) -> Any:
         """Texts (a str, a batch, pairs, pre-split words) with unknown code points marked, as the slow class does."""
@@ -354,15 +294,10 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         return parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
 
     def _encode_words(self, text: Any, text_pair: Any, call: dict[str, Any]) -> BatchEncoding | None:
-        """Word mode's fast route: what transformers' own path gives for `call`, or None for a call it does not take.
-
-        The texts are normalised and cut here, written with a space between pieces, and encoded by a Rust pipeline
-        that splits at spaces (no Python call per text). The `BatchEncoding` holds the same ids and masks, and the
-        offsets moved back by the spaces written before each piece; its `.encodings` are those of transformers' own
-        path for the same call, encoded when first read. Not taken: overflowing tokens or pre-split words, a text that
-        holds an added token, a row longer than `model_max_length` without truncation (transformers warns), offsets
-        of a text whose normaliser does not keep each character's place.
-        """
+        """Word mode's fast route: transformers' result for `call` from texts cut here and joined by spaces (one Rust call
+        per batch), offsets moved back by those spaces; `.encodings` are transformers' own, made when first read. None
+        where transformers' path must answer (overflow, pre-split words, added tokens, too-long rows, offsets of text
+        whose normaliser moves characters)."""
         if call.get("return_overflowing_tokens") or call.get("is_split_into_words"):
             return None
         with_offsets = call.get("return_offsets_mapping", False)
@@ -418,9 +353,8 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
         return BatchEncoding(data, exact, tensor_type=tensors, n_sequences=encodings[0].n_sequences)
 
     def _marked_words(self, batch: list, with_offsets: bool) -> list | None:
-        """Each text of `batch` normalised, cut, and written with a space between pieces (None: a text holds an added
-        token, which transformers' path splits off before the pre-tokenizer, or offsets are asked for and could not
-        be moved back)."""
+        """Each text of `batch` normalised, cut and joined by spaces; None for a text that holds an added token (split off
+        before the pre-tokenizer in transformers' path) or whose offsets could not be moved back."""
         backend = self.backend_tokenizer
         normalize, splitter = backend.normalizer.normalize_str, self.__dict__["_word_splitter"]
         contents = sorted({token.content for token in backend.get_added_tokens_decoder().values()})
@@ -453,13 +387,7 @@ class RoFormerExtTokenizerFast(SharedCodeMixin, _FromVocabFileMixin, TokenizersB
     def _encode_without_added_tokens(self, text: str) -> list[int]:
         return parent_encode_without_added_tokens(super(), self._mark_unknown(text))
 
-    def _save_pretrained(
-        self,
-        save_directory: str | os.PathLike,
-        file_names: tuple[str, ...],
-        legacy_format: bool | None = None,
-        filename_prefix: str | None = None,
-    ) -> tuple[str, ...]:
+    def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None) -> tuple[str, ...]:
         with self._serialisable():
             file_names = parent_save_pretrained_files(
                 super(), save_directory, file_names, legacy_format, filename_prefix
@@ -479,9 +407,8 @@ _SPACES = {code: " " for code in range(0x3001) if chr(code).isspace()}  # what B
 
 
 def _same_places(text: str, normalized: str, lowercase: bool) -> bool:
-    """Whether `normalized` is `text` with each character replaced by one character (lower-cased, spaces for other
-    whitespace), so that an offset into one is the same offset into the other. Sufficient, not necessary: a text
-    it refuses (accents stripped, characters deleted) takes transformers' path."""
+    """Whether each character of `text` became one character of `normalized` (lower-cased, other whitespace a space),
+    so offsets into one are offsets into the other. Sufficient, not necessary: a refused text takes transformers' path."""
     if len(normalized) != len(text):
         return False
     return normalized == text or normalized == (text.lower() if lowercase else text).translate(_SPACES)
@@ -493,8 +420,7 @@ def _texts(values: Any) -> bool:
 
 
 class _EncodingsOnDemand(Sequence):
-    """`BatchEncoding.encodings` of the word route: `encode()`'s encodings, made when first read (a plain list once
-    pickled or copied)."""
+    """The word route's `BatchEncoding.encodings`: `encode()`'s, made when first read (a plain list once pickled)."""
 
     def __init__(self, encode: Callable[[], list[Encoding]], length: int) -> None:
         self._encode, self._length, self._encodings = encode, length, None
