@@ -169,10 +169,13 @@ def test_the_plan_chooses_the_attention_function():
 @pytest.mark.parametrize("implementation", ["flash_attention_2", "flash_attention_3", "kernels-community/flash-attn3"])
 def test_flash_is_refused_score_terms_and_dense_masks_in_one_place(implementation):
     mask_4d = torch.ones(1, 1, 3, 3, dtype=torch.bool)
-    with pytest.raises(ValueError, match="capabilities exclude flash attention"):
+    fix = "attn_implementation='sdpa', 'eager' or 'flex_attention'"
+    with pytest.raises(ValueError, match=f"does not run on '{implementation}': its capabilities exclude flash .*{fix}"):
         check_backend_takes(configured(implementation, position_encoding="alibi"), None, None, True)
     for self_mask, cross_mask in ((mask_4d, None), (None, mask_4d)):
-        with pytest.raises(ValueError, match="custom 4D attention_mask"):
+        with pytest.raises(
+            ValueError, match=f"custom 4D attention_mask cannot be used with .*'{implementation}'.*{fix}"
+        ):
             check_backend_takes(configured(implementation), self_mask, cross_mask, False)
     check_backend_takes(configured(implementation), torch.ones(1, 3), None, False)  # a padding mask: its varlen path
     for other in ("sdpa", "eager", "flex_attention"):

@@ -10,7 +10,6 @@ from transformers.cache_utils import DynamicCache, StaticCache
 from roformer_ext.attention_plan import (
     AttentionPlan,
     BatchLayout,
-    check_backend_takes,
     eager_attention_forward,
     flex_attention_with_score_mod,
     key_positions,
@@ -24,28 +23,17 @@ from roformer_ext.position_encodings import AttentionTerms
 MIN = torch.finfo(torch.float32).min
 
 
-def test_visible_keys_of_anything_but_a_2d_or_4d_tensor_is_none():
-    assert visible_keys(None, 3) is None
-    assert visible_keys([[1, 1, 1]], 3) is None
-    assert visible_keys(torch.ones(1, 3, 3), 3) is None
-    assert visible_keys(torch.ones(1, 1, 1, 3, 3), 3) is None
-
-
-def test_visible_keys_of_a_2d_mask_are_its_nonzero_columns_and_later_slots_count_as_real():
+def test_visible_keys_are_the_real_keys_of_a_2d_mask_or_of_a_4d_masks_last_query():
+    for not_a_mask in (None, [[1, 1, 1]], torch.ones(1, 3, 3), torch.ones(1, 1, 1, 3, 3)):
+        assert visible_keys(not_a_mask, 3) is None
     mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
-    assert visible_keys(mask, 3).tolist() == [[0, 1, 1], [1, 1, 0]]
-    assert visible_keys(mask.bool(), 5).tolist() == [[0, 1, 1, 1, 1], [1, 1, 0, 1, 1]]
+    assert visible_keys(mask, 3).tolist() == [[0, 1, 1], [1, 1, 0]] and visible_keys(mask, 3).dtype == torch.long
+    assert visible_keys(mask.bool(), 5).tolist() == [[0, 1, 1, 1, 1], [1, 1, 0, 1, 1]]  # later slots count as real
     assert visible_keys(torch.tensor([[2, 0, 3]]), 3).tolist() == [[1, 0, 1]]  # any nonzero value
     assert visible_keys(mask, 2).tolist() == [[0, 1], [1, 1]]  # cut to the keys
-    assert visible_keys(mask, 3).dtype == torch.long
-
-
-def test_visible_keys_of_a_4d_mask_are_what_its_last_query_sees():
     boolean = torch.tensor([[[[True, False, False], [False, True, True]]]])  # (1, 1, 2 queries, 3 keys)
-    assert visible_keys(boolean, 3).tolist() == [[0, 1, 1]]
-    assert visible_keys(boolean, 4).tolist() == [[0, 1, 1, 1]]
-    integer = torch.tensor([[[[0, 2, 0], [2, 0, 3]]]])  # nonzero = may attend, whatever the value
-    assert visible_keys(integer, 3).tolist() == [[1, 0, 1]]
+    assert visible_keys(boolean, 3).tolist() == [[0, 1, 1]] and visible_keys(boolean, 4).tolist() == [[0, 1, 1, 1]]
+    assert visible_keys(torch.tensor([[[[0, 2, 0], [2, 0, 3]]]]), 3).tolist() == [[1, 0, 1]]
     # additive: 0 or any penalty above min / 2 keeps a key, min / 2 and below hide it
     additive = torch.tensor([[[[0.0, 0.0, 0.0, 0.0, 0.0], [0.0, -1e4, -1.5e38, MIN / 2, MIN]]]])
     assert visible_keys(additive, 5).tolist() == [[1, 1, 1, 0, 0]]
@@ -58,13 +46,10 @@ def cache_holding(batch: int, tokens: int) -> DynamicCache:
     return cache
 
 
-def test_keys_are_the_queries_own_positions_without_a_cache_or_before_anything_is_cached():
-    positions = torch.tensor([[3, 4, 5]])
-    assert key_positions(positions, None, 0) is positions
-    assert key_positions(positions, DynamicCache(), 0, torch.ones(1, 3)) is positions
-
-
 def test_cached_keys_count_back_from_the_last_query_over_the_real_tokens():
+    positions = torch.tensor([[3, 4, 5]])
+    assert key_positions(positions, None, 0) is positions  # no cache, or nothing cached: the queries' own
+    assert key_positions(positions, DynamicCache(), 0, torch.ones(1, 3)) is positions
     cache = cache_holding(2, 4)  # 4 cached slots + 1 new token: 5 keys
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])  # row 0 left-padded by 2
     queries = torch.tensor([[2], [4]])  # numbered by real tokens, as generate does
@@ -78,23 +63,20 @@ def test_cached_keys_count_back_from_the_last_query_over_the_real_tokens():
     row = torch.tensor([0.0, torch.finfo(torch.float32).min, 0.0, 0.0, 0.0])
     mask_4d = torch.stack([torch.zeros(5), row])[None, None]  # (1, 1, 2 queries, 5 keys): the last row is read
     assert key_positions(torch.tensor([[9]]), cache_holding(1, 4), 4, mask_4d).tolist() == [[6, 7, 7, 8, 9]]
+    # float positions (a caller's own): the keys are counted in whole tokens, as integers
+    keys = key_positions(torch.tensor([[4.0]]), cache_holding(1, 4), 4)
+    assert keys.dtype == torch.long and keys.tolist() == [[0, 1, 2, 3, 4]]
 
 
-def test_a_static_cache_numbers_its_unwritten_slots_after_the_last_query():
+def test_static_cache_keys_continue_after_the_last_query_and_keys_stay_on_the_queries_device():
     cache = StaticCache(config=tiny_config(), max_cache_len=6)  # compileable: numbered from the first call on
     queries = torch.tensor([[0, 1]])
     assert key_positions(queries, cache, 0, torch.tensor([[1, 1]])).tolist() == [[0, 1, 2, 3, 4, 5]]
     assert key_positions(queries, cache, torch.tensor(0)).tolist() == [[0, 1, 2, 3, 4, 5]]
-
-
-def test_cached_keys_are_integers_on_the_queries_device():
     cache = DynamicCache()
     cache.update(torch.zeros(1, 1, 4, 2, device="meta"), torch.zeros(1, 1, 4, 2, device="meta"), 0)
     keys = key_positions(torch.tensor([[4]], device="meta"), cache, 4)  # no mask: every slot real, made there too
     assert keys.device.type == "meta" and keys.shape == (1, 5) and keys.dtype == torch.long
-    # float positions (a caller's own): the keys are counted in whole tokens, as integers
-    keys = key_positions(torch.tensor([[4.0]]), cache_holding(1, 4), 4)
-    assert keys.dtype == torch.long and keys.tolist() == [[0, 1, 2, 3, 4]]
 
 
 def reference_attention(query, key, value, mask, scaling):
@@ -124,19 +106,20 @@ def test_eager_attention_is_softmax_attention_and_a_fully_masked_float64_row_sta
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4, dtype=torch.float64))
 
 
-def test_eager_attention_in_bfloat16_gives_bfloat16_weights_and_drops_nothing_by_default():
+def test_eager_attention_in_bfloat16_and_its_dropout_only_while_training():
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, 2, 3, 8).bfloat16() for _ in range(3))
     output, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.25)
-    assert output.dtype == weights.dtype == torch.bfloat16
+    assert output.dtype == weights.dtype == torch.bfloat16  # no dropout by default, even while training
     scores = (query @ key.transpose(2, 3)) * 0.25  # bfloat16 scores; the softmax rounds once to bfloat16
     assert torch.equal(weights, torch.softmax(scores.float(), dim=-1).bfloat16())
-    torch.testing.assert_close(
-        output.float(),
-        reference_attention(query, key, value, torch.zeros(1, 1, 3, 3), 0.25).float(),
-        rtol=2e-2,
-        atol=2e-2,
-    )
+    reference = reference_attention(query, key, value, torch.zeros(1, 1, 3, 3), 0.25).float()
+    torch.testing.assert_close(output.float(), reference, rtol=2e-2, atol=2e-2)
+    evaluated, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.25, dropout=0.9)
+    assert torch.equal(evaluated, output)
+    torch.manual_seed(1)
+    _, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.25, dropout=0.9)
+    assert (weights == 0).any()
 
 
 class FixedTerm:
@@ -174,17 +157,6 @@ def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_sco
     assert function.args == () and term.calls[-1] == (module, query, key, True)
 
 
-def test_eager_attention_drops_weights_only_while_training():
-    torch.manual_seed(0)
-    query, key, value = (torch.randn(1, 2, 3, 4) for _ in range(3))
-    reference, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.5)
-    evaluated, _ = eager_attention_forward(nn.Module().eval(), query, key, value, None, scaling=0.5, dropout=0.9)
-    assert torch.equal(evaluated, reference)
-    torch.manual_seed(1)
-    _, weights = eager_attention_forward(nn.Module().train(), query, key, value, None, scaling=0.5, dropout=0.9)
-    assert (weights == 0).any()
-
-
 class RecordingEncoding:
     """A position encoding that records what the plan hands it and returns the given terms."""
 
@@ -197,10 +169,14 @@ class RecordingEncoding:
         return self.terms
 
 
-def eager_config(**overrides):
-    config = tiny_config(**overrides)
-    config._attn_implementation = "eager"
-    return config
+def plan_for(config, encoding, seq, attention_mask=None, token_type_ids=None, layout=None, backend="eager", **kwargs):
+    """The plan of `seq` float32 embeddings at positions 0 .. seq - 1 on `backend`."""
+    config._attn_implementation = backend
+    layout = layout or BatchLayout(None, None, 0, None)
+    positions = torch.arange(seq)[None, None]
+    return make_attention_plan(
+        config, encoding, layout, torch.zeros(1, seq, 32), positions, attention_mask, token_type_ids, **kwargs
+    )
 
 
 def test_the_plan_carries_the_layout_positions_and_terms_and_numbers_cached_keys_by_the_callers_mask():
@@ -211,7 +187,7 @@ def test_the_plan_carries_the_layout_positions_and_terms_and_numbers_cached_keys
     mask = torch.tensor([[0, 1, 1, 1]])
     rotary = (torch.ones(1, 2, 8), torch.zeros(1, 2, 8))
     encoding = RecordingEncoding(AttentionTerms(position_embeddings=rotary))
-    config = eager_config(is_decoder=True)
+    config = tiny_config(is_decoder=True, attn_implementation="eager")
     plan = make_attention_plan(config, encoding, layout, embeddings, positions, mask, None, keys_numbered_by=mask)
     assert plan.layout is layout and plan.position_ids is positions and plan.position_embeddings is rotary
     assert plan.attention is eager_attention_forward and not plan.linear and not plan.per_score
@@ -224,85 +200,50 @@ def test_the_plan_carries_the_layout_positions_and_terms_and_numbers_cached_keys
     make_attention_plan(config, encoding, layout, embeddings, positions, mask, None)  # default positions: by slot
     assert encoding.calls[0][2].tolist() == [[-1, 0, 1, 2]]
     low = torch.finfo(torch.float64).min
-    allowed = plan.mask[0, 0] == 0  # causal over the 4 keys, the padding slot hidden
-    assert plan.mask.dtype == torch.float64 and allowed.tolist() == [
-        [False, True, True, False],
-        [False, True, True, True],
-    ]
+    allowed = (plan.mask[0, 0] == 0).tolist()  # causal over the 4 keys, the padding slot hidden
+    assert plan.mask.dtype == torch.float64 and allowed == [[False, True, True, False], [False, True, True, True]]
     assert bool(((plan.mask == 0) | (plan.mask == low)).all())
 
 
 def test_a_shared_bias_joins_the_mask_in_the_embeddings_dtype_and_packed_rows_give_their_lengths():
     packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
-    layout = BatchLayout(None, None, 0, packed)
     bias = torch.arange(16, dtype=torch.float64).reshape(1, 1, 4, 4)
     encoding = RecordingEncoding(AttentionTerms(shared_bias=bias), has_relative_scores=True)
-    embeddings = torch.zeros(1, 4, 32)
-    positions = torch.tensor([[[0, 0, 1, 2]]])
-    plan = make_attention_plan(eager_config(), encoding, layout, embeddings, positions, None, None)
-    low = torch.finfo(torch.float32).min
+    plan = plan_for(tiny_config(), encoding, 4, layout=BatchLayout(None, None, 0, packed))
     same = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]
-    expected = [[4.0 * i + j if same[i][j] else low for j in range(4)] for i in range(4)]
+    expected = [[4.0 * i + j if same[i][j] else MIN for j in range(4)] for i in range(4)]
     assert plan.mask.dtype == torch.float32 and plan.mask[0, 0].tolist() == expected
-    assert plan.attention_kwargs == {
-        "cu_seq_lens_q": packed.cu_seq_lens,
-        "cu_seq_lens_k": packed.cu_seq_lens,
-        "max_length_q": packed.max_length,
-        "max_length_k": packed.max_length,
-    }
-    assert torch.equal(encoding.calls[0][2], positions[0])  # no cache: the keys are the queries
+    assert plan.attention_kwargs == dict(
+        cu_seq_lens_q=packed.cu_seq_lens, cu_seq_lens_k=packed.cu_seq_lens, max_length_q=3, max_length_k=3
+    )
+    assert torch.equal(encoding.calls[0][2], torch.arange(4)[None])  # no cache: the keys are the queries
 
 
 def test_a_decoder_over_an_encoder_gets_the_cross_attention_mask_and_function():
-    config = eager_config(is_decoder=True, add_cross_attention=True)
-    encoding = RecordingEncoding(AttentionTerms())
-    encoder_states, encoder_mask = torch.zeros(1, 3, 32), torch.tensor([[1, 1, 0]])
-    plan = make_attention_plan(
-        config,
-        encoding,
-        BatchLayout(None, None, 0, None),
-        torch.zeros(1, 2, 32),
-        torch.tensor([[[0, 1]]]),
-        None,
-        None,
-        encoder_hidden_states=encoder_states,
-        encoder_attention_mask=encoder_mask,
-    )
+    config = tiny_config(is_decoder=True, add_cross_attention=True)
+    encoder = dict(encoder_hidden_states=torch.zeros(1, 3, 32), encoder_attention_mask=torch.tensor([[1, 1, 0]]))
+    plan = plan_for(config, RecordingEncoding(AttentionTerms()), 2, **encoder)
     assert plan.cross_attention is eager_attention_forward
     assert (plan.cross_mask[0, 0] == 0).tolist() == [[True, True, False], [True, True, False]]
-    plain = make_attention_plan(
-        config, encoding, BatchLayout(None, None, 0, None), torch.zeros(1, 2, 32), torch.tensor([[[0, 1]]]), None, None
-    )
+    plain = plan_for(config, RecordingEncoding(AttentionTerms()), 2)
     assert plain.cross_mask is None and plain.cross_attention is None
 
 
-@pytest.mark.parametrize("which", ["self", "cross"])
+@pytest.mark.parametrize("which", ["attention_mask", "encoder_attention_mask"])
 def test_the_plan_refuses_a_4d_mask_of_either_attention_on_flash(which):
     config = tiny_config(is_decoder=True, add_cross_attention=True)
-    config._attn_implementation = "flash_attention_2"
-    mask_4d = torch.ones(1, 1, 2, 2, dtype=torch.bool)
-    masks = {"attention_mask": mask_4d if which == "self" else None}
-    masks["encoder_attention_mask"] = mask_4d if which == "cross" else None
-    with pytest.raises(ValueError, match="custom 4D attention_mask"):
-        make_attention_plan(
-            config,
-            RecordingEncoding(AttentionTerms()),
-            BatchLayout(None, None, 0, None),
-            torch.zeros(1, 2, 32),
-            torch.tensor([[[0, 1]]]),
-            masks["attention_mask"],
-            None,
-            encoder_hidden_states=torch.zeros(1, 2, 32),
-            encoder_attention_mask=masks["encoder_attention_mask"],
-        )
+    masks = {"attention_mask": None, "encoder_attention_mask": None, which: torch.ones(1, 1, 2, 2, dtype=torch.bool)}
+    with pytest.raises(ValueError, match="custom 4D attention_mask cannot be used with .*'flash_attention_2'"):
+        plan_for(
+            config, RecordingEncoding(AttentionTerms()), 2, masks["attention_mask"], backend="flash_attention_2",
+            encoder_hidden_states=torch.zeros(1, 2, 32), encoder_attention_mask=masks["encoder_attention_mask"],
+        )  # fmt: skip
 
 
 def test_a_unilm_decoders_plan_mask_lets_the_source_see_itself():
-    config = eager_config(is_decoder=True, decoder_attention="unilm")
-    encoding = RecordingEncoding(AttentionTerms())
-    layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
+    config = tiny_config(is_decoder=True, decoder_attention="unilm")
     token_type_ids = torch.tensor([[0, 0, 1, 1]])  # source 0, 1; target 2, 3
-    plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, token_type_ids)
+    plan = plan_for(config, RecordingEncoding(AttentionTerms()), 4, token_type_ids=token_type_ids)
     source = [True, True, False, False]
     expected = [[j <= i or (source[i] and source[j]) for j in range(4)] for i in range(4)]
     assert (plan.mask[0, 0] == 0).tolist() == expected
@@ -310,31 +251,8 @@ def test_a_unilm_decoders_plan_mask_lets_the_source_see_itself():
 
 def test_on_flex_attention_the_plan_asks_for_terms_per_score():
     """Named for the mutation run's deselection: building flex attention's block mask compiles (about 10 s)."""
-    config = tiny_config()
-    config._attn_implementation = "flex_attention"
     encoding = RecordingEncoding(AttentionTerms())
-    layout, positions = BatchLayout(None, None, 0, None), torch.tensor([[[0, 1, 2, 3]]])
-    plan = make_attention_plan(config, encoding, layout, torch.zeros(1, 4, 32), positions, None, None)
-    assert plan.per_score and encoding.calls[-1][3] is True
-
-
-def test_flash_refusals_name_the_backends_that_take_the_input():
-    config = tiny_config(position_encoding="alibi")
-    config._attn_implementation = "flash_attention_2"
-    fix = "load the model with attn_implementation='sdpa', 'eager' or 'flex_attention'."
-    with pytest.raises(ValueError) as refused:
-        check_backend_takes(config, None, None, True)
-    assert str(refused.value) == (
-        "position_encoding='alibi' does not run on 'flash_attention_2': its capabilities exclude flash attention "
-        "(which takes no term on the attention scores). Load the model with attn_implementation='sdpa', 'eager' or "
-        "'flex_attention'."
-    )
-    with pytest.raises(ValueError) as refused:
-        check_backend_takes(config, torch.ones(1, 1, 2, 2), None, False)
-    assert str(refused.value) == (
-        "A custom 4D attention_mask cannot be used with attn_implementation='flash_attention_2' (flash attention takes "
-        "no dense mask); " + fix
-    )
+    assert plan_for(tiny_config(), encoding, 4, backend="flex_attention").per_score and encoding.calls[-1][3] is True
 
 
 class FlexCall:
@@ -354,17 +272,10 @@ class FlexCall:
         return self.output
 
 
-def _flex_inputs(device: str = "cpu"):
-    query = torch.zeros(2, 3, 5, 4, device=device)
-    key = torch.ones(2, 3, 7, 4, device=device)
-    value = torch.full((2, 3, 7, 4), 2.0, device=device)
-    return query, key, value
-
-
 def test_the_score_mod_call_hands_its_inputs_to_flex_unchanged(monkeypatch):
-    """`flex_attention_with_score_mod` on a CPU tensor outside torch.compile calls the fixed-shape compiled flex
-    attention; on any other device, or while compiling, transformers' compile-friendly wrapper, with the module's
-    training flag. Both stand-ins record their arguments (no flex attention is compiled here)."""
+    """On a CPU tensor outside torch.compile: the fixed-shape compiled flex attention; on any other device, or while
+    compiling, transformers' compile-friendly wrapper with the module's training flag. Dropout is refused; no
+    dropout, scale or score_mod by default. Both stand-ins record their arguments (nothing is compiled here)."""
     import transformers.integrations.flex_attention as transformers_flex
 
     import roformer_ext.attention_plan as attention_plan
@@ -372,50 +283,24 @@ def test_the_score_mod_call_hands_its_inputs_to_flex_unchanged(monkeypatch):
     flex = FlexCall()
     monkeypatch.setattr(attention_plan, "_cpu_flex_attention", lambda: flex.eager)
     monkeypatch.setattr(transformers_flex, "compile_friendly_flex_attention", flex.compiled)
-    module = nn.Linear(1, 1).train()
+    module, block_mask, expected = nn.Linear(1, 1).train(), object(), flex.output.transpose(1, 2)
 
     def score_mod(score, batch, head, q_idx, kv_idx):
         return score
 
-    block_mask = object()
-    expected = flex.output.transpose(1, 2)
-    query, key, value = _flex_inputs()
-    output, weights = flex_attention_with_score_mod(
-        module, query, key, value, block_mask, scaling=0.25, score_mod=score_mod
-    )
-    assert weights is None and output.shape == (2, 5, 3, 4) and output.is_contiguous()
-    assert torch.equal(output, expected)
-    assert len(flex.calls) == 1
-    name, *arguments = flex.calls[0]
-    assert name == "eager"
-    assert arguments[0] is query and arguments[1] is key and arguments[2] is value
-    assert arguments[3] is score_mod and arguments[4] is block_mask and arguments[5] == 0.25
-
-    meta = _flex_inputs("meta")  # not a CPU tensor: the wrapper
+    cpu = (torch.zeros(2, 3, 5, 4), torch.ones(2, 3, 7, 4), torch.full((2, 3, 7, 4), 2.0))
+    output, weights = flex_attention_with_score_mod(module, *cpu, block_mask, scaling=0.25, score_mod=score_mod)
+    assert weights is None and output.is_contiguous() and torch.equal(output, expected)
+    assert flex.calls == [("eager", *cpu, score_mod, block_mask, 0.25)]
+    meta = tuple(t.to("meta") for t in cpu)  # not a CPU tensor: the wrapper
     flex_attention_with_score_mod(module, *meta, block_mask, scaling=0.5, score_mod=score_mod)
-    name, *arguments = flex.calls[1]
-    assert name == "compiled"
-    assert arguments[0] is meta[0] and arguments[1] is meta[1] and arguments[2] is meta[2]
-    assert arguments[3] is score_mod and arguments[4] is block_mask and arguments[5] == 0.5 and arguments[6] is True
-
+    assert flex.calls[1] == ("compiled", *meta, score_mod, block_mask, 0.5, True)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # a CPU tensor while compiling: the wrapper
-    flex_attention_with_score_mod(module.eval(), query, key, value, block_mask, scaling=0.5, score_mod=score_mod)
-    assert [call[0] for call in flex.calls] == ["eager", "compiled", "compiled"]
-    assert flex.calls[2][1] is query and flex.calls[2][7] is False
-
-
-def test_the_score_mod_call_refuses_dropout_and_takes_none_by_default(monkeypatch):
-    import roformer_ext.attention_plan as attention_plan
-
-    flex = FlexCall()
-    monkeypatch.setattr(attention_plan, "_cpu_flex_attention", lambda: flex.eager)
-    query, key, value = _flex_inputs()
-    with pytest.raises(ValueError) as refused:
-        flex_attention_with_score_mod(nn.Linear(1, 1), query, key, value, None, dropout=0.5)
-    assert str(refused.value) == (
-        "flex attention does not support attention dropout; call model.eval() or set it to 0."
-    )
-    assert flex.calls == []
-    output, _ = flex_attention_with_score_mod(nn.Linear(1, 1), query, key, value, None)  # no dropout, scale, score_mod
-    assert flex.calls == [("eager", query, key, value, None, None, None)]
-    assert torch.equal(output, flex.output.transpose(1, 2))
+    flex_attention_with_score_mod(module.eval(), *cpu, block_mask, scaling=0.5, score_mod=score_mod)
+    assert flex.calls[2] == ("compiled", *cpu, score_mod, block_mask, 0.5, False)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
+    with pytest.raises(ValueError, match="flex attention does not support attention dropout; call model.eval()"):
+        flex_attention_with_score_mod(module, *cpu, None, dropout=0.5)
+    assert len(flex.calls) == 3
+    output, _ = flex_attention_with_score_mod(module, *cpu, None)
+    assert flex.calls[3] == ("eager", *cpu, None, None, None) and torch.equal(output, expected)

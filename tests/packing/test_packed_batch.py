@@ -12,12 +12,12 @@ from conftest import assert_position_sensitive
 from test_packing import ATOL, model_for, padded, sequences
 
 from roformer_ext import (
+    DataCollatorForPackedClassification,
     RoFormerExtForCausalLM,
     RoFormerExtForQuestionAnswering,
     RoFormerExtForSequenceClassification,
     RoFormerExtModel,
 )
-from roformer_ext.packing import describe_packed_batch
 
 ROW_LENGTHS = ((5, 4, 3), (6, 6))  # two packed rows of 12 tokens each
 
@@ -92,11 +92,7 @@ def cu(lengths) -> torch.Tensor:
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForSequenceClassification])
 def test_zero_length_sequence_is_refused(model_class):
     """A zero-length sequence has no [CLS] and no mean (NaN, or the next sequence's [CLS]): refused by name."""
-    model = (
-        model_for(model_class, "sdpa", classifier_pooling="mean")
-        if model_class is not RoFormerExtModel
-        else (model_for(model_class, "sdpa"))
-    )
+    model = model_for(model_class, "sdpa", classifier_pooling="mean")
     input_ids = torch.randint(5, 99, (1, 9))
     with pytest.raises(ValueError, match=r"sequence 1 .*length 0"):
         model(input_ids, cu_seq_lens_q=cu([4, 0, 5]), cu_seq_lens_k=cu([4, 0, 5]), max_length_q=5, max_length_k=5)
@@ -157,34 +153,6 @@ def test_flattening_collator_labels_with_a_classifier_get_a_clear_error():
         model(**batch)
 
 
-def test_package_collator_for_packed_classification_equals_padded():
-    """roformer_ext.DataCollatorForPackedClassification: one label per sequence; logits and loss equal padded."""
-    from roformer_ext import DataCollatorForPackedClassification
-
-    model = model_for(RoFormerExtForSequenceClassification, "sdpa", num_labels=3)
-    seqs = sequences(4)
-    labels = [2, 0, 1, 1]
-    batch = DataCollatorForPackedClassification()([{"input_ids": s, "label": y} for s, y in zip(seqs, labels)])
-    assert batch["labels"].tolist() == labels and batch["input_ids"].shape == (1, sum(map(len, seqs)))
-    input_ids, attention_mask = padded(seqs)
-    with torch.no_grad():
-        out = model(**batch)
-        ref = model(input_ids, attention_mask=attention_mask, labels=torch.tensor(labels))
-    torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
-    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
-    assert_position_sensitive(model, lambda m: m(**batch), ATOL)
-
-
-def test_describe_packed_batch_reports_sequences_over_rows():
-    _, seq_idx, positions, _ = two_packed_rows()
-    packed = describe_packed_batch(2, 12, attention_mask=None, position_ids=None, past_length=0, seq_idx=seq_idx)
-    assert packed.cu_seq_lens.tolist() == [0, 5, 9, 12, 18, 24] and packed.max_length == 6
-    assert packed.sequence_ids.tolist() == [[0] * 5 + [1] * 4 + [2] * 3, [3] * 6 + [4] * 6]
-    assert torch.equal(packed.positions(), positions)
-    assert describe_packed_batch(2, 12, None, torch.arange(12)[None].expand(2, -1), 0) is None  # not packed
-    assert describe_packed_batch(2, 12, None, positions, past_length=3) is None  # positions after a cache continue
-
-
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
 def test_padded_rows_of_packed_sequences(model_class):
     """seq_idx with a padding mask: rows packed to a fixed length and padded at the end."""
@@ -206,19 +174,20 @@ def test_padded_rows_of_packed_sequences(model_class):
 @pytest.mark.parametrize(
     ("labels", "problem_type"),
     [
+        ([2, 0, 1, 1], "single_label_classification"),
         ([0.5, -1.0, 2.0, 0.25], "regression"),
         ([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0]], "multi_label_classification"),
     ],
 )
-def test_packed_regression_and_multi_label_equal_padded(labels, problem_type):
-    """Float targets: a regression value or one 0/1 per class for each packed sequence (labels (sequences, ...))."""
-    from roformer_ext import DataCollatorForPackedClassification
-
+def test_package_collator_for_packed_classification_equals_padded(labels, problem_type):
+    """roformer_ext.DataCollatorForPackedClassification: one label per packed sequence (a class, a regression value
+    or one 0/1 per class); logits and loss equal the padded batch's."""
     num_labels = 1 if problem_type == "regression" else 3
     model = model_for(RoFormerExtForSequenceClassification, "sdpa", num_labels=num_labels, problem_type=problem_type)
     seqs = sequences(5)
     batch = DataCollatorForPackedClassification()([{"input_ids": s, "label": y} for s, y in zip(seqs, labels)])
-    assert batch["labels"].dtype == torch.float and batch["labels"].shape[0] == len(seqs)
+    assert batch["labels"].tolist() == labels and batch["input_ids"].shape == (1, sum(map(len, seqs)))
+    assert batch["labels"].dtype == (torch.long if problem_type == "single_label_classification" else torch.float)
     input_ids, attention_mask = padded(seqs)
     with torch.no_grad():
         out = model(**batch)

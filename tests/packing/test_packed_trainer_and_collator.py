@@ -3,7 +3,7 @@ batch row for row (issue #31, defects 6, 7 and 9)."""
 
 import pytest
 import torch
-from conftest import assert_position_sensitive, tiny_config
+from conftest import tiny_config
 from test_packing import LENGTHS, model_for, packed, padded, sequences
 from transformers import TrainingArguments
 
@@ -13,8 +13,6 @@ from roformer_ext import (
     RoFormerExtForSequenceClassification,
 )
 from roformer_ext.trainer import PaddingFreeTrainer
-
-ATOL = 1e-5
 
 
 def test_collator_checks_every_feature_for_a_label():
@@ -36,22 +34,17 @@ def test_collator_checks_every_feature_for_a_label():
 
 def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
     """Defect (issue #31, 9): packed question answering set padding logits to the dtype's minimum while the padded
-    path kept the pads' logits, so the losses differed (1.05 vs 1.79). Both mask the padding now: same loss, same
-    start / end logits at the real tokens, and the pads' logits at the minimum in both."""
+    path kept the pads' logits, so the losses differed (1.05 vs 1.79). Both mask the padding now: the pads' logits at
+    the minimum in both (the loss and real tokens' logits: test_packing's every-head test)."""
     model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
     seqs = sequences(5)
     input_ids, attention_mask = padded(seqs)
-    starts, ends = torch.tensor([1, 4, 0, 2]), torch.tensor([3, 8, 2, 7])
     with torch.no_grad():
-        ref = model(input_ids, attention_mask=attention_mask, start_positions=starts, end_positions=ends)
-        out = model(**packed(seqs), start_positions=starts, end_positions=ends)
-    torch.testing.assert_close(out.loss, ref.loss, rtol=0, atol=ATOL)
+        ref, out = model(input_ids, attention_mask=attention_mask), model(**packed(seqs))
     lowest = torch.finfo(ref.start_logits.dtype).min
-    for logits, ref_logits in ((out.start_logits, ref.start_logits), (out.end_logits, ref.end_logits)):
-        for row, length in enumerate(LENGTHS):
-            torch.testing.assert_close(logits[row, :length], ref_logits[row, :length], rtol=0, atol=ATOL)
-            assert (logits[row, length:] == lowest).all() and (ref_logits[row, length:] == lowest).all()
-    assert_position_sensitive(model, lambda m: m(**packed(seqs), start_positions=starts, end_positions=ends), ATOL)
+    for logits in (out.start_logits, ref.start_logits, out.end_logits, ref.end_logits):
+        assert all((logits[row, length:] == lowest).all() for row, length in enumerate(LENGTHS))
+        assert all((logits[row, :length] > lowest).all() for row, length in enumerate(LENGTHS))
 
 
 def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_path):

@@ -26,9 +26,9 @@ LENGTHS = (5, 9, 3, 8)  # total 25: torch 2.13's CPU flex attention is wrong at 
 ATOL = 1e-5
 
 
-def sequences(seed: int = 0) -> list[list[int]]:
+def sequences(seed: int = 0, lengths=LENGTHS) -> list[list[int]]:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(5, 99, (n,), generator=generator).tolist() for n in LENGTHS]
+    return [torch.randint(5, 99, (n,), generator=generator).tolist() for n in lengths]
 
 
 def padded(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,58 +107,6 @@ def test_positions_that_jump_forward_are_one_sequence():
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_packed_mlm_and_token_classification_losses_equal_padded(attn_implementation):
-    seqs = sequences(2)
-    input_ids, attention_mask = padded(seqs)
-    labels_padded = input_ids.masked_fill(attention_mask == 0, -100)
-    batch = packed(seqs)
-    labels_packed = batch["input_ids"].clone()
-    for model_class, make_labels in (
-        (RoFormerExtForMaskedLM, lambda ids: ids),
-        (RoFormerExtForTokenClassification, lambda ids: ids % 2),
-    ):
-        model = model_for(model_class, attn_implementation)
-        with torch.no_grad():
-            ref = model(
-                input_ids,
-                attention_mask=attention_mask,
-                labels=make_labels(labels_padded).masked_fill(attention_mask == 0, -100),
-            )
-            out = model(**batch, labels=make_labels(labels_packed))
-        torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
-        labels = make_labels(labels_packed)
-        assert_position_sensitive(model, lambda m, labels=labels: m(**batch, labels=labels).loss, ATOL)
-
-
-def test_packed_causal_lm_loss_equals_padded():
-    """DataCollatorWithFlattening's labels (-100 at each sequence start) give the padded batch's shifted loss."""
-    model = model_for(RoFormerExtForCausalLM, "sdpa")
-    seqs = sequences(3)
-    input_ids, attention_mask = padded(seqs)
-    batch = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": s} for s in seqs])
-    with torch.no_grad():
-        ref = model(input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100))
-        out = model(**batch)
-    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
-    assert_position_sensitive(model, lambda m: m(**batch).loss, ATOL)
-
-
-@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_packed_sequence_classification_pools_each_first_token(attn_implementation):
-    model = model_for(RoFormerExtForSequenceClassification, attn_implementation, num_labels=3)
-    seqs = sequences(4)
-    input_ids, attention_mask = padded(seqs)
-    labels = torch.tensor([0, 2, 1, 2])
-    with torch.no_grad():
-        ref = model(input_ids, attention_mask=attention_mask, labels=labels)
-        out = model(**packed(seqs), labels=labels)
-    assert out.logits.shape == (len(LENGTHS), 3)
-    torch.testing.assert_close(out.logits, ref.logits, rtol=ATOL, atol=ATOL)
-    torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
-    assert_position_sensitive(model, lambda m: m(**packed(seqs)).logits, ATOL)
-
-
-@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
     """classifier_pooling='mean': the classifier reads the mean of the real tokens, computed here from the encoder's
     states of each sequence alone; padded and packed batches give those logits."""
@@ -219,97 +167,13 @@ def test_varlen_kwargs_reach_other_attention_backends():
     assert_position_sensitive(model, lambda m: m(**packed(seqs, return_flash_attn_kwargs=True)), ATOL)
 
 
-def test_packed_question_answering_comes_back_per_sequence():
-    model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
-    seqs = sequences(5)
-    input_ids, attention_mask = padded(seqs)
-    starts, ends = torch.tensor([1, 4, 0, 2]), torch.tensor([3, 8, 2, 7])
-    with torch.no_grad():
-        ref = model(input_ids, attention_mask=attention_mask, start_positions=starts, end_positions=ends)
-        out = model(**packed(seqs), start_positions=starts, end_positions=ends)
-    assert out.start_logits.shape == ref.start_logits.shape
-    for row, length in enumerate(LENGTHS):
-        torch.testing.assert_close(out.start_logits[row, :length], ref.start_logits[row, :length], rtol=ATOL, atol=ATOL)
-    # no padded positions compete in the packed softmax: the padded batch's loss with its pads masked out
-    hidden = torch.finfo(ref.start_logits.dtype).min
-    ref_start = ref.start_logits.masked_fill(attention_mask == 0, hidden)
-    ref_end = ref.end_logits.masked_fill(attention_mask == 0, hidden)
-    expected = (
-        torch.nn.functional.cross_entropy(ref_start, starts) + torch.nn.functional.cross_entropy(ref_end, ends)
-    ) / 2
-    torch.testing.assert_close(out.loss, expected, rtol=ATOL, atol=ATOL)
-    assert_position_sensitive(model, lambda m: m(**packed(seqs)).start_logits, ATOL)
-
-
 REPEATED_LENGTHS = (5, 9, 5, 3, 9, 5)  # three lengths, two of them shared
-
-
-def packed_qkv(lengths: tuple[int, ...], seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """q, k, v of one packed row, (1, heads, total, head_dim), and its cu_seq_lens."""
-    generator = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, 4, sum(lengths), 8, generator=generator) for _ in range(3))
-    cu_seq_lens = torch.nn.functional.pad(torch.tensor(lengths).cumsum(0), (1, 0)).to(torch.int32)
-    return q, k, v, cu_seq_lens
-
-
-@pytest.mark.parametrize("is_causal", [False, True])
-@pytest.mark.parametrize(
-    "lengths",
-    [REPEATED_LENGTHS, (4, 4, 4, 7, 4)],  # repeated lengths apart; fixed-length blocks side by side
-    ids=["apart", "side-by-side"],
-)
-def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, monkeypatch):
-    """One SDPA call per sequence (never one over the whole row), each as if it ran alone."""
-    q, k, v, cu_seq_lens = packed_qkv(lengths)
-    alone = [
-        torch.nn.functional.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=is_causal)
-        for a, b in zip(cu_seq_lens[:-1].tolist(), cu_seq_lens[1:].tolist())
-    ]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    calls = []
-
-    def counting_sdpa(query, *args, **kwargs):
-        calls.append(query.shape[-2])
-        return sdpa(query, *args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
-    out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, cu_seq_lens_q=cu_seq_lens)
-    assert weights is None and out.shape == (1, sum(lengths), 4, 8) and out.is_contiguous()
-    assert calls == list(lengths)  # one call per sequence, in order, never one over the whole row
-    for piece, reference in zip(torch.split(out[0], lengths), alone):
-        torch.testing.assert_close(piece, reference[0].transpose(0, 1), rtol=ATOL, atol=ATOL)
-
-
-def test_per_sequence_sdpa_rejects_rows_that_are_not_one_packed_row():
-    q, k, v, cu_seq_lens = packed_qkv(REPEATED_LENGTHS)
-    with pytest.raises(ValueError, match="packed rows of 36 tokens in all"):
-        per_sequence_sdpa(None, q.expand(2, -1, -1, -1), k, v, None, cu_seq_lens_q=cu_seq_lens)
-    with pytest.raises(ValueError, match="packed rows of 36 tokens"):
-        per_sequence_sdpa(None, q, torch.cat([k, k], dim=2), v, None, cu_seq_lens_q=cu_seq_lens)
-    with pytest.raises(ValueError, match="needs cu_seq_lens_q"):
-        per_sequence_sdpa(None, q, k, v, None)
-
-
-def test_per_sequence_sdpa_lays_several_rows_end_to_end():
-    """Two rows, each packed: cu_seq_lens counts over the rows end to end; the output comes back per row."""
-    q, k, v, cu_seq_lens = packed_qkv((5, 7, 4, 8))  # rows of 12: (5, 7) and (4, 8)
-    rows = [t.view(4, 2, 12, 8).transpose(0, 1) for t in (q.transpose(1, 2).reshape(1, 24, 4, 8).transpose(1, 2),)]
-    q2, k2, v2 = (t.transpose(1, 2).reshape(2, 12, 4, 8).transpose(1, 2) for t in (q, k, v))  # (2, heads, 12, d)
-    out, _ = per_sequence_sdpa(None, q2, k2, v2, None, cu_seq_lens_q=cu_seq_lens)
-    reference, _ = per_sequence_sdpa(None, q, k, v, None, cu_seq_lens_q=cu_seq_lens)
-    assert rows and out.shape == (2, 12, 4, 8)
-    torch.testing.assert_close(out.reshape(1, 24, 4, 8), reference, rtol=0, atol=0)
-
-
-def repeated_sequences(seed: int) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(5, 99, (n,), generator=generator).tolist() for n in REPEATED_LENGTHS]
 
 
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
 def test_packed_sequences_of_equal_length_equal_each_alone(model_class):
     model = model_for(model_class, "sdpa")
-    seqs = repeated_sequences(6)
+    seqs = sequences(6, REPEATED_LENGTHS)
     with torch.no_grad():
         out = model(**packed(seqs), output_hidden_states=True).hidden_states[-1]
         for states, seq in zip(torch.split(out[0], REPEATED_LENGTHS), seqs):
@@ -322,7 +186,7 @@ def test_packed_sequences_of_equal_length_equal_each_alone(model_class):
 def test_packed_gradients_equal_padded(model_class):
     """Training on the packed row (per-sequence SDPA) gives the padded batch's parameter gradients."""
     model = model_for(model_class, "sdpa")
-    seqs = repeated_sequences(7)
+    seqs = sequences(7, REPEATED_LENGTHS)
     input_ids, attention_mask = padded(seqs)
     weights = torch.randn(len(seqs), input_ids.shape[1], model.config.hidden_size,
                           generator=torch.Generator().manual_seed(0))  # fmt: skip
@@ -344,8 +208,8 @@ def test_packed_gradients_equal_padded(model_class):
     assert_position_sensitive(model, lambda m: m(**packed(seqs), output_hidden_states=True).hidden_states[-1], ATOL)
 
 
-#: Every text head on a packed row against the same head on the padded batch: per-token heads token by token,
-#: per-sequence heads (classification, question answering) sequence by sequence.
+#: Every text head on a packed row against the same head on the padded batch, outputs and loss: per-token heads token
+#: by token, per-sequence heads (classification, question answering) sequence by sequence.
 PER_TOKEN_HEADS = [RoFormerExtModel, RoFormerExtForMaskedLM, RoFormerExtForCausalLM, RoFormerExtForTokenClassification]
 
 
@@ -355,6 +219,27 @@ def head_outputs(model, output) -> list[torch.Tensor]:
     if isinstance(model, RoFormerExtForQuestionAnswering):
         return [output.start_logits, output.end_logits]
     return [output.logits]
+
+
+def head_labels(model_class, input_ids, attention_mask, batch) -> tuple[dict, dict]:
+    """The head's labels for the padded batch (padding -100) and the packed row (DataCollatorWithFlattening's for
+    the causal LM: -100 at each sequence start)."""
+    pad = attention_mask == 0
+    if model_class in (RoFormerExtForMaskedLM, RoFormerExtForTokenClassification):
+        token_labels = (lambda ids: ids) if model_class is RoFormerExtForMaskedLM else (lambda ids: ids % 2)
+        return dict(labels=token_labels(input_ids).masked_fill(pad, -100)), dict(
+            labels=token_labels(batch["input_ids"])
+        )
+    if model_class is RoFormerExtForCausalLM:
+        flat = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": ids} for ids in batch["seqs"]])
+        return dict(labels=input_ids.masked_fill(pad, -100)), dict(labels=flat["labels"])
+    if model_class is RoFormerExtForSequenceClassification:
+        labels = dict(labels=torch.tensor([0, 2, 1, 2]))
+    elif model_class is RoFormerExtForQuestionAnswering:
+        labels = dict(start_positions=torch.tensor([1, 4, 0, 2]), end_positions=torch.tensor([3, 8, 2, 7]))
+    else:
+        labels = {}
+    return labels, labels
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -369,18 +254,21 @@ def test_every_head_packed_equals_padded(model_class, attn_implementation):
     seqs = sequences(8)
     input_ids, attention_mask = padded(seqs)
     batch = packed(seqs)
+    padded_labels, packed_labels = head_labels(model_class, input_ids, attention_mask, {**batch, "seqs": seqs})
     with torch.no_grad():
-        ref = head_outputs(model, model(input_ids, attention_mask=attention_mask))
-        out = head_outputs(model, model(**batch))
-    for got, expected in zip(out, ref):
+        ref = model(input_ids, attention_mask=attention_mask, **padded_labels)
+        out = model(**batch, **packed_labels)
+    for got, expected in zip(head_outputs(model, out), head_outputs(model, ref), strict=True):
         if model_class is RoFormerExtForSequenceClassification:
+            assert got.shape == (len(LENGTHS), 3)
             torch.testing.assert_close(got, expected, rtol=ATOL, atol=ATOL)
             continue
         pieces = per_sequence(got) if model_class in PER_TOKEN_HEADS else list(got)
         for row, (piece, length) in enumerate(zip(pieces, LENGTHS)):
             torch.testing.assert_close(piece[:length], expected[row, :length], rtol=ATOL, atol=ATOL)
-    margins = assert_position_sensitive(model, lambda m: head_outputs(m, m(**batch)), ATOL)
-    assert min(margins.values()) >= 100
+    if packed_labels:  # no padded position competes in the packed loss (question answering masks its pads too)
+        torch.testing.assert_close(out.loss, ref.loss, rtol=ATOL, atol=ATOL)
+    assert_position_sensitive(model, lambda m: m(**batch, **packed_labels), ATOL)  # outputs and loss
 
 
 def test_multiple_choice_rows_equal_each_choice_alone():

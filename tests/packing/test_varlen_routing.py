@@ -10,6 +10,8 @@ from torch.nn import functional as F
 from transformers import DataCollatorWithFlattening
 
 from roformer_ext import RoFormerExtModel, packing
+from roformer_ext.attention_plan import BatchLayout, make_attention_plan
+from roformer_ext.packing import describe_packed_batch
 
 LENGTHS = (5, 9, 3, 8)
 
@@ -92,14 +94,11 @@ def test_gradients_flow_through_the_varlen_call(kernel):
     assert "layers.0.attention.query.weight" in grads and grads["layers.0.attention.query.weight"].abs().sum() > 0
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["cpu", "fp32", "head_dim", "capability", "dropout", "score_term", "padded"],
-)
+@pytest.mark.parametrize("case", ["cpu", "fp32", "head_dim", "capability", "dropout", "score_term", "padded"])
 def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
     """CPU tensors, fp32, a head dimension flash attention refuses (12), a GPU before compute capability 8.0,
-    attention dropout in training (the kernel has none), a score term (T5's bias joins a mask) and a padded batch: no
-    varlen call, and the output is the CPU path's."""
+    attention dropout in training (the kernel has none: the plan runs the step per sequence), a score term (T5's
+    bias joins a mask) and a padded batch: no varlen call, and the output is the CPU path's."""
     dtype = torch.float32 if case == "fp32" else torch.bfloat16
     overrides = {
         "head_dim": dict(hidden_size=48),  # 4 heads of 12
@@ -114,9 +113,30 @@ def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
     inputs = packed_inputs(model, cuda=case != "cpu")
     if case == "padded":
         inputs = {"inputs_embeds": inputs["inputs_embeds"].view(1, 25, -1)[:, :20]}
+    plans = []
+    model.layers[0].attention.register_forward_pre_hook(lambda module, args: plans.append(args[2]))
     torch.manual_seed(1)
     output = model(**inputs).last_hidden_state.as_subclass(torch.Tensor)
-    assert not kernel.calls
+    assert not kernel.calls and plans[0].attention is not packing.varlen_attention
+    if case == "dropout":  # decided by the plan, not inside the attention function
+        assert plans[0].attention is packing.per_sequence_sdpa
     plain = {k: v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     torch.manual_seed(1)
     torch.testing.assert_close(output, model(**plain).last_hidden_state, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, training):
+    """The plan's decision from the model's training flag: with attention dropout configured, an evaluation step
+    still takes the kernel; a training step runs per sequence (the kernel has no dropout, and refuses it)."""
+    model = model_of(attention_probs_dropout_prob=0.5)
+    embeddings = packed_inputs(model, cuda=True)["inputs_embeds"]
+    packed = describe_packed_batch(1, 25, None, None, 0, cu_seq_lens_q=torch.tensor([0, 5, 14, 17, 25]))
+    plan = make_attention_plan(
+        model.config, model.position_encoding, BatchLayout(None, None, 0, packed), embeddings,
+        packed.positions()[None], None, None, training=training,
+    )  # fmt: skip
+    assert plan.attention is (packing.per_sequence_sdpa if training else packing.varlen_attention)
+    query = torch.zeros(1, 4, 25, 8)
+    with pytest.raises(ValueError, match="varlen_attention has no dropout"):
+        packing.varlen_attention(None, query, query, query, None, dropout=0.5, **packed.attention_kwargs())
