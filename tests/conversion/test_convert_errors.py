@@ -1,16 +1,16 @@
-"""`roformer-ext-convert` turns odd config values and odd output paths into one error line, never a traceback.
-
-Every case runs through `cli.main([...])` on a small source folder built in tmp_path (as in test_convert_safety.py),
-and checks the exit code, the single `roformer-ext-convert: error:` line, and that nothing was left behind.
-"""
+"""`roformer-ext-convert` turns odd input (config values, damaged files) and odd output paths into one error line,
+never a traceback, and leaves nothing behind. Every case runs through `cli.main([...])` on a small source folder."""
 
 import errno
 import importlib
 import json
+import os
 from pathlib import Path
 
 import pytest
-from test_convert_safety import SOURCES, snapshot
+import torch
+from safetensors.torch import load_file
+from test_convert_safety import SOURCES, error_line, snapshot
 
 from roformer_ext.conversion.cli import main
 
@@ -19,18 +19,8 @@ CONFIG_NAME = {"original": "bert_config.json", "transformers": "config.json"}
 
 def edit_config(src: Path, command: str, **changes) -> Path:
     path = src / CONFIG_NAME[command]
-    config = json.loads(path.read_text())
-    path.write_text(json.dumps({**config, **changes}))
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
     return path
-
-
-def one_error_line(capsys) -> str:
-    """stderr holds exactly one line starting `roformer-ext-convert: error:` and no traceback; that line."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("roformer-ext-convert: error: ")]
-    assert len(errors) == 1, err
-    return errors[0]
 
 
 def nothing_written(tmp_path: Path, src: Path) -> bool:
@@ -38,25 +28,68 @@ def nothing_written(tmp_path: Path, src: Path) -> bool:
     return [p.name for p in tmp_path.iterdir()] == [src.name]
 
 
-# ------------------------------------------------------------------------------- config values
-@pytest.mark.parametrize("command", SOURCES)
-def test_unknown_hidden_act_is_one_line(tmp_path, capsys, command):
-    src = SOURCES[command](tmp_path)
-    edit_config(src, command, hidden_act="swishy")
-    assert main([command, str(src), str(tmp_path / "out")]) == 1
-    line = one_error_line(capsys)
-    assert "hidden_act 'swishy'" in line and "gelu" in line and CONFIG_NAME[command] in line
-    assert nothing_written(tmp_path, src)
+def _as_bin(src: Path, damage: str) -> None:
+    """The weights as pytorch_model.bin: truncated, garbage, or not a state dict."""
+    state = load_file(src / "model.safetensors")
+    (src / "model.safetensors").unlink()
+    weights = src / "pytorch_model.bin"
+    torch.save(state if damage != "not_a_state_dict" else [1, 2, 3], weights)
+    data = weights.read_bytes()
+    if damage != "not_a_state_dict":
+        weights.write_bytes(data[: len(data) // 2] if damage == "truncated" else os.urandom(256))
 
 
-@pytest.mark.parametrize("command", SOURCES)
-def test_float_vocab_size_that_does_not_fit_the_weights_is_an_error_not_a_traceback(tmp_path, capsys, command):
+def _sharded(src: Path) -> None:
+    (src / "model.safetensors").rename(src / "model-00001-of-00002.safetensors")
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def _damage_safetensors(src: Path, damage: str) -> None:
+    data = (src / "model.safetensors").read_bytes()
+    (src / "model.safetensors").write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\0" * 7 + data[7:])
+
+
+BOTH = tuple(CONFIG_NAME)
+# fmt: off
+BAD_INPUT = {  # commands, damage to the source, key phrases of the error line ({src}: the source folder)
+    "unknown hidden_act": (BOTH, lambda src, c: edit_config(src, c, hidden_act="swishy"), ["hidden_act 'swishy'", "gelu", "{config}"]),
+    "vocab_size that does not fit the weights": (BOTH, lambda src, c: edit_config(src, c, vocab_size=60.0), ["{config}", "word_embeddings"]),
+    **{f"vocab_size {value!r}": (BOTH, lambda src, c, v=value: edit_config(src, c, vocab_size=v), [f"vocab_size is {value!r} (expected an integer)", "{config}"])
+       for value in (60.5, "60", True)},
+    "non-numeric values": (BOTH, lambda src, c: edit_config(src, c, hidden_size="sixty-four", hidden_dropout_prob="x", rotary_value="no"), [
+        "{config}: hidden_size is 'sixty-four' (expected an integer)", "hidden_dropout_prob is 'x' (expected a number)"]),
+    "a flag that is not true or false": (("transformers",), lambda src, c: edit_config(src, c, num_attention_heads="4", rotary_value="no"), [
+        "{config}: num_attention_heads is '4' (expected an integer)", "rotary_value is 'no' (expected true or false)"]),
+    "config that is not an object": (BOTH, lambda src, c: (src / CONFIG_NAME[c]).write_text("[64, 2]"), ["{config} holds a JSON list, not an object of settings"]),
+    "config that is not JSON": (BOTH, lambda src, c: (src / CONFIG_NAME[c]).write_text('{"model_type": "roformer",'), ["{config} is not valid JSON"]),
+    "vocabulary saved in GBK": (BOTH, lambda src, c: (src / "vocab.txt").write_bytes((src / "vocab.txt").read_text(encoding="utf-8").encode("gb18030")),
+        ["{src}/vocab.txt is not UTF-8 text (byte 0x", "re-save it as UTF-8"]),
+    **{f"{damage} safetensors": (("transformers",), lambda src, c, d=damage: _damage_safetensors(src, d), [
+        "{src}/model.safetensors cannot be read as a safetensors weights file (", "damaged or truncated"]) for damage in ("truncated", "garbage")},
+    **{f"{damage} pytorch_model.bin": (("transformers",), lambda src, c, d=damage: _as_bin(src, d), [
+        "{src}/pytorch_model.bin cannot be read as a PyTorch weights file ("]) for damage in ("truncated", "garbage")},
+    "pytorch_model.bin without a state dict": (("transformers",), lambda src, c: _as_bin(src, "not_a_state_dict"), [
+        "{src}/pytorch_model.bin does not hold a state dict"]),
+    "missing shard": (("transformers",), lambda src, c: _sharded(src), [
+        "Missing {src}/model-00002-of-00002.safetensors, which the weight index lists."]),
+}
+# fmt: on
+CASES = [(command, case) for case, (commands, _, _) in BAD_INPUT.items() for command in commands]
+
+
+@pytest.mark.parametrize(("command", "case"), CASES)
+def test_bad_input_is_one_line(tmp_path, capsys, command, case):
     src = SOURCES[command](tmp_path)
-    edit_config(src, command, vocab_size=60.0)
+    _, damage, phrases = BAD_INPUT[case]
+    damage(src, command)
     assert main([command, str(src), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "roformer-ext-convert: error: " in err, err
-    assert CONFIG_NAME[command] in err and "word_embeddings" in err
+    assert "Traceback" not in err and err.count("roformer-ext-convert: error: ") == 1, err
+    message = err[err.index("roformer-ext-convert: error: ") :].strip()
+    assert "\n" not in message or case == "vocab_size that does not fit the weights"  # that one lists the misfits
+    for phrase in phrases:
+        assert phrase.format(src=src, config=CONFIG_NAME[command]) in message, message
     assert nothing_written(tmp_path, src)
 
 
@@ -70,17 +103,6 @@ def test_integral_float_sizes_are_read_as_integers(tmp_path, capsys, command):
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert written["vocab_size"] == config["vocab_size"] and isinstance(written["vocab_size"], int)
     assert written["num_hidden_layers"] == 2 and isinstance(written["num_hidden_layers"], int)
-
-
-@pytest.mark.parametrize("command", SOURCES)
-@pytest.mark.parametrize("value", [60.5, "60", True])
-def test_non_integer_vocab_size_names_the_field(tmp_path, capsys, command, value):
-    src = SOURCES[command](tmp_path)
-    edit_config(src, command, vocab_size=value)
-    assert main([command, str(src), str(tmp_path / "out")]) == 1
-    line = one_error_line(capsys)
-    assert f"vocab_size is {value!r} (expected an integer)" in line and CONFIG_NAME[command] in line
-    assert nothing_written(tmp_path, src)
 
 
 # --------------------------------------------------------------------------------- output paths
@@ -98,21 +120,14 @@ def test_long_output_name_that_the_file_system_allows_is_written(tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", SOURCES)
-def test_output_name_over_the_file_name_limit_is_one_line(tmp_path, capsys, command):
+@pytest.mark.parametrize(
+    ("out", "phrases"), [("o" * 256, ["256 bytes", "255", "shorter name"]), ("p" * 300 + "/out", ["300 bytes"])]
+)
+def test_output_name_over_the_file_name_limit_is_one_line(tmp_path, capsys, command, out, phrases):
     src = SOURCES[command](tmp_path)
-    out = tmp_path / ("o" * 256)
-    assert main([command, str(src), str(out)]) == 1
-    line = one_error_line(capsys)
-    assert "256 bytes" in line and "255" in line and "shorter name" in line
-    assert nothing_written(tmp_path, src)
-
-
-@pytest.mark.parametrize("command", SOURCES)
-def test_output_parent_name_over_the_limit_is_one_line(tmp_path, capsys, command):
-    src = SOURCES[command](tmp_path)
-    out = tmp_path / ("p" * 300) / "out"
-    assert main([command, str(src), str(out)]) == 1
-    assert "300 bytes" in one_error_line(capsys)
+    assert main([command, str(src), str(tmp_path / out)]) == 1
+    line = error_line(capsys)
+    assert all(phrase in line for phrase in phrases), line
     assert nothing_written(tmp_path, src)
 
 
@@ -120,7 +135,7 @@ def test_long_names_are_counted_in_bytes(tmp_path, capsys):
     """A Chinese name of 90 characters is 270 bytes in UTF-8: over the limit although short in characters."""
     src = SOURCES["original"](tmp_path)
     assert main(["original", str(src), str(tmp_path / ("模" * 90))]) == 1
-    assert "270 bytes" in one_error_line(capsys)
+    assert "270 bytes" in error_line(capsys)
     assert main(["original", str(src), str(tmp_path / ("模" * 80))]) == 0
 
 
@@ -133,8 +148,8 @@ def test_leftovers_of_a_long_named_output_are_recognised(tmp_path, capsys):
     stem = sibling_stem(out)
     assert len(stem.encode()) < 250 and stem != out.name
     leftover = tmp_path / f".{stem}.partial-4194305-0123abcd"  # a pid no process has
-    leftover.mkdir()
     other = tmp_path / f".{stem}x.partial-4194305-0123abcd"  # not ours: another name's
+    leftover.mkdir()
     other.mkdir()
     assert main(["original", str(src), str(out)]) == 0
     assert not leftover.exists() and other.is_dir()
@@ -144,7 +159,6 @@ def test_leftovers_of_a_long_named_output_are_recognised(tmp_path, capsys):
 def test_unwritable_output_is_one_line(tmp_path, capsys, command, monkeypatch):
     """An OSError from the file system (here a full disk while saving) is one line naming the path and the fix."""
     output_folder = importlib.import_module("roformer_ext.conversion.output_folder")  # the module, not the function
-
     src = SOURCES[command](tmp_path)
     before = snapshot(src)
 
@@ -153,6 +167,6 @@ def test_unwritable_output_is_one_line(tmp_path, capsys, command, monkeypatch):
 
     monkeypatch.setattr(output_folder, "_swap_in", full_disk)
     assert main([command, str(src), str(tmp_path / "out")]) == 1
-    line = one_error_line(capsys)
+    line = error_line(capsys)
     assert "No space left on device" in line and str(tmp_path / "out") in line and "free some space" in line
     assert nothing_written(tmp_path, src) and snapshot(src) == before

@@ -5,7 +5,10 @@ The fixtures are tiny checkpoints written by bert4keras with its reference outpu
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -68,15 +71,17 @@ def fixture_config(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> dict[str, Path]:
-    """Each fixture converted once: by the CLI (default pooler) and, with a pooler, with --pooler-activation tanh."""
+    """Each fixture converted once by the CLI (its stderr kept under "NAME/stderr"), and Sim with a tanh pooler."""
     root = tmp_path_factory.mktemp("converted")
     out = {}
     for name in NAMES:
-        assert main(["original", str(FIXTURES / name), str(root / name)]) == 0
-        out[name] = root / name
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            assert main(["original", str(FIXTURES / name), str(root / name)]) == 0
+        out[name], out[f"{name}/stderr"] = root / name, err.getvalue()
     for name in ("roformer_sim", "roformer_sim_ft"):
-        convert_original_checkpoint(FIXTURES / name, root / f"{name}_tanh", pooler_activation="tanh")
-        out[f"{name}_tanh"] = root / f"{name}_tanh"
+        out[f"{name}_tanh"] = convert_original_checkpoint(
+            FIXTURES / name, root / f"{name}_tanh", pooler_activation="tanh"
+        )
     return out
 
 
@@ -122,36 +127,41 @@ def run_outputs(folder: Path, reference, name: str, unilm: bool = False) -> dict
     return outputs
 
 
-# ----------------------------------------------------------------------------------------- fidelity
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("input_name", INPUTS)
-def test_reproduces_bert4keras_outputs(converted, name, input_name):
+def assert_reproduces(folder: Path, name: str, input_name: str, only: str | None = None) -> None:
+    """Every array bert4keras stored for this input (UniLM arrays apart, or only `only`) matches ours."""
     reference = np.load(FIXTURES / name / "reference_outputs.npz")
-    ours = run_outputs(converted[name], reference, input_name)
+    ours = run_outputs(folder, reference, input_name)
     stored = {key.split("/")[1] for key in reference.files if key.startswith(f"{input_name}/")}
     wanted = stored - {"token_ids", "segment_ids", "attention_mask", "pooler_output_tanh"}
-    wanted = {w for w in wanted if not w.startswith("unilm_")}
+    wanted = {only} if only else {w for w in wanted if not w.startswith("unilm_")}
+    assert "sequence_output" in wanted or only
     assert wanted <= set(ours), f"no counterpart for {sorted(wanted - set(ours))}"
     for array in sorted(wanted):
         compare(reference, f"{input_name}/{array}", ours[array])
 
 
-@pytest.mark.parametrize("name", ["roformer_sim", "roformer_sim_ft"])
-@pytest.mark.parametrize("input_name", INPUTS)
-def test_tanh_pooler(converted, name, input_name):
-    reference = np.load(FIXTURES / name / "reference_outputs.npz")
-    ours = run_outputs(converted[f"{name}_tanh"], reference, input_name)
-    compare(reference, f"{input_name}/pooler_output_tanh", ours["pooler_output_tanh"])
-
-
-@pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
-def test_sim_unilm_outputs(converted, input_name):
+def assert_reproduces_unilm(folder: Path, input_name: str) -> None:
+    """The Sim generator under the UniLM mask matches bert4keras' application='unilm' arrays."""
     reference = np.load(FIXTURES / "roformer_sim" / "reference_outputs.npz")
-    ours = run_outputs(converted["roformer_sim"], reference, input_name, unilm=True)
+    ours = run_outputs(folder, reference, input_name, unilm=True)
     arrays = [k for k in reference.files if k.startswith(f"{input_name}/unilm_")]
     assert len(arrays) == 4
     for key in arrays:
         compare(reference, key, ours[key.split("/")[1]])
+
+
+# ----------------------------------------------------------------------------------------- fidelity
+@pytest.mark.parametrize("name", [*NAMES, "roformer_sim_tanh", "roformer_sim_ft_tanh"])
+@pytest.mark.parametrize("input_name", INPUTS)
+def test_reproduces_bert4keras_outputs(converted, name, input_name):
+    tanh = name.endswith("_tanh")
+    only = "pooler_output_tanh" if tanh else None
+    assert_reproduces(converted[name], name.removesuffix("_tanh"), input_name, only)
+
+
+@pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
+def test_sim_unilm_outputs(converted, input_name):
+    assert_reproduces_unilm(converted["roformer_sim"], input_name)
 
 
 def test_padding_changes_nothing_on_valid_positions(converted):
@@ -168,18 +178,31 @@ def test_padding_changes_nothing_on_valid_positions(converted):
 
 
 # -------------------------------------------------------------------------------------- the folder
-EXPECTED = {
-    "roformer_v1": ("v1", "RoFormerExtForMaskedLM", None),
-    "roformer_v2": ("v2", "RoFormerExtForMaskedLM", None),
-    "roformer_sim": ("sim", "RoFormerExtForMaskedLM", "linear"),
-    "roformer_sim_ft": ("sim", "RoFormerExtModel", "linear"),
+EXPECTED = {  # variant, architecture, pooler, what the CLI prints
+    "roformer_v1": ("v1", "RoFormerExtForMaskedLM", None, "RoFormer v1 -> RoFormerExtForMaskedLM."),
+    "roformer_v2": ("v2", "RoFormerExtForMaskedLM", None, "RoFormer-V2 -> RoFormerExtForMaskedLM."),
+    "roformer_sim": (
+        "sim",
+        "RoFormerExtForMaskedLM",
+        "linear",
+        "RoFormer-Sim -> RoFormerExtForMaskedLM, pooler activation linear.",
+    ),
+    "roformer_sim_ft": (
+        "sim",
+        "RoFormerExtModel",
+        "linear",
+        "RoFormer-Sim -> RoFormerExtModel, pooler activation linear.",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_written_folder(converted, name):
+    from safetensors.torch import load_file
+
     folder = converted[name]
-    variant, architecture, pooler = EXPECTED[name]
+    variant, architecture, pooler, line = EXPECTED[name]
+    assert f"roformer-ext-convert: Variant {variant} (detected): {line}\n" in converted[f"{name}/stderr"]
     assert detect_variant(TFCheckpointReader(FIXTURES / name).variables) == variant
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == [architecture]
@@ -189,7 +212,6 @@ def test_written_folder(converted, name):
     assert config["use_bias"] is (variant != "v2")
     assert config["norm_type"] == ("rms_scale_free" if variant == "v2" else "layer_norm")
     assert config["rope_parameters"]["pair_layout"] == "interleaved"
-    assert (folder / "model.safetensors").is_file()
     assert (folder / "vocab.txt").read_bytes() == (FIXTURES / name / "vocab.txt").read_bytes()
     card = (folder / "README.md").read_text()
     assert f"Variant: **{variant}**" in card and "arXiv:2104.09864" in card
@@ -206,29 +228,19 @@ def test_written_folder(converted, name):
         assert "SimilarSentenceGenerator" in card and "SentenceTransformer(folder)" in card
     for st_file in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
         assert (folder / st_file).is_file() is (pooler is not None)  # SentenceTransformer(folder): pooler_output
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_weights_are_the_checkpoint_values(converted, name):
-    """Spot checks of the map itself: a transposed kernel, a bias, a norm and the tied decoder."""
-    from safetensors.torch import load_file
-
-    tf = read_tf_checkpoint(FIXTURES / name)
-    saved = load_file(converted[name] / "model.safetensors")
-    prefix = "" if EXPECTED[name][1] == "RoFormerExtModel" else "roformer."
-    kernel = tf["bert/encoder/layer_1/attention/self/query/kernel"]
-    np.testing.assert_array_equal(saved[f"{prefix}layers.1.attention.query.weight"].numpy(), kernel.T)
-    if "bert/encoder/layer_1/output/LayerNorm/gamma" in tf:
-        np.testing.assert_array_equal(
-            saved[f"{prefix}layers.1.output_norm.weight"].numpy(), tf["bert/encoder/layer_1/output/LayerNorm/gamma"]
-        )
-        np.testing.assert_array_equal(
-            saved[f"{prefix}layers.0.feed_forward.output.bias"].numpy(), tf["bert/encoder/layer_0/output/dense/bias"]
-        )
-    if "bert/pooler/dense/kernel" in tf:
+    # spot checks of the map itself: a transposed kernel, a norm, a bias, the pooler and the tied decoder
+    tf, saved = read_tf_checkpoint(FIXTURES / name), load_file(folder / "model.safetensors")
+    prefix = "" if architecture == "RoFormerExtModel" else "roformer."
+    pairs = [("layers.1.attention.query.weight", "layer_1/attention/self/query/kernel")]
+    pairs += [("layers.1.output_norm.weight", "layer_1/output/LayerNorm/gamma")] * (variant != "v2")
+    pairs += [("layers.0.feed_forward.output.bias", "layer_0/output/dense/bias")] * (variant != "v2")
+    for ours, theirs in pairs:
+        array = tf[f"bert/encoder/{theirs}"]
+        np.testing.assert_array_equal(saved[prefix + ours].numpy(), array.T if theirs.endswith("kernel") else array)
+    if pooler:
         np.testing.assert_array_equal(saved[f"{prefix}pooler.dense.weight"].numpy(), tf["bert/pooler/dense/kernel"].T)
-    if EXPECTED[name][1] == "RoFormerExtForMaskedLM":
-        model = AutoModelForMaskedLM.from_pretrained(converted[name])
+    if architecture == "RoFormerExtForMaskedLM":
+        model = AutoModelForMaskedLM.from_pretrained(folder)
         assert model.lm_head.decoder.weight.data_ptr() == model.roformer.embeddings.word_embeddings.weight.data_ptr()
 
 
@@ -291,14 +303,15 @@ def test_converted_folder_works_as_remote_code_in_a_fresh_process(converted, tmp
 
 
 # -------------------------------------------------------------------------------------- gpt, E != H
-def test_gpt_variant_is_a_causal_lm(tmp_path):
-    out = convert_original_checkpoint(FIXTURES / "roformer_v1", tmp_path / "gpt", variant="gpt")
+def test_gpt_variant_is_a_causal_lm(converted, tmp_path, capsys):
+    out = tmp_path / "gpt"
+    assert main(["original", str(FIXTURES / "roformer_v1"), str(out), "--variant", "gpt"]) == 0
+    assert "Variant gpt (forced with --variant): RoFormer-GPT -> RoFormerExtForCausalLM." in capsys.readouterr().err
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["RoFormerExtForCausalLM"] and config["is_decoder"] is True
     gpt = AutoModelForCausalLM.from_pretrained(out).eval()
     ids = torch.tensor([[2, 45, 46, 46, 47, 48, 49, 5, 50, 51]])
-    mlm_folder = convert_original_checkpoint(FIXTURES / "roformer_v1", tmp_path / "mlm")
-    mlm = AutoModelForMaskedLM.from_pretrained(mlm_folder).eval()
+    mlm = AutoModelForMaskedLM.from_pretrained(converted["roformer_v1"]).eval()
     lower_triangle = torch.ones(10, 10, dtype=torch.bool).tril()[None, None]  # bert4keras application='lm'
     with torch.no_grad():
         causal = gpt(ids).logits
@@ -358,97 +371,77 @@ def test_v2_with_factorised_embeddings_is_refused(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- clear failures
-def assert_cli_fails(capsys, tmp_path, src: Path, pattern: str, *extra: str) -> str:
+def cli_error(capsys, tmp_path, src: Path, *extra: str) -> str:
+    """Run the CLI expecting an error; nothing (not even a temporary folder) may be left. Returns stderr."""
     out = tmp_path / "out"
     assert main(["original", str(src), str(out), *extra]) != 0
     message = capsys.readouterr().err
     assert "roformer-ext-convert: error:" in message
-    assert __import__("re").search(pattern, message), message
-    assert not out.exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no temporary folder either
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
     return message
 
 
-@pytest.mark.parametrize(
-    "missing", ["bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"]
-)
-def test_missing_source_file(tmp_path, capsys, missing):
-    src = copy_fixture("roformer_v1", tmp_path / "src")
-    (src / missing).unlink()
-    assert_cli_fails(capsys, tmp_path, src, rf"(Missing|No TF checkpoint).*{missing.split('.')[0]}")
+def _retensor(src: Path, edit) -> None:
+    """Rewrite the checkpoint in `src` with its variables changed by `edit` (a dict -> dict)."""
+    write_tf_checkpoint(src / "bert_model.ckpt", edit(read_tf_checkpoint(src)))
 
 
-def test_missing_unexpected_and_misshaped_variables_are_all_listed(tmp_path, capsys):
-    tensors = read_tf_checkpoint(FIXTURES / "roformer_v1")
+def _misfit(tensors: dict) -> dict:
     del tensors["bert/encoder/layer_1/attention/self/key/bias"]
     tensors["bert/encoder/layer_1/attention/self/extra/kernel"] = np.zeros((64, 64), np.float32)
     tensors["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros((64, 96), np.float32)
-    src = release_folder(tmp_path, tensors, fixture_config("roformer_v1"))
-    message = assert_cli_fails(capsys, tmp_path, src, "does not match a RoFormer v1")
-    assert "missing variable bert/encoder/layer_1/attention/self/key/bias (expected shape [64])" in message
-    assert "unexpected variable bert/encoder/layer_1/attention/self/extra/kernel (shape [64, 64])" in message
-    assert "variable bert/encoder/layer_0/intermediate/dense/kernel has shape [64, 96], expected [64, 128]" in message
+    return tensors
 
 
-def test_config_that_does_not_fit_the_checkpoint(tmp_path, capsys):
-    src = copy_fixture("roformer_v2", tmp_path / "src")
-    (src / "bert_config.json").write_text(json.dumps({**fixture_config("roformer_v2"), "num_hidden_layers": 3}))
-    message = assert_cli_fails(capsys, tmp_path, src, "missing variable bert/encoder/layer_2/")
-    assert "bert/encoder/layer_2/output/dense/kernel (expected shape [128, 64])" in message
+def _flip(path: Path, position: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0xFF
+    path.write_bytes(bytes(data))
 
 
-def test_vocabulary_larger_than_the_embeddings(tmp_path, capsys):
-    src = copy_fixture("roformer_v1", tmp_path / "src")
-    with open(src / "vocab.txt", "a", encoding="utf-8") as handle:
-        handle.write("多\n余\n")
-    assert_cli_fails(capsys, tmp_path, src, "vocab.txt has 130 entries but the embeddings only 128 rows")
+DATA, INDEX = "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"
+# fmt: off
+FAILURES = {  # fixture, damage to its copy, extra arguments, key phrases of the error
+    **{f"missing {m}": ("roformer_v1", lambda s, m=m: (s / m).unlink(), [], [rf"(Missing|No TF checkpoint).*{m.split('.')[0]}"])
+       for m in ("bert_config.json", "vocab.txt", INDEX, DATA)},
+    "misfit variables": ("roformer_v1", lambda s: _retensor(s, _misfit), [], [
+        "does not match a RoFormer v1",
+        re.escape("missing variable bert/encoder/layer_1/attention/self/key/bias (expected shape [64])"),
+        re.escape("unexpected variable bert/encoder/layer_1/attention/self/extra/kernel (shape [64, 64])"),
+        re.escape("variable bert/encoder/layer_0/intermediate/dense/kernel has shape [64, 96], expected [64, 128]")]),
+    "config with a layer too many": ("roformer_v2", lambda s: (s / "bert_config.json").write_text(json.dumps(
+        {**fixture_config("roformer_v2"), "num_hidden_layers": 3})), [],
+        [re.escape("missing variable bert/encoder/layer_2/output/dense/kernel (expected shape [128, 64])")]),
+    "vocabulary larger than the embeddings": ("roformer_v1", lambda s: (s / "vocab.txt").write_text(
+        (s / "vocab.txt").read_text(encoding="utf-8") + "多\n余\n", encoding="utf-8"), [],
+        ["vocab.txt has 130 entries but the embeddings only 128 rows"]),
+    "unknown variant": ("roformer_v1", lambda s: _retensor(s, lambda t: {"model/dense/kernel": np.zeros((4, 4), np.float32)}),
+        [], ["Unknown checkpoint variant.*model/dense/kernel"]),
+    "norms without biases": ("roformer_v1", lambda s: _retensor(s, lambda t: {k: v for k, v in t.items() if not k.endswith(("bias", "beta"))}),
+        [], ["Unknown checkpoint variant: it has norm parameters and no biases"]),
+    "v1 forced to v2": ("roformer_v1", None, ["--variant", "v2"],
+        ["does not match a RoFormer v2", re.escape("unexpected variable bert/embeddings/LayerNorm/gamma (shape [64])")]),
+    "v2 forced to sim": ("roformer_v2", None, ["--variant", "sim"], ["does not match a RoFormer sim", "missing variable bert/pooler/dense/kernel"]),
+    "pooler activation without a pooler": ("roformer_v1", None, ["--pooler-activation", "tanh"], ["no pooler"]),
+    "truncated data": ("roformer_sim", lambda s: (s / DATA).write_bytes((s / DATA).read_bytes()[:-1000]), [], ["Truncated checkpoint data"]),
+    "corrupted index": ("roformer_sim", lambda s: _flip(s / INDEX, 100), [], ["Corrupted checkpoint index"]),
+    "no source folder": ("roformer_v1", lambda s: shutil.rmtree(s), [], ["Source folder .* does not exist"]),
+}
+# fmt: on
 
 
-def test_unknown_variant(tmp_path, capsys):
-    tensors = {"model/dense/kernel": np.zeros((4, 4), np.float32), "model/dense/bias": np.zeros(4, np.float32)}
-    src = release_folder(tmp_path, tensors, fixture_config("roformer_v1"))
-    assert_cli_fails(capsys, tmp_path, src, r"Unknown checkpoint variant.*model/dense/kernel")
-    with pytest.raises(CheckpointConversionError) as info:
-        convert_original_checkpoint(src, tmp_path / "out")
-    assert isinstance(info.value, ValueError)
-
-
-def test_norms_without_biases_is_no_known_variant(tmp_path, capsys):
-    tensors = {
-        k: v for k, v in read_tf_checkpoint(FIXTURES / "roformer_v1").items() if not k.endswith(("bias", "beta"))
-    }
-    src = release_folder(tmp_path, tensors, fixture_config("roformer_v1"))
-    assert_cli_fails(capsys, tmp_path, src, "Unknown checkpoint variant: it has norm parameters and no biases")
-
-
-def test_forcing_the_wrong_variant_lists_the_differences(tmp_path, capsys):
-    message = assert_cli_fails(
-        capsys, tmp_path, FIXTURES / "roformer_v1", "does not match a RoFormer v2", "--variant", "v2"
-    )
-    assert "unexpected variable bert/embeddings/LayerNorm/gamma (shape [64])" in message
-    message = assert_cli_fails(
-        capsys, tmp_path, FIXTURES / "roformer_v2", "does not match a RoFormer sim", "--variant", "sim"
-    )
-    assert "missing variable bert/pooler/dense/kernel" in message
-
-
-def test_pooler_activation_without_a_pooler(tmp_path, capsys):
-    assert_cli_fails(capsys, tmp_path, FIXTURES / "roformer_v1", "no pooler", "--pooler-activation", "tanh")
-
-
-def test_truncated_data_leaves_nothing(tmp_path, capsys):
-    src = copy_fixture("roformer_sim", tmp_path / "src")
-    data = src / "bert_model.ckpt.data-00000-of-00001"
-    data.write_bytes(data.read_bytes()[:-1000])
-    assert_cli_fails(capsys, tmp_path, src, "Truncated checkpoint data")
-
-
-def test_corrupted_index_leaves_nothing(tmp_path, capsys):
-    src = copy_fixture("roformer_sim", tmp_path / "src")
-    index = bytearray((src / "bert_model.ckpt.index").read_bytes())
-    index[100] ^= 0xFF
-    (src / "bert_model.ckpt.index").write_bytes(bytes(index))
-    assert_cli_fails(capsys, tmp_path, src, "Corrupted checkpoint index")
+@pytest.mark.parametrize("case", FAILURES)
+def test_clear_failures_leave_nothing(tmp_path, capsys, case):
+    name, damage, extra, phrases = FAILURES[case]
+    src = copy_fixture(name, tmp_path / "src") if damage else FIXTURES / name
+    if damage:
+        damage(src)
+    message = cli_error(capsys, tmp_path, src, *extra)
+    for phrase in phrases:
+        assert re.search(phrase, message), (phrase, message)
+    if case == "unknown variant":  # the Python API raises it, a ValueError
+        with pytest.raises(ValueError, match="Unknown checkpoint variant"):
+            convert_original_checkpoint(src, tmp_path / "out")
 
 
 def test_optimizer_state_is_ignored(tmp_path):
@@ -462,53 +455,24 @@ def test_optimizer_state_is_ignored(tmp_path):
     convert_original_checkpoint(src, tmp_path / "out")
 
 
-def test_existing_output_needs_force(tmp_path, capsys):
-    out = tmp_path / "out"
-    assert main(["original", str(FIXTURES / "roformer_v2"), str(out)]) == 0
+def test_force_replaces_only_an_earlier_output_or_an_empty_folder(tmp_path, capsys):
+    out, v1, v2 = tmp_path / "out", str(FIXTURES / "roformer_v1"), str(FIXTURES / "roformer_v2")
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["original", v2, str(out), "--force"]) == 1
+    assert "is not a roformer-ext folder" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()  # an empty folder may be replaced
+    assert main(["original", v2, str(out), "--force"]) == 0
     (out / "stale.txt").write_text("from an earlier run")
-    capsys.readouterr()
-    assert main(["original", str(FIXTURES / "roformer_v2"), str(out)]) == 1
+    assert main(["original", v2, str(out)]) == 1
     assert "already exists" in capsys.readouterr().err and (out / "stale.txt").exists()
-    assert main(["original", str(FIXTURES / "roformer_v1"), str(out), "--force"]) == 0
+    assert main(["original", v1, str(out), "--force"]) == 0
     assert not (out / "stale.txt").exists()
     assert json.loads((out / "config.json").read_text())["use_bias"] is True  # the v1 conversion replaced v2's
 
 
-def test_force_never_replaces_a_folder_it_did_not_write(tmp_path, capsys):
-    """--force replaces an earlier roformer-ext output or an empty folder, not the user's other folders."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    assert main(["original", str(FIXTURES / "roformer_v2"), str(out), "--force"]) == 1
-    err = capsys.readouterr().err
-    assert "is not a roformer-ext folder" in err and "Traceback" not in err
-    assert (out / "keep.txt").read_text() == "mine"
-    (out / "keep.txt").unlink()  # an empty folder may be replaced
-    assert main(["original", str(FIXTURES / "roformer_v2"), str(out), "--force"]) == 0
-    assert (out / "model.safetensors").is_file()
-
-
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("roformer_v1", "Variant v1 (detected): RoFormer v1 -> RoFormerExtForMaskedLM."),
-        ("roformer_v2", "Variant v2 (detected): RoFormer-V2 -> RoFormerExtForMaskedLM."),
-        ("roformer_sim", "Variant sim (detected): RoFormer-Sim -> RoFormerExtForMaskedLM, pooler activation linear."),
-        ("roformer_sim_ft", "Variant sim (detected): RoFormer-Sim -> RoFormerExtModel, pooler activation linear."),
-    ],
-)
-def test_cli_prints_the_detected_variant(tmp_path, capsys, name, expected):
-    assert main(["original", str(FIXTURES / name), str(tmp_path / "out")]) == 0
-    assert f"roformer-ext-convert: {expected}\n" in capsys.readouterr().err
-
-
-def test_cli_prints_a_forced_variant(tmp_path, capsys):
-    assert main(["original", str(FIXTURES / "roformer_v1"), str(tmp_path / "out"), "--variant", "gpt"]) == 0
-    assert "Variant gpt (forced with --variant): RoFormer-GPT -> RoFormerExtForCausalLM." in capsys.readouterr().err
-
-
-def test_model_card_keeps_relative_arguments(tmp_path, monkeypatch):
-    """Run from the folder above the fixtures: the card records the relative paths exactly as typed."""
+def test_model_card_keeps_relative_arguments(converted, tmp_path, monkeypatch):
+    """Relative paths are recorded exactly as typed; absolute ones (Python API too) as folder names only."""
     monkeypatch.chdir(FIXTURES.parent)
     out = tmp_path / "out"
     assert main(["original", "original_tf/roformer_v2", str(out), "--variant", "v2"]) == 0
@@ -516,19 +480,10 @@ def test_model_card_keeps_relative_arguments(tmp_path, monkeypatch):
     assert "roformer-ext-convert original original_tf/roformer_v2 out --variant v2\n" in card
     assert "# roformer_v2 (roformer-ext)" in card
     assert_no_local_paths(out, FIXTURES, tmp_path)
-
-
-def test_python_api_card_has_no_local_paths(tmp_path):
-    out = convert_original_checkpoint(FIXTURES / "roformer_sim", tmp_path / "sim", pooler_activation="tanh")
-    card = (out / "README.md").read_text()
-    assert "roformer-ext-convert original roformer_sim sim --pooler-activation tanh\n" in card
-    assert_no_local_paths(out, FIXTURES, tmp_path)
-
-
-def test_cli_transformers_subcommand_reports_errors(tmp_path, capsys):
-    assert main(["transformers", str(tmp_path / "nowhere"), str(tmp_path / "out")]) != 0
-    assert "roformer-ext-convert: error:" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    api = converted["roformer_sim_tanh"]
+    card = (api / "README.md").read_text()
+    assert "roformer-ext-convert original roformer_sim roformer_sim_tanh --pooler-activation tanh\n" in card
+    assert_no_local_paths(api, FIXTURES, api.parent)
 
 
 def test_python_dash_m_runs_the_cli(tmp_path):
