@@ -1,9 +1,6 @@
-"""Slow and fast tokenizers agree on code points the running Python calls unassigned, and on lone surrogates.
-
-tokenizers' Rust tables and Python's `unicodedata` come from different Unicode versions: the slow tokenizer used to
-delete an unassigned code point (category Cn) and join its neighbours ("ab?cd" -> ab ##cd), the fast one kept it in
-the word ([UNK] for all of "ab?cd"), and a lone surrogate made the fast one raise a TypeError. Both now give each
-such code point its own [UNK] token, whose offsets are that code point (docs/tokenizers.md).
+"""Slow and fast tokenizers agree on code points the running Python calls unassigned, and on lone surrogates: each
+becomes its own [UNK] token whose offsets are that code point (the slow one used to join its neighbours, the fast one to
+make the whole word [UNK] or raise a TypeError on a surrogate; docs/tokenizers.md).
 """
 
 from __future__ import annotations
@@ -14,8 +11,10 @@ import unicodedata
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import normalizers, pre_tokenizers
 
 from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizer, RoFormerExtTokenizerFast
+from roformer_ext.tokenization_words import _UNKNOWN_MARKERS, _is_punctuation, mark_unknown_chars
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 VOCAB_CHARS = list("中国经济发展我们的工作今天气很好公园") + list("abcdxyz0123456789,.!?-()。，：")
@@ -42,19 +41,11 @@ SURROGATES = ["\ud800", "\udbff", "\udc00", "\udfff", "\ud83d"]
 
 @functools.cache
 def tokenizers(segmenter: str | None) -> tuple[RoFormerExtTokenizerFast, RoFormerExtTokenizer]:
-    if segmenter == "jieba":
-        pytest.importorskip("jieba")
     vocab = {token: index for index, token in enumerate(VOCAB)}
-    return RoFormerExtTokenizerFast(vocab=vocab, segmenter=segmenter), RoFormerExtTokenizer(
-        vocab=vocab, segmenter=segmenter
-    )
+    return tuple(cls(vocab=vocab, segmenter=segmenter) for cls in (RoFormerExtTokenizerFast, RoFormerExtTokenizer))
 
 
 MODES = [None, "jieba"]
-
-
-def test_the_probes_are_unassigned_here():
-    assert len(UNASSIGNED) >= 20 and all(unicodedata.category(c) == "Cn" for c in UNASSIGNED)
 
 
 @pytest.mark.parametrize("segmenter", MODES)
@@ -85,8 +76,7 @@ def test_surrogates_in_batches_pairs_and_words(segmenter):
 
 def test_ordinary_text_is_passed_through_unchanged():
     """The common case costs one C-level check per string: no copy, the same object goes to the backend."""
-    from roformer_ext.tokenization_words import mark_unknown_chars
-
+    assert len(UNASSIGNED) >= 20 and all(unicodedata.category(c) == "Cn" for c in UNASSIGNED)  # the probes
     for text in ["plain ascii", "中国经济发展\t很好\n", "emoji 😀 and\u3000ideographic space", ""]:
         assert mark_unknown_chars(text, "?") is text
     assert mark_unknown_chars("a\U000e0080b\ud800", "?") == "a?b?"  # U+E0080 is unassigned; offsets stay
@@ -106,10 +96,6 @@ def test_marker_is_no_vocabulary_character():
 
 def test_markers_are_split_and_kept_by_the_rust_pipeline():
     """Each candidate marker is punctuation to both BERT pre-tokenizers and survives both normalisers."""
-    from tokenizers import normalizers, pre_tokenizers
-
-    from roformer_ext.tokenization_words import _UNKNOWN_MARKERS, _is_punctuation
-
     for marker in _UNKNOWN_MARKERS:
         for lowercase in (True, False):
             normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)

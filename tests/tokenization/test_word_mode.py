@@ -1,6 +1,6 @@
-"""Word mode of the fast tokenizer: a plain call (its fast route) gives what a call with offsets gives (tokenizers' own
-pipeline with the word pre-tokenizer): the same ids, masks, padding, truncation and pairs, and `.encodings` with the
-same offsets and word ids, on People's Daily (the corpus and vocabularies of test_tokenization.py) and hostile text.
+"""Word mode's plain call (its fast route) gives what a call with offsets gives (tokenizers' own pipeline with the word
+pre-tokenizer): ids, masks, padding, truncation, pairs, and `.encodings` (offsets, word ids), on People's Daily and
+hostile text.
 """
 
 from __future__ import annotations
@@ -22,26 +22,16 @@ from roformer_ext import RoFormerExtTokenizerFast
 FIELDS = ("ids", "type_ids", "tokens", "offsets", "word_ids", "sequence_ids", "attention_mask", "special_tokens_mask")
 
 HOSTILE = [
-    "",
-    " ",
-    "\t\n\r",
-    "\u3000",
-    "中国人民银行今天发布消息",
-    "我爱Python编程😀！很好",
-    "学习C++语言， e-mail 地址 1998-01-01",
+    "", " ", "\t\n\r", "\u3000", "中国人民银行今天发布消息", "我爱Python编程😀！很好", "学习C++语言， e-mail 地址 1998-01-01",
     "İstanbul 大学 ÉCOLE Ωμέγα ΣΑΣ",
     "İ\x00中国经济",  # without accent stripping: one character more and one less, at other places
     "[MASK]中国人民[mask]经济 [SEP]",  # added tokens: tokenizers' own pipeline for the whole call
     "a\x00b中国\u200b发展\ufffd",  # deleted characters
-    "１９９８年，中国经济发展。",
-    "   前导和尾随空格   ",
-    "😀😀😀 🇨🇳 👍🏽",
-    "中" * 200,
-    "ＡＢＣ\t中国\u3000经济  Ｅ-ｍａｉｌ\u00a0地址",
+    "１９９８年，中国经济发展。", "   前导和尾随空格   ", "😀😀😀 🇨🇳 👍🏽", "中" * 200, "ＡＢＣ\t中国\u3000经济  Ｅ-ｍａｉｌ\u00a0地址",
     "cafe\u0301 中国 e\u0300\u0301",  # combining marks
     "ab\ud800cd 中\U000e0080国",  # a lone surrogate, an unassigned code point
     "x\u2028y\u0085z 中国",
-]
+]  # fmt: skip
 
 
 def _same_encoding(new, old) -> None:

@@ -33,18 +33,13 @@ def processor() -> RoFormerExtImageProcessor:
     return RoFormerExtImageProcessor()
 
 
-def test_defaults_match_the_model_config(processor):
+def test_defaults_shapes_and_dtypes(processor):
     config = RoFormerExtConfig()
     assert (processor.patch_size, processor.temporal_patch_size) == (config.patch_size, config.temporal_patch_size)
     assert dict(processor.size) == {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
-
-
-def test_shapes_and_dtypes(processor):
     out = processor(random_image(64, 96))  # already whole patches and inside the pixel budget: no resize
-    assert out["pixel_values"].shape == (4 * 6, 3 * TP * P * P)
-    assert out["pixel_values"].dtype == np.float32
-    assert out["image_grid_thw"].tolist() == [[1, 4, 6]]
-    assert out["image_grid_thw"].dtype == np.int64
+    assert out["pixel_values"].shape == (4 * 6, 3 * TP * P * P) and out["pixel_values"].dtype == np.float32
+    assert out["image_grid_thw"].tolist() == [[1, 4, 6]] and out["image_grid_thw"].dtype == np.int64
     pt = processor([random_image(64, 96), random_image(32, 48)], return_tensors="pt")
     assert isinstance(pt["pixel_values"], torch.Tensor) and pt["pixel_values"].shape == (24 + 6, 1536)
     assert pt["image_grid_thw"].tolist() == [[1, 4, 6], [1, 2, 3]]
@@ -149,12 +144,6 @@ def test_input_kinds_become_rgb(processor):
         np.testing.assert_allclose(processor(image)["pixel_values"], 1.0, atol=1e-6)
 
 
-def test_float_input_without_rescale():
-    image = np.random.default_rng(0).random((32, 48, 3), dtype=np.float32)
-    out = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)(image)
-    np.testing.assert_allclose(unpatchify(out["pixel_values"], (1, 2, 3))[0].transpose(1, 2, 0), image, atol=0)
-
-
 def test_video_temporal_grouping_repeats_last_frame():
     processor = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)
     frames = [np.full((32, 48, 3), value, dtype=np.uint8) for value in (10, 20, 30)]
@@ -180,32 +169,24 @@ def test_video_layouts(processor):
     assert set(both) == {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"}
 
 
-def test_image_smaller_than_a_patch_without_resize():
-    processor = RoFormerExtImageProcessor(do_resize=False)
-    with pytest.raises(ValueError, match=r"10x12.*16x16"):
-        processor(random_image(10, 12))
-    with pytest.raises(ValueError, match=r"multiple of patch_size=16.*40x48"):
-        processor(random_image(40, 48))
-    assert processor(random_image(32, 48))["image_grid_thw"].tolist() == [[1, 2, 3]]
-
-
-def test_image_that_cannot_reach_one_patch_with_resize():
-    processor = RoFormerExtImageProcessor(max_pixels=16 * 16 * 10)
-    with pytest.raises(ValueError, match=r"2x1000 is smaller than one 16x16 patch"):
-        processor(random_image(2, 1000))
-
-
-def test_bad_options_and_inputs():
-    with pytest.raises(ValueError, match="min_pixels <= max_pixels"):
-        RoFormerExtImageProcessor(min_pixels=10_000, max_pixels=5_000)
-    with pytest.raises(ValueError, match="smaller than one 16x16 patch"):
-        RoFormerExtImageProcessor(min_pixels=10, max_pixels=100)
-    with pytest.raises(ValueError, match="images` and / or `videos"):
-        RoFormerExtImageProcessor()()
-    with pytest.raises(ValueError, match="Unsupported image input"):
-        RoFormerExtImageProcessor()(images=[1, 2])
-    with pytest.raises(ValueError, match="same shape"):
-        RoFormerExtImageProcessor()(videos=[[random_image(32, 32), random_image(48, 32)]])
+@pytest.mark.parametrize(
+    "options, inputs, message",
+    [
+        ({"do_resize": False}, {"images": random_image(10, 12)}, r"10x12.*16x16"),
+        ({"do_resize": False}, {"images": random_image(40, 48)}, r"multiple of patch_size=16.*40x48"),
+        ({"max_pixels": 16 * 16 * 10}, {"images": random_image(2, 1000)}, r"2x1000 is smaller than one 16x16 patch"),
+        ({"min_pixels": 10_000, "max_pixels": 5_000}, {}, "min_pixels <= max_pixels"),
+        ({"min_pixels": 10, "max_pixels": 100}, {}, "smaller than one 16x16 patch"),
+        ({}, {}, "images` and / or `videos"),
+        ({}, {"images": [1, 2]}, "Unsupported image input"),
+        ({}, {"videos": [[random_image(32, 32), random_image(48, 32)]]}, "same shape"),
+    ],
+)
+def test_bad_options_and_inputs(options, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        RoFormerExtImageProcessor(**options)(**inputs)
+    if options.get("do_resize") is False:
+        assert RoFormerExtImageProcessor(**options)(random_image(32, 48))["image_grid_thw"].tolist() == [[1, 2, 3]]
 
 
 def test_save_load_round_trip(tmp_path, processors_for_text_config):
@@ -229,21 +210,15 @@ def test_fast_enough_on_a_large_image(processor):
     assert math.isclose(out["image_grid_thw"][0, 2] / out["image_grid_thw"][0, 1], 1920 / 1080, rel_tol=0.1)
 
 
-def _same_picture_as(kind: str, picture: np.ndarray):
-    """`picture` (uint8, H x W x C or H x W) stored another way: the value it stands for is unchanged."""
-    if kind == "uint16":
-        return picture.astype(np.uint16) * 257  # 255 * 257 = 65535
-    if kind == "pil_i16":
-        return Image.fromarray(picture.astype(np.uint16) * 257)  # mode I;16 (greyscale only)
-    if kind == "float32":
-        return picture.astype(np.float32) / 255
-    if kind == "float64":
-        return picture.astype(np.float64) / 255
-    if kind == "torch_float_channels_first":
-        return torch.from_numpy(picture.astype(np.float32) / 255).permute(2, 0, 1)
-    if kind == "int64":
-        return picture.astype(np.int64)
-    raise AssertionError(kind)
+#: `picture` (uint8, H x W x C or H x W) stored another way: the value it stands for is unchanged.
+SAME_PICTURE_AS = {
+    "uint16": lambda picture: picture.astype(np.uint16) * 257,  # 255 * 257 = 65535
+    "pil_i16": lambda picture: Image.fromarray(picture.astype(np.uint16) * 257),  # mode I;16 (greyscale only)
+    "float32": lambda picture: picture.astype(np.float32) / 255,
+    "float64": lambda picture: picture.astype(np.float64) / 255,
+    "torch_float_channels_first": lambda picture: torch.from_numpy(picture.astype(np.float32) / 255).permute(2, 0, 1),
+    "int64": lambda picture: picture.astype(np.int64),
+}
 
 
 @pytest.mark.parametrize("kind", ["uint16", "float32", "float64", "torch_float_channels_first", "int64"])
@@ -253,7 +228,7 @@ def test_value_range_follows_the_dtype_colour(kind, size):
     processor = RoFormerExtImageProcessor()
     picture = random_image(*size, seed=3)
     expected = processor(picture)["pixel_values"]
-    got = processor(_same_picture_as(kind, picture))["pixel_values"]
+    got = processor(SAME_PICTURE_AS[kind](picture))["pixel_values"]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
@@ -263,11 +238,11 @@ def test_value_range_follows_the_dtype_greyscale_and_video(kind):
     processor = RoFormerExtImageProcessor()
     grey = random_image(40, 60, channels=1, seed=4)[..., 0]
     np.testing.assert_allclose(
-        processor(_same_picture_as(kind, grey))["pixel_values"], processor(grey)["pixel_values"], rtol=0, atol=1e-5
+        processor(SAME_PICTURE_AS[kind](grey))["pixel_values"], processor(grey)["pixel_values"], rtol=0, atol=1e-5
     )
     frames = [random_image(32, 32, seed=seed)[..., 0] for seed in (5, 6, 7)]
     np.testing.assert_allclose(
-        processor(videos=[[_same_picture_as(kind, frame) for frame in frames]])["pixel_values_videos"],
+        processor(videos=[[SAME_PICTURE_AS[kind](frame) for frame in frames]])["pixel_values_videos"],
         processor(videos=[frames])["pixel_values_videos"],
         rtol=0,
         atol=1e-5,
@@ -302,6 +277,8 @@ def test_unsupported_dtype_is_refused_and_do_rescale_false_keeps_raw_values():
     with pytest.raises(TypeError, match="complex128"):
         RoFormerExtImageProcessor()(np.zeros((32, 32, 3), np.complex128))
     raw = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)
+    image = np.random.default_rng(0).random((32, 48, 3), dtype=np.float32)
+    np.testing.assert_allclose(unpatchify(raw(image)["pixel_values"], (1, 2, 3))[0].transpose(1, 2, 0), image, atol=0)
     for image in (np.full((32, 32, 3), 128.0, np.float32), np.full((32, 32), 4095, np.uint16)):
         np.testing.assert_array_equal(raw(image)["pixel_values"], image.flat[0])
     np.testing.assert_array_equal(raw(Image.fromarray(np.full((32, 32), 4095, np.uint16)))["pixel_values"], 4095)

@@ -1,4 +1,5 @@
-"""RoFormerExtProcessor: placeholder expansion, batching, every bad-input error, save / load."""
+"""RoFormerExtProcessor (with BertTokenizer and ours): placeholder expansion, batching, every bad-input error,
+save / load."""
 
 import json
 import os
@@ -11,9 +12,9 @@ import pytest
 import torch
 from transformers import AutoProcessor, BertTokenizer
 
-from roformer_ext import RoFormerExtConfig
 from roformer_ext.image_processing_roformer_ext import RoFormerExtImageProcessor
 from roformer_ext.processing_roformer_ext import RoFormerExtProcessor, add_vision_tokens, vision_token_ids
+from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "dog", "the", "on", "mat", "."]
 
@@ -29,10 +30,10 @@ def write_vocab(folder) -> str:
     return path
 
 
-@pytest.fixture
-def tokenizer(tmp_path):
+@pytest.fixture(params=[BertTokenizer, RoFormerExtTokenizerFast])
+def tokenizer(tmp_path, request):
     write_vocab(tmp_path)
-    tokenizer = BertTokenizer.from_pretrained(tmp_path)
+    tokenizer = request.param.from_pretrained(tmp_path)
     add_vision_tokens(tokenizer)
     return tokenizer
 
@@ -57,35 +58,25 @@ def runs(input_ids: list[int], ids: dict[str, int]) -> list[tuple[str, int]]:
     return found
 
 
-# ------------------------------------------------------------------------------------------ tokens
 def test_add_vision_tokens_is_idempotent_and_keeps_tokens_whole(tmp_path):
     write_vocab(tmp_path)
     tokenizer = BertTokenizer.from_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="add_vision_tokens"):
-        vision_token_ids(tokenizer)
+    for refuse in (
+        lambda: vision_token_ids(tokenizer),
+        lambda: RoFormerExtProcessor(RoFormerExtImageProcessor(), tokenizer),
+    ):
+        with pytest.raises(ValueError, match="add_vision_tokens"):
+            refuse()
     ids = add_vision_tokens(tokenizer)
     assert set(ids) == {"image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id"}
     assert sorted(ids.values()) == list(range(len(VOCAB), len(VOCAB) + 4))
     assert add_vision_tokens(tokenizer) == ids and len(tokenizer) == len(VOCAB) + 4
     encoded = tokenizer("the cat [IMG][IMAGE][VIDEO][/IMG]", add_special_tokens=False)["input_ids"]
-    assert encoded[-4:] == [
-        ids["image_start_token_id"],
-        ids["image_token_id"],
-        ids["video_token_id"],
-        ids["image_end_token_id"],
-    ]
+    names = ("image_start_token_id", "image_token_id", "video_token_id", "image_end_token_id")
+    assert encoded[-4:] == [ids[name] for name in names]
     assert tokenizer.decode(encoded, skip_special_tokens=True) == "the cat"
-    config = RoFormerExtConfig(image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"])
-    assert config.image_token_id == ids["image_token_id"]
 
 
-def test_processor_refuses_a_tokenizer_without_vision_tokens(tmp_path):
-    write_vocab(tmp_path)
-    with pytest.raises(ValueError, match="add_vision_tokens"):
-        RoFormerExtProcessor(RoFormerExtImageProcessor(), BertTokenizer.from_pretrained(tmp_path))
-
-
-# --------------------------------------------------------------------------------------- expansion
 def test_expansion_counts_match_the_grids(processor, tokenizer):
     ids = vision_token_ids(tokenizer)
     out = processor(text="the [IMAGE] cat [IMAGE] .", images=[image(32, 48), image(64, 64)])
@@ -147,7 +138,9 @@ def test_image_processor_options_pass_through(processor):
     assert processor.image_processor.size["max_pixels"] == 384 * 384  # the call did not change the default
 
 
-# ------------------------------------------------------------------------------------------ errors
+TWO = ["a [IMAGE]", "the [IMAGE] [IMAGE]"]
+
+
 @pytest.mark.parametrize(
     "text, kwargs, message",
     [
@@ -160,44 +153,27 @@ def test_image_processor_options_pass_through(processor):
         ("[VIDEO] [VIDEO]", {"videos": [[image(32, 32)]]}, r"2 \[VIDEO\] mark\(s\) but 1 video\(s\)"),
         ("[VIDEO]", {"videos": []}, r"the video list is empty"),
         ("[IMG][IMAGE][/IMG]", {"images": [image(32, 32)]}, r"already contains '\[IMG\]'"),
+        (TWO, {"images": [[image(32, 32)], [image(32, 32)]]}, r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\) were given for it"),
+        (TWO, {"images": [[image(32, 32)], [image(32, 32)], []]}, "3 per-sample image lists for 2 texts"),
+        ([1, 2], {}, "string or a list of strings"),
+        (None, {}, "at least one"),
+        # truncation that cuts into a picture's placeholders
+        ("a [IMAGE] cat", {"images": image(64, 64), "truncation": True, "max_length": 8}, r"should hold 16 \[IMAGE\] placeholder tokens but .* has 4"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_errors(processor, text, kwargs, message):
     with pytest.raises(ValueError, match=message):
         processor(text=text, **kwargs)
 
 
-def test_bad_per_sample_lists(processor):
-    texts = ["a [IMAGE]", "the [IMAGE] [IMAGE]"]
-    with pytest.raises(ValueError, match=r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\) were given for it"):
-        processor(text=texts, images=[[image(32, 32)], [image(32, 32)]])
-    with pytest.raises(ValueError, match="3 per-sample image lists for 2 texts"):
-        processor(text=texts, images=[[image(32, 32)], [image(32, 32)], []])
-    with pytest.raises(ValueError, match="string or a list of strings"):
-        processor(text=[1, 2])
-    with pytest.raises(ValueError, match="at least one"):
-        processor()
-
-
-def test_truncation_through_placeholders_is_refused(processor):
-    with pytest.raises(ValueError, match=r"should hold 16 \[IMAGE\] placeholder tokens but .* has 4"):
-        processor(text="a [IMAGE] cat", images=image(64, 64), truncation=True, max_length=8)
-
-
-# ---------------------------------------------------------------------------------------- save/load
 def test_save_load_round_trip(processor, tmp_path, processors_for_text_config):
     processor.image_processor.size["max_pixels"] = 128 * 128
     processor.save_pretrained(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "processor_config.json").read_text())
     assert saved["processor_class"] == "RoFormerExtProcessor"
     assert saved["image_processor"]["size"] == {"min_pixels": 1024, "max_pixels": 16384}
-    inputs = dict(
-        text=["a [IMAGE] cat", "[IMAGE] [VIDEO]"],
-        images=[image(300, 200), image(40, 40)],
-        videos=[[image(32, 32)] * 3],
-        padding=True,
-        return_tensors="pt",
-    )
+    inputs = dict(text=["a [IMAGE] cat", "[IMAGE] [VIDEO]"], images=[image(300, 200), image(40, 40)])
+    inputs.update(videos=[[image(32, 32)] * 3], padding=True, return_tensors="pt")
     expected = processor(**inputs)
     for loaded in (
         RoFormerExtProcessor.from_pretrained(tmp_path / "saved"),
@@ -242,22 +218,9 @@ def test_remote_code_round_trip_in_a_fresh_process(processor, tmp_path, monkeypa
     assert result.stdout.strip().splitlines()[-1] == str(expected)
 
 
-def test_with_the_roformer_ext_tokenizer(tmp_path):
-    tokenization = pytest.importorskip("roformer_ext.tokenization_roformer_ext")
-    tokenizer = tokenization.RoFormerExtTokenizerFast.from_vocab_file(write_vocab(tmp_path), segmenter=None)
-    ids = add_vision_tokens(tokenizer)
-    processor = RoFormerExtProcessor(RoFormerExtImageProcessor(), tokenizer)
-    out = processor(text=["the [IMAGE] cat", "a dog"], images=[image(32, 48)], padding=True)
-    assert runs(out["input_ids"][0], ids) == [("image", 6)]
-    assert out["input_ids"][0].count(ids["image_token_id"]) == out["pixel_values"].shape[0]
-
-
 def test_text_side_works_without_pillow(tmp_path):
-    """Regression: `import roformer_ext` imported PIL, which only the `vision` extra installs.
-
-    A fresh process where PIL cannot be imported builds a tokenizer and runs a text model; the image
-    processor then says how to install pillow. Plotting's matplotlib is not imported either.
-    """
+    """Regression: `import roformer_ext` imported PIL (the `vision` extra). Without it a tokenizer and a text model
+    work, the image processor says how to install pillow, and matplotlib is not imported either."""
     script = textwrap.dedent(
         """
         import json, sys
