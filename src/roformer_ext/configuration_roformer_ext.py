@@ -30,14 +30,12 @@ from .scheme_knobs import (
     Knob,
     allocation_knobs_class,
     rotates_per_head,
-    scheme_knob_names,
     scheme_knobs_class,
 )
 
 logger = logging.get_logger(__name__)
 
-#: Every built-in encoding, scheme and allocation (registered by the imports above) and each scheme's knob checks: a
-#: knob of another built-in scheme in rope_parameters is checked too, so a typo'd value fails at once.
+#: The built-ins (registered by the imports above) and every built-in scheme's knob checks (any given is checked).
 BUILTIN_ENCODINGS = POSITION_ENCODINGS.registered()
 BUILTIN_SCHEMES, BUILTIN_ALLOCATIONS = registered_position_schemes(), registered_axis_allocations()
 BUILTIN_SCHEME_KNOB_CHECKS = {
@@ -46,8 +44,7 @@ BUILTIN_SCHEME_KNOB_CHECKS = {
 #: Every built-in encoding's knob names (refused as fields of their own).
 ENCODING_KNOB_NAMES = frozenset(knob for name in BUILTIN_ENCODINGS for knob in knobs_class(name).names())
 
-#: The keys we add to transformers' rope_parameters (the built-in schemes' knobs and GRAPE-M's included); its
-#: validators must not warn about them.
+#: The keys we add to transformers' rope_parameters (its validators must not warn about them).
 ROPE_LAYOUT_KEYS = {
     "pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *BUILTIN_SCHEME_KNOB_CHECKS,
     *GRAPE_KNOBS,
@@ -81,50 +78,29 @@ SIZE_FIELDS = (
 class RoFormerExtConfig(PreTrainedConfig):
     r"""Configuration of the RoFormerExt model family.
 
-    The BERT-style sizes follow transformers' `RoFormerConfig`; the extra fields cover RoFormer-V2
-    (`use_bias=False`, `norm_type="rms_scale_free"`), RoFormer-Sim (`pooler_activation="linear"`), linear
-    attention and the multi-axis RoPE of the vision-text models. With RoPE nothing position-related is stored in
-    the weights and there is no length cap; the encodings that learn positions keep them in the weights: the
-    "learned" and "tupe" tables (`max_position_embeddings` rows), the relative tables and projections of "shaw", "t5_bias",
-    "tupe", "deberta" and "transformer_xl", and GRAPE-M's log-frequencies (`rope_type` "grape_m").
+    BERT-style sizes as transformers' `RoFormerConfig`, plus RoFormer-V2 (`use_bias=False`,
+    `norm_type="rms_scale_free"`), RoFormer-Sim (`pooler_activation="linear"`), linear attention and multi-axis RoPE.
+    The built-in names below are written from their registrations; names registered later are accepted too.
 
-    `rope_parameters` keys: `rope_type` (a registered rotary kind: <<ROTARY_KINDS>>), `rope_theta`, `pair_layout`
-    (<<PAIR_LAYOUTS>>: "interleaved" as the original RoFormer), `axes` (1 text, 2 image, 3 video, 4 for VRoPE),
-    `axis_allocation` (which rotary pair reads which axis: <<AXIS_ALLOCATIONS>>), `mrope_section` (pairs per axis
-    for <<SECTIONED>>; heads per axis for "headwise"; a scheme's paper default fills it in where there is one),
-    `position_scheme` (where each token sits: <<POSITION_SCHEMES>>) and the selected scheme's knobs
-    (`roformer_ext.scheme_knobs` gives each one's default and check; docs/position-schemes.md): <<SCHEME_KNOBS>>. The lists here are the built-ins, written into this docstring from their
-    registrations; a name registered later (`register_position_scheme`, ...) is accepted too.
+    `rope_parameters` keys: `rope_type` (<<ROTARY_KINDS>>), `rope_theta`, `pair_layout` (<<PAIR_LAYOUTS>>), `axes`
+    (1 text, 2 image, 3 video, 4 for VRoPE), `axis_allocation` (which rotary pair reads which axis:
+    <<AXIS_ALLOCATIONS>>), `mrope_section` (pairs per axis for <<SECTIONED>>; heads per axis for "headwise"; filled in
+    from a scheme's paper split), `position_scheme` (where each token sits: <<POSITION_SCHEMES>>) and the selected
+    scheme's knobs (docs/position-schemes.md): <<SCHEME_KNOBS>>.
 
-    `decoder_attention` ("causal" | "unilm"): how a decoder (`is_decoder=True`, e.g. `RoFormerExtForCausalLM`)
-    attends. "unilm" is RoFormer-Sim's sequence-to-sequence pattern: the source (token_type_ids == 0, given in the
-    first call) attends bidirectionally within itself, every other token causally; tokens after a cache default to
-    segment 1, and `generate` extends token_type_ids with 1s.
+    `decoder_attention` ("causal" | "unilm"): how a decoder attends; "unilm" is RoFormer-Sim's seq2seq pattern (the
+    source, token_type_ids == 0, attends bidirectionally within itself, every other token causally).
 
-    `position_encoding` (default "rope"; registered: <<POSITION_ENCODINGS>>): how attention knows where tokens are.
-    "rope" is RoFormer's rotary embedding (`rope_parameters`); the alternatives the RoFormer paper compares it with
-    are "sinusoidal" and "learned" (absolute, added to the embeddings; "learned" has `max_position_embeddings` rows),
-    "shaw" (relative key embeddings), "t5_bias" (T5's bucketed bias), "alibi" (linear biases), "none" (NoPE),
-    "transformer_xl" (Transformer-XL / XLNet relative attention), "tupe" (untied positional encoding;
-    `max_position_embeddings` rows) and "deberta" (DeBERTa-v2 disentangled attention). The vision-text models need
-    "rope". E.g. `RoFormerExtConfig(position_encoding="alibi")`.
+    `position_encoding` (default "rope"; <<POSITION_ENCODINGS>>): how attention knows where tokens are; the
+    vision-text models need "rope". `position_encoding_parameters`: the selected encoding's knobs in one dict (missing
+    ones written out with their defaults, unknown ones refused), e.g. `{"max_relative_position": 8}` for "shaw";
+    `config.position_encoding_knobs` is that dict as the encoding's dataclass: <<ENCODING_KNOBS>>. From scratch,
+    train "sinusoidal" with `sinusoidal_scale = initializer_range * 2 ** 0.5` (its rows and the word embeddings then
+    start at one norm).
 
-    `position_encoding_parameters`: the selected encoding's knobs in one dict, as `rope_parameters` holds the rotary
-    ones; missing knobs take their defaults (written out when the config is built), unknown ones are refused. E.g.
-    `RoFormerExtConfig(position_encoding="shaw", position_encoding_parameters={"max_relative_position": 8})`.
-    `config.position_encoding_knobs` is the dict as the encoding's dataclass (`roformer_ext.encoding_knobs` gives each
-    knob's meaning, default and check): <<ENCODING_KNOBS>>.
-    "sinusoidal"'s rows have norm sqrt(d/2), word embeddings at initialisation initializer_range·sqrt(d): from
-    scratch the table drowns the tokens after the embedding norm, so train from scratch with
-    `sinusoidal_scale` = `initializer_range * 2 ** 0.5` (both start at one norm).
-
-    `classifier_pooling` (as in transformers' ModernBERT): what the sequence classifier reads, "cls" (the first
-    real token, BERT's and RoFormer's [CLS]: after the pads of a left-padded row) or "mean" (the mean of the real tokens: attention_mask 1, or each packed
-    sequence's own tokens).
-
-    `sparse_prediction` (as in transformers' ModernBERT): when the masked-LM model gets `labels`, the vocabulary
-    projection runs only on the positions whose label is not `sparse_pred_ignore_index` (~15% in MLM pre-training)
-    and `logits` holds just those rows, `(num_predicted, vocab_size)`. Same loss, fewer FLOPs and less memory.
+    `classifier_pooling` (as ModernBERT): "cls" (the first real token) or "mean" (of the real tokens).
+    `sparse_prediction` (as ModernBERT): with `labels`, the masked-LM head projects only the positions whose label is
+    not `sparse_pred_ignore_index`, and `logits` holds just those rows, `(num_predicted, vocab_size)`.
 
     Example:
     ```python
@@ -136,10 +112,7 @@ class RoFormerExtConfig(PreTrainedConfig):
 
     model_type = "roformer_ext"
     keys_to_ignore_at_inference = [CACHE]
-    # transformers' distributed engine (`from_pretrained(..., tp_plan="auto")` / `DistributedConfig`), docs/distributed.md.
-    # Tensor parallel: q/k/v and the intermediate column-wise, each rank holding whole heads (RoPE rotates local heads),
-    # the output projections row-wise (a decoder's cross-attention stays whole); the word embeddings on the vocabulary
-    # (a tied LM decoder is sharded alike).
+    # transformers' distributed engine (docs/distributed.md): each tensor-parallel rank holds whole heads.
     base_model_tp_plan = {
         "embeddings.word_embeddings": "embedding_rowwise",
         "layers.*.attention.query": "colwise",
@@ -149,11 +122,9 @@ class RoFormerExtConfig(PreTrainedConfig):
         "layers.*.feed_forward.intermediate": "colwise",
         "layers.*.feed_forward.output": "rowwise",
     }
-    # FSDP2: one fully_shard per layer and one for the word embeddings (kept whole after forward by an LM head that
-    # ties its decoder to them); norms, token types and heads go with the root's.
+    # FSDP2: one fully_shard per layer and one for the word embeddings.
     base_model_fsdp_plan = {"embeddings.word_embeddings": "free_full_weight", "layers.*": "free_full_weight"}
-    # No pipeline plan: transformers' pipeline stages replace `embed_tokens` / `norm` and feed hidden states back as
-    # `inputs_embeds`, which our embeddings would add token types to and normalise a second time.
+    # No pipeline plan: its stages feed hidden states back as `inputs_embeds`, which our embeddings would re-embed.
     base_model_pp_plan = None
 
     vocab_size: int = 50000
@@ -216,20 +187,16 @@ class RoFormerExtConfig(PreTrainedConfig):
         self.validate_fields()
 
     def complete_rope_parameters(self) -> dict[str, Any]:
-        """`rope_parameters` with every default written out (a saved config says what the model ran with): the one
-        place it is completed, when the config is built and again when a model is built from it, so a dict assigned
-        afterwards (`config.rope_parameters = {...}`, `from_pretrained(path, rope_parameters=...)`) is completed and
-        checked too."""
+        """`rope_parameters` with every default written out (a saved config says what the model ran with); also run
+        when a model is built, for a dict assigned afterwards."""
         rope = dict(_check_dict("rope_parameters", self.rope_parameters) or {})
         if "type" in rope:  # a legacy `rope_scaling` dict, whose `type` transformers 5 reads as `rope_type`
             rope.setdefault("rope_type", rope.pop("type"))
-        # A multimodal variant named here brings its frequency allocation (and axes) unless they are given: its knob
-        # class says which (scheme_knobs.py).
+        # a named scheme brings its allocation and axes unless given
         scheme = scheme_knobs_class(rope.get("position_scheme"))
         variant = {"axes": scheme.default_axes, "axis_allocation": scheme.default_allocation}
         rope = {**self.default_rope_parameters, **{k: v for k, v in variant.items() if v is not None}, **rope}
-        # the paper's split scaled to this model (SchemeKnobs.mrope_section_ratio), where the allocation counts what
-        # the paper's does: frequency pairs, or heads for a head-wise one (MHRoPE)
+        # the paper's split scaled to this model, where the allocation counts what the paper's does (pairs or heads)
         scheme = scheme_knobs_class(rope["position_scheme"])
         counts = allocation_knobs_class(rope["axis_allocation"]).section
         if rope.get("mrope_section") is None and counts == scheme.section_counts():
@@ -242,16 +209,15 @@ class RoFormerExtConfig(PreTrainedConfig):
 
     @property
     def position_encoding_knobs(self) -> EncodingKnobs:
-        """The selected encoding's knobs as its dataclass (defaults filled in, each checked)."""
+        """The selected encoding's knobs as its dataclass (for plugins; the built-ins read the validated dict)."""
         return knobs_class(self.position_encoding).from_dict(
             self.position_encoding_parameters or {}, self.position_encoding
         )
 
     @property
     def ignore_keys_at_rope_validation(self) -> set[str]:
-        """The rope_parameters keys transformers' rope validation must not check: all but its own scaling keys (ours,
-        the scheme's knobs, and unknown keys, which `validate_rope_layout` names once with the nearest known key), and
-        any transformers adds (it assigns this attribute; the value is kept beside ours)."""
+        """The rope_parameters keys transformers' rope validation must not check: all but its own scaling keys (unknown
+        ones `validate_rope_layout` names once), and any transformers adds."""
         rope = self.__dict__.get("rope_parameters") or {}
         added = self.__dict__.get("ignore_keys_at_rope_validation") or set()
         return {key for key in rope if key in ROPE_LAYOUT_KEYS or key not in TRANSFORMERS_ROPE_KEYS} | added
@@ -271,9 +237,8 @@ class RoFormerExtConfig(PreTrainedConfig):
             ) from None
 
     def _validate_longrope_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
-        """transformers' longrope checks, with the factors counted per frequency ladder, and a wrong count refused
-        here (a shape error in the first forward otherwise): axis_allocation 'split' repeats one ladder of
-        head_dim / axes dims on each axis, so it takes head_dim / (2 * axes) factors, not head_dim / 2."""
+        """transformers' longrope checks, the factors counted per frequency ladder ('split' repeats one ladder of
+        head_dim / axes dims on each axis): a wrong count is refused here rather than as a shape error."""
         groups = rope_parameters.get("axes", 1) if rope_parameters.get("axis_allocation") == "split" else 1
         ladder = int(self.head_dim // groups * rope_parameters.get("partial_rotary_factor", 1.0))
         for key in ("short_factor", "long_factor"):
@@ -292,8 +257,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         parent_validate_longrope_rope_parameters(self, rope_parameters, ignore_keys, ladder)
 
     def _validate_grape_m_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
-        """GRAPE-M's own keys (`grape_*`), through transformers' per-rope_type hook (it warns for a type without one);
-        `validate_rope_layout` calls it too."""
+        """GRAPE-M's keys, through transformers' per-rope_type hook; `validate_rope_layout` calls it too."""
         for key, knob in GRAPE_KNOBS.items():
             if key in rope_parameters:
                 _check_scheme_knob(key, rope_parameters[key], knob)
@@ -303,11 +267,8 @@ class RoFormerExtConfig(PreTrainedConfig):
         return self.hidden_size // self.num_attention_heads
 
     def validate_fields(self) -> None:
-        """Fail at construction, with the fix in the message, rather than deep inside a forward pass.
-
-        Runs when the config is built and again when a model is built from it, so fields changed afterwards
-        (`from_pretrained(path, attention_type=...)`, `config.x = ...`) are checked too.
-        """
+        """Fail at construction, with the fix in the message, rather than inside a forward pass. Runs again when a
+        model is built, for fields changed afterwards."""
         for name in SIZE_FIELDS:  # a float or bool here fails later inside torch with an unrelated message
             _check_positive_int(name, getattr(self, name))
         if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
@@ -335,8 +296,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         self.validate_rope_layout()
 
     def validate_rope_layout(self) -> None:
-        """Every rope_parameters field has the right type and range: a wrong one otherwise surfaces as an unrelated
-        error (or NaN) in the first forward pass. Integer fields refuse bools and floats, numbers refuse inf / nan."""
+        """Every rope_parameters field has the right type and range (else an unrelated error or NaN in a forward)."""
         rope = self.rope_parameters = self.complete_rope_parameters()
         ROTARY_KINDS.check(rope["rope_type"])
         POSITION_SCHEMES.check(rope["position_scheme"])
@@ -349,7 +309,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         scheme.from_rope_parameters(rope)  # the selected scheme's knobs pass its own checks (a plugin's too)
         self._validate_grape_m_rope_parameters(rope)  # grape_* keys, also where another rope_type was chosen
         check_positive_number("rope_parameters['rope_theta']", rope.get("rope_theta"), "RoFormer uses 10000.0")
-        known = {*ROPE_LAYOUT_KEYS, *scheme_knob_names(rope["position_scheme"]), *TRANSFORMERS_ROPE_KEYS}
+        known = {*ROPE_LAYOUT_KEYS, *scheme.names(), *TRANSFORMERS_ROPE_KEYS}
         for key, value in rope.items():
             if key not in known:  # a typo would otherwise leave its setting at the default in silence
                 nearest = difflib.get_close_matches(str(key), sorted(known), n=1)
@@ -382,8 +342,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         allocation_knobs_class(allocation).from_rope_parameters(rope).check(axes, pairs, self.num_attention_heads)
 
     def validate_position_encoding(self) -> None:
-        """The encoding is registered and its knobs pass its own checks (`encoding_knobs`; whether it fits linear
-        attention, the encoding checks when the model is built: the configuration imports no model code)."""
+        """The encoding is registered and its knobs, built once here, pass its checks; the completed dict is stored."""
         POSITION_ENCODINGS.check(self.position_encoding)
         params = _check_dict("position_encoding_parameters", self.position_encoding_parameters) or {}
         knobs = knobs_class(self.position_encoding).from_dict(params, self.position_encoding)
@@ -402,9 +361,8 @@ VISION_DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
 class RoFormerExtVisionTextConfig(RoFormerExtConfig):
     r"""Configuration of the vision-text models: the text fields plus patch sizes and placeholder ids.
 
-    A separate `model_type` ("roformer_ext_vision") lets the Auto classes pick the vision-text heads. Defaults to
-    3 axes (row, col, time), interleaved frequencies and RoPE-Tie-v2; text-only input then equals 1D RoPE exactly,
-    so a text checkpoint carries over: `RoFormerExtVisionTextForMaskedLM.from_pretrained(text_folder, ...)`.
+    Defaults to 3 axes, interleaved frequencies and RoPE-Tie-v2, where text-only input equals 1D RoPE exactly: a text
+    checkpoint carries over (`RoFormerExtVisionTextForMaskedLM.from_pretrained(text_folder)`).
     """
 
     model_type = "roformer_ext_vision"
@@ -421,11 +379,7 @@ class RoFormerExtVisionTextConfig(RoFormerExtConfig):
 
 def _check_dict(name: str, value: Any) -> dict | None:
     if value is not None and not isinstance(value, dict):
-        example = (
-            "{'rope_type': 'default', 'rope_theta': 10000.0}"
-            if name == "rope_parameters"
-            else "{'max_relative_position': 8}"
-        )
+        example = "{'rope_theta': 10000.0}" if name == "rope_parameters" else "{'max_relative_position': 8}"
         raise TypeError(f"{name} must be a dict such as {example}; got {value!r} ({type(value).__name__}).")
     return value
 
@@ -437,7 +391,7 @@ def _check_choice(name: str, value: Any, allowed) -> None:
 
 
 def _check_positive_int(name: str, value: Any) -> None:
-    """An int >= 1: TypeError for another type (bools and integral floats included), ValueError for the range."""
+    """An int >= 1: TypeError for another type (bools and floats too), ValueError for the range."""
     if not is_int(value):
         raise TypeError(f"{name} must be a positive int; got {value!r} ({type(value).__name__}).")
     if value < 1:
@@ -445,7 +399,7 @@ def _check_positive_int(name: str, value: Any) -> None:
 
 
 def _check_finite(name: str, value: Any) -> None:
-    """No float inside `value` (a number or a list of them, as longrope's factors) is inf or nan."""
+    """No float in `value` (a number or a list, as longrope's factors) is inf or nan."""
     values = value if isinstance(value, (list, tuple)) else [value]
     for item in values:
         if isinstance(item, float) and not math.isfinite(item):
@@ -453,13 +407,12 @@ def _check_finite(name: str, value: Any) -> None:
 
 
 def _check_scheme_knob(key: str, value: Any, knob: Knob) -> None:
-    """A position design's knob (scheme_knobs.py) passes its own check."""
     if not knob.check(value):
         raise ValueError(f"rope_parameters[{key!r}] must be {knob.description}; got {value!r}.")
 
 
 def _check_mrope_section(section: Any) -> None:
-    """A list of positive ints, frequency pairs per axis (its length and sum are checked against the config)."""
+    """A list of positive ints (its length and sum are checked by the allocation)."""
     if not isinstance(section, (list, tuple)):
         raise TypeError(
             f"rope_parameters['mrope_section'] must be a list of ints (frequency pairs per axis, e.g. [2, 3, 3]); "
@@ -477,35 +430,29 @@ def _check_mrope_section(section: Any) -> None:
         )
 
 
-def _names(registry_names: tuple[str, ...]) -> str:
-    return ", ".join(f'"{name}"' for name in sorted(registry_names))
+def _names(names) -> str:
+    return ", ".join(f'"{name}"' for name in sorted(names))
 
 
-RoFormerExtConfig.__doc__ = (
-    RoFormerExtConfig.__doc__.replace("<<ROTARY_KINDS>>", _names(ROTARY_KINDS.builtin))
-    .replace("<<PAIR_LAYOUTS>>", _names(PAIR_LAYOUTS))
-    .replace("<<AXIS_ALLOCATIONS>>", _names(BUILTIN_ALLOCATIONS))
-    .replace(
-        "<<SECTIONED>>", _names(name for name in BUILTIN_ALLOCATIONS if allocation_knobs_class(name).section == "pairs")
+def _knobs(classes: dict) -> str:
+    return "; ".join(
+        f'"{name}" ' + ", ".join(f"`{knob}`" for knob in knobs.names())
+        for name, knobs in classes.items()
+        if knobs.names()
     )
-    .replace("<<POSITION_SCHEMES>>", _names(BUILTIN_SCHEMES))
-    .replace("<<POSITION_ENCODINGS>>", _names(BUILTIN_ENCODINGS))
-    .replace(
-        "<<SCHEME_KNOBS>>",
-        "; ".join(
-            f'"{name}" {", ".join(f"`{knob}`" for knob in knobs.names())}'
-            for name, knobs in ((name, scheme_knobs_class(name)) for name in BUILTIN_SCHEMES)
-            if knobs.names()
-        ),
-    )
-    .replace(
-        "<<ENCODING_KNOBS>>",
-        "; ".join(
-            f'"{name}" {", ".join(f"`{knob}`" for knob in knobs_class(name).names())}'
-            for name in BUILTIN_ENCODINGS
-            if knobs_class(name).names()
-        ),
-    )
-)
+
+
+_SECTIONED = (name for name in BUILTIN_ALLOCATIONS if allocation_knobs_class(name).section == "pairs")
+for _key, _text in {
+    "ROTARY_KINDS": _names(ROTARY_KINDS.builtin),
+    "PAIR_LAYOUTS": _names(PAIR_LAYOUTS),
+    "AXIS_ALLOCATIONS": _names(BUILTIN_ALLOCATIONS),
+    "SECTIONED": _names(_SECTIONED),
+    "POSITION_SCHEMES": _names(BUILTIN_SCHEMES),
+    "POSITION_ENCODINGS": _names(BUILTIN_ENCODINGS),
+    "SCHEME_KNOBS": _knobs({name: scheme_knobs_class(name) for name in BUILTIN_SCHEMES}),
+    "ENCODING_KNOBS": _knobs({name: knobs_class(name) for name in BUILTIN_ENCODINGS}),
+}.items():
+    RoFormerExtConfig.__doc__ = RoFormerExtConfig.__doc__.replace(f"<<{_key}>>", _text)
 
 __all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

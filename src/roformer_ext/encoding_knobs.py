@@ -1,17 +1,7 @@
-"""What a position encoding can be set to, and what it can do: torch-free, so the configuration can check it.
+"""What a position encoding can be set to and what it works with: torch-free, so the configuration can check it.
 
-A position encoding is one registration (`@register_position_encoding("name")` on a `PositionEncoding` subclass in
-`position_encodings.py`, or in a user's own file), and the class carries:
-
-- `knobs`: a frozen dataclass of its settings with their defaults and its own checks (`EncodingKnobs` subclass). The
-  configuration stores the selected encoding's knobs in one nested dict, `position_encoding_parameters`, as it stores
-  the rotary settings in `rope_parameters`; `config.position_encoding_knobs` is that dict as the dataclass.
-- `capabilities`: what it works with (`Capabilities`): linear attention, flash attention, a KV cache, packed rows,
-  ONNX export. The one place that decides each of these reads the flag.
-- `init_position_weights(config)`: its weight-init hook (position_encodings.py).
-
-The built-in encodings' knob classes are defined here and named by their encoding's class (`knobs = ShawKnobs`), the
-one registration.
+An encoding's class (position_encodings.py) names its `knobs` (an `EncodingKnobs` dataclass, stored by the
+configuration as the dict `position_encoding_parameters`) and its `capabilities`.
 """
 
 from __future__ import annotations
@@ -24,19 +14,13 @@ from .registries import DEBERTA_TERMS, POSITION_ENCODINGS, check_positive_number
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What an encoding works with; each flag is read where that decision is made (named per flag)."""
+    """What an encoding works with; each flag is read where that decision is made."""
 
-    #: Linear attention never forms the (q × k) scores: an encoding that adds a term to them cannot run there
-    #: (checked when the encoding is built).
-    linear_attention: bool = True
-    #: Flash attention takes no term on the scores (`attention_plan.check_backend_takes`).
-    flash_attention: bool = True
-    #: Decoding with a KV cache (`attention_plan.make_attention_plan`).
-    cache: bool = True
-    #: Padding-free packed rows (`cu_seq_lens_*`; `attention_plan.make_attention_plan`).
-    packing: bool = True
-    #: ONNX export through `torch.onnx.export(dynamo=True)` (`export.export_onnx`).
-    onnx: bool = True
+    linear_attention: bool = True  # linear attention forms no scores to add a term to (PositionEncoding.__init__)
+    flash_attention: bool = True  # flash takes no term on the scores (attention_plan.check_backend_takes)
+    cache: bool = True  # KV-cache decoding (attention_plan.make_attention_plan)
+    packing: bool = True  # padding-free packed rows (attention_plan.make_attention_plan)
+    onnx: bool = True  # torch.onnx.export (export.export_onnx)
 
 
 #: The capabilities of an encoding that adds a term to the attention scores.
@@ -45,12 +29,10 @@ SCORE_TERM_CAPABILITIES = Capabilities(linear_attention=False, flash_attention=F
 
 @dataclass(frozen=True)
 class EncodingKnobs:
-    """No knobs (RoPE, whose settings are `rope_parameters`; ALiBi, NoPE, the learned table). A subclass lists an
-    encoding's knobs as fields with defaults, checks each one in `__post_init__` (a TypeError or ValueError naming the
-    knob and the fix), and what needs the model's sizes in `check(config)`."""
+    """No knobs. A subclass lists an encoding's knobs as fields with defaults, checks each in `__post_init__` (naming
+    the knob and the fix) and what needs the model's sizes in `check(config)`."""
 
-    #: The encoding the knobs belong to, for messages (set by each subclass).
-    encoding: ClassVar[str] = "this encoding"
+    encoding: ClassVar[str] = "this encoding"  # for messages
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -58,37 +40,37 @@ class EncodingKnobs:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], encoding: str | None = None) -> EncodingKnobs:
-        """The knobs from `position_encoding_parameters` (missing ones take their defaults; unknown ones are refused)."""
+        """Missing knobs take their defaults; unknown ones are refused."""
         unknown = sorted(set(values) - set(cls.names()), key=str)
         if unknown:
-            name = encoding or cls.encoding
             takes = ", ".join(map(repr, cls.names())) or "no knobs"
             raise ValueError(
                 f"position_encoding_parameters has {', '.join(map(repr, unknown))}, which position_encoding="
-                f"{name!r} does not take; it takes {takes}. Remove them, or choose the encoding they belong to."
+                f"{encoding or cls.encoding!r} does not take; it takes {takes}. Remove them, or choose the encoding "
+                "they belong to."
             )
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        """The knobs as the configuration stores them (JSON: tuples become lists)."""
+        """As the configuration stores them (JSON: tuples become lists)."""
         values = {field.name: getattr(self, field.name) for field in fields(self)}
         return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
 
     def check(self, config: Any) -> None:
-        """Checks that need the model's other settings (sizes, `is_decoder`)."""
+        """Checks that need the model's other settings."""
 
 
 def _positive_number(knobs: EncodingKnobs, name: str, hint: str) -> None:
     value = getattr(knobs, name)
     check_positive_number(f"{knobs.encoding}'s {name}", value, hint)
-    object.__setattr__(knobs, name, float(value))  # numpy's floats and ints too: stored as JSON takes them
+    object.__setattr__(knobs, name, float(value))  # numpy's numbers too, stored as JSON takes them
 
 
-def _positive_int(knobs: EncodingKnobs, name: str, hint: str = "") -> None:
+def _positive_int(knobs: EncodingKnobs, name: str, hint: str) -> None:
     value = getattr(knobs, name)
     if not is_int(value) or value < 1:
-        raise ValueError(f"{knobs.encoding}'s {name} must be a positive integer{hint}; got {value!r}.")
-    object.__setattr__(knobs, name, int(value))  # numpy's ints too: stored as JSON takes them
+        raise ValueError(f"{knobs.encoding}'s {name} must be a positive integer ({hint}); got {value!r}.")
+    object.__setattr__(knobs, name, int(value))
 
 
 def _int(knobs: EncodingKnobs, name: str) -> None:
@@ -99,15 +81,26 @@ def _int(knobs: EncodingKnobs, name: str) -> None:
 
 
 def _bool(knobs: EncodingKnobs, name: str) -> None:
-    value = getattr(knobs, name)
-    if not isinstance(value, bool):
-        raise TypeError(f"{knobs.encoding}'s {name} must be True or False; got {value!r}.")
-    object.__setattr__(knobs, name, bool(value))
+    if not isinstance(getattr(knobs, name), bool):
+        raise TypeError(f"{knobs.encoding}'s {name} must be True or False; got {getattr(knobs, name)!r}.")
+
+
+def _buckets(knobs: EncodingKnobs, paper: str, even: bool = False, used: bool = True) -> None:
+    """T5's bucket count and distance (TUPE's relative bias, when `used`, takes an even count)."""
+    _positive_int(knobs, "relative_attention_num_buckets", f"{paper}: 32")
+    _positive_int(knobs, "relative_attention_max_distance", f"{paper}: 128")
+    buckets, distance = knobs.relative_attention_num_buckets, knobs.relative_attention_max_distance
+    if used and (buckets < 4 or (even and buckets % 2) or distance <= buckets // 2):
+        what = "tupe's relative bias (tupe_rel_pos=True) needs an even" if even else "t5_bias needs"
+        raise ValueError(
+            f"{what} relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than half the "
+            f"buckets ({paper}: 32 and 128); got {buckets} and {distance}."
+        )
 
 
 @dataclass(frozen=True)
 class SinusoidalKnobs(EncodingKnobs):
-    """`sinusoidal_scale` multiplies the table (1.0: Vaswani's and DistilBERT's)."""
+    """`sinusoidal_scale` multiplies the table (1.0: Vaswani's)."""
 
     encoding: ClassVar[str] = "sinusoidal"
     sinusoidal_scale: float = 1.0
@@ -124,30 +117,19 @@ class ShawKnobs(EncodingKnobs):
     max_relative_position: int = 16
 
     def __post_init__(self) -> None:
-        _positive_int(self, "max_relative_position", " (Shaw et al.: 16)")
+        _positive_int(self, "max_relative_position", "Shaw et al.: 16")
 
 
 @dataclass(frozen=True)
 class T5BiasKnobs(EncodingKnobs):
-    """T5's bucketed bias: `relative_attention_num_buckets` buckets, exact up to half of them, logarithmic up to
-    `relative_attention_max_distance`."""
+    """T5's buckets: exact up to half of them, logarithmic up to `relative_attention_max_distance`."""
 
     encoding: ClassVar[str] = "t5_bias"
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
 
     def __post_init__(self) -> None:
-        _positive_int(self, "relative_attention_num_buckets", " (T5: 32)")
-        _positive_int(self, "relative_attention_max_distance", " (T5: 128)")
-        if not (
-            self.relative_attention_num_buckets >= 4
-            and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
-        ):
-            raise ValueError(
-                "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than "
-                f"half the buckets (T5: 32 and 128); got {self.relative_attention_num_buckets} and "
-                f"{self.relative_attention_max_distance}."
-            )
+        _buckets(self, "T5")
 
 
 @dataclass(frozen=True)
@@ -163,8 +145,7 @@ class TransformerXLKnobs(EncodingKnobs):
 
 @dataclass(frozen=True)
 class TupeKnobs(EncodingKnobs):
-    """TUPE: `tupe_rel_pos` adds T5's bucketed bias (TUPE-R; buckets and distance as T5's), `tupe_cls_reset` unties
-    the first token."""
+    """`tupe_rel_pos` adds T5's bucketed bias (TUPE-R), `tupe_cls_reset` unties the first token."""
 
     encoding: ClassVar[str] = "tupe"
     tupe_rel_pos: bool = True
@@ -175,25 +156,18 @@ class TupeKnobs(EncodingKnobs):
     def __post_init__(self) -> None:
         _bool(self, "tupe_rel_pos")
         _bool(self, "tupe_cls_reset")
-        _positive_int(self, "relative_attention_num_buckets", " (TUPE: 32)")
-        _positive_int(self, "relative_attention_max_distance", " (TUPE: 128)")
-        if self.tupe_rel_pos and not (
-            4 <= self.relative_attention_num_buckets
-            and self.relative_attention_num_buckets % 2 == 0
-            and self.relative_attention_max_distance > self.relative_attention_num_buckets // 2
-        ):
-            raise ValueError(
-                "tupe's relative bias (tupe_rel_pos=True) needs an even relative_attention_num_buckets >= 4 and "
-                "relative_attention_max_distance larger than half the buckets (TUPE: 32 and 128); got "
-                f"{self.relative_attention_num_buckets} and {self.relative_attention_max_distance}."
-            )
+        _buckets(self, "TUPE", even=True, used=self.tupe_rel_pos)
+
+
+def deberta_reach(max_relative_positions: int, config: Any) -> int:
+    """DeBERTa's distance reach: `max_relative_positions`, or `max_position_embeddings` when it is <= 0."""
+    return max_relative_positions if max_relative_positions > 0 else config.max_position_embeddings
 
 
 @dataclass(frozen=True)
 class DebertaKnobs(EncodingKnobs):
-    """DeBERTa-v2's disentangled attention, defaults as DeBERTa-v3's checkpoints: `pos_att_type` the position terms
-    (a list, or a "c2p|p2c" string as DebertaV2Config takes it), `position_buckets` log buckets (<= 0: none),
-    `max_relative_positions` (<= 0: max_position_embeddings), `share_att_key`, `norm_rel_ebd` "layer_norm" | "none"."""
+    """DeBERTa-v3's defaults: `pos_att_type` (a list, or "c2p|p2c" as DebertaV2Config takes it), `position_buckets`
+    (<= 0: none), `max_relative_positions` (<= 0: max_position_embeddings), `share_att_key`, `norm_rel_ebd`."""
 
     encoding: ClassVar[str] = "deberta"
     position_buckets: int = 256
@@ -207,11 +181,8 @@ class DebertaKnobs(EncodingKnobs):
         _int(self, "max_relative_positions")
         _bool(self, "share_att_key")
         terms = deberta_terms(self.pos_att_type)
-        if (
-            not isinstance(terms, list)
-            or not terms
-            or not set(terms) <= set(DEBERTA_TERMS)
-            or len(set(terms)) != len(terms)
+        if not (
+            isinstance(terms, list) and terms and set(terms) <= set(DEBERTA_TERMS) and len(set(terms)) == len(terms)
         ):
             raise ValueError(
                 f"deberta's pos_att_type lists DeBERTa's position terms, 'c2p' and / or 'p2c' (e.g. ['c2p', 'p2c'] "
@@ -223,12 +194,8 @@ class DebertaKnobs(EncodingKnobs):
                 f"Unknown norm_rel_ebd {self.norm_rel_ebd!r} (deberta's). Registered choices: 'layer_norm', 'none'."
             )
 
-    def relative_span(self, config: Any) -> int:
-        """The distance reach: `max_relative_positions`, or `max_position_embeddings` when it is <= 0."""
-        return self.max_relative_positions if self.max_relative_positions > 0 else config.max_position_embeddings
-
     def check(self, config: Any) -> None:
-        reach = self.relative_span(config)
+        reach = deberta_reach(self.max_relative_positions, config)
         if self.position_buckets > 0 and not (self.position_buckets >= 2 and reach - 1 > self.position_buckets // 2):
             raise ValueError(
                 f"deberta's log buckets need position_buckets >= 2 and max_relative_positions - 1 larger than half "
@@ -238,8 +205,7 @@ class DebertaKnobs(EncodingKnobs):
 
 
 def knobs_class(encoding: Any) -> type[EncodingKnobs]:
-    """The knob dataclass of the encoding registered as `encoding` (its class's `knobs`, checked by
-    `register_position_encoding`), `EncodingKnobs` (no knobs) for an encoding without any or an unknown name."""
+    """The knob dataclass of the encoding registered as `encoding`; `EncodingKnobs` for none or an unknown name."""
     return getattr(POSITION_ENCODINGS.entry(encoding), "knobs", EncodingKnobs)
 
 
@@ -253,5 +219,6 @@ __all__ = [
     "T5BiasKnobs",
     "TransformerXLKnobs",
     "TupeKnobs",
+    "deberta_reach",
     "knobs_class",
 ]

@@ -1,16 +1,10 @@
-"""Multimodal position schemes (*position designs*) and their registry: where every token of a text / image / video
-sample sits, one float position per axis.
+"""Position schemes (*position designs*) and their registry: where every token of a text / image / video sample
+sits, one float position per axis.
 
-positions.py cuts a sample into *segments* (`Segment`: maximal runs of real tokens that are text, image placeholders
-or video placeholders, a vision segment with its grid (t, h, w) and its t·h·w patches in row-major order, t then h
-then w). A *position scheme* (`config.rope_parameters["position_scheme"]`) turns a sample's segments into one float
-position per axis for every token, plus the position the next text token would get; `register_position_scheme`
-adds one.
-
-Notation: `n` is the position the next text token would get (0 at the start of a sample) and
-`L = n - 1` the position of the last text token before a vision segment (or the one it would have had).
-Patch indices are 1-based in the Su formulas ((i, j, k) = (row, col, frame)) and 0-based in mrope.
-Text token positions are the same on every axis, except in `rope_2d_rows`.
+positions.py cuts a sample into `Segment`s (runs of text, image or video tokens; a vision segment's t·h·w patches in
+row-major order). A scheme turns them into positions (axes, tokens) plus the position the next text token would get.
+`n` is that next text position (0 at the start), `L = n - 1`; patch indices are 1-based in the Su formulas
+((i, j, k) = (row, col, frame)) and 0-based in mrope. Text is the same on every axis, except in `rope_2d_rows`.
 
 - ``rope_1d``: every token, placeholders included, gets its sequence index; with several axes it is
   repeated on each of them.
@@ -30,22 +24,12 @@ Text token positions are the same on every axis, except in `rope_2d_rows`.
   patch (i, j, k) → (β1 + i, β2 + j, β3 + k), next text at L + P + 1.
 - ``mrope`` (Qwen2-VL, 3 axes (t, h, w)): text is (n, n, n); a vision segment starts at st = n and patch
   (k, i, j), 0-based, is (st + k, st + i, st + j); the next text token is at max(segment) + 1 =
-  st + max(T, h, w), as in the original Qwen2-VL code. transformers 5.23's `get_rope_index` instead
-  advances by max(h, w) only, so for a video with T > max(h, w) its following text repeats temporal
-  positions of the video (T=4, h=2, w=3 after 2 text tokens: video t-axis 2..5, next text (5, 5, 5)
-  there, (6, 6, 6) here). Images (T = 1) and videos with T ≤ max(h, w) agree exactly.
+  st + max(T, h, w), as in the original Qwen2-VL code (transformers' `get_rope_index` advances by max(h, w)
+  only: they agree for images and videos with T ≤ max(h, w)).
 
-The multimodal variants of the literature (qwen2_5_vl, qwen3_vl, mrope_interleave, mhrope, ilrope, omnirope,
-videorope, hope, v2pe, mmrope, vrope, circle_rope) are further down, each a small function with its formula in its docstring and
-its knobs as keyword-only arguments (read from rope_parameters); each pairs with a frequency allocation in axis_allocations.py
-(its knob class in scheme_knobs.py: `default_allocation`).
-
-In the Su schemes a 2-axis config places images (T = 1) with the 2D form; a 3-axis config treats every
-image as a one-frame video, which for rope_tie_v2 is the 2D form plus a third axis and for rope_tie has
-its own (doubled) steps.
-
-positions.py's `build_position_ids` runs a scheme on every row (each packed sequence alone) and turns the next text
-position into the row's decoding delta.
+Each variant of the literature further down is a small function with its formula in its docstring and its knobs as
+keyword-only arguments (read from rope_parameters, checked by the configuration); `default_allocation` pairs it with a
+frequency allocation (axis_allocations.py). In the Su schemes a 3-axis config treats an image as a one-frame video.
 """
 
 from __future__ import annotations
@@ -53,7 +37,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 import torch
@@ -74,11 +58,7 @@ from .scheme_knobs import (
 @dataclass(frozen=True)
 class Segment:
     """A maximal run of real tokens of one kind: "text", "image" or "video"; `grid` is (t, h, w) for vision.
-
-    `seconds_per_grid` is a video's time between two temporal patches (Qwen2.5-VL's `second_per_grid_ts`), when known.
-    `temporal_scale` is a scale drawn for this vision segment while training (HoPE's dynamic temporal scaling: see
-    `build_position_ids`), None otherwise.
-    """
+    `seconds_per_grid`: Qwen2.5-VL's `second_per_grid_ts`; `temporal_scale`: HoPE's scale drawn while training."""
 
     kind: str
     length: int
@@ -94,17 +74,11 @@ PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
 def register_position_scheme(
     name: str, *, knobs: type[SchemeKnobs] | None = None, overwrite: bool = False
 ) -> Callable[[PositionScheme], PositionScheme]:
-    """Register a scheme (a *position design*) under `name`, so `rope_parameters={"position_scheme": name}` selects it.
+    """Register a scheme under `name`, so `rope_parameters={"position_scheme": name}` selects it.
 
-    The function gets `(segments, axes)` and returns float positions of shape (axes, sum of lengths) and the
-    position the next text token would get. It raises ValueError for a layout it cannot place. Its keyword-only
-    arguments are its knobs, read from `rope_parameters` under their own names (e.g.
-    `def my_scheme(segments, axes, *, temporal_stride=1.0)`). `knobs`, a `scheme_knobs.SchemeKnobs` dataclass with
-    the same fields, gives their defaults and checks, the rope_parameters the scheme fills in when named
-    (`default_axes`, `default_allocation`), the paper's `mrope_section` split and its `capabilities`; without one,
-    a class is made from the signature (no checks). Which frequency pair reads which axis is the *frequency
-    allocation* (`rope_parameters["axis_allocation"]`, `roformer_ext.register_axis_allocation`).
-    Re-registering a name needs `overwrite=True`, so a plug-in cannot silently replace a built-in.
+    The function gets `(segments, axes)` and returns float positions (axes, sum of lengths) and the next text position;
+    its keyword-only arguments are its knobs, read from `rope_parameters`. `knobs`, a `SchemeKnobs` dataclass with the
+    same fields, adds checks and what the scheme fills in when named; without one, a class is made from the signature.
     """
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
@@ -124,38 +98,21 @@ def register_position_scheme(
     return decorator
 
 
-def _builtin(
-    name: str,
-    checks: dict[str, Knob] | None = None,
-    *,
-    axes: int | None = 3,
-    allocation: str | None = None,
-    ratio: tuple[int, ...] | None = None,
-    cache: bool = True,
-) -> Callable[[PositionScheme], PositionScheme]:
-    """A built-in scheme's registration: its knob class from the function's keyword-only arguments (their defaults),
-    `checks` and the class variables (`axes`: `default_axes`, `allocation`: `default_allocation`, `ratio`:
-    `mrope_section_ratio`, `cache`: whether text continues after a cached prompt)."""
+def _builtin(name: str, checks=None, *, axes=3, allocation=None, ratio=None, cache=True) -> Callable:
+    """A built-in's registration: its knob class from the signature, `checks` and its class variables."""
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
         knobs = knobs_from_signature(
-            name,
-            scheme,
-            checks=checks or {},
-            default_axes=axes,
-            default_allocation=allocation,
-            mrope_section_ratio=ratio,
-            capabilities=SchemeCapabilities(cache=cache),
-        )
-        return register_position_scheme(name, knobs=knobs)(scheme)
+            name, scheme, checks=checks or {}, default_axes=axes, default_allocation=allocation,
+            mrope_section_ratio=ratio, capabilities=SchemeCapabilities(cache=cache),
+        )  # fmt: skip
+        POSITION_SCHEMES.register(name, scheme, knobs=knobs)
+        return scheme
 
     return decorator
 
 
-#: The papers' (t, h, w) splits. Qwen2-VL's [16, 24, 24] (Qwen2-VL / Qwen2.5-VL configs, contiguous sections;
-#: VideoRoPE, HoPE and Circle-RoPE build on them; OmniGen2's split as the Multimodal-RoPEs reference runs it);
-#: Qwen3-VL's [24, 20, 20] (its config; MRoPE-I and ILRoPE in the Multimodal-RoPEs reference); MHRoPE's [2, 3, 3]
-#: heads of 8 (that reference's default).
+#: The papers' (t, h, w) splits: Qwen2-VL's pairs at head_dim 128, Qwen3-VL's, MHRoPE's heads of 8.
 QWEN2_VL_SPLIT, QWEN3_VL_SPLIT, MHROPE_HEADS = (16, 24, 24), (24, 20, 20), (2, 3, 3)
 STRIDE = {"temporal_stride": POSITIVE}
 
@@ -211,14 +168,11 @@ def get_position_scheme(name: str) -> PositionScheme:
 
 
 def scheme_knobs(name: str, rope_parameters: dict) -> dict[str, Any]:
-    """The knobs of scheme `name` as `rope_parameters` sets them (the rest at their defaults), checked: the keyword
-    arguments its function gets."""
-    return scheme_knobs_class(name).from_rope_parameters(rope_parameters).to_dict()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Building blocks shared by the schemes
-# ----------------------------------------------------------------------------------------------------------
+    """The keyword arguments scheme `name` gets: its knobs as `rope_parameters` sets them, else their defaults (read,
+    not checked again: the configuration checked them)."""
+    given = rope_parameters
+    return {f.name: given.get(f.name, f.default) for f in fields(scheme_knobs_class(name)) if f.name in given
+            or f.default is not MISSING}  # fmt: skip
 
 
 def patch_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -260,11 +214,8 @@ def _concat(blocks: list[torch.Tensor], axes: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1) if blocks else torch.zeros(axes, 0)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Built-in schemes (formulas in the module docstring)
-# ----------------------------------------------------------------------------------------------------------
-# Each is registered by a call after its definition rather than by the decorator, and made when called rather than
-# by a factory at import: mutmut (docs/testing.md) mutates neither decorated functions nor code run at import.
+# Built-in schemes (formulas in the module docstring), registered by a call after each: mutmut (docs/testing.md)
+# mutates no decorated function.
 
 
 def rope_1d(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -352,11 +303,8 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
 _builtin("mrope", allocation="sections", ratio=QWEN2_VL_SPLIT)(mrope)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# The multimodal variants of the literature (position designs; each pairs with a frequency allocation in axis_allocations.py,
-# its knob class's `default_allocation`, filled in when rope_parameters name the variant). All are 3-axis (t, h, w):
-# text is (n, n, n) and a vision segment starts at st = the position the next text token would have had.
-# ----------------------------------------------------------------------------------------------------------
+# The variants of the literature: 3-axis (t, h, w) unless said; text is (n, n, n) and a vision segment starts at
+# st = the position the next text token would have had.
 
 VisionBlock = Callable[[float, Segment], tuple[torch.Tensor, float]]
 
@@ -374,22 +322,6 @@ def _place(segments: Sequence[Segment], axes: int, vision: VisionBlock) -> tuple
     return _concat(blocks, axes), float(next_pos)
 
 
-def _need_three_axes(scheme: str, axes: int) -> None:
-    if axes != 3:
-        raise ValueError(
-            f"Position scheme {scheme!r} needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}; set "
-            "rope_parameters['axes'] = 3."
-        )
-
-
-def _positive(scheme: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(
-            f"Position scheme {scheme!r}: rope_parameters[{name!r}] must be a positive number; got {value!r}."
-        )
-    return float(value)
-
-
 def _grid_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     frames, rows, cols = patch_indices(grid)
     return frames.float(), rows.float(), cols.float()
@@ -404,8 +336,7 @@ def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: flo
     original `get_rope_index` (transformers 5.21-5.24 advance by max(h, w) only: they agree while the temporal extent
     fits in max(h, w)).
     """
-    _need_three_axes("qwen2_5_vl", axes)
-    tokens_per_second = _positive("qwen2_5_vl", "tokens_per_second", tokens_per_second)
+    tokens_per_second = float(tokens_per_second)
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
         frames, rows, cols = patch_indices(segment.grid)
@@ -427,7 +358,6 @@ def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, floa
     here consecutive frames simply follow each other): frame k starts at st_k, patch (i, j) is (st_k, st_k + i,
     st_k + j), st_{k+1} = st_k + max(h, w); text continues at the last st. Pair it with the "mrope_interleaved"
     allocation (Qwen3-VL's interleaved M-RoPE), the default for this name."""
-    _need_three_axes("qwen3_vl", axes)
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
         t, h, w = segment.grid
@@ -459,10 +389,7 @@ def mrope_interleave(
     """MRoPE-Interleave (Huang et al., ICLR 2026): patch (k, i, j), 0-based, is (st + k·temporal_stride, i, j) with
     spatial reset (the h and w axes restart at 0 in every image), (st + k·s, st + i, st + j) without; the next text
     token is at st + max((T−1)·s, h−1, w−1) + 1 either way. Allocation: "mrope_interleaved"."""
-    _need_three_axes("mrope_interleave", axes)
-    if not isinstance(spatial_reset, bool):
-        raise ValueError(f"rope_parameters['spatial_reset'] must be True or False; got {spatial_reset!r}.")
-    stride = _positive("mrope_interleave", "temporal_stride", temporal_stride)
+    stride = float(temporal_stride)
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
 
 
@@ -479,8 +406,7 @@ def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_str
     """ILRoPE / OmniRoPE's reset visual layout: (st + k·temporal_stride, i, j), 0-based; next text at
     st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "omnirope" (OmniGen2's
     per-axis frequency ladders)."""
-    _need_three_axes("spatial_reset_layout", axes)
-    stride = _positive("spatial_reset_layout", "temporal_stride", temporal_stride)
+    stride = float(temporal_stride)
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
 
 
@@ -500,8 +426,7 @@ def _diagonal_video_block(st: float, grid: tuple[int, int, int], temporal_stride
 def videorope(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 2.0) -> tuple[torch.Tensor, float]:
     """VideoRoPE (Wei et al., 2025): the diagonal layout (`_diagonal_video_block`) with temporal stride δ (default 2);
     allocation "videorope" (temporal axis on the lowest frequencies, h and w interleaved on the rest)."""
-    _need_three_axes("videorope", axes)
-    stride = _positive("videorope", "temporal_stride", temporal_stride)
+    stride = float(temporal_stride)
     return _place(segments, axes, lambda st, segment: _diagonal_video_block(st, segment.grid, stride))
 
 
@@ -509,14 +434,13 @@ _builtin("videorope", STRIDE, allocation="videorope", ratio=QWEN2_VL_SPLIT)(vide
 
 
 def _temporal_scales(scheme: str, scales: Any) -> tuple[float, ...] | None:
-    if scales is None:
-        return None
-    if not isinstance(scales, (list, tuple)) or not scales:
+    """HoPE's scales to draw from, as floats (checked here too: positions may be built without a configuration)."""
+    if not SCALES.check(scales):
         raise ValueError(
-            f"Position scheme {scheme!r}: rope_parameters['temporal_scales'] must be a non-empty list of positive "
-            f"numbers (the scales drawn from while training, e.g. [0.5, 0.75, 1.0, 1.25, 1.5]) or None; got {scales!r}."
+            f"Position scheme {scheme!r}: rope_parameters['temporal_scales'] must be {SCALES.description} (e.g. "
+            f"[0.5, 0.75, 1.0, 1.25, 1.5]); got {scales!r}."
         )
-    return tuple(_positive(scheme, "temporal_scales", scale) for scale in scales)
+    return None if scales is None else tuple(map(float, scales))
 
 
 def hope(
@@ -530,9 +454,7 @@ def hope(
     frequencies (allocation "hope"). Dynamic temporal scaling: with `temporal_scales` set, a model in training mode
     draws δ for every vision segment from that set (`build_position_ids(..., training=True)` records the draw on the
     segment, `segment.temporal_scale`); otherwise (eval, or no set) δ = `temporal_stride`, the fixed inference scale."""
-    _need_three_axes("hope", axes)
-    stride = _positive("hope", "temporal_stride", temporal_stride)
-    _temporal_scales("hope", temporal_scales)  # checked here too: a scheme runs also when nothing is drawn
+    stride = float(temporal_stride)
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
         scale = stride if segment.temporal_scale is None else segment.temporal_scale
@@ -554,14 +476,7 @@ def v2pe(
     image of n tiles spans n·visual_stride); with visual_stride_tokens None (the default) δ = visual_stride / V, every
     segment spanning visual_stride, as the ICLR 2026 reference (Multimodal-RoPEs) takes it. The two agree when V
     equals visual_stride_tokens."""
-    stride = _positive("v2pe", "visual_stride", visual_stride)
-    if visual_stride_tokens is not None and (
-        isinstance(visual_stride_tokens, bool) or not isinstance(visual_stride_tokens, int) or visual_stride_tokens < 1
-    ):
-        raise ValueError(
-            "Position scheme 'v2pe': rope_parameters['visual_stride_tokens'] must be None (a segment spans "
-            f"visual_stride) or a positive integer (tokens per visual_stride, 256 in V2PE); got {visual_stride_tokens!r}."
-        )
+    stride = float(visual_stride)
     blocks, last = [], -1.0
     for segment in segments:
         if segment.grid is None:
@@ -584,8 +499,6 @@ def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     st + k·(h + w − 1) + (i + j, i + (w−1−j), (h−1−i) + j, (h−1−i) + (w−1−j)), the four diagonal directions; the
     next text token is at st + T·(h + w − 1). Allocation "interleaved" over the 4 axes (pair p reads axis p mod 4),
     as the official code's channel allocation (no temporal channels)."""
-    if axes != 4:
-        raise ValueError(f"Position scheme 'vrope' needs 4 axes, but config.rope_parameters['axes'] = {axes}; set 4.")
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
         frames, rows, cols = _grid_indices(segment.grid)
@@ -617,11 +530,8 @@ def mmrope(
     every latent row a new-line token, i.e. grid (t, h, w + 1). Allocation "mmrope" (T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W
     repeated, as Lumos-1's code). (The ICLR 2026 reference, Multimodal-RoPEs, places M-RoPE blocks instead,
     (st + k·s·σ_t, st + i·σ_h, st + j·σ_w) with text after at max + 1; its fixture test registers that design.)"""
-    _need_three_axes("mmrope", axes)
-    stride = _positive("mmrope", "temporal_stride", temporal_stride)
-    if not isinstance(position_scale, (list, tuple)) or len(position_scale) != 3:
-        raise ValueError(f"rope_parameters['position_scale'] must be three positive numbers; got {position_scale!r}.")
-    scale = torch.tensor([_positive("mmrope", "position_scale", v) for v in position_scale], dtype=torch.float32)
+    stride = float(temporal_stride)
+    scale = torch.tensor([float(v) for v in position_scale], dtype=torch.float32)
     blocks, index, origin, frames = [], 0, None, 0
     for segment in segments:
         if segment.grid is None:
@@ -636,38 +546,6 @@ def mmrope(
 
 
 _builtin("mmrope", {**STRIDE, "position_scale": THREE_SCALES}, allocation="mmrope")(mmrope)
-
-
-def _circle_knobs(radius: Any, alpha: Any, dff_rate: Any, move_to_positive: Any) -> tuple[Any, float, float, Any]:
-    """Circle-RoPE's knobs, checked: radius a positive number, "auto" or "auto-<scale>" (the largest coordinate
-    times scale), alpha and dff_rate in [0, 1], move_to_positive None or an offset >= 0."""
-
-    def fail(name: str, want: str, value: Any) -> ValueError:
-        return ValueError(f"Position scheme 'circle_rope': rope_parameters[{name!r}] must be {want}; got {value!r}.")
-
-    scale = None
-    if isinstance(radius, str):
-        head, _, tail = radius.partition("-")
-        try:
-            scale = 1.0 if radius == "auto" else float(tail) if head == "auto" else None
-        except ValueError:
-            scale = None
-        if scale is None or not math.isfinite(scale) or scale <= 0:
-            raise fail("circle_radius", "a positive number, 'auto' or 'auto-<positive scale>'", radius)
-        radius = ("auto", scale)
-    else:
-        radius = _positive("circle_rope", "circle_radius", radius)
-    for name, value in (("circle_alpha", alpha), ("circle_dff_rate", dff_rate)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise fail(name, "a number in [0, 1]", value)
-    if move_to_positive is not None and (
-        isinstance(move_to_positive, bool)
-        or not isinstance(move_to_positive, (int, float))
-        or not math.isfinite(move_to_positive)
-        or move_to_positive < 0
-    ):
-        raise fail("circle_move_to_positive", "None (off) or an offset >= 0", move_to_positive)
-    return radius, float(alpha), float(dff_rate), move_to_positive
 
 
 def _in_text_plane(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -729,13 +607,10 @@ def circle_rope(
     float32 order of the official code; text after it continues at max(block) + 1. Images only (t = 1): the official
     code has no placement for several frames. Allocation "sections" (Qwen2.5-VL's, the model the authors patch).
     Not here: the authors' AGE mode, which alternates layers between these and Qwen2.5-VL's M-RoPE positions."""
-    _need_three_axes("circle_rope", axes)
-    if not isinstance(circle_move_to_origin, bool):
-        raise ValueError(
-            f"rope_parameters['circle_move_to_origin'] must be True or False; got {circle_move_to_origin!r}."
-        )
-    radius, alpha, dff_rate, offset = _circle_knobs(circle_radius, circle_alpha, circle_dff_rate,
-                                                    circle_move_to_positive)  # fmt: skip
+    radius = circle_radius  # "auto[-scale]": the largest centred coordinate times the scale
+    if isinstance(radius, str):
+        radius = ("auto", 1.0 if radius == "auto" else float(radius[5:]))
+    alpha, dff_rate, offset = float(circle_alpha), float(circle_dff_rate), circle_move_to_positive
     blocks, start, text_since = [], 0.0, 0  # start: the reference's `st_idx` (float32 value), text since it
     for segment in segments:
         if segment.grid is None:

@@ -1,10 +1,6 @@
-"""The relative position encodings: a term on the attention scores from query and key positions.
-
-Shaw et al.'s relative keys, T5's bucketed bias, ALiBi, Transformer-XL / XLNet, TUPE and DeBERTa-v2, each a
-`RelativePositionEncoding` (position_encodings.py: the base classes, the registry and how a term reaches the layers)
-with its `RelativeScores` (one forward's term: a shared bias, a per-layer bias or flex attention's `score_mod`) and
-its knobs (encoding_knobs.py). They register themselves when this module is imported (the configuration imports it).
-"""
+"""The relative position encodings (Shaw, T5, ALiBi, Transformer-XL, TUPE, DeBERTa-v2): a term on the attention
+scores from query and key positions, each a `RelativePositionEncoding` with its `RelativeScores`. Each reads its knobs
+from `config.position_encoding_parameters`, completed and checked by the configuration."""
 
 import math
 from collections.abc import Callable
@@ -14,7 +10,7 @@ import torch
 from torch import nn
 
 from .compat import relative_position_bucket
-from .encoding_knobs import DebertaKnobs, ShawKnobs, T5BiasKnobs, TransformerXLKnobs, TupeKnobs
+from .encoding_knobs import DebertaKnobs, ShawKnobs, T5BiasKnobs, TransformerXLKnobs, TupeKnobs, deberta_reach
 from .position_encodings import RelativePositionEncoding, RelativeScores, register_position_encoding
 
 
@@ -53,7 +49,7 @@ class ShawPositionEncoding(RelativePositionEncoding):
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.max_distance = int(config.position_encoding_knobs.max_relative_position)
+        self.max_distance = config.position_encoding_parameters["max_relative_position"]
         self.scaling = config.head_dim**-0.5
 
     def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> ShawScores:
@@ -61,15 +57,13 @@ class ShawPositionEncoding(RelativePositionEncoding):
 
     @staticmethod
     def layer_table(config: Any) -> nn.Module:
-        return nn.Embedding(2 * int(config.position_encoding_knobs.max_relative_position) + 1, config.head_dim)
+        return nn.Embedding(2 * config.position_encoding_parameters["max_relative_position"] + 1, config.head_dim)
 
 
 def t5_relative_bucket(
     distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
 ) -> torch.Tensor:
-    """T5's bucket of a key − query distance: exact up to half the buckets, then logarithmic up to `max_distance`
-    (bidirectional: half the buckets for keys after the query; causal: only keys at or before it count).
-    transformers' own T5 function, so the buckets are T5's by construction."""
+    """T5's bucket of a key − query distance (transformers' own T5 function)."""
     return relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
 
 
@@ -104,9 +98,9 @@ class T5BiasPositionEncoding(RelativePositionEncoding):
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        knobs = config.position_encoding_knobs
-        self.num_buckets = int(knobs.relative_attention_num_buckets)
-        self.max_distance = int(knobs.relative_attention_max_distance)
+        knobs = config.position_encoding_parameters
+        self.num_buckets = knobs["relative_attention_num_buckets"]
+        self.max_distance = knobs["relative_attention_max_distance"]
         self.bidirectional = not config.is_decoder
         self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
 
@@ -122,9 +116,8 @@ class T5BiasPositionEncoding(RelativePositionEncoding):
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """ALiBi's per-head slopes (Press et al.): 2^(−8 i / n) for n a power of two; otherwise the closest lower power of
-    two's slopes, then every other slope of twice that many heads (the paper's recipe, as Bloom; MPT agrees for powers of
-    two and orders the other counts differently)."""
+    """ALiBi's per-head slopes 2^(−8 i / n); for n not a power of two, the closest lower power's slopes, then every
+    other slope of twice that many heads (the paper's recipe, as Bloom)."""
     closest = 2 ** math.floor(math.log2(num_heads))
     base = 2.0 ** (-8.0 / closest)
     slopes = [base ** (i + 1) for i in range(closest)]
@@ -165,30 +158,21 @@ class AlibiPositionEncoding(RelativePositionEncoding):
         return AlibiScores(query_positions, key_positions, self.slopes.float())
 
     @torch.no_grad()
-    def reset_slopes(self) -> None:
+    def init_position_weights(self, config: Any) -> None:
         """Non-persistent buffers are empty after `from_pretrained` / meta-device init."""
         self.slopes.copy_(alibi_slopes(self.slopes.numel()))
 
-    def init_position_weights(self, config: Any) -> None:
-        """The weight-init hook `_init_weights` calls on every position module that has one."""
-        self.reset_slopes()
-
-
-# --- Transformer-XL / XLNet ---------------------------------------------------------------------------------------
-
 
 def xlnet_relative_sinusoid(distance: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
-    """Transformer-XL's / XLNet's relative position embedding of a query − key distance d: [sin(d·ω), cos(d·ω)] with
-    ω_i = base^(−2i/dim), the sines first then the cosines (concatenated, not interleaved). (...,) -> (..., dim)."""
+    """XLNet's relative embedding of a query − key distance d: [sin(d·ω), cos(d·ω)], ω_i = base^(−2i/dim), the sines
+    then the cosines (concatenated, not interleaved). (...,) -> (..., dim)."""
     inv_freq = 1 / torch.pow(base, torch.arange(0, dim, 2.0, device=distance.device) / dim)
     angles = distance.float()[..., None] * inv_freq
     return torch.cat((angles.sin(), angles.cos()), dim=-1)
 
 
 class TransformerXLLayerParameters(nn.Module):
-    """One layer's Transformer-XL position parameters, named as XLNet's: `r` (W_r, the relative sinusoid's own key
-    projection, hidden -> heads × head_dim, no bias), `r_w_bias` (u, the global content bias) and `r_r_bias` (v, the
-    global position bias), (heads, head_dim) each."""
+    """One layer's parameters, named as XLNet's: `r` (W_r, no bias), `r_w_bias` (u) and `r_r_bias` (v)."""
 
     def __init__(self, config: Any) -> None:
         super().__init__()
@@ -198,24 +182,18 @@ class TransformerXLLayerParameters(nn.Module):
         self.r_r_bias = nn.Parameter(torch.zeros(config.num_attention_heads, config.head_dim))
 
     @torch.no_grad()
-    def init_parameters(self, std: float) -> None:
+    def init_position_weights(self, config: Any) -> None:
         """u and v as XLNet initialises them, N(0, initializer_range); `r` is a Linear, initialised as every other."""
         from transformers import initialization as init
 
-        init.normal_(self.r_w_bias, mean=0.0, std=std)
-        init.normal_(self.r_r_bias, mean=0.0, std=std)
-
-    def init_position_weights(self, config: Any) -> None:
-        """The weight-init hook `_init_weights` calls on every position module that has one."""
-        self.init_parameters(config.initializer_range)
+        init.normal_(self.r_w_bias, mean=0.0, std=config.initializer_range)
+        init.normal_(self.r_r_bias, mean=0.0, std=config.initializer_range)
 
 
 class TransformerXLScores(RelativeScores):
     """Dai et al. (2019) / XLNet: score_ij = [(q_i + u)·k_j + (q_i + v)·W_r r_{i−j}] / √d, r the relative sinusoid of
-    the query − key distance, one W_r, u, v per layer. The content bias u·k_j and the position term are this layer's
-    bias (q·k/√d is the backend's own). The sinusoid is built once per forward for the distances of the batch (a
-    table of n ≤ q + k − 1 rows, clamped to ±`clamp_len` when > 0) and each layer projects it: (q + v)·W_r r for every
-    row, then each score picks its row (as Shaw's; never a (q, k, d) tensor)."""
+    the query − key distance, one W_r, u, v per layer. The sinusoid table (one row per distance in the batch, clamped
+    to ±`clamp_len` when > 0) is built once per forward; each layer projects it and each score picks its row."""
 
     fits_local_heads = False  # u, v and W_r hold every head
 
@@ -256,17 +234,13 @@ class TransformerXLScores(RelativeScores):
 
 @register_position_encoding("transformer_xl")
 class TransformerXLPositionEncoding(RelativePositionEncoding):
-    """Transformer-XL's relative attention as XLNet runs it (`XLNetRelativeAttention.rel_attn_core`, content stream):
-    relative sinusoids through a key projection W_r of each layer, with the trainable content bias u (`r_w_bias`) and
-    position bias v (`r_r_bias`) in place of the query's absolute position. Distances are query − key, both signs
-    (XLNet's bidirectional `attn_type="bi"`; a decoder's mask hides the keys after the query), clamped to
-    ±`clamp_len` when it is > 0."""
+    """Transformer-XL's relative attention as XLNet runs it (`rel_attn_core`, content stream, `attn_type="bi"`)."""
 
     knobs = TransformerXLKnobs
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self.clamp_len = int(config.position_encoding_knobs.clamp_len)
+        self.clamp_len = config.position_encoding_parameters["clamp_len"]
         self.dim = config.hidden_size
 
     def relative_scores(self, query_positions, key_positions) -> TransformerXLScores:
@@ -275,9 +249,6 @@ class TransformerXLPositionEncoding(RelativePositionEncoding):
     @staticmethod
     def layer_table(config: Any) -> nn.Module:
         return TransformerXLLayerParameters(config)
-
-
-# --- TUPE -----------------------------------------------------------------------------------------------------------
 
 
 class TupeScores(RelativeScores):
@@ -379,7 +350,7 @@ class TupePositionEncoding(RelativePositionEncoding):
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        knobs = config.position_encoding_knobs
+        knobs = config.position_encoding_parameters
         hidden = config.hidden_size
         self.max_positions = int(config.max_position_embeddings)
         self.num_heads = config.num_attention_heads
@@ -388,15 +359,15 @@ class TupePositionEncoding(RelativePositionEncoding):
         self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
         self.query = nn.Linear(hidden, hidden, bias=config.use_bias)  # U_q
         self.key = nn.Linear(hidden, hidden, bias=config.use_bias)  # U_k
-        self.rel_pos, self.cls_reset = bool(knobs.tupe_rel_pos), bool(knobs.tupe_cls_reset)
+        self.rel_pos, self.cls_reset = knobs["tupe_rel_pos"], knobs["tupe_cls_reset"]
         self.bidirectional = not config.is_decoder
-        self.num_buckets = int(knobs.relative_attention_num_buckets)
-        self.max_distance = int(knobs.relative_attention_max_distance)
+        self.num_buckets = knobs["relative_attention_num_buckets"]
+        self.max_distance = knobs["relative_attention_max_distance"]
         if self.rel_pos:  # one spare bucket for the [CLS] reset
             self.relative_attention_bias = nn.Embedding(self.num_buckets + 1, config.num_attention_heads)
 
     def relative_scores(self, query_positions, key_positions) -> TupeScores:
-        # Checked in eager calls only, as the learned table (traced, the positions are not on the host).
+        # eager calls only, as the learned table
         if (
             not torch.compiler.is_compiling()
             and query_positions.numel()
@@ -414,24 +385,19 @@ class TupePositionEncoding(RelativePositionEncoding):
         return 0.5**0.5  # q·k / √(2d)
 
 
-# --- DeBERTa --------------------------------------------------------------------------------------------------------
-
-
 def deberta_log_bucket(distance: torch.Tensor, position_buckets: int, max_relative_positions: int) -> torch.Tensor:
-    """DeBERTa-v2's log bucket of a query − key distance: exact within ±position_buckets/2, logarithmic up to
-    `max_relative_positions`. transformers' own function, so the buckets are DeBERTa's by construction."""
+    """DeBERTa-v2's log bucket of a query − key distance (transformers' own function)."""
     from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 
     return make_log_bucket_position(distance, position_buckets, max_relative_positions).long()
 
 
 class DebertaLayerParameters(nn.Module):
-    """One layer's own position projections when `share_att_key=False` (transformers' `pos_key_proj` for c2p,
-    `pos_query_proj` for p2c); with `share_att_key=True` (DeBERTa-v2/v3) the layer's query and key projections serve."""
+    """One layer's position projections when `share_att_key=False` (transformers' `pos_key_proj`, `pos_query_proj`)."""
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        terms, hidden = config.position_encoding_knobs.pos_att_type, config.hidden_size
+        terms, hidden = config.position_encoding_parameters["pos_att_type"], config.hidden_size
         if "c2p" in terms:
             self.pos_key_proj = nn.Linear(hidden, hidden, bias=config.use_bias)
         if "p2c" in terms:
@@ -499,26 +465,22 @@ class DebertaScores(RelativeScores):
 
 @register_position_encoding("deberta")
 class DebertaPositionEncoding(RelativePositionEncoding):
-    """DeBERTa-v2's disentangled attention (transformers' `DisentangledSelfAttention`): content-to-position and
-    position-to-content terms (`pos_att_type`) through relative embeddings shared by every layer, log buckets
-    (`position_buckets`, `max_relative_positions`: -1 takes max_position_embeddings), `share_att_key`, `norm_rel_ebd`;
-    every score scaled by 1/√(d·(1 + number of terms)). The relative embeddings get dropout (hidden_dropout_prob) in
-    each layer, as DeBERTa's `pos_dropout`."""
+    """DeBERTa-v2's disentangled attention (transformers' `DisentangledSelfAttention`); the relative embeddings get
+    dropout (hidden_dropout_prob) in each layer, as DeBERTa's `pos_dropout`."""
 
     knobs = DebertaKnobs
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        knobs = config.position_encoding_knobs
-        self.terms = knobs.pos_att_type
-        self.share_att_key = bool(knobs.share_att_key)
-        self.position_buckets = int(knobs.position_buckets)
-        self.max_relative_positions = int(knobs.relative_span(config))
+        knobs = config.position_encoding_parameters
+        self.terms = tuple(knobs["pos_att_type"])
+        self.share_att_key = knobs["share_att_key"]
+        self.position_buckets = knobs["position_buckets"]
+        self.max_relative_positions = deberta_reach(knobs["max_relative_positions"], config)
         self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
         self.rel_embeddings = nn.Embedding(2 * self.span, config.hidden_size)
-        self.norm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if knobs.norm_rel_ebd == "layer_norm" else None
-        )
+        layer_norm = knobs["norm_rel_ebd"] == "layer_norm"
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if layer_norm else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def relative_embeddings(self) -> torch.Tensor:
@@ -533,11 +495,11 @@ class DebertaPositionEncoding(RelativePositionEncoding):
 
     @staticmethod
     def layer_table(config: Any) -> nn.Module | None:
-        return None if config.position_encoding_knobs.share_att_key else DebertaLayerParameters(config)
+        return None if config.position_encoding_parameters["share_att_key"] else DebertaLayerParameters(config)
 
     @staticmethod
     def content_scale(config: Any) -> float:
-        return (1 + len(config.position_encoding_knobs.pos_att_type)) ** -0.5
+        return (1 + len(config.position_encoding_parameters["pos_att_type"])) ** -0.5
 
 
 #: The built-in relative encodings (registered when this module is imported).

@@ -1,22 +1,9 @@
-"""What a multimodal position scheme and a frequency allocation can be set to, and what they can do.
+"""What a position scheme and a frequency allocation can be set to, and what they can do.
 
-A multimodal RoPE is a *position design* (`@register_position_scheme` in position_schemes.py) plus a *frequency
-allocation* (`@register_axis_allocation` in axis_allocations.py). Each is one registration, and the registration carries a knob
-dataclass:
-
-- `SchemeKnobs`: the scheme's settings as fields with their defaults and checks (read from `rope_parameters` under
-  their own names, as transformers keeps rotary settings flat there), the rope_parameters it fills in when the
-  scheme is named (its `axes` and `axis_allocation`), the paper's `mrope_section` split scaled to the model's head
-  (`default_mrope_section`), the axes it places tokens on, and its `capabilities` (`SchemeCapabilities`: video
-  segments, a KV cache, packed rows). Positions hold no weights, so a scheme has no weight-init hook; a learnable
-  rotary kind (GRAPE-M) initialises its own module.
-- `AxisAllocationKnobs`: the allocation's `mrope_section` (what it counts: frequency pairs or attention heads per
-  axis, or nothing) with its check against the head, whether it rotates each head its own way (`headwise`, which
-  linear attention cannot run), and whether each axis gets its own frequency ladder (`axis_ladders`).
-
-Each built-in is declared once, where its function is registered (position_schemes.py, axis_allocations.py): a
-scheme's knob class is made from its function's keyword-only arguments (names and defaults) and the checks and class
-variables its registration gives. A plugin passes its own class to the decorator, or gets one made the same way.
+A multimodal RoPE is a *position design* (`register_position_scheme`, position_schemes.py) plus a *frequency
+allocation* (`register_axis_allocation`, axis_allocations.py); each registration carries a knob dataclass, the one
+place its knobs' defaults and checks live: `SchemeKnobs` (made from the scheme function's keyword-only arguments) and
+`AxisAllocationKnobs` (`mrope_section`, and what the allocation is).
 """
 
 from __future__ import annotations
@@ -31,7 +18,7 @@ from .registries import AXIS_ALLOCATIONS, POSITION_SCHEMES, is_int, is_positive_
 
 @dataclass(frozen=True)
 class Knob:
-    """One knob's check, and what it must be (the error message says so)."""
+    """One knob's check, and what it must be (for the message)."""
 
     description: str
     check: Callable[[Any], bool]
@@ -47,38 +34,27 @@ BOOL = Knob("True or False", _is_bool)
 
 @dataclass(frozen=True)
 class SchemeCapabilities:
-    """What a position scheme works with; each flag is read where that decision is made (named per flag)."""
+    """What a position scheme works with; each flag is read where that decision is made."""
 
-    #: Video segments (`video_grid_thw`): `positions.build_position_ids`.
-    video: bool = True
-    #: Decoding with a KV cache, text continuing after the prompt's layout (`positions.decoding_position_ids`;
-    #: rope_2d_rows has none: its rows do not advance with each token).
-    cache: bool = True
-    #: Padding-free packed rows, every sequence laid out alone (the same `compute_position_ids`).
-    packing: bool = True
+    video: bool = True  # video segments (positions.build_position_ids)
+    cache: bool = True  # text continuing after a cached prompt (positions.decoding_position_ids; not rope_2d_rows)
+    packing: bool = True  # padding-free packed rows (modeling_roformer_ext_vision)
 
 
 @dataclass(frozen=True)
 class SchemeKnobs:
-    """No knobs (rope_1d, rope_2d_rows, rope_tie, rope_tie_v2, mrope, qwen3_vl, vrope). A subclass lists a scheme's
-    knobs as fields with defaults (the scheme function's keyword-only arguments, same names and defaults: a test
-    checks) and each knob's check in `checks`; the class variables describe the scheme."""
+    """No knobs. A subclass lists a scheme's knobs as fields (its function's keyword-only arguments and defaults) and
+    their checks in `checks`; the class variables are what naming the scheme fills in and what it can do."""
 
-    #: The scheme, for messages.
-    scheme: ClassVar[str] = "this scheme"
-    #: rope_parameters['axes'] filled in when the scheme is named and axes are not given (None: the config's default).
-    default_axes: ClassVar[int | None] = None
-    #: rope_parameters['axis_allocation'] filled in likewise: the frequency allocation the paper pairs it with.
-    default_allocation: ClassVar[str | None] = None
-    #: The axes it can place tokens on.
+    scheme: ClassVar[str] = "this scheme"  # for messages
+    default_axes: ClassVar[int | None] = None  # rope_parameters['axes'] when not given (None: the config's default)
+    default_allocation: ClassVar[str | None] = None  # rope_parameters['axis_allocation'] likewise
     allowed_axes: ClassVar[tuple[int, ...]] = (1, 2, 3)
-    #: The paper's (t, h, w) split of what its allocation's `mrope_section` counts (`section_counts`): a head's
-    #: rotary pairs at head_dim 128, or MHRoPE's heads (of 8), scaled to the model when an allocation counting the same
-    #: gets no `mrope_section` (`default_mrope_section`); None: no published split.
+    #: The paper's (t, h, w) split of what its allocation's `mrope_section` counts (`section_counts`), scaled to the
+    #: model (`default_mrope_section`); None: no published split.
     mrope_section_ratio: ClassVar[tuple[int, ...] | None] = None
     capabilities: ClassVar[SchemeCapabilities] = SchemeCapabilities()
-    #: knob name -> its check; a value that fails it is a ValueError naming rope_parameters[knob].
-    checks: ClassVar[dict[str, Knob]] = {}
+    checks: ClassVar[dict[str, Knob]] = {}  # knob name -> its check
 
     def __post_init__(self) -> None:
         for name, knob in self.checks.items():
@@ -95,7 +71,7 @@ class SchemeKnobs:
 
     @classmethod
     def from_rope_parameters(cls, rope_parameters: dict) -> SchemeKnobs:
-        """The knobs `rope_parameters` sets (the rest take their defaults), checked."""
+        """The knobs `rope_parameters` sets (the rest at their defaults), checked."""
         values = {name: rope_parameters[name] for name in cls.names() if name in rope_parameters}
         missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
         if missing:
@@ -110,15 +86,13 @@ class SchemeKnobs:
 
     @classmethod
     def section_counts(cls) -> str:
-        """What `mrope_section_ratio` counts: "heads" where the paper's allocation is head-wise, "pairs" otherwise."""
+        """What `mrope_section_ratio` counts: "heads" for a head-wise paper allocation, else "pairs"."""
         return allocation_knobs_class(cls.default_allocation).section or "pairs"
 
     @classmethod
     def default_mrope_section(cls, count: Any) -> list[int] | None:
-        """The paper's split scaled to `count` (head_dim // 2 rotary pairs, or the attention heads where the split
-        counts heads), summing to exactly `count` (largest remainders round up; every axis keeps at least one),
-        or None without a paper split. E.g. Qwen2-VL's [16, 24, 24] gives [4, 6, 6] for head_dim 32; MHRoPE's
-        [2, 3, 3] gives [1, 2, 1] for 4 heads."""
+        """The paper's split scaled to `count` pairs or heads, summing to it (largest remainders round up, every axis
+        keeps one), or None: Qwen2-VL's [16, 24, 24] is [4, 6, 6] at head_dim 32."""
         ratio = cls.mrope_section_ratio
         if ratio is None or not is_int(count) or count < len(ratio):
             return None
@@ -146,7 +120,7 @@ class SchemeKnobs:
         )
 
 
-#: GRAPE-M's keys (the "grape_m" rotary kind's settings, beside the scheme's in rope_parameters).
+#: GRAPE-M's keys (the "grape_m" rotary kind's settings, in rope_parameters).
 GRAPE_KNOBS: dict[str, Knob] = {
     "grape_log_freq_scale": POSITIVE,
     "grape_learnable_freq": BOOL,
@@ -155,9 +129,8 @@ GRAPE_KNOBS: dict[str, Knob] = {
 
 
 def knobs_from_signature(name: str, scheme: Callable, **class_vars: Any) -> type[SchemeKnobs]:
-    """The knob class of a scheme: its keyword-only arguments, with their defaults (those without a default are
-    required), and `class_vars` (`checks`, `default_axes`, `default_allocation`, `mrope_section_ratio`,
-    `capabilities`; `allowed_axes` defaults to the scheme's own axes where it brings them)."""
+    """A scheme's knob class: its keyword-only arguments (without a default: required) and `class_vars`;
+    `allowed_axes` defaults to `default_axes` where given."""
     try:
         parameters = inspect.signature(scheme).parameters.values()
     except (TypeError, ValueError):
@@ -176,29 +149,19 @@ def knobs_from_signature(name: str, scheme: Callable, **class_vars: Any) -> type
 
 
 def scheme_knobs_class(scheme: Any) -> type[SchemeKnobs]:
-    """The knob class of the position scheme registered as `scheme`, `SchemeKnobs` (no knobs) for an unknown name."""
+    """The knob class registered with `scheme`; `SchemeKnobs` (no knobs) for an unknown name."""
     return POSITION_SCHEMES.knobs_of(scheme) or SchemeKnobs
-
-
-def scheme_knob_names(scheme: Any) -> frozenset[str]:
-    """The rope_parameters keys that are knobs of the position scheme `scheme`."""
-    return frozenset(scheme_knobs_class(scheme).names())
 
 
 @dataclass(frozen=True)
 class AxisAllocationKnobs:
-    """A frequency allocation's one knob, `mrope_section`, and what the allocation is. A subclass sets `section`
-    (what `mrope_section` counts), `headwise`, `axis_ladders`, and may extend `check`."""
+    """An allocation's knob, `mrope_section`, and what it is: `section` (what `mrope_section` counts: None, "pairs"
+    summing to head_dim // 2, or "heads"), `headwise` (cos / sin per head: not with linear attention) and
+    `axis_ladders` (each axis its own frequency ladder, OmniGen2). A subclass may extend `check`."""
 
-    #: The allocation, for messages.
-    allocation: ClassVar[str] = "this allocation"
-    #: What rope_parameters['mrope_section'] counts: None (not read), "pairs" (frequency pairs per axis, summing to
-    #: head_dim // 2) or "heads" (attention heads per axis, at most num_attention_heads).
+    allocation: ClassVar[str] = "this allocation"  # for messages
     section: ClassVar[str | None] = None
-    #: Each attention head gets its own axes: cos / sin carry a heads axis, which linear attention cannot use (the
-    #: configuration refuses that pair).
     headwise: ClassVar[bool] = False
-    #: Each axis gets its own frequency ladder θ^(−2k/(2·n_a)) over its n_a pairs (OmniGen2).
     axis_ladders: ClassVar[bool] = False
 
     mrope_section: Any = None
@@ -208,7 +171,7 @@ class AxisAllocationKnobs:
         return cls(mrope_section=rope_parameters.get("mrope_section"))
 
     def check(self, axes: int, num_pairs: int, num_heads: int) -> None:
-        """ValueError naming the fix when the section or the head cannot carry this allocation on `axes` axes."""
+        """ValueError naming the fix when the section or the head cannot carry it on `axes` axes."""
         section, name = self.mrope_section, self.allocation
         if self.section == "heads":
             if section is None or len(section) != axes or sum(section) > num_heads:
@@ -260,7 +223,7 @@ class SplitAllocationKnobs(AxisAllocationKnobs):
 
 
 def allocation_knobs(name: str, *, section: str | None = None, headwise: bool = False, axis_ladders: bool = False):
-    """A knob class for allocation `name` with these class variables (what `register_axis_allocation`'s flags make)."""
+    """A knob class for allocation `name` with these class variables (`register_axis_allocation`'s flags)."""
     if section not in (None, "pairs", "heads"):
         raise ValueError(f"An allocation's section counts None, 'pairs' or 'heads'; got {section!r}.")
     namespace = {
@@ -276,14 +239,12 @@ def allocation_knobs(name: str, *, section: str | None = None, headwise: bool = 
 
 
 def allocation_knobs_class(allocation: Any) -> type[AxisAllocationKnobs]:
-    """The knob class of the allocation registered as `allocation`, `AxisAllocationKnobs` (no section) for an unknown
-    name."""
+    """The knob class registered with `allocation`; `AxisAllocationKnobs` for an unknown name."""
     return AXIS_ALLOCATIONS.knobs_of(allocation) or AxisAllocationKnobs
 
 
 def rotates_per_head(rope_parameters: dict) -> bool:
-    """Whether cos / sin differ per attention head (they then carry a heads axis): a head-wise allocation (MHRoPE), or
-    GRAPE with a frequency set per head (`grape_share_across_heads` False, the official code's per-head option)."""
+    """Whether cos / sin differ per head: a head-wise allocation (MHRoPE), or GRAPE not sharing across heads."""
     if allocation_knobs_class(rope_parameters.get("axis_allocation")).headwise:
         return True
     return rope_parameters.get("rope_type") == "grape_m" and rope_parameters.get("grape_share_across_heads") is False
@@ -306,6 +267,5 @@ __all__ = [
     "check_knob_class",
     "knobs_from_signature",
     "rotates_per_head",
-    "scheme_knob_names",
     "scheme_knobs_class",
 ]

@@ -1,8 +1,12 @@
 """Each position encoding's knobs (a dataclass in one nested config dict) and capabilities (read where each decision
 is made): built-ins declared once, checked, documented; a plugin's flags refuse what it cannot do, with the fix."""
 
+import json
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
@@ -19,6 +23,7 @@ from roformer_ext.encoding_knobs import (
     SinusoidalKnobs,
     T5BiasKnobs,
     TupeKnobs,
+    deberta_reach,
     knobs_class,
 )
 from roformer_ext.registries import POSITION_ENCODINGS
@@ -133,12 +138,8 @@ def test_no_cache_capability_refuses_cached_generation(unregister):
     unregister.append(name := limited_encoding(cache=False))
     model = RoFormerExtForCausalLM(tiny_config(position_encoding=name, is_decoder=True)).eval()
     ids = torch.randint(4, 90, (1, 5))
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match=f"{name}' does not support a KV cache .*with use_cache=False"):
         model.generate(ids, max_new_tokens=2, do_sample=False)
-    assert str(refused.value) == (
-        f"position_encoding={name!r} does not support a KV cache (its capabilities say so): call the model / "
-        "generate with use_cache=False."
-    )
     out = model.generate(ids, max_new_tokens=2, do_sample=False, use_cache=False)
     assert out.shape == (1, 7)
 
@@ -147,12 +148,8 @@ def test_no_packing_capability_refuses_packed_rows(unregister):
     unregister.append(name := limited_encoding(packing=False))
     model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match=f"{name}' does not support packed .*: pad the batch instead"):
         model(torch.randint(4, 90, (1, 7)), cu_seq_lens_q=cu, cu_seq_lens_k=cu)
-    assert str(refused.value) == (
-        f"position_encoding={name!r} does not support packed (padding-free) rows (its capabilities say so): pad the "
-        "batch instead (DataCollatorWithPadding), without cu_seq_lens / seq_idx."
-    )
     assert model(torch.randint(4, 90, (2, 4))).last_hidden_state.shape == (2, 4, 32)
 
 
@@ -196,9 +193,6 @@ def test_registration_refuses_a_class_without_a_knob_dataclass_or_capabilities()
 
 def test_the_documented_encoding_with_a_knob_runs(unregister):
     """docs/position-encodings.md's example, executed as written: its knob reaches the table and is checked."""
-    import re
-    from pathlib import Path
-
     docs = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
     (code,) = [block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "offset_sinusoidal" in block]
     namespace: dict = {}
@@ -217,10 +211,6 @@ def test_the_documented_encoding_with_a_knob_runs(unregister):
 
 
 def test_numpy_numbers_are_stored_as_json_takes_them():
-    import json
-
-    import numpy as np
-
     config = tiny_config(
         position_encoding="tupe",
         position_encoding_parameters={"relative_attention_num_buckets": np.int64(8), "tupe_rel_pos": True},
@@ -236,9 +226,6 @@ def test_numpy_numbers_are_stored_as_json_takes_them():
 
 
 def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
-    import re
-    from pathlib import Path
-
     docs = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
     table = docs.split("| encoding | knobs (default) |")[1].split("\n\n")[0]
     rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", table, re.M))
@@ -251,110 +238,53 @@ def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
             assert shown == repr(value).replace('"', "'"), (name, knob)
 
 
-@pytest.mark.parametrize(
-    "knob, hint", [("relative_attention_num_buckets", " (T5: 32)"), ("relative_attention_max_distance", " (T5: 128)")]
-)
-def test_t5_bias_knobs_name_t5s_value_when_refusing_a_non_positive_count(knob, hint):
-    with pytest.raises(ValueError) as refused:
-        T5BiasKnobs(**{knob: 0})
-    assert str(refused.value) == f"t5_bias's {knob} must be a positive integer{hint}; got 0."
+#: (knob class, knobs, the config they need or None, key phrase of the refusal or None: taken).
+EDGES = [
+    (ShawKnobs, {"max_relative_position": 1}, None, None),
+    (ShawKnobs, {"max_relative_position": 0}, None, r"shaw's max_relative_position must be a positive integer \(Shaw et al.: 16\); got 0"),
+    (SinusoidalKnobs, {"sinusoidal_scale": 0}, None, r"sinusoidal_scale must be a positive number \(finite, > 0; 1.0 is Vaswani's"),
+    (T5BiasKnobs, {"relative_attention_num_buckets": 0}, None, r"t5_bias's relative_attention_num_buckets must be a positive integer \(T5: 32\)"),
+    (T5BiasKnobs, {"relative_attention_max_distance": 0}, None, r"relative_attention_max_distance must be a positive integer \(T5: 128\)"),
+    (TupeKnobs, {"relative_attention_num_buckets": 0}, None, r"tupe's relative_attention_num_buckets must be a positive integer \(TUPE: 32\)"),
+    (TupeKnobs, {"relative_attention_max_distance": 0}, None, r"relative_attention_max_distance must be a positive integer \(TUPE: 128\)"),
+    (TupeKnobs, {"tupe_rel_pos": False, "relative_attention_num_buckets": 2}, None, None),
+    *[(T5BiasKnobs, {"relative_attention_num_buckets": b, "relative_attention_max_distance": d}, None,
+       None if ok else rf"t5_bias needs relative_attention_num_buckets >= 4 and .* \(T5: 32 and 128\); got {b} and {d}")
+      for b, d, ok in [(4, 3, True), (4, 2, False), (3, 100, False), (6, 3, False)]],
+    *[(TupeKnobs, {"relative_attention_num_buckets": b, "relative_attention_max_distance": d}, None,
+       None if ok else rf"tupe's relative bias \(tupe_rel_pos=True\) needs an even .*\(TUPE: 32 and 128\); got {b} and {d}")
+      for b, d, ok in [(4, 3, True), (4, 2, False), (2, 100, False), (5, 100, False), (6, 3, False)]],
+    # DeBERTa's log buckets (position_buckets, max_relative_positions; <= 0: max_position_embeddings = 64)
+    *[(DebertaKnobs, {"position_buckets": b, "max_relative_positions": r}, SimpleNamespace(max_position_embeddings=64),
+       None if ok else rf"deberta's log buckets need position_buckets >= 2 .*got position_buckets={b}, "
+       rf"max_relative_positions={r}\. Raise max_relative_positions or set position_buckets=-1")
+      for b, r, ok in [(0, 1, True), (-1, 1, True), (2, 3, True), (4, 4, True), (6, 5, True), (100, 0, True),
+                       (1, 100, False), (2, 2, False), (4, 3, False), (6, 4, False)]],
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "knobs, knob, message",
-    [
-        (
-            SinusoidalKnobs,
-            "sinusoidal_scale",
-            "sinusoidal's sinusoidal_scale must be a positive number (finite, > 0; 1.0 is Vaswani's table); got 0.",
-        ),
-        (
-            ShawKnobs,
-            "max_relative_position",
-            "shaw's max_relative_position must be a positive integer (Shaw et al.: 16); got 0.",
-        ),
-        (
-            TupeKnobs,
-            "relative_attention_num_buckets",
-            "tupe's relative_attention_num_buckets must be a positive integer (TUPE: 32); got 0.",
-        ),
-        (
-            TupeKnobs,
-            "relative_attention_max_distance",
-            "tupe's relative_attention_max_distance must be a positive integer (TUPE: 128); got 0.",
-        ),
-    ],
-)
-def test_each_encodings_refusal_names_the_papers_value(knobs, knob, message):
-    with pytest.raises(ValueError) as refused:
-        knobs(**{knob: 0})
-    assert str(refused.value) == message
+@pytest.mark.parametrize(("knobs", "values", "config", "refused"), EDGES)
+def test_each_knob_at_its_edges_with_the_papers_value_in_the_refusal(knobs, values, config, refused):
+    if refused is None:
+        made = knobs(**values)
+        assert {k: getattr(made, k) for k in values} == values
+        made.check(config)
+        return
+    with pytest.raises(ValueError, match=refused):
+        knobs(**values).check(config)
 
 
-def test_t5_bias_takes_four_buckets_and_a_distance_beyond_half_of_them():
-    assert T5BiasKnobs(relative_attention_num_buckets=4, relative_attention_max_distance=3).to_dict() == {
-        "relative_attention_num_buckets": 4,
-        "relative_attention_max_distance": 3,
-    }
-    for buckets, distance in ((4, 2), (3, 100), (6, 3)):
-        with pytest.raises(ValueError) as refused:
-            T5BiasKnobs(relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
-        assert str(refused.value) == (
-            "t5_bias needs relative_attention_num_buckets >= 4 and relative_attention_max_distance larger than half "
-            f"the buckets (T5: 32 and 128); got {buckets} and {distance}."
-        )
-
-
-def test_tupe_takes_four_even_buckets_and_a_distance_beyond_half_of_them():
-    knobs = TupeKnobs(relative_attention_num_buckets=4, relative_attention_max_distance=3)
-    assert (knobs.relative_attention_num_buckets, knobs.relative_attention_max_distance) == (4, 3)
-    for buckets, distance in ((4, 2), (2, 100), (5, 100), (6, 3)):
-        with pytest.raises(ValueError) as refused:
-            TupeKnobs(relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
-        assert str(refused.value) == (
-            "tupe's relative bias (tupe_rel_pos=True) needs an even relative_attention_num_buckets >= 4 and "
-            "relative_attention_max_distance larger than half the buckets (TUPE: 32 and 128); got "
-            f"{buckets} and {distance}."
-        )
-    assert TupeKnobs(tupe_rel_pos=False, relative_attention_num_buckets=2).relative_attention_num_buckets == 2
-
-
-def test_shaw_takes_a_clipping_distance_of_one():
-    assert ShawKnobs(max_relative_position=1).max_relative_position == 1
-
-
-def test_deberta_reach_and_log_bucket_check_at_their_edges():
+def test_deberta_reach_is_the_models_length_unless_positive():
     config = SimpleNamespace(max_position_embeddings=64)
-    assert DebertaKnobs(max_relative_positions=0).relative_span(config) == 64  # <= 0: the model's length
-    assert DebertaKnobs(max_relative_positions=1).relative_span(config) == 1
-    assert DebertaKnobs(max_relative_positions=-1).relative_span(config) == 64
-    accepted = [(0, 1), (-1, 1), (2, 3), (4, 4), (6, 5)]  # (position_buckets, max_relative_positions)
-    for buckets, reach in accepted:
-        DebertaKnobs(position_buckets=buckets, max_relative_positions=reach).check(config)
-    for buckets, reach in [(1, 100), (2, 2), (4, 3), (6, 4)]:
-        with pytest.raises(ValueError) as refused:
-            DebertaKnobs(position_buckets=buckets, max_relative_positions=reach).check(config)
-        assert str(refused.value) == (
-            "deberta's log buckets need position_buckets >= 2 and max_relative_positions - 1 larger than half of "
-            f"them (DeBERTa-v3: 256 and 512); got position_buckets={buckets}, max_relative_positions={reach}. Raise "
-            "max_relative_positions or set position_buckets=-1."
-        )
+    assert [deberta_reach(value, config) for value in (0, 1, -1)] == [64, 1, 64]
 
 
-def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes():
-    cases = [
-        (
-            TupeKnobs,
-            None,
-            "'tupe'",
-            "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', 'relative_attention_max_distance'",
-        ),
-        (EncodingKnobs, "rope", "'rope'", "no knobs"),
-    ]
-    for knobs, encoding, name, takes in cases:
-        with pytest.raises(ValueError) as refused:
-            knobs.from_dict({"nope": 1, "also": 2}, encoding)
-        assert str(refused.value) == (
-            f"position_encoding_parameters has 'also', 'nope', which position_encoding={name} does not take; it "
-            f"takes {takes}. Remove them, or choose the encoding they belong to."
-        )
+@pytest.mark.parametrize(
+    ("knobs", "encoding", "name", "takes"),
+    [(TupeKnobs, None, "'tupe'", "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', "
+      "'relative_attention_max_distance'"), (EncodingKnobs, "rope", "'rope'", "no knobs")],
+)  # fmt: skip
+def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes(knobs, encoding, name, takes):
+    with pytest.raises(ValueError, match=re.escape(f"has 'also', 'nope', which position_encoding={name} does not take; "
+                                                   f"it takes {takes}. Remove them")):  # fmt: skip
+        knobs.from_dict({"nope": 1, "also": 2}, encoding)
