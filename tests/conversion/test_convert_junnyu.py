@@ -9,6 +9,8 @@ converted folders are checked against the outputs bert4keras computed, at the or
 tolerances.
 """
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -17,47 +19,34 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_convert_original import FIXTURES, INPUTS, compare, run_outputs
+from test_convert_original import FIXTURES, INPUTS, assert_reproduces, assert_reproduces_unilm
 
-from roformer_ext.conversion import CheckpointConversionError
 from roformer_ext.conversion.cli import main
 from roformer_ext.conversion.from_transformers import convert_transformers_checkpoint, detect_source_kind
 from roformer_ext.conversion.tf_checkpoint import read_tf_checkpoint
 
-#: How each fixture is laid out as junnyu's Hub folder: extra config keys, architecture, file, key prefix.
+#: How each fixture is laid out as junnyu's Hub folder (extra config keys, architecture, weights file), what it is
+#: detected as, and what it becomes (our architecture, pooler activation).
 LAYOUTS = {
     "roformer_v1": dict(
         config={"norm_type": "layer_norm", "use_bias": True, "pooler_activation": "linear"},  # his defaults
-        architecture="RoFormerForMaskedLM",
-        weights="model.safetensors",
-        kind="junnyu-v1",
+        architecture="RoFormerForMaskedLM", weights="model.safetensors", kind="junnyu-v1", shown="junnyu v1",
+        ours=("RoFormerExtForMaskedLM", None),
     ),
     "roformer_v2": dict(  # junnyu/roformer_v2_chinese_char_{small,base,large}
         config={"norm_type": "rms_norm", "use_bias": False},
-        architecture="RoFormerForMaskedLM",
+        architecture="RoFormerForMaskedLM", kind="junnyu-v2", shown="junnyu V2", ours=("RoFormerExtForMaskedLM", None),
         weights="legacy.bin",  # his converter: torch.save(..., _use_new_zipfile_serialization=False)
-        kind="junnyu-v2",
     ),
     "roformer_sim": dict(  # junnyu/roformer_chinese_sim_char_{small,base}
-        config={"pooler_activation": "linear"},
-        architecture="RoFormerForCausalLM",
-        weights="model.safetensors",
-        kind="junnyu-sim",
+        config={"pooler_activation": "linear"}, architecture="RoFormerForCausalLM", weights="model.safetensors",
+        kind="junnyu-sim", shown="junnyu Sim", ours=("RoFormerExtForMaskedLM", "linear"),
     ),
     "roformer_sim_ft": dict(  # junnyu/roformer_chinese_sim_char_ft_{small,base}: a bare model, no prefix
-        config={"pooler_activation": "linear"},
-        architecture="RoFormerModel",
-        weights="pytorch_model.bin",
-        kind="junnyu-sim",
-        bare=True,
+        config={"pooler_activation": "linear"}, architecture="RoFormerModel", weights="pytorch_model.bin",
+        kind="junnyu-sim", shown="junnyu Sim", ours=("RoFormerExtModel", "linear"), bare=True,
     ),
-}
-EXPECTED = {
-    "roformer_v1": ("RoFormerExtForMaskedLM", None),
-    "roformer_v2": ("RoFormerExtForMaskedLM", None),
-    "roformer_sim": ("RoFormerExtForMaskedLM", "linear"),
-    "roformer_sim_ft": ("RoFormerExtModel", "linear"),
-}
+}  # fmt: skip
 
 
 def junnyu_name(tf_name: str) -> str:
@@ -117,10 +106,10 @@ def junnyu_config(name: str) -> dict:
     }
 
 
-def write_junnyu_folder(name: str, folder: Path, config: dict | None = None) -> Path:
-    """A Hub-style folder: config.json, the weights in the layout's file format, vocab.txt."""
+def write_junnyu_folder(name: str, folder: Path, config: dict | None = None, state: dict | None = None) -> Path:
+    """A Hub-style folder: config.json, the weights (default: his) in the layout's file format, vocab.txt."""
     folder.mkdir(parents=True)
-    state = junnyu_state(name)
+    state = state or junnyu_state(name)
     weights = LAYOUTS[name]["weights"]
     if weights == "model.safetensors":
         tied = {k: v.clone() for k, v in state.items()}  # safetensors refuses shared storage
@@ -135,45 +124,35 @@ def write_junnyu_folder(name: str, folder: Path, config: dict | None = None) -> 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> dict[str, Path]:
+    """Each layout converted once by the CLI (its stderr kept under "NAME/stderr")."""
     root = tmp_path_factory.mktemp("junnyu")
     out = {}
     for name in LAYOUTS:
         src = write_junnyu_folder(name, root / "hub" / name)
-        assert main(["transformers", str(src), str(root / name)]) == 0
-        out[name] = root / name
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            assert main(["transformers", str(src), str(root / name)]) == 0
+        out[name], out[f"{name}/stderr"] = root / name, err.getvalue()
     return out
 
 
-# ------------------------------------------------------------------------------------------- fidelity
 @pytest.mark.parametrize("name", LAYOUTS)
 @pytest.mark.parametrize("input_name", INPUTS)
 def test_reproduces_bert4keras_outputs(converted, name, input_name):
-    reference = np.load(FIXTURES / name / "reference_outputs.npz")
-    ours = run_outputs(converted[name], reference, input_name)
-    stored = {key.split("/")[1] for key in reference.files if key.startswith(f"{input_name}/")}
-    wanted = stored - {"token_ids", "segment_ids", "attention_mask", "pooler_output_tanh"}
-    wanted = {w for w in wanted if not w.startswith("unilm_")}
-    assert wanted <= set(ours), f"no counterpart for {sorted(wanted - set(ours))}"
-    assert "sequence_output" in wanted
-    for array in sorted(wanted):
-        compare(reference, f"{input_name}/{array}", ours[array])
+    assert_reproduces(converted[name], name, input_name)
 
 
 @pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
 def test_sim_unilm_outputs(converted, input_name):
     """junnyu's RoFormerForCausalLM reads the source bidirectionally: the UniLM mask on our MLM model."""
-    reference = np.load(FIXTURES / "roformer_sim" / "reference_outputs.npz")
-    ours = run_outputs(converted["roformer_sim"], reference, input_name, unilm=True)
-    arrays = [k for k in reference.files if k.startswith(f"{input_name}/unilm_")]
-    assert len(arrays) == 4
-    for key in arrays:
-        compare(reference, key, ours[key.split("/")[1]])
+    assert_reproduces_unilm(converted["roformer_sim"], input_name)
 
 
-# ------------------------------------------------------------------------------------ what is written
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_written_folder(converted, name):
-    architecture, pooler = EXPECTED[name]
+    layout = LAYOUTS[name]
+    architecture, pooler = layout["ours"]
+    assert f"roformer-ext-convert: Detected {layout['shown']} -> {architecture}.\n" in converted[f"{name}/stderr"]
+    assert detect_source_kind(junnyu_config(name), junnyu_state(name)) == layout["kind"]
     config = json.loads((converted[name] / "config.json").read_text())
     v2 = name == "roformer_v2"
     assert config["architectures"] == [architecture] and config["model_type"] == "roformer_ext"
@@ -209,22 +188,6 @@ def test_sim_without_vocabulary_gets_no_generation_config(tmp_path, capsys):
     assert (tmp_path / "out" / "modules.json").is_file()
 
 
-@pytest.mark.parametrize(
-    ("name", "line"),
-    [
-        ("roformer_v1", "Detected junnyu v1 -> RoFormerExtForMaskedLM."),
-        ("roformer_v2", "Detected junnyu V2 -> RoFormerExtForMaskedLM."),
-        ("roformer_sim", "Detected junnyu Sim -> RoFormerExtForMaskedLM."),
-        ("roformer_sim_ft", "Detected junnyu Sim -> RoFormerExtModel."),
-    ],
-)
-def test_cli_prints_the_detected_kind(tmp_path, capsys, name, line):
-    src = write_junnyu_folder(name, tmp_path / name)
-    assert main(["transformers", str(src), str(tmp_path / "out")]) == 0
-    assert f"roformer-ext-convert: {line}\n" in capsys.readouterr().err
-    assert detect_source_kind(junnyu_config(name), junnyu_state(name)) == LAYOUTS[name]["kind"]
-
-
 def test_detection_of_transformers_folders():
     plain = {"model_type": "roformer", "hidden_size": 64}
     assert detect_source_kind(plain, ["roformer.embeddings.word_embeddings.weight"]) == "transformers"
@@ -257,37 +220,29 @@ def test_pooler_without_its_activation_needs_the_option(tmp_path, capsys):
     assert "--pooler-activation linear" in (tmp_path / "out" / "README.md").read_text()
 
 
-def test_unsupported_pooler_activation(tmp_path):
-    src = write_junnyu_folder(
-        "roformer_sim", tmp_path / "sim", {**junnyu_config("roformer_sim"), "pooler_activation": "relu"}
-    )
-    with pytest.raises(CheckpointConversionError, match="Unknown pooler_activation 'relu'"):
-        convert_transformers_checkpoint(src, tmp_path / "out")
+def _untie(state: dict) -> dict:
+    return {**state, "cls.predictions.decoder.weight": state["cls.predictions.decoder.weight"] + 1.0}
 
 
-def test_pooler_activation_option_without_a_pooler(tmp_path, capsys):
-    src = write_junnyu_folder("roformer_v2", tmp_path / "v2")
-    assert main(["transformers", str(src), str(tmp_path / "out"), "--pooler-activation", "tanh"]) == 1
-    assert "the checkpoint has no pooler" in capsys.readouterr().err
+# fmt: off
+REFUSALS = {  # layout, config changes, state edit, extra arguments, key phrase of the error
+    "unsupported pooler activation": ("roformer_sim", {"pooler_activation": "relu"}, None, [], "Unknown pooler_activation 'relu'"),
+    "--pooler-activation without a pooler": ("roformer_v2", {}, None, ["--pooler-activation", "tanh"], "the checkpoint has no pooler"),
+    "untied decoder": ("roformer_v2", {}, _untie, [], "differs from the word embeddings"),
+    # a V2 config over v1 weights: the biases and norms have nowhere to go, and the error says which
+    "V2 config over v1 weights": ("roformer_v1", {"use_bias": False, "norm_type": "rms_norm"}, None, [], r"unexpected: .*roformer\.embeddings\.norm\.bias"),
+}
+# fmt: on
 
 
-def test_untied_decoder_is_refused(tmp_path):
-    src = write_junnyu_folder("roformer_v2", tmp_path / "v2")
-    state = torch.load(src / "pytorch_model.bin", weights_only=True)
-    state["cls.predictions.decoder.weight"] = state["cls.predictions.decoder.weight"] + 1.0
-    torch.save(state, src / "pytorch_model.bin")
-    with pytest.raises(CheckpointConversionError, match="differs from the word embeddings"):
-        convert_transformers_checkpoint(src, tmp_path / "out")
+@pytest.mark.parametrize("case", REFUSALS)
+def test_refusals(tmp_path, capsys, case):
+    name, changes, edit, extra, phrase = REFUSALS[case]
+    state = edit(junnyu_state(name)) if edit else None
+    src = write_junnyu_folder(name, tmp_path / "src", {**junnyu_config(name), **changes}, state)
+    assert main(["transformers", str(src), str(tmp_path / "out"), *extra]) == 1
+    assert re.search(phrase, capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
-
-
-def test_v2_config_with_v1_weights_lists_the_differences(tmp_path):
-    """A V2 config over v1 weights: the biases and norms have nowhere to go, and the error says which."""
-    src = write_junnyu_folder(
-        "roformer_v1", tmp_path / "v1", {**junnyu_config("roformer_v1"), "use_bias": False, "norm_type": "rms_norm"}
-    )
-    with pytest.raises(CheckpointConversionError, match=r"unexpected: .*roformer\.embeddings\.norm\.bias"):
-        convert_transformers_checkpoint(src, tmp_path / "out")
 
 
 def test_use_bias_and_norm_type_are_independent(tmp_path):
