@@ -8,8 +8,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# The tests are grouped by idea in folders; a test may reuse another folder's helpers (the converted fixtures of
-# conversion/, say) by module name, as pytest imports test modules.
+# Tests are grouped in folders; a test may import another folder's helpers by module name.
 for _folder in sorted(Path(__file__).resolve().parent.iterdir()):
     if _folder.is_dir() and _folder.name not in ("fixtures", "transformers_suite", "__pycache__"):
         sys.path.append(str(_folder))
@@ -24,9 +23,8 @@ from roformer_ext.encoding_knobs import knobs_class  # noqa: E402
 
 
 def knob_kwargs(encoding: str, knobs: dict, overrides: dict) -> dict:
-    """Config keyword arguments for a test helper: `overrides`, with the position-encoding knobs among them joined to
-    the helper's `knobs` in `position_encoding_parameters`, keeping those `encoding` takes (a helper's shared knobs
-    serve several encodings)."""
+    """Config keyword arguments: `overrides`, with the position-encoding knobs among them and those of `knobs` that
+    `encoding` takes joined in `position_encoding_parameters`."""
     overrides = dict(overrides)
     encoding = overrides.pop("position_encoding", encoding)
     names = knobs_class(encoding).names()
@@ -55,17 +53,15 @@ def tiny_config(**overrides) -> RoFormerExtConfig:
     return RoFormerExtConfig(**values)
 
 
-#: What a position-sensitive model changes from the tiny config: weights large enough that attention is sharp (with
-#: initializer_range 0.02 the scores are ~1e-3 and attention is nearly uniform, so positions barely matter) and a small
-#: rope_theta, so neighbouring positions already differ by large angles in every frequency pair.
+#: What a position-sensitive model changes from the tiny config: weights large enough that attention is sharp (at 0.02
+#: attention is nearly uniform and positions barely matter) and a small rope_theta (large angles between neighbours).
 POSITION_SENSITIVE = {"initializer_range": 0.2, "rope_theta": 100.0}
 #: How far a deliberate position error must move the outputs, in units of the test's tolerance.
 SENSITIVITY_FACTOR = 100.0
 
 
 def position_sensitive_config(config_class: type | None = None, **overrides):
-    """`tiny_config` (or `config_class(**overrides)`, e.g. the vision-text config with its sizes) whose outputs depend
-    strongly on positions: a test that claims two paths give the same positions is blind on the tiny config, where
+    """`tiny_config` (or `config_class(**overrides)`) whose outputs depend strongly on positions: on the tiny config,
     multiplying every position by 7 moves the outputs by ~4e-4. `rope_theta` joins the given `rope_parameters`."""
     overrides = dict(overrides)
     rope = {"rope_theta": POSITION_SENSITIVE["rope_theta"], **(overrides.pop("rope_parameters", None) or {})}
@@ -76,8 +72,8 @@ def position_sensitive_config(config_class: type | None = None, **overrides):
 
 
 def shifted_positions(position_ids: torch.Tensor) -> torch.Tensor:
-    """Every position from 3 on one further: a relative error (a wrong text-image offset, a cache off by one) that a
-    uniform shift would not be for RoPE. Restarts at 0 and the order stay, so packed rows stay packed."""
+    """Every position from 3 on one further: a relative error (a wrong text-image offset, a cache off by one); restarts
+    at 0 and the order stay, so packed rows stay packed."""
     return position_ids + (position_ids >= 3).to(position_ids.dtype)
 
 
@@ -87,13 +83,10 @@ def scaled_positions(position_ids: torch.Tensor) -> torch.Tensor:
 
 
 class perturbed_positions:
-    """Within the block, the model's position code sees `perturb(position_ids)`: where the base model hands positions
-    to the attention plan (`attention_plan`: RoPE's cos / sin, relative terms, key positions) and to the embeddings
-    (absolute encodings). Whatever path chose the positions (packed, left-padded, cached, vision layout), the error
-    lands where a wrong position would. The cached keys of a relative encoding (`key_positions`, numbered back from the
-    last query over the real tokens) are numbered from the unperturbed queries and then perturbed the same way:
-    numbered back from the perturbed query they would come out consecutive again, and the error would reach only the
-    queries (measured: alibi with a static cache, 35x instead of a few hundred x 1e-4)."""
+    """Within the block, the model's position code sees `perturb(position_ids)` where the base model hands positions
+    to the attention plan and to the embeddings, whatever path chose them. Cached keys of a relative encoding are
+    numbered from the unperturbed queries, then perturbed: numbered back from the perturbed query they would come out
+    consecutive again (measured: alibi with a static cache, 35x instead of a few hundred x 1e-4)."""
 
     def __init__(self, model: torch.nn.Module, perturb) -> None:
         self.base = model.base_model
@@ -159,11 +152,9 @@ def assert_position_sensitive(model: torch.nn.Module, run, tolerance: float) -> 
 
 @pytest.fixture(autouse=True, scope="module")
 def _fresh_dynamo():
-    """Each test module compiles from scratch. Dynamo keeps compiled entries per code object for the life of the
-    process, and transformers' shared decorator wrappers (`can_return_tuple`) collect one per model class and input
-    kind that a worker has compiled: modules that ran earlier in the same worker could push a `fullgraph=True` test
-    over dynamo's recompile limit (8), depending on how xdist spread the tests. Per module, not per test: a module's
-    tests may share what they compiled, and recompiling for every test cost CI minutes."""
+    """Each test module compiles from scratch: transformers' shared decorator wrappers collect compiled entries across
+    modules, which could push a `fullgraph=True` test over dynamo's recompile limit (8). Per module: per test cost
+    CI minutes."""
     torch._dynamo.reset()
     yield
 
@@ -189,11 +180,8 @@ def random_inputs(batch: int = 3, seq: int = 11, vocab: int = 99, seed: int = 0,
 
 @pytest.fixture
 def processors_for_text_config():
-    """Let the Auto processor classes map the *text* config to ours for one test, then undo it.
-
-    Registration is global: left in place it makes every later `AutoProcessor.from_pretrained(text_folder)` in the
-    same worker (sentence-transformers does that) build our image processor.
-    """
+    """Let the Auto processor classes map the *text* config to ours for one test, then undo it (left in place, every
+    later `AutoProcessor.from_pretrained(text_folder)` in the worker would build our image processor)."""
     from transformers import AutoImageProcessor, AutoProcessor
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
@@ -226,10 +214,8 @@ class _DeprecationRecords(logging.Handler):
 
 @pytest.fixture(autouse=True)
 def _no_transformers_deprecations():
-    """transformers announces renames by logging a warning (once per process): a test whose code paths log one fails,
-    so the next rename turns CI red instead of silently changing outputs. FutureWarning / DeprecationWarning raised
-    from our modules are errors through pytest's filterwarnings (setup.cfg). The once-only cache is cleared so every
-    test sees its own warnings, whatever ran before it in the worker."""
+    """transformers announces renames by logging a warning once per process: a test whose code paths log one fails
+    (the once-only cache is cleared first), so the next rename turns CI red instead of silently changing outputs."""
     logging.Logger.warning_once.cache_clear()
     handler = _DeprecationRecords()
     logger = logging.getLogger("transformers")
@@ -244,8 +230,7 @@ def _no_transformers_deprecations():
 
 @pytest.fixture(autouse=True)
 def _autograd_stays_enabled():
-    """A test that leaves autograd off (torch.set_grad_enabled(False) in code it runs) breaks every later training
-    test in the same worker; fail the test that did it instead."""
+    """A test that leaves autograd off breaks every later training test in the worker: fail that test instead."""
     yield
     if not torch.is_grad_enabled():
         torch.set_grad_enabled(True)

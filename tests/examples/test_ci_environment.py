@@ -1,10 +1,6 @@
-"""`.ci/run`'s lowest-release environment sees torch and the project inside a virtual environment and outside one.
-
-The overlay is what `.ci/run` builds before installing the lowest declared transformers into it. Here it is built
-from the running interpreter (whatever this suite runs in) and then again from inside that overlay, which is a
-virtual environment: the README's set-up runs `.ci/run` from a venv, where `venv --system-site-packages` would see
-the base interpreter's packages (no torch) instead.
-"""
+"""`.ci/run`'s lowest-release environment (an overlay into which it installs the lowest declared transformers) sees
+torch and the project, made from this interpreter and again from inside that overlay, a virtual environment (the
+README runs `.ci/run` from a venv, where `venv --system-site-packages` would see the base interpreter's packages)."""
 
 import subprocess
 import sys
@@ -31,17 +27,12 @@ def test_overlay_sees_the_environment_it_was_made_from(tmp_path):
 def test_packages_installed_into_the_overlay_come_first(tmp_path):
     """What `.ci/run` installs into the overlay (the lowest transformers) shadows this environment's copy."""
     python = _overlay(sys.executable, tmp_path / "env")
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     (Path(site) / "transformers").mkdir()
     (Path(site) / "transformers" / "__init__.py").write_text("__version__ = 'overlay'\n")
-    done = subprocess.run(
-        [str(python), "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True
-    )
+    done = subprocess.run([str(python), "-c", "import transformers; print(transformers.__version__)"],
+                          capture_output=True, text=True)  # fmt: skip
     assert done.stdout.strip() == "overlay", done.stderr[-2000:]
 
 

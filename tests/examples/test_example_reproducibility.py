@@ -2,6 +2,7 @@
 between two trainings (huggingface tokenizers' trainer otherwise numbers characters, and breaks ties between
 equally frequent pairs, in hash-map order, which differs from one training to the next)."""
 
+import json
 import random
 import subprocess
 import sys
@@ -40,6 +41,4 @@ def test_a_training_in_another_process_gives_the_same_vocabulary(tmp_path):
         "print(json.dumps(train_wordpiece_tokenizer(texts, vocab_size=300, min_frequency=2).get_vocab()))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    import json
-
     assert json.loads(result.stdout) == train_wordpiece_tokenizer(texts, vocab_size=300, min_frequency=2).get_vocab()

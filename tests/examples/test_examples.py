@@ -230,7 +230,7 @@ def write_reviews_csv(path: Path, n: int, with_labels: bool = True) -> Path:
     return path
 
 
-def test_own_csv_with_string_labels(tmp_path, monkeypatch, caplog):
+def test_own_csv_with_string_labels_then_a_second_run_and_an_evaluation(tmp_path, monkeypatch, caplog):
     out = tmp_path / "csv"
     args = ["--train_file", write_reviews_csv(tmp_path / "train.csv", 48),
             "--validation_file", write_reviews_csv(tmp_path / "dev.csv", 8),
@@ -252,6 +252,17 @@ def test_own_csv_with_string_labels(tmp_path, monkeypatch, caplog):
     assert metadata["language"] == "en" and metadata["datasets"] == ["train.csv", "dev.csv", "test.csv"]
     assert "data: train 48, validation 8, test 6" in caplog.text and "labels (2): neg, pos" in caplog.text
     assert "parameters" in caplog.text
+    # a second run refuses to overwrite a trained model unless told
+    with pytest.raises(ValueError, match="--overwrite_output_dir"):
+        run_in_process(CLASSIFY, args, monkeypatch)
+    run_in_process(CLASSIFY, [*args, "--overwrite_output_dir"], monkeypatch)
+    check_saved_folder(out, "AutoModelForSequenceClassification")
+    # --do_eval alone evaluates that model on new data in the model's own label order, and saves no model.
+    evaluated = tmp_path / "evaluated"
+    run_in_process(CLASSIFY, ["--model_name_or_path", out, "--validation_file", write_reviews_csv(tmp_path /
+                              "new.csv", 10), *REVIEWS, "--do_eval", "--output_dir", evaluated, *TRAINER], monkeypatch)  # fmt: skip
+    assert set(read_json(evaluated / "all_results.json")) >= {"eval_accuracy", "eval_loss"}
+    assert not (evaluated / "model.safetensors").exists() and not (evaluated / "README.md").exists()
 
 
 def test_no_trainer_takes_jsonl_sentence_pairs_without_a_validation_split(tmp_path, monkeypatch):
@@ -279,35 +290,6 @@ def test_own_parquet_regression(tmp_path, monkeypatch):
     config = read_json(out / "config.json")
     assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
     assert len((out / "predict_results.txt").read_text().splitlines()[1:]) == 6
-
-
-def test_own_text_corpus_mlm_line_by_line(tmp_path, monkeypatch):
-    lines = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。"]
-    (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 3] * 2 for i in range(120)) + "\n\n", encoding="utf-8")
-    out = tmp_path / "mlm_text"
-    run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--line_by_line", "--max_seq_length", "32",
-                         "--output_dir", out, "--max_steps", "3", *TINY, *TRAINER], monkeypatch)  # fmt: skip
-    metrics = check_saved_folder(out, "AutoModelForMaskedLM")
-    assert (metrics["train_blocks"], metrics["eval_blocks"]) == (114, 6)  # empty lines dropped, 5% held out
-    assert metrics["perplexity"] > 1
-
-
-def test_own_ner_json_with_string_tags(tmp_path, monkeypatch):
-    people, places = ["John", "Mary", "Wang"], ["Paris", "Beijing", "London"]
-    rows = [
-        {"words": [people[i % 3], "lives", "in", places[i % 3]], "tags": ["B-PER", "O", "O", "B-LOC"]}
-        if i % 2
-        else {"words": ["Dr", people[i % 3], "visited", places[i % 3]], "tags": ["B-PER", "I-PER", "O", "B-LOC"]}
-        for i in range(40)
-    ]
-    (tmp_path / "ner.json").write_text(json.dumps(rows))  # one JSON array, not lines
-    out = tmp_path / "ner_own"
-    run_in_process(NER, ["--train_file", tmp_path / "ner.json", "--text_column_name", "words", "--label_column_name",
-                         "tags", "--output_dir", out, "--max_steps", "3", *TINY, *TRAINER], monkeypatch)  # fmt: skip
-    metrics = check_saved_folder(out, "AutoModelForTokenClassification")
-    assert {"eval_f1", "eval_precision", "eval_recall", "eval_token_accuracy"} <= set(metrics)
-    assert read_json(out / "config.json")["id2label"] == {"0": "B-LOC", "1": "B-PER", "2": "I-PER", "3": "O"}
-    assert "IOB2 tags" in (out / "README.md").read_text()
 
 
 def test_own_ner_classlabel_tags_from_a_saved_dataset(tmp_path, monkeypatch):
@@ -342,24 +324,6 @@ def test_own_digit_images_for_the_vision_text_example(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------- output hygiene, Hub
-def test_second_run_refuses_to_overwrite_a_trained_model_unless_told(tmp_path, monkeypatch):
-    out = tmp_path / "again"
-    args = ["--train_file", write_reviews_csv(tmp_path / "train.csv", 40), *REVIEWS, "--output_dir", out,
-            "--max_steps", "2", *TINY, *TRAINER]  # fmt: skip
-    run_in_process(CLASSIFY, args, monkeypatch)
-    with pytest.raises(ValueError, match="--overwrite_output_dir"):
-        run_in_process(CLASSIFY, args, monkeypatch)
-    run_in_process(CLASSIFY, [*args, "--overwrite_output_dir"], monkeypatch)
-    check_saved_folder(out, "AutoModelForSequenceClassification")
-    # --do_eval alone evaluates that model on new data in the model's own label order, and saves no model.
-    evaluated = tmp_path / "evaluated"
-    run_in_process(CLASSIFY, ["--model_name_or_path", out, "--validation_file",
-                              write_reviews_csv(tmp_path / "dev.csv", 10), *REVIEWS, "--do_eval", "--output_dir",
-                              evaluated, *TRAINER], monkeypatch)  # fmt: skip
-    assert set(read_json(evaluated / "all_results.json")) >= {"eval_accuracy", "eval_loss"}
-    assert not (evaluated / "model.safetensors").exists() and not (evaluated / "README.md").exists()
-
-
 class RecordingHub:
     """A stand-in for the Hub API: records every call that would create a repo or a commit."""
 
@@ -571,7 +535,8 @@ def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monk
 
 
 def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch):
-    """Entity F1 and the predictions file go by sentence: packed rows come back one sentence each."""
+    """Your own JSON array of words and string IOB2 tags, in columns of your naming. Entity F1 and the predictions
+    file go by sentence: packed rows come back one sentence each."""
     people, places = ["John", "Mary", "Wang Li"], ["Paris", "New York City", "London"]
     rows = []
     for i in range(30):
@@ -580,35 +545,38 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
         tags_person = ["B-PER"] + ["I-PER"] * (len(person) - 1)
         tags_place = ["B-LOC"] + ["I-LOC"] * (len(place) - 1)
         tags = ["O", *tags_person, "O", "O", *tags_place, "O"] if i % 2 else [*tags_person, "O", "O", *tags_place]
-        rows.append({"tokens": words, "ner_tags": tags})
+        rows.append({"words": words, "tags": tags})
     (tmp_path / "ner.json").write_text(json.dumps(rows))
     (tmp_path / "dev.json").write_text(json.dumps(rows[:11]))
-    trained = tmp_path / "trained"
-    run_in_process(NER, ["--train_file", tmp_path / "ner.json", "--output_dir", trained, "--max_steps", "3",
+    trained, columns = tmp_path / "trained", ["--text_column_name", "words", "--label_column_name", "tags"]
+    run_in_process(NER, ["--train_file", tmp_path / "ner.json", *columns, "--output_dir", trained, "--max_steps", "3",
                          "--learning_rate", "5e-3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
-    data = [
-        "--validation_file",
-        tmp_path / "dev.json",
-        "--test_file",
-        tmp_path / "dev.json",
-        "--do_eval",
-        "--do_predict",
-    ]
+    metrics = check_saved_folder(trained, "AutoModelForTokenClassification")
+    assert {"eval_f1", "eval_precision", "eval_recall", "eval_token_accuracy"} <= set(metrics)
+    id2label = read_json(trained / "config.json")["id2label"]
+    assert id2label == {"0": "B-LOC", "1": "B-PER", "2": "I-LOC", "3": "I-PER", "4": "O"}
+    assert "IOB2 tags" in (trained / "README.md").read_text()
+    data = ["--validation_file", tmp_path / "dev.json", "--test_file", tmp_path / "dev.json", *columns, "--do_eval",
+            "--do_predict"]  # fmt: skip
     *folders, metrics = check_padding_free_evaluation(NER, trained, data, tmp_path, monkeypatch)
     assert {"eval_f1", "eval_token_accuracy", "test_f1"} <= set(metrics)
     padded, packed = ((folder / "predictions.txt").read_text().splitlines() for folder in folders)
     assert packed == padded and len(packed) == 11  # one line per sentence, a tag per word
-    assert [len(line.split()) for line in packed] == [len(row["tokens"]) for row in rows[:11]]
+    assert [len(line.split()) for line in packed] == [len(row["words"]) for row in rows[:11]]
 
 
 def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch):
-    """The same seed masks the same (whole jieba) words either way (masked, then unpadded): same loss and accuracy."""
+    """Your own text file, a text a line (empty lines dropped). The same seed masks the same (whole jieba) words
+    padded or padding-free (masked, then unpadded): same loss and accuracy."""
     lines = ["北京是中华人民共和国的首都。", "春天来了。", "这本书写得非常好，值得一读，推荐给每一个人。", "好。"]
-    (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 4] * (1 + i % 3) for i in range(60)), encoding="utf-8")
+    corpus = "\n".join(lines[i % 4] * (1 + i % 3) for i in range(60)) + "\n\n"
+    (tmp_path / "corpus.txt").write_text(corpus, encoding="utf-8")
     (tmp_path / "dev.txt").write_text("\n".join(lines[i % 4] * (1 + i % 2) for i in range(9)), encoding="utf-8")
     trained = tmp_path / "trained"
     run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--line_by_line", "--max_seq_length", "48",
                          "--output_dir", trained, "--max_steps", "2", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
+    metrics = check_saved_folder(trained, "AutoModelForMaskedLM")
+    assert (metrics["train_blocks"], metrics["eval_blocks"]) == (57, 3) and metrics["perplexity"] > 1  # 5% held out
     data = ["--validation_file", tmp_path / "dev.txt", "--line_by_line", "--max_seq_length", "48", "--do_eval",
             "--mlm_probability", "0.3", "--whole_word_masking"]  # fmt: skip
     *_, metrics = check_padding_free_evaluation(MLM, trained, data, tmp_path, monkeypatch)

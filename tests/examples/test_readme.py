@@ -1,14 +1,7 @@
-"""The user documentation works as written: every Python block runs, relative links and their anchors exist.
-
-Every Python block in README.md and docs/*.md is marked, and executed in a temporary working directory (with
-`tests/`, `checkpoints/` and `examples/` linked in, for the files the examples name):
-- `<!-- runnable -->`: runs as written;
-- `<!-- needs real weights; stand-in: PATH=KIND, ... -->`: the block names a folder of real weights (a released
-  checkpoint, a fine-tuning's output); a tiny stand-in of that KIND (see STAND_INS) is written at PATH first, and the
-  block runs as written on it.
-An unmarked Python block fails the test. Every relative link and image in those files must point to an existing
-file, and a `#anchor` into a Markdown file must name one of its headings.
-"""
+"""The user documentation works as written. Every Python block in README.md and docs/*.md is marked and runs in a
+temporary directory (with `tests/`, `checkpoints/`, `examples/` linked in): `<!-- runnable -->` as written;
+`<!-- needs real weights; stand-in: PATH=KIND, ... -->` on a tiny stand-in of that KIND (STAND_INS) written at PATH
+first. An unmarked Python block fails. Relative links and images point to existing files, `#anchor`s to headings."""
 
 import contextlib
 import io
@@ -54,8 +47,8 @@ def _quiet_convert(*argv: str) -> None:
 def _classifier(folder: pathlib.Path) -> None:
     """A fine-tuned sentiment classifier's folder: the bundled mini checkpoint with an untrained two-label head."""
     source = ROOT / "checkpoints" / "roformer-ext-mini-zh"
-    labels = {0: "negative", 1: "positive"}
-    AutoModelForSequenceClassification.from_pretrained(source, id2label=labels).save_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(source, id2label={0: "negative", 1: "positive"})
+    model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(source).save_pretrained(folder)
 
 
@@ -98,19 +91,14 @@ def _anchors(page: pathlib.Path) -> set[str]:
 
 def _relative_links(page: pathlib.Path) -> list[str]:
     return [
-        target
-        for target in LINK.findall(_prose(page))
-        if not re.match(r"^[a-z][a-z0-9+.-]*:", target)  # http:, https:, mailto: ...
-    ]
+        target for target in LINK.findall(_prose(page)) if not re.match(r"^[a-z][a-z0-9+.-]*:", target)
+    ]  # http: ...
 
 
-def test_readme_has_runnable_examples():
+def test_readme_has_runnable_examples_and_the_setup_commands_first():
+    """At least 3 runnable blocks; the two set-up commands (the sentiment fine-tuning, the tests) and the CPU torch
+    line are code blocks within the README's first 40 lines, with no placeholder URL."""
     assert len(RUNNABLE.findall(README.read_text(encoding="utf-8"))) >= 3
-
-
-def test_setup_commands_come_first():
-    """The two set-up commands (the sentiment fine-tuning, the tests) and the CPU torch line are code blocks within
-    the README's first 40 lines, with no placeholder URL."""
     head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:40])
     commands = re.findall(r"```bash\n(.*?)```", head, flags=re.S)
     assert any("main_job.json" in command for command in commands)
@@ -151,16 +139,14 @@ def test_documented_example_runs(stand_ins, block, tmp_path, monkeypatch):
 def test_install_instructions_name_only_what_exists():
     """roformer-ext is installed from a clone (`pip install -e ".[extra]"`): no page, model card or message of the
     package names a `roformer-ext` distribution on PyPI, and every extra named exists in setup.cfg."""
-    extras = set(
-        re.findall(r"^([\w-]+) =", (ROOT / "setup.cfg").read_text().split("[options.extras_require]")[1], re.M)
-    )
+    extras_section = (ROOT / "setup.cfg").read_text().split("[options.extras_require]")[1]
+    extras = set(re.findall(r"^([\w-]+) =", extras_section, re.M))
     files = [*PAGES, *ROOT.glob("checkpoints/*/README.md"), *(ROOT / "src" / "roformer_ext").rglob("*.py")]
     wrong = []
     for path in files:
         text = path.read_text(encoding="utf-8")
-        wrong += [
-            f"{_name(path)}: {m}" for m in re.findall(r"pip install -U roformer-ext|roformer-ext\[[\w,-]+\]", text)
-        ]
+        pypi = re.findall(r"pip install -U roformer-ext|roformer-ext\[[\w,-]+\]", text)
+        wrong += [f"{_name(path)}: {m}" for m in pypi]
         named = {e for group in re.findall(r"""install -e ["']\.\[([\w,-]+)\]""", text) for e in group.split(",")}
         wrong += [f"{_name(path)}: no extra {extra!r}" for extra in named - extras]
     assert not wrong, wrong

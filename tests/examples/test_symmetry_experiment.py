@@ -35,7 +35,7 @@ def _batch(script, data, layout, readout="question"):
 
 @pytest.mark.parametrize("modality", ["image", "video"])
 @pytest.mark.parametrize("layout", ["before", "after"])
-def test_prompts_place_the_question_before_or_after_the_picture(script, prepared, modality, layout):
+def test_prompts_place_the_question_before_or_after_the_picture_on_its_grid(script, prepared, modality, layout):
     _, _, data = prepared
     data = data[modality]
     rows, batch = _batch(script, data, layout)
@@ -54,15 +54,10 @@ def test_prompts_place_the_question_before_or_after_the_picture(script, prepared
         words = processor.tokenizer.decode(ids[question])
         assert words.replace(" ", "") == row["question"].replace(" ", "")
         assert processor.tokenizer.convert_ids_to_tokens(int(ids[0])) == "[CLS]"
-
-
-def test_image_and_video_grids(script, prepared):
-    _, _, data = prepared
-    _, image = _batch(script, data["image"], "after")
-    _, video = _batch(script, data["video"], "before")
-    assert image["image_grid_thw"].tolist() == [[1, 3, 3]] * 3 and "video_grid_thw" not in image
-    assert video["video_grid_thw"].tolist() == [[4, 2, 2]] * 3 and "image_grid_thw" not in video
-    assert video["pixel_values_videos"].shape == (3 * 16, 64)  # one 8x8 greyscale patch per digit
+    grid, other, thw = ("image", "video", [1, 3, 3]) if modality == "image" else ("video", "image", [4, 2, 2])
+    assert batch[f"{grid}_grid_thw"].tolist() == [thw] * 3 and f"{other}_grid_thw" not in batch
+    if modality == "video":
+        assert batch["pixel_values_videos"].shape == (3 * 16, 64)  # one 8x8 greyscale patch per digit
 
 
 def test_video_questions_are_answered_by_the_named_tile(script):
