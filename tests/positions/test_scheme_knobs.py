@@ -70,12 +70,8 @@ def test_builtin_scheme_registers_its_knob_class_with_the_functions_defaults(nam
     assert knobs.scheme == name
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_ALLOCATION_KNOBS))
-def test_builtin_allocation_registers_its_knob_class(name):
-    assert BUILTIN_ALLOCATION_KNOBS[name].allocation == name
-
-
 def test_allocation_classes_say_what_mrope_section_counts():
+    assert all(knobs.allocation == name for name, knobs in BUILTIN_ALLOCATION_KNOBS.items())
     counts = {name: knobs.section for name, knobs in BUILTIN_ALLOCATION_KNOBS.items()}
     assert counts == {
         "interleaved": None, "split": None, "mmrope": None, "headwise": "heads", "sections": "pairs",
@@ -451,25 +447,16 @@ def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
         )
 
 
-# --- the mutation run's edges: the knob-class factories, called at test time (the built-ins are made at import,
-# before a mutant is switched on)
+# --- the knob-class factories, called at test time (the built-ins are made at import, before a mutant is switched on)
 
 
-def test_a_builtin_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
-    knobs = knob_class(
-        "my_new_scheme",
-        knobs=(("stride", 2.0, POSITIVE), ("reset", True, BOOL)),
-        default_axes=3,
-        default_allocation="sections",
-        mrope_section_ratio=(1, 2, 3),
-    )
-    assert issubclass(knobs, SchemeKnobs)
-    assert knobs.scheme == "my_new_scheme"
-    assert knobs.default_axes == 3 and knobs.allowed_axes == (3,)
-    assert knobs.default_allocation == "sections" and knobs.mrope_section_ratio == (1, 2, 3)
-    assert knobs.checks == {"stride": POSITIVE, "reset": BOOL}
-    assert knobs.names() == ("stride", "reset")
-    assert knobs().to_dict() == {"stride": 2.0, "reset": True}
+def test_a_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
+    knobs = knob_class("my_new_scheme", knobs=(("stride", 2.0, POSITIVE), ("reset", True, BOOL)), default_axes=3,
+                       default_allocation="sections", mrope_section_ratio=(1, 2, 3))  # fmt: skip
+    assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_new_scheme"
+    assert (knobs.default_axes, knobs.allowed_axes, knobs.default_allocation) == (3, (3,), "sections")
+    assert knobs.mrope_section_ratio == (1, 2, 3) and knobs.checks == {"stride": POSITIVE, "reset": BOOL}
+    assert knobs.names() == ("stride", "reset") and knobs().to_dict() == {"stride": 2.0, "reset": True}
     assert knobs(stride=0.5, reset=False).to_dict() == {"stride": 0.5, "reset": False}
     with pytest.raises(AttributeError):
         knobs().stride = 1.0  # frozen
@@ -479,38 +466,50 @@ def test_a_builtin_scheme_knob_class_carries_its_knobs_checks_and_class_variable
         knobs(stride=0)
     with pytest.raises(ValueError, match=r"rope_parameters\['reset'\] must be True or False; got 1"):
         knobs(reset=1)
-
-
-def test_a_builtin_scheme_knob_class_without_knobs_takes_its_axes_defaults():
+    # without knobs or axes: any axes; `allowed_axes` follows `default_axes` unless given
     plain = knob_class("plain")
-    assert plain.names() == () and plain.checks == {}
-    assert plain.default_axes is None and plain.allowed_axes == (1, 2, 3)
-    assert plain.default_allocation is None and plain.mrope_section_ratio is None
-    assert plain().to_dict() == {}
-    three = knob_class("three", default_axes=3)
-    assert three.default_axes == 3 and three.allowed_axes == (3,) and three.names() == ()
+    assert (plain.names(), plain.checks, plain().to_dict()) == ((), {}, {})
+    assert (plain.default_axes, plain.allowed_axes, plain.default_allocation, plain.mrope_section_ratio) == (
+        None, (1, 2, 3), None, None)  # fmt: skip
     assert knob_class("two", default_axes=2).allowed_axes == (2,)
     assert knob_class("given", default_axes=3, allowed_axes=(2, 3)).allowed_axes == (2, 3)
     assert knob_class("given", allowed_axes=(1,)).allowed_axes == (1,)
 
 
+def test_knobs_from_a_signature_put_required_knobs_first_and_ask_for_them():
+    def scheme(grid, *, b, a=2, c):
+        return grid
+
+    knobs = knobs_from_signature("my_sig", scheme)
+    assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_sig" and knobs.names() == ("b", "c", "a")
+    assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
+    assert knobs.from_rope_parameters({"b": 2, "c": 1, "other": 1}).to_dict() == {"b": 2, "c": 1, "a": 2}
+    with pytest.raises(ValueError, match=r"'my_sig' needs rope_parameters\['b'\] \(a knob without a default\); add it"):
+        knobs.from_rope_parameters({})
+    unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
+    assert unsigned.names() == () and unsigned.scheme == "unsigned"
+
+
 def test_an_allocation_knob_class_carries_its_flags():
     knobs = allocation_knobs("my_banded_split", section="heads", headwise=1, axis_ladders="yes")
-    assert issubclass(knobs, AxisAllocationKnobs)
-    assert knobs.__name__ == "MyBandedSplitAllocationKnobs"
-    assert knobs.allocation == "my_banded_split" and knobs.section == "heads"
-    assert knobs.headwise is True and knobs.axis_ladders is True  # made booleans
+    assert issubclass(knobs, AxisAllocationKnobs) and knobs.__name__ == "MyBandedSplitAllocationKnobs"
+    assert (knobs.allocation, knobs.section, knobs.headwise, knobs.axis_ladders) == (
+        "my_banded_split",
+        "heads",
+        True,
+        True,
+    )
     assert knobs().mrope_section is None and knobs(mrope_section=[1, 2]).mrope_section == [1, 2]
     plain = allocation_knobs("plain")
-    assert plain.__name__ == "PlainAllocationKnobs"
-    assert plain.section is None and plain.headwise is False and plain.axis_ladders is False
-    for section in (None, "pairs", "heads"):
-        assert allocation_knobs("any", section=section).section == section
+    assert (plain.__name__, plain.section, plain.headwise, plain.axis_ladders) == (
+        "PlainAllocationKnobs",
+        None,
+        False,
+        False,
+    )
+    assert [allocation_knobs("any", section=x).section for x in (None, "pairs", "heads")] == [None, "pairs", "heads"]
     with pytest.raises(ValueError, match="section counts None, 'pairs' or 'heads'; got 'rows'"):
         allocation_knobs("any", section="rows")
-
-
-def test_register_axis_allocation_refuses_knobs_and_flags_together_and_a_class_that_is_no_knob_class():
     with pytest.raises(TypeError, match="pass either knobs= or the flags section= / headwise= / axis_ladders="):
         register_axis_allocation("test_both", knobs=SplitAllocationKnobs, headwise=True)
     with pytest.raises(TypeError, match="'test_int''s knobs must be a AxisAllocationKnobs subclass"):
@@ -524,24 +523,14 @@ def test_mrope_interleaved_allocation_strides_h_and_w_up_to_their_sections():
     assert mrope_interleaved_allocation(12, 3, [6, 2, 4]) == [0, 1, 2, 0, 1, 2, 0, 0, 2, 0, 0, 2]
 
 
-def test_knobs_from_a_signature_put_required_knobs_first_and_name_the_scheme():
-    def scheme(grid, *, b, a=2, c):
-        return grid
-
-    knobs = knobs_from_signature("my_sig", scheme)
-    assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_sig"
-    assert knobs.names() == ("b", "c", "a")
-    assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
-    unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
-    assert unsigned.names() == () and unsigned.scheme == "unsigned"
-
-
 @pytest.mark.parametrize(
     "ratio, expected",
     [
         ((16, 24, 24), {2: None, 3: [1, 1, 1], 4: [1, 2, 1], 5: [1, 2, 2], 7: [2, 3, 2], 10: [2, 4, 4], 16: [4, 6, 6]}),
         ((24, 20, 20), {2: None, 3: [1, 1, 1], 4: [2, 1, 1], 5: [2, 2, 1], 7: [3, 2, 2], 8: [3, 3, 2], 16: [6, 5, 5]}),
         ((5, 3, 1), {4: [2, 1, 1], 6: [3, 2, 1], 7: [4, 2, 1], 8: [4, 2, 2], 10: [6, 3, 1], 16: [9, 5, 2]}),
+        # raising an axis to its one pair overshoots: taken back from the largest, no pair rounded up
+        ((1, 1, 8), {3: [1, 1, 1], 4: [1, 1, 2], 5: [1, 1, 3]}),
     ],
 )
 def test_default_mrope_section_rounds_the_largest_remainders_up(ratio, expected):
@@ -555,92 +544,12 @@ def test_default_mrope_section_rounds_the_largest_remainders_up(ratio, expected)
         assert Knobs.default_mrope_section(num_pairs) == section, num_pairs
 
 
-def test_split_checks_its_share_then_the_base_check():
-    SplitAllocationKnobs().check(2, 8, 4)  # 8 pairs in two shares of 4
-    with pytest.raises(ValueError, match="8 is not divisible by 3. Change the head dim or use 'interleaved'"):
-        SplitAllocationKnobs().check(3, 8, 4)
-    with pytest.raises(ValueError, match="^head_dim // 2 = 0 frequency pairs cannot cover 2 axes"):
-        SplitAllocationKnobs().check(2, 0, 4)  # divisible, but no pair for the axes: the base check's message
-
-    @dataclass(frozen=True)
-    class HeadsSplit(SplitAllocationKnobs):  # a subclass whose section counts heads: the base check reads them
-        section: ClassVar[str] = "heads"
-
-    HeadsSplit(mrope_section=[2, 2]).check(2, 8, 4)
-    with pytest.raises(
-        ValueError, match=r"'split' needs .*2 entries, the attention heads per axis.* = 4 .*got \[2, 3\]"
-    ):
-        HeadsSplit(mrope_section=[2, 3]).check(2, 8, 4)
-
-
-def test_an_allocation_check_at_its_edges_with_its_messages_in_full():
-    heads = allocation_knobs("test_heads", section="heads")
-    heads(mrope_section=[2, 2]).check(2, 8, 4)  # the heads may be all used
-    for section in ([4], [2, 3], None):  # one entry for two axes; 5 heads of 4; none
-        with pytest.raises(ValueError, match=r"'test_heads' needs .*with 2 entries, the attention heads per axis, "
-                           rf"summing to at most num_attention_heads = 4 .*got {re.escape(str(section))}"):  # fmt: skip
-            heads(mrope_section=section).check(2, 8, 4)
-    pairs = allocation_knobs("test_pairs", section="pairs")
-    with pytest.raises(ValueError, match=r"with 3 entries summing to head_dim // 2 = 8.*a scheme with a published "
-                       r"split \(circle_rope, hope, ilrope, mrope, mrope_interleave, "):  # fmt: skip
-        pairs().check(3, 8, 4)
-    AxisAllocationKnobs().check(3, 3, 4)  # one pair per axis is enough
-    with pytest.raises(ValueError, match="head_dim // 2 = 2 frequency pairs cannot cover 3 axes"):
-        AxisAllocationKnobs().check(3, 2, 4)
-
-
-def test_grape_rotates_per_head_only_when_it_does_not_share_across_heads():
-    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": False}) is True
-    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": True}) is False
-    assert rotates_per_head({"rope_type": "grape_m"}) is False  # the default shares
-    assert rotates_per_head({"rope_type": "default", "grape_share_across_heads": False}) is False
-    assert rotates_per_head({"axis_allocation": "headwise"}) is True
-    assert rotates_per_head({}) is False
-
-
-def test_unknown_names_have_no_knobs():
-    assert scheme_knobs_class("unknown") is SchemeKnobs and scheme_knobs_class(["qwen2_5_vl"]) is SchemeKnobs
-    assert scheme_knobs_class("qwen2_5_vl").names() == ("tokens_per_second",)
-    assert allocation_knobs_class("unknown") is AxisAllocationKnobs
-    assert allocation_knobs_class(["headwise"]) is AxisAllocationKnobs
-
-
-def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes():
-    cases = [
-        ((2, 3), "2 or 3"),
-        ((1, 2, 4), "1, 2 or 4"),
-        ((3,), "3"),
-    ]
-    for allowed, named in cases:
-        with pytest.raises(ValueError, match=rf"'x' places tokens on {named} axes; .* Set rope_parameters\['axes'\] = "
-                           rf"{allowed[-1]}, or leave it out"):  # fmt: skip
-            knob_class("x", allowed_axes=allowed).check_axes(5)
-    with pytest.raises(ValueError, match=r"rope_parameters\['axes'\] must be 1, 2 or 3 \(text, image, video\); got 4"):
-        knob_class("x").check_axes(4)
-
-
-def test_a_knob_without_a_default_is_asked_for():
-    def scheme(grid, *, need):
-        return grid
-
-    with pytest.raises(
-        ValueError, match=r"'needy' needs rope_parameters\['need'\] \(a knob without a default\); add it"
-    ):
-        knobs_from_signature("needy", scheme).from_rope_parameters({})
-    assert knobs_from_signature("needy", scheme).from_rope_parameters({"need": 2, "other": 1}).to_dict() == {"need": 2}
-
-
 def test_default_mrope_section_gives_no_pair_beyond_a_raised_minimum():
-    """When raising an axis to its one pair already overshoots `num_pairs`, no axis gets a rounded-up pair: the
-    overshoot is taken back from the largest axis. (A negative count once still handed out pairs: (1, 1, 8) at 5
-    pairs gave [1, 2, 2].)"""
+    """(A negative count of pairs to hand out once still handed them out: (1, 1, 8) at 5 pairs gave [1, 2, 2].)"""
 
     class Plugin(SchemeKnobs):
-        mrope_section_ratio = (1, 1, 8)
+        pass
 
-    assert Plugin.default_mrope_section(5) == [1, 1, 3]
-    assert Plugin.default_mrope_section(4) == [1, 1, 2]
-    assert Plugin.default_mrope_section(3) == [1, 1, 1]
     overshoots = 0
     for ratio in itertools.product(range(1, 9), repeat=3):
         Plugin.mrope_section_ratio = ratio
@@ -652,3 +561,48 @@ def test_default_mrope_section_gives_no_pair_beyond_a_raised_minimum():
                 overshoots += 1
                 assert all(got <= floor for got, floor in zip(section, raised)), (ratio, num_pairs, section)
     assert overshoots == 54  # counted: the cases where the old slice handed out pairs are among them
+
+
+def test_an_allocation_check_at_its_edges():
+    SplitAllocationKnobs().check(2, 8, 4)  # 8 pairs in two shares of 4
+    with pytest.raises(ValueError, match="8 is not divisible by 3. Change the head dim or use 'interleaved'"):
+        SplitAllocationKnobs().check(3, 8, 4)
+    with pytest.raises(ValueError, match="^head_dim // 2 = 0 frequency pairs cannot cover 2 axes"):
+        SplitAllocationKnobs().check(2, 0, 4)  # divisible, but no pair for the axes: the base check's message
+
+    @dataclass(frozen=True)
+    class HeadsSplit(SplitAllocationKnobs):  # a subclass whose section counts heads: the base check reads them
+        section: ClassVar[str] = "heads"
+
+    HeadsSplit(mrope_section=[2, 2]).check(2, 8, 4)  # the heads may be all used
+    for section in ([4], [2, 3], None):  # one entry for two axes; 5 heads of 4; none
+        with pytest.raises(ValueError, match=r"'split' needs .*with 2 entries, the attention heads per axis, summing to "
+                           rf"at most num_attention_heads = 4 .*got {re.escape(str(section))}"):  # fmt: skip
+            HeadsSplit(mrope_section=section).check(2, 8, 4)
+    with pytest.raises(ValueError, match=r"with 3 entries summing to head_dim // 2 = 8.*a scheme with a published "
+                       r"split \(circle_rope, hope, ilrope, mrope, mrope_interleave, "):  # fmt: skip
+        allocation_knobs("test_pairs", section="pairs")().check(3, 8, 4)
+    AxisAllocationKnobs().check(3, 3, 4)  # one pair per axis is enough
+    with pytest.raises(ValueError, match="head_dim // 2 = 2 frequency pairs cannot cover 3 axes"):
+        AxisAllocationKnobs().check(3, 2, 4)
+
+
+def test_what_rotates_per_head_and_unknown_names_without_knobs():
+    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": False}) is True
+    assert rotates_per_head({"rope_type": "grape_m", "grape_share_across_heads": True}) is False
+    assert rotates_per_head({"rope_type": "grape_m"}) is False  # the default shares
+    assert rotates_per_head({"rope_type": "default", "grape_share_across_heads": False}) is False
+    assert rotates_per_head({"axis_allocation": "headwise"}) is True and rotates_per_head({}) is False
+    assert scheme_knobs_class("unknown") is SchemeKnobs and scheme_knobs_class(["qwen2_5_vl"]) is SchemeKnobs
+    assert scheme_knobs_class("qwen2_5_vl").names() == ("tokens_per_second",)
+    assert allocation_knobs_class("unknown") is AxisAllocationKnobs
+    assert allocation_knobs_class(["headwise"]) is AxisAllocationKnobs
+
+
+@pytest.mark.parametrize(("allowed", "named"), [((2, 3), "2 or 3"), ((1, 2, 4), "1, 2 or 4"), ((3,), "3")])
+def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes(allowed, named):
+    with pytest.raises(ValueError, match=rf"'x' places tokens on {named} axes; .* Set rope_parameters\['axes'\] = "
+                       rf"{allowed[-1]}, or leave it out"):  # fmt: skip
+        knob_class("x", allowed_axes=allowed).check_axes(5)
+    with pytest.raises(ValueError, match=r"rope_parameters\['axes'\] must be 1, 2 or 3 \(text, image, video\); got 4"):
+        knob_class("x").check_axes(4)
