@@ -14,29 +14,30 @@ from roformer_ext import (
     RoFormerExtModel,
     RoFormerExtVisionTextConfig,
     RoFormerExtVisionTextForSequenceClassification,
+    modeling_roformer_ext,
 )
 from roformer_ext.attention_plan import (
     AttentionPlan,
     check_backend_takes,
     eager_attention_forward,
     flex_attention_with_score_mod,
+    make_attention_plan,
 )
 from roformer_ext.modeling_roformer_ext import RoFormerExtModel as BaseModel
 from roformer_ext.packing import per_sequence_sdpa
 
 
 class PlanRecorder:
-    """Counts the plans made (`RoFormerExtModel.attention_plan`) and the layouts described (`batch_layout`) by
-    `model` (not by another model, such as the self-check's under a transformers release outside the tested range),
-    and records the plan object every self-attention layer receives."""
+    """Counts the plans made (`make_attention_plan`) and the layouts described (`batch_layout`) by `model` (not by
+    another model, such as the self-check's) and records the plan every self-attention layer receives."""
 
     def __init__(self, model: torch.nn.Module, monkeypatch) -> None:
         self.plans, self.layouts, self.seen = [], 0, []
-        make_plan, make_layout = BaseModel.attention_plan, BaseModel.batch_layout
+        make_layout = BaseModel.batch_layout
 
-        def attention_plan(base, *args, **kwargs):
-            plan = make_plan(base, *args, **kwargs)
-            if base is model.base_model:
+        def attention_plan(config, position_encoding, *args, **kwargs):
+            plan = make_attention_plan(config, position_encoding, *args, **kwargs)
+            if position_encoding is model.base_model.position_encoding:
                 self.plans.append(plan)
             return plan
 
@@ -45,7 +46,7 @@ class PlanRecorder:
                 self.layouts += 1
             return make_layout(base, *args, **kwargs)
 
-        monkeypatch.setattr(BaseModel, "attention_plan", attention_plan)
+        monkeypatch.setattr(modeling_roformer_ext, "make_attention_plan", attention_plan)
         monkeypatch.setattr(BaseModel, "batch_layout", batch_layout)
         for layer in model.base_model.layers:
             layer.attention.register_forward_pre_hook(lambda module, args: self.seen.append(args[2]))

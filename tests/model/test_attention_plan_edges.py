@@ -17,7 +17,7 @@ from roformer_ext.attention_plan import (
     visible_keys,
 )
 from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, Capabilities
-from roformer_ext.packing import describe_packed_batch
+from roformer_ext.packing import PackedBatch, describe_packed_batch, per_sequence_sdpa
 from roformer_ext.position_encodings import AttentionTerms
 
 MIN = torch.finfo(torch.float32).min
@@ -253,6 +253,46 @@ def test_on_flex_attention_the_plan_asks_for_terms_per_score():
     """Named for the mutation run's deselection: building flex attention's block mask compiles (about 10 s)."""
     encoding = RecordingEncoding(AttentionTerms())
     assert plan_for(tiny_config(), encoding, 4, backend="flex_attention").per_score and encoding.calls[-1][3] is True
+
+
+PACKED = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
+APART = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]  # sequences (0) and (1, 2, 3) apart
+
+
+@pytest.mark.parametrize(
+    ("backend", "overrides", "given"),
+    [
+        ("sdpa", {}, dict(score_term=True)),  # a score term joins the mask, which keeps them apart
+        ("eager", {}, {}),
+        ("sdpa", {}, dict(packed=PackedBatch(PACKED.sequence_ids, None, None))),  # traced: no cu_seq_lens
+        ("sdpa", {}, dict(attention_mask=torch.ones(1, 4))),  # a padding mask next to the packing
+        ("sdpa", dict(is_decoder=True, decoder_attention="unilm"), dict(token_type_ids=torch.tensor([[0, 0, 1, 1]]))),
+    ],
+    ids=["score-term", "eager", "traced", "padding-mask", "unilm"],
+)
+def test_packed_rows_keep_the_mask_where_something_else_is_masked(backend, overrides, given):
+    """Per-sequence SDPA without a mask only where nothing but the packing is masked; otherwise the configured
+    function with a mask that keeps the sequences apart."""
+    encoding = RecordingEncoding(AttentionTerms(), has_relative_scores=given.pop("score_term", False))
+    layout = BatchLayout(None, None, 0, given.pop("packed", PACKED))
+    plan = plan_for(tiny_config(**overrides), encoding, 4, layout=layout, backend=backend, **given)
+    assert plan.attention is not per_sequence_sdpa and plan.mask is not None
+    assert plan.attention is eager_attention_forward or backend == "sdpa"
+    if "token_type_ids" not in given:  # sdpa's mask is boolean (True: may attend), eager's additive
+        assert (plan.mask[0, 0] if plan.mask.dtype == torch.bool else plan.mask[0, 0] == 0).tolist() == APART
+
+
+def test_packed_rows_on_sdpa_run_each_sequence_alone_and_linear_attention_takes_the_raw_mask():
+    encoding, layout = RecordingEncoding(AttentionTerms()), BatchLayout(None, None, 0, PACKED)
+    plan = plan_for(tiny_config(), encoding, 4, layout=layout, backend="sdpa")
+    assert plan.attention is per_sequence_sdpa and plan.mask is None
+    # decoder_attention is a decoder's setting: an encoder with token types keeps per-sequence SDPA
+    types = torch.tensor([[0, 0, 1, 1]])
+    plan = plan_for(tiny_config(decoder_attention="unilm"), encoding, 4, None, types, layout, backend="sdpa")
+    assert plan.attention is per_sequence_sdpa and plan.mask is None
+    attention_mask = torch.tensor([[1, 1, 0]])
+    plan = plan_for(tiny_config(attention_type="linear"), encoding, 3, attention_mask)
+    assert plan.linear and plan.attention is None and plan.mask is attention_mask
 
 
 class FlexCall:

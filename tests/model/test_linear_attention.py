@@ -76,13 +76,18 @@ def test_matches_naive_formula(layout, rotary_value, causal, padded):
     torch.testing.assert_close(out.double(), expected, atol=TOLERANCE, rtol=TOLERANCE)
 
 
+def features(layout: str, seq: int) -> list[torch.Tensor]:
+    """φ(q), R φ(q), φ(k), R φ(k), v of a random case."""
+    query, key, value, (cos, sin) = make_case(layout, seq=seq)
+    q, k = feature_map(query), feature_map(key)
+    return [q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), value]
+
+
 @pytest.mark.parametrize("chunk", [1, 5, 16, 64, 100])
 def test_causal_chunk_size_does_not_change_the_result(chunk):
-    query, key, value, (cos, sin) = make_case("interleaved", seq=45)
-    q, k = feature_map(query), feature_map(key)
-    q_rot, k_rot = apply_rotary(q, cos, sin, "interleaved"), apply_rotary(k, cos, sin, "interleaved")
-    reference, (s_ref, z_ref) = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=45)
-    out, (s, z) = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=chunk)
+    inputs = features("interleaved", 45)
+    reference, (s_ref, z_ref) = causal_linear_attention(*inputs, chunk=45)
+    out, (s, z) = causal_linear_attention(*inputs, chunk=chunk)
     torch.testing.assert_close(out, reference, atol=TOLERANCE, rtol=TOLERANCE)
     torch.testing.assert_close(s, s_ref, atol=1e-4, rtol=TOLERANCE)
     torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=TOLERANCE)
@@ -90,17 +95,10 @@ def test_causal_chunk_size_does_not_change_the_result(chunk):
 
 def test_causal_state_continues_a_prefix():
     """Running the sequence in two calls with the carried state equals one call: what the cache relies on."""
-    query, key, value, (cos, sin) = make_case("half", seq=30)
-    q, k = feature_map(query), feature_map(key)
-    q_rot, k_rot = apply_rotary(q, cos, sin, "half"), apply_rotary(k, cos, sin, "half")
-    whole, _ = causal_linear_attention(q, q_rot, k, k_rot, value, chunk=8)
-    split = 19
-    first, state = causal_linear_attention(
-        q[:, :, :split], q_rot[:, :, :split], k[:, :, :split], k_rot[:, :, :split], value[:, :, :split], chunk=8
-    )
-    second, _ = causal_linear_attention(
-        q[:, :, split:], q_rot[:, :, split:], k[:, :, split:], k_rot[:, :, split:], value[:, :, split:], state, chunk=8
-    )
+    inputs = features("half", 30)
+    whole, _ = causal_linear_attention(*inputs, chunk=8)
+    first, state = causal_linear_attention(*(t[:, :, :19] for t in inputs), chunk=8)
+    second, _ = causal_linear_attention(*(t[:, :, 19:] for t in inputs), state, chunk=8)
     torch.testing.assert_close(torch.cat((first, second), dim=2), whole, atol=TOLERANCE, rtol=TOLERANCE)
 
 
@@ -137,18 +135,17 @@ def test_generation_with_state_equals_without_cache(layout):
     )
     model = RoFormerExtForCausalLM(config).eval()
     prompt = torch.randint(5, 99, (2, 6))
-    kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
+
+    def generated(m, use_cache: bool):  # a random model soon repeats one token: compare the logits too
+        kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0, "output_logits": True}
+        out = m.generate(prompt, use_cache=use_cache, return_dict_in_generate=True, **kwargs)
+        return out.sequences, torch.stack(out.logits)
+
     with torch.no_grad():
-        cached = model.generate(prompt, use_cache=True, **kwargs)
-        uncached = model.generate(prompt, use_cache=False, **kwargs)
+        (cached, cached_logits), (uncached, uncached_logits) = generated(model, True), generated(model, False)
     torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
-
-    def logits(m, use_cache: bool) -> torch.Tensor:  # a random model soon repeats one token: compare logits too
-        out = m.generate(prompt, use_cache=use_cache, return_dict_in_generate=True, output_logits=True, **kwargs)
-        return torch.stack(out.logits)
-
-    torch.testing.assert_close(logits(model, True), logits(model, False), atol=TOLERANCE, rtol=TOLERANCE)
-    assert_position_sensitive(model, lambda m: logits(m, True), TOLERANCE)
+    torch.testing.assert_close(cached_logits, uncached_logits, atol=TOLERANCE, rtol=TOLERANCE)
+    assert_position_sensitive(model, lambda m: generated(m, True)[1], TOLERANCE)
 
 
 @pytest.mark.parametrize(
@@ -175,18 +172,7 @@ def test_cached_logits_equal_full_forward():
     torch.manual_seed(0)
     model = RoFormerExtForCausalLM(position_sensitive_config(attention_type="linear")).eval()
     input_ids = torch.randint(5, 99, (2, 10))
-    with torch.no_grad():
-        full = model(input_ids).logits
-        out = model(input_ids[:, :4], use_cache=True)
-        steps, cache = [out.logits], output_cache(out)
-        for position in range(4, 10):
-            out = model(input_ids[:, position : position + 1], cache=cache, use_cache=True)
-            steps.append(out.logits)
-            cache = output_cache(out)
-    assert cache.get_seq_length() == 10
-    # The cache holds a fixed-size state per layer, not the keys: (batch, heads, d, d + 1).
-    assert tuple(cache.layers[0].values.shape) == (2, 4, 8, 9)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOLERANCE, rtol=TOLERANCE)
+    caches = []
 
     def stepped(m) -> torch.Tensor:
         out = m(input_ids[:, :4], use_cache=True)
@@ -195,8 +181,14 @@ def test_cached_logits_equal_full_forward():
             out = m(input_ids[:, position : position + 1], cache=cache, use_cache=True)
             logits.append(out.logits)
             cache = output_cache(out)
+        caches.append(cache)
         return torch.cat(logits, dim=1)
 
+    with torch.no_grad():
+        torch.testing.assert_close(stepped(model), model(input_ids).logits, atol=TOLERANCE, rtol=TOLERANCE)
+    assert caches[0].get_seq_length() == 10
+    # The cache holds a fixed-size state per layer, not the keys: (batch, heads, d, d + 1).
+    assert tuple(caches[0].layers[0].values.shape) == (2, 4, 8, 9)
     assert_position_sensitive(model, stepped, TOLERANCE)
 
 

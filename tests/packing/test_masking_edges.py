@@ -1,10 +1,6 @@
 """masking_roformer_ext.py unit by unit (found by the mutation check, docs/testing.md): which keys each query may see
-for the encoder, the decoder, UniLM, packed sequences, a caller's 4D mask and cross-attention, and the checks on the
-masks a caller gives; and which packed batches the attention plan runs per sequence, without a mask.
-
-The expected patterns are written out by hand or by a plain loop over (query, key) pairs; masks are read back as
-"may attend" booleans whatever the backend's form (additive float or boolean).
-"""
+(encoder, decoder, UniLM, packed sequences, a caller's 4D mask, cross-attention) and the checks on a caller's masks.
+Expected patterns are written out by hand or by a loop over (query, key); masks are read back as "may attend"."""
 
 import re
 
@@ -13,8 +9,6 @@ import torch
 from conftest import tiny_config
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
-from roformer_ext.attention_plan import BatchLayout, eager_attention_forward, make_attention_plan
-from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, Capabilities
 from roformer_ext.masking_roformer_ext import (
     check_padding_mask,
     cross_attention_mask,
@@ -27,8 +21,7 @@ from roformer_ext.masking_roformer_ext import (
     unilm_source_overlay,
     within_each_sequence,
 )
-from roformer_ext.packing import PackedBatch, describe_packed_batch, per_sequence_sdpa
-from roformer_ext.position_encodings import AttentionTerms
+from roformer_ext.packing import PackedBatch, describe_packed_batch
 
 MIN = torch.finfo(torch.float32).min
 
@@ -257,63 +250,3 @@ def test_cross_attention_mask_hides_the_encoders_padding():
     mask = cross_attention_mask(config, encoder_mask[:1], embeddings(1, 3), embeddings(1, 5).double())
     assert mask.dtype == torch.float64 and mask.shape == (1, 1, 3, 5)
     assert (mask[0, 0] == 0).tolist() == [[True, True, False, False, True]] * 3
-
-
-class NoTerms:
-    """A position encoding with nothing for the attention, and a score term or not."""
-
-    def __init__(self, has_score_term: bool) -> None:
-        self.has_relative_scores = has_score_term
-        self.capabilities = SCORE_TERM_CAPABILITIES if has_score_term else Capabilities()
-
-    def attention_terms(self, *args) -> AttentionTerms:
-        return AttentionTerms()
-
-
-def plan_choice(config, attention_mask, seq, packed=None, token_type_ids=None, has_score_term=False):
-    """(mask, attention function) as the attention plan decides them (function None: linear attention)."""
-    positions = torch.zeros(1, 1, seq, dtype=torch.long)
-    plan = make_attention_plan(
-        config, NoTerms(has_score_term), BatchLayout(None, None, 0, packed), embeddings(1, seq), positions,
-        attention_mask, token_type_ids,
-    )  # fmt: skip
-    return plan.mask, plan.attention
-
-
-PACKED = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
-APART = pattern(lambda b, i, j: (i == 0) == (j == 0), 1, 4, 4)  # sequences (0) and (1, 2, 3)
-
-
-@pytest.mark.parametrize(
-    ("config", "given"),
-    [
-        (config_for("sdpa"), dict(has_score_term=True)),  # a score term joins the mask, which keeps them apart
-        (config_for("eager"), {}),
-        (config_for("sdpa"), dict(packed=PackedBatch(PACKED.sequence_ids, None, None))),  # traced: no cu_seq_lens
-        (config_for("sdpa"), dict(attention_mask=torch.ones(1, 4))),  # a padding mask next to the packing
-        (
-            config_for("sdpa", is_decoder=True, decoder_attention="unilm"),
-            dict(token_type_ids=torch.tensor([[0, 0, 1, 1]])),
-        ),
-    ],
-    ids=["score-term", "eager", "traced", "padding-mask", "unilm"],
-)
-def test_packed_rows_keep_the_mask_where_something_else_is_masked(config, given):
-    """Per-sequence SDPA without a mask only where nothing but the packing is masked; otherwise the configured
-    function with a mask that keeps the sequences apart."""
-    given = {"packed": PACKED, "attention_mask": None, **given}
-    mask, function = plan_choice(config, given.pop("attention_mask"), 4, **given)
-    assert function is not per_sequence_sdpa and mask is not None
-    if config._attn_implementation == "eager":
-        assert function is eager_attention_forward
-    if config.decoder_attention != "unilm":
-        assert allowed(mask) == APART
-
-
-def test_packed_rows_on_sdpa_run_each_sequence_alone_and_linear_attention_takes_the_raw_mask():
-    assert plan_choice(config_for("sdpa"), None, 4, PACKED) == (None, per_sequence_sdpa)
-    # decoder_attention is a decoder's setting: an encoder with token types keeps per-sequence SDPA
-    unilm_encoder = config_for("sdpa", decoder_attention="unilm")
-    assert plan_choice(unilm_encoder, None, 4, PACKED, torch.tensor([[0, 0, 1, 1]])) == (None, per_sequence_sdpa)
-    attention_mask = torch.tensor([[1, 1, 0]])
-    assert plan_choice(config_for(attention_type="linear"), attention_mask, 3) == (attention_mask, None)
