@@ -27,14 +27,13 @@ from roformer_ext.conversion.original import (
     map_original_variables,
     plan_conversion,
 )
-from roformer_ext.conversion.output_folder import OutputExistsError, OutputOverlapsSourceError, output_folder
+from roformer_ext.conversion.output_folder import OutputExistsError, output_folder
 from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 NAMES = ("roformer_v1", "roformer_v2", "roformer_sim", "roformer_sim_ft")
 INPUTS = ("single", "pair", "masked", "batch_padded", "long")
-SOURCE_FILES = ("bert_config.json", "vocab.txt", "checkpoint")
 
 
 def copy_fixture(name: str, target: Path) -> Path:
@@ -518,13 +517,3 @@ def test_output_folder_is_all_or_nothing(tmp_path):
         with output_folder(out, force=True):
             pass
     assert [p.name for p in out.iterdir()] == ["new.json"]
-
-
-def test_output_folder_refuses_sources(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    for out in (src, src / "inner", tmp_path):
-        with pytest.raises(OutputOverlapsSourceError):
-            with output_folder(out, force=True, sources=[src]):
-                pass
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"] and not any(src.iterdir())

@@ -4,13 +4,14 @@ tests/conversion/tf_checkpoint_writer.py), and damaged copies."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_convert_original import FIXTURES
+from test_convert_original import copy_fixture as _copy
 from tf_checkpoint_writer import write_tf_checkpoint
 
 from roformer_ext.conversion import CheckpointConversionError
@@ -22,7 +23,6 @@ from roformer_ext.conversion.tf_checkpoint import (
     resolve_checkpoint_prefix,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 VARIABLE_COUNTS = {"roformer_v1": 41, "roformer_v2": 14, "roformer_sim": 43, "roformer_sim_ft": 38}
 DATA = "bert_model.ckpt.data-00000-of-00001"
 INDEX = "bert_model.ckpt.index"
@@ -39,11 +39,7 @@ def slow_crc32c(data: bytes) -> int:
 
 
 def copy_fixture(name: str, tmp_path: Path) -> Path:
-    target = tmp_path / name
-    shutil.copytree(FIXTURES / name, target)
-    for path in target.iterdir():
-        path.chmod(0o644)
-    return target
+    return _copy(name, tmp_path / name)
 
 
 # ------------------------------------------------------------------------------------------- crc32c
@@ -146,16 +142,6 @@ def test_write_read_round_trip(tensors):
         np.testing.assert_array_equal(back[name], array)
 
 
-def test_the_writer_is_a_test_helper_not_package_api():
-    import roformer_ext.conversion
-    import roformer_ext.conversion.tf_checkpoint
-
-    assert not hasattr(roformer_ext.conversion.tf_checkpoint, "write_tf_checkpoint")
-    assert "write_tf_checkpoint" not in roformer_ext.conversion.__all__
-    with pytest.raises(AttributeError):
-        roformer_ext.conversion.write_tf_checkpoint  # noqa: B018
-
-
 def test_round_trip_of_a_fixture_is_exact(tmp_path):
     original = read_tf_checkpoint(FIXTURES / "roformer_sim")
     write_tf_checkpoint(tmp_path / "bert_model.ckpt", original)
@@ -164,12 +150,8 @@ def test_round_trip_of_a_fixture_is_exact(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- clear errors
-def test_errors_are_conversion_errors_and_value_errors():
-    assert issubclass(TFCheckpointError, CheckpointConversionError)
-    assert issubclass(TFCheckpointError, ValueError)
-
-
 def test_missing_folder_or_index(tmp_path):
+    assert issubclass(TFCheckpointError, CheckpointConversionError) and issubclass(TFCheckpointError, ValueError)
     with pytest.raises(TFCheckpointError, match="Missing checkpoint index"):
         TFCheckpointReader(tmp_path / "nowhere" / "bert_model.ckpt")
     with pytest.raises(TFCheckpointError, match=r"No TF checkpoint in .*\*\.index"):
@@ -208,25 +190,24 @@ def test_corrupted_data_fails_its_checksum(tmp_path):
     reader.get_tensor("bert/encoder/layer_0/output/dense/kernel")  # the others are intact
 
 
-@pytest.mark.parametrize("position", [10, 200, -48, -47, -3])  # data, index block, footer handles, magic
-def test_corrupted_index_is_detected(tmp_path, position):
+@pytest.mark.parametrize(
+    ("damage", "phrase"),
+    [
+        # a flipped byte in the data block, the index block, the footer's handles, the magic; a truncated file
+        *[(("flip", position), "Corrupted checkpoint index") for position in (10, 200, -48, -47, -3)],
+        *[(("keep", keep), "Corrupted checkpoint index") for keep in (0, 20, 300)],
+        (("text", 0), "bad table magic"),
+    ],
+)
+def test_corrupted_truncated_or_foreign_index(tmp_path, damage, phrase):
     folder = copy_fixture("roformer_sim", tmp_path)
     index = bytearray((folder / INDEX).read_bytes())
-    index[position] ^= 0x41
-    (folder / INDEX).write_bytes(bytes(index))
-    with pytest.raises(TFCheckpointError, match="Corrupted checkpoint index"):
-        TFCheckpointReader(folder)
-
-
-@pytest.mark.parametrize("keep", [0, 20, 300])
-def test_truncated_or_foreign_index(tmp_path, keep):
-    folder = copy_fixture("roformer_sim", tmp_path)
-    index = (folder / INDEX).read_bytes()
-    (folder / INDEX).write_bytes(index[:keep])
-    with pytest.raises(TFCheckpointError, match="Corrupted checkpoint index"):
-        TFCheckpointReader(folder)
-    (folder / INDEX).write_bytes(b"not a checkpoint at all, just text " * 4)
-    with pytest.raises(TFCheckpointError, match="bad table magic"):
+    kind, where = damage
+    if kind == "flip":
+        index[where] ^= 0x41
+    damaged = {"flip": bytes(index), "keep": bytes(index[:where]), "text": b"not a checkpoint at all, just text " * 4}
+    (folder / INDEX).write_bytes(damaged[kind])
+    with pytest.raises(TFCheckpointError, match=phrase):
         TFCheckpointReader(folder)
 
 
