@@ -62,12 +62,15 @@ DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
     "position_scheme": "rope_1d",
 }
 
-NORM_TYPES = ("layer_norm", "rms_scale_free")
-ATTENTION_TYPES = ("softmax", "linear")
-POOLER_ACTIVATIONS = ("tanh", "linear", None)
-MULTIPLE_CHOICE_POOLINGS = ("first", "last")
-CLASSIFIER_POOLINGS = ("cls", "mean")
-DECODER_ATTENTIONS = ("causal", "unilm")
+#: The fields that take one of a few values.
+CHOICES = {
+    "norm_type": ("layer_norm", "rms_scale_free"),
+    "attention_type": ("softmax", "linear"),
+    "pooler_activation": ("tanh", "linear", None),
+    "multiple_choice_pooling": ("first", "last"),
+    "classifier_pooling": ("cls", "mean"),
+    "decoder_attention": ("causal", "unilm"),
+}
 #: Sizes that become tensor shapes: positive ints (JSON's 128.0 or True would fail inside torch).
 SIZE_FIELDS = (
     "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -286,12 +289,8 @@ class RoFormerExtConfig(PreTrainedConfig):
                 f"RoPE rotates pairs of dimensions, so the head dim must be even; got hidden_size "
                 f"{self.hidden_size} / {self.num_attention_heads} heads = {self.head_dim}. Pick sizes with an even quotient."
             )
-        _check_choice("norm_type", self.norm_type, NORM_TYPES)
-        _check_choice("attention_type", self.attention_type, ATTENTION_TYPES)
-        _check_choice("pooler_activation", self.pooler_activation, POOLER_ACTIVATIONS)
-        _check_choice("multiple_choice_pooling", self.multiple_choice_pooling, MULTIPLE_CHOICE_POOLINGS)
-        _check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
-        _check_choice("decoder_attention", self.decoder_attention, DECODER_ATTENTIONS)
+        for name, allowed in CHOICES.items():
+            _check_choice(name, getattr(self, name), allowed)
         self.validate_position_encoding()
         self.validate_rope_layout()
 
@@ -413,21 +412,13 @@ def _check_scheme_knob(key: str, value: Any, knob: Knob) -> None:
 
 def _check_mrope_section(section: Any) -> None:
     """A list of positive ints (its length and sum are checked by the allocation)."""
+    name, what = "rope_parameters['mrope_section']", "(frequency pairs per axis, e.g. [2, 3, 3])"
     if not isinstance(section, (list, tuple)):
-        raise TypeError(
-            f"rope_parameters['mrope_section'] must be a list of ints (frequency pairs per axis, e.g. [2, 3, 3]); "
-            f"got {section!r} ({type(section).__name__})."
-        )
+        raise TypeError(f"{name} must be a list of ints {what}; got {section!r} ({type(section).__name__}).")
     if not all(is_int(size) for size in section):
-        raise TypeError(
-            f"rope_parameters['mrope_section'] entries must be ints (frequency pairs per axis, e.g. [2, 3, 3]); got "
-            f"{list(section)!r}."
-        )
+        raise TypeError(f"{name} entries must be ints {what}; got {list(section)!r}.")
     if not all(size > 0 for size in section):
-        raise ValueError(
-            f"rope_parameters['mrope_section'] entries must be positive (every axis needs at least one frequency "
-            f"pair); got {list(section)!r}."
-        )
+        raise ValueError(f"{name} entries must be positive (every axis needs a frequency pair); got {list(section)!r}.")
 
 
 def _names(names) -> str:

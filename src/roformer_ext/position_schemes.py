@@ -328,14 +328,9 @@ def _grid_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tenso
 
 
 def qwen2_5_vl(segments: Sequence[Segment], axes: int, *, tokens_per_second: float = 2.0) -> tuple[torch.Tensor, float]:
-    """Qwen2.5-VL's M-RoPE with time-aligned temporal positions.
-
-    Frame k of a video is at temporal index floor(k · tokens_per_second · second_per_grid_t) (the video's
-    `second_per_grid_ts` entry, 1.0 when not given; images: k = 0): patch (k, i, j), 0-based, is
-    (st + floor(k·interval), st + i, st + j). Text after the segment continues at max(segment) + 1, as Qwen2.5-VL's
-    original `get_rope_index` (transformers 5.21-5.24 advance by max(h, w) only: they agree while the temporal extent
-    fits in max(h, w)).
-    """
+    """Qwen2.5-VL's time-aligned M-RoPE: patch (k, i, j) is (st + floor(k·tokens_per_second·second_per_grid_t),
+    st + i, st + j) (second_per_grid_t 1.0 when not given; images: k = 0); text after continues at max(segment) + 1,
+    as the original `get_rope_index` (transformers' advances by max(h, w) only)."""
     tokens_per_second = float(tokens_per_second)
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
@@ -354,10 +349,8 @@ _builtin("qwen2_5_vl", {"tokens_per_second": POSITIVE}, allocation="sections", r
 
 
 def qwen3_vl(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
-    """Qwen3-VL: every frame is placed as an image, one after another (Qwen3-VL separates frames by timestamp text;
-    here consecutive frames simply follow each other): frame k starts at st_k, patch (i, j) is (st_k, st_k + i,
-    st_k + j), st_{k+1} = st_k + max(h, w); text continues at the last st. Pair it with the "mrope_interleaved"
-    allocation (Qwen3-VL's interleaved M-RoPE), the default for this name."""
+    """Qwen3-VL: every frame placed as an image, one after another: frame k at st_k, patch (i, j) at (st_k, st_k + i,
+    st_k + j), st_{k+1} = st_k + max(h, w); text continues at the last st."""
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
         t, h, w = segment.grid
@@ -388,7 +381,7 @@ def mrope_interleave(
 ) -> tuple[torch.Tensor, float]:
     """MRoPE-Interleave (Huang et al., ICLR 2026): patch (k, i, j), 0-based, is (st + k·temporal_stride, i, j) with
     spatial reset (the h and w axes restart at 0 in every image), (st + k·s, st + i, st + j) without; the next text
-    token is at st + max((T−1)·s, h−1, w−1) + 1 either way. Allocation: "mrope_interleaved"."""
+    token is at st + max((T−1)·s, h−1, w−1) + 1 either way."""
     stride = float(temporal_stride)
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, spatial_reset))
 
@@ -404,8 +397,7 @@ _builtin("mhrope", {"spatial_reset": BOOL, **STRIDE}, allocation="headwise", rat
 
 def spatial_reset_layout(segments: Sequence[Segment], axes: int, *, temporal_stride: float = 1.0):
     """ILRoPE / OmniRoPE's reset visual layout: (st + k·temporal_stride, i, j), 0-based; next text at
-    st + max((T−1)·s + 1, h, w). ILRoPE pairs it with "mrope_interleaved", OmniRoPE with "omnirope" (OmniGen2's
-    per-axis frequency ladders)."""
+    st + max((T−1)·s + 1, h, w)."""
     stride = float(temporal_stride)
     return _place(segments, axes, lambda st, segment: _reset_block(st, segment.grid, stride, True))
 
@@ -450,10 +442,8 @@ def hope(
     temporal_stride: float = 1.0,
     temporal_scales: Sequence[float] | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """HoPE (Li et al., 2025): VideoRoPE's diagonal layout with a temporal scale δ, and NoPE on the temporal
-    frequencies (allocation "hope"). Dynamic temporal scaling: with `temporal_scales` set, a model in training mode
-    draws δ for every vision segment from that set (`build_position_ids(..., training=True)` records the draw on the
-    segment, `segment.temporal_scale`); otherwise (eval, or no set) δ = `temporal_stride`, the fixed inference scale."""
+    """HoPE (Li et al., 2025): VideoRoPE's diagonal layout with temporal scale δ = the segment's scale drawn from
+    `temporal_scales` while training (`build_position_ids(training=True)`), else `temporal_stride`."""
     stride = float(temporal_stride)
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
@@ -469,13 +459,9 @@ _builtin("hope", {**STRIDE, "temporal_scales": SCALES}, allocation="hope", ratio
 def v2pe(
     segments: Sequence[Segment], axes: int, *, visual_stride: float = 16.0, visual_stride_tokens: int | None = None
 ) -> tuple[torch.Tensor, float]:
-    """V2PE (Ge et al., 2024): one flat sequence whose visual tokens advance by a smaller step. A vision segment of V
-    tokens after position p gets p + δ·(n + 1), n = 0…V−1; the next text token is at ⌈last visual position⌉ + 1. The
-    same position on every axis (so any allocation is 1D RoPE). δ = visual_stride / visual_stride_tokens, a step per
-    visual token as the official code (OpenGVLab/V2PE) takes it, with 256 there (the tokens of one InternVL tile: an
-    image of n tiles spans n·visual_stride); with visual_stride_tokens None (the default) δ = visual_stride / V, every
-    segment spanning visual_stride, as the ICLR 2026 reference (Multimodal-RoPEs) takes it. The two agree when V
-    equals visual_stride_tokens."""
+    """V2PE (Ge et al., 2024), one position on every axis: V visual tokens after position p get p + δ·(n + 1),
+    n = 0…V−1, the next text ⌈last⌉ + 1. δ = visual_stride / visual_stride_tokens as the official code (256 there),
+    or visual_stride / V (every segment spans visual_stride) when None, as the Multimodal-RoPEs reference."""
     stride = float(visual_stride)
     blocks, last = [], -1.0
     for segment in segments:
@@ -497,8 +483,7 @@ _builtin("v2pe", {"visual_stride": POSITIVE, "visual_stride_tokens": STRIDE_TOKE
 def vrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
     """VRoPE (Liu et al., EMNLP 2025), 4 axes: patch (k, i, j), 0-based, of a T×h×w video (an image: T = 1) is at
     st + k·(h + w − 1) + (i + j, i + (w−1−j), (h−1−i) + j, (h−1−i) + (w−1−j)), the four diagonal directions; the
-    next text token is at st + T·(h + w − 1). Allocation "interleaved" over the 4 axes (pair p reads axis p mod 4),
-    as the official code's channel allocation (no temporal channels)."""
+    next text token is at st + T·(h + w − 1)."""
 
     def vision(st: float, segment: Segment) -> tuple[torch.Tensor, float]:
         frames, rows, cols = _grid_indices(segment.grid)
@@ -521,15 +506,10 @@ def mmrope(
     temporal_stride: float = 1.0,
     position_scale: Sequence[float] = (1.0, 1.0, 1.0),
 ) -> tuple[torch.Tensor, float]:
-    """MM-RoPE (Lumos-1, Yuan et al., ICLR 2026), as its official code places a row (alibaba-damo-academy/Lumos,
-    `generate_mm_position_ids` + `set_3d_global_offset`): every text token at its token index n (on every axis);
-    patch (k, i, j) of a vision segment at o + ((f + k)·s·σ_t, i·σ_h, j·σ_w), o the token index of the sample's first
-    vision token, f the frames of the sample's earlier vision segments (an image counts one): one offset and one
-    frame counter for all images and videos of a sample. The next text token is at the token count (delta 0).
-    s = temporal_stride, σ = position_scale; Lumos-1 takes σ = (4, 8, 8) (its Cosmos tokenizer's strides) and gives
-    every latent row a new-line token, i.e. grid (t, h, w + 1). Allocation "mmrope" (T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W
-    repeated, as Lumos-1's code). (The ICLR 2026 reference, Multimodal-RoPEs, places M-RoPE blocks instead,
-    (st + k·s·σ_t, st + i·σ_h, st + j·σ_w) with text after at max + 1; its fixture test registers that design.)"""
+    """MM-RoPE (Lumos-1, Yuan et al., ICLR 2026), as its official code places a row: text at its token index n;
+    patch (k, i, j) at o + ((f + k)·s·σ_t, i·σ_h, j·σ_w), o the token index of the sample's first vision token, f the
+    frames of its earlier vision segments (an image counts one); next text at the token count. s = temporal_stride,
+    σ = position_scale (Lumos-1: (4, 8, 8))."""
     stride = float(temporal_stride)
     scale = torch.tensor([float(v) for v in position_scale], dtype=torch.float32)
     blocks, index, origin, frames = [], 0, None, 0
@@ -549,9 +529,8 @@ _builtin("mmrope", {**STRIDE, "position_scale": THREE_SCALES}, allocation="mmrop
 
 
 def _in_text_plane(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(x, y) as coordinates in the plane through 0 orthogonal to the text direction (1, 1, 1), with the basis
-    u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u: x·u + y·v, shape (3, ...), the (w, h, t) axes. Float32, every step as
-    the official Circle-RoPE code takes it, so positions match it bit for bit."""
+    """x·u + y·v, (3, ...) on the (w, h, t) axes, in the plane orthogonal to (1, 1, 1): u = (−1, 1, 0)/√2,
+    v = (1, 1, 1)/√3 × u, in float32 step by step as the official Circle-RoPE code (bit for bit)."""
     text = torch.ones(3) / torch.norm(torch.ones(3))
     u = torch.stack([-text[1], text[0], torch.tensor(0.0)])
     u = u / torch.norm(u)
@@ -596,17 +575,13 @@ def circle_rope(
     circle_dff_rate: float = 0.0,
     circle_move_to_positive: float | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """Circle-RoPE (Wang et al., 2025, "Cone-like Decoupled Rotary Positional Embedding"): an image's patches sit on a
-    ring of radius R in the plane orthogonal to the text direction (1, 1, 1), so every patch is equally far from each
-    text token's line. Patch (i, j) of an h×w image (0-based, index p = i·w + j), with the grid centred
-    (x = j − (w−1)/2, y = i − (h−1)/2; uncentred with circle_move_to_origin False) gets the angle
-    θ = α·θ_grid + (1 − α)·2π·p/(h·w), θ_grid its atan2(y, x) stretched linearly over [0, 2π]; the point
-    (R cos θ, R sin θ) in the basis u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u is its (w, h, t) offset o, mixed with the
-    unbent grid's as (1 − d)·o + d·(x·u + y·v) (d = circle_dff_rate) and optionally shifted by |min| + offset
-    (circle_move_to_positive). Position = (n − m) + m + o where m is the text since the last vision segment, the
-    float32 order of the official code; text after it continues at max(block) + 1. Images only (t = 1): the official
-    code has no placement for several frames. Allocation "sections" (Qwen2.5-VL's, the model the authors patch).
-    Not here: the authors' AGE mode, which alternates layers between these and Qwen2.5-VL's M-RoPE positions."""
+    """Circle-RoPE (Wang et al., 2025): an image's patches on a ring of radius R in the plane orthogonal to the text
+    direction (1, 1, 1). Patch (i, j), index p = i·w + j, of the grid centred (x = j − (w−1)/2, y = i − (h−1)/2; not
+    with circle_move_to_origin False) gets θ = α·θ_grid + (1 − α)·2π·p/(h·w), θ_grid its atan2(y, x) stretched over
+    [0, 2π]; its offset o = R cos θ·u + R sin θ·v (`_in_text_plane`), mixed as (1 − d)·o + d·(x·u + y·v)
+    (d = circle_dff_rate), optionally shifted by |min| + circle_move_to_positive. Position = (n − m) + m + o, m the
+    text since the last vision segment (the official code's float32 order); text after at max(block) + 1. Images only
+    (t = 1), as the official code."""
     radius = circle_radius  # "auto[-scale]": the largest centred coordinate times the scale
     if isinstance(radius, str):
         radius = ("auto", 1.0 if radius == "auto" else float(radius[5:]))

@@ -70,19 +70,19 @@ def t5_relative_bucket(
 class T5Scores(RelativeScores):
     """T5's learned scalar per (bucket, head), shared by every layer."""
 
-    def __init__(self, query_positions, key_positions, table: nn.Embedding, bidirectional, num_buckets, max_distance):
+    def __init__(self, query_positions, key_positions, encoding: "T5BiasPositionEncoding") -> None:
         super().__init__(query_positions, key_positions)
-        self.table, self.bidirectional = table, bidirectional
-        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.encoding = encoding
 
     def bucket(self, distance: torch.Tensor) -> torch.Tensor:
-        return t5_relative_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
+        encoding = self.encoding
+        return t5_relative_bucket(distance, encoding.bidirectional, encoding.num_buckets, encoding.max_distance)
 
     def shared_bias(self) -> torch.Tensor:
-        return self.table(self.bucket(self.distances())).permute(0, 3, 1, 2)  # the same for every layer, as T5
+        return self.encoding.relative_attention_bias(self.bucket(self.distances())).permute(0, 3, 1, 2)
 
     def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
-        weights = self.table.weight.to(query.dtype)
+        weights = self.encoding.relative_attention_bias.weight.to(query.dtype)
 
         def t5_bias(score, batch_idx, head_idx, q_idx, kv_idx):
             return score + weights[self.bucket(self._position_at(batch_idx, q_idx, kv_idx)), head_idx]
@@ -105,14 +105,7 @@ class T5BiasPositionEncoding(RelativePositionEncoding):
         self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
 
     def relative_scores(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> T5Scores:
-        return T5Scores(
-            query_positions,
-            key_positions,
-            self.relative_attention_bias,
-            self.bidirectional,
-            self.num_buckets,
-            self.max_distance,
-        )
+        return T5Scores(query_positions, key_positions, self)
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -252,13 +245,10 @@ class TransformerXLPositionEncoding(RelativePositionEncoding):
 
 
 class TupeScores(RelativeScores):
-    """Ke, He & Liu (2021), TUPE: score_ij = x_i W_q (x_j W_k)ᵀ/√(2d) + p_i U_q (p_j U_k)ᵀ/√(2d) + b_bucket(j−i).
-    The position correlation uses its own table p (LayerNorm'd, TUPE's `pos_ln`) and projections U_q, U_k; b is T5's
-    bucketed bias. The token at position n reads row n + 1 of the table. [CLS] reset (`tupe_cls_reset`): the first token
-    of each sequence (position 0) is untied from positions: its row (to every key) is θ₁ = p̃_0 U_q (p̃_0 U_k)ᵀ/√(2d) of the
-    table's spare row 0, its column (every other query to it) θ₂ = the same of row 1, and its relative buckets are
-    the spare ones (bidirectional: the unused bucket `num_buckets // 2` for [CLS] → others, `num_buckets` for others →
-    [CLS]; a decoder, whose first query sees only itself, uses `num_buckets` for both). Shared by every layer."""
+    """TUPE (Ke, He & Liu 2021): score_ij = x_i W_q (x_j W_k)ᵀ/√(2d) + p̃_i U_q (p̃_j U_k)ᵀ/√(2d) + b_bucket(j−i), p̃
+    the LayerNorm'd table (position n reads row n + 1), b T5's bias. [CLS] reset: position 0's row is θ₁ (spare row 0
+    with itself), its column θ₂ (row 1 with itself), its buckets the spare ones (bidirectional: `num_buckets // 2`
+    for [CLS] → others, `num_buckets` for others → [CLS]; a decoder `num_buckets` for both)."""
 
     def __init__(self, query_positions, key_positions, encoding: "TupePositionEncoding") -> None:
         super().__init__(query_positions, key_positions)
@@ -311,8 +301,7 @@ class TupeScores(RelativeScores):
         return bias
 
     def score_mod(self, query: torch.Tensor, table: nn.Module | None) -> Callable:
-        """The position correlation of every pair of table rows in use (heads, n, n), n = the largest position + 2,
-        with the [CLS] reset written into the row and column of position 0, read per score; no (batch, q, k) tensor."""
+        """The correlation of every pair of table rows in use (heads, n, n), the reset written in, read per score."""
         encoding = self.encoding
         n = int(max(self.query_positions.max(), self.key_rows().max() - 1)) + 2
         pairs = self.pair_table(torch.arange(n, device=query.device))
@@ -341,10 +330,8 @@ class TupeScores(RelativeScores):
 
 @register_position_encoding("tupe")
 class TupePositionEncoding(RelativePositionEncoding):
-    """TUPE (Transformer with Untied Positional Encoding): absolute positions that never touch the word embeddings,
-    correlated through their own projections U_q, U_k, plus T5's relative bias (`tupe_rel_pos`, TUPE-R; off: TUPE-A)
-    and the [CLS] reset (`tupe_cls_reset`); both scores scaled by 1/√(2d). Table, projections and bias are shared by
-    every layer, as in the authors' code; a table of `max_position_embeddings` + 1 rows (row 0 feeds the reset)."""
+    """TUPE: untied absolute positions (a table of `max_position_embeddings` + 1 rows, projections U_q, U_k), T5's
+    bias (`tupe_rel_pos`: TUPE-R) and the [CLS] reset (`tupe_cls_reset`), shared by every layer as the authors'."""
 
     knobs = TupeKnobs
 
@@ -405,12 +392,10 @@ class DebertaLayerParameters(nn.Module):
 
 
 class DebertaScores(RelativeScores):
-    """He et al. (DeBERTa, v2 form): score_ij = q_i·k_j/√(sd) + q_i·K_r[δ(i, j)]/√(sd) (c2p) + k_j·Q_r[δ(i, j)]/√(sd)
-    (p2c), s = 1 + the number of position terms. K_r, Q_r: one relative embedding table of 2·span rows shared by every
-    layer (LayerNorm'd when `norm_rel_ebd="layer_norm"`), projected by each layer (its own key / query projections with
-    `share_att_key`, else `pos_key_proj` / `pos_query_proj`). δ(i, j) = clamp(bucket(p_i − p_j) + span, 0, 2·span − 1),
-    bucket DeBERTa's log buckets (`position_buckets` > 0) or the plain distance. The rows are read through a lookup
-    over distances clamped to ±max(span, max_relative_positions), beyond which every row is the first or last."""
+    """DeBERTa-v2: score_ij = q_i·k_j/√(sd) + q_i·K_r[δ(i, j)]/√(sd) (c2p) + k_j·Q_r[δ(i, j)]/√(sd) (p2c), s = 1 +
+    the number of terms; K_r, Q_r the shared table of 2·span rows projected by each layer;
+    δ(i, j) = clamp(bucket(p_i − p_j) + span, 0, 2·span − 1), read through a lookup over distances clamped to
+    ±max(span, max_relative_positions)."""
 
     fits_local_heads = False  # the separate position projections hold every head
 
@@ -484,7 +469,7 @@ class DebertaPositionEncoding(RelativePositionEncoding):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def relative_embeddings(self) -> torch.Tensor:
-        """The shared table as each layer reads it: normalised (`norm_rel_ebd`), then dropped out."""
+        """The shared table as each layer reads it: normalised, then dropped out."""
         table = self.rel_embeddings.weight
         if self.norm is not None:
             table = self.norm(table)
