@@ -42,21 +42,65 @@ def test_patch_indices_are_frame_row_col_in_token_order() -> None:
     assert cols.tolist() == [0, 1, 2] * 4
 
 
-def test_rope_1d_counts_every_token() -> None:
-    assert place("rope_1d", [T(2), I(1, 2)], 2) == ([[0, 1, 2, 3], [0, 1, 2, 3]], 4.0)
-    assert place("rope_1d", [], 2) == ([[], []], 0.0)
+_VROPE = [[0, 1, 1, 2], [1, 0, 2, 1], [1, 2, 0, 1], [2, 1, 1, 0]]  # (i, j) = (0,0), (0,1), (1,0), (1,1): the diagonals
+#: (scheme, segments, axes, knobs, positions per axis, next text position), written out from each definition.
+LAYOUTS = [
+    ("rope_1d", [T(2), I(1, 2)], 2, {}, [[0, 1, 2, 3]] * 2, 4),
+    # text row 0 (cols 0, 1); image 2x2 on rows 1, 2; text row 3; video (2, 1, 2) on row 4, frames 0 and 1; the
+    # next text continues a new row after a trailing vision segment (column 0)
+    ("rope_2d_rows", [T(2), I(2, 2), T(1), V(2, 1, 2)], 3, {},
+     [[0, 0, 1, 1, 2, 2, 3, 4, 4, 4, 4], [0, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]], 0),
+    ("rope_2d_rows", [T(3)], 2, {}, [[0, 0, 0], [0, 1, 2]], 3),  # the last text row continues (column 3)
+    ("rope_2d_rows", [T(3), I(1, 2)], 2, {}, [[0, 0, 0, 1, 1], [0, 1, 2, 0, 1]], 0),
+    # L = 1, h = 2, w = 3: span (h+1)(w+1) = 12, row step w+1 = 4, col step h+1 = 3, patches 1-based
+    ("rope_tie", [T(2), I(2, 3), T(1)], 2, {}, [[0, 1, 5, 5, 5, 9, 9, 9, 13], [0, 1, 4, 7, 10, 4, 7, 10, 13]], 14),
+    # L = 0, (h, w, T) = (1, 2, 2): S = 2·3·3 = 18, steps 9, 6, 6
+    ("rope_tie", [T(1), V(2, 1, 2)], 3, {}, [[0, 9, 9, 9, 9], [0, 6, 12, 6, 12], [0, 6, 6, 12, 12]], 18),
+    # L = 1, image 2x3: P = 6, β1 = 1 + (6-2)/2 = 3, β2 = 1 + (6-3)/2 = 2.5, next L + P + 1 = 8
+    ("rope_tie_v2", [T(2), I(2, 3)], 2, {}, [[0, 1, 4, 4, 4, 5, 5, 5], [0, 1, 3.5, 4.5, 5.5, 3.5, 4.5, 5.5]], 8),
+    # L = -1 (no text before), video (T, h, w) = (2, 1, 3): P = 6, β = -1 + (6 - (1, 3, 2)) / 2 = (1.5, 0.5, 1)
+    ("rope_tie_v2", [V(2, 1, 3)], 3, {}, [[2.5] * 6, [1.5, 2.5, 3.5] * 2, [2, 2, 2, 3, 3, 3]], 6),
+    # st = 2, video (T, h, w) = (4, 1, 2): next st + max(4, 1, 2) = 6
+    ("mrope", [T(2), V(4, 1, 2), T(1)], 3, {},
+     [[0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6], [0, 1] + [2] * 8 + [6], [0, 1] + [2, 3] * 4 + [6]], 7),
+    # interval = seconds_per_grid · tokens_per_second: 1.5 · 1 -> frames floor(0, 1.5, 3) = 0, 1, 3
+    ("qwen2_5_vl", [T(1), V(3, 1, 1, seconds=1.5)], 3, {"tokens_per_second": 1}, [[0, 1, 2, 4], [0, 1, 1, 1], [0, 1, 1, 1]], 5),
+    # no seconds: 1.0 per grid, default 2 tokens per second -> frames 0, 2; an image stays at frame 0
+    ("qwen2_5_vl", [V(2, 1, 2), I(2, 1)], 3, {}, [[0, 0, 2, 2, 3, 3], [0, 0, 0, 0, 3, 4], [0, 1, 0, 1, 3, 3]], 5),
+    # st = 1, (T, h, w) = (2, 2, 3): frame 0 at st 1, frame 1 at st 1 + max(2, 3) = 4; text at 7
+    ("qwen3_vl", [T(1), V(2, 2, 3), T(1)], 3, {}, [[0] + [1] * 6 + [4] * 6 + [7],
+     [0, 1, 1, 1, 2, 2, 2, 4, 4, 4, 5, 5, 5, 7], [0, 1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7]], 8),
+    # st = 1, (T, h, w) = (3, 1, 2), stride 2: t = 1, 3, 5; next st + max(4, 0, 1) + 1 = 6; with and without reset
+    ("mrope_interleave", [T(1), V(3, 1, 2)], 3, {"temporal_stride": 2},
+     [[0, 1, 1, 3, 3, 5, 5], [0] * 7, [0, 0, 1, 0, 1, 0, 1]], 6),
+    ("mhrope", [T(1), V(3, 1, 2)], 3, {"temporal_stride": 2, "spatial_reset": False},
+     [[0, 1, 1, 3, 3, 5, 5], [0] + [1] * 6, [0, 1, 2, 1, 2, 1, 2]], 6),
+    # the spatial extent wins when it is the larger: st = 0, (1, 3, 2): next 0 + max(0, 2, 1) + 1 = 3
+    ("ilrope", [I(3, 2)], 3, {}, [[0] * 6, [0, 0, 1, 1, 2, 2], [0, 1] * 3], 3),
+    ("omnirope", [I(2, 4)], 3, {"temporal_stride": 5}, [[0] * 8, [0] * 4 + [1] * 4, [0, 1, 2, 3] * 2], 4),
+    # st = 1, (T, h, w) = (2, 3, 4), stride 2: t = 1, 3; h = t + i - 1; w = t + j - 1; next 1 + 2 + 1 = 4
+    ("videorope", [T(1), V(2, 3, 4)], 3, {}, [[0] + [1] * 12 + [3] * 12,
+     [0] + [r + f for f in (0, 2) for r in (0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2)],
+     [0] + [c + f for f in (0, 2) for c in (0, 1, 2, 3) * 3]], 4),
+    # hope: the segment's drawn scale wins over temporal_stride
+    ("hope", [V(3, 1, 1, scale=0.5)], 3, {"temporal_stride": 3}, [[0, 0.5, 1]] * 3, 2),
+    ("hope", [V(3, 1, 1)], 3, {"temporal_stride": 3}, [[0, 3, 6]] * 3, 7),
+    # 3 visual tokens after text at 0, 1 spanning stride 6: step 2 -> 3, 5, 7; next ceil(7) + 1 = 8
+    ("v2pe", [T(2), I(1, 3), T(1)], 1, {"visual_stride": 6}, [[0, 1, 3, 5, 7, 8]], 9),
+    # no text before: p = -1; a step per visual_stride_tokens, 1 / 4 -> -0.75, -0.5; next ceil(-0.5) + 1 = 1
+    ("v2pe", [I(1, 2)], 2, {"visual_stride": 1, "visual_stride_tokens": 4}, [[-0.75, -0.5]] * 2, 1),
+    ("v2pe", [I(1, 1)], 1, {"visual_stride_tokens": 1}, [[15.0]], 16),
+    # st = 1, (T, h, w) = (2, 2, 2): span h + w - 1 = 3; frame k adds 3k; next 1 + 2·3 = 7
+    ("vrope", [T(1), V(2, 2, 2), T(1)], 4, {}, [[0] + [1 + v for v in d] + [4 + v for v in d] + [7] for d in _VROPE], 8),
+    # origin o = 2 (the first vision token's index), frames counted over the sample's vision segments
+    ("mmrope", [T(2), I(1, 2), T(1), V(2, 1, 1)], 3, {"temporal_stride": 2, "position_scale": [1.0, 3.0, 5.0]},
+     [[0, 1, 2, 2, 4, 4, 6], [0, 1, 2, 2, 4, 2, 2], [0, 1, 2, 7, 4, 2, 2]], 7),
+]  # fmt: skip
 
 
-def test_rope_2d_rows_text_image_video_rows() -> None:
-    # text row 0 (cols 0, 1); image 2x2 on rows 1, 2; text row 3; video (2, 1, 2) on row 4, frames 0 and 1
-    rows, cols, frames = place("rope_2d_rows", [T(2), I(2, 2), T(1), V(2, 1, 2)], 3)[0]
-    assert rows == [0, 0, 1, 1, 2, 2, 3, 4, 4, 4, 4]
-    assert cols == [0, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1]
-    assert frames == [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]
-    # generated text continues the last text row (column 3), or a new row after a trailing image (column 0)
-    assert place("rope_2d_rows", [T(3)], 2) == ([[0, 0, 0], [0, 1, 2]], 3.0)
-    assert place("rope_2d_rows", [T(3), I(1, 2)], 2) == ([[0, 0, 0, 1, 1], [0, 1, 2, 0, 1]], 0.0)
-    assert place("rope_2d_rows", [], 3) == ([[], [], []], 0.0)
+@pytest.mark.parametrize(("scheme", "segments", "axes", "knobs", "positions", "next_pos"), LAYOUTS)
+def test_each_scheme_places_tokens_as_written_out(scheme, segments, axes, knobs, positions, next_pos) -> None:
+    assert place(scheme, segments, axes, **knobs) == (positions, float(next_pos))
 
 
 @pytest.mark.parametrize(
@@ -111,95 +155,6 @@ def test_rope_tie_v2_image_and_video() -> None:
 def test_su_schemes_place_text_alone_on_one_axis() -> None:
     for scheme in ("rope_tie", "rope_tie_v2"):
         assert place(scheme, [T(2)], 1) == ([[0, 1]], 2.0)
-
-
-def test_mrope_advances_by_the_largest_extent() -> None:
-    # st = 2, video (T, h, w) = (4, 1, 2): next st + max(4, 1, 2) = 6
-    (t, h, w), next_pos = place("mrope", [T(2), V(4, 1, 2), T(1)], 3)
-    assert t == [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]
-    assert h == [0, 1] + [2] * 8 + [6]
-    assert w == [0, 1] + [2, 3] * 4 + [6]
-    assert next_pos == 7.0
-
-
-def test_qwen2_5_vl_time_aligned_frames() -> None:
-    # interval = seconds_per_grid · tokens_per_second: 1.5 · 1 -> frames floor(0, 1.5, 3) = 0, 1, 3
-    (t, h, w), next_pos = place("qwen2_5_vl", [T(1), V(3, 1, 1, seconds=1.5)], 3, tokens_per_second=1)
-    assert t == [0, 1, 2, 4] and h == [0, 1, 1, 1] and w == [0, 1, 1, 1]
-    assert next_pos == 5.0
-    # no seconds: 1.0 per grid, default 2 tokens per second -> frames 0, 2; an image stays at frame 0
-    (t, h, w), next_pos = place("qwen2_5_vl", [V(2, 1, 2), I(2, 1)], 3)
-    assert t == [0, 0, 2, 2, 3, 3]
-    assert h == [0, 0, 0, 0, 3, 4]
-    assert w == [0, 1, 0, 1, 3, 3]
-    assert next_pos == 5.0
-
-
-def test_qwen3_vl_places_each_frame_as_an_image() -> None:
-    # st = 1, (T, h, w) = (2, 2, 3): frame 0 at st 1, frame 1 at st 1 + max(2, 3) = 4; text at 7
-    (t, h, w), next_pos = place("qwen3_vl", [T(1), V(2, 2, 3), T(1)], 3)
-    assert t == [0] + [1] * 6 + [4] * 6 + [7]
-    assert h == [0, 1, 1, 1, 2, 2, 2, 4, 4, 4, 5, 5, 5, 7]
-    assert w == [0, 1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7]
-    assert next_pos == 8.0
-
-
-def test_mrope_interleave_with_and_without_spatial_reset() -> None:
-    # st = 1, (T, h, w) = (3, 1, 2), stride 2: t = 1, 3, 5; next st + max(4, 0, 1) + 1 = 6
-    (t, h, w), next_pos = place("mrope_interleave", [T(1), V(3, 1, 2)], 3, temporal_stride=2)
-    assert t == [0, 1, 1, 3, 3, 5, 5] and h == [0] * 7 and w == [0, 0, 1, 0, 1, 0, 1]
-    assert next_pos == 6.0
-    (t, h, w), next_pos = place("mhrope", [T(1), V(3, 1, 2)], 3, temporal_stride=2, spatial_reset=False)
-    assert t == [0, 1, 1, 3, 3, 5, 5] and h == [0] + [1] * 6 and w == [0, 1, 2, 1, 2, 1, 2]
-    assert next_pos == 6.0
-    # the spatial extent wins when it is the larger: st = 0, (1, 3, 2): next 0 + max(0, 2, 1) + 1 = 3
-    assert place("ilrope", [I(3, 2)], 3)[1] == 3.0
-    assert place("omnirope", [I(2, 4)], 3, temporal_stride=5)[1] == 4.0
-
-
-def test_videorope_and_hope_diagonal_layout() -> None:
-    # st = 1, (T, h, w) = (2, 3, 4), stride 2: t = 1, 3; h = t + i - 1; w = t + j - 1; next 1 + 2 + 1 = 4
-    (t, h, w), next_pos = place("videorope", [T(1), V(2, 3, 4)], 3)
-    assert t == [0] + [1] * 12 + [3] * 12
-    assert h == [0] + [r + f for f in (0, 2) for r in (0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2)]
-    assert w == [0] + [c + f for f in (0, 2) for c in (0, 1, 2, 3) * 3]
-    assert next_pos == 4.0
-    # hope: the segment's drawn scale wins over temporal_stride
-    (t, _, _), next_pos = place("hope", [V(3, 1, 1, scale=0.5)], 3, temporal_stride=3)
-    assert t == [0, 0.5, 1] and next_pos == 2.0
-    (t, _, _), next_pos = place("hope", [V(3, 1, 1)], 3, temporal_stride=3)
-    assert t == [0, 3, 6] and next_pos == 7.0
-
-
-def test_v2pe_steps_and_next_text() -> None:
-    # 3 visual tokens after text at 0, 1 spanning stride 6: step 2 -> 3, 5, 7; next ceil(7) + 1 = 8
-    (p,), next_pos = place("v2pe", [T(2), I(1, 3), T(1)], 1, visual_stride=6)
-    assert p == [0, 1, 3, 5, 7, 8] and next_pos == 9.0
-    # no text before: p = -1; a step per visual_stride_tokens, 1 / 4 -> -0.75, -0.5; next ceil(-0.5) + 1 = 1
-    (a, b), next_pos = place("v2pe", [I(1, 2)], 2, visual_stride=1, visual_stride_tokens=4)
-    assert a == b == [-0.75, -0.5] and next_pos == 1.0
-    assert place("v2pe", [], 1) == ([[]], 0.0)
-    assert place("v2pe", [I(1, 1)], 1, visual_stride_tokens=1) == ([[15.0]], 16.0)
-
-
-def test_vrope_four_diagonals() -> None:
-    # st = 1, (T, h, w) = (2, 2, 2): span h + w - 1 = 3; frame k adds 3k; next 1 + 2·3 = 7
-    p, next_pos = place("vrope", [T(1), V(2, 2, 2), T(1)], 4)
-    # (i, j) in order (0,0), (0,1), (1,0), (1,1): i + j, i + (1 - j), (1 - i) + j, (1 - i) + (1 - j)
-    base = [[0, 1, 1, 2], [1, 0, 2, 1], [1, 2, 0, 1], [2, 1, 1, 0]]
-    for axis in range(4):
-        assert p[axis] == [0] + [1 + v for v in base[axis]] + [4 + v for v in base[axis]] + [7]
-    assert next_pos == 8.0
-
-
-def test_mmrope_one_origin_and_frame_counter_per_sample() -> None:
-    # origin o = 2 (the first vision token's index), frames counted over the sample's vision segments
-    segments = [T(2), I(1, 2), T(1), V(2, 1, 1)]
-    (t, h, w), next_pos = place("mmrope", segments, 3, temporal_stride=2, position_scale=[1.0, 3.0, 5.0])
-    assert t == [0, 1, 2, 2, 4, 2 + 1 * 2, 2 + 2 * 2]
-    assert h == [0, 1, 2, 2, 4, 2, 2]
-    assert w == [0, 1, 2, 7, 4, 2, 2]
-    assert next_pos == 7.0
 
 
 # Circle-RoPE: u = (-1, 1, 0)/√2 and v = (1, 1, 1)/√3 × u = (-1, -1, 2)/√6, in (w, h, t) order; a block is flipped to
@@ -294,8 +249,8 @@ def test_default_temporal_strides_and_empty_samples() -> None:
     assert place("mmrope", video, 3) == ([[0, 1], [0, 0], [0, 0]], 2.0)
     assert place("qwen2_5_vl", [Segment("video", 2, (2, 1, 1), 1.0)], 3) == ([[0, 2], [0, 0], [0, 0]], 3.0)
     # no segments: (axes, 0) positions, the next text at 0 (v2pe: last -1 + 1)
-    for scheme in ("rope_tie", "rope_tie_v2", "mrope", "qwen2_5_vl", "qwen3_vl", "mrope_interleave", "ilrope",
-                   "videorope", "hope", "mmrope", "circle_rope"):  # fmt: skip
+    for scheme in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "qwen2_5_vl", "qwen3_vl",
+                   "mrope_interleave", "ilrope", "videorope", "hope", "mmrope", "circle_rope"):  # fmt: skip
         assert place(scheme, [], 3) == ([[], [], []], 0.0), scheme
     assert place("vrope", [], 4) == ([[], [], [], []], 0.0)
 
