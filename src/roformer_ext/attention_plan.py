@@ -1,9 +1,6 @@
-"""One attention plan per forward: what the layers need, decided once and carried as data.
-
-The base model describes the batch (`BatchLayout`), chooses positions from it, embeds, and asks `make_attention_plan`
-once for the rest (`AttentionPlan`): the mask, the attention function, the position terms, the cross-attention mask
-and the packed lengths. Which backend takes which input is decided here too (`check_backend_takes`).
-"""
+"""One attention plan per forward (`make_attention_plan` -> `AttentionPlan`): the mask, the attention function, the
+position terms, the cross-attention mask and the packed lengths, decided once from the batch (`BatchLayout`) and read
+by the layers; what a backend cannot take is refused here too (`check_backend_takes`)."""
 
 import functools
 from collections.abc import Callable
@@ -45,8 +42,8 @@ class AttentionPlan:
 
     layout: BatchLayout
     position_ids: torch.Tensor  # (axes, batch, seq): where every query sits
-    #: The self-attention mask (a shared score term joined), or None. The layers take it as a tensor argument of its
-    #: own: gradient checkpointing replays only those, and a shared term may need gradients (T5's buckets, TUPE).
+    #: The self-attention mask (a shared score term joined), or None; a tensor argument of the layers' own: gradient
+    #: checkpointing replays only those, and a shared term may need gradients (T5's buckets, TUPE).
     mask: torch.Tensor | None
     #: `(module, query, key, value, mask, **kwargs) -> (output, weights)`; None for linear attention.
     attention: Callable | None
@@ -62,8 +59,7 @@ class AttentionPlan:
     def scores_for(
         self, module: nn.Module, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, Callable]:
-        """One layer's mask and function: the layer's relative term added to `mask`, or given to flex attention as
-        its `score_mod`."""
+        """One layer's mask and function: its relative term joins `mask`, or goes to flex attention as `score_mod`."""
         if self.relative_scores is None:
             return mask, self.attention
         if self.per_score:
@@ -123,7 +119,7 @@ def make_attention_plan(
         mask = self_attention_mask(
             config, attention_mask, embeddings, cache, past_length, token_type_ids, packed, has_score_term
         )
-        attention = configured_attention(config)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     per_score = implementation == "flex_attention"
     keys = functools.partial(key_positions, position_ids[0], cache, past_length, keys_numbered_by)
     terms = position_encoding.attention_terms(embeddings, position_ids, keys, per_score)
@@ -132,7 +128,7 @@ def make_attention_plan(
     cross_mask = cross_attention = None
     if encoder_hidden_states is not None:
         cross_mask = cross_attention_mask(config, encoder_attention_mask, embeddings, encoder_hidden_states)
-        cross_attention = configured_attention(config)
+        cross_attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     return AttentionPlan(
         layout,
         position_ids,
@@ -146,11 +142,6 @@ def make_attention_plan(
         cross_attention=cross_attention,
         attention_kwargs=packed.attention_kwargs() if packed is not None else {},
     )
-
-
-def configured_attention(config: RoFormerExtConfig) -> Callable:
-    """transformers' attention function for the configured backend (eager, sdpa, flex, flash, or registered)."""
-    return ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation(config), eager_attention_forward)
 
 
 def check_backend_takes(
@@ -264,8 +255,8 @@ def flex_attention_with_score_mod(
 
 @functools.cache
 def _cpu_flex_attention() -> Callable:
-    """flex attention compiled for fixed shapes: torch 2.13's CPU inductor fails ("cur_kvSplitSize not declared")
-    to recompile a score_mod that reads tensors with dynamic shapes, as transformers' wrapper does."""
+    """flex attention compiled for fixed shapes: with dynamic ones (transformers' wrapper) torch 2.13's CPU inductor
+    fails ("cur_kvSplitSize not declared") to recompile a score_mod that reads tensors."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)

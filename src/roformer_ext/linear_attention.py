@@ -1,12 +1,10 @@
 """Linear attention with RoPE in the numerator only (RoFormer §3.4.3).
 
-out_i = Σ_j (R_i φ(q_i))ᵀ (R_j φ(k_j)) v_j / Σ_j φ(q_i)ᵀ φ(k_j),  φ = elu + 1.
+out_i = Σ_j (R_i φ(q_i))ᵀ (R_j φ(k_j)) v_j / Σ_j φ(q_i)ᵀ φ(k_j),  φ = elu + 1 (the unrotated denominator stays positive).
 
-The rotation keeps the numerator relative-position aware; the unrotated denominator stays positive. Every term is a
-sum over keys of d×d outer products, so the cost is O(N·d²), not O(N²·d): bidirectional, one state S = Σ_j R_j φ(k_j)
-v_jᵀ and z = Σ_j φ(k_j); causal, chunks with exact masked products inside and the running (S, z) across, memory
-O(N·d); generation, (S, z) per layer is the whole past (`LinearAttentionState`), a step costs O(d²). Sums run in
-float32 even under bf16 autocast.
+Sums over keys of d×d outer products cost O(N·d²), not O(N²·d): bidirectional, one state S = Σ_j R_j φ(k_j) v_jᵀ and
+z = Σ_j φ(k_j); causal, chunks with exact masked products inside and the running (S, z) across (memory O(N·d));
+generation, (S, z) per layer is the whole past (`LinearAttentionState`, O(d²) a step). Sums run in float32.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from .packing import PackedBatch
 from .rope import apply_rotary, rotate_for_scores
 
-#: Queries per chunk in the causal form: the (C×C) intra-chunk products grow with C, the per-chunk (d×d) states
-#: shrink; C = 64 ≈ head_dim keeps the two of the same order. Any value gives the same result (tested).
+#: Queries per chunk (causal): (C×C) products grow with C, per-chunk (d×d) states shrink; 64 ≈ head_dim balances them.
 CAUSAL_CHUNK = 64
 
 
@@ -61,8 +58,9 @@ def linear_attention_forward(
             k = k * attention_mask[:, None, -k.shape[2] :, None].to(k.dtype)
         if position_embeddings is not None:
             q_rot, k_rot = rotate_for_scores(q, cos, sin, layout), rotate_for_scores(k, cos, sin, layout)
-        if not module.is_causal:
-            out = bidirectional_linear_attention(q, q_rot, k, k_rot, v, eps)
+        if not module.is_causal:  # every query sees every key: one (d × d_v) state for the whole sequence
+            state = k_rot.transpose(-1, -2) @ v  # (b, h, d, d_v)
+            out = (q_rot @ state) / (q @ k.sum(dim=2, keepdim=True).transpose(-1, -2) + eps)
         else:
             layer = cache.layers[module.layer_idx] if cache is not None else None
             state = layer.state() if layer is not None else None
@@ -70,15 +68,6 @@ def linear_attention_forward(
             if layer is not None:
                 layer.write(state, q.shape[2])
     return out.to(query.dtype).transpose(1, 2).contiguous()
-
-
-def bidirectional_linear_attention(
-    q: torch.Tensor, q_rot: torch.Tensor, k: torch.Tensor, k_rot: torch.Tensor, v: torch.Tensor, eps: float = 1e-6
-) -> torch.Tensor:
-    """Every query sees every key: one (d × d_v) state for the whole sequence. Output (batch, heads, seq, d_v)."""
-    state = k_rot.transpose(-1, -2) @ v  # (b, h, d, d_v)
-    normaliser = k.sum(dim=2, keepdim=True).transpose(-1, -2)  # (b, h, d, 1)
-    return (q_rot @ state) / (q @ normaliser + eps)
 
 
 def causal_linear_attention(
@@ -136,7 +125,9 @@ def per_sequence_linear_attention(
 ) -> torch.Tensor:
     """(1, heads, total, head_dim) rows end to end in, (1, total, heads, head_dim) out: each sequence alone, so no
     state leaks into the next; `position_embeddings` (1, total, dim). One split (backward: one concatenation)."""
-    lengths = list(packed.sequence_lengths())
+    lengths = (
+        packed.lengths or torch.unique_consecutive(packed.sequence_ids.reshape(-1), return_counts=True)[1].tolist()
+    )
     rotations = [None] * len(lengths)
     if position_embeddings is not None:
         rotations = zip(*(t.split(lengths, dim=1) for t in position_embeddings))
@@ -158,8 +149,7 @@ class LinearAttentionState(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         raise TypeError("A linear-attention cache layer holds a running state, not keys and values: use `write`.")
 
-    def write(self, state: tuple[torch.Tensor, torch.Tensor], new_tokens: int) -> None:
-        """Replace the state (S, z) by the one after `new_tokens` more tokens."""
+    def write(self, state: tuple[torch.Tensor, torch.Tensor], new_tokens: int) -> None:  # (S, z) after new tokens
         self.keys = self.values = torch.cat((state[0], state[1].unsqueeze(-1)), dim=-1)
         self.device, self.is_initialized = self.values.device, True
         self.seen += new_tokens
@@ -178,16 +168,14 @@ class LinearAttentionState(DynamicLayer):
                 "speculative decoding needs attention_type='softmax')."
             )
 
-    def state(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(S, z), or None before the first token."""
+    def state(self) -> tuple[torch.Tensor, torch.Tensor] | None:  # (S, z), None before the first token
         if self.get_seq_length() == 0:
             return None
         return self.values[..., :-1], self.values[..., -1]
 
 
 def use_state_layers(cache: Cache, num_layers: int) -> None:
-    """Each of the first `num_layers` layers of `cache` a `LinearAttentionState`: an empty plain layer (as `generate`
-    and `DynamicCache()` make) is replaced; anything else is refused."""
+    """`LinearAttentionState` layers in `cache`: empty plain layers (`generate`'s) are replaced, others refused."""
     for layer_idx in range(num_layers):
         if layer_idx == len(cache.layers):
             cache.layers.append(LinearAttentionState())

@@ -1,8 +1,6 @@
-"""Every attention mask of the model family, built with transformers' masking utilities: bidirectional, causal, UniLM
-(RoFormer-Sim: the source bidirectional, also under a KV cache), within each packed sequence, cross-attention and a
-caller's 4D mask. Boundaries come from the padding mask and `packing.PackedBatch` only: position ids never reach
-transformers' utilities, which would read a jump in them as the start of a new sequence.
-"""
+"""Every attention mask of the model family, built with transformers' masking utilities. Boundaries come from the
+padding mask and `packing.PackedBatch` only: position ids never reach transformers' utilities, which would read a jump
+in them as the start of a new sequence."""
 
 from collections.abc import Callable
 
@@ -109,12 +107,8 @@ def has_unilm_overlay(
 ) -> bool:
     """Whether a UniLM decoder's source overlay applies: only a first call holds source tokens (after it every query
     is a target token, for which causal attention is the UniLM rule)."""
-    return (
-        config.is_decoder
-        and config.decoder_attention == "unilm"
-        and token_type_ids is not None
-        and is_first_call(past_length)
-    )
+    unilm = config.is_decoder and config.decoder_attention == "unilm"
+    return unilm and token_type_ids is not None and is_first_call(past_length)
 
 
 def unilm_attention_mask(token_type_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.BoolTensor:

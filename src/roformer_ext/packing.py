@@ -1,9 +1,6 @@
-"""Packed (padding-free) rows: several sequences in one row, as transformers' `DataCollatorWithFlattening` builds.
-
-Boundaries come only from explicit inputs (`cu_seq_lens_q`, `seq_idx`, or positions restarting at 0), never from a
-forward jump in positions. With SDPA each sequence attends alone: torch's varlen flash kernel on CUDA, else one SDPA
-call per sequence (Σ len² instead of total², no mask built).
-"""
+"""Packed (padding-free) rows, as transformers' `DataCollatorWithFlattening` builds: boundaries from explicit inputs
+only, never from a forward jump in positions. With SDPA each sequence attends alone (Σ len², not total², no mask):
+torch's varlen flash kernel on CUDA, else one SDPA call per sequence."""
 
 from dataclasses import dataclass
 
@@ -26,15 +23,8 @@ class PackedBatch:
         return max(self.lengths) if self.lengths is not None else None
 
     @property
-    def num_sequences(self) -> int:
-        if self.cu_seq_lens is not None:  # from a shape: no host round trip when traced
-            return self.cu_seq_lens.numel() - 1
-        return int(self.sequence_ids.max()) + 1
-
-    def sequence_lengths(self) -> tuple[int, ...]:
-        if self.lengths is not None:
-            return self.lengths
-        return tuple(torch.unique_consecutive(self.sequence_ids.reshape(-1), return_counts=True)[1].tolist())
+    def num_sequences(self) -> int:  # from a shape where it can: no host round trip when traced
+        return self.cu_seq_lens.numel() - 1 if self.cu_seq_lens is not None else int(self.sequence_ids.max()) + 1
 
     def attention_kwargs(self) -> dict:
         """What transformers' attention functions read for packed rows (flash varlen's names)."""
@@ -86,7 +76,14 @@ def describe_packed_batch(
     else:
         if seq_idx is not None:
             per_row = seq_idx.long().expand(batch, seq)
-        elif _restarts_mark_sequences(batch, seq, attention_mask, position_ids, past_length):
+        elif (  # text positions (batch | 1, seq) with no mask and no cache; other shapes: as_axes_batch_seq's
+            position_ids is not None
+            and attention_mask is None
+            and int(past_length) == 0
+            and position_ids.dim() == 2
+            and position_ids.shape[-1] == seq
+            and position_ids.shape[0] in (1, batch)
+        ):
             restarts = F.pad(position_ids[:, 1:] == 0, (1, 0))
             per_row = torch.cumsum(restarts.long(), dim=1).expand(batch, seq)
             if not traced and not bool(per_row[:, -1].any()):  # no row restarts: an ordinary batch
@@ -100,13 +97,6 @@ def describe_packed_batch(
         counts = torch.unique_consecutive(sequence_ids.reshape(-1), return_counts=True)[1]
         cu_seq_lens = F.pad(torch.cumsum(counts, 0), (1, 0)).to(torch.int32)
     return PackedBatch(sequence_ids, cu_seq_lens, tuple(torch.diff(cu_seq_lens).tolist()))
-
-
-def _restarts_mark_sequences(batch, seq, attention_mask, position_ids, past_length) -> bool:
-    """Text positions (batch | 1, seq) with no mask and no cache; other shapes are `as_axes_batch_seq`'s to check."""
-    if position_ids is None or attention_mask is not None or int(past_length) != 0 or position_ids.dim() != 2:
-        return False
-    return position_ids.shape[-1] == seq and position_ids.shape[0] in (1, batch)
 
 
 def _run_starts(per_row: torch.Tensor) -> torch.Tensor:

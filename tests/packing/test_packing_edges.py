@@ -129,7 +129,7 @@ def test_the_description_methods_agree_whatever_it_holds(with_cu, with_host_leng
         cu(lengths) if with_cu else None,
         tuple(lengths) if with_host_lengths else None,
     )
-    assert packed.num_sequences == 5 and packed.sequence_lengths() == (3, 2, 1, 4, 2)
+    assert packed.num_sequences == 5
     assert packed.first_tokens().dtype == torch.long and packed.first_tokens().tolist() == [0, 3, 5, 6, 10]
     assert packed.positions().tolist() == [[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 1]]
     expected = {}
