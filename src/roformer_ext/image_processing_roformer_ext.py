@@ -60,16 +60,14 @@ def flatten_images(images: Any) -> list[Any]:
     if isinstance(images, (list, tuple)):
         return [image for item in images for image in flatten_images(item)]
     raise ValueError(
-        f"Unsupported image input of type {type(images).__name__}; pass PIL images, NumPy arrays or torch "
-        "tensors (H x W greyscale, H x W x C or C x H x W), a 4-D batch, or (nested) lists of them."
+        f"Unsupported image input of type {type(images).__name__}; pass PIL images, NumPy arrays or torch tensors "
+        "(H x W, H x W x C or C x H x W), a 4-D batch, or (nested) lists of them."
     )
 
 
 def is_video(item: Any) -> bool:
     """One video: a 4-D array of frames or a non-empty list of single frames."""
-    return _is_stack(item) or (
-        isinstance(item, (list, tuple)) and len(item) > 0 and all(_is_frame(frame) for frame in item)
-    )
+    return _is_stack(item) or (isinstance(item, (list, tuple)) and len(item) > 0 and all(map(_is_frame, item)))
 
 
 def flatten_videos(videos: Any) -> list[list[Any]]:
@@ -350,12 +348,10 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
 
     def get_number_of_image_patches(self, height: int, width: int, images_kwargs: dict | None = None) -> int:
         """Placeholder count for an image of this size, without the pixels (as vLLM-style callers need)."""
-        options = images_kwargs or {}
-        patch_size = options.get("patch_size", self.patch_size)
-        min_pixels = options.get("min_pixels", self.size["min_pixels"])
-        max_pixels = options.get("max_pixels", self.size["max_pixels"])
-        rows, cols = fit_to_patches(height, width, patch_size, min_pixels, max_pixels)
-        return (rows // patch_size) * (cols // patch_size)
+        options = {"patch_size": self.patch_size, **dict(self.size), **(images_kwargs or {})}
+        p = options["patch_size"]
+        rows, cols = fit_to_patches(height, width, p, options["min_pixels"], options["max_pixels"])
+        return (rows // p) * (cols // p)
 
 
 __all__ = ["RoFormerExtImageProcessor", "fit_to_patches", "flatten_images", "flatten_videos", "is_video", "pixel_peak"]

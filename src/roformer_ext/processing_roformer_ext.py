@@ -17,11 +17,7 @@ from .compat import merge_processor_kwargs
 from .hub_code import SharedCodeMixin
 from .image_processing_roformer_ext import flatten_images, flatten_videos, is_video
 
-IMAGE_START_TOKEN = "[IMG]"
-IMAGE_END_TOKEN = "[/IMG]"
-IMAGE_TOKEN = "[IMAGE]"
-VIDEO_TOKEN = "[VIDEO]"
-VISION_TOKENS = (IMAGE_START_TOKEN, IMAGE_END_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN)
+VISION_TOKENS = IMAGE_START_TOKEN, IMAGE_END_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = ("[IMG]", "[/IMG]", "[IMAGE]", "[VIDEO]")
 _TOKEN_ID_NAMES = ("image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id")
 
 

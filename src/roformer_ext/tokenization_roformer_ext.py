@@ -45,6 +45,7 @@ logger = logging.get_logger(__name__)
 
 MAX_CHARS_PER_WORD = 100  # BERT's WordPiece limit: longer pieces become [UNK]
 SPECIAL_TOKENS = dict(unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+OPTIONS = dict(do_lower_case=True, tokenize_chinese_chars=True, strip_accents=None)  # BertTokenizer's, and defaults
 
 
 class _RoFormerExtTokenizerMixin(SharedCodeMixin):
@@ -58,13 +59,14 @@ class _RoFormerExtTokenizerMixin(SharedCodeMixin):
         vocab = load_vocab(vocab_file)
         return cls(vocab=vocab, segmenter=detect_segmenter(vocab) if segmenter == "auto" else segmenter, **kwargs)
 
-    def _set_options(self, vocab: Any, segmenter: str | None, **options: Any) -> dict[str, int]:
+    def _set_options(self, vocab: Any, segmenter: str | None, kwargs: dict[str, Any]) -> tuple[dict[str, int], dict]:
+        """The vocabulary and the options (taken out of `kwargs`), set on the tokenizer."""
         _check_segmenter(segmenter)
         if vocab is None:
             raise ValueError(f"{type(self).__name__} needs `vocab` (path or dict) or `vocab_file`.")
-        self.segmenter = segmenter
-        self.__dict__.update(options)  # do_lower_case, tokenize_chinese_chars, strip_accents
-        return dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)
+        options = {name: kwargs.pop(name, default) for name, default in OPTIONS.items()}
+        self.__dict__.update(options, segmenter=segmenter)
+        return (dict(vocab) if isinstance(vocab, dict) else load_vocab(vocab)), options
 
     @property
     def unknown_char_marker(self) -> str:
@@ -99,19 +101,9 @@ class RoFormerExtTokenizer(_RoFormerExtTokenizerMixin, PythonBackend):
     vocab_files_names = {"vocab_file": "vocab.txt"}
 
     def __init__(
-        self,
-        vocab: str | dict[str, int] | None = None,
-        vocab_file: str | None = None,
-        segmenter: str | None = None,
-        do_lower_case: bool = True,
-        tokenize_chinese_chars: bool = True,
-        strip_accents: bool | None = None,
-        **kwargs: Any,
+        self, vocab: str | dict | None = None, vocab_file: str | None = None, segmenter=None, **kwargs
     ) -> None:
-        options = dict(
-            do_lower_case=do_lower_case, tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents
-        )
-        self.vocab = self._set_options(vocab if vocab is not None else vocab_file, segmenter, **options)
+        self.vocab, options = self._set_options(vocab if vocab is not None else vocab_file, segmenter, kwargs)
         self.ids_to_tokens = {index: token for token, index in self.vocab.items()}
         kwargs.pop("tokenizer_file", None)
         super().__init__(
@@ -202,14 +194,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
     slow_tokenizer_class = RoFormerExtTokenizer
 
     def __init__(
-        self,
-        vocab: str | dict[str, int] | None = None,
-        vocab_file: str | None = None,
-        segmenter: str | None = None,
-        do_lower_case: bool = True,
-        tokenize_chinese_chars: bool = True,
-        strip_accents: bool | None = None,
-        **kwargs: Any,
+        self, vocab: str | dict | None = None, vocab_file: str | None = None, segmenter=None, **kwargs
     ) -> None:
         # The pipeline is always rebuilt from the arguments: tokenizer.json's copy is char mode only.
         tokenizer_file = kwargs.pop("tokenizer_file", None)
@@ -217,10 +202,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
         if vocab is None and tokenizer_file is not None:
             with open(tokenizer_file, encoding="utf-8") as handle:
                 vocab = json.load(handle)["model"]["vocab"]
-        options = dict(
-            do_lower_case=do_lower_case, tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents
-        )
-        vocab = self._set_options(vocab, segmenter, **options)
+        vocab, options = self._set_options(vocab, segmenter, kwargs)
         kwargs = {**SPECIAL_TOKENS, **kwargs}
         model = WordPiece(vocab, unk_token=str(kwargs["unk_token"]), max_input_chars_per_word=MAX_CHARS_PER_WORD)
         set_backend_tokenizer(self, Tokenizer(model))  # transformers 5's way for a tokenizer that builds its own
@@ -327,24 +309,20 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
         encode = route.encode_batch if with_offsets else route.encode_batch_fast  # (without offsets: ~40 % faster)
         encodings = encode(marked, add_special_tokens=call.get("add_special_tokens", True))
         # transformers' `_convert_encoding` of each row
-        type_ids, attention_mask = call.get("return_token_type_ids"), call.get("return_attention_mask")
         data = {"input_ids": [e.ids for e in encodings]}
-        if "token_type_ids" in self.model_input_names if type_ids is None else type_ids:
-            data["token_type_ids"] = [e.type_ids for e in encodings]
-        if "attention_mask" in self.model_input_names if attention_mask is None else attention_mask:
-            data["attention_mask"] = [e.attention_mask for e in encodings]
-        if call.get("return_special_tokens_mask"):
-            data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
+        for key, field in (("token_type_ids", "type_ids"), ("attention_mask",) * 2, ("special_tokens_mask",) * 2):
+            wanted = call.get(f"return_{key}")
+            if key in self.model_input_names if wanted is None else wanted:
+                data[key] = [getattr(e, field) for e in encodings]
         if with_offsets:  # piece w starts w characters later in the marked text (`_marked_words`)
             data["offset_mapping"] = [
                 [(a, b) if w is None else (a - w, b - w) for (a, b), w in zip(e.offsets, e.word_ids)] for e in encodings
             ]
         if call.get("return_length"):
             data["length"] = [len(ids) for ids in data["input_ids"]]
-        limit = self.model_max_length
-        if call.get("max_length") is None and call.get("verbose", True) and limit:
-            if any(len(ids) > limit for ids in data["input_ids"]):
-                return None
+        limit = self.model_max_length if call.get("max_length") is None and call.get("verbose", True) else None
+        if limit and any(len(ids) > limit for ids in data["input_ids"]):
+            return None  # transformers' path warns
         parent = super()  # `.encodings`: transformers' own path for the same call, when first read
         exact = _EncodingsOnDemand(lambda: parent_encode_plus(parent, text, text_pair, **call).encodings, len(batch))
         tensors = call.get("return_tensors")
