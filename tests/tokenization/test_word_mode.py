@@ -111,16 +111,12 @@ def test_offsets_and_word_ids_of_a_plain_call(tokenizer, lines):  # noqa: F811
     texts = lines[:4]
     reference = tokenizer(texts, return_offsets_mapping=True)
     for read in (
-        lambda e: [x.offsets for x in e.encodings],
-        lambda e: e.encodings[-1].offsets,
-        lambda e: [x.offsets for x in e.encodings[1:3]],
-        lambda e: e.token_to_chars(2, 3),
-        lambda e: e.char_to_token(3, 10),
-        lambda e: e.word_ids(1),
-        lambda e: e[0].tokens,
+        lambda e: [x.offsets for x in e.encodings], lambda e: e.encodings[-1].offsets,
+        lambda e: [x.offsets for x in e.encodings[1:3]], lambda e: e.token_to_chars(2, 3),
+        lambda e: e.char_to_token(3, 10), lambda e: e.word_ids(1), lambda e: e[0].tokens,
         lambda e: [x.offsets for x in pickle.loads(pickle.dumps(e)).encodings],
         lambda e: [x.offsets for x in copy.deepcopy(e).encodings],
-    ):
+    ):  # fmt: skip
         assert read(tokenizer(texts)) == read(reference)
     for index, text in enumerate(texts):
         _check_offsets(text, reference.tokens(index), reference["offset_mapping"][index])

@@ -89,15 +89,6 @@ def test_expansion_counts_match_the_grids(processor, tokenizer):
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "pixel_values", "image_grid_thw"}
 
 
-def test_images_and_videos_in_one_text(processor, tokenizer):
-    ids = vision_token_ids(tokenizer)
-    video = [image(32, 32, seed=s) for s in range(3)]  # 3 frames -> t = 2 with temporal_patch_size 2
-    out = processor(text="[VIDEO] the [IMAGE] cat", images=image(32, 48), videos=[video])
-    assert out["video_grid_thw"].tolist() == [[2, 2, 2]]
-    assert runs(out["input_ids"][0], ids) == [("video", 8), ("image", 6)]
-    assert out["pixel_values_videos"].shape == (8, 1536) and out["pixel_values"].shape == (6, 1536)
-
-
 def test_batched_flat_and_per_sample_lists_agree(processor, tokenizer):
     ids = vision_token_ids(tokenizer)
     texts = ["a [IMAGE] cat [IMAGE]", "the dog", "[IMAGE] on the mat"]
@@ -119,20 +110,17 @@ def test_batched_videos_flat_and_per_sample(processor, tokenizer):
     nested = processor(text=texts, videos=[[clip_a], [], [clip_b]], images=[[], [], [image(32, 32)]])
     assert flat["input_ids"] == nested["input_ids"]
     np.testing.assert_array_equal(flat["pixel_values_videos"], nested["pixel_values_videos"])
-    assert flat["video_grid_thw"].tolist() == [[1, 2, 2], [2, 2, 3]]
+    assert flat["video_grid_thw"].tolist() == [[1, 2, 2], [2, 2, 3]]  # 3 frames: t = 2 with temporal_patch_size 2
+    assert flat["pixel_values_videos"].shape == (4 + 12, 1536) and flat["pixel_values"].shape == (4, 1536)
     assert [runs(row, ids) for row in flat["input_ids"]] == [[("video", 4)], [], [("video", 12), ("image", 4)]]
     with pytest.raises(ValueError, match=r"Text 0 has 1 \[VIDEO\] mark\(s\) but 2 video\(s\)"):
         processor(text=texts, videos=[[clip_a, clip_a], [], [clip_b]], images=[image(32, 32)])
 
 
-def test_text_only_and_images_only(processor):
+def test_text_only_images_only_and_image_options(processor):
     text_only = processor(text=["the cat", "a dog ."], padding=True)
     assert set(text_only) == {"input_ids", "token_type_ids", "attention_mask"}
-    images_only = processor(images=[image(32, 32), image(32, 48)])
-    assert set(images_only) == {"pixel_values", "image_grid_thw"}
-
-
-def test_image_processor_options_pass_through(processor):
+    assert set(processor(images=[image(32, 32), image(32, 48)])) == {"pixel_values", "image_grid_thw"}
     out = processor(text="[IMAGE]", images=image(100, 200), max_pixels=64 * 64)
     assert int(np.prod(out["image_grid_thw"][0])) * 16 * 16 <= 64 * 64
     assert processor.image_processor.size["max_pixels"] == 384 * 384  # the call did not change the default
@@ -193,9 +181,8 @@ def test_remote_code_round_trip_in_a_fresh_process(processor, tmp_path, monkeypa
     monkeypatch.setattr(RoFormerExtImageProcessor, "_auto_class", "AutoImageProcessor")
     folder = tmp_path / "remote"
     processor.save_pretrained(folder)
-    assert json.loads((folder / "processor_config.json").read_text())["auto_map"]["AutoProcessor"].endswith(
-        "processing_roformer_ext.RoFormerExtProcessor"
-    )
+    auto_map = json.loads((folder / "processor_config.json").read_text())["auto_map"]
+    assert auto_map["AutoProcessor"].endswith("processing_roformer_ext.RoFormerExtProcessor")
     assert (folder / "processing_roformer_ext.py").exists() and (folder / "image_processing_roformer_ext.py").exists()
     expected = processor(text="a [IMAGE]", images=image(48, 64))["input_ids"]
     script = textwrap.dedent(
@@ -236,9 +223,9 @@ def test_text_side_works_without_pillow(tmp_path):
                                    num_attention_heads=4, intermediate_size=37)
         inputs = tokenizer("the cat on the mat [IMAGE]", return_tensors="pt")
         logits = RoFormerExtForMaskedLM(config).eval()(**inputs).logits
+        error = None
         try:
             RoFormerExtImageProcessor()
-            error = None
         except ImportError as caught:
             error = str(caught)
         print(json.dumps({"shape": list(logits.shape), "finite": bool(torch.isfinite(logits).all()), "error": error,
