@@ -6,11 +6,7 @@ import torch
 from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from roformer_ext import (
-    RoFormerExtForCausalLM,
-    RoFormerExtForMaskedLM,
-    RoFormerExtForSequenceClassification,
-)
+from roformer_ext import RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtForSequenceClassification
 from roformer_ext.adapters import LORA_TARGET_MODULES, lora_config, lora_target_modules
 
 LAYOUTS = ["interleaved", "half"]
@@ -40,45 +36,34 @@ def test_documented_names_pick_each_family_and_no_other():
         LoraConfig(task_type="SEQ_CLS", target_modules=lora_target_modules("attention_output")),
     )
     # `attention.output` is the attention's output only, never the feed-forward output (the `output.dense` trap)
-    assert [name.split("roformer.")[-1] for name in lora_layers(peft_model)] == [
-        "layers.0.attention.output",
-        "layers.1.attention.output",
-    ]
+    names = [name.split("roformer.")[-1] for name in lora_layers(peft_model)]
+    assert names == ["layers.0.attention.output", "layers.1.attention.output"]
     everything = get_peft_model(
         RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS", families="all")
     )
     per_layer = {name.split("layers.0.")[-1] for name in lora_layers(everything) if "layers.0." in name}
-    assert per_layer == {
-        "attention.query",
-        "attention.key",
-        "attention.value",
-        "attention.output",
-        "feed_forward.intermediate",
-        "feed_forward.output",
-    }
+    assert per_layer == {*(f"attention.{p}" for p in ("query", "key", "value", "output")), "feed_forward.intermediate",
+                         "feed_forward.output"}  # fmt: skip
     assert sum(len(names) for names in LORA_TARGET_MODULES.values()) == len(per_layer) + 3  # + cross-attention q/k/v
 
 
 def test_attention_family_leaves_tupe_position_projections_out_and_takes_cross_attention():
-    """Defect (issue #31, 4): the attention family's bare `query` / `key` also caught TUPE's position projections
-    (`roformer.position_encoding.query` / `.key`), which are no attention projections. It takes exactly the self- and
-    cross-attention q, k, v of every layer."""
+    """Defect (issue #31, 4): a bare `query` / `key` also caught TUPE's position projections. The family takes exactly
+    the self- and cross-attention q, k, v of every layer."""
     config = tiny_config(position_encoding="tupe", is_decoder=True, add_cross_attention=True)
     peft_model = get_peft_model(RoFormerExtForCausalLM(config), lora_config("CAUSAL_LM", families="attention"))
     names = [name.split("roformer.")[-1] for name in lora_layers(peft_model)]
     assert not any("position_encoding" in name for name in names)
+    kinds = ("attention", "crossattention")
     expected = [
-        f"layers.{i}.{kind}.{proj}"
-        for i in range(config.num_hidden_layers)
-        for kind in ("attention", "crossattention")
-        for proj in ("query", "key", "value")
+        f"layers.{i}.{k}.{p}" for i in range(config.num_hidden_layers) for k in kinds for p in ("query", "key", "value")
     ]
     assert sorted(names) == sorted(expected)
 
 
 def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
-    """PEFT has no public way to declare a default for a custom model type: a bare LoraConfig still stops in PEFT,
-    `lora_config(task_type)` fills the targets, and the head is trained in full (modules_to_save)."""
+    """A bare LoraConfig stops in PEFT (no defaults for a custom model type); `lora_config(task_type)` fills the targets,
+    and the head is trained in full (modules_to_save)."""
     with pytest.raises(ValueError, match="target_modules"):
         get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), LoraConfig(task_type="SEQ_CLS"))
     peft_model = get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS"))
@@ -88,15 +73,12 @@ def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
     trainable = {name for name, p in peft_model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
     assert any("classifier.modules_to_save" in name for name in trainable)
-    with pytest.raises(ValueError, match="choose from attention, attention_output, feed_forward or 'all'"):
+    with pytest.raises(ValueError, match="Unknown LoRA target families"):
         lora_target_modules("ffn")
 
 
 def test_all_linear_also_works_and_leaves_the_lm_head_out():
-    peft_model = get_peft_model(
-        RoFormerExtForMaskedLM(tiny_config()), LoraConfig(target_modules="all-linear", task_type=None)
-    )
-    names = lora_layers(peft_model)
+    names = lora_layers(get_peft_model(RoFormerExtForMaskedLM(tiny_config()), LoraConfig(target_modules="all-linear")))
     assert len(names) == 2 * 6 + 1 and not any("decoder" in name for name in names)  # 6 per layer + lm transform
 
 
@@ -107,18 +89,13 @@ def test_adapter_reloads_equal_on_a_fresh_base(tmp_path, layout):
     base.save_pretrained(tmp_path / "base")
     input_ids, attention_mask, token_type_ids = random_inputs()
     peft_model = lora_model(base, "SEQ_CLS", families="all").eval()
+    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits  # noqa: E731
+    fresh = lambda: RoFormerExtForSequenceClassification.from_pretrained(tmp_path / "base").eval()  # noqa: E731
     with torch.no_grad():
-        expected = peft_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
-        base_only = RoFormerExtForSequenceClassification.from_pretrained(tmp_path / "base").eval()(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        )
-    assert (expected - base_only.logits).abs().max() > 1e-3  # the adapter (and the trained head) matter
-    peft_model.save_pretrained(tmp_path / "adapter")
-
-    fresh = RoFormerExtForSequenceClassification.from_pretrained(tmp_path / "base")
-    reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
-    with torch.no_grad():
-        again = reloaded(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        expected = run(peft_model)
+        assert (expected - run(fresh())).abs().max() > 1e-3  # the adapter (and the trained head) matter
+        peft_model.save_pretrained(tmp_path / "adapter")
+        again = run(PeftModel.from_pretrained(fresh(), tmp_path / "adapter").eval())
     torch.testing.assert_close(again, expected, atol=0, rtol=0)
 
 

@@ -1,5 +1,6 @@
 """What a transformers user expects to work: Trainer (resume, gradient accumulation, bf16, checkpointing), pipelines."""
 
+import pytest
 import torch
 from conftest import tiny_config
 from datasets import Dataset
@@ -34,23 +35,16 @@ def sentiment_dataset(n: int = 32) -> Dataset:
     return Dataset.from_list(rows)
 
 
-def train(tmp_path, name: str, seed: int = 0, **arguments) -> Trainer:
-    torch.manual_seed(seed)
+def train(tmp_path, name: str, resume: str | None = None, **arguments) -> Trainer:
+    """A trained Trainer (seed 0) of the tiny classifier on `sentiment_dataset`."""
+    torch.manual_seed(0)
     model = RoFormerExtForSequenceClassification(tiny_config(vocab_size=15, num_labels=2))
-    defaults = dict(
-        output_dir=str(tmp_path / name),
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to=[],
-        seed=seed,
-        use_cpu=True,
-        disable_tqdm=True,
-        save_strategy="no",
-    )
+    defaults = dict(output_dir=str(tmp_path / name), per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=1,
+                    report_to=[], seed=0, use_cpu=True, disable_tqdm=True, save_strategy="no")  # fmt: skip
     trainer = Trainer(
         model=model, args=TrainingArguments(**{**defaults, **arguments}), train_dataset=sentiment_dataset()
     )
+    trainer.train(resume_from_checkpoint=resume)
     return trainer
 
 
@@ -60,11 +54,9 @@ def losses(trainer: Trainer) -> dict[int, float]:
 
 def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
     full = train(tmp_path, "full", max_steps=6)
-    full.train()
-    first = train(tmp_path, "resumed", max_steps=6, save_strategy="steps", save_steps=3)
-    first.train()
-    resumed = train(tmp_path, "resumed", max_steps=6, save_strategy="steps", save_steps=3)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-3"))
+    train(tmp_path, "resumed", max_steps=6, save_strategy="steps", save_steps=3)
+    checkpoint = str(tmp_path / "resumed" / "checkpoint-3")
+    resumed = train(tmp_path, "resumed", checkpoint, max_steps=6, save_strategy="steps", save_steps=3)
     expected, actual = losses(full), losses(resumed)
     assert set(actual) >= {4, 5, 6}
     for step in (4, 5, 6):
@@ -73,17 +65,13 @@ def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
 
 def test_gradient_accumulation_matches_the_larger_batch(tmp_path):
     big = train(tmp_path, "big", max_steps=2, per_device_train_batch_size=4, dataloader_drop_last=True)
-    big.train()
     accumulated = train(tmp_path, "acc", max_steps=2, per_device_train_batch_size=2, gradient_accumulation_steps=2)
-    accumulated.train()
     for (name, p), (_, q) in zip(big.model.named_parameters(), accumulated.model.named_parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
 
 
 def test_gradient_checkpointing_and_loss_falls(tmp_path):
-    trainer = train(tmp_path, "gc", max_steps=16, gradient_checkpointing=True)
-    trainer.train()
-    curve = list(losses(trainer).values())
+    curve = list(losses(train(tmp_path, "gc", max_steps=16, gradient_checkpointing=True)).values())
     assert sum(curve[-4:]) / 4 < sum(curve[:4]) / 4
 
 
@@ -102,36 +90,31 @@ def test_bf16_autocast_on_cpu():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-def test_pipelines(tmp_path):
+@pytest.mark.parametrize(
+    "model_class, task",
+    [(RoFormerExtForMaskedLM, "fill-mask"), (RoFormerExtForSequenceClassification, "text-classification"),
+     (RoFormerExtForTokenClassification, "token-classification"), (RoFormerExtModel, "feature-extraction")],
+)  # fmt: skip
+def test_pipelines(tmp_path, model_class, task):
     tok = tokenizer()
     torch.manual_seed(0)
-    for model_class, task in (
-        (RoFormerExtForMaskedLM, "fill-mask"),
-        (RoFormerExtForSequenceClassification, "text-classification"),
-        (RoFormerExtForTokenClassification, "token-classification"),
-        (RoFormerExtModel, "feature-extraction"),
-    ):
-        folder = tmp_path / task
-        model_class(tiny_config(vocab_size=len(tok), num_labels=3)).save_pretrained(folder)
-        tok.save_pretrained(folder)
-        runner = pipeline(task, model=str(folder), device="cpu")
-        if task == "fill-mask":
-            result = runner("the movie was [MASK]")
-            assert len(result) == 5 and all("token_str" in r for r in result)
-        elif task == "text-classification":
-            result = runner(["the movie was good", "a bad plot"])
-            assert [r["label"] for r in result] and all(r["label"].startswith("LABEL_") for r in result)
-        elif task == "token-classification":
-            result = runner("the movie was very good")
-            assert isinstance(result, list)
-        else:
-            features = runner("the plot was great")
-            assert torch.tensor(features).shape[-1] == 32
+    model_class(tiny_config(vocab_size=len(tok), num_labels=3)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    runner = pipeline(task, model=str(tmp_path), device="cpu")
+    if task == "fill-mask":
+        result = runner("the movie was [MASK]")
+        assert len(result) == 5 and all("token_str" in r for r in result)
+    elif task == "text-classification":
+        result = runner(["the movie was good", "a bad plot"])
+        assert len(result) == 2 and all(r["label"].startswith("LABEL_") for r in result)
+    elif task == "token-classification":
+        assert isinstance(runner("the movie was very good"), list)
+    else:
+        assert torch.tensor(runner("the plot was great")).shape[-1] == 32
 
 
 def test_auto_model_for_sequence_classification_trains_after_reload(tmp_path):
     trainer = train(tmp_path, "save", max_steps=2)
-    trainer.train()
     trainer.save_model(str(tmp_path / "saved"))
     reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved")
     assert isinstance(reloaded, RoFormerExtForSequenceClassification)

@@ -1,17 +1,10 @@
 #!/usr/bin/env python
-"""Fetch transformers' common model tests for the installed transformers version.
+"""Fetch transformers' common model tests (`ModelTesterMixin`, `ConfigTester`, `TensorParallelTesterMixin`,
+`FSDPTesterMixin`) for the installed transformers: they are only in its sdist on PyPI. Downloads it with pip, checks
+the version, extracts those files into `upstream/` (gitignored) next to our stand-ins for what they import. Does
+nothing when the files there were fetched for the installed version.
 
-`ModelTesterMixin` (tests/test_modeling_common.py), `ConfigTester` (tests/test_configuration_common.py) and the
-distributed testers `TensorParallelTesterMixin` (tests/test_tensor_parallel_mixin.py) and `FSDPTesterMixin`
-(tests/test_fsdp_mixin.py) are not in the transformers wheel, only in its source distribution on PyPI. This script
-downloads that sdist with pip, checks that it is the installed version, and extracts just those files into
-`upstream/` next to our small stand-ins for the modules they import that the sdist lacks. The fetched files are
-gitignored: they are transformers' code, not ours.
-
-Idempotent: when the files are there and were fetched for the installed version, it does nothing.
-
-    python tests/transformers_suite/fetch_upstream.py            # fetch if missing or stale
-    python tests/transformers_suite/fetch_upstream.py --sdist transformers-5.23.0.tar.gz   # offline
+    python tests/transformers_suite/fetch_upstream.py [--sdist transformers-5.23.0.tar.gz] [--force]
 """
 
 import argparse
@@ -26,28 +19,24 @@ from email.parser import Parser
 from pathlib import Path
 
 UPSTREAM_DIR = Path(__file__).resolve().parent / "upstream"
-#: Paths inside the sdist (below its `transformers-<version>/` folder) -> file name in UPSTREAM_DIR.
+#: Paths inside the sdist, below its `transformers-<version>/` folder.
 UPSTREAM_FILES = (
     "tests/test_modeling_common.py",
     "tests/test_configuration_common.py",
     "tests/test_tensor_parallel_mixin.py",
     "tests/test_fsdp_mixin.py",
 )
-#: What was fetched, for which transformers version: read by the test modules to refuse stale files.
+#: What was fetched, for which version: the test modules refuse stale files.
 STAMP = UPSTREAM_DIR / "fetched_common_tests.json"
 FETCH_COMMAND = "python tests/transformers_suite/fetch_upstream.py"
 
 
 class FetchError(RuntimeError):
-    """The sdist could not be downloaded, is not the installed version, or lacks the files."""
+    """The sdist could not be downloaded, is another version, or lacks the files."""
 
 
 def installed_transformers_version() -> str:
     return importlib.metadata.version("transformers")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def fetched_version() -> str | None:
@@ -55,7 +44,7 @@ def fetched_version() -> str | None:
     try:
         stamp = json.loads(STAMP.read_text())
         for name, digest in stamp["sha256"].items():
-            if _sha256((UPSTREAM_DIR / name).read_bytes()) != digest:
+            if hashlib.sha256((UPSTREAM_DIR / name).read_bytes()).hexdigest() != digest:
                 return None
         if sorted(stamp["sha256"]) != sorted(Path(path).name for path in UPSTREAM_FILES):
             return None
@@ -65,9 +54,8 @@ def fetched_version() -> str | None:
 
 
 def download_sdist(version: str, destination: Path) -> Path:
-    """`pip download` the sdist of transformers==version (no wheel, no dependencies) into destination."""
-    command = [sys.executable, "-m", "pip", "download", f"transformers=={version}", "--no-deps"]
-    command += ["--no-binary", ":all:", "--dest", str(destination)]
+    command = [sys.executable, "-m", "pip", "download", f"transformers=={version}", "--no-deps", "--no-binary", ":all:",
+               "--dest", str(destination)]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise FetchError(
@@ -107,7 +95,10 @@ def write_files(files: dict[str, bytes], version: str) -> None:
         partial = UPSTREAM_DIR / f"{name}.partial"
         partial.write_bytes(data)
         partial.replace(UPSTREAM_DIR / name)
-    stamp = {"transformers_version": version, "sha256": {name: _sha256(data) for name, data in files.items()}}
+    stamp = {
+        "transformers_version": version,
+        "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+    }
     STAMP.write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""fetch_upstream.py: takes the upstream files only from the sdist of the installed version, and notices stale files."""
+"""fetch_upstream.py takes the upstream files only from the installed version's sdist and notices stale files."""
 
 import io
 import tarfile
@@ -52,22 +52,16 @@ def test_extracts_the_files_and_records_the_version(tmp_path, upstream_dir):
     assert "already" in fetch_upstream.fetch()
 
 
-def test_another_version_is_refused(tmp_path, upstream_dir):
-    sdist = make_sdist(tmp_path / "old.tar.gz", "4.0.0")
+def test_another_version_or_a_missing_file_is_refused(tmp_path, upstream_dir):
     installed = fetch_upstream.installed_transformers_version()
     with pytest.raises(fetch_upstream.FetchError, match=f"transformers-{installed}/PKG-INFO"):
-        fetch_upstream.extract_common_tests(sdist, installed)
-    # An archive laid out for the installed version whose metadata names another one is refused too.
-    other = make_sdist(tmp_path / "other.tar.gz", installed, metadata_version="4.0.0")
+        fetch_upstream.extract_common_tests(make_sdist(tmp_path / "old.tar.gz", "4.0.0"), installed)
+    other = make_sdist(tmp_path / "other.tar.gz", installed, metadata_version="4.0.0")  # laid out right, metadata not
     with pytest.raises(fetch_upstream.FetchError, match="must come from the installed version"):
         fetch_upstream.extract_common_tests(other, installed)
-
-
-def test_missing_file_is_refused(tmp_path, upstream_dir):
-    version = fetch_upstream.installed_transformers_version()
-    sdist = make_sdist(tmp_path / "partial.tar.gz", version, files=("tests/test_modeling_common.py",))
+    partial = make_sdist(tmp_path / "partial.tar.gz", installed, files=("tests/test_modeling_common.py",))
     with pytest.raises(fetch_upstream.FetchError, match="lacks"):
-        fetch_upstream.extract_common_tests(sdist, version)
+        fetch_upstream.extract_common_tests(partial, installed)
 
 
 def test_edited_or_missing_files_read_as_not_fetched(tmp_path, upstream_dir):

@@ -1,8 +1,5 @@
-"""transformers' `ModelTesterMixin` and `ConfigTester` on every text class of roformer-ext.
-
-The tester follows transformers' `RoFormerModelTester` (tests/models/roformer/test_modeling_roformer.py): a tiny
-random config and the `create_and_check_*` shape checks per head, plus everything `ModelTesterMixin` runs.
-"""
+"""transformers' `ModelTesterMixin`, `GenerationTesterMixin` and `ConfigTester` on every text class of roformer-ext,
+with the `create_and_check_*` checks of transformers' `RoFormerModelTester`."""
 
 import inspect
 import unittest
@@ -37,71 +34,28 @@ from .upstream_mixins import (
 
 
 class RoFormerExtModelTester:
-    """Tiny config (hidden 32, 2 layers, 4 heads, vocab 99, intermediate 37) and random inputs for the mixin."""
+    """Tiny config (hidden 32, 2 layers, 4 heads, vocab 99, intermediate 37) and random inputs for the mixin; the
+    sizes are class attributes, overridden per instance by keyword."""
 
     config_class = RoFormerExtConfig
+    batch_size, seq_length, is_training = 13, 7, True
+    use_input_mask = use_token_type_ids = use_labels = True
+    vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size = 99, 32, 2, 4, 37
+    hidden_act, hidden_dropout_prob, attention_probs_dropout_prob = "gelu", 0.1, 0.1
+    max_position_embeddings, type_vocab_size, type_sequence_label_size = 512, 16, 2
+    initializer_range, num_labels, num_choices = 0.02, 3, 4
 
-    def __init__(
-        self,
-        parent: unittest.TestCase,
-        batch_size: int = 13,
-        seq_length: int = 7,
-        is_training: bool = True,
-        use_input_mask: bool = True,
-        use_token_type_ids: bool = True,
-        use_labels: bool = True,
-        vocab_size: int = 99,
-        hidden_size: int = 32,
-        num_hidden_layers: int = 2,
-        num_attention_heads: int = 4,
-        intermediate_size: int = 37,
-        hidden_act: str = "gelu",
-        hidden_dropout_prob: float = 0.1,
-        attention_probs_dropout_prob: float = 0.1,
-        max_position_embeddings: int = 512,
-        type_vocab_size: int = 16,
-        type_sequence_label_size: int = 2,
-        initializer_range: float = 0.02,
-        num_labels: int = 3,
-        num_choices: int = 4,
-    ) -> None:
+    def __init__(self, parent: unittest.TestCase, **overrides) -> None:
         self.parent = parent
-        self.batch_size = batch_size
-        self.seq_length = seq_length
-        self.is_training = is_training
-        self.use_input_mask = use_input_mask
-        self.use_token_type_ids = use_token_type_ids
-        self.use_labels = use_labels
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_act = hidden_act
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.attention_probs_dropout_prob = attention_probs_dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.type_vocab_size = type_vocab_size
-        self.type_sequence_label_size = type_sequence_label_size
-        self.initializer_range = initializer_range
-        self.num_labels = num_labels
-        self.num_choices = num_choices
+        unknown = [name for name in overrides if not hasattr(self, name)]
+        assert not unknown, f"not a tester setting: {unknown}"
+        vars(self).update(overrides)
 
     def config_kwargs(self) -> dict:
-        return dict(
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            intermediate_size=self.intermediate_size,
-            hidden_act=self.hidden_act,
-            hidden_dropout_prob=self.hidden_dropout_prob,
-            attention_probs_dropout_prob=self.attention_probs_dropout_prob,
-            max_position_embeddings=self.max_position_embeddings,
-            type_vocab_size=self.type_vocab_size,
-            is_decoder=False,
-            initializer_range=self.initializer_range,
-        )
+        names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                 "type_vocab_size", "initializer_range")  # fmt: skip
+        return {**{name: getattr(self, name) for name in names}, "is_decoder": False}
 
     def get_config(self) -> RoFormerExtConfig:
         return self.config_class(**self.config_kwargs())
@@ -145,8 +99,9 @@ class RoFormerExtModelTester:
         self.parent.assertEqual(result.last_hidden_state.shape, (self.batch_size, self.seq_length, self.hidden_size))
 
     def create_and_check_model_as_decoder(
-        self, config, input_ids, token_type_ids, input_mask, *labels, encoder_hidden_states, encoder_attention_mask
+        self, config, input_ids, token_type_ids, input_mask, *labels_and_encoder
     ) -> None:
+        encoder_hidden_states, encoder_attention_mask = labels_and_encoder[-2:]
         config.add_cross_attention = True
         model = self._model(RoFormerExtModel, config)
         inputs = dict(attention_mask=input_mask, token_type_ids=token_type_ids)
@@ -161,25 +116,37 @@ class RoFormerExtModelTester:
         self.parent.assertFalse(torch.allclose(no_mask.last_hidden_state, text_only.last_hidden_state))
         self.parent.assertFalse(torch.allclose(with_mask.last_hidden_state, no_mask.last_hidden_state))
 
-    def create_and_check_for_causal_lm(self, config, input_ids, token_type_ids, input_mask, *labels) -> None:
-        token_labels = labels[1]
-        model = self._model(RoFormerExtForCausalLM, config)
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=token_labels)
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.vocab_size))
-        self.parent.assertTrue(torch.isfinite(result.loss))
-
-    def create_and_check_for_masked_lm(self, config, input_ids, token_type_ids, input_mask, *labels) -> None:
-        token_labels = labels[1]
-        model = self._model(RoFormerExtForMaskedLM, config)
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=token_labels)
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.vocab_size))
-        self.parent.assertTrue(torch.isfinite(result.loss))
+    def create_and_check_head(self, model_class, config, input_ids, token_type_ids, input_mask, *labels) -> None:
+        """A head's output shapes and its loss from labels."""
+        sequence_labels, token_labels, choice_labels = labels
+        batch, seq = self.batch_size, self.seq_length
+        if model_class in (RoFormerExtForSequenceClassification, RoFormerExtForTokenClassification):
+            config.num_labels = self.num_labels
+        expected, targets = {
+            RoFormerExtForCausalLM: ({"logits": (batch, seq, self.vocab_size)}, {"labels": token_labels}),
+            RoFormerExtForMaskedLM: ({"logits": (batch, seq, self.vocab_size)}, {"labels": token_labels}),
+            RoFormerExtForQuestionAnswering: (
+                {"start_logits": (batch, seq), "end_logits": (batch, seq)},
+                {"start_positions": sequence_labels, "end_positions": sequence_labels},
+            ),
+            RoFormerExtForSequenceClassification: ({"logits": (batch, self.num_labels)}, {"labels": sequence_labels}),
+            RoFormerExtForTokenClassification: ({"logits": (batch, seq, self.num_labels)}, {"labels": token_labels}),
+            RoFormerExtForMultipleChoice: ({"logits": (batch, self.num_choices)}, {"labels": choice_labels}),
+        }[model_class]
+        inputs = dict(input_ids=input_ids, attention_mask=input_mask, token_type_ids=token_type_ids)
+        if model_class is RoFormerExtForMultipleChoice:
+            inputs = {k: v.unsqueeze(1).expand(-1, self.num_choices, -1).contiguous() for k, v in inputs.items()}
+        result = self._model(model_class, config)(**inputs, **targets)
+        for name, shape in expected.items():
+            self.parent.assertEqual(result[name].shape, shape)
+        if model_class is not RoFormerExtForQuestionAnswering:  # its random positions may fall on masked tokens
+            self.parent.assertTrue(torch.isfinite(result.loss))
 
     def create_and_check_decoder_model_past_large_inputs(
-        self, config, input_ids, token_type_ids, input_mask, *labels, encoder_hidden_states, encoder_attention_mask
+        self, config, input_ids, token_type_ids, input_mask, *labels_and_encoder
     ) -> None:
-        config.is_decoder = True
-        config.add_cross_attention = True
+        encoder_hidden_states, encoder_attention_mask = labels_and_encoder[-2:]
+        config.is_decoder = config.add_cross_attention = True
         # position-sensitive weights (tests/conftest.py): the cached step's positions are the claim
         config.initializer_range = POSITION_SENSITIVE["initializer_range"]
         config.rope_parameters = {**config.rope_parameters, "rope_theta": POSITION_SENSITIVE["rope_theta"]}
@@ -191,13 +158,8 @@ class RoFormerExtModelTester:
         next_input_ids = torch.cat([input_ids, next_tokens], dim=-1)
         next_attention_mask = torch.cat([input_mask, next_mask], dim=-1)
         from_no_past = model(next_input_ids, attention_mask=next_attention_mask, output_hidden_states=True, **encoder)
-        from_past = model(
-            next_tokens,
-            attention_mask=next_attention_mask,
-            cache=output_cache(outputs),
-            output_hidden_states=True,
-            **encoder,
-        )
+        from_past = model(next_tokens, attention_mask=next_attention_mask, cache=output_cache(outputs),
+                          output_hidden_states=True, **encoder)  # fmt: skip
         from_no_past, from_past = from_no_past.hidden_states[-1], from_past.hidden_states[-1]
         self.parent.assertEqual(from_past.shape[1], next_tokens.shape[1])
         # Padded query rows have no defined output; compare the tokens the mask keeps.
@@ -210,47 +172,6 @@ class RoFormerExtModelTester:
             return step.hidden_states[-1] * keep
 
         assert_position_sensitive(model, cached_step, 1e-4)
-
-    def create_and_check_for_question_answering(self, config, input_ids, token_type_ids, input_mask, *labels) -> None:
-        sequence_labels = labels[0]
-        model = self._model(RoFormerExtForQuestionAnswering, config)
-        result = model(
-            input_ids,
-            attention_mask=input_mask,
-            token_type_ids=token_type_ids,
-            start_positions=sequence_labels,
-            end_positions=sequence_labels,
-        )
-        self.parent.assertEqual(result.start_logits.shape, (self.batch_size, self.seq_length))
-        self.parent.assertEqual(result.end_logits.shape, (self.batch_size, self.seq_length))
-
-    def create_and_check_for_sequence_classification(
-        self, config, input_ids, token_type_ids, input_mask, *labels
-    ) -> None:
-        config.num_labels = self.num_labels
-        model = self._model(RoFormerExtForSequenceClassification, config)
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=labels[0])
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_labels))
-
-    def create_and_check_for_token_classification(self, config, input_ids, token_type_ids, input_mask, *labels) -> None:
-        config.num_labels = self.num_labels
-        model = self._model(RoFormerExtForTokenClassification, config)
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=labels[1])
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.num_labels))
-
-    def create_and_check_for_multiple_choice(self, config, input_ids, token_type_ids, input_mask, *labels) -> None:
-        model = self._model(RoFormerExtForMultipleChoice, config)
-
-        def choices(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.unsqueeze(1).expand(-1, self.num_choices, -1).contiguous()
-
-        result = model(
-            choices(input_ids),
-            attention_mask=choices(input_mask),
-            token_type_ids=choices(token_type_ids),
-            labels=labels[2],
-        )
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_choices))
 
 
 def forward_accepts(model_class: type, name: str) -> bool:
@@ -315,94 +236,49 @@ class RoFormerExtModelTest(
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
 
     def test_model_as_decoder(self) -> None:
-        config, *inputs, encoder_hidden_states, encoder_attention_mask = (
-            self.model_tester.prepare_config_and_inputs_for_decoder()
-        )
-        self.model_tester.create_and_check_model_as_decoder(
-            config, *inputs, encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask
-        )
+        self.model_tester.create_and_check_model_as_decoder(*self.model_tester.prepare_config_and_inputs_for_decoder())
 
     def test_decoder_model_past_with_large_inputs(self) -> None:
-        config, *inputs, encoder_hidden_states, encoder_attention_mask = (
-            self.model_tester.prepare_config_and_inputs_for_decoder()
-        )
-        self.model_tester.create_and_check_decoder_model_past_large_inputs(
-            config, *inputs, encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask
-        )
+        tester = self.model_tester
+        tester.create_and_check_decoder_model_past_large_inputs(*tester.prepare_config_and_inputs_for_decoder())
 
-    def test_for_causal_lm(self) -> None:
-        config, *inputs = self.model_tester.prepare_config_and_inputs_for_decoder()[:-2]
-        self.model_tester.create_and_check_for_causal_lm(config, *inputs)
-
-    def test_for_masked_lm(self) -> None:
-        self.model_tester.create_and_check_for_masked_lm(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_multiple_choice(self) -> None:
-        self.model_tester.create_and_check_for_multiple_choice(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_question_answering(self) -> None:
-        self.model_tester.create_and_check_for_question_answering(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_sequence_classification(self) -> None:
-        self.model_tester.create_and_check_for_sequence_classification(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_token_classification(self) -> None:
-        self.model_tester.create_and_check_for_token_classification(*self.model_tester.prepare_config_and_inputs())
+    def test_heads(self) -> None:
+        for model_class in set(self.all_model_classes) - {RoFormerExtModel}:
+            with self.subTest(model_class.__name__):
+                config, *inputs = self.model_tester.prepare_config_and_inputs()
+                config.is_decoder = model_class is RoFormerExtForCausalLM
+                self.model_tester.create_and_check_head(model_class, config, *inputs)
 
 
-class PositionEncodingModelTester(RoFormerExtModelTester):
-    """The same tiny models with another `position_encoding` (set by the test class)."""
+def _variant(name: str, **config) -> type:
+    """transformers' common tests on every text class built with `config` (another position encoding or layout)."""
 
-    position_encoding = "rope"
+    class Tester(RoFormerExtModelTester):
+        def config_kwargs(self) -> dict:
+            return {**super().config_kwargs(), **config}
 
-    def config_kwargs(self) -> dict:
-        knobs = {"max_relative_position": 4} if self.position_encoding == "shaw" else None
-        return {
-            **super().config_kwargs(),
-            "position_encoding": self.position_encoding,
-            "position_encoding_parameters": knobs,
-        }
-
-
-def _position_encoding_test(name: str) -> type:
-    """transformers' common tests on every text class built with `position_encoding=name`."""
-
-    class Tester(PositionEncodingModelTester):
-        position_encoding = name
-
-    class PositionEncodingModelTest(RoFormerExtModelTest):
+    class VariantModelTest(RoFormerExtModelTest):
         def setUp(self) -> None:
             super().setUp()
             self.model_tester = Tester(self)
-            if "rope_scaling" in self._testMethodName:  # the mixin's RoPE frequency-scaling checks
-                self.skipTest(f"RoPE scaling does not apply to position_encoding={name!r}")
+            if "position_encoding" in config and "rope_scaling" in self._testMethodName:  # the mixin's RoPE scaling
+                self.skipTest(f"RoPE scaling does not apply to position_encoding={config['position_encoding']!r}")
 
-    PositionEncodingModelTest.__name__ = PositionEncodingModelTest.__qualname__ = f"RoFormerExt_{name}_ModelTest"
-    return PositionEncodingModelTest
+    VariantModelTest.__name__ = VariantModelTest.__qualname__ = f"RoFormerExt{name}ModelTest"
+    return VariantModelTest
 
 
 # An absolute table (its init, resizing, loading), a term on the scores shared by the layers, and one per layer.
-RoFormerExtLearnedModelTest = _position_encoding_test("learned")
-RoFormerExtT5BiasModelTest = _position_encoding_test("t5_bias")
-RoFormerExtShawModelTest = _position_encoding_test("shaw")
+RoFormerExtLearnedModelTest = _variant("Learned", position_encoding="learned")
+RoFormerExtT5BiasModelTest = _variant("T5Bias", position_encoding="t5_bias")
+RoFormerExtShawModelTest = _variant(
+    "Shaw", position_encoding="shaw", position_encoding_parameters={"max_relative_position": 4}
+)
 # The RoFormer paper's other alternatives: per-layer W_r, u, v (Transformer-XL), a shared untied table (TUPE), a shared
 # relative table projected by each layer (DeBERTa).
-RoFormerExtTransformerXLModelTest = _position_encoding_test("transformer_xl")
-RoFormerExtTupeModelTest = _position_encoding_test("tupe")
-RoFormerExtDebertaModelTest = _position_encoding_test("deberta")
-
-
-class HalfPairLayoutModelTester(RoFormerExtModelTester):
-    """The same tiny models with the half pair layout. 13 × 7 rows exceed the 32 projection outputs, so attention
-    projects queries and keys with reordered weight rows (`rope.HalfPairRotation.project_query_key`); decoding steps do not."""
-
-    def config_kwargs(self) -> dict:
-        return {**super().config_kwargs(), "rope_parameters": {"pair_layout": "half"}}
-
-
-class RoFormerExtHalfPairLayoutModelTest(RoFormerExtModelTest):
-    """transformers' common tests on every text class with pairs (i, i + d/2), as most RoPE code lays them out."""
-
-    def setUp(self) -> None:
-        super().setUp()
-        self.model_tester = HalfPairLayoutModelTester(self)
+RoFormerExtTransformerXLModelTest = _variant("TransformerXL", position_encoding="transformer_xl")
+RoFormerExtTupeModelTest = _variant("Tupe", position_encoding="tupe")
+RoFormerExtDebertaModelTest = _variant("Deberta", position_encoding="deberta")
+# Pairs (i, i + d/2), as most RoPE code lays them out: 13 x 7 rows exceed the 32 projection outputs, so attention
+# projects queries and keys with reordered weight rows; decoding steps do not.
+RoFormerExtHalfPairLayoutModelTest = _variant("HalfPairLayout", rope_parameters={"pair_layout": "half"})

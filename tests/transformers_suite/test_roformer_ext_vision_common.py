@@ -1,11 +1,6 @@
-"""transformers' `ModelTesterMixin` and `ConfigTester` on every vision-text class of roformer-ext.
-
-Two testers, as transformers tests a vision-language model's text path and its image path:
-* text only: the vision-text config without placeholder ids (its default), text `input_ids` and padding;
-* pixels: every sample holds one 1x2x2-patch image, its placeholders in `input_ids`, its patches in `pixel_values`
-  (patches, channels * temporal_patch * patch**2) and its grid in `image_grid_thw`, as in transformers' Qwen2-VL
-  tester (tests/models/qwen2_vl/test_modeling_qwen2_vl.py).
-"""
+"""transformers' `ModelTesterMixin` and `ConfigTester` on every vision-text class of roformer-ext: text only, and
+one image per sample (`pixel_values` (patches, channels * temporal_patch * patch**2), `image_grid_thw`), as
+transformers tests Qwen2-VL."""
 
 import unittest
 
@@ -38,60 +33,26 @@ VISION_TEXT_CLASSES = (
 
 
 class RoFormerExtVisionTextModelTester(RoFormerExtModelTester):
-    """The text tester's sizes and inputs on the vision-text config (3 rope axes, RoPE-Tie-v2).
-
-    Text only: the config keeps its default of no placeholder ids, so every token id is text (the mixin's own tests
-    draw ids over the whole vocabulary). The pixel tester below covers a config with placeholders.
-    """
+    """The text tester on the vision-text config (3 rope axes, RoPE-Tie-v2), text only: no placeholder ids (the
+    config's default), so every token id is text (the mixin draws ids over the whole vocabulary)."""
 
     config_class = RoFormerExtVisionTextConfig
-
-    def __init__(
-        self,
-        parent: unittest.TestCase,
-        patch_size: int = 2,
-        temporal_patch_size: int = 2,
-        num_channels: int = 3,
-        image_token_id: int | None = None,
-        video_token_id: int | None = None,
-        **kwargs,
-    ) -> None:
-        super().__init__(parent, **kwargs)
-        self.patch_size = patch_size
-        self.temporal_patch_size = temporal_patch_size
-        self.num_channels = num_channels
-        self.image_token_id = image_token_id
-        self.video_token_id = video_token_id
+    patch_size, temporal_patch_size, num_channels = 2, 2, 3
+    image_token_id = video_token_id = None
 
     def config_kwargs(self) -> dict:
-        return dict(
-            super().config_kwargs(),
-            patch_size=self.patch_size,
-            temporal_patch_size=self.temporal_patch_size,
-            num_channels=self.num_channels,
-            image_token_id=self.image_token_id,
-            video_token_id=self.video_token_id,
-        )
+        names = ("patch_size", "temporal_patch_size", "num_channels", "image_token_id", "video_token_id")
+        return {**super().config_kwargs(), **{name: getattr(self, name) for name in names}}
 
 
 class RoFormerExtVisionTextPixelModelTester(RoFormerExtVisionTextModelTester):
-    """One image per sample, as transformers' Qwen2-VL tester: grid (t, h, w) = (1, 2, 2), so four placeholders at
-    positions 1-4; placeholder ids low in the vocabulary (they survive the mixin's vocabulary resizes), drawn nowhere
-    else; no padding (the placeholders must be attended)."""
+    """One image per sample, as transformers' Qwen2-VL tester: grid (t, h, w) = (1, 2, 2), four placeholders at
+    positions 1-4; placeholder ids low in the vocabulary (they survive the mixin's resizes), drawn nowhere else; no
+    padding (the placeholders must be attended)."""
 
-    def __init__(
-        self,
-        parent: unittest.TestCase,
-        batch_size: int = 3,
-        text_length: int = 7,
-        image_grid: tuple[int, int, int] = (1, 2, 2),
-        **kwargs,
-    ) -> None:
-        self.image_grid = image_grid
-        self.num_image_tokens = image_grid[0] * image_grid[1] * image_grid[2]
-        kwargs = {"image_token_id": 4, "video_token_id": 5, "use_input_mask": False, **kwargs}
-        super().__init__(parent, batch_size=batch_size, seq_length=text_length + self.num_image_tokens, **kwargs)
-        self.pad_token_id = 0  # RoFormerExtConfig's default
+    batch_size, image_grid, num_image_tokens, pad_token_id = 3, (1, 2, 2), 4, 0
+    seq_length = 7 + num_image_tokens
+    image_token_id, video_token_id, use_input_mask = 4, 5, False
 
     def prepare_input_ids(self) -> torch.Tensor:
         input_ids = super().prepare_input_ids()
@@ -138,10 +99,7 @@ class RoFormerExtVisionTextModelTest(VisionTextTestBase, unittest.TestCase):
     """Vision-text classes on text-only input."""
 
     model_tester_class = RoFormerExtVisionTextModelTester
-    # Text-only input never reaches the patch embedding, so its weights get no gradient in the mixin's training
-    # checks; the flag is the mixin's own switch for parameters a given input leaves unused. The pixel tester keeps
-    # the check on.
-    test_all_params_have_gradient = False
+    test_all_params_have_gradient = False  # text never reaches the patch embedding (the pixel tester checks it)
 
 
 class RoFormerExtVisionTextPixelModelTest(VisionTextTestBase, unittest.TestCase):
