@@ -240,15 +240,6 @@ def test_the_plan_refuses_a_4d_mask_of_either_attention_on_flash(which):
         )  # fmt: skip
 
 
-def test_a_unilm_decoders_plan_mask_lets_the_source_see_itself():
-    config = tiny_config(is_decoder=True, decoder_attention="unilm")
-    token_type_ids = torch.tensor([[0, 0, 1, 1]])  # source 0, 1; target 2, 3
-    plan = plan_for(config, RecordingEncoding(AttentionTerms()), 4, token_type_ids=token_type_ids)
-    source = [True, True, False, False]
-    expected = [[j <= i or (source[i] and source[j]) for j in range(4)] for i in range(4)]
-    assert (plan.mask[0, 0] == 0).tolist() == expected
-
-
 def test_on_flex_attention_the_plan_asks_for_terms_per_score():
     """Named for the mutation run's deselection: building flex attention's block mask compiles (about 10 s)."""
     encoding = RecordingEncoding(AttentionTerms())

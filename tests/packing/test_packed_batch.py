@@ -1,10 +1,6 @@
-"""The packed-batch contract, decided once: whatever the caller gives (cu_seq_lens, seq_idx, restarting positions in
-any broadcastable shape), every sequence computes as if alone; inconsistent input gets one clear error.
-
-Reference: each sequence run alone through the same model. Tolerance 1e-5 (fp32). The models come from
-`position_sensitive_config` (through `test_packing.model_for`), and each comparison asserts that a position error would
-move its outputs ≥ 100x that tolerance (`assert_position_sensitive`).
-"""
+"""The packed-batch contract: whatever the caller gives (cu_seq_lens, seq_idx, restarting positions in any
+broadcastable shape), every sequence computes as if alone (1e-5, position-sensitive models); inconsistent input gets
+one clear error."""
 
 import pytest
 import torch
@@ -43,26 +39,26 @@ def assert_rows_equal_alone(model, states: torch.Tensor, seqs: list[list[int]], 
             torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("is_decoder", [False, True])
-def test_linear_attention_keeps_sequences_of_several_rows_apart(is_decoder):
-    """Two packed rows with linear attention: each sequence its own running sums (they mixed: 0.011 / 0.041)."""
-    model = model_for(RoFormerExtModel, "sdpa", attention_type="linear", is_decoder=is_decoder)
-    input_ids, seq_idx, positions, seqs = two_packed_rows()
+@pytest.mark.parametrize(
+    ("overrides", "with_positions"),
+    [
+        # linear attention: each sequence its own running sums (they mixed: 0.011 / 0.041)
+        (dict(attention_type="linear"), True),
+        (dict(attention_type="linear", is_decoder=True), True),
+        # seq_idx without position_ids: positions restart in each sequence (they ran on across the row, 3.8 off)
+        (dict(position_encoding="rope"), False),
+        (dict(position_encoding="sinusoidal", max_position_embeddings=64), False),
+        (dict(position_encoding="learned", max_position_embeddings=64), False),
+    ],
+)
+def test_two_packed_rows_by_seq_idx_compute_each_sequence_alone(overrides, with_positions):
+    model = model_for(RoFormerExtModel, "sdpa", **overrides)
+    input_ids, seq_idx, positions, seqs = two_packed_rows(0 if with_positions else 1)
+    given = dict(seq_idx=seq_idx, position_ids=positions if with_positions else None)
     with torch.no_grad():
-        states = model(input_ids, seq_idx=seq_idx, position_ids=positions, output_hidden_states=True).hidden_states[-1]
+        states = model(input_ids, **given, output_hidden_states=True).hidden_states[-1]
     assert_rows_equal_alone(model, states, seqs)
-    assert_position_sensitive(model, lambda m: m(input_ids, seq_idx=seq_idx, position_ids=positions), ATOL)
-
-
-@pytest.mark.parametrize("position_encoding", ["rope", "sinusoidal", "learned"])
-def test_seq_idx_alone_restarts_positions(position_encoding):
-    """seq_idx without position_ids: positions restart in each sequence (they ran on across the row, 3.8 off)."""
-    model = model_for(RoFormerExtModel, "sdpa", position_encoding=position_encoding, max_position_embeddings=64)
-    input_ids, seq_idx, _, seqs = two_packed_rows(1)
-    with torch.no_grad():
-        states = model(input_ids, seq_idx=seq_idx, output_hidden_states=True).hidden_states[-1]
-    assert_rows_equal_alone(model, states, seqs)
-    assert_position_sensitive(model, lambda m: m(input_ids, seq_idx=seq_idx), ATOL)
+    assert_position_sensitive(model, lambda m: m(input_ids, **given), ATOL)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -90,30 +86,25 @@ def cu(lengths) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForSequenceClassification])
-def test_zero_length_sequence_is_refused(model_class):
-    """A zero-length sequence has no [CLS] and no mean (NaN, or the next sequence's [CLS]): refused by name."""
-    model = model_for(model_class, "sdpa", classifier_pooling="mean")
-    input_ids = torch.randint(5, 99, (1, 9))
-    with pytest.raises(ValueError, match=r"sequence 1 .*length 0"):
-        model(input_ids, cu_seq_lens_q=cu([4, 0, 5]), cu_seq_lens_k=cu([4, 0, 5]), max_length_q=5, max_length_k=5)
-
-
 @pytest.mark.parametrize(
     ("given", "message"),
     [
         (dict(cu_seq_lens_q=cu([4, 4])), r"cu_seq_lens_q ends at 8 but the batch holds 9 tokens"),
         (dict(cu_seq_lens_q=torch.tensor([1, 4, 9], dtype=torch.int32)), r"cu_seq_lens_q must start at 0"),
         (dict(cu_seq_lens_q=torch.tensor([0, 6, 4, 9], dtype=torch.int32)), r"sequence 1 .*length -2"),
+        # a zero-length sequence has no [CLS] and no mean (NaN, or the next sequence's [CLS])
+        (dict(cu_seq_lens_q=cu([4, 0, 5]), cu_seq_lens_k=cu([4, 0, 5]), max_length_q=5), r"sequence 1 .*length 0"),
         (dict(cu_seq_lens_q=cu([4, 5]), cu_seq_lens_k=cu([5, 4])), r"cu_seq_lens_k .* differs from cu_seq_lens_q"),
         (dict(cu_seq_lens_q=cu([4, 5]).float()), r"cu_seq_lens_q must be an integer tensor"),
         (dict(seq_idx=torch.tensor([[0, 0, 1, 1, 0, 2, 2, 2, 2]])), r"seq_idx must not decrease"),
         (dict(seq_idx=torch.zeros(1, 8, dtype=torch.long)), r"seq_idx has shape \(1, 8\).*\(1, 9\)"),
         (dict(cu_seq_lens_q=cu([4, 5]), attention_mask=torch.tensor([[1] * 8 + [0]])), r"padding inside a packed"),
     ],
-    ids=["short", "start", "decreasing", "k-differs", "float", "seq_idx-order", "seq_idx-shape", "with-padding"],
+    ids=["short", "start", "decreasing", "empty", "k-differs", "float", "seq_idx-order", "seq_idx-shape", "padding"],
 )
-def test_inconsistent_packing_gets_one_clear_error(given, message):
-    model = model_for(RoFormerExtModel, "sdpa")
+def test_inconsistent_packing_gets_one_clear_error(given, message, model_class):
+    """From the base model and from a head that describes the batch itself (mean pooling), on eager and sdpa."""
+    model = model_for(model_class, "sdpa", classifier_pooling="mean")
     input_ids = torch.randint(5, 99, (1, 9))
     for backend in ("eager", "sdpa"):
         model.set_attn_implementation(backend)

@@ -1,13 +1,6 @@
-"""Packed batches under torch.compile equal the eager step, forward and backward.
-
-The packed-batch description is built from tensor operations when traced; with eager attention (and on sdpa when
-only restarting positions mark the sequences) the mask path traces as ONE graph (fullgraph=True fails on any graph
-break). Per-sequence SDPA (sdpa with cu_seq_lens) and linear attention's per-sequence sums split the row by host
-lengths and run eagerly under compile (a graph break per layer).
-
-Tolerance 1e-5 (fp32). The fp32 comparison's model comes from `position_sensitive_config` and asserts that a position
-error would move the eager step's logits and loss ≥ 100x that tolerance (`assert_position_sensitive`).
-"""
+"""Packed batches under torch.compile equal the eager step, forward and backward (1e-5, position-sensitive). The
+description is tensor ops when traced; the mask path (eager, or sdpa with restarting positions only) traces as ONE
+graph (fullgraph=True); per-sequence SDPA and linear attention's per-sequence sums run eagerly (a graph break)."""
 
 import pytest
 import torch
@@ -25,21 +18,18 @@ from roformer_ext import (
 
 def batches() -> dict:
     seqs = sequences(11)
-    flatten = [{"input_ids": s} for s in seqs]
+    with_cu = DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(
+        [{"input_ids": s} for s in seqs]
+    )
+    classified = DataCollatorForPackedClassification()([{"input_ids": s, "label": i % 2} for i, s in enumerate(seqs)])
     return {
-        "mlm-cu_seq_lens": (
+        "mlm-cu_seq_lens": (RoFormerExtForMaskedLM, with_cu),
+        "mlm-positions": (
             RoFormerExtForMaskedLM,
-            DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(flatten),
+            DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": s} for s in seqs]),
         ),
-        "mlm-positions": (RoFormerExtForMaskedLM, DataCollatorWithFlattening(return_tensors="pt")(flatten)),
-        "classification": (
-            RoFormerExtForSequenceClassification,
-            DataCollatorForPackedClassification()([{"input_ids": s, "label": i % 2} for i, s in enumerate(seqs)]),
-        ),
-        "causal-cu_seq_lens": (
-            RoFormerExtForCausalLM,
-            DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(flatten),
-        ),
+        "classification": (RoFormerExtForSequenceClassification, classified),
+        "causal-cu_seq_lens": (RoFormerExtForCausalLM, with_cu),
     }
 
 

@@ -1,10 +1,6 @@
-"""Packed (padding-free) batches from transformers' DataCollatorWithFlattening equal the padded batch, per sequence.
-
-Reference: the same model on the same sequences right-padded into an ordinary batch with an attention mask.
-Tolerance 1e-5 (fp32). The models come from `position_sensitive_config`, and each comparison asserts that a position
-error would move its outputs ≥ 100x that tolerance (`assert_position_sensitive`): with the tiny config's weights a
-packed row whose positions did not restart would still pass.
-"""
+"""Packed (padding-free) batches from transformers' DataCollatorWithFlattening equal the right-padded batch, per
+sequence (1e-5, fp32). The models are position-sensitive and each comparison asserts that a position error would move
+its outputs ≥ 100x that tolerance (`assert_position_sensitive`): on the tiny config unrestarted positions would pass."""
 
 import pytest
 import torch
@@ -171,20 +167,9 @@ REPEATED_LENGTHS = (5, 9, 5, 3, 9, 5)  # three lengths, two of them shared
 
 
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
-def test_packed_sequences_of_equal_length_equal_each_alone(model_class):
-    model = model_for(model_class, "sdpa")
-    seqs = sequences(6, REPEATED_LENGTHS)
-    with torch.no_grad():
-        out = model(**packed(seqs), output_hidden_states=True).hidden_states[-1]
-        for states, seq in zip(torch.split(out[0], REPEATED_LENGTHS), seqs):
-            alone = model(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
-            torch.testing.assert_close(states, alone, rtol=ATOL, atol=ATOL)
-    assert_position_sensitive(model, lambda m: m(**packed(seqs), output_hidden_states=True).hidden_states[-1], ATOL)
-
-
-@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
 def test_packed_gradients_equal_padded(model_class):
-    """Training on the packed row (per-sequence SDPA) gives the padded batch's parameter gradients."""
+    """Sequences of repeated lengths on the packed row (per-sequence SDPA) compute as each alone, and training on the
+    row gives the padded batch's parameter gradients."""
     model = model_for(model_class, "sdpa")
     seqs = sequences(7, REPEATED_LENGTHS)
     input_ids, attention_mask = padded(seqs)
@@ -200,6 +185,10 @@ def test_packed_gradients_equal_padded(model_class):
     states = model(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states[-1]
     reference = gradients((states * weights)[real].sum())
     states = model(**packed(seqs), output_hidden_states=True).hidden_states[-1]
+    with torch.no_grad():
+        for piece, seq in zip(torch.split(states[0], REPEATED_LENGTHS), seqs):
+            alone = model(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
+            torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
     out = gradients((states[0] * weights[real]).sum())
     assert out.keys() == reference.keys() and len(out) > 10
     for name, grad in out.items():  # fp32 sums over every token: the error scales with the largest gradient entry
