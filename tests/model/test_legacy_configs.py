@@ -1,10 +1,5 @@
-"""Folders saved by older code load with the same knobs and outputs.
-
-The folders in tests/fixtures/legacy_configs hold weights and outputs written by the code of commit 5880e7d
-(PROVENANCE.md): each built-in encoding with its knobs away from the defaults, large position weights and the
-`last_hidden_state` that code gave; their config.json is re-saved in the current format (`position_encoding_parameters`).
-A knob lost on loading (the default used instead) moves those outputs far past the tolerance, which the test shows.
-"""
+"""Folders saved by older code (tests/fixtures/legacy_configs, PROVENANCE.md: each encoding with its knobs away from
+the defaults and the outputs that code gave) load with the same knobs and outputs; a lost knob would show."""
 
 import json
 from pathlib import Path
@@ -30,7 +25,7 @@ SAVED = {
         "pos_att_type": ["p2c"],
         "share_att_key": False,
         "norm_rel_ebd": "none",
-    },
+    },  # fmt: skip
     "sinusoidal": {"sinusoidal_scale": 0.5},
     "alibi": {},
     "learned": {},

@@ -1,13 +1,6 @@
-"""Adding a position encoding or a multimodal position scheme touches one file: here, this test file alone.
-
-`CappedPenalty` is a new relative encoding (a per-head penalty growing with distance up to a window: a knob in its own
-dataclass, read from `position_encoding_parameters`; capabilities; a non-persistent buffer filled by its weight-init
-hook); `stepped_diagonal` a new scheme (its knob a keyword-only argument read from rope_parameters, declared with its
-default and check in its own dataclass, which also names the axes and the frequency allocation the scheme brings);
-`test_reversed_interleaved` a new frequency allocation (registered with what its `mrope_section` counts). Each works
-through eager / sdpa / flex attention, packed rows, the KV cache and save / load, on a model whose outputs depend
-strongly on positions.
-"""
+"""Adding a position encoding, a position scheme or a frequency allocation touches one file: this one. Each (a
+knob dataclass, capabilities, a weight-init hook) works through eager / sdpa / flex, packed rows, the KV cache and
+save / load, on a model whose outputs depend strongly on positions."""
 
 import logging
 from dataclasses import dataclass
@@ -16,6 +9,7 @@ from typing import ClassVar
 import pytest
 import torch
 from conftest import assert_position_sensitive, position_sensitive_config
+from transformers.utils import logging as hf_logging
 from vision_sizes import IMAGE, PATCH_DIM, SIZES
 
 from roformer_ext import (
@@ -26,7 +20,7 @@ from roformer_ext import (
     register_position_encoding,
     register_position_scheme,
 )
-from roformer_ext.axis_allocations import register_axis_allocation
+from roformer_ext.axis_allocations import axis_of_pair, register_axis_allocation
 from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, EncodingKnobs
 from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES
@@ -204,25 +198,16 @@ def vision_prompt():
     return ids, torch.randn(4, PATCH_DIM, generator=torch.Generator().manual_seed(2)), torch.tensor([[1, 2, 2]])
 
 
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-def test_new_scheme_places_tokens_by_its_knob(tmp_path):
-    records, logger = Records(), logging.getLogger("transformers")
-    logger.addHandler(records)
+def test_new_scheme_places_tokens_by_its_knob(tmp_path, caplog):
+    hf_logging.enable_propagation()
     try:
-        model = scheme_model(step=3.0)
-        model.config.save_pretrained(tmp_path)  # validates rope_parameters again
-        RoFormerExtVisionTextConfig.from_pretrained(tmp_path)
+        with caplog.at_level(logging.WARNING):
+            model = scheme_model(step=3.0)
+            model.config.save_pretrained(tmp_path)  # validates rope_parameters again
+            RoFormerExtVisionTextConfig.from_pretrained(tmp_path)
     finally:
-        logger.removeHandler(records)
-    assert not records.messages  # its knob is known to the config: no "Unrecognized keys in rope_parameters"
+        hf_logging.disable_propagation()
+    assert not caplog.records  # its knob is known to the config: no "Unrecognized keys in rope_parameters"
     ids, pixels, grid = vision_prompt()
     positions = model.base_model.compute_position_ids(
         ids, model.base_model.get_input_embeddings()(ids), None, None,
@@ -265,9 +250,9 @@ def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
         )
 
 
-def test_new_encoding_knobs_default_check_and_refuse_strangers():
-    """The plugin's dataclass is the config's knob schema: defaults filled in and saved, its own check, unknown keys
-    refused, and the capabilities it declares refuse linear attention."""
+def test_new_plugins_knobs_default_check_and_refuse_strangers():
+    """The encoding's dataclass is the config's knob schema (defaults filled in, its own check, unknown keys refused,
+    its capabilities refuse linear attention); the scheme's fills in its axes and allocation and checks its knob."""
     config = position_sensitive_config(position_encoding="test_capped_penalty")
     assert config.position_encoding_parameters == {"penalty_window": 4}
     assert config.position_encoding_knobs == CappedPenaltyKnobs(4)
@@ -277,16 +262,8 @@ def test_new_encoding_knobs_default_check_and_refuse_strangers():
         position_sensitive_config(position_encoding="test_capped_penalty", position_encoding_parameters={"window": 2})
     with pytest.raises(ValueError, match="linear attention never forms"):
         RoFormerExtModel(encoding_config(attention_type="linear"))
-
-
-def test_new_scheme_knobs_bring_their_defaults_check_and_allocation():
-    """The scheme's dataclass is its schema: naming the scheme fills in its axes and allocation, its knob's check
-    refuses a bad value at construction, and the allocation plugin decides which axis each pair reads."""
-    config = scheme_model().config
-    assert config.rope_parameters["axes"] == 3
-    assert config.rope_parameters["axis_allocation"] == "test_reversed_interleaved"
+    rope = scheme_model().config.rope_parameters
+    assert (rope["axes"], rope["axis_allocation"]) == (3, "test_reversed_interleaved")
     with pytest.raises(ValueError, match=r"'test_stepped_diagonal': rope_parameters\['diagonal_step'\] must be a pos"):
         scheme_model(step=-1.0)
-    from roformer_ext.axis_allocations import axis_of_pair
-
     assert axis_of_pair(4, 3, "test_reversed_interleaved").tolist() == [0, 2, 1, 0]
