@@ -1,9 +1,7 @@
-"""RoFormerExt: RoFormer (BERT/WoBERT with rotary position embedding in every self-attention) on transformers 5.
+"""RoFormerExt: RoFormer (BERT / WoBERT with rotary position embedding in every self-attention) on transformers 5.
 
-Read top to bottom: pre-trained base, model, heads (the classes the Auto classes and a saved folder's `auto_map`
-name). Their layers (norms, embeddings, attention: rotary + transformers' attention backends, or RoPE linear
-attention; feed-forward, layer, pooler, the heads' modules) are in `modeling_roformer_ext_layers.py`, imported here
-under their old names too. RoFormer-V2 is the same code with `use_bias=False` and `norm_type="rms_scale_free"`.
+Pre-trained base, base model, heads; their layers are in `modeling_roformer_ext_layers.py`. RoFormer-V2 is the same
+code with `use_bias=False` and `norm_type="rms_scale_free"`.
 """
 
 import copy
@@ -35,22 +33,11 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention_plan import AttentionPlan, BatchLayout, make_attention_plan
-from .compat import (
-    CACHE,
-    accepts_old_cache_name,
-    auto_class,
-    cache_field,
-    output_cache,
-    parent_init_weights,
-)
+from .compat import CACHE, accepts_old_cache_name, auto_class, cache_field, output_cache, parent_init_weights
 from .configuration_roformer_ext import RoFormerExtConfig
 from .hub_code import SharedCodeMixin
 from .linear_attention import use_state_layers
-from .masking_roformer_ext import (
-    check_padding_mask,
-    is_first_call,
-    self_attention_cache,
-)
+from .masking_roformer_ext import check_padding_mask, is_first_call, self_attention_cache
 from .modeling_roformer_ext_layers import (
     RoFormerExtAttention,
     RoFormerExtClassificationHead,
@@ -69,8 +56,7 @@ from .self_check import ensure_compatible
 
 
 def _defining_class(cls: type) -> type:
-    """The model class a wrapper subclassed: the first class of the MRO not defined by torch (FSDP2's `fully_shard`
-    swaps a module's class for a generated `FSDP<name>` subclass whose module is torch's)."""
+    """The model class a wrapper subclassed (FSDP2's `fully_shard` makes an `FSDP<name>` subclass in torch)."""
     return next(c for c in cls.__mro__ if not c.__module__.startswith("torch."))
 
 
@@ -92,8 +78,7 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
         "attentions": RoFormerExtAttention,
         "cross_attentions": RoFormerExtCrossAttention,
     }
-    #: Every head of the family, written to `auto_map` on save: one saved folder then serves all the Auto classes
-    #: with trust_remote_code (transformers itself writes only the saved class).
+    #: Written to `auto_map` on save: one saved folder serves every Auto class (transformers writes only its own).
     auto_map_family = {
         "AutoModel": "modeling_roformer_ext.RoFormerExtModel",
         "AutoModelForMaskedLM": "modeling_roformer_ext.RoFormerExtForMaskedLM",
@@ -105,11 +90,10 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     }
 
     def build_base_model(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> "RoFormerExtModel":
-        """The encoder a head wraps as `self.roformer` (the vision-text heads wrap the vision-text base model)."""
         return RoFormerExtModel(config, add_pooling_layer=add_pooling_layer)
 
     def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
-        """transformers resizes the embeddings and the tied decoder; our LM head's separate bias follows here."""
+        """transformers resizes the embeddings and the tied decoder; our LM head's own bias follows."""
         embeddings = super().resize_token_embeddings(*args, **kwargs)
         lm_head = getattr(self, "lm_head", None)
         if isinstance(lm_head, RoFormerExtLMHead):
@@ -124,34 +108,34 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
         kwargs: dict,
         past_length: int | torch.Tensor = 0,
     ) -> PackedBatch | None:
-        """The packed-batch description of this forward, made once: a head that reads it (pooling per sequence)
-        makes it and hands it down as `packed_batch`; the base model makes it otherwise. The caller's packing inputs
-        (`cu_seq_lens_*`, `max_length_*`, `seq_idx`) are taken out of `kwargs`: from here on only the description
-        travels."""
+        """The forward's packed-batch description, made once (by a pooling head, handed down as `packed_batch`, or by
+        the base model); the caller's packing inputs are taken out of `kwargs`."""
         if "packed_batch" in kwargs:
             return kwargs.pop("packed_batch")
         given = {name: kwargs.pop(name, None) for name in _PACKING_INPUTS}
-        return describe_packed_batch(
-            tokens.shape[0],
-            tokens.shape[1],
-            attention_mask,
-            position_ids,
-            past_length,
-            given["cu_seq_lens_q"],
-            given["cu_seq_lens_k"],
-            given["seq_idx"],
+        cu_seq_lens = given["cu_seq_lens_q"], given["cu_seq_lens_k"], given["seq_idx"]
+        return describe_packed_batch(*tokens.shape[:2], attention_mask, position_ids, past_length, *cu_seq_lens)
+
+    def encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+        """A head's call of its base model, outputs as a dataclass whatever the config's `return_dict`."""
+        return self.roformer(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
 
     @classmethod
     def _can_set_attn_implementation(cls) -> bool:
-        """`set_attn_implementation` works: the attention plan (`attention_plan.configured_attention`) looks the
-        backend up in transformers' `ALL_ATTENTION_FUNCTIONS` at every forward."""
+        """The attention plan looks the backend up in `ALL_ATTENTION_FUNCTIONS` at every forward."""
         return True
 
     @classmethod
     def is_remote_code(cls) -> bool:
-        """transformers saves the module of `cls` as the folder's remote code. A wrapper's generated subclass (FSDP2's
-        `fully_shard` makes `FSDP<name>`, defined in torch) is not remote code: `save_pretrained` saves its model's."""
+        """A wrapper's generated subclass (FSDP2's, defined in torch) is not remote code: its model's class is."""
         return auto_class(cls) is not None and _defining_class(cls) is cls
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -173,9 +157,8 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         hook = getattr(module, "init_position_weights", None)
         if callable(hook):
-            # A position plugin's own parameters and buffers (ALiBi's slopes, Transformer-XL's u / v, a rotary
-            # embedding's frequencies): ours, not the base class's (which looks rotary kinds up in transformers'
-            # registry, lacking ours). Its Linear / Embedding submodules come here on their own.
+            # a position plugin's own parameters and buffers (ALiBi's slopes, a rotary's frequencies): not the base
+            # class's, which looks rotary kinds up in transformers' registry, lacking ours
             hook(self.config)
             return
         parent_init_weights(super(), module)
@@ -183,7 +166,7 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
             init.zeros_(module.bias)
 
 
-#: What callers (transformers' DataCollatorWithFlattening) give to describe packed rows; read once by `describe_batch`.
+#: What callers (DataCollatorWithFlattening) give to describe packed rows; read once by `describe_batch`.
 _PACKING_INPUTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
 
@@ -196,8 +179,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         add_pooling_layer (`bool`, *optional*, defaults to `True`):
             Build the pooler when `config.pooler_activation` is set.
         """
-        # Once per model (a head builds its base here): fields set after construction (from_pretrained(path,
-        # attention_type=...), config.x = ...) are completed and checked.
+        # fields set after construction (from_pretrained(path, x=...), config.x = ...) are checked once per model
         config.validate_fields()
         super().__init__(config)
         self.embeddings = RoFormerExtEmbeddings(config)
@@ -210,8 +192,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
 
     @property
     def rotary_emb(self) -> RotaryEmbedding | None:
-        """The rope entry's rotary embedding (`position_encoding.rotary_emb`), None for other encodings: read-only,
-        for callers that read `model.rotary_emb`."""
+        """The rope encoding's rotary embedding; None for other encodings."""
         return getattr(self.position_encoding, "rotary_emb", None)
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -223,24 +204,16 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
     def prepare_cache(
         self, cache: Cache | None, use_cache: bool | None, encoder_hidden_states: torch.Tensor | None
     ) -> Cache | None:
-        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache.
-
-        Gradient checkpointing replays each layer in backward, which would write the cache twice: no cache then (as
-        transformers' layers do, decided here once instead of by argument name in every layer)."""
+        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache; none under
+        gradient checkpointing (its replay would write twice). Linear attention's layers keep a running state."""
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             return None
-        if not self.config.is_decoder or cache is not None:
-            return self.with_state_layers(cache)
-        if not (use_cache if use_cache is not None else self.config.use_cache):
-            return None
-        if encoder_hidden_states is not None:
-            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        else:
+        if self.config.is_decoder and cache is None:
+            if not (use_cache if use_cache is not None else self.config.use_cache):
+                return None
             cache = DynamicCache(config=self.config)
-        return self.with_state_layers(cache)
-
-    def with_state_layers(self, cache: Cache | None) -> Cache | None:
-        """Linear attention keeps a running state, not keys: its layers of the cache become `LinearAttentionState`."""
+            if encoder_hidden_states is not None:
+                cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
         if cache is not None and self.config.attention_type == "linear":
             use_state_layers(self_attention_cache(cache), self.config.num_hidden_layers)
         return cache
@@ -255,9 +228,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         encoder_hidden_states: torch.Tensor | None,
         kwargs: dict,
     ) -> BatchLayout:
-        """What this batch is, decided once per forward: the cache it writes, the cached length, the packed rows (a
-        pooling head's description handed down as `packed_batch`, or made here; the caller's packing inputs are
-        taken out of `kwargs`). The vision-text base model makes it first and hands it down as `batch_layout`."""
+        """What this batch is, decided once per forward: cache, cached length, packed rows (the vision-text base model
+        makes it first and hands it down as `batch_layout`)."""
         if "batch_layout" in kwargs:
             return kwargs.pop("batch_layout")
         cache = self.prepare_cache(cache, use_cache, encoder_hidden_states)
@@ -267,31 +239,9 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs, past_length)
         return BatchLayout(cache, self_cache, past_length, packed)
 
-    def attention_plan(
-        self,
-        layout: BatchLayout,
-        embeddings: torch.Tensor,
-        position_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-        keys_numbered_by: torch.Tensor | None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-    ) -> AttentionPlan:
-        """The forward's one attention plan (`attention_plan.make_attention_plan`), from this model's config and
-        position encoding: where `position_ids` (axes, batch, seq) become what the layers read."""
-        return make_attention_plan(
-            self.config,
-            self.position_encoding,
-            layout,
-            embeddings,
-            position_ids,
-            attention_mask,
-            token_type_ids,
-            keys_numbered_by,
-            encoder_hidden_states,
-            encoder_attention_mask,
-        )
+    def attention_plan(self, layout: BatchLayout, *args) -> AttentionPlan:
+        """The forward's one attention plan (`attention_plan.make_attention_plan`) from this model's config."""
+        return make_attention_plan(self.config, self.position_encoding, layout, *args)
 
     def unilm_token_type_ids(
         self,
@@ -421,30 +371,28 @@ def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tens
         )
 
 
-_LM_TIED_WEIGHTS = {"lm_head.decoder.weight": "roformer.embeddings.word_embeddings.weight"}
-# Distributed plans of the LM heads (the base model's are on the config): the decoder sharded on the vocabulary like the
-# word embeddings it is tied to, its logits gathered; under FSDP2 kept whole from the embeddings' forward to the head.
-_LM_TP_PLAN = {"lm_head.decoder": "colwise_gather_output"}
-_LM_FSDP_PLAN = {"lm_head.decoder": "keep_full_weight"}
+class LMHeadMixin:
+    """The LM heads' decoder, tied to the word embeddings; sharded on the vocabulary like them under tensor parallel
+    (logits gathered), kept whole under FSDP2."""
 
-
-@auto_docstring
-class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
-    _tied_weights_keys = _LM_TIED_WEIGHTS
-    _tp_plan = _LM_TP_PLAN
-    _fsdp_plan = _LM_FSDP_PLAN
-
-    def __init__(self, config: RoFormerExtConfig) -> None:
-        super().__init__(config)
-        self.roformer = self.build_base_model(config)  # keeps RoFormer-Sim's pooler when pooler_activation is set
-        self.lm_head = RoFormerExtLMHead(config)
-        self.post_init()
+    _tied_weights_keys = {"lm_head.decoder.weight": "roformer.embeddings.word_embeddings.weight"}
+    _tp_plan = {"lm_head.decoder": "colwise_gather_output"}
+    _fsdp_plan = {"lm_head.decoder": "keep_full_weight"}
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head.decoder
 
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
+
+
+@auto_docstring
+class RoFormerExtForMaskedLM(LMHeadMixin, RoFormerExtPreTrainedModel):
+    def __init__(self, config: RoFormerExtConfig) -> None:
+        super().__init__(config)
+        self.roformer = self.build_base_model(config)  # keeps RoFormer-Sim's pooler when pooler_activation is set
+        self.lm_head = RoFormerExtLMHead(config)
+        self.post_init()
 
     @can_return_tuple
     @auto_docstring
@@ -458,19 +406,7 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        r"""
-        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
-            Positions fed to the rotary embedding (integer or float).
-        """
-        outputs = self.roformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         hidden_states = outputs.last_hidden_state
         if self.config.sparse_prediction and labels is not None:  # project only the predicted positions
             predicted = labels != self.config.sparse_pred_ignore_index
@@ -485,12 +421,9 @@ class RoFormerExtForMaskedLM(RoFormerExtPreTrainedModel):
 
 
 @auto_docstring
-class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
+class RoFormerExtForCausalLM(LMHeadMixin, RoFormerExtPreTrainedModel, GenerationMixin):
     """Decoder-only RoFormer (the roformer-gpt release): causal attention, KV cache, `generate`."""
 
-    _tied_weights_keys = _LM_TIED_WEIGHTS
-    _tp_plan = _LM_TP_PLAN
-    _fsdp_plan = _LM_FSDP_PLAN
     # A RoFormer-Sim folder carries its retrieval pooler, which generation does not use.
     _keys_to_ignore_on_load_unexpected = [r"^roformer\.pooler\."]
 
@@ -503,16 +436,8 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         self.lm_head = RoFormerExtLMHead(config)
         self.post_init()
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
-
     def create_masks_for_generate(self, config, inputs_embeds, attention_mask, **kwargs):
-        """generate() prepares masks ahead for static caches; a UniLM decoder builds its own from token types.
-
-        `kwargs` hold the cache under the installed release's own name, passed on as generate gave it."""
+        """generate() prepares masks ahead for static caches; a UniLM decoder builds its own from token types."""
         if self.config.decoder_attention == "unilm":
             return attention_mask
         return create_masks_for_generate(
@@ -520,13 +445,9 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         )
 
     def generate(self, inputs: torch.Tensor | None = None, *args, **kwargs):
-        """transformers' `generate`; a UniLM decoder's segments are made explicit here, so every step, cached or
-        recomputed, assisted or not, sees the same ones.
-
-        A prompt given without `token_type_ids` is the source (`pipeline("text-generation")` passes no token types),
-        but for the tokens after a given cache (a second turn): they are the target, as the cached answer is. Source
-        tokens after a given cache were never seen by the cached ones: the cache is left unused and all is recomputed.
-        Every token generated after the prompt is the target (the forward reads `prompt_length`)."""
+        """transformers' `generate`; a UniLM decoder's segments made explicit, so every step sees the same ones: a
+        prompt without `token_type_ids` is the source but for the tokens after a given cache (the target, as the
+        cached answer); source tokens after a given cache were never seen by it: the cache is left unused."""
         prompt = kwargs.get("inputs_embeds")
         prompt = prompt if prompt is not None else inputs if inputs is not None else kwargs.get("input_ids")
         if self.config.decoder_attention == "unilm" and prompt is not None:
@@ -562,8 +483,6 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
         r"""
-        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
-            Positions fed to the rotary embedding (integer or float).
         encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
             Padding mask of `encoder_hidden_states` for the cross-attention (`add_cross_attention=True`).
         cache (`Cache`, *optional*):
@@ -573,18 +492,17 @@ class RoFormerExtForCausalLM(RoFormerExtPreTrainedModel, GenerationMixin):
             A UniLM decoder's generated tokens start here (cached tokens counted): they are the target
             (`token_type_ids` 1) whatever types they were given. `generate` sets it to the prompt's length.
         """
-        outputs = self.roformer(
+        outputs = self.encode(
             input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            prompt_length=prompt_length,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
             encoder_hidden_states=encoder_hidden_states,
             encoder_attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=use_cache,
-            return_dict=True,
+            prompt_length=prompt_length,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -628,10 +546,6 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
-        r"""
-        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
-            Positions fed to the rotary embedding (integer or float).
-        """
         tokens = input_ids if input_ids is not None else inputs_embeds
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
         if packed is not None and labels is not None and (labels.dim() == 0 or labels.shape[0] != packed.num_sequences):
@@ -640,15 +554,8 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
                 f"shape {tuple(labels.shape)}. transformers' DataCollatorWithFlattening turns a class label into token "
                 "labels for language modelling: use roformer_ext.DataCollatorForPackedClassification instead."
             )
-        outputs = self.roformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            packed_batch=packed,
-            return_dict=True,
-            **kwargs,
+        outputs = self.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, packed_batch=packed, **kwargs
         )
         pooled = self.pool(outputs.last_hidden_state, attention_mask, packed)
         logits = self.classifier(pooled)
@@ -660,8 +567,7 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
     def pool(
         self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, packed: PackedBatch | None
     ) -> torch.Tensor:
-        """(sequences, hidden): one vector per row, or per packed sequence (one label each), by `classifier_pooling`:
-        "cls" reads each row's (or packed sequence's) first real token, "mean" averages its real tokens."""
+        """(sequences, hidden): per row or packed sequence, its first real token ("cls") or its real tokens' mean."""
         if attention_mask is not None and attention_mask.dim() != 2 and self.config.classifier_pooling == "mean":
             raise ValueError(
                 "classifier_pooling='mean' averages the tokens of a 2D padding mask (batch, seq); got attention_mask "
@@ -681,15 +587,10 @@ class RoFormerExtForSequenceClassification(RoFormerExtPreTrainedModel):
         hidden = end_to_end(hidden, 1)[0]  # (rows * seq, hidden): the sequences in order
         if self.config.classifier_pooling == "cls":  # each packed sequence's first token
             return hidden[packed.first_tokens()]
-        # the mean of each packed sequence's own (unpadded) tokens
-        weights = (
-            hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden.dtype)
-        )
-        sequence = packed.sequence_ids.reshape(-1)
-        sums = hidden.new_zeros(packed.num_sequences, hidden.shape[-1]).index_add(
-            0, sequence, hidden * weights[:, None]
-        )
-        counts = hidden.new_zeros(packed.num_sequences).index_add(0, sequence, weights)
+        weights = hidden.new_ones(hidden.shape[0]) if attention_mask is None else attention_mask.reshape(-1).to(hidden)
+        sequence, count = packed.sequence_ids.reshape(-1), packed.num_sequences
+        sums = hidden.new_zeros(count, hidden.shape[-1]).index_add(0, sequence, hidden * weights[:, None])
+        counts = hidden.new_zeros(count).index_add(0, sequence, weights)
         return sums / counts.clamp(min=1).unsqueeze(-1)
 
 
@@ -720,26 +621,12 @@ class RoFormerExtForMultipleChoice(RoFormerExtPreTrainedModel):
         r"""
         input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
             One row of tokens per choice.
-        position_ids (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
-            Positions fed to the rotary embedding (integer or float).
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Index of the correct choice.
         """
-        source = input_ids if input_ids is not None else inputs_embeds
-        num_choices = source.shape[1]
-
-        def flat(x: torch.Tensor | None) -> torch.Tensor | None:
-            return None if x is None else x.reshape(-1, *x.shape[2:])
-
-        outputs = self.roformer(
-            flat(input_ids),
-            attention_mask=flat(attention_mask),
-            token_type_ids=flat(token_type_ids),
-            position_ids=flat(position_ids),
-            inputs_embeds=flat(inputs_embeds),
-            return_dict=True,
-            **kwargs,
-        )
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.encode(*(None if x is None else x.reshape(-1, *x.shape[2:]) for x in inputs), **kwargs)
         hidden = outputs.last_hidden_state
         # transformers' RoFormerForMultipleChoice summarises with the LAST token; converted checkpoints keep that.
         pooled = hidden[:, -1] if self.config.multiple_choice_pooling == "last" else hidden[:, 0]
@@ -773,19 +660,7 @@ class RoFormerExtForTokenClassification(RoFormerExtPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
-        r"""
-        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
-            Positions fed to the rotary embedding (integer or float).
-        """
-        outputs = self.roformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        outputs = self.encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
         return TokenClassifierOutput(
@@ -817,30 +692,18 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        r"""
-        position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
-            Positions fed to the rotary embedding (integer or float).
-        """
         tokens = input_ids if input_ids is not None else inputs_embeds
         packed = self.describe_batch(tokens, attention_mask, position_ids, kwargs)
-        outputs = self.roformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            packed_batch=packed,
-            return_dict=True,
-            **kwargs,
+        outputs = self.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, packed_batch=packed, **kwargs
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
-        # Padding holds no answer: its logits are the dtype's minimum, padded or packed, so both give the same loss
-        # (and a span search never picks a pad).
-        hidden = torch.finfo(logits.dtype).min
+        # padding holds no answer: the dtype's minimum, padded or packed (then as (sequences, longest)): same loss
+        fill = torch.finfo(logits.dtype).min
         if attention_mask is not None and attention_mask.dim() == 2:
-            logits = logits.masked_fill(attention_mask[..., None] == 0, hidden)
-        if packed is not None:  # packed sequences back to (sequences, longest), as a batch padded to the longest
-            logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=hidden)
+            logits = logits.masked_fill(attention_mask[..., None] == 0, fill)
+        if packed is not None:
+            logits = unpack(end_to_end(logits, 1), packed.cu_seq_lens, fill=fill)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None and end_positions is not None:

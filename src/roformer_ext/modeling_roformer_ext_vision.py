@@ -1,12 +1,8 @@
 """Vision-text RoFormerExt: one token stream (ViLT / Fuyu style) with multi-axis RoPE.
 
-A linear patch embedding writes each image (video) patch into the position of its placeholder token; the
-encoder is the text model's, unchanged. Where every token sits is decided in one place, the vision-text base model
-(`RoFormerExtVisionTextModel.compute_position_ids`, with the formulas in `positions.py`): the prompt's layout under
-the configured scheme (any registered position scheme: Su's, M-RoPE and the multimodal variants) and the
-continuation while decoding, whose per-request offset travels with the KV cache. The heads are the text heads around
-this base model; they never see positions. A text checkpoint loads into any of them and reports only
-`roformer.patch_embed.*` as new.
+A linear patch embedding writes each patch into its placeholder token; the encoder is the text model's. Where every
+token sits is decided in one place, `RoFormerExtVisionTextModel.compute_position_ids` (formulas in `positions.py`);
+the heads are the text heads around this base model and never see positions.
 """
 
 import torch
@@ -48,6 +44,9 @@ class RoFormerExtPatchEmbedding(nn.Module):
 
 
 _VISION_ARGS_DOC = r"""
+        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
+            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
+            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
         pixel_values (`torch.FloatTensor` of shape `(image_patches, channels * temporal_patch_size * patch_size**2)`, *optional*):
             Image patches from `RoFormerExtImageProcessor`, in placeholder order.
         image_grid_thw (`torch.LongTensor` of shape `(num_images, 3)`, *optional*):
@@ -68,12 +67,11 @@ def _documented(func):
 
 @auto_docstring
 class RoFormerExtVisionTextModel(RoFormerExtModel):
-    """The text encoder behind a patch embedding; returns the encoder outputs of the mixed stream."""
+    """The text encoder behind a patch embedding."""
 
     config: RoFormerExtVisionTextConfig
     config_class = RoFormerExtVisionTextConfig
-    # Positions of a prompt depend on its placeholders (a data-dependent branch), so no fullgraph compile.
-    _can_compile_fullgraph = False
+    _can_compile_fullgraph = False  # a prompt's positions depend on its placeholders
     auto_map_family = {
         "AutoModel": "modeling_roformer_ext_vision.RoFormerExtVisionTextModel",
         "AutoModelForMaskedLM": "modeling_roformer_ext_vision.RoFormerExtVisionTextForMaskedLM",
@@ -90,17 +88,11 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         self.patch_embed = RoFormerExtPatchEmbedding(config)
         self.post_init()
 
-    def _write_patches(
-        self,
-        embeds: torch.Tensor,
-        input_ids: torch.Tensor,
-        token_id: int | None,
-        pixels: torch.Tensor | None,
-        grid_thw: torch.Tensor | None,
-        kind: str,
+    def write_patches(
+        self, embeds: torch.Tensor, input_ids: torch.Tensor, kind: str, pixels: torch.Tensor | None, grid_thw
     ) -> torch.Tensor:
-        """Patch embeddings into the placeholders; without pixels and grid the placeholders stay tokens (Qwen2-VL)."""
-        suffix = "_videos" if kind == "video" else ""
+        """Patch embeddings into the placeholders of `kind`; without pixels and grid the placeholders stay tokens."""
+        suffix, token_id = "_videos" if kind == "video" else "", getattr(self.config, f"{kind}_token_id")
         if (pixels is None) != (grid_thw is None):
             raise ValueError(
                 f"pixel_values{suffix} and {kind}_grid_thw go together (one gives the patches, the other their grid); "
@@ -120,23 +112,6 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
             return embeds
         patches = self.patch_embed(pixels).to(embeds.dtype)
         return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), patches)
-
-    def embed_tokens_and_patches(
-        self,
-        input_ids: torch.LongTensor,
-        pixel_values: torch.Tensor | None,
-        image_grid_thw: torch.LongTensor | None,
-        pixel_values_videos: torch.Tensor | None,
-        video_grid_thw: torch.LongTensor | None,
-    ) -> torch.Tensor:
-        """Word embeddings with every placeholder replaced by its patch embedding."""
-        embeds = self.get_input_embeddings()(input_ids)
-        embeds = self._write_patches(
-            embeds, input_ids, self.config.image_token_id, pixel_values, image_grid_thw, "image"
-        )
-        return self._write_patches(
-            embeds, input_ids, self.config.video_token_id, pixel_values_videos, video_grid_thw, "video"
-        )
 
     def compute_position_ids(
         self,
@@ -217,9 +192,6 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
-        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
-            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
-            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
         rope_deltas (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
             A call after a cache: the prompt's delta (next text position − real tokens, Qwen2-VL's `rope_deltas`) from
             `roformer_ext.positions.build_position_ids`; `generate` passes it.
@@ -229,25 +201,24 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         """
         check_token_inputs(input_ids, inputs_embeds)
         tokens = input_ids if input_ids is not None else inputs_embeds
-        # the one layout of this forward (cache, cached length, packed description: a pooling head's, handed down as
-        # `packed_batch`, or made here): the positions and the attention read the same
+        # the forward's one layout (cache, cached length, packed rows): positions and attention read the same
         layout = self.batch_layout(
             tokens, attention_mask, position_ids, cache, use_cache, kwargs.get("encoder_hidden_states"), kwargs
         )
-        decoding = layout.decoding
-        if decoding and input_ids is not None:
-            # A later turn of a conversation may come with the conversation's pixels: those images are already in the
-            # cache. As Qwen2-VL, patches are written only where the current tokens hold placeholders.
+        if layout.decoding and input_ids is not None:
+            # a later chat turn may bring the conversation's pixels, already in the cache: as Qwen2-VL, patches are
+            # written only where the current tokens hold placeholders
             if pixel_values is not None and not bool((input_ids == self.config.image_token_id).any()):
                 pixel_values, image_grid_thw = None, None
             if pixel_values_videos is not None and not bool((input_ids == self.config.video_token_id).any()):
                 pixel_values_videos, video_grid_thw = None, None
-        if inputs_embeds is None and decoding and pixel_values is None and pixel_values_videos is None:
-            inputs_embeds = self.get_input_embeddings()(input_ids)  # generated tokens: no patches to write
-        elif inputs_embeds is None:
-            inputs_embeds = self.embed_tokens_and_patches(
-                input_ids, pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw
-            )
+        if inputs_embeds is None:
+            inputs_embeds = self.get_input_embeddings()(input_ids)
+            if not layout.decoding or pixel_values is not None or pixel_values_videos is not None:
+                inputs_embeds = self.write_patches(inputs_embeds, input_ids, "image", pixel_values, image_grid_thw)
+                inputs_embeds = self.write_patches(
+                    inputs_embeds, input_ids, "video", pixel_values_videos, video_grid_thw
+                )
         elif pixel_values is not None or pixel_values_videos is not None:
             raise ValueError(
                 "pixel_values go with input_ids (their placeholders say where the patches go); with inputs_embeds, "
@@ -289,11 +260,8 @@ _PER_ITEM_VISION_INPUTS = (
 def expand_vision_inputs(
     input_ids: torch.Tensor, config: RoFormerExtVisionTextConfig, expand_size: int, inputs: dict
 ) -> dict:
-    """The vision inputs of `inputs` for `input_ids` repeated `expand_size` times per row (beams, return sequences).
-
-    Patches, grids and `second_per_grid_ts` are per image / video, not per prompt: each prompt's images (found by
-    counting its placeholders, in token order) are repeated as a group, so every copy of a prompt sees that prompt's
-    patches. A row-by-row repeat would hand a prompt's copies the patches of its neighbours."""
+    """The vision inputs for `input_ids` repeated `expand_size` times per row (beams, return sequences): inputs given
+    per image / video are repeated per prompt, each prompt's images (by its placeholders, in order) as a group."""
     expanded = dict(inputs)
     kinds = (
         ("image", config.image_token_id, "pixel_values", "image_grid_thw", ()),
@@ -338,12 +306,8 @@ def expand_vision_inputs(
 
 
 class VisionTextHeadMixin:
-    """A text head around the vision-text base model: same parameters plus `roformer.patch_embed`, same outputs.
-
-    The head forwards the pixel inputs to its base model and never touches positions. `return_dict` is the text
-    head's (its `can_return_tuple`): a second one here would return a tuple for `return_dict=True` under a config's
-    `return_dict=False`.
-    """
+    """A text head around the vision-text base model (plus `roformer.patch_embed`): it hands the pixel inputs down
+    and never touches positions. `return_dict` is the text head's `can_return_tuple`."""
 
     config: RoFormerExtVisionTextConfig
     config_class = RoFormerExtVisionTextConfig
@@ -370,11 +334,6 @@ class VisionTextHeadMixin:
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
-        r"""
-        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
-            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
-            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
-        """
         vision_inputs = {
             "pixel_values": pixel_values,
             "image_grid_thw": image_grid_thw,
@@ -406,12 +365,11 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 
 @auto_docstring
 class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM, GenerationMixin):
-    """Generation with images in the prompt: the base model lays out the prompt and continues each new token at
-    (its index among real tokens) + the prompt's delta on every axis, as Qwen2-VL's rope deltas, kept on the cache."""
+    """Generation with images in the prompt: each new token sits at its index among real tokens + the prompt's
+    `rope_deltas` on every axis (Qwen2-VL's), which generate carries in its model kwargs."""
 
-    # Override of a private transformers hook (listed in compat.PRIVATE_NAMES; Qwen2-VL overrode it too before
-    # transformers moved to expanding encoder outputs): generate calls it to repeat each prompt for beams and return
-    # sequences, and its row-by-row repeat is wrong for inputs given per image.
+    # generate's row-by-row repeat (beams, return sequences) is wrong for inputs given per image (Qwen2-VL overrides
+    # this private hook too; listed in compat.PRIVATE_NAMES)
     def _expand_inputs_for_generation(
         self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids: torch.Tensor | None = None, **kwargs
     ):
@@ -426,30 +384,29 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         return expanded_ids, kwargs
 
     def _prepare_position_ids_for_generation(self, inputs_tensor: torch.Tensor, model_kwargs: dict) -> torch.Tensor:
-        """generate asks once for the prompt's positions (Qwen2-VL overrides this too): each token's index among the
-        real tokens, as transformers makes them, while the prompt's `rope_deltas` join the model kwargs, so every step
-        and every copy of the prompt (beams, return sequences) gets them. A later chat turn's prompt is the whole
-        conversation: its deltas are those of the conversation."""
-        mask = model_kwargs["attention_mask"]  # generate makes it first: the forward takes one
+        """generate asks once for the prompt's positions (as Qwen2-VL): each token's index among the real tokens, and
+        the prompt's `rope_deltas` join the model kwargs, so every step and every copy of the prompt gets them. A later
+        chat turn's prompt is the whole conversation: its grids are needed again."""
+        mask = model_kwargs["attention_mask"]  # generate makes one first: the forward takes it
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         input_ids = model_kwargs.get("input_ids")
         input_ids = input_ids if input_ids is not None and input_ids.shape[1] else inputs_tensor
-        grids = {name: model_kwargs.get(name) for name in ("image_grid_thw", "video_grid_thw")}
-        cache = model_kwargs.get(CACHE)
-        past = int(cache.get_seq_length()) if cache is not None else 0
-        for kind, grid in grids.items():
-            token_id = getattr(self.config, kind.replace("grid_thw", "token_id"))
-            if grid is None and past and token_id is not None and bool((input_ids[:, :past] == token_id).any()):
-                raise ValueError(
-                    f"The cached conversation holds {kind[:5]} placeholders but {kind} was not given: pass the "
-                    "conversation's grids again (pixel_values are optional), so that the new tokens continue its layout."
-                )
         if input_ids.is_floating_point():  # a prompt of embeddings: all text, delta 0
             model_kwargs["rope_deltas"] = torch.zeros(input_ids.shape[0], 1, device=input_ids.device)
-        else:
-            model_kwargs["rope_deltas"] = build_position_ids(
-                input_ids, self.config, *grids.values(), mask, model_kwargs.get("second_per_grid_ts")
-            )[1]
-        return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+            return positions
+        cache = model_kwargs.get(CACHE)
+        cached = input_ids[:, : int(cache.get_seq_length()) if cache is not None else 0]
+        for kind in ("image", "video"):
+            token_id = getattr(self.config, f"{kind}_token_id")
+            if model_kwargs.get(f"{kind}_grid_thw") is None and bool((cached == token_id).any()):
+                raise ValueError(
+                    f"The cached conversation holds {kind} placeholders but {kind}_grid_thw was not given: pass the "
+                    "conversation's grids again (pixel_values are optional), so that the new tokens continue its layout."
+                )
+        grids = [model_kwargs.get(name) for name in ("image_grid_thw", "video_grid_thw")]
+        seconds = model_kwargs.get("second_per_grid_ts")
+        model_kwargs["rope_deltas"] = build_position_ids(input_ids, self.config, *grids, mask, seconds)[1]
+        return positions
 
     @accepts_old_cache_name
     @auto_docstring
@@ -474,9 +431,6 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
-        position_ids (`torch.Tensor` of shape `(axes, batch_size, sequence_length)` or `(batch_size, sequence_length)`, *optional*):
-            3D: every token's position, used as given. 2D: during cached generation, each new token's index among
-            the real tokens (as `generate` passes it); a prompt's positions are always built from its placeholders.
         rope_deltas (`torch.Tensor` of shape `(batch_size, 1)`, *optional*):
             A call after a cache: the prompt's delta (next text position − real tokens, Qwen2-VL's `rope_deltas`) from
             `roformer_ext.positions.build_position_ids`; `generate` passes it.
