@@ -8,7 +8,6 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 from .files import CheckpointConversionError, one_line
 from .from_transformers import convert_transformers_checkpoint
@@ -87,9 +86,13 @@ def _report_to_stderr() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the converter; print the error and return 1 instead of a traceback for conversion errors."""
     args = build_parser().parse_args(argv)
+    options = dict(pooler_activation=args.pooler_activation, force=args.force, code_repo=args.code_repo)
     try:
         with _report_to_stderr():
-            out = _convert(args)
+            if args.command == "original":
+                out = convert_original_checkpoint(args.src, args.out, variant=args.variant, **options)
+            else:
+                out = convert_transformers_checkpoint(args.src, args.out, **options)
     except CheckpointConversionError as err:
         print(f"roformer-ext-convert: error: {err}", file=sys.stderr)
         return 1
@@ -114,11 +117,3 @@ def _os_error_line(err: OSError) -> str:
     what = err.strerror or one_line(err)
     fix = _OS_ERROR_FIXES.get(err.errno, "check the path and run again")
     return f"{what}{': ' + where if where else ''}; {fix}."
-
-
-def _convert(args: argparse.Namespace) -> Path:
-    """Run the chosen converter with the parsed arguments; return the written folder."""
-    options = dict(pooler_activation=args.pooler_activation, force=args.force, code_repo=args.code_repo)
-    if args.command == "original":
-        return convert_original_checkpoint(args.src, args.out, variant=args.variant, **options)
-    return convert_transformers_checkpoint(args.src, args.out, **options)

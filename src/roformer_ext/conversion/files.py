@@ -1,9 +1,5 @@
-"""What both converters share: one-line errors for a source's files, the model built with every key and shape
-checked, and the folder written from it.
-
-A release's config, vocabulary and weights come from elsewhere: a wrong value or a damaged file there is the user's
-to fix, so each failure is a CheckpointConversionError naming the file and the problem, never a traceback.
-"""
+"""What both converters share: one-line errors naming the source file and the problem (never a traceback), the model
+built with every key and shape checked, and the folder written from it."""
 
 from __future__ import annotations
 
@@ -166,9 +162,7 @@ def save_folder(
     if extra:
         path = folder / "model.safetensors"
         if not path.is_file():
-            raise CheckpointConversionError(
-                f"Expected a single {path} to add {sorted(extra)} to; found a sharded save."
-            )
+            raise CheckpointConversionError(f"Found a sharded save, no single {path} to add {sorted(extra)} to.")
         tensors = load_file(path)
         tensors.update({k: v.contiguous() for k, v in extra.items()})
         save_file(tensors, path, metadata={"format": "pt"})

@@ -1,10 +1,9 @@
-"""Convert a `model_type: roformer` folder (transformers' RoFormer, or junnyu's `roformer` package) into roformer-ext.
+"""Convert a `model_type: roformer` folder (transformers' RoFormer, or junnyu's `roformer` package) into roformer-ext:
+an explicit key map with every shape checked; the sinusoidal table is dropped (our rotary computes it, at any length).
 
-An explicit key map with every shape checked; transformers' sinusoidal position table is dropped (our rotary
-computes the same angles, at any length). junnyu's folders add three switches of his package: `use_bias: false`
-drops every encoder bias; a `norm_type` other than "layer_norm" makes every norm his parameter-free
-`x / sqrt(mean(x^2) + eps)` and the MLM head the tied decoder alone (RoFormer-V2); and a pooler
-(`roformer.pooler.dense.*`, with a bias) with `pooler_activation` ("linear" for RoFormer-Sim).
+junnyu's switches: `use_bias: false` drops every encoder bias; a `norm_type` other than "layer_norm" makes every norm
+his parameter-free `x / sqrt(mean(x^2) + eps)` and the MLM head the tied decoder alone (RoFormer-V2); a pooler
+(`roformer.pooler.dense.*`) comes with `pooler_activation` ("linear" for RoFormer-Sim).
 """
 
 from __future__ import annotations
@@ -88,10 +87,6 @@ def _has_pooler(keys: Iterable[str]) -> bool:
     return any(_POOLER.match(k) for k in keys)
 
 
-def _has_mlm_head(keys: Iterable[str]) -> bool:
-    return any(k.startswith("cls.predictions.") for k in keys)
-
-
 def detect_source_kind(their: Mapping[str, Any], keys: Iterable[str]) -> str:
     """Returns "junnyu-v2", "junnyu-sim" (a pooler), "junnyu-v1" (his config keys, neither) or "transformers"."""
     keys = list(keys)
@@ -117,7 +112,7 @@ def _architecture(their: Mapping[str, Any], keys: list[str]) -> str:
     if _has_pooler(keys):
         # junnyu runs Sim as RoFormerForCausalLM whose first pass (the source) is bidirectional: UniLM, which
         # our MLM model with `unilm_attention_mask` reproduces; a causal model would not.
-        return "RoFormerExtForMaskedLM" if _has_mlm_head(keys) else "RoFormerExtModel"
+        return "RoFormerExtForMaskedLM" if any(k.startswith("cls.predictions.") for k in keys) else "RoFormerExtModel"
     architectures = their.get("architectures") or ["RoFormerModel"]
     unknown = [a for a in architectures if a not in ARCHITECTURES]
     if unknown:
@@ -149,7 +144,7 @@ def convert_transformers_config(
     )
     if ours["pooler_activation"] is not None:
         ours["is_decoder"] = False  # see _architecture
-        if _has_mlm_head(keys):  # the Sim generator: AutoModelForCausalLM loads it as junnyu runs it (UniLM)
+        if ours["architectures"] == ["RoFormerExtForMaskedLM"]:  # the Sim generator: UniLM, as junnyu runs it
             ours["decoder_attention"] = "unilm"
     return ours
 
@@ -247,12 +242,8 @@ def convert_transformers_checkpoint(
     command: str | None = None,
     code_repo: str | None = None,
 ) -> Path:
-    """Write our folder (config with auto_map, safetensors, code, tokenizer, card) to `out`, all or nothing.
-
-    The tokenizer becomes ours, built from vocab.txt (no rjieba needed; without vocab.txt, no tokenizer and a
-    warning). `pooler_activation` is for a pooler whose config.json does not name its activation. `out` may not be,
-    hold or lie inside `src`. With `code_repo` ("owner/name") the folder loads its code from that Hub code repository.
-    """
+    """Write our folder (config, safetensors, code, our tokenizer from vocab.txt, card) to `out`, all or nothing;
+    `pooler_activation` names a pooler's activation that config.json does not."""
     options = dict(pooler_activation=pooler_activation, code_repo=code_repo, force=force)
     command = command or command_line("transformers", src, out, **options)  # relative paths as typed
     src, out = Path(src), Path(out)

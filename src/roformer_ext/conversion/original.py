@@ -1,9 +1,5 @@
-"""Convert the original RoFormer releases (bert4keras TF checkpoints) into roformer-ext folders.
-
-The ZhuiyiTechnology releases (v1 word/char, Sim, GPT, V2) are TF checkpoints with BERT variable names: an explicit
-name map with every shape checked, and a config that keeps what bert4keras computes (exact erf gelu, norm epsilon
-1e-7, V2's parameter-free RMS norm and bias-free layers, the pooler's activation, which is stored nowhere).
-"""
+"""Convert the original RoFormer releases (ZhuiyiTechnology's bert4keras TF checkpoints) into roformer-ext folders:
+an explicit name map with every shape checked, and a config that keeps what bert4keras computes."""
 
 from __future__ import annotations
 
@@ -247,13 +243,8 @@ def convert_original_checkpoint(
     command: str | None = None,
     code_repo: str | None = None,
 ) -> Path:
-    """Convert an original RoFormer release folder `src` into a roformer-ext folder `out`; return `out`.
-
-    `variant` (v1 | sim | gpt | v2) is detected when None (gpt must be asked for). `pooler_activation` defaults to
-    "linear" for RoFormer-Sim, "tanh" for another checkpoint with a pooler. `out` is written all or nothing (see
-    `output_folder`). `command` is what the model card records (default: this call as a command line). With
-    `code_repo` ("owner/name") the folder loads its code from that Hub code repository (`roformer_ext.hub_code`).
-    """
+    """Convert the release folder `src` into `out` (all or nothing); `variant` is detected when None (gpt only when
+    asked for); `command` is what the model card records; with `code_repo` the folder loads its code from there."""
     options = dict(variant=variant, pooler_activation=pooler_activation, code_repo=code_repo, force=force)
     command = command or command_line("original", src, out, **options)  # relative paths as typed
     src, out = Path(src), Path(out)
@@ -288,8 +279,7 @@ def convert_original_checkpoint(
 
 def describe_variant(plan: ConversionPlan, forced: bool = False) -> str:
     """One line for the user: the variant (detected or forced) and what it becomes."""
-    how = "forced with --variant" if forced else "detected"
-    pooler = plan.config_kwargs["pooler_activation"]
+    how, pooler = "forced with --variant" if forced else "detected", plan.config_kwargs["pooler_activation"]
     extra = f", pooler activation {pooler}" if pooler else ""
     return f"Variant {plan.variant} ({how}): {_VARIANT_NAMES[plan.variant]} -> {plan.architecture}{extra}."
 
@@ -302,7 +292,6 @@ _CITATION = """@article{su2021roformer,
 }"""
 
 _VARIANT_NAMES = {"v1": "RoFormer v1", "sim": "RoFormer-Sim", "gpt": "RoFormer-GPT", "v2": "RoFormer-V2"}
-
 _VARIANT_TEXT = {
     "v1": "RoFormer (v1): post-norm BERT layout with biases and LayerNorm, rotary position embedding, MLM head.",
     "sim": "RoFormer-Sim: RoFormer v1 plus a pooler on [CLS] (linear in the original) for sentence similarity, and "

@@ -1,9 +1,6 @@
-"""All-or-nothing output folders, which never delete what they did not write.
-
-Everything goes into a hidden sibling `.OUT.partial-PID-HEX8`, renamed to OUT once complete and removed on any
-error. Deleted are only: OUT with `force` when it is empty or an earlier roformer-ext output, never a folder that
-is, holds or sits inside a source; and our own siblings whose process is gone. An OUT name too long for the suffix
-gets siblings named by a shortened form plus a hash, so every name the file system allows can be written.
+"""All-or-nothing output folders, which never delete what they did not write: everything goes into a hidden sibling
+`.OUT.partial-PID-HEX8`, renamed to OUT once complete and removed on any error. Deleted are only OUT with `force`
+(when empty or an earlier roformer-ext output, never a source) and our own siblings whose process is gone.
 """
 
 from __future__ import annotations
@@ -98,13 +95,11 @@ def _process_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:  # someone else's process
-        return True
-    except OverflowError:
-        return False
+        pass
     return True
 
 

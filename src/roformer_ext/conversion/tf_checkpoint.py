@@ -1,10 +1,8 @@
-"""Read TensorFlow V2-format checkpoints without TensorFlow.
+"""Read TensorFlow V2-format checkpoints without TensorFlow, checking every checksum, bound and size.
 
-`PREFIX.index` is a LevelDB-style SSTable (prefix-compressed blocks, an index block, a 48-byte footer, a masked
-crc32c per block): key "" holds a `BundleHeaderProto`, every other key a variable's `BundleEntryProto` (dtype, shape,
-shard, offset, size, crc32c) locating its raw bytes in `PREFIX.data-0000i-of-0000n`. Only what the RoFormer releases
-need: uncompressed blocks, whole numeric tensors. Every checksum, bound and size is checked, so a damaged download
-fails naming the file and the variable instead of giving a silently wrong model.
+`PREFIX.index` is a LevelDB-style SSTable (blocks with a masked crc32c, an index block, a 48-byte footer): key "" holds
+a `BundleHeaderProto`, every other key a variable's `BundleEntryProto` (dtype, shape, shard, offset, size, crc32c)
+locating its bytes in `PREFIX.data-0000i-of-0000n`. Supported: uncompressed blocks, whole numeric tensors.
 """
 
 from __future__ import annotations
@@ -37,14 +35,9 @@ _CRC_POLY = 0x82F63B78
 _CRC_MASK_DELTA = 0xA282EAD8
 
 
-def _crc_table() -> np.ndarray:
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(_CRC_POLY), table >> 1).astype(np.uint32)
-    return table
-
-
-_CRC_TABLE = _crc_table()
+_CRC_TABLE = np.arange(256, dtype=np.uint32)
+for _ in range(8):
+    _CRC_TABLE = np.where(_CRC_TABLE & 1, (_CRC_TABLE >> 1) ^ np.uint32(_CRC_POLY), _CRC_TABLE >> 1).astype(np.uint32)
 
 
 def _apply_op(op: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -185,12 +178,6 @@ def _block_entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
         pos += value_len
 
 
-def _handle(value: bytes) -> tuple[int, int]:
-    offset, pos = _read_varint(value, 0)
-    size, _ = _read_varint(value, pos)
-    return offset, size
-
-
 def _read_table(raw: bytes) -> list[tuple[bytes, bytes]]:
     if len(raw) < _FOOTER_SIZE:
         raise _FormatError(f"file is {len(raw)} bytes, shorter than the {_FOOTER_SIZE}-byte table footer")
@@ -204,7 +191,8 @@ def _read_table(raw: bytes) -> list[tuple[bytes, bytes]]:
     _read_block(raw, meta_offset, meta_size)  # TF stores nothing there; checked only to catch a damaged footer
     entries: list[tuple[bytes, bytes]] = []
     for _, handle in _block_entries(_read_block(raw, index_offset, index_size)):
-        entries.extend(_block_entries(_read_block(raw, *_handle(handle))))
+        offset, pos = _read_varint(handle, 0)
+        entries.extend(_block_entries(_read_block(raw, offset, _read_varint(handle, pos)[0])))
     return entries
 
 
@@ -330,9 +318,6 @@ class TFCheckpointReader:
         if name not in self._entries:
             raise TFCheckpointError(f"Variable {name!r} is not in checkpoint {self.prefix}.")
         return self._entries[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._entries))
