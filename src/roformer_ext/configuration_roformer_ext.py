@@ -426,19 +426,15 @@ def _names(names) -> str:
 
 
 def _knobs(classes: dict) -> str:
-    return "; ".join(
-        f'"{name}" ' + ", ".join(f"`{knob}`" for knob in knobs.names())
-        for name, knobs in classes.items()
-        if knobs.names()
-    )
+    listed = ((name, ", ".join(f"`{knob}`" for knob in knobs.names())) for name, knobs in classes.items())
+    return "; ".join(f'"{name}" {knobs}' for name, knobs in listed if knobs)
 
 
-_SECTIONED = (name for name in BUILTIN_ALLOCATIONS if allocation_knobs_class(name).section == "pairs")
 for _key, _text in {
     "ROTARY_KINDS": _names(ROTARY_KINDS.builtin),
     "PAIR_LAYOUTS": _names(PAIR_LAYOUTS),
     "AXIS_ALLOCATIONS": _names(BUILTIN_ALLOCATIONS),
-    "SECTIONED": _names(_SECTIONED),
+    "SECTIONED": _names(name for name in BUILTIN_ALLOCATIONS if allocation_knobs_class(name).section == "pairs"),
     "POSITION_SCHEMES": _names(BUILTIN_SCHEMES),
     "POSITION_ENCODINGS": _names(BUILTIN_ENCODINGS),
     "SCHEME_KNOBS": _knobs({name: scheme_knobs_class(name) for name in BUILTIN_SCHEMES}),

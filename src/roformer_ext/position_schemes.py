@@ -6,19 +6,13 @@ row-major order). A scheme turns them into positions (axes, tokens) plus the pos
 `n` is that next text position (0 at the start), `L = n - 1`; patch indices are 1-based in the Su formulas
 ((i, j, k) = (row, col, frame)) and 0-based in mrope. Text is the same on every axis, except in `rope_2d_rows`.
 
-- ``rope_1d``: every token, placeholders included, gets its sequence index; with several axes it is
-  repeated on each of them.
-- ``rope_2d_rows``: "unify to 2D". Axes (row, col[, frame]). Each text segment is one row: its k-th token
-  (0-based) is (r, k). An image is h rows: patch (i, j), 0-based, is (r + i, j). A video is h rows too,
-  its frames share those rows and are told apart by the third axis: (r + i, j, frame). Text and images
-  have frame 0. `r` counts the rows used so far (the first segment is row 0). Text generated after the
-  prompt continues the last text row, or opens a new row after a trailing image.
-- ``rope_tie`` (Su's RoPE-Tie v1): text is (n, n). Image h×w: patch (i, j) → (L + i·s, L + j·t) with
-  s = w+1, t = h+1; the next text token is at L + (w+1)(h+1). Video h×w×T (3 axes): the natural 3D form,
-  span S = (h+1)(w+1)(T+1), patch (i, j, k) → (L + i·S/(h+1), L + j·S/(w+1), L + k·S/(T+1)), i.e. steps
-  s = (w+1)(T+1), t = (h+1)(T+1), u = (h+1)(w+1); next text at L + S. Every step times its extent plus
-  one equals S, so the gap from the last text token to the first patch equals the gap from the last
-  patch to the next text token on every axis.
+- ``rope_1d``: every token, placeholders included, gets its sequence index on every axis.
+- ``rope_2d_rows``: axes (row, col[, frame]); text segment r is row r, its k-th token (r, k); an image's patch
+  (i, j) is (r + i, j), a video's frames share those rows, told apart by the frame axis. Generated text continues
+  the last text row, or opens a new row after a trailing image.
+- ``rope_tie`` (Su's RoPE-Tie v1): text is (n, n). Image h×w: patch (i, j) → (L + i·(w+1), L + j·(h+1)), next text
+  at L + (w+1)(h+1). Video (3 axes): span S = (h+1)(w+1)(T+1), patch (i, j, k) → (L + i·S/(h+1), L + j·S/(w+1),
+  L + k·S/(T+1)), next text at L + S: the gaps before the first patch and after the last are equal on every axis.
 - ``rope_tie_v2`` (Su's RoPE-Tie-v2 / RoPE-TV, γ = 1): patch (i, j) → (β1 + i, β2 + j), β1 = L + (wh−h)/2,
   β2 = L + (wh−w)/2, next text at L + wh + 1. Video: P = whT, β_a = L + (P − extent_a)/2 per axis,
   patch (i, j, k) → (β1 + i, β2 + j, β3 + k), next text at L + P + 1.
