@@ -1,10 +1,5 @@
-"""roformer-ext: RoFormer with a pluggable rotary position embedding, on transformers 5.
-
-Importing the package registers every class with transformers' Auto classes, and marks them
-`register_for_auto_class` so `save_pretrained` writes an `auto_map` that loads with `trust_remote_code=True`
-where this package is not installed. Pillow is optional (`pip install -e '.[vision]'` in the clone): without it the
-text models, tokenizers and configs work, and building the image processor raises an ImportError saying so.
-"""
+"""roformer-ext: RoFormer with a pluggable rotary position embedding, on transformers 5. Importing it registers every
+class with the Auto classes and for `auto_map` (remote code). Pillow is optional: only the image processor needs it."""
 
 from transformers import (
     AutoConfig,
@@ -80,12 +75,8 @@ def _register_auto_classes() -> None:
             auto_class.register(config_class, model_class, exist_ok=True)
             if auto_class is not AutoModelForImageTextToText:
                 model_class.register_for_auto_class(auto_class.__name__)
-        AutoTokenizer.register(
-            config_class,
-            slow_tokenizer_class=RoFormerExtTokenizer,
-            fast_tokenizer_class=RoFormerExtTokenizerFast,
-            exist_ok=True,
-        )
+        tokenizers = dict(slow_tokenizer_class=RoFormerExtTokenizer, fast_tokenizer_class=RoFormerExtTokenizerFast)
+        AutoTokenizer.register(config_class, **tokenizers, exist_ok=True)
     if is_vision_available():  # without pillow, transformers' AutoImageProcessor is a placeholder that raises
         image_processors = {"pil": RoFormerExtImageProcessor, "torchvision": RoFormerExtImageProcessor}
         AutoImageProcessor.register(
