@@ -1,7 +1,4 @@
-"""The layers of RoFormerExt's text models: the modules `modeling_roformer_ext.py` builds its base model and heads from.
-
-Read top to bottom: norms, embeddings, attention (rotary + transformers' attention backends, or RoPE linear
-attention), feed-forward, layer, pooler, and the heads' modules (the MLM head, the classification head). They read
+"""RoFormerExt's layers: norms, embeddings, attention, feed-forward, layer, pooler and the heads' modules. They read
 the forward's `AttentionPlan` and never re-derive it (docs/architecture.md).
 """
 
@@ -59,7 +56,7 @@ class RoFormerExtEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
         self.norm = make_norm(config, config.embedding_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        # RoFormer-V2 (bert4keras) drops out before its norm; v1 after it. Identical at inference.
+        # RoFormer-V2 (bert4keras) drops out before its norm, v1 after it
         self.dropout_before_norm = config.norm_type == "rms_scale_free"
         self.projection = None
         if config.embedding_size != config.hidden_size:
@@ -73,7 +70,6 @@ class RoFormerExtEmbeddings(nn.Module):
         position_encoding: PositionEncoding | None = None,
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """`position_encoding.embed` adds absolute positions (sinusoidal, learned) before the norm, as BERT."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         if token_type_ids is None:
@@ -120,7 +116,6 @@ class AttentionProjections(nn.Module):
         attention_function: Callable,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Softmax attention through the plan's function, then the output projection: (batch, seq, hidden)."""
         attn_output, attn_weights = attention_function(
             self,
             query,
@@ -141,10 +136,8 @@ class RoFormerExtAttention(AttentionProjections):
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx, is_causal=bool(config.is_decoder))
         self.rotary_value = config.rotary_value
-        # How q and k (and v) are rotated, chosen once for the pair layout (convert_pair_layout chooses again).
-        self.rotation = query_key_rotation(config)
-        # A module of this layer's own for the encoding's score term (Shaw's key table, Transformer-XL's W_r, u, v), and
-        # the encoding's factor on q·k/√d (TUPE, DeBERTa); None and 1 for the others.
+        self.rotation = query_key_rotation(config)  # chosen once for the pair layout
+        # the encoding's own score-term module (Shaw's table, Transformer-XL's W_r, u, v) and factor on q·k/√d (TUPE)
         encoding = position_encoding_class(config.position_encoding)
         self.relative_table = encoding.layer_table(config)
         self.scaling *= encoding.content_scale(config)
@@ -156,9 +149,7 @@ class RoFormerExtAttention(AttentionProjections):
         plan: AttentionPlan,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Self-attention as the forward's `plan` says: RoPE's (cos, sin) rotate q and k, a relative term joins the
-        scores, the plan's function (or linear attention) attends. `attention_mask` is `plan.mask`, passed as a
-        tensor of its own (see `AttentionPlan.mask`)."""
+        """Self-attention as the forward's `plan` says; `attention_mask` is `plan.mask`, a tensor argument of its own."""
         cache = plan.layout.self_cache
         value = self.heads(self.value, hidden_states)  # (batch, heads, seq, head_dim)
         if plan.linear:
@@ -168,7 +159,10 @@ class RoFormerExtAttention(AttentionProjections):
             )
             return self.output(attn_output.flatten(2)), None
         if plan.position_embeddings is not None:
-            query, key, value = self.rotated_query_key_value(hidden_states, value, *plan.position_embeddings)
+            cos, sin = plan.position_embeddings
+            query, key = self.rotation.project_query_key(hidden_states, self.query, self.key, self.head_dim, cos, sin)
+            if self.rotary_value:  # values keep their dim order: the output projection reads it
+                value = self.rotation.values(value, cos, sin)
         else:
             query, key = self.heads(self.query, hidden_states), self.heads(self.key, hidden_states)
         if cache is not None:
@@ -178,16 +172,6 @@ class RoFormerExtAttention(AttentionProjections):
         attention_mask, attention_function = plan.scores_for(self, query, key, attention_mask)
         return self.attend(query, key, value, attention_mask, attention_function, **plan.attention_kwargs, **kwargs)
 
-    def rotated_query_key_value(
-        self, hidden_states: torch.Tensor, value: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries and keys projected and rotated for scores by the rotation chosen at construction; values rotated
-        (their dim order kept) when `rotary_value`."""
-        query, key = self.rotation.project_query_key(hidden_states, self.query, self.key, self.head_dim, cos, sin)
-        if self.rotary_value:  # values keep their dim order: the output projection reads it
-            value = self.rotation.values(value, cos, sin)
-        return query, key, value
-
 
 def check_terms_fit_local_heads(
     config: RoFormerExtConfig,
@@ -195,10 +179,8 @@ def check_terms_fit_local_heads(
     attention_mask: torch.Tensor | None,
     relative_scores: RelativeScores | None,
 ) -> None:
-    """Under tensor parallel each rank computes `local_heads` of the heads. RoPE, Shaw's table (shared by the heads)
-    and linear attention work per head; a term with one value per head (T5's buckets, ALiBi's slopes, TUPE's) would be
-    read by local head index, so rank 1 would use rank 0's heads' terms, and Transformer-XL's and DeBERTa's position
-    parameters hold every head: refused (`RelativeScores.fits_local_heads`)."""
+    """Under tensor parallel a rank holds `local_heads` heads: a term with one value per head (T5's buckets, ALiBi's
+    slopes) or parameters of every head (Transformer-XL) would be read by local head index: refused."""
     per_head_bias = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] != 1
     per_head_scores = relative_scores is not None and not relative_scores.fits_local_heads
     if per_head_bias or per_head_scores:
@@ -232,11 +214,8 @@ def packed_linear_attention(
 
 
 class RoFormerExtCrossAttention(AttentionProjections):
-    """A decoder's attention over encoder states (as transformers' RoFormer: no rotation across two sequences).
-
-    Keys and values of the encoder are computed once and kept in the cross-attention half of an
-    `EncoderDecoderCache`, so each generated token only adds its query.
-    """
+    """A decoder's attention over encoder states, unrotated (as transformers' RoFormer); the encoder's keys and values
+    are cached once in an `EncoderDecoderCache`."""
 
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx, is_causal=False)
@@ -248,7 +227,6 @@ class RoFormerExtCrossAttention(AttentionProjections):
         plan: AttentionPlan,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The plan's cross-attention mask and function; keys and values of the encoder cached once."""
         query = self.heads(self.query, hidden_states)
         cache = plan.layout.cache
         cache = cache if isinstance(cache, EncoderDecoderCache) else None
@@ -302,8 +280,7 @@ class RoFormerExtLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        """`attention_mask` is `plan.mask` as a tensor argument of its own: gradient checkpointing replays the layer
-        with it (a shared score term may need gradients), which it cannot do for a tensor inside the plan."""
+        """`attention_mask` is `plan.mask`, an argument of its own: gradient checkpointing replays the layer with it."""
         attn_output, _ = self.attention(hidden_states, attention_mask, plan, **kwargs)
         hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
         if encoder_hidden_states is not None:
@@ -358,7 +335,7 @@ class RoFormerExtLMHead(nn.Module):
 
     @torch.no_grad()
     def resize_bias(self, vocab_size: int) -> None:
-        """Follow a resized vocabulary: keep the old tokens' biases, zeros for new tokens (as their init)."""
+        """Follow a resized vocabulary: old tokens keep their biases, new ones get zeros."""
         if self.bias is None or self.bias.shape[0] == vocab_size:
             return
         bias = self.bias.new_zeros(vocab_size)
@@ -379,7 +356,6 @@ class RoFormerExtClassificationHead(nn.Module):
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        """(sequences, hidden) pooled states (`classifier_pooling`) -> (sequences, num_labels)."""
         x = self.dropout(pooled)
         x = self.dropout(self.act_fn(self.dense(x)))
         return self.out_proj(x)

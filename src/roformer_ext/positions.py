@@ -1,22 +1,11 @@
-"""Position ids for mixed text / image / video sequences: `build_position_ids` under the configured position scheme,
-each packed sequence alone, and text and decoding positions.
+"""Position ids for mixed text / image / video sequences (`build_position_ids`), text and decoding positions.
 
-A sample is cut into *segments*: maximal runs of real (attention_mask 1) tokens that are text, image
-placeholders (`config.image_token_id`) or video placeholders (`config.video_token_id`). One run of
-placeholders is one image (video); the i-th run takes the i-th row (t, h, w) of `image_grid_thw`
-(`video_grid_thw`), counting over the whole batch in order, and holds its t·h·w patches in row-major
-order (t, then h, then w). A *position scheme* (`config.rope_parameters["position_scheme"]`) turns the
-segments into one float position per axis for every token, plus the position the next text token would
-get. Padding is removed first, so it never moves real tokens; pads get position 0 (as transformers'
-Qwen2-VL).
-
-The schemes, their formulas and their registry (`register_position_scheme`) are in position_schemes.py; their public
-names are importable from here too.
-
-`deltas[b]` = next text position − number of real tokens, so generation continues with
-position = cache_position + delta on every axis (Qwen2-VL's `mrope_position_deltas`). rope_2d_rows is
-the exception: there the delta holds for the column axis, and the row (and frame 0) stays that of the
-next text token.
+A sample is cut into *segments*: maximal runs of real tokens that are text, image placeholders (`image_token_id`) or
+video placeholders (`video_token_id`); the i-th run of a kind takes the i-th (t, h, w) row of its grid, counting over
+the batch. A *position scheme* (`rope_parameters["position_scheme"]`, position_schemes.py) turns the segments into one
+float position per axis per token and the next text position. Padding never moves real tokens (pads sit at 0).
+`deltas[b]` = next text position − real tokens: decoding continues at index among real tokens + delta on every axis
+(Qwen2-VL's `rope_deltas`).
 """
 
 from __future__ import annotations
@@ -38,10 +27,6 @@ from .position_schemes import (
     scheme_knobs,
 )
 from .scheme_knobs import scheme_knobs_class
-
-# ----------------------------------------------------------------------------------------------------------
-# From token ids to segments
-# ----------------------------------------------------------------------------------------------------------
 
 _KINDS = ("text", "image", "video")
 
@@ -80,11 +65,8 @@ def _split_segments(
     grids: tuple[list | None, list | None],
     video_seconds: list[float] | None = None,
 ) -> list[list[Segment]]:
-    """Segments of every sample, with the grids assigned and every count checked.
-
-    Placeholders of a kind whose grid is not given are ordinary text tokens, as in Qwen2-VL's `get_rope_index`: a
-    text-only call never needs the grids.
-    """
+    """Segments of every sample, grids assigned and counts checked; placeholders of a kind without a grid are text
+    (as Qwen2-VL's `get_rope_index`)."""
     kinds = torch.zeros_like(input_ids)
     for kind, (token_id, grid) in enumerate(zip(token_ids, grids), start=1):
         if token_id is not None and grid is not None:
@@ -146,21 +128,11 @@ def build_position_ids(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids (axes, batch, seq) float32 and deltas (batch, 1) float32 for `input_ids` (batch, seq).
 
-    `training` (the model passes `self.training`): a scheme with a `temporal_scales` knob that rope_parameters set
-    (HoPE's dynamic temporal scaling) then gets, for every vision segment of every row in token order, a scale drawn
-    uniformly from that set with `torch.randint` on the default generator (so `torch.manual_seed` reproduces it),
-    recorded on the segment (`Segment.temporal_scale`). The draw happens here, once per forward, and only here;
-    without `training` nothing is drawn and the scheme uses its fixed scale.
-
-    `cu_seq_lens` (packed rows, as transformers' `DataCollatorWithFlattening` gives `cu_seq_lens_q`: cumulative
-    sequence lengths over the rows end to end): every packed sequence is laid out on its own, as if it were alone
-    (positions restart with each); a row's delta is then that of its last sequence.
-
-    `config` only needs `rope_parameters` ("position_scheme", "axes", the scheme's knobs) and, for vision input,
-    `image_token_id` / `video_token_id`. `second_per_grid_ts` (num_videos,): seconds between two temporal patches of
-    each video, read by time-aligned schemes (qwen2_5_vl). See position_schemes.py's module docstring for the schemes
-    and the meaning of deltas. Raises ValueError when the placeholders and the grids disagree or the scheme needs more
-    axes.
+    `config` needs `rope_parameters` and, for vision input, `image_token_id` / `video_token_id`.
+    `second_per_grid_ts` (num_videos,): seconds between two temporal patches of each video (qwen2_5_vl).
+    `cu_seq_lens` (packed rows, as `cu_seq_lens_q`): each packed sequence laid out alone; a row's delta is its last
+    sequence's. `training`: a scheme's `temporal_scales` (HoPE) are drawn here, once per forward, one per vision
+    segment with `torch.randint` on the default generator. Raises ValueError when placeholders and grids disagree.
     """
     rope = getattr(config, "rope_parameters", None) or {}
     name = rope.get("position_scheme", "rope_1d")
@@ -211,8 +183,7 @@ def build_position_ids(
 
 
 def _draw_temporal_scales(samples: list[list[Segment]], scales: Sequence[float]) -> list[list[Segment]]:
-    """Every vision segment (all rows, token order) with a scale drawn uniformly from `scales` (HoPE's dynamic
-    temporal scaling): one `torch.randint` on the default generator for the whole batch."""
+    """Every vision segment with a scale drawn uniformly from `scales` (one `torch.randint` for the batch)."""
     count = sum(segment.grid is not None for segments in samples for segment in segments)
     drawn = iter(torch.randint(len(scales), (count,)).tolist())
     return [
@@ -224,8 +195,7 @@ def _draw_temporal_scales(samples: list[list[Segment]], scales: Sequence[float])
 def _packed_position_ids(
     input_ids, config, image_grid_thw, video_grid_thw, attention_mask, seconds, cu_seq_lens, training=False
 ):
-    """Each packed sequence laid out alone: the sequences become the rows of one right-padded batch (grids are
-    assigned in token order either way), and the positions go back to their places."""
+    """Each packed sequence laid out alone, as the rows of one right-padded batch; positions put back in place."""
     batch, seq = input_ids.shape
     bounds = torch.as_tensor(cu_seq_lens).cpu().long().flatten().tolist()
     if bounds[0] != 0 or bounds[-1] != batch * seq or any(b <= a for a, b in zip(bounds, bounds[1:])):
@@ -248,11 +218,6 @@ def _packed_position_ids(
     # the sequence holding each row's last token: the first whose end reaches it
     last = torch.searchsorted(torch.tensor(bounds[1:]), torch.arange(1, batch + 1) * seq)
     return flat.reshape(positions.shape[0], batch, seq), deltas[last.to(deltas.device)]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Text positions, the one shape the model uses, and decoding after a prompt
-# ----------------------------------------------------------------------------------------------------------
 
 
 def text_position_ids(
