@@ -46,19 +46,12 @@ def test_defaults_are_written_out_and_the_caller_dict_is_not_changed():
     given = {"relative_attention_num_buckets": 8}
     config = tiny_config(position_encoding="tupe", position_encoding_parameters=given)
     assert given == {"relative_attention_num_buckets": 8}
-    assert config.position_encoding_parameters == {
-        "tupe_rel_pos": True,
-        "tupe_cls_reset": True,
-        "relative_attention_num_buckets": 8,
-        "relative_attention_max_distance": 128,
-    }
+    assert config.position_encoding_parameters == {"tupe_rel_pos": True, "tupe_cls_reset": True,
+                                                   "relative_attention_num_buckets": 8,
+                                                   "relative_attention_max_distance": 128}  # fmt: skip
     assert tiny_config(position_encoding="deberta").position_encoding_parameters == {
-        "position_buckets": 256,
-        "max_relative_positions": -1,
-        "pos_att_type": ["c2p", "p2c"],
-        "share_att_key": True,
-        "norm_rel_ebd": "layer_norm",
-    }
+        "position_buckets": 256, "max_relative_positions": -1, "pos_att_type": ["c2p", "p2c"], "share_att_key": True,
+        "norm_rel_ebd": "layer_norm"}  # fmt: skip
     assert tiny_config().position_encoding_parameters == {}  # rope: its knobs are rope_parameters
 
 
@@ -93,15 +86,11 @@ def test_each_knob_is_checked_with_the_fix(encoding, knobs, error, message):
         tiny_config(position_encoding=encoding, position_encoding_parameters=knobs)
 
 
-def test_tupe_without_the_relative_bias_does_not_check_its_buckets():
-    config = tiny_config(
-        position_encoding="tupe",
-        position_encoding_parameters={"tupe_rel_pos": False, "relative_attention_num_buckets": 9},
-    )
-    assert config.position_encoding_knobs.relative_attention_num_buckets == 9
-
-
-def test_the_parameters_must_be_a_dict():
+def test_tupe_without_the_relative_bias_does_not_check_its_buckets_and_the_parameters_are_a_dict():
+    knobs = {"tupe_rel_pos": False, "relative_attention_num_buckets": 9}
+    assert tiny_config(
+        position_encoding="tupe", position_encoding_parameters=knobs
+    ).position_encoding_knobs == TupeKnobs(**knobs)
     with pytest.raises(TypeError, match="position_encoding_parameters must be a dict"):
         tiny_config(position_encoding="shaw", position_encoding_parameters=[("max_relative_position", 4)])
 
@@ -153,15 +142,12 @@ def test_no_packing_capability_refuses_packed_rows(unregister):
     assert model(torch.randint(4, 90, (2, 4))).last_hidden_state.shape == (2, 4, 32)
 
 
-def test_no_flash_capability_refuses_flash_attention(unregister):
+def test_no_flash_or_linear_capability_refuses_those_attentions(unregister):
     unregister.append(name := limited_encoding(flash_attention=False))
     model = RoFormerExtModel(tiny_config(position_encoding=name)).eval()
     model.config._attn_implementation = "flash_attention_2"  # what set_attn_implementation would do with a GPU
     with pytest.raises(ValueError, match="capabilities exclude flash attention"):
         model(torch.randint(4, 90, (1, 5)))
-
-
-def test_no_linear_capability_refuses_linear_attention(unregister):
     unregister.append(name := limited_encoding(linear_attention=False))
     with pytest.raises(ValueError, match="linear attention never forms"):
         RoFormerExtModel(tiny_config(position_encoding=name, attention_type="linear"))

@@ -188,38 +188,32 @@ def test_circle_rope_one_patch_sits_at_radius_along_u() -> None:
     assert next_pos == pytest.approx(max(first) + 2, abs=1e-5)
 
 
-def test_circle_rope_two_patches_centred_and_not() -> None:
-    # 1x2 centred: x = -0.5, 0.5, y = 0: grid angles π, 0 stretched over [0, 2π] -> 2π, 0; by index 0, π;
-    # α = 0.5 -> π, π/2: the points -R·u and R·v
-    block, _ = circle([I(1, 2)], circle_radius=2)
-    torch.testing.assert_close(block, columns(u_th_w(-2), v_th_w(2)), atol=1e-5, rtol=0)
-    # uncentred: x = 0, 1 -> both grid angles 0 (no spread, not stretched); α = 0.5 -> 0, π/2: R·u and R·v
-    block, _ = circle([I(1, 2)], circle_radius=2, circle_move_to_origin=False)
-    torch.testing.assert_close(block, columns(u_th_w(2), v_th_w(2)), atol=1e-5, rtol=0)
-    # α = 1: the grid angles alone (2π, 0): R·u twice; α = 0: by index (0, π): R·u and -R·u
-    block, _ = circle([I(1, 2)], circle_radius=2, circle_alpha=1)
-    torch.testing.assert_close(block, columns(u_th_w(2), u_th_w(2)), atol=1e-5, rtol=0)
-    block, _ = circle([I(1, 2)], circle_radius=2, circle_alpha=0)
-    torch.testing.assert_close(block, columns(u_th_w(2), u_th_w(-2)), atol=1e-5, rtol=0)
+RING = columns(u_th_w(-2), v_th_w(2))  # a centred 1x2 image at R = 2, α = 0.5
 
 
-def test_circle_rope_auto_radius_mix_and_shift() -> None:
-    # "auto-4": R = the largest centred coordinate (0.5) times 4 = 2; "auto": times 1
-    block, _ = circle([I(1, 2)], circle_radius="auto-4")
-    torch.testing.assert_close(block, columns(u_th_w(-2), v_th_w(2)), atol=1e-5, rtol=0)
-    block, _ = circle([I(1, 2)], circle_radius="auto")
-    torch.testing.assert_close(block, columns(u_th_w(-0.5), v_th_w(0.5)), atol=1e-5, rtol=0)
-    # dff_rate d: (1 - d)·ring + d·(x·u + y·v), x = -0.5, 0.5
-    d = 0.25
-    ring = columns(u_th_w(-2), v_th_w(2))
-    grid = columns(u_th_w(-0.5), u_th_w(0.5))
-    block, _ = circle([I(1, 2)], circle_radius=2, circle_dff_rate=d)
-    torch.testing.assert_close(block, (1 - d) * ring + d * grid, atol=1e-5, rtol=0)
-    # move_to_positive: + |min| + offset (the minimum is -2/√2)
-    block, _ = circle([I(1, 2)], circle_radius=2, circle_move_to_positive=0.5)
-    torch.testing.assert_close(block, ring + 2 / S2 + 0.5, atol=1e-5, rtol=0)
-    block, _ = circle([I(1, 2)], circle_radius=2, circle_move_to_positive=0)
-    torch.testing.assert_close(block, ring + 2 / S2, atol=1e-5, rtol=0)
+@pytest.mark.parametrize(
+    ("knobs", "expected"),
+    [  # 1x2 centred: x = -0.5, 0.5, y = 0: grid angles π, 0 stretched over [0, 2π] -> 2π, 0; by index 0, π;
+        # α = 0.5 -> π, π/2: the points -R·u and R·v
+        ({"circle_radius": 2}, RING),
+        # uncentred: x = 0, 1 -> both grid angles 0 (no spread, not stretched); α = 0.5 -> 0, π/2: R·u and R·v
+        ({"circle_radius": 2, "circle_move_to_origin": False}, columns(u_th_w(2), v_th_w(2))),
+        # α = 1: the grid angles alone (2π, 0): R·u twice; α = 0: by index (0, π): R·u and -R·u
+        ({"circle_radius": 2, "circle_alpha": 1}, columns(u_th_w(2), u_th_w(2))),
+        ({"circle_radius": 2, "circle_alpha": 0}, columns(u_th_w(2), u_th_w(-2))),
+        # "auto-4": R = the largest centred coordinate (0.5) times 4 = 2; "auto": times 1; "auto-2e-1": times 0.2
+        ({"circle_radius": "auto-4"}, RING),
+        ({"circle_radius": "auto"}, columns(u_th_w(-0.5), v_th_w(0.5))),
+        ({"circle_radius": "auto-2e-1"}, columns(u_th_w(-0.1), v_th_w(0.1))),
+        # dff_rate d: (1 - d)·ring + d·(x·u + y·v), x = -0.5, 0.5
+        ({"circle_radius": 2, "circle_dff_rate": 0.25}, 0.75 * RING + 0.25 * columns(u_th_w(-0.5), u_th_w(0.5))),
+        # move_to_positive: + |min| + offset (the minimum is -2/√2)
+        ({"circle_radius": 2, "circle_move_to_positive": 0.5}, RING + 2 / S2 + 0.5),
+        ({"circle_radius": 2, "circle_move_to_positive": 0}, RING + 2 / S2),
+    ],
+)
+def test_circle_rope_places_two_patches_as_written_out(knobs, expected) -> None:
+    torch.testing.assert_close(circle([I(1, 2)], **knobs)[0], expected, atol=1e-6, rtol=0)
 
 
 def test_circle_rope_text_after_two_images_counts_from_each_blocks_max() -> None:
@@ -266,12 +260,6 @@ def test_text_segments_in_a_row_count_on_as_one(scheme, axes) -> None:
     # a scheme may be handed two text segments in a row (a plug-in's own splitting): they continue like one run
     for before in ([], [I(1, 2)], [T(1), I(2, 1)]):
         assert place(scheme, [*before, T(2), T(3)], axes) == place(scheme, [*before, T(5)], axes)
-
-
-def test_circle_radius_auto_scale_may_contain_a_minus() -> None:
-    # "auto-<scale>" splits at the first "-": "auto-2e-1" is scale 0.2, R = 0.5 · 0.2 = 0.1 for a centred 1x2 image
-    block, _ = circle([I(1, 2)], circle_radius="auto-2e-1")
-    torch.testing.assert_close(block, columns(u_th_w(-0.1), v_th_w(0.1)), atol=1e-6, rtol=0)
 
 
 def test_circle_plane_basis_is_the_correctly_rounded_unit_vectors() -> None:
