@@ -128,17 +128,16 @@ def word_segmenter() -> str:
     choice = os.environ.get(WORD_SEGMENTER_ENV, "").strip().lower()
     if choice not in ("", "rjieba", "jieba"):
         raise ValueError(f"{WORD_SEGMENTER_ENV}={choice!r}: set it to 'rjieba' or 'jieba', or leave it unset.")
-    if choice == "jieba":
-        return "jieba"
-    try:
-        import rjieba  # noqa: F401
-    except ImportError as error:
-        if choice == "rjieba":
-            raise ImportError(
-                f"{WORD_SEGMENTER_ENV}=rjieba needs rjieba: pip install rjieba (or, in the roformer-ext clone, pip install -e '.[word]')."
-            ) from error
-        return "jieba"
-    return "rjieba"
+    if choice != "jieba":
+        try:
+            import rjieba  # noqa: F401
+
+            return "rjieba"
+        except ImportError as error:
+            if choice == "rjieba":
+                hint = "pip install rjieba (or, in the roformer-ext clone, pip install -e '.[word]')"
+                raise ImportError(f"{WORD_SEGMENTER_ENV}=rjieba needs rjieba: {hint}.") from error
+    return "jieba"
 
 
 @functools.cache
