@@ -82,7 +82,7 @@ def test_ordinary_text_is_passed_through_unchanged():
     assert mark_unknown_chars("a\U000e0080b\ud800", "?") == "a?b?"  # U+E0080 is unassigned; offsets stay
 
 
-def test_marker_is_no_vocabulary_character():
+def test_markers():
     """The stand-in for an unknown code point never spells a vocabulary token, so it can only become [UNK]."""
     fast, slow = tokenizers(None)
     assert fast.unknown_char_marker == slow.unknown_char_marker
@@ -92,10 +92,7 @@ def test_marker_is_no_vocabulary_character():
     other = RoFormerExtTokenizer(vocab=crowded).unknown_char_marker
     assert other != marker and not any(other in token for token in crowded)
     assert RoFormerExtTokenizer(vocab=crowded).tokenize("a\ud800b") == ["a", "[UNK]", "b"]
-
-
-def test_markers_are_split_and_kept_by_the_rust_pipeline():
-    """Each candidate marker is punctuation to both BERT pre-tokenizers and survives both normalisers."""
+    # Each candidate marker is punctuation to both BERT pre-tokenizers and survives both normalisers.
     for marker in _UNKNOWN_MARKERS:
         for lowercase in (True, False):
             normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)

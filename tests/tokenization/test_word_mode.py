@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_tokenization import _check_offsets, _long_text, lines, vocab_files  # noqa: F401  (module fixtures)
@@ -52,13 +51,10 @@ def _same_call(tokenizer, *args, **kwargs) -> None:
     offsets = [offsets] if unbatched else offsets
     assert [[list(o) for o in row] for row in offsets] == [[list(o) for o in e.offsets] for e in full.encodings]
     assert list(plain.keys()) == [key for key in full.keys() if key != "offset_mapping"]
-    for key in plain:
-        if isinstance(full[key], torch.Tensor):
-            assert plain[key].dtype == full[key].dtype and torch.equal(plain[key], full[key]), key
-        elif isinstance(full[key], np.ndarray):
-            assert plain[key].dtype == full[key].dtype and np.array_equal(plain[key], full[key]), key
-        else:
-            assert plain[key] == full[key], key
+    for key in plain:  # lists, or tensors / arrays of the same type and dtype
+        a, b = plain[key], full[key]
+        assert type(a) is type(b) and getattr(a, "dtype", None) == getattr(b, "dtype", None), key
+        assert np.array_equal(a, b) if hasattr(b, "dtype") else a == b, key
     assert plain.n_sequences == full.n_sequences and len(plain.encodings) == len(full.encodings)
     for index, (a, b) in enumerate(zip(plain.encodings, full.encodings)):
         _same_encoding(a, b)

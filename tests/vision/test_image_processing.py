@@ -1,7 +1,5 @@
 """RoFormerExtImageProcessor: resize bounds, exact normalisation, patch order, videos, bad input, save/load."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -117,7 +115,7 @@ def test_min_and_max_pixels_at_call_and_init():
 
 
 def test_get_number_of_image_patches_agrees(processor):
-    for height, width in [(100, 200), (17, 900), (1200, 700)]:
+    for height, width in [(100, 200), (17, 900), (1200, 700), (1080, 1920)]:  # (bounds: test_fit_to_patches_bounds)
         grid = processor(random_image(height, width))["image_grid_thw"][0]
         assert processor.get_number_of_image_patches(height, width) == int(np.prod(grid))
 
@@ -196,12 +194,6 @@ def test_save_load_round_trip(tmp_path, processors_for_text_config):
 
     auto = AutoImageProcessor.from_pretrained(tmp_path)
     assert type(auto).__name__ == "RoFormerExtImageProcessor" and auto.to_dict() == processor.to_dict()
-
-
-def test_fast_enough_on_a_large_image(processor):
-    out = processor(random_image(1080, 1920))
-    assert int(np.prod(out["image_grid_thw"][0])) * P * P <= MAX_PIXELS
-    assert math.isclose(out["image_grid_thw"][0, 2] / out["image_grid_thw"][0, 1], 1920 / 1080, rel_tol=0.1)
 
 
 #: `picture` (uint8, H x W x C or H x W) stored another way: the value it stands for is unchanged.

@@ -3,6 +3,7 @@ save / load."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -45,17 +46,11 @@ def processor(tokenizer) -> RoFormerExtProcessor:
 
 def runs(input_ids: list[int], ids: dict[str, int]) -> list[tuple[str, int]]:
     """The wrapped placeholder runs in a token sequence: [("image", n), ("video", m), ...]."""
-    found, index = [], 0
-    while index < len(input_ids):
-        if input_ids[index] == ids["image_start_token_id"]:
-            end = input_ids.index(ids["image_end_token_id"], index)
-            body = set(input_ids[index + 1 : end])
-            assert len(body) == 1, "a run holds one kind of placeholder"
-            kind = "image" if body == {ids["image_token_id"]} else "video"
-            found.append((kind, end - index - 1))
-            index = end
-        index += 1
-    return found
+    names = ("image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id")
+    marks = {ids[name]: mark for name, mark in zip(names, "<>iv")}
+    found = re.findall(r"<([^>]*)>", "".join(marks.get(i, ".") for i in input_ids))
+    assert all(len(set(run)) == 1 and run[0] in "iv" for run in found), found  # one kind of placeholder per run
+    return [("image" if run[0] == "i" else "video", len(run)) for run in found]
 
 
 def test_add_vision_tokens_is_idempotent_and_keeps_tokens_whole(tmp_path):
