@@ -111,10 +111,6 @@ QWEN2_VL_SPLIT, QWEN3_VL_SPLIT, MHROPE_HEADS = (16, 24, 24), (24, 20, 20), (2, 3
 STRIDE = {"temporal_stride": POSITIVE}
 
 
-def _is_unit_interval(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value <= 1
-
-
 def _is_auto_scale(value: Any) -> bool:
     """'auto-<positive number>' (Circle-RoPE's radius: the largest coordinate times that scale)."""
     if not isinstance(value, str) or not value.startswith("auto-"):
@@ -136,7 +132,9 @@ THREE_SCALES = Knob(
     "three positive numbers",
     lambda v: isinstance(v, (list, tuple)) and len(v) == 3 and all(map(is_positive_number, v)),
 )
-UNIT_INTERVAL = Knob("a number in [0, 1]", _is_unit_interval)
+UNIT_INTERVAL = Knob(
+    "a number in [0, 1]", lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 <= v <= 1
+)
 CIRCLE_KNOBS = {
     "circle_radius": Knob(
         "a positive number, 'auto' or 'auto-<positive scale>'",

@@ -24,12 +24,8 @@ class Knob:
     check: Callable[[Any], bool]
 
 
-def _is_bool(value: Any) -> bool:
-    return isinstance(value, bool)
-
-
 POSITIVE = Knob("a positive number", is_positive_number)
-BOOL = Knob("True or False", _is_bool)
+BOOL = Knob("True or False", lambda value: isinstance(value, bool))
 
 
 @dataclass(frozen=True)

@@ -55,23 +55,11 @@ POSITION_PAIRS = {
 
 
 def config(position_encoding: str, **overrides) -> RoFormerExtConfig:
-    fields = dict(
-        vocab_size=97,
-        hidden_size=HIDDEN,
-        num_hidden_layers=1,
-        num_attention_heads=HEADS,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    knobs = dict(
-        max_relative_position=3,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=20,
-        position_buckets=8,
-        max_relative_positions=20,
-    )
+    fields = dict(vocab_size=97, hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=HEADS,
+                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)  # fmt: skip
+    knobs = dict(max_relative_position=3, relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                 position_buckets=8, max_relative_positions=20)  # fmt: skip
     return RoFormerExtConfig(**{**fields, **knob_kwargs(position_encoding, knobs, overrides)})
 
 
@@ -85,6 +73,12 @@ def randomized(module: nn.Module) -> nn.Module:
 
 def whole(positions: torch.Tensor) -> list[list[int]]:
     return [[math.floor(p) for p in row] for row in positions.tolist()]
+
+
+def sizes(queries: torch.Tensor, keys: torch.Tensor) -> tuple:
+    """Whole query and key positions, and the (batch, q, k) of the scores."""
+    qp, kp = whole(queries), whole(keys)
+    return qp, kp, max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
 
 
 def grid(score_mod, batch: int, q: int, k: int, dtype=torch.float32) -> torch.Tensor:
@@ -115,14 +109,8 @@ def at(positions: list[list[int]], b: int, index: int) -> int:
 def test_distances_are_key_minus_query_of_whole_positions(pair):
     queries, keys = POSITION_PAIRS[pair]
     scores = RelativeScores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch = max(len(qp), len(kp))
-    expected = torch.tensor(
-        [
-            [[at(kp, b, j) - at(qp, b, i) for j in range(keys.shape[1])] for i in range(queries.shape[1])]
-            for b in range(batch)
-        ]
-    )
+    qp, kp, batch, q, k = sizes(queries, keys)
+    expected = torch.tensor([[[at(kp, b, j) - at(qp, b, i) for j in range(k)] for i in range(q)] for b in range(batch)])
     assert scores.query_positions.dtype == scores.key_positions.dtype == torch.long
     assert torch.equal(scores.distances(), expected)
     position_at = scores._position_at(
@@ -157,8 +145,7 @@ def test_alibi_bias_and_score_mod_are_minus_slope_times_distance(pair):
     queries, keys = POSITION_PAIRS[pair]
     encoding = AlibiPositionEncoding(config("alibi"))
     scores = encoding.relative_scores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch, q, k = max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
+    qp, kp, batch, q, k = sizes(queries, keys)
     slopes = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
     expected = loop(batch, q, k, lambda b, h, i, j: -slopes[h] * abs(at(kp, b, j) - at(qp, b, i)))
     torch.testing.assert_close(scores.shared_bias(), expected, rtol=0, atol=0)
@@ -177,8 +164,7 @@ def test_t5_bias_and_score_mod_read_t5s_bucket_of_key_minus_query(pair, decoder)
     queries, keys = POSITION_PAIRS[pair]
     encoding = randomized(T5BiasPositionEncoding(config("t5_bias", is_decoder=decoder)))
     scores = encoding.relative_scores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch, q, k = max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
+    qp, kp, batch, q, k = sizes(queries, keys)
     weight = encoding.relative_attention_bias.weight.detach()
 
     def term(b, h, i, j):
@@ -203,8 +189,7 @@ def test_shaw_term_and_score_mod_are_the_query_times_the_clipped_key_row(pair):
     table = randomized(ShawPositionEncoding.layer_table(cfg))
     assert table.weight.shape == (2 * 3 + 1, HEAD_DIM)
     scores = encoding.relative_scores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch, q, k = max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
+    qp, kp, batch, q, k = sizes(queries, keys)
     torch.manual_seed(1)
     query = torch.randn(batch, HEADS, q, HEAD_DIM)
     weight = table.weight.detach()
@@ -246,8 +231,7 @@ def test_transformer_xl_term_and_score_mod_are_xls_formula(pair, clamp_len):
     encoding = TransformerXLPositionEncoding(cfg)
     table = randomized(TransformerXLLayerParameters(cfg))
     scores = encoding.relative_scores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch, q, k = max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
+    qp, kp, batch, q, k = sizes(queries, keys)
     torch.manual_seed(1)
     query, key = torch.randn(batch, HEADS, q, HEAD_DIM), torch.randn(batch, HEADS, k, HEAD_DIM)
     scale = 0.3
@@ -331,8 +315,7 @@ def test_deberta_term_and_score_mod_are_c2p_plus_p2c_of_the_bucketed_row(pair, v
         query_projection = getattr(own, "pos_query_proj", None)
     layer.scaling = 0.3
     scores = encoding.relative_scores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch, q, k = max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
+    qp, kp, batch, q, k = sizes(queries, keys)
     torch.manual_seed(1)
     query, key = torch.randn(batch, HEADS, q, HEAD_DIM), torch.randn(batch, HEADS, k, HEAD_DIM)
     with torch.no_grad():
@@ -390,8 +373,7 @@ def test_tupe_bias_and_score_mod_are_the_untied_correlation_reset_and_bucket(pai
         assert encoding.relative_attention_bias.weight.shape == (9, HEADS)
     assert TupePositionEncoding.content_scale(cfg) == pytest.approx(2**-0.5)
     scores = encoding.relative_scores(queries, keys)
-    qp, kp = whole(queries), whole(keys)
-    batch, q, k = max(len(qp), len(kp)), queries.shape[1], keys.shape[1]
+    qp, kp, batch, q, k = sizes(queries, keys)
     with torch.no_grad():
         table = nn.functional.layer_norm(
             encoding.position_embeddings.weight, (HIDDEN,), encoding.norm.weight, encoding.norm.bias, cfg.layer_norm_eps
