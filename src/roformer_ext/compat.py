@@ -149,32 +149,17 @@ PRIVATE_NAMES: dict[str, str] = {
     _MODELS + "_init_weights": "override, call - parent_init_weights",
     _MODELS + "_auto_class": "read - auto_class",
     **{  # set on our classes by `register_for_auto_class`
-        owner + "._auto_class": "declare"
-        for owner in (
-            "transformers.configuration_utils:PreTrainedConfig",
-            "transformers.tokenization_utils_base:PreTrainedTokenizerBase",
-            "transformers.processing_utils:ProcessorMixin",
-            "transformers.image_processing_base:ImageProcessingMixin",
-        )
+        f"transformers.{owner}._auto_class": "declare"
+        for owner in "configuration_utils:PreTrainedConfig tokenization_utils_base:PreTrainedTokenizerBase "
+        "processing_utils:ProcessorMixin image_processing_base:ImageProcessingMixin".split()
     },
     # transformers' heuristic looks for the backend lookup in the modeling file; ours is in attention_plan.py
     _MODELS + "_can_set_attn_implementation": "override",
     **{
         _MODELS + name: "declare"
-        for name in (
-            "_no_split_modules",
-            "_skip_keys_device_placement",
-            "_supports_flash_attn",
-            "_supports_sdpa",
-            "_supports_flex_attn",
-            "_supports_attention_backend",
-            "_can_compile_fullgraph",
-            "_can_record_outputs",
-            "_keys_to_ignore_on_load_unexpected",
-            "_tied_weights_keys",
-            "_tp_plan",
-            "_fsdp_plan",
-        )
+        for name in "_no_split_modules _skip_keys_device_placement _supports_flash_attn _supports_sdpa "
+        "_supports_flex_attn _supports_attention_backend _can_compile_fullgraph _can_record_outputs "
+        "_keys_to_ignore_on_load_unexpected _tied_weights_keys _tp_plan _fsdp_plan".split()
     },
     "transformers.configuration_utils:PreTrainedConfig._attn_implementation": "read - attn_implementation",
     "transformers.modeling_rope_utils:RotaryEmbeddingConfigMixin._validate_longrope_rope_parameters": (

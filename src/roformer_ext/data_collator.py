@@ -20,13 +20,8 @@ def _packing_fields(lengths: torch.Tensor) -> dict[str, Any]:
     longest = int(lengths.max())
     starts = torch.repeat_interleave(cu_seq_lens[:-1].long(), lengths)
     positions = torch.arange(int(cu_seq_lens[-1])) - starts
-    return dict(
-        position_ids=positions[None],
-        cu_seq_lens_q=cu_seq_lens,
-        cu_seq_lens_k=cu_seq_lens,
-        max_length_q=longest,
-        max_length_k=longest,
-    )
+    return dict(position_ids=positions[None], cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens,
+                max_length_q=longest, max_length_k=longest)  # fmt: skip
 
 
 class DataCollatorForPackedClassification:

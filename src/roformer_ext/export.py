@@ -197,17 +197,22 @@ class OnnxModel:
             )
         if kwargs:
             raise TypeError(f"Unexpected inputs {sorted(kwargs)}; the ONNX graph takes {', '.join(INPUT_NAMES)}.")
-        input_ids = _as_int64(input_ids, "input_ids")
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}.")
-        feeds = {
-            "input_ids": input_ids,
-            "attention_mask": _as_int64(attention_mask, "attention_mask", like=input_ids, fill=1),
-            "token_type_ids": _as_int64(token_type_ids, "token_type_ids", like=input_ids, fill=0),
-        }
-        for name, array in feeds.items():
-            if array.shape != input_ids.shape:
-                raise ValueError(f"{name} has shape {array.shape}, input_ids {input_ids.shape}: give them alike.")
+        import numpy as np
+
+        if input_ids is None:
+            raise ValueError("input_ids is required.")
+        feeds = {}
+        for name, value in zip(INPUT_NAMES, (input_ids, attention_mask, token_type_ids)):
+            if value is None:  # all real tokens, one segment (the model's own defaults)
+                value = np.full(feeds["input_ids"].shape, int(name == "attention_mask"))
+            array = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+            if not np.issubdtype(array.dtype, np.integer):
+                raise TypeError(f"{name} must hold integers, got dtype {array.dtype}.")
+            feeds[name] = array.astype(np.int64, copy=False)
+            if feeds[name].shape != feeds["input_ids"].shape or array.ndim != 2:
+                raise ValueError(
+                    f"{name} has shape {array.shape}, input_ids {feeds['input_ids'].shape}: (batch, seq) both."
+                )
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
 
     def encode(
@@ -231,33 +236,13 @@ class OnnxModel:
         sentences = [sentences] if single else list(sentences)
         chunks = []
         for start in range(0, len(sentences), batch_size):
-            batch = self.tokenizer(
-                sentences[start : start + batch_size],
-                padding=True,
-                truncation=max_length is not None,
-                max_length=max_length,
-                return_tensors="np",
-            )
+            batch = self.tokenizer(sentences[start : start + batch_size], padding=True, truncation=max_length is not None,
+                                   max_length=max_length, return_tensors="np")  # fmt: skip
             chunks.append(self(**{name: batch[name] for name in INPUT_NAMES if name in batch})["sentence_embedding"])
         embeddings = np.concatenate(chunks) if chunks else np.zeros((0, 0), dtype=np.float32)
         if normalize_embeddings:
             embeddings = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True).clip(min=1e-12)
         return embeddings[0] if single else embeddings
-
-
-def _as_int64(value: Any, name: str, like: Any = None, fill: int = 0):
-    import numpy as np
-
-    if value is None:
-        if like is None:
-            raise ValueError(f"{name} is required.")
-        return np.full(like.shape, fill, dtype=np.int64)
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    array = np.asarray(value)
-    if not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"{name} must hold integers, got dtype {array.dtype}.")
-    return array.astype(np.int64, copy=False)
 
 
 def export_folder(

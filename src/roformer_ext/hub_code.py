@@ -18,14 +18,8 @@ from transformers.dynamic_module_utils import get_relative_import_files
 from .compat import LOWEST_TRANSFORMERS, SUPPORTED_RANGE, TRANSFORMERS_BELOW, parent_upload_modified_files
 
 #: The modules the Auto classes load; their relative imports come along.
-CODE_MODULES = (
-    "configuration_roformer_ext",
-    "modeling_roformer_ext",
-    "modeling_roformer_ext_vision",
-    "tokenization_roformer_ext",
-    "processing_roformer_ext",
-    "image_processing_roformer_ext",
-)
+CODE_MODULES = ("configuration_roformer_ext", "modeling_roformer_ext", "modeling_roformer_ext_vision",
+                "tokenization_roformer_ext", "processing_roformer_ext", "image_processing_roformer_ext")  # fmt: skip
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 MODEL_TYPES = ("roformer_ext", "roformer_ext_vision")
 _CARD_START = "<!-- roformer-ext compatibility -->"
@@ -200,15 +194,8 @@ def write_compatibility_section(folder: str | os.PathLike, create: bool = True) 
         _write_atomically(path, updated)
 
 
-def push_code(
-    code_repo: str,
-    *,
-    token: str | None = None,
-    private: bool | None = None,
-    revision: str | None = None,
-    commit_message: str | None = None,
-    source: str | os.PathLike | None = None,
-) -> str:
+def push_code(code_repo: str, *, token: str | None = None, private: bool | None = None, revision: str | None = None,
+              commit_message: str | None = None, source: str | os.PathLike | None = None) -> str:  # fmt: skip
     """Publish the code files (from `source`, default this package) to the code repository; returns the commit URL.
     huggingface_hub's `HfApi` with its endpoint and token settings."""
     from huggingface_hub import HfApi

@@ -32,13 +32,8 @@ class PaddingFreeTrainer(Trainer):
             return None
         return SequentialSampler(eval_dataset)
 
-    def prediction_step(
-        self,
-        model: torch.nn.Module,
-        inputs: dict[str, torch.Tensor | Any],
-        prediction_loss_only: bool,
-        ignore_keys: list[str] | None = None,
-    ) -> tuple[torch.Tensor | None, Any, Any]:
+    def prediction_step(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple[torch.Tensor | None, Any, Any]:  # fmt: skip
         loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
         cu_seq_lens = inputs.get("cu_seq_lens_q")
         if cu_seq_lens is None:
