@@ -180,39 +180,40 @@ def test_a_variant_refuses_other_axes_when_the_config_is_built(name):
          "beta_fast"),
     ],
 )  # fmt: skip
-def test_an_unknown_rope_key_warns_once_naming_the_nearest_known_key(rope, typo, meant, caplog):
+def test_an_unknown_rope_key_warns_once_naming_the_nearest_known_key(rope, typo, meant, warnings_seen):
     """A typo'd key was ignored in silence and its default used; transformers' own models warn on unknown keys."""
-    hf_logging.enable_propagation()  # transformers' warning, if it repeated ours, would be seen too
-    try:
-        with caplog.at_level(logging.WARNING):
-            RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)
-    finally:
-        hf_logging.disable_propagation()
-    about = [record.getMessage() for record in caplog.records if typo in record.getMessage()]
+    RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)
+    about = [record.getMessage() for record in warnings_seen.records if typo in record.getMessage()]
     assert len(about) == 1, about
     assert "unknown" in about[0] and f"did you mean {meant!r}?" in about[0].lower()
 
 
-def test_known_rope_keys_and_a_plugins_knobs_warn_nothing(registered, caplog):
+@pytest.fixture()
+def warnings_seen(caplog):
+    """transformers' warnings (ours, and its own if it repeated them) as caplog records."""
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            yield caplog
+    finally:
+        hf_logging.disable_propagation()
+
+
+def test_known_rope_keys_and_a_plugins_knobs_warn_nothing(registered, warnings_seen):
     def stepped(segments, axes, *, step_size=1.0):
         return rope_1d(segments, axes)
 
     register_position_scheme(registered(POSITION_SCHEMES, "test_stepped"))(stepped)
     every_knob = {name: field.default for knobs in BUILTIN_SCHEME_KNOBS.values() for name, field in
                   ((f.name, f) for f in fields(knobs))}  # fmt: skip
-    hf_logging.enable_propagation()
-    try:
-        with caplog.at_level(logging.WARNING):
-            RoFormerExtVisionTextConfig(
-                hidden_size=64, num_attention_heads=2,
-                rope_parameters={"position_scheme": "test_stepped", "step_size": 2.0, "rope_theta": 500.0,
-                                 "pair_layout": "half", "grape_share_across_heads": True, **every_knob},
-            )  # fmt: skip
-            RoFormerExtConfig(rope_parameters={"rope_type": "yarn", "factor": 2.0, "beta_fast": 16,
-                                               "original_max_position_embeddings": 768})  # fmt: skip
-    finally:
-        hf_logging.disable_propagation()
-    assert not [r.getMessage() for r in caplog.records if "rope_parameters" in r.getMessage()]
+    RoFormerExtVisionTextConfig(
+        hidden_size=64, num_attention_heads=2,
+        rope_parameters={"position_scheme": "test_stepped", "step_size": 2.0, "rope_theta": 500.0,
+                         "pair_layout": "half", "grape_share_across_heads": True, **every_knob},
+    )  # fmt: skip
+    RoFormerExtConfig(rope_parameters={"rope_type": "yarn", "factor": 2.0, "beta_fast": 16,
+                                       "original_max_position_embeddings": 768})  # fmt: skip
+    assert not [r.getMessage() for r in warnings_seen.records if "rope_parameters" in r.getMessage()]
 
 
 POSITIVE_BAD = [0, -1.0, True, math.nan, math.inf, "2"]
