@@ -164,7 +164,7 @@ def test_word_mode_agrees_with_transformers_roformer(lines, vocab_files, word_en
     assert compared >= 0.9 * len(lines) and agreed / compared >= ROFORMER_AGREEMENT_FLOOR
 
 
-def test_rjieba_and_jieba_give_the_same_ids(lines, vocab_files, monkeypatch):
+def test_rjieba_and_jieba_give_the_same_ids_and_the_choice(lines, vocab_files, monkeypatch):
     ids = {}
     for library in ("rjieba", "jieba"):
         monkeypatch.setenv(WORD_SEGMENTER_ENV, library)
@@ -174,9 +174,6 @@ def test_rjieba_and_jieba_give_the_same_ids(lines, vocab_files, monkeypatch):
     fast = ids["jieba", RoFormerExtTokenizerFast]
     assert len(lines) >= 1900 and ids["rjieba", RoFormerExtTokenizerFast] == fast
     assert ids["rjieba", RoFormerExtTokenizer] == ids["jieba", RoFormerExtTokenizer] == fast[:SLOW_LINES]
-
-
-def test_the_word_segmenter_choice(monkeypatch):
     monkeypatch.delenv(WORD_SEGMENTER_ENV, raising=False)
     assert word_segmenter() == "rjieba"  # installed by the test extra
     monkeypatch.setenv(WORD_SEGMENTER_ENV, "pkuseg")
