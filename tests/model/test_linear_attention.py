@@ -1,8 +1,5 @@
-"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation of the same formula, and its cache.
-
-The model-level comparisons of two paths (padded vs alone, recurrent state vs recomputation) use
-`position_sensitive_config` and assert that a position error would move their outputs ≥ 100x the tolerance
-(`assert_position_sensitive`)."""
+"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation of the same formula, and its cache; model-level
+comparisons (padded vs alone, state vs recomputation) on position-sensitive models (`assert_position_sensitive`)."""
 
 from types import SimpleNamespace
 

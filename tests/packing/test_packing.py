@@ -77,20 +77,6 @@ def test_packed_hidden_states_equal_padded(model_class, attn_implementation, opt
     assert_position_sensitive(model, lambda m: m(**packed(seqs, **options)), ATOL)
 
 
-@pytest.mark.parametrize("is_decoder", [False, True])
-def test_packed_linear_attention_equals_padded(is_decoder):
-    torch.manual_seed(0)
-    model = RoFormerExtModel(position_sensitive_config(attention_type="linear", is_decoder=is_decoder)).eval()
-    seqs = sequences(1)
-    input_ids, attention_mask = padded(seqs)
-    with torch.no_grad():
-        reference = model(input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        out = model(**packed(seqs), use_cache=False).last_hidden_state
-    for row, states in enumerate(per_sequence(out)):
-        torch.testing.assert_close(states, reference[row, : LENGTHS[row]], rtol=ATOL, atol=ATOL)
-    assert_position_sensitive(model, lambda m: m(**packed(seqs), use_cache=False), ATOL)
-
-
 def test_positions_that_jump_forward_are_one_sequence():
     """Only a restart at 0 separates sequences: [0, 1, 2, 10, 11] is one sequence attending across the jump."""
     model = model_for(RoFormerExtModel, "sdpa")

@@ -1,8 +1,5 @@
-"""packing.py unit by unit (found by the mutation check, docs/testing.md): the packed-batch description from each
-explicit input and its checks, the description's methods, the end-to-end layout and per-sequence SDPA.
-
-Each expected value is written out by hand or built by a plain Python loop over the lengths, independent of the code.
-"""
+"""packing.py unit by unit (found by the mutation check, docs/testing.md): the description from each explicit input
+and its checks, its methods, the end-to-end layout and per-sequence SDPA; expected values written out by hand."""
 
 import pytest
 import torch
@@ -204,6 +201,7 @@ def test_traced_description_of_positions_without_a_restart(monkeypatch):
     traced(monkeypatch)
     packed = describe(2, 4, position_ids=torch.tensor([[0, 1, 2, 3], [0, 1, 0, 1]]))
     assert packed.sequence_ids.tolist() == [[0, 0, 0, 0], [1, 1, 2, 2]]
+    assert describe(2, 4, position_ids=torch.tensor([[0, 1, 2, 3]])).sequence_ids.tolist() == [[0] * 4, [1] * 4]
     positions = torch.tensor([[0, 1, 0, 1]])
     assert describe(2, 4, position_ids=positions, attention_mask=torch.ones(2, 4)) is None
     assert describe(2, 4, position_ids=positions, past_length=2) is None
