@@ -6,6 +6,7 @@ import pytest
 import torch
 from conftest import assert_position_sensitive
 from test_packing import ATOL, model_for, padded, sequences
+from test_packing_edges import cu
 
 from roformer_ext import (
     DataCollatorForPackedClassification,
@@ -79,10 +80,6 @@ def test_restarting_positions_broadcast_over_rows(attn_implementation):
                 alone = model(seq[None], output_hidden_states=True).hidden_states[-1][0]
                 torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
     assert_position_sensitive(model, lambda m: m(input_ids, position_ids=positions), ATOL)
-
-
-def cu(lengths) -> torch.Tensor:
-    return torch.nn.functional.pad(torch.tensor(lengths).cumsum(0), (1, 0)).to(torch.int32)
 
 
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForSequenceClassification])

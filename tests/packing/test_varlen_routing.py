@@ -5,14 +5,13 @@ path. On a GPU (varlen equals the padded batch, forward and gradients): benchmar
 import pytest
 import torch
 from conftest import tiny_config
+from test_packing import sequences
 from torch.nn import functional as F
 from transformers import DataCollatorWithFlattening
 
 from roformer_ext import RoFormerExtModel, packing
 from roformer_ext.attention_plan import BatchLayout, make_attention_plan
 from roformer_ext.packing import describe_packed_batch
-
-LENGTHS = (5, 9, 3, 8)
 
 
 class ClaimsCuda(torch.Tensor):
@@ -50,9 +49,7 @@ def kernel(monkeypatch):
 
 
 def packed_inputs(model, cuda: bool) -> dict:
-    generator = torch.Generator().manual_seed(0)
-    seqs = [torch.randint(5, 99, (n,), generator=generator).tolist() for n in LENGTHS]
-    batch = DataCollatorWithFlattening(return_flash_attn_kwargs=True)([{"input_ids": s} for s in seqs])
+    batch = DataCollatorWithFlattening(return_flash_attn_kwargs=True)([{"input_ids": s} for s in sequences()])
     embeds = model.get_input_embeddings()(batch.pop("input_ids")).detach()
     batch.pop("labels")
     return {**batch, "inputs_embeds": embeds.as_subclass(ClaimsCuda) if cuda else embeds}
