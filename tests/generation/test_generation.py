@@ -1,25 +1,16 @@
-"""Generation as transformers' GenerationTesterMixin checks it, on our causal LMs (text and vision-text).
-
-Each check compares against an independent path: greedy decoding recomputed from scratch without a cache, a dynamic
-cache against a static one, a compiled forward against eager, one prompt alone against the same prompt in a left-
-padded batch. The models (text and vision-text) come from `position_sensitive_config`, and each comparison asserts that
-a position error would change the generated logits ≥ 100x 1e-5 (`sensitive`): on the tiny config's weights a cache
-that numbered its tokens wrongly still generated the same tokens.
-"""
+"""Generation as transformers' GenerationTesterMixin checks it, on our causal LMs (text and vision-text)."""
 
 import pytest
 import torch
 from conftest import assert_position_sensitive, position_sensitive_config
+from test_correctness import image_inputs, vision_lm  # tests/model: the same tiny vision-text decoder and prompt
 from transformers import CompileConfig, DynamicCache, StaticCache
 
-from roformer_ext import (
-    RoFormerExtForCausalLM,
-    RoFormerExtVisionTextConfig,
-    RoFormerExtVisionTextForCausalLM,
-)
+from roformer_ext import RoFormerExtForCausalLM
 from roformer_ext.compat import CACHE, output_cache
 
 GREEDY = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+WITH_LOGITS = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
 
 
 def causal_lm(**overrides) -> RoFormerExtForCausalLM:
@@ -54,38 +45,30 @@ def greedy_without_cache(model, input_ids: torch.Tensor, steps: int) -> tuple[to
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_greedy_with_dynamic_cache_equals_recomputation(attn_implementation):
+def test_dynamic_cache_equals_recomputation_and_static_cache_equals_dynamic(attn_implementation):
     model = causal_lm()
     model.set_attn_implementation(attn_implementation)
     input_ids = prompt()
-    generated = model.generate(input_ids, **GREEDY, return_dict_in_generate=True, output_logits=True)
+    dynamic = model.generate(input_ids, **WITH_LOGITS)
     tokens, logits = greedy_without_cache(model, input_ids, GREEDY["max_new_tokens"])
-    assert torch.equal(generated.sequences, tokens)
-    torch.testing.assert_close(torch.stack(generated.logits), logits, rtol=1e-5, atol=1e-5)
+    static = model.generate(input_ids, cache_implementation="static", **WITH_LOGITS)
+    for reference, expected in (
+        (dynamic, (tokens, logits)),
+        (static, (dynamic.sequences, torch.stack(dynamic.logits))),
+    ):
+        assert torch.equal(reference.sequences, expected[0])
+        torch.testing.assert_close(torch.stack(reference.logits), expected[1], rtol=1e-5, atol=1e-5)
     sensitive(model, input_ids=input_ids, **GREEDY)
-
-
-@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-def test_static_cache_generation_equals_dynamic(attn_implementation):
-    model = causal_lm()
-    model.set_attn_implementation(attn_implementation)
-    input_ids = prompt()
-    with_logits = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
-    dynamic = model.generate(input_ids, **with_logits)
-    static = model.generate(input_ids, cache_implementation="static", **with_logits)
-    assert torch.equal(static.sequences, dynamic.sequences)
-    torch.testing.assert_close(torch.stack(static.logits), torch.stack(dynamic.logits), rtol=1e-5, atol=1e-5)
     sensitive(model, input_ids=input_ids, cache_implementation="static", **GREEDY)
 
 
 def test_compiled_static_generation_equals_eager():
     model = causal_lm()
     input_ids = prompt(batch=1)
-    with_logits = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
-    eager = model.generate(input_ids, **with_logits)
+    eager = model.generate(input_ids, **WITH_LOGITS)
     compile_config = CompileConfig(fullgraph=True, dynamic=False)
     compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
-    compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **with_logits)
+    compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **WITH_LOGITS)
     assert torch.equal(compiled.sequences, eager.sequences)
     torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits), rtol=1e-5, atol=1e-5)
     sensitive(model, input_ids=input_ids, cache_implementation="static", **GREEDY)  # the eager reference
@@ -180,49 +163,15 @@ def test_4d_mask_with_static_cache_is_padded_to_its_length():
     assert_position_sensitive(model, lambda m: static_run(m).logits, 1e-5)
 
 
-def vision_causal_lm(scheme: str = "rope_tie_v2") -> RoFormerExtVisionTextForCausalLM:
-    torch.manual_seed(0)
-    config = position_sensitive_config(
-        RoFormerExtVisionTextConfig,
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        image_token_id=97,
-        video_token_id=98,
-        patch_size=2,
-        temporal_patch_size=1,
-        num_channels=1,
-        rope_parameters={"position_scheme": scheme, "axes": 3},
-    )
-    return RoFormerExtVisionTextForCausalLM(config).eval()
-
-
-def image_prompt(seed: int = 0) -> dict:
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.cat(
-        [
-            torch.randint(5, 90, (3,), generator=generator),
-            torch.full((4,), 97),
-            torch.randint(5, 90, (2,), generator=generator),
-        ]
-    )[None]
-    return dict(
-        input_ids=ids, pixel_values=torch.randn(4, 4, generator=generator), image_grid_thw=torch.tensor([[1, 2, 2]])
-    )
-
-
 def test_vision_generate_from_inputs_embeds_of_text():
-    model = vision_causal_lm()
+    model = vision_lm("rope_tie_v2")
     input_ids = prompt(batch=1, seq=6)
     from_ids = model.generate(input_ids, **GREEDY)
     from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
     assert torch.equal(from_embeds, from_ids[:, 6:])
-    with_logits = dict(GREEDY, return_dict_in_generate=True, output_logits=True)
-    ids_logits = torch.stack(model.generate(input_ids, **with_logits).logits)
+    ids_logits = torch.stack(model.generate(input_ids, **WITH_LOGITS).logits)
     embeds_logits = torch.stack(
-        model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **with_logits).logits
+        model.generate(inputs_embeds=model.get_input_embeddings()(input_ids), **WITH_LOGITS).logits
     )
     torch.testing.assert_close(embeds_logits, ids_logits, rtol=1e-5, atol=1e-5)
     sensitive(model, inputs_embeds=model.get_input_embeddings()(input_ids), **GREEDY)
@@ -230,8 +179,8 @@ def test_vision_generate_from_inputs_embeds_of_text():
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
 def test_vision_static_cache_equals_dynamic(scheme):
-    model = vision_causal_lm(scheme)
-    batch = image_prompt()
+    model = vision_lm(scheme)
+    batch = image_inputs(text_after=2, grid=(1, 2, 2))
     kwargs = dict(GREEDY, suppress_tokens=[97, 98])
     with_logits = dict(kwargs, return_dict_in_generate=True, output_logits=True)
     dynamic = model.generate(**batch, **with_logits)

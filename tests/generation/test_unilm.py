@@ -1,7 +1,4 @@
-"""RoFormer-Sim's UniLM seq2seq mask: its definition, padding, and what it does inside the model.
-
-The cached-vs-recomputed generation uses `position_sensitive_config` and asserts that a position error would move its
-logits ≥ 100x the 1e-5 tolerance (`assert_position_sensitive`)."""
+"""RoFormer-Sim's UniLM seq2seq mask: its definition, padding, and what it does inside the model."""
 
 from __future__ import annotations
 
@@ -36,16 +33,8 @@ def brute_force(segments: list[list[int]], padding: list[list[int]]) -> torch.Te
 
 def test_source_is_bidirectional_target_is_causal():
     mask = unilm_attention_mask(torch.tensor([[0, 0, 0, 1, 1]]))
-    expected = torch.tensor(
-        [
-            [1, 1, 1, 0, 0],
-            [1, 1, 1, 0, 0],
-            [1, 1, 1, 0, 0],
-            [1, 1, 1, 1, 0],
-            [1, 1, 1, 1, 1],
-        ],
-        dtype=torch.bool,
-    )
+    rows = [[1, 1, 1, 0, 0]] * 3 + [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    expected = torch.tensor(rows, dtype=torch.bool)
     assert mask.shape == (1, 1, 5, 5) and mask.dtype == torch.bool
     assert torch.equal(mask[0, 0], expected)
 
@@ -107,9 +96,6 @@ def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_target
     assert (plain[0, :6] - second[0, :6]).abs().max() > 1e-3  # without the mask everything mixes
 
 
-# --- UniLM generation through generate(): decoder_attention="unilm" -------------------------------------------------
-
-
 def unilm_decoder() -> roformer_ext.RoFormerExtForCausalLM:
     torch.manual_seed(0)
     return roformer_ext.RoFormerExtForCausalLM(position_sensitive_config(decoder_attention="unilm")).eval()
@@ -142,17 +128,9 @@ def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
 
     def generate(m):
-        return m.generate(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=torch.zeros_like(input_ids),
-            max_new_tokens=5,
-            do_sample=False,
-            pad_token_id=0,
-            cache_implementation=cache_implementation,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
+        source = torch.zeros_like(input_ids)
+        return greedy(m, input_ids, attention_mask=attention_mask, token_type_ids=source, max_new_tokens=5,
+                      cache_implementation=cache_implementation)  # fmt: skip
 
     generated = generate(model)
     tokens, logits = unilm_recomputation(model, input_ids, attention_mask, 5)
@@ -246,23 +224,11 @@ def test_unilm_second_turn_with_the_returned_cache_equals_recomputation():
     extra = torch.tensor([[11, 12], [13, 14]])  # tokens the caller appends to the answer before turn 2
     second_ids = torch.cat([first.sequences, extra], dim=1)
     second_mask = torch.cat([attention_mask, attention_mask.new_ones(2, 6)], dim=1)
-    recomputed = greedy(
-        model,
-        second_ids,
-        attention_mask=second_mask,
-        token_type_ids=target_after(second_ids, input_ids.shape[1]),
-        max_new_tokens=3,
-    )
+    turn = dict(attention_mask=second_mask, max_new_tokens=3)
+    recomputed = greedy(model, second_ids, token_type_ids=target_after(second_ids, input_ids.shape[1]), **turn)
     for token_type_ids in (None, target_after(second_ids, input_ids.shape[1])):
         cache = output_cache(greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4))
-        cached = greedy(
-            model,
-            second_ids,
-            attention_mask=second_mask,
-            token_type_ids=token_type_ids,
-            max_new_tokens=3,
-            **{CACHE: cache},
-        )
+        cached = greedy(model, second_ids, token_type_ids=token_type_ids, **turn, **{CACHE: cache})
         assert torch.equal(cached.sequences, recomputed.sequences)
         torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
 

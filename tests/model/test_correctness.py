@@ -1,11 +1,4 @@
-"""Regression tests for defects found by probing the models the way users (and transformers' tests) use them.
-
-Each test failed before its fix. References are independent: a plain recomputation, the same model on a fresh
-config, transformers' BERT for the cross-attention contract, sequential runs for the threaded case. The models of the
-comparisons that claim two paths give the same positions (cached vs recomputed, with vs without a mask, interleaved or
-threaded requests vs one alone) come from `position_sensitive_config`, and each asserts that a position error would move
-its outputs ≥ 100x the comparison's tolerance (`assert_position_sensitive`).
-"""
+"""Regression tests for defects found by probing the models the way users (and transformers' tests) use them."""
 
 import copy
 import sys
@@ -27,8 +20,6 @@ from roformer_ext import (
 from roformer_ext.compat import output_cache
 from roformer_ext.positions import build_position_ids
 
-# --- resize_token_embeddings: the LM head's bias follows ------------------------------------------------------------
-
 
 @pytest.mark.parametrize("model_class", [RoFormerExtForMaskedLM, RoFormerExtForCausalLM])
 def test_resize_token_embeddings_resizes_lm_head_bias(model_class):
@@ -44,9 +35,6 @@ def test_resize_token_embeddings_resizes_lm_head_bias(model_class):
     assert model(torch.randint(0, 50, (1, 4))).logits.shape == (1, 4, 50)
 
 
-# --- a caller's config is never mutated -----------------------------------------------------------------------------
-
-
 def test_causal_lm_does_not_make_the_callers_config_causal():
     config = tiny_config()
     snapshot = config.to_dict()
@@ -60,9 +48,6 @@ def test_causal_lm_does_not_make_the_callers_config_causal():
         ref = RoFormerExtModel(tiny_config()).eval()
         ref.load_state_dict(encoder.state_dict())
         torch.testing.assert_close(out, ref(input_ids, attention_mask=attention_mask).last_hidden_state)
-
-
-# --- cross-attention: a RoFormer decoder inside EncoderDecoderModel --------------------------------------------------
 
 
 def seq2seq() -> EncoderDecoderModel:
@@ -126,18 +111,6 @@ def test_encoder_hidden_states_without_cross_attention_raise():
         model(torch.randint(5, 99, (1, 4)), encoder_hidden_states=torch.randn(1, 3, 32))
 
 
-# --- attention weights on eager; the rotary's output shape ---------------------------------------------------------
-
-
-def test_output_attentions_on_eager():
-    model = RoFormerExtModel(tiny_config())
-    model.set_attn_implementation("eager")
-    input_ids, attention_mask, _ = random_inputs()
-    out = model(input_ids, attention_mask=attention_mask, output_attentions=True)
-    assert len(out.attentions) == 2 and out.attentions[0].shape == (3, 4, 11, 11)
-    torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(3, 4, 11))
-
-
 def test_modeling_files_keep_runtime_annotations():
     """transformers reads forward annotations at runtime (output_attentions support): no postponed annotations."""
     import inspect
@@ -154,14 +127,6 @@ def test_rotary_returns_batch_seq_dim():
     assert cos.shape == sin.shape == (3, 7, 8)
 
 
-# --- positions that jump are not sequence boundaries ---------------------------------------------------------------
-
-
-def causal_reference_logits(model, input_ids, position_ids):
-    """Causal attention with an explicit 2D all-ones mask: nothing can be read as a packed boundary."""
-    return model(input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids)).logits
-
-
 def test_user_positions_that_jump_keep_full_causal_attention():
     torch.manual_seed(0)
     model = RoFormerExtForCausalLM(tiny_config(is_decoder=True)).eval()
@@ -169,7 +134,8 @@ def test_user_positions_that_jump_keep_full_causal_attention():
     positions = torch.tensor([[0, 1, 2, 10, 11]])
     with torch.no_grad():
         actual = model(input_ids, position_ids=positions, use_cache=False).logits
-        expected = causal_reference_logits(model, input_ids, positions)
+        # an explicit 2D all-ones mask: nothing can be read as a packed boundary
+        expected = model(input_ids, position_ids=positions, attention_mask=torch.ones_like(input_ids)).logits
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -229,9 +195,6 @@ def test_4d_causal_mask_with_float_positions():
         two_d = model(**inputs, attention_mask=torch.ones(1, seq, dtype=torch.long), use_cache=False).logits
     torch.testing.assert_close(four_d, two_d, rtol=1e-5, atol=1e-5)
     assert_position_sensitive(model, lambda m: m(**inputs, attention_mask=causal, use_cache=False).logits, 1e-5)
-
-
-# --- no per-request state on the model -----------------------------------------------------------------------------
 
 
 def test_interleaved_requests_do_not_share_position_offsets():
@@ -333,9 +296,6 @@ def test_vision_decoding_positions_continue_after_the_prompt():
     assert positions[0, 0, -1] == positions[0, 0, -2] + 1
 
 
-# --- configuration is validated whatever path built it -------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -348,19 +308,6 @@ def test_from_pretrained_overrides_are_validated(tmp_path, overrides, message):
     RoFormerExtModel(tiny_config()).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=message):
         RoFormerExtModel.from_pretrained(tmp_path, **overrides)
-
-
-def test_config_attribute_set_later_is_validated_when_a_model_is_built():
-    config = tiny_config()
-    config.norm_type = "batch_norm"
-    with pytest.raises(ValueError, match="norm_type"):
-        RoFormerExtModel(config)
-
-
-@pytest.mark.parametrize("theta", [0.0, -10000.0])
-def test_rope_theta_must_be_positive(theta):
-    with pytest.raises(ValueError, match="rope_theta"):
-        tiny_config(rope_parameters={"rope_theta": theta})
 
 
 def test_missing_scaling_factor_is_a_value_error():
@@ -382,9 +329,6 @@ def test_legacy_rope_scaling_in_config_json_is_read(tmp_path):
     model = RoFormerExtModel.from_pretrained(tmp_path)
     base = RoFormerExtModel(tiny_config())
     torch.testing.assert_close(model.rotary_emb.inv_freq, base.rotary_emb.inv_freq / 4.0)
-
-
-# --- inputs that used to fail deep inside a reshape ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

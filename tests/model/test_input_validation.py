@@ -10,17 +10,13 @@ from conftest import random_inputs, tiny_config
 from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig
 
 
-@pytest.mark.parametrize("scale", [math.inf, -math.inf, math.nan])
-def test_sinusoidal_scale_must_be_finite(scale):
-    with pytest.raises(
-        ValueError, match=r"sinusoidal_scale must be a positive number \(finite, > 0.*got (inf|-inf|nan)"
-    ):
-        tiny_config(position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": scale})
-
-
-@pytest.mark.parametrize("scale, error", [(0.0, ValueError), (-1.0, ValueError), (True, TypeError), ("1", TypeError)])
+@pytest.mark.parametrize(
+    "scale, error",
+    [(math.inf, ValueError), (-math.inf, ValueError), (math.nan, ValueError), (0.0, ValueError), (-1.0, ValueError),
+     (True, TypeError), ("1", TypeError)],
+)  # fmt: skip
 def test_sinusoidal_scale_must_be_a_positive_number(scale, error):
-    with pytest.raises(error, match=r"sinusoidal_scale must be a positive number \(finite, > 0"):
+    with pytest.raises(error, match=r"sinusoidal_scale must be a positive number \(finite, > 0.*got"):
         tiny_config(position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": scale})
 
 
@@ -33,15 +29,11 @@ def test_finite_sinusoidal_scale_gives_finite_outputs():
         assert model(input_ids, attention_mask=attention_mask).last_hidden_state.isfinite().all()
 
 
-@pytest.mark.parametrize("axes", [2.0, "2", True, False, None, [2]])
-def test_axes_of_the_wrong_type_is_a_type_error(axes):
-    with pytest.raises(TypeError, match=r"rope_parameters\['axes'\] must be an int \(1, 2 or 3\); got .*"):
-        tiny_config(rope_parameters={"axes": axes})
-
-
-@pytest.mark.parametrize("axes", [0, -1, 4, 7])
-def test_axes_out_of_range_is_a_value_error(axes):
-    with pytest.raises(ValueError, match=rf"rope_parameters\['axes'\] must be 1, 2 or 3 .*; got {axes}"):
+@pytest.mark.parametrize("axes", [2.0, "2", True, False, None, [2], 0, -1, 4, 7])
+def test_axes_must_be_1_2_or_3(axes):
+    wrong_type = not isinstance(axes, int) or isinstance(axes, bool)
+    message = r"must be an int \(1, 2 or 3\); got" if wrong_type else rf"must be 1, 2 or 3 .*; got {axes}"
+    with pytest.raises(TypeError if wrong_type else ValueError, match=r"rope_parameters\['axes'\] " + message):
         tiny_config(rope_parameters={"axes": axes})
 
 
@@ -86,8 +78,10 @@ def test_malformed_mrope_section_is_rejected_even_when_not_used():
 
 
 @pytest.mark.parametrize(
-    "theta, error", [(math.inf, ValueError), (math.nan, ValueError), (True, TypeError), ("1e4", TypeError)]
-)
+    "theta, error",
+    [(0.0, ValueError), (-1e4, ValueError), (math.inf, ValueError), (math.nan, ValueError), (True, TypeError),
+     ("1e4", TypeError)],
+)  # fmt: skip
 def test_rope_theta_must_be_a_finite_positive_number(theta, error):
     with pytest.raises(error, match=r"rope_parameters\['rope_theta'\] must be a positive number \(finite, > 0"):
         tiny_config(rope_parameters={"rope_theta": theta})
@@ -114,10 +108,15 @@ def test_rope_parameters_must_be_a_dict(value):
         tiny_config(rope_parameters=value)
 
 
-def test_rope_fields_set_later_are_checked_when_a_model_is_built():
+@pytest.mark.parametrize(
+    "name, value, error, message",
+    [("rope_parameters", {"axes": "2"}, TypeError, r"rope_parameters\['axes'\]"),
+     ("norm_type", "batch_norm", ValueError, "norm_type")],
+)  # fmt: skip
+def test_fields_set_later_are_checked_when_a_model_is_built(name, value, error, message):
     config = tiny_config()
-    config.rope_parameters = {"axes": "2"}
-    with pytest.raises(TypeError, match=r"rope_parameters\['axes'\]"):
+    setattr(config, name, value)
+    with pytest.raises(error, match=message):
         RoFormerExtModel(config)
 
 

@@ -1,13 +1,11 @@
-"""Common model checks (our stand-in for transformers' ModelTesterMixin, which is not in the wheel).
-
-The models come from `position_sensitive_config`: the comparisons of two paths (batched vs one by one, cached vs
-recomputed, left-padded vs alone) also assert that a position error would move the outputs ≥ 100x their tolerance."""
+"""Common model checks (our stand-in for transformers' ModelTesterMixin, which is not in the wheel)."""
 
 import copy
 
 import pytest
 import torch
 from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
+from safetensors import safe_open
 
 from roformer_ext import (
     RoFormerExtForCausalLM,
@@ -62,20 +60,12 @@ def test_save_load_round_trip_is_exact(model_class, tmp_path):
     with torch.no_grad():
         before = main_output(model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
     model.save_pretrained(tmp_path)
-    assert (tmp_path / "model.safetensors").exists()
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:  # nothing position-related is saved
+        assert not [k for k in f.keys() if "freq" in k or "position" in k or "rotary" in k]
     reloaded = model_class.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         after = main_output(reloaded(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
     assert torch.equal(before, after)
-
-
-def test_nothing_position_related_in_checkpoint(tmp_path):
-    build(RoFormerExtForMaskedLM).save_pretrained(tmp_path)
-    from safetensors import safe_open
-
-    with safe_open(tmp_path / "model.safetensors", "pt") as f:
-        keys = list(f.keys())
-    assert not [k for k in keys if "freq" in k or "position" in k or "rotary" in k]
 
 
 def test_meta_device_init_restores_rotary_buffers(tmp_path):
@@ -96,27 +86,31 @@ def test_meta_device_init_restores_rotary_buffers(tmp_path):
 def test_eager_sdpa_flex_agree(padded):
     input_ids, attention_mask, token_type_ids = random_inputs(pad_last=padded)
     outputs = {}
+    four_d = attention_mask[:, None, None, :].bool().expand(-1, 1, input_ids.shape[1], -1)
     for implementation in ("eager", "sdpa", "flex_attention"):
         model = build(RoFormerExtModel)
         model.set_attn_implementation(implementation)
-        with torch.no_grad():
-            out = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
-        outputs[implementation] = out * attention_mask[..., None]
-    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], atol=ATOL, rtol=0)
-    torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], atol=ATOL, rtol=0)
+        for name, mask in (("", attention_mask), (" 4D", four_d)):  # a 4D mask equals the 2D one
+            if name and implementation == "flex_attention":
+                continue
+            with torch.no_grad():
+                out = model(input_ids, attention_mask=mask, token_type_ids=token_type_ids).last_hidden_state
+            outputs[implementation + name] = out * attention_mask[..., None]
+    for name in ("sdpa", "flex_attention", "eager 4D", "sdpa 4D"):
+        torch.testing.assert_close(outputs[name], outputs["eager"], atol=ATOL, rtol=0)
     run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state  # noqa: E731
     assert_position_sensitive(model, run, ATOL)
 
 
-def test_encoder_attention_is_not_causal():
-    model = build(RoFormerExtModel)
+@pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
+def test_only_the_decoder_is_causal(model_class):
+    model = build(model_class)
     input_ids, _, _ = random_inputs(batch=1, pad_last=False)
     changed = input_ids.clone()
     changed[0, -1] = (changed[0, -1] + 1) % 99
     with torch.no_grad():
-        first = model(input_ids).last_hidden_state[0, 0]
-        second = model(changed).last_hidden_state[0, 0]
-    assert not torch.allclose(first, second)  # token 0 sees the last token
+        first, second = (main_output(model(ids))[0, :-1] for ids in (input_ids, changed))
+    assert torch.equal(first, second) == (model_class is RoFormerExtForCausalLM)  # does token 0 see the last token?
 
 
 @pytest.mark.parametrize("model_class", HEADS)
@@ -188,15 +182,6 @@ def test_generate_with_left_padding_matches_unpadded():
     assert_position_sensitive(model, generated_logits(input_ids=padded, attention_mask=mask, **kwargs), ATOL)
 
 
-def test_causal_lm_is_causal():
-    model = build(RoFormerExtForCausalLM)
-    input_ids, _, _ = random_inputs(batch=1, pad_last=False)
-    changed = input_ids.clone()
-    changed[0, -1] = (changed[0, -1] + 1) % 99
-    with torch.no_grad():
-        assert torch.equal(model(input_ids).logits[0, :-1], model(changed).logits[0, :-1])
-
-
 def test_long_input_runs_past_max_position_embeddings():
     model = build(RoFormerExtModel, max_position_embeddings=512)
     input_ids = torch.randint(5, 99, (1, 8192))
@@ -218,20 +203,6 @@ def test_float_position_ids_and_explicit_positions_match_default():
     assert_position_sensitive(model, lambda m: m(input_ids, position_ids=positions.float()).last_hidden_state, 1e-4)
 
 
-def test_four_d_mask_equals_two_d_mask():
-    model = build(RoFormerExtModel)
-    input_ids, attention_mask, _ = random_inputs()
-    four_d = attention_mask[:, None, None, :].bool().expand(-1, 1, input_ids.shape[1], -1)
-    for implementation in ("eager", "sdpa"):
-        model.set_attn_implementation(implementation)
-        with torch.no_grad():
-            two = model(input_ids, attention_mask=attention_mask).last_hidden_state
-            four = model(input_ids, attention_mask=four_d).last_hidden_state
-        torch.testing.assert_close(two * attention_mask[..., None], four * attention_mask[..., None])
-        four_d_run = lambda m: m(input_ids, attention_mask=four_d).last_hidden_state * attention_mask[..., None]  # noqa: E731
-        assert_position_sensitive(model, four_d_run, 1e-5)  # float32 assert_close: atol 1e-5
-
-
 def test_output_hidden_states_and_attentions():
     model = build(RoFormerExtModel)
     model.set_attn_implementation("eager")
@@ -239,6 +210,7 @@ def test_output_hidden_states_and_attentions():
     out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True, output_attentions=True)
     assert len(out.hidden_states) == 3 and len(out.attentions) == 2
     assert out.attentions[0].shape == (3, 4, 11, 11)
+    torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(3, 4, 11))
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
 
 

@@ -1,7 +1,6 @@
-"""Every multimodal variant in the model: cached decoding equals recomputation, packed rows equal each sequence alone,
-left padding leaves real tokens unchanged, save / load and remote code (a fresh process without roformer_ext).
-Built from `position_sensitive_config`; each path comparison asserts that a position error (a wrong text-image offset)
-would move its outputs ≥ 100x its tolerance."""
+"""Every multimodal variant in the model: cached decoding equals recomputation, packed rows equal each sequence
+alone, left padding leaves real tokens unchanged, save / load and remote code (a fresh process without
+roformer_ext)."""
 
 from __future__ import annotations
 
@@ -114,19 +113,18 @@ def test_cached_decoding_equals_recomputation(scheme):
     model = RoFormerExtVisionTextForCausalLM(config(scheme)).double().eval()
     parts = samples(scheme=scheme)
     batch = batch_of(parts, [3, 3 + len(parts[0]["ids"]) - len(parts[1]["ids"])])
-    batch["pixel_values"], batch["pixel_values_videos"] = (
-        batch["pixel_values"].double(),
-        batch["pixel_values_videos"].double(),
-    )
-    kwargs = dict(
-        max_new_tokens=4, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
-        return_dict_in_generate=True, output_logits=True,
-    )  # fmt: skip
+    assert_cached_equals_recomputed(model, batch, max_new_tokens=4)
+
+
+def assert_cached_equals_recomputed(model, batch: dict, max_new_tokens: int) -> None:
+    """Greedy tokens and logits (float64: the two orders of summation agree to ~1e-12), position-sensitive."""
+    batch.update({name: batch[name].double() for name in ("pixel_values", "pixel_values_videos")})
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
+                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
     cached = model.generate(**batch, use_cache=True, **kwargs)
     recomputed = model.generate(**batch, use_cache=False, **kwargs)
     assert torch.equal(cached.sequences, recomputed.sequences)
-    for step_cached, step_recomputed in zip(cached.logits, recomputed.logits):
-        torch.testing.assert_close(step_cached, step_recomputed, atol=1e-10, rtol=0)
+    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), atol=1e-10, rtol=0)
     assert_position_sensitive(model, lambda m: torch.stack(m.generate(**batch, use_cache=True, **kwargs).logits), 1e-10)
 
 
@@ -149,12 +147,7 @@ def test_packed_row_equals_each_sequence_alone(scheme, attention):
     torch.manual_seed(0)
     model = RoFormerExtVisionTextModel(config(scheme, attn_implementation=attention)).eval()
     parts = samples(scheme=scheme)
-    packed = batch_of(parts, [0, 0])
-    lengths = [len(p["ids"]) for p in parts]
-    packed["input_ids"] = torch.cat([p["ids"] for p in parts])[None]
-    packed["attention_mask"] = None
-    packed["cu_seq_lens_q"] = packed["cu_seq_lens_k"] = torch.tensor([0, lengths[0], sum(lengths)], dtype=torch.int32)
-    packed["max_length_q"] = packed["max_length_k"] = max(lengths)
+    packed = packed_row(parts)
     with torch.no_grad():
         row = model(**packed).last_hidden_state[0]
         alone = [model(**batch_of([part], [0])).last_hidden_state[0] for part in parts]
@@ -173,19 +166,13 @@ def packed_row(parts: list[dict]) -> dict:
     return packed
 
 
-@pytest.mark.parametrize(
-    "model_class",
-    [
-        RoFormerExtVisionTextForMaskedLM,
-        RoFormerExtVisionTextForCausalLM,
-        RoFormerExtVisionTextForSequenceClassification,
-    ],
-)
+HEAD_CLASSES = [RoFormerExtVisionTextForMaskedLM, RoFormerExtVisionTextForCausalLM]
+
+
+@pytest.mark.parametrize("model_class", [*HEAD_CLASSES, RoFormerExtVisionTextForSequenceClassification])
 def test_every_head_packed_row_equals_each_sequence_alone(model_class):
     """Every vision-text head on a packed row of two image + video samples: each sequence's logits (token heads: per
-    token; the classifier: one row per sequence) equal the sequence run alone. ILRoPE, whose images restart their rows
-    and columns at 0: a row laid out as one sequence moves the second sequence's text and not its image (with M-RoPE's
-    layout the whole second sequence moves by one offset, which RoPE cannot see)."""
+    token; the classifier: one row per sequence) equal the sequence run alone."""
     torch.manual_seed(0)
     model = model_class(config("ilrope", num_labels=3)).eval()
     parts = samples(scheme="ilrope")
@@ -349,19 +336,7 @@ def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_im
     model.train()
     model(**batch, labels=batch["input_ids"]).loss.backward()
     assert rotary.log_freq.grad is not None and rotary.log_freq.grad.abs().sum() > 0
-    model = model.double().eval()
-    batch["pixel_values"], batch["pixel_values_videos"] = (
-        batch["pixel_values"].double(),
-        batch["pixel_values_videos"].double(),
-    )
-    kwargs = dict(max_new_tokens=3, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
-                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
-    cached = model.generate(**batch, use_cache=True, **kwargs)
-    recomputed = model.generate(**batch, use_cache=False, **kwargs)
-    assert torch.equal(cached.sequences, recomputed.sequences)
-    for step_cached, step_recomputed in zip(cached.logits, recomputed.logits):
-        torch.testing.assert_close(step_cached, step_recomputed, atol=1e-10, rtol=0)
-    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**batch, use_cache=True, **kwargs).logits), 1e-10)
+    assert_cached_equals_recomputed(model.double().eval(), batch, max_new_tokens=3)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,4 @@
-"""Qwen2.5-VL (time-aligned M-RoPE) and Qwen3-VL (interleaved M-RoPE) against transformers' own code.
-
-Positions: `Qwen2_5_VLModel.get_rope_index` / `Qwen3VLModel.get_rope_index`, called unbound with spatial_merge_size 1
-(our grids are already merged), on 200 (Qwen2.5-VL) and 150 (Qwen3-VL) random padded batches (text, several images, videos of 1-4 frames,
-mixed). cos / sin: transformers' `Qwen2_5_VLRotaryEmbedding` / `Qwen3VLTextRotaryEmbedding` with the released
-mrope_section (head_dim 128) against our `RotaryEmbedding` in the half pair layout (Qwen's).
-"""
+"""Qwen2.5-VL (time-aligned M-RoPE) and Qwen3-VL (interleaved M-RoPE) against transformers' own code."""
 
 from __future__ import annotations
 
@@ -13,6 +7,7 @@ import math
 import random
 import types
 
+import pytest
 import torch
 
 from roformer_ext import RoFormerExtVisionTextConfig
@@ -30,9 +25,8 @@ def config(scheme: str, **knobs) -> types.SimpleNamespace:
 
 
 def random_layout(rng: random.Random, frames_apart: bool = False) -> list[tuple[str, object]]:
-    """("text", n) / ("image", (1, h, w)) / ("video", (t, h, w)) items; text between two vision items of one kind (the
-    processor's [/IMG] [IMG] markers). With `frames_apart`, each video frame is its own group after a timestamp token
-    (Qwen3-VL's layout): ("frames", (t, h, w))."""
+    """("text", n) / ("image", (1, h, w)) / ("video", (t, h, w)) items; text between two vision items of one kind
+    (the processor's [/IMG] [IMG] markers)."""
     layout = [("text", rng.randint(1, 4))] if rng.random() < 0.7 else []
     for _ in range(rng.randint(0, 3)):
         kind = rng.choice(["image", "video"])
@@ -93,11 +87,6 @@ def transformers_rope_index(model_class, input_ids, mask, images, videos, **extr
     )
     token_types = (input_ids == IMAGE).long() + 2 * (input_ids == VIDEO).long()
     return model_class.get_rope_index(model, input_ids, token_types, images, videos, attention_mask=mask, **extra)
-
-
-# ------------------------------------------------------------------------------------------------
-# Qwen2.5-VL: time-aligned temporal positions
-# ------------------------------------------------------------------------------------------------
 
 
 def original_qwen2_5_vl(layout, seconds: list[float], tokens_per_second: int) -> tuple[list[list[int]], int]:
@@ -172,9 +161,7 @@ def test_qwen2_5_vl_matches_transformers_get_rope_index():
 
 
 def test_qwen2_5_vl_text_after_a_long_video():
-    """4 frames at 1 s per grid, 2 tokens per second: temporal indices 0, 2, 4, 6 after 2 text tokens (st = 2). The
-    original continues the text at 2 + 6 + 1 = 9; transformers 5.21-5.25 at 2 + max(h, w) = 5, which repeats the
-    temporal position of the video's third frame."""
+    """4 frames at 1 s per grid, 2 tokens per second: temporal indices 0, 2, 4, 6 after 2 text tokens (st = 2)."""
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
     ids, _, videos, _ = encode([("text", 2), ("video", (4, 2, 3)), ("text", 2)])
@@ -188,15 +175,9 @@ def test_qwen2_5_vl_text_after_a_long_video():
     assert our_delta.item() == 11 - 28
 
 
-# ------------------------------------------------------------------------------------------------
-# Qwen3-VL: every frame its own group (after a timestamp), interleaved frequencies
-# ------------------------------------------------------------------------------------------------
-
-
 def test_qwen3_vl_matches_transformers_get_rope_index():
     """Layout mapping: Qwen3-VL separates video frames by timestamp text, and its `get_rope_index` takes one
-    video_grid_thw row (t, h, w) per video and splits it into t rows (1, h, w). Our placeholders are the same tokens;
-    each frame is one group, so our video_grid_thw has those t rows."""
+    video_grid_thw row (t, h, w) per video and splits it into t rows (1, h, w)."""
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
     rng, with_video = random.Random(3), 0
@@ -227,11 +208,6 @@ def test_qwen3_vl_places_consecutive_frames_one_after_another():
     assert ours[:, 0, -1].tolist() == [11, 11, 11] and delta.item() == 12 - 21
 
 
-# ------------------------------------------------------------------------------------------------
-# cos / sin against transformers' rotary modules
-# ------------------------------------------------------------------------------------------------
-
-
 def our_cos_sin(scheme: str, mrope_section: list[int], position_ids: torch.Tensor):
     vision_config = RoFormerExtVisionTextConfig(
         hidden_size=256,
@@ -242,46 +218,31 @@ def our_cos_sin(scheme: str, mrope_section: list[int], position_ids: torch.Tenso
     return rotary(torch.zeros(1), position_ids)
 
 
-def test_qwen2_5_vl_cos_sin_match_transformers():
-    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel, Qwen2_5_VLRotaryEmbedding
+@pytest.mark.parametrize("scheme", ["qwen2_5_vl", "qwen3_vl"])
+def test_cos_sin_match_transformers(scheme):
+    """Our rotary's (cos, sin) on transformers' own position ids equal its rotary module's."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen2_5
+    from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3
 
-    rng = random.Random(5)
-    section = [16, 24, 24]  # Qwen2.5-VL's, head_dim 128
-    their_config = Qwen2_5_VLTextConfig(
-        hidden_size=256, num_attention_heads=2, num_key_value_heads=2,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section},
-    )  # fmt: skip
-    theirs_rotary = Qwen2_5_VLRotaryEmbedding(their_config)
-    for _ in range(10):
-        _, input_ids, mask, images, videos, _ = padded_batch(rng)
-        seconds = None if videos is None else torch.rand(len(videos)) * 2 + 0.1
-        position_ids, _ = transformers_rope_index(
-            Qwen2_5_VLModel, input_ids, mask, images, videos, second_per_grid_ts=seconds
+    qwen3_vl = scheme == "qwen3_vl"
+    section = [24, 20, 20] if qwen3_vl else [16, 24, 24]  # the models' own, head_dim 128
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section}
+    sizes = dict(hidden_size=256, num_attention_heads=2, num_key_value_heads=2, head_dim=128)
+    if qwen3_vl:
+        their_rotary = qwen3.Qwen3VLTextRotaryEmbedding(
+            qwen3.Qwen3VLTextConfig(**sizes, rope_parameters={**rope, "mrope_interleaved": True})
         )
-        cos, sin = our_cos_sin("qwen2_5_vl", section, position_ids.float())
-        their_cos, their_sin = theirs_rotary(torch.zeros(1), position_ids)
+        model_class = qwen3.Qwen3VLModel
+    else:
+        their_rotary = qwen2_5.Qwen2_5_VLRotaryEmbedding(qwen2_5.Qwen2_5_VLTextConfig(**sizes, rope_parameters=rope))
+        model_class = qwen2_5.Qwen2_5_VLModel
+    rng = random.Random(6 if qwen3_vl else 5)
+    for _ in range(10):
+        _, input_ids, mask, images, videos, _ = padded_batch(rng, frames_apart=qwen3_vl)
+        extra = {} if qwen3_vl or videos is None else {"second_per_grid_ts": torch.rand(len(videos)) * 2 + 0.1}
+        position_ids, _ = transformers_rope_index(model_class, input_ids, mask, images, videos, **extra)
+        cos, sin = our_cos_sin(scheme, section, position_ids.float())
+        their_cos, their_sin = their_rotary(torch.zeros(1), position_ids)
         torch.testing.assert_close(cos, their_cos, atol=1e-6, rtol=0)
         torch.testing.assert_close(sin, their_sin, atol=1e-6, rtol=0)
         assert cos.shape == (*input_ids.shape, 128)
-
-
-def test_qwen3_vl_cos_sin_match_transformers():
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel, Qwen3VLTextRotaryEmbedding
-
-    rng = random.Random(6)
-    section = [24, 20, 20]  # Qwen3-VL's, head_dim 128
-    their_config = Qwen3VLTextConfig(
-        hidden_size=256, num_attention_heads=2, num_key_value_heads=2, head_dim=128,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section,
-                         "mrope_interleaved": True},
-    )  # fmt: skip
-    theirs_rotary = Qwen3VLTextRotaryEmbedding(their_config)
-    for _ in range(10):
-        _, input_ids, mask, images, videos, _ = padded_batch(rng, frames_apart=True)
-        position_ids, _ = transformers_rope_index(Qwen3VLModel, input_ids, mask, images, videos)
-        cos, sin = our_cos_sin("qwen3_vl", section, position_ids.float())
-        their_cos, their_sin = theirs_rotary(torch.zeros(1), position_ids)
-        torch.testing.assert_close(cos, their_cos, atol=1e-6, rtol=0)
-        torch.testing.assert_close(sin, their_sin, atol=1e-6, rtol=0)

@@ -1,11 +1,4 @@
-"""Vision-text defects of issue #31, each checked with a model whose output visibly depends on positions.
-
-The tests' usual tiny models (initializer_range 0.02) barely read positions: a wrong image offset moves their outputs
-by ~1e-6, under the 1e-5 tolerances. These models use initializer_range 1.0, and each test first shows that the wrong
-positions of its defect move the compared output far beyond its tolerance, so the test can see the defect; the
-comparisons of two paths also assert that a position error moves their outputs ≥ 100x the tolerance
-(`assert_position_sensitive`), or compare the positions themselves.
-"""
+"""Vision-text defects of issue #31, each checked with a model whose output visibly depends on positions."""
 
 import copy
 
@@ -126,8 +119,7 @@ GENERATE = dict(max_new_tokens=3, pad_token_id=0, suppress_tokens=[IMAGE], retur
 
 def test_generate_with_return_sequences_gives_each_copy_its_own_prompts_patches():
     """Defect (issue #31, 1): generate repeated pixel_values row by row (patch by patch) for num_return_sequences, so
-    each copy of a prompt saw other patches than its own. Every copy must generate what its prompt alone generates
-    (top_k=1 sampling: deterministic)."""
+    each copy of a prompt saw other patches than its own."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(sensitive_config()).eval()
     parts, batch = generation_prompts()
@@ -150,9 +142,8 @@ def test_generate_with_return_sequences_gives_each_copy_its_own_prompts_patches(
 
 
 def test_beam_search_gives_each_beam_its_own_prompts_patches():
-    """Defect (issue #31, 1): num_beams > 1 repeated the patches row by row too (a prompt alone as well, so beam search
-    alone is no reference). Each prompt's best beam must score (length_penalty 0: the sum of its tokens' log
-    probabilities) what one forward of that prompt, with its own patches, gives the same tokens."""
+    """Defect (issue #31, 1): num_beams > 1 repeated the patches row by row too (a prompt alone as well, so beam
+    search alone is no reference)."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(sensitive_config()).eval()
     parts, batch = generation_prompts()
@@ -193,10 +184,7 @@ def test_expand_vision_inputs_repeats_each_prompts_images_and_videos_as_a_group(
 
 def test_second_chat_turn_with_the_conversations_pixels_equals_the_turn_without_them():
     """Defect (issue #31, 5): a second chat turn given the cache and the conversation's pixel_values raised "The text
-    has 0 image placeholder tokens": the image is in the cache and the new tokens hold no placeholder. As Qwen2-VL,
-    the patches are written only where the current tokens hold placeholders; the turn then equals the call with the
-    grids alone and a recomputation of the whole conversation (float64, position-sensitive model). Without the grids
-    the conversation's deltas cannot be recomputed (nothing is kept on the cache): refused with the fix."""
+    has 0 image placeholder tokens": the image is in the cache and the new tokens hold no placeholder."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(sensitive_config()).double().eval()
     part = image_prompt(torch.Generator().manual_seed(3), 3, (1, 2, 3))

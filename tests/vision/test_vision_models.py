@@ -1,8 +1,4 @@
-"""Vision-text models: text-checkpoint carry-over, every head under every scheme, generation, bad input.
-
-Built from `position_sensitive_config`: the comparisons of two paths (text checkpoint in the text vs the vision-text
-model, left-padded vs alone, cached vs uncached) assert
-that a position error (a wrong text-image offset) would move the outputs ≥ 100x their tolerance."""
+"""Vision-text models: text-checkpoint carry-over, every head under every scheme, generation, bad input."""
 
 import pytest
 import torch
@@ -131,41 +127,23 @@ def per_token_output(output) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    "model_class", [RoFormerExtVisionTextModel, RoFormerExtVisionTextForMaskedLM, RoFormerExtVisionTextForCausalLM]
-)
-def test_left_padding_does_not_change_real_tokens(model_class):
+    "model_class, pooling",
+    [(RoFormerExtVisionTextModel, None), (RoFormerExtVisionTextForMaskedLM, None),
+     (RoFormerExtVisionTextForCausalLM, None), (RoFormerExtVisionTextForSequenceClassification, "mean"),
+     (RoFormerExtVisionTextForSequenceClassification, "cls")],
+)  # fmt: skip
+def test_left_padding_does_not_change_real_tokens(model_class, pooling):
+    """Sample 1 alone equals its left-padded row: per token, or pooled (mean: real tokens; cls: first real token)."""
     torch.manual_seed(0)
-    model = model_class(vision_config("mrope")).eval()
-    batch = mixed_batch()
-    # Sample 1 alone, without its padding, must equal its padded row.
-    alone = {k: v for k, v in batch.items()}
-    alone["input_ids"] = batch["input_ids"][1:, 2:]
-    alone["attention_mask"] = batch["attention_mask"][1:, 2:]
-    alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
-    alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
-    with torch.no_grad():
-        padded = per_token_output(model(**batch))[1, 2:]
-        single = per_token_output(model(**alone))[0]
-    torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
-    assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
-
-
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_left_padding_does_not_change_the_classification(pooling):
-    """The classifier on the left-padded row equals the sample alone: mean pooling reads the real tokens only, `cls`
-    the row's first real token (slot 0 is a pad on a left-padded row)."""
-    torch.manual_seed(0)
-    model = RoFormerExtVisionTextForSequenceClassification(
-        vision_config("mrope", num_labels=3, classifier_pooling=pooling)
-    ).eval()
+    model = model_class(vision_config("mrope", num_labels=3, classifier_pooling=pooling or "cls")).eval()
     batch = mixed_batch()
     alone = dict(batch, input_ids=batch["input_ids"][1:, 2:], attention_mask=batch["attention_mask"][1:, 2:])
     alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
     alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
     with torch.no_grad():
-        padded, single = model(**batch).logits[1], model(**alone).logits[0]
-    torch.testing.assert_close(padded, single, atol=1e-5, rtol=0)
-    assert_position_sensitive(model, lambda m: m(**batch).logits, 1e-5)
+        padded, single = per_token_output(model(**batch))[1], per_token_output(model(**alone))[0]
+    torch.testing.assert_close(padded if pooling else padded[2:], single, atol=1e-5, rtol=0)
+    assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_1d"])
