@@ -220,16 +220,18 @@ def packed_qkv(lengths, heads: int = 4, dim: int = 8, seed: int = 0) -> tuple[to
     return q, k, v, cu(lengths)
 
 
-@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize(("is_causal", "scaling"), [(False, None), (True, None), (False, 0.3)])
 @pytest.mark.parametrize("lengths", [(5, 9, 5, 3, 9, 5), (4, 4, 4, 7, 4)], ids=["apart", "side-by-side"])
-def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, monkeypatch):
-    """One SDPA call per sequence, in order (never one over the whole row), each as if it ran alone."""
+def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, scaling, monkeypatch):
+    """One SDPA call per sequence, in order (never one over the whole row), each as if it ran alone: softmax attention
+    (bidirectional unless told, 1 / sqrt(head_dim) unless a scale is given); dropout passed on."""
     q, k, v, cu_seq_lens = packed_qkv(lengths)
     bounds = cu_seq_lens.tolist()
-    alone = [
-        F.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=is_causal)
-        for a, b in zip(bounds[:-1], bounds[1:])
-    ]
+    alone = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        scores = q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2) * (scaling or 8**-0.5)
+        scores = scores.masked_fill(torch.ones(b - a, b - a).triu(1).bool(), -torch.inf) if is_causal else scores
+        alone.append((scores.softmax(-1) @ v[0, :, a:b]).transpose(0, 1))
     sdpa, calls = F.scaled_dot_product_attention, []
 
     def counting_sdpa(query, *args, **kwargs):
@@ -237,22 +239,13 @@ def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, monke
         return sdpa(query, *args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
-    out, weights = per_sequence_sdpa(None, q, k, v, None, is_causal=is_causal, cu_seq_lens_q=cu_seq_lens)
+    given = dict(is_causal=is_causal, scaling=scaling, cu_seq_lens_q=cu_seq_lens)
+    out, weights = per_sequence_sdpa(None, q, k, v, None, **given)
     assert weights is None and out.shape == (1, sum(lengths), 4, 8) and out.is_contiguous()
     assert calls == list(lengths)
     for piece, reference in zip(torch.split(out[0], lengths), alone):
-        torch.testing.assert_close(piece, reference[0].transpose(0, 1), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("scaling", [None, 0.3])
-def test_per_sequence_sdpa_is_softmax_attention_with_its_scale_and_dropout(scaling):
-    """Bidirectional unless told, the scale passed on (1 / sqrt(head_dim 4) by default), dropout passed on."""
-    q, k, v, cu_seq_lens = packed_qkv([2, 3], heads=2, dim=4, seed=1)
-    out, _ = per_sequence_sdpa(None, q, k, v, None, scaling=scaling, cu_seq_lens_q=cu_seq_lens)
-    for (a, b), piece in zip([(0, 2), (2, 5)], torch.split(out[0], [2, 3])):
-        scores = q[0, :, a:b] @ k[0, :, a:b].transpose(-1, -2) * (scaling or 0.5)
-        torch.testing.assert_close(piece, (scores.softmax(-1) @ v[0, :, a:b]).transpose(0, 1), rtol=1e-5, atol=1e-6)
-    dropped, _ = per_sequence_sdpa(None, q, k, v, None, dropout=1.0, cu_seq_lens_q=cu_seq_lens)
+        torch.testing.assert_close(piece, reference, rtol=1e-5, atol=1e-5)
+    dropped, _ = per_sequence_sdpa(None, q, k, v, None, dropout=1.0, **given)
     assert torch.equal(dropped, torch.zeros_like(dropped))
 
 
