@@ -1,66 +1,52 @@
-"""The performance paths compute what the plain code computes: rotation fast paths, bf16 autocast, torch.compile."""
+"""The performance paths compute what the plain code computes: the rotation for scores, bf16 autocast, torch.compile."""
 
 import pytest
 import torch
 from conftest import random_inputs, tiny_config
 
 from roformer_ext import RoFormerExtForMaskedLM, RoFormerExtModel
-from roformer_ext.rope import (
-    RotaryEmbedding,
-    apply_rotary,
-    rotate_half,
-    rotate_interleaved,
-)
-
-
-def plain_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, seq, head_dim) -> broadcast over heads
-    return x * cos + (rotate_half(x) if layout == "half" else rotate_interleaved(x)) * sin
-
-
-def projection_view(batch: int, seq: int, heads: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
-    """(batch, heads, seq, head_dim) as a transposed view of a projection output, as the attention layers see it."""
-    generator = torch.Generator().manual_seed(0)
-    return (
-        torch.randn(batch, seq, heads * head_dim, generator=generator, dtype=dtype)
-        .view(batch, seq, heads, head_dim)
-        .transpose(1, 2)
-    )
-
-
-def rotary_for(layout: str, heads: int, head_dim: int, batch: int, seq: int, like: torch.Tensor):
-    config = tiny_config(
-        hidden_size=heads * head_dim, num_attention_heads=heads, rope_parameters={"pair_layout": layout}
-    )
-    return RotaryEmbedding(config)(like, torch.arange(seq).expand(batch, seq) * 37)  # large angles too
+from roformer_ext.rope import RotaryEmbedding, apply_rotary, rotate_for_scores, rotate_half, rotate_interleaved
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_rotation_fast_path_equals_plain_formula(layout, dtype):
-    """Bit-identical at a real head size (the vectorised complex multiply does not fuse multiply and add)."""
-    x = projection_view(2, 9, 3, 64, dtype)
-    cos, sin = rotary_for(layout, 3, 64, 2, 9, x)
-    assert torch.equal(apply_rotary(x, cos, sin, layout), plain_rotation(x, cos, sin, layout))
+def test_rotation_for_scores_is_the_formula_with_each_pair_side_by_side(layout, dtype):
+    """x·cos + rotate(x)·sin bit for bit, half pairs (i, i + d/2) moved to (2i, 2i + 1) for scores; on a transposed
+    view of a projection, as attention has it, at large angles."""
+    x = torch.randn(2, 9, 3 * 64, generator=torch.Generator().manual_seed(0), dtype=dtype).view(2, 9, 3, 64)
+    x = x.transpose(1, 2)
+    config = tiny_config(hidden_size=3 * 64, num_attention_heads=3, rope_parameters={"pair_layout": layout})
+    cos, sin = RotaryEmbedding(config)(x, torch.arange(9).expand(2, 9) * 37)
+    formula = x * cos[:, None] + (rotate_half if layout == "half" else rotate_interleaved)(x) * sin[:, None]
+    order = torch.arange(64).view(2, 32).T.flatten() if layout == "half" else torch.arange(64)  # 0, 32, 1, 33, ...
+    assert torch.equal(apply_rotary(x, cos, sin, layout), formula)
+    assert torch.equal(rotate_for_scores(x, cos, sin, layout), formula[..., order])
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "half"])
-def test_rotation_fast_path_small_heads_odd_offsets_and_gradients(layout):
-    """Tiny heads fall to scalar code (one-ulp differences allowed); misaligned views still work; gradients agree."""
-    base = torch.randn(2, 5, 3 * 8 + 1, dtype=torch.float64)
-    x = base[..., 1:].reshape(2, 5, 3, 8).transpose(1, 2)  # odd storage offset after the slice? copied if needed
-    x = x.clone().requires_grad_()
-    reference = x.detach().clone().requires_grad_()
-    cos, sin = rotary_for(layout, 3, 8, 2, 5, x.detach())
-    out, expected = apply_rotary(x, cos, sin, layout), plain_rotation(reference, cos, sin, layout)
-    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    expected.backward(grad)
-    torch.testing.assert_close(x.grad, reference.grad, atol=1e-12, rtol=1e-12)
-    odd = torch.randn(1, 2, 3, 9)[..., 1:]  # storage offset 1: no complex view, a contiguous copy is rotated
-    cos, sin = rotary_for(layout, 2, 8, 1, 3, odd)
-    torch.testing.assert_close(apply_rotary(odd, cos, sin, layout), plain_rotation(odd, cos, sin, layout))
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t[..., 3:11],  # odd storage offset
+        lambda t: t.flatten()[: 2 * 3 * 4 * 9].view(2, 3, 4, 9)[..., :8],  # an odd stride before the last dim
+        lambda t: t[..., ::2][..., :8],  # last-dim stride 2
+        lambda t: t[..., :8].transpose(0, 1).contiguous().transpose(0, 1),  # strides reordered, pairs adjacent
+        lambda t: t[..., :8].transpose(-1, -2).contiguous().transpose(-1, -2),  # last-dim stride != 1
+    ],
+    ids=["offset", "odd-stride", "stride-2", "reordered", "column-major"],
+)
+def test_interleaved_complex_path_takes_any_memory_layout_with_the_formulas_gradients(make):
+    """Adjacent pairs are viewed as complex numbers in place: views that cannot be are copied first."""
+    generator = torch.Generator().manual_seed(0)
+    base = torch.randn(2, 3, 4, 20, generator=generator, dtype=torch.float64, requires_grad=True)
+    angles = torch.randn(2, 4, 4, generator=generator, dtype=torch.float64).repeat_interleave(2, -1)
+    cos, sin = angles.cos(), angles.sin()
+    out = apply_rotary(make(base), cos, sin, "interleaved")
+    (grad,) = torch.autograd.grad(out.square().sum(), base)
+    x = make(base)
+    expected = x * cos[:, None] + rotate_interleaved(x) * sin[:, None]
+    (expected_grad,) = torch.autograd.grad(expected.square().sum(), base)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
 
 
 @pytest.mark.parametrize("attention_type", ["softmax", "linear"])

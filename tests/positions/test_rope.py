@@ -17,7 +17,7 @@ from roformer_ext import (
 )
 from roformer_ext.compat import output_cache
 from roformer_ext.conversion.pair_layout import convert_pair_layout
-from roformer_ext.rope import apply_rotary, register_rotary_embedding, registered_rotary_kinds
+from roformer_ext.rope import apply_rotary, register_rotary_embedding, registered_rotary_kinds, rotate_for_scores
 
 LAYOUTS = ["interleaved", "half"]
 
@@ -66,17 +66,10 @@ def test_interleaved_layout_rotates_adjacent_pairs():
     """Pair i = dims (2i, 2i+1) rotated by p·θ_i, θ_i = 10000^(-2i/d), as the original RoFormer."""
     rotary = rotary_for("interleaved", head_dim=8).double()
     x = torch.arange(1.0, 9.0, dtype=torch.float64)
-    out = rotate_at(rotary, x, 3.0)
-    for i in range(4):
-        angle = 3.0 * 10000 ** (-2 * i / 8)
-        a, b = x[2 * i], x[2 * i + 1]
-        expected = torch.tensor(
-            [
-                a * torch.cos(torch.tensor(angle)) - b * torch.sin(torch.tensor(angle)),
-                b * torch.cos(torch.tensor(angle)) + a * torch.sin(torch.tensor(angle)),
-            ]
-        )
-        torch.testing.assert_close(out[2 * i : 2 * i + 2], expected.double())
+    angle = 3.0 * 10000 ** (-torch.arange(4, dtype=torch.float64) / 4)
+    a, b = x[0::2], x[1::2]
+    expected = torch.stack((a * angle.cos() - b * angle.sin(), b * angle.cos() + a * angle.sin()), dim=-1).flatten()
+    torch.testing.assert_close(rotate_at(rotary, x, 3.0), expected)
 
 
 @pytest.mark.parametrize("rotary_value", [False, True])
@@ -186,48 +179,12 @@ def test_multi_axis_rotary_with_equal_axes_is_exactly_1d(allocation, section):
     assert torch.equal(actual, expected)
 
 
-def _half_case(dtype: torch.dtype = torch.float32, seed: int = 0):
-    rotary = rotary_for("half", head_dim=16)
-    generator = torch.Generator().manual_seed(seed)
-    # (batch, heads, seq, head_dim) as a transposed view of a projection output, as attention has it
-    q = torch.randn(2, 5, 3 * 16, generator=generator).view(2, 5, 3, 16).transpose(1, 2).to(dtype)
-    k = torch.randn(2, 5, 3 * 16, generator=generator).view(2, 5, 3, 16).transpose(1, 2).to(dtype)
-    cos, sin = rotary(q, torch.arange(5).expand(2, 5) * 7.5)
-    return q, k, cos, sin
-
-
-def test_half_layout_rotation_for_scores_is_the_formula_with_pairs_side_by_side():
-    """rotate_for_scores returns half pairs (i, i + d/2) rotated, each pair at (2i, 2i+1): the formula's output in
-    interleaved order, so q·kᵀ is the formula's."""
-    from roformer_ext.rope import HalfPairRotation, rotate_for_scores
-
-    q, k, cos, sin = _half_case()
-    formula = apply_rotary(q, cos, sin, "half")  # x·cos + rotate_half(x)·sin
-    order = torch.stack((torch.arange(8), torch.arange(8) + 8), dim=-1).flatten()  # 0, 8, 1, 9, ...
-    torch.testing.assert_close(rotate_for_scores(q, cos, sin, "half"), formula[..., order], rtol=0, atol=1e-6)
-    fast_q, fast_k = HalfPairRotation().query_key(q, k, cos, sin)
-    scores = formula @ apply_rotary(k, cos, sin, "half").transpose(-1, -2)
-    torch.testing.assert_close(fast_q @ fast_k.transpose(-1, -2), scores, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_half_layout_rotation_paths_agree(dtype):
-    """The complex path (fp32/fp64, eager) and the formula path (other dtypes, torch.compile) give the same order."""
-    from roformer_ext.rope import rotate_for_scores
-
-    q, _, cos, sin = _half_case(torch.float64)
-    expected = rotate_for_scores(q, cos.double(), sin.double(), "half")
-    got = rotate_for_scores(q.to(dtype), cos.to(dtype), sin.to(dtype), "half")
-    tolerance = 1e-12 if dtype == torch.float64 else 3e-2
-    torch.testing.assert_close(got.double(), expected, rtol=0, atol=tolerance)
-
-
-def test_half_layout_under_torch_compile_equals_eager():
-    from roformer_ext.rope import rotate_for_scores
-
-    q, _, cos, sin = _half_case()
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rotation_for_scores_under_torch_compile_equals_eager(layout):
+    q = torch.randn(2, 5, 3 * 16).view(2, 5, 3, 16).transpose(1, 2)  # a transposed view, as attention has it
+    cos, sin = rotary_for(layout)(q, torch.arange(5).expand(2, 5) * 7.5)
     compiled = torch.compile(rotate_for_scores, fullgraph=True, backend="aot_eager")
-    torch.testing.assert_close(compiled(q, cos, sin, "half"), rotate_for_scores(q, cos, sin, "half"), rtol=0, atol=1e-6)
+    torch.testing.assert_close(compiled(q, cos, sin, layout), rotate_for_scores(q, cos, sin, layout), rtol=0, atol=1e-6)
 
 
 def test_pair_layout_is_kept_in_the_config_only():
@@ -273,21 +230,12 @@ def test_half_layout_adapter_projection_keeps_its_forward():
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
-def test_half_layout_cached_decoding_after_a_reordered_prefill():
-    """A long prefill (reordered rows) and single-token steps (activation path) put keys in one order in the cache."""
+def test_half_layout_cached_decoding_equals_the_full_forward():
+    """A long prefill and single-token steps put the rotated keys in one order in the cache."""
     torch.manual_seed(0)
     config = position_sensitive_config(rope_parameters={"pair_layout": "half"}, is_decoder=True)
     model = RoFormerExtForCausalLM(config).eval()
-    input_ids = torch.randint(5, 99, (2, 24))  # prefill 2 x 20 = 40 rows > 32
-    with torch.no_grad():
-        full = model(input_ids).logits
-        prefill = model(input_ids[:, :20], use_cache=True)
-        cache, steps = output_cache(prefill), [prefill.logits]
-        for position in range(20, 24):
-            step = model(input_ids[:, position : position + 1], cache=cache, use_cache=True)
-            cache = output_cache(step)
-            steps.append(step.logits)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+    input_ids = torch.randint(5, 99, (2, 24))
 
     def decoded(m) -> torch.Tensor:
         out = m(input_ids[:, :20], use_cache=True)
@@ -298,4 +246,6 @@ def test_half_layout_cached_decoding_after_a_reordered_prefill():
             cache = output_cache(out)
         return torch.cat(logits, dim=1)
 
+    with torch.no_grad():
+        torch.testing.assert_close(decoded(model), model(input_ids).logits, rtol=0, atol=1e-5)
     assert_position_sensitive(model, decoded, 1e-5)

@@ -1,10 +1,6 @@
-"""Switch a model between the interleaved and half RoPE pair layouts without changing what it computes.
-
-Rotating pairs (2i, 2i+1) of q/k equals rotating pairs (i, i+d/2) of the same vectors with their dims reordered,
-and q·k is unchanged when q and k are reordered alike. So a permutation of each head's q/k projection rows
-(plus v rows and the output projection's columns when `rotary_value` rotates v too) converts a checkpoint.
-Useful because fused GPU rotary kernels (flash-attn, liger) implement the half layout only.
-"""
+"""Switch a model between the interleaved and half RoPE pair layouts without changing what it computes: rotating
+pairs (2i, 2i+1) equals rotating pairs (i, i+d/2) of the dims reordered, so each head's q/k projection rows (and v rows
+and output columns with `rotary_value`) are permuted."""
 
 from __future__ import annotations
 
@@ -12,12 +8,12 @@ import torch
 from torch import nn
 
 from ..registries import PAIR_LAYOUTS
-from ..rope import interleaved_to_half_permutation, query_key_rotation
+from ..rope import query_key_rotation
 
 
 def _head_permutation(config, to_layout: str) -> torch.Tensor:
     """Index over all heads' output rows that moves each head's dims to `to_layout`."""
-    forward = interleaved_to_half_permutation(config.head_dim)
+    forward = torch.cat((torch.arange(0, config.head_dim, 2), torch.arange(1, config.head_dim, 2)))  # (0,1) -> (0,d/2)
     per_head = forward if to_layout == "half" else torch.argsort(forward)
     offsets = torch.arange(config.num_attention_heads)[:, None] * config.head_dim
     return (offsets + per_head).reshape(-1)
