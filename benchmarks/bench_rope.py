@@ -1,22 +1,14 @@
-"""Benchmark the rotation alone: what one attention layer pays to rotate its queries and keys.
+"""Benchmark the rotation: alone, with the q / k projections, and in a whole model against the plain formula.
 
-Compared on the same (batch, heads, seq, head_dim) q and k, laid out as a model produces them (a transposed view
-of the projection output):
-- transformers' RoFormer: `RoFormerSelfAttention.apply_rotary_position_embeddings` with its sinusoidal table
-  (it re-expands the (sin | cos) table to per-dimension form on every call, i.e. in every layer);
-- ours, the `QueryKeyRotation` each attention layer chose for its pair layout when it was built
-  (`roformer_ext.rope.query_key_rotation`; its `query_key`), with the (cos, sin) our
-  model computes once per forward (their per-call cost is not counted: it is shared by all layers). Half pairs are
-  rotated into interleaved order (scores only need q and k in the same order), so both layouts take one complex pass;
-- the plain formula `x * cos + rotate(x) * sin` for each layout (what the complex fast paths replace);
-- a copy of q and k: the lower bound for any out-of-place rotation (read once, write once).
+Rotation alone, on the same (batch, heads, seq, head_dim) q and k laid out as a model produces them (a transposed view
+of the projection output): transformers' RoFormer (`apply_rotary_position_embeddings`, its table re-expanded in every
+layer); ours, the rotation a layer chooses when it is built (`rope.query_key_rotation`), with the (cos, sin) our model
+computes once per forward; the plain formula `x * cos + rotate(x) * sin` per layout; a copy (the lower bound).
+Then the same from the hidden states (projections included: `project_query_key`).
 
-A second table times what attention pays in all, from the hidden states: the q and k projections (plain
-`nn.Linear`, the same weights for every row) and the rotation: the rotation's `project_query_key`.
-
-A third table times a whole encoder forward (`RoFormerExtModel`, `--model-size`, sdpa, batch × seq random ids)
-with the interleaved layout and the same weights converted to the half layout (`convert_pair_layout`: the same
-function).
+Whole model ("what each fast path buys", docs/benchmarks.md): each layout's model as built against the same weights
+rotating by the plain formula (`PlainRotation` in every layer), an encoder forward and an MLM training step, interleaved
+runs, MLM logits compared bit for bit. Run it on an older checkout (PYTHONPATH) to time a path removed since.
 
     python benchmarks/bench_rope.py --out benchmarks/results
 """
@@ -25,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import sys
 
 import torch
@@ -32,6 +25,7 @@ from bench_model import SIZES
 from bench_utils import (
     DTYPES,
     interleaved_medians,
+    interleaved_times,
     load_average,
     machine_info,
     machine_markdown,
@@ -43,15 +37,9 @@ from transformers.models.roformer.modeling_roformer import (
     RoFormerSinusoidalPositionalEmbedding,
 )
 
-from roformer_ext import RoFormerExtConfig, RoFormerExtModel
+from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM
 from roformer_ext.conversion.pair_layout import convert_pair_layout
-from roformer_ext.rope import (
-    HalfPairRotation,
-    InterleavedPairRotation,
-    RotaryEmbedding,
-    apply_rotary,
-    rotate_interleaved,
-)
+from roformer_ext.rope import RotaryEmbedding, apply_rotary, query_key_rotation, rotate_half, rotate_interleaved
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,12 +76,20 @@ def their_table(seq: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
     return table(torch.Size((1, seq)))[None, None].to(dtype)
 
 
-def our_rotary(seq: int, heads: int, head_dim: int, layout: str, batch: int, like: torch.Tensor):
-    config = RoFormerExtConfig(
+def layout_config(heads: int, head_dim: int, layout: str) -> RoFormerExtConfig:
+    return RoFormerExtConfig(
         hidden_size=heads * head_dim, num_attention_heads=heads, rope_parameters={"pair_layout": layout}
     )
+
+
+def our_rotary(seq: int, heads: int, head_dim: int, layout: str, batch: int, like: torch.Tensor):
     positions = torch.arange(seq).expand(batch, seq)
-    return RotaryEmbedding(config)(like, positions)
+    return RotaryEmbedding(layout_config(heads, head_dim, layout))(like, positions)
+
+
+def rotations(args: argparse.Namespace):
+    """The rotation a layer of each layout chooses when it is built."""
+    return (query_key_rotation(layout_config(args.heads, args.head_dim, layout)) for layout in ("interleaved", "half"))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict:
@@ -106,11 +102,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     cos_h, sin_h = our_rotary(args.seq, args.heads, args.head_dim, "half", args.batch, q)
 
     theirs = RoFormerSelfAttention.apply_rotary_position_embeddings
+    interleaved_rotation, half_rotation = rotations(args)  # chosen once, as a layer does
     cases = {
         "copy (lower bound)": lambda: (q.clone(), k.clone()),
         "transformers RoFormer": lambda: theirs(table, q, k),
-        "ours, interleaved": lambda: InterleavedPairRotation().query_key(q, k, cos_i, sin_i),
-        "ours, half": lambda: HalfPairRotation().query_key(q, k, cos_h, sin_h),
+        "ours, interleaved": lambda: interleaved_rotation.query_key(q, k, cos_i, sin_i),
+        "ours, half": lambda: half_rotation.query_key(q, k, cos_h, sin_h),
         "plain formula, interleaved": lambda: (
             q * cos_i[:, None] + rotate_interleaved(q) * sin_i[:, None],
             k * cos_i[:, None] + rotate_interleaved(k) * sin_i[:, None],
@@ -118,7 +115,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "plain formula, half": lambda: (apply_rotary(q, cos_h, sin_h, "half"), apply_rotary(k, cos_h, sin_h, "half")),
     }
 
-    # ours, half returns each pair side by side (interleaved order): compare its scores q·kᵀ, the quantity attention uses.
+    # ours, half returns each pair side by side (interleaved order): compare scores q·kᵀ, the quantity attention uses.
     def half_score_diff() -> float:
         fast, plain = cases["ours, half"](), cases["plain formula, half"]()
         return (
@@ -169,32 +166,77 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     }
 
 
+class PlainRotation:
+    """The plain formula `x * cos + rotate(x) * sin` in a layer's rotation interface: what a fast path must beat.
+
+    For scores, half pairs are then brought side by side, as the model does (`reorder=False` skips that: the
+    Llama-style rotation, the same function, rounded differently in q·kᵀ).
+    """
+
+    def __init__(self, layout: str, reorder: bool = True) -> None:
+        self.rotate = rotate_half if layout == "half" else rotate_interleaved
+        self.reorder = reorder and layout == "half"
+
+    def values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return x * cos + self.rotate(x) * sin
+
+    def project_query_key(self, states, query, key, head_dim, cos, sin):
+        rotated = (self.values(p(states).unflatten(-1, (-1, head_dim)).transpose(1, 2), cos, sin) for p in (query, key))
+        return tuple(x.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2) if self.reorder else x for x in rotated)
+
+
 def encoder_forward(args: argparse.Namespace, dtype: torch.dtype) -> dict:
-    """Time a whole encoder forward in each pair layout (the same function)."""
+    """Each layout's model as built against the same weights rotating by the plain formula: an encoder forward
+    (inference) and an MLM training step (forward + backward), interleaved runs; outputs compared bit for bit."""
     torch.manual_seed(0)
-    config = RoFormerExtConfig(**SIZES[args.model_size], attn_implementation="sdpa")
-    interleaved = RoFormerExtModel(config).to(dtype).eval()
-    half = convert_pair_layout(copy.deepcopy(interleaved), "half")
+    config = RoFormerExtConfig(**SIZES[args.model_size], attn_implementation="sdpa", attention_probs_dropout_prob=0.0)
+    built = {"interleaved": RoFormerExtForMaskedLM(config).to(dtype)}
+    built["half"] = convert_pair_layout(copy.deepcopy(built["interleaved"]), "half")
+    models = {}
+    for layout, model in built.items():
+        models[layout] = model
+        for name, rotation in [("plain", PlainRotation(layout)), ("plain, no reorder", PlainRotation(layout, False))]:
+            if layout == "interleaved" and name != "plain":
+                continue
+            models[f"{layout}, {name}"] = plain = copy.deepcopy(model)
+            for layer in plain.base_model.layers:
+                layer.attention.rotation = rotation
     generator = torch.Generator().manual_seed(3)
     input_ids = torch.randint(5, config.vocab_size, (args.batch, args.seq), generator=generator)
-    cases = {
-        "interleaved": lambda: interleaved(input_ids),
-        "half": lambda: half(input_ids),
-    }
+    labels = torch.where(torch.rand(input_ids.shape, generator=generator) < 0.15, input_ids, -100)
+
+    def forward(model):
+        with torch.inference_mode():
+            model.eval().base_model(input_ids)
+
+    def training_step(model):
+        model.train().zero_grad(set_to_none=True)
+        model(input_ids, labels=labels).loss.backward()
+
     with torch.inference_mode():
-        reference = interleaved(input_ids).last_hidden_state
-        output_diff = (half(input_ids).last_hidden_state - reference).abs().max().item()
-        seconds = interleaved_medians(cases, args.model_repeats, warmup=2)
-    rows = [
-        {"layout": name, "ms": 1e3 * t, "time_vs_interleaved": t / seconds["interleaved"]}
-        for name, t in seconds.items()
-    ]
+        logits = {name: model.eval()(input_ids).logits for name, model in models.items()}
+    cases = {f"{name}: {step.__name__}": (lambda m=model, s=step: s(m)) for name, model in models.items()
+             for step in (forward, training_step)}  # fmt: skip
+    times = interleaved_times(cases, args.model_repeats, warmup=1)
+    seconds = {name: statistics.median(t) for name, t in times.items()}
+    rows = []
+    for layout in built:
+        row = {"layout": layout}
+        for name in [n for n in models if n.startswith(layout)]:
+            key = name.removeprefix(layout).lstrip(", ") or "built"
+            row[f"{key}_forward_ms"] = 1e3 * seconds[f"{name}: forward"]
+            row[f"{key}_training_ms"] = 1e3 * seconds[f"{name}: training_step"]
+            row[f"{key}_max_abs_logit_diff"] = (logits[name] - logits[layout]).abs().max().item()
+            row[f"{key}_logits_equal"] = torch.equal(logits[name], logits[layout])
+        rows.append(row)
     return {
         "size": args.model_size,
         "config": SIZES[args.model_size],
         "repeats": args.model_repeats,
-        "max_abs_diff_half_vs_interleaved": output_diff,
+        "max_abs_diff_half_vs_interleaved": (logits["half"] - logits["interleaved"]).abs().max().item(),
         "results": rows,
+        "seconds": times,
     }
 
 
@@ -211,7 +253,7 @@ def projection_and_rotation(
         return x.view(args.batch, args.seq, args.heads, args.head_dim).transpose(1, 2)
 
     theirs = RoFormerSelfAttention.apply_rotary_position_embeddings
-    interleaved_rotation, half_rotation = InterleavedPairRotation(), HalfPairRotation()  # chosen once, as a layer does
+    interleaved_rotation, half_rotation = rotations(args)
     cases = {
         "projection alone (lower bound)": lambda: (heads(query(states)), heads(key(states))),
         "transformers RoFormer": lambda: theirs(table, heads(query(states)), heads(key(states))),
@@ -290,16 +332,28 @@ def projection_markdown(result: dict) -> str:
 
 def encoder_markdown(result: dict) -> str:
     encoder, shape = result["encoder"], result["shape"]
-    config = encoder["config"]
+    config, rows = encoder["config"], []
+    for r in encoder["results"]:
+        for key in [k.removesuffix("_forward_ms") for k in r if k.endswith("_forward_ms") and k != "built_forward_ms"]:
+            forward, training = r["built_forward_ms"], r["built_training_ms"]
+            plain_forward, plain_training = r[f"{key}_forward_ms"], r[f"{key}_training_ms"]
+            rows.append([
+                r["layout"], f"as built vs {key}", forward, plain_forward, plain_forward / forward - 1,
+                training, plain_training, plain_training / training - 1,
+                "yes" if r[f"{key}_logits_equal"] else f"no ({r[f'{key}_max_abs_logit_diff']:.1e})",
+            ])  # fmt: skip
     table = markdown_table(
-        ["pair layout", "ms", "time / interleaved"],
-        [[r["layout"], r["ms"], r["time_vs_interleaved"]] for r in encoder["results"]],
-    )
+        ["layout", "compared", "forward ms", "plain ms", "gain", "training step ms", "plain ms", "gain",
+         "MLM logits bit-identical"],
+        rows,
+    )  # fmt: skip
     return (
-        f"### Whole encoder forward ({encoder['size']}: hidden {config['hidden_size']}, {config['num_hidden_layers']} "
-        f"layers, {config['num_attention_heads']} heads; batch {shape['batch']}, seq {shape['seq']}, sdpa; median of "
-        f"{encoder['repeats']})\n\n{table}\n\nmax |diff| of the half model's output against the interleaved one "
-        f"(the same function): {encoder['max_abs_diff_half_vs_interleaved']:.1e}.\n\n"
+        f"### Whole encoder forward and MLM training step, as built vs the plain formula ({encoder['size']}: hidden "
+        f"{config['hidden_size']}, {config['num_hidden_layers']} layers, {config['num_attention_heads']} heads; batch "
+        f"{shape['batch']}, seq {shape['seq']}, sdpa; median of {encoder['repeats']} interleaved runs)\n\n{table}\n\n"
+        "Forward: the encoder in inference mode; training step: MLM forward + backward (15 % labels). Gain: plain time "
+        "/ built time − 1. Max |diff| of the half model's logits against the interleaved one (the same function): "
+        f"{encoder['max_abs_diff_half_vs_interleaved']:.1e}.\n\n"
     )
 
 

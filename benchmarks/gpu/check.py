@@ -2,7 +2,7 @@
 
 A GPU is lent only now and then, for minutes, with no network: this script must be right before one is. Stages, in
 order, each with a time budget (a stage that would not fit in what is left of the limit is skipped, with the reason):
-- environment: versions, the GPU, which optional kernels are installed (flash-attn, liger-kernel, datasets);
+- environment: versions, the GPU, which optional packages are installed (flash-attn, datasets);
 - gpu_tests: tests/model/test_gpu.py under pytest;
 - packed_varlen: DataCollatorWithFlattening's packed row equals the padded batch, per sequence, forward and
   gradients, on sdpa (on CUDA: torch's varlen flash kernel, one call per layer, counted) and flash_attention_2 (its
@@ -12,8 +12,6 @@ order, each with a time budget (a stage that would not fit in what is left of th
   packed step's loss against the padded one's;
 - modernbert: benchmarks/bench_modernbert.py on the device: ours padded and packed against transformers' ModernBERT
   (sdpa, padded; every layer global, and its local/global default) at matched parameter counts;
-- fused_rotary: liger-kernel's fused rotary equals `apply_rotary` (fp32, bf16), and a model whose layers use it
-  equals the same model with the eager half-layout rotation;
 - bf16: an MLM training step under bf16 autocast against fp32 (loss, gradient direction, loss after an AdamW step),
   and bf16 greedy generation's logits against the fp32 model on the same tokens;
 - benchmark: benchmarks/bench_model.py on the device, transformers' RoFormer vs ours on the same weights at base
@@ -32,7 +30,7 @@ run by tests/benchmarks/test_gpu_check.py.
     bash benchmarks/gpu/check.sh                    # ≤ 8 minutes (limit 450 s + imports)
 
 Beside the working tree the machine needs only what benchmarks/gpu/fetch_wheels.sh lists (a supported transformers,
-datasets, liger-kernel: about 15 MB, within the 64 MiB the GPU machine takes with the tree); torch (≥ 2.11 for the
+datasets: about 15 MB, within the 64 MiB the GPU machine takes with the tree); torch (≥ 2.11 for the
 varlen kernel's window_size) comes with the GPU image.
     bash benchmarks/gpu/check.sh --dry-run --out /tmp/gpu-dry
 """
@@ -66,7 +64,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_utils import markdown_table, median_seconds, synchronize  # noqa: E402
 
 STAGES = (
-    "environment", "gpu_tests", "packed_varlen", "packed_speed", "modernbert", "fused_rotary", "bf16", "benchmark",
+    "environment", "gpu_tests", "packed_varlen", "packed_speed", "modernbert", "bf16", "benchmark",
     "run_mlm",
 )  # fmt: skip
 STATUSES = ("passed", "failed", "skipped")
@@ -78,9 +76,6 @@ TOLERANCES = {
     "packed_vs_padded_bf16": (2e-2, "packed row vs padded batch, bf16 weights (atol = rtol), as tests/model/test_gpu"),
     "packed_grad_rel_fp32": (1e-4, "max |grad(packed) - grad(padded)| / max |grad(padded)|, all parameters, fp32"),
     "packed_grad_rel_bf16": (5e-2, "max |grad(packed) - grad(padded)| / max |grad(padded)|, all parameters, bf16"),
-    "rotary_fp32": (1e-5, "fused rotary vs apply_rotary on the same fp32 q, k (atol = rtol)"),
-    "rotary_bf16": (1e-2, "fused rotary on bf16 q, k vs apply_rotary in fp32 on the same values (atol = rtol)"),
-    "rotary_model_fp32": (1e-4, "last hidden state, fused-rotary layers vs eager half-layout layers, fp32"),
     "bf16_loss_rel": (2e-2, "|loss(bf16 autocast) - loss(fp32)| / loss(fp32), before and after one AdamW step"),
     "bf16_grad_cosine_gap": (1e-2, "1 - cosine(gradient under bf16 autocast, fp32 gradient)"),
     "bf16_logits_rel": (3e-2, "max |bf16 generate logits - fp32 logits on the same tokens| / max |fp32 logits|"),
@@ -95,7 +90,6 @@ GPU_SIZES = {
     "reviews": 256,  # the review mix: Rotten Tomatoes lengths (bench_modernbert's tokenizer)
     "review_rows": None,
     "flex_batches": ("row", "reviews"),
-    "rotary_shape": (8, 12, 512, 64),
     "train_batch": (8, 512),
     "mlm_lines": None,
 }
@@ -103,7 +97,7 @@ PLANS = {
     "full": {
         **GPU_SIZES, "limit": 450, "generate": (2, 64, 32), "repeats": 5,
         "budgets": {"environment": 30, "gpu_tests": 90, "packed_varlen": 45, "packed_speed": 60, "modernbert": 60,
-                    "fused_rotary": 30, "bf16": 45, "benchmark": 120, "run_mlm": 45},
+                    "bf16": 45, "benchmark": 120, "run_mlm": 45},
         "modernbert": ["--reviews", "256", "--doc-tokens", "16384", "--repeats", "5"],
         "bench_seqs": (512, 2048, 8192), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "3"],
         "mlm": ["--hidden_size", "768", "--num_hidden_layers", "12", "--num_attention_heads", "12",
@@ -113,18 +107,18 @@ PLANS = {
     "quick": {
         **GPU_SIZES, "limit": 170, "generate": (2, 64, 16), "repeats": 3,
         "budgets": {"environment": 10, "gpu_tests": 35, "packed_varlen": 20, "packed_speed": 30, "modernbert": 25,
-                    "fused_rotary": 10, "bf16": 15, "benchmark": 35, "run_mlm": 0},
+                    "bf16": 15, "benchmark": 35, "run_mlm": 0},
         "modernbert": ["--reviews", "128", "--doc-lengths", "512", "2048", "--repeats", "3"],
         "flex_batches": ("row",),  # flex compiles per shape: the review mix in the full check only
         "bench_seqs": (512,), "bench": ["--size", "base", "--tokens", "16384", "--repeats", "2", "--no-memory"],
         "mlm": [],
     },
     "dry-run": {  # generous budgets: CI machines are shared (the time it took is in the report)
-        "limit": 780, "size": "tiny", "packed_lengths": (5, 9, 3, 8), "rotary_shape": (2, 4, 7, 8),
+        "limit": 780, "size": "tiny", "packed_lengths": (5, 9, 3, 8),
         "train_batch": (2, 16), "generate": (2, 5, 4), "mlm_lines": 200, "repeats": 1, "reviews": 6,
         "review_rows": 300, "flex_batches": (),
         "budgets": {"environment": 30, "gpu_tests": 120, "packed_varlen": 60, "packed_speed": 60, "modernbert": 120,
-                    "fused_rotary": 60, "bf16": 60, "benchmark": 150, "run_mlm": 120},
+                    "bf16": 60, "benchmark": 150, "run_mlm": 120},
         "modernbert": ["--quick"],
         "bench_seqs": (16,), "bench": ["--size", "tiny", "--tokens", "32", "--repeats", "1", "--gemm-size", "64",
                                        "--no-memory"],
@@ -278,9 +272,7 @@ def stage_environment(ctx: Context) -> None:
         cuda=torch.version.cuda,
         transformers=transformers.__version__,
         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        optional={
-            name: importlib.util.find_spec(name) is not None for name in ("flash_attn", "liger_kernel", "datasets")
-        },
+        optional={name: importlib.util.find_spec(name) is not None for name in ("flash_attn", "datasets")},
     )
     if ctx.device == "cuda":
         if not torch.cuda.is_available():
@@ -502,70 +494,6 @@ def stage_modernbert(ctx: Context) -> None:
     )
 
 
-def stage_fused_rotary(ctx: Context) -> None:
-    """liger-kernel's fused rotary against apply_rotary (kernel and whole model); skipped where it cannot run."""
-    from bench_model import make_inputs
-
-    from roformer_ext import RoFormerExtModel
-    from roformer_ext.fused_rotary import fused_rotary_installed
-    from roformer_ext.rope import FusedHalfPairRotation, HalfPairRotation, apply_rotary
-
-    device = ctx.device
-    fused_runs = device == "cuda" and fused_rotary_installed()
-    rotation = FusedHalfPairRotation()  # the model's own path (CUDA tensors: the fused kernel)
-    batch, heads, seq, head_dim = ctx.plan["rotary_shape"]
-    torch.manual_seed(0)
-    model = RoFormerExtModel(model_config(ctx.plan["size"], rope_parameters={"pair_layout": "half"})).to(device).eval()
-    generator = torch.Generator().manual_seed(0)
-    query, key = (torch.randn(batch, heads, seq, head_dim, generator=generator).to(device) for _ in range(2))
-    cos, sin = model.rotary_emb(query, torch.arange(seq, device=device).expand(batch, seq))
-    kernel, failures = {}, []
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        q, k = query.to(dtype), key.to(dtype)
-        if not fused_runs:
-            kernel[name] = "declined (no CUDA or no liger-kernel)"
-            continue
-        fused = rotation.query_key(q.clone(), k.clone(), cos, sin)
-        tol = ctx.tolerance[f"rotary_{name}"]
-        diffs = []
-        for got, x in zip(fused, (q, k)):
-            ok, diff = close(got, apply_rotary(x.float(), cos, sin, "half"), tol)
-            diffs.append(diff)
-            if not ok:
-                failures.append(f"{name}: fused vs apply_rotary max |diff| {diff:.2e} > tolerance {tol:g}")
-        kernel[name] = {
-            "max_abs_diff": max(diffs),
-            "fused_ms": median_ms(lambda q=q, k=k: rotation.query_key(q.clone(), k.clone(), cos, sin), device),
-            "eager_ms": median_ms(
-                lambda q=q, k=k: (apply_rotary(q.clone(), cos, sin, "half"), apply_rotary(k.clone(), cos, sin, "half")),
-                device,
-            ),
-        }
-    # the whole model: the same weights with every fused rotation replaced by the eager half-layout one
-    eager = copy.deepcopy(model)
-    swapped = 0
-    for module in eager.modules():
-        if isinstance(getattr(module, "rotation", None), FusedHalfPairRotation):
-            module.rotation, swapped = HalfPairRotation(), swapped + 1
-    input_ids = make_inputs(2, seq, model.config.vocab_size, device=device)["input_ids"]
-    with torch.no_grad():
-        ok, diff = close(
-            model(input_ids).last_hidden_state, eager(input_ids).last_hidden_state, ctx.tolerance["rotary_model_fp32"]
-        )
-    if not ok:
-        failures.append(f"model: fused vs eager layers max |diff| {diff:.2e}")
-    if fused_runs and swapped != model.config.num_hidden_layers:
-        failures.append(f"the model built {swapped} fused rotations for {model.config.num_hidden_layers} layers")
-    ctx.details.update(
-        shape=[batch, heads, seq, head_dim], kernel=kernel, model={"layers_swapped": swapped, "max_abs_diff": diff}
-    )
-    fail_if(failures)
-    if not fused_runs:
-        needs = "liger-kernel (carry its wheel: benchmarks/gpu/fetch_wheels.sh)" if device == "cuda" else "CUDA"
-        raise Skip(f"the fused kernel needs {needs}; the comparison code ran against the torch path")
-    ctx.details["summary"] = f"fp32 {kernel['fp32']['max_abs_diff']:.1e}, bf16 {kernel['bf16']['max_abs_diff']:.1e}"
-
-
 def stage_bf16(ctx: Context) -> None:
     """bf16 autocast training step and bf16 generate against fp32 on the same weights and inputs."""
     from bench_model import autocast, make_inputs, mlm_labels
@@ -708,7 +636,6 @@ STAGE_FUNCTIONS: dict[str, Callable[[Context], None]] = {
     "packed_varlen": stage_packed_varlen,
     "packed_speed": stage_packed_speed,
     "modernbert": stage_modernbert,
-    "fused_rotary": stage_fused_rotary,
     "bf16": stage_bf16,
     "benchmark": stage_benchmark,
     "run_mlm": stage_run_mlm,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (docs/benchmarks.md#gpu): packed rows (torch's varlen kernel, flex, flash-attention varlen) against
-# padding, ours against ModernBERT, the fused rotary kernel, bf16 training and generation, transformers' RoFormer vs
+# padding, ours against ModernBERT, bf16 training and generation, transformers' RoFormer vs
 # ours on the device, run_mlm.py at base size. All logic is in check.py. Beside the working tree it needs only the
 # wheels fetch_wheels.sh fetches (it fails if tree + wheels pass the GPU machine's 64 MiB).
 #

@@ -4,8 +4,7 @@
 #   bash benchmarks/gpu/check.sh --wheels .whl ...
 # (pip --no-index into a temp folder; nothing installed system-wide). About 15 MB:
 # - transformers in the range roformer-ext supports (an older image release stops roformer_ext at import);
-# - datasets with dill and multiprocess (run_mlm.py; the rest of datasets' needs are on the usual GPU images);
-# - liger-kernel (the fused rotary kernel; pure Python over Triton).
+# - datasets with dill and multiprocess (run_mlm.py; the rest of datasets' needs are on the usual GPU images).
 # Nothing else: torch comes with the GPU image (its varlen flash kernel and flex attention are torch's own; ModernBERT
 # is transformers'). flash-attn is not here: its wheels are built per torch / CUDA / Python and weigh hundreds of MB;
 # without it the flash-attention parts of the check are skipped with that reason.
@@ -18,7 +17,7 @@ python="${PYTHON:-python3}"
 range=$(PYTHONPATH=src "$python" -c "from roformer_ext.compat import SUPPORTED_RANGE; print(SUPPORTED_RANGE)")
 "$python" -m pip download --no-deps --only-binary=:all: --python-version "${PY_VERSION:-3.12}" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-    "$range" "datasets>=4" "dill<0.4.2" "multiprocess<0.70.20" liger-kernel
+    "$range" "datasets>=4" "dill<0.4.2" "multiprocess<0.70.20"
 ls -l .whl
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
 wheels=$(du -cb .whl/*.whl | tail -1 | cut -f1)
