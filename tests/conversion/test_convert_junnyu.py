@@ -1,12 +1,7 @@
 """`roformer-ext-convert transformers` on junnyu's Hub layouts (v1, V2, Sim, Sim-FT) reproduces bert4keras.
 
-junnyu made his Hub folders from the same original releases with his `load_tf_weights_in_roformer`: TF names
-with "bert" -> "roformer", "/" -> ".", `layer_N` -> `layer.N`, kernel -> weight (transposed), gamma -> weight,
-beta and output_bias -> bias; his model then adds the sinusoidal table and the tied decoder to the state dict.
-The helper below applies that rule to the original-format fixtures (independently of our converter's key map),
-with the config keys his `roformer` package reads (`use_bias`, `norm_type`, `pooler_activation`), and the
-converted folders are checked against the outputs bert4keras computed, at the original-converter tests'
-tolerances.
+The helpers rebuild his folders from the original fixtures with his TF loader's naming rule (independently of our
+key map), plus the sinusoidal table and tied decoder his model adds, and the config keys his package reads.
 """
 
 import contextlib

@@ -335,24 +335,20 @@ def test_embedding_size_differs_from_hidden(tmp_path):
     with torch.no_grad():
         result = model(ids, token_type_ids=segments, output_hidden_states=True)
         last = model.roformer(ids, token_type_ids=segments).last_hidden_state.numpy()
-    t = tensors
+    t = {k.removeprefix("bert/").removeprefix("cls/predictions/"): v for k, v in tensors.items()}
     embedded = (
-        t["bert/embeddings/word_embeddings"][ids[0].numpy()]
-        + t["bert/embeddings/token_type_embeddings"][segments[0].numpy()]
+        t["embeddings/word_embeddings"][ids[0].numpy()] + t["embeddings/token_type_embeddings"][segments[0].numpy()]
     )
-    embedded = layer_norm(embedded, t["bert/embeddings/LayerNorm/gamma"], t["bert/embeddings/LayerNorm/beta"])
+    embedded = layer_norm(embedded, t["embeddings/LayerNorm/gamma"], t["embeddings/LayerNorm/beta"])
     projected = (
-        embedded @ t["bert/encoder/embedding_hidden_mapping_in/kernel"]
-        + t["bert/encoder/embedding_hidden_mapping_in/bias"]
+        embedded @ t["encoder/embedding_hidden_mapping_in/kernel"] + t["encoder/embedding_hidden_mapping_in/bias"]
     )
     np.testing.assert_allclose(result.hidden_states[0][0].numpy(), projected, rtol=0, atol=1e-4)
     # MLM head: dense H -> E, exact gelu, LayerNorm, tied embeddings, output bias
-    dense = last[0] @ t["cls/predictions/transform/dense/kernel"] + t["cls/predictions/transform/dense/bias"]
+    dense = last[0] @ t["transform/dense/kernel"] + t["transform/dense/bias"]
     dense = torch.nn.functional.gelu(torch.from_numpy(dense)).numpy()
-    normed = layer_norm(
-        dense, t["cls/predictions/transform/LayerNorm/gamma"], t["cls/predictions/transform/LayerNorm/beta"]
-    )
-    logits = normed @ t["bert/embeddings/word_embeddings"].T + t["cls/predictions/output_bias"]
+    normed = layer_norm(dense, t["transform/LayerNorm/gamma"], t["transform/LayerNorm/beta"])
+    logits = normed @ t["embeddings/word_embeddings"].T + t["output_bias"]
     np.testing.assert_allclose(result.logits[0].numpy(), logits, rtol=0, atol=2e-4)
 
 

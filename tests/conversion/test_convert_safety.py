@@ -1,8 +1,5 @@
-"""Both converter commands: they never destroy a source or a folder they did not write, and bad input gives one line.
-
-Every case runs through `cli.main([...])`, as a user would, and checks the exit code, the single
-`roformer-ext-convert: error:` line (no traceback) and that nothing was written or deleted.
-"""
+"""Both converter commands, run through `cli.main([...])`: they never destroy a source or a folder they did not write;
+a refusal is one `roformer-ext-convert: error:` line (no traceback) and writes or deletes nothing."""
 
 import shutil
 from pathlib import Path

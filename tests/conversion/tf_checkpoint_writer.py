@@ -1,9 +1,5 @@
-"""Test helper: write TensorFlow V2-format checkpoints without TensorFlow, so tests can build checkpoints of any
-layout for the package's reader (`roformer_ext.conversion.tf_checkpoint`, which documents the format).
-
-Not part of the library: converting needs only the reader. The writer lays out the simplest valid files: one data
-shard, one uncompressed data block with a restart at every entry (no prefix sharing), an empty meta block.
-"""
+"""Test helper (not library code): write TF V2 checkpoints of any layout for the reader, in the simplest valid form:
+one data shard, one uncompressed data block with a restart at every entry, an empty meta block."""
 
 from __future__ import annotations
 
