@@ -276,9 +276,10 @@ def test_vision_generation_without_cache_equals_cached():
     assert_position_sensitive(model, lambda m: logits(m, True), 1e-5)
 
 
-def test_vision_decoding_positions_continue_after_the_prompt():
+@pytest.mark.parametrize("scheme", ["rope_tie_v2", "rope_tie"])  # deltas 0 and h + w
+def test_vision_decoding_positions_continue_after_the_prompt(scheme):
     """The first generated token sits where build_position_ids puts the next text token (prompt + 1 text token)."""
-    model = vision_lm("rope_tie_v2")
+    model = vision_lm(scheme)
     inputs = image_inputs()
     next_token = torch.tensor([[42]])
     deltas = build_position_ids(inputs["input_ids"], model.config, inputs["image_grid_thw"])[1]
