@@ -53,12 +53,6 @@ def test_converted_folder_encodes_the_pooler_output(converted, name):
     assert model.get_embedding_dimension() == 64
 
 
-def test_without_a_pooler_no_sentence_transformers_files(tmp_path):
-    out = tmp_path / "v1"
-    assert main(["original", str(FIXTURES / "roformer_v1"), str(out)]) == 0
-    assert not (out / "modules.json").exists()
-
-
 @pytest.mark.parametrize(
     ("model_class", "activation"),
     [(RoFormerExtModel, "linear"), (RoFormerExtModel, "tanh"), (RoFormerExtForMaskedLM, "linear")],
@@ -95,6 +89,8 @@ def test_models_without_a_pooler_are_refused(tmp_path, tokenizer):
         with pytest.raises(error, match=message):
             save_for_sentence_transformers(model, tokenizer, tmp_path / name)
         assert not (tmp_path / name).exists()
+    assert main(["original", str(FIXTURES / "roformer_v1"), str(tmp_path / "v1")]) == 0  # a converted v1: no pooler
+    assert not (tmp_path / "v1" / "modules.json").exists()
 
 
 FRESH_PROCESS = """

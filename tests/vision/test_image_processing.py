@@ -53,9 +53,7 @@ def test_normalisation_exact_and_patch_order_by_reconstruction():
     rebuilt = unpatchify(out["pixel_values"], (1, 3, 5))
     for frame in rebuilt:  # the image fills both temporal slots
         np.testing.assert_allclose(frame.transpose(1, 2, 0), expected, rtol=0, atol=1e-5)
-
-
-def test_patch_order_is_row_major_with_channel_frame_y_x_inside():
+    # the documented layout itself: row-major patches, (channel, frame, y, x) inside
     processor = RoFormerExtImageProcessor(do_rescale=False, do_normalize=False)
     image = np.arange(32 * 48 * 3, dtype=np.float32).reshape(32, 48, 3)
     values = processor(image)["pixel_values"]
