@@ -16,11 +16,7 @@ from .attention_plan import AttentionPlan
 from .configuration_roformer_ext import RoFormerExtConfig
 from .linear_attention import linear_attention_forward, per_sequence_linear_attention
 from .packing import PackedBatch, end_to_end
-from .position_encodings import (
-    PositionEncoding,
-    RelativeScores,
-    position_encoding_class,
-)
+from .position_encodings import PositionEncoding, RelativeScores, position_encoding_class
 from .rope import query_key_rotation
 
 

@@ -334,13 +334,6 @@ class VisionTextHeadMixin:
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
-        vision_inputs = {
-            "pixel_values": pixel_values,
-            "image_grid_thw": image_grid_thw,
-            "pixel_values_videos": pixel_values_videos,
-            "video_grid_thw": video_grid_thw,
-            "second_per_grid_ts": second_per_grid_ts,
-        }
         return super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -348,7 +341,11 @@ class VisionTextHeadMixin:
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             labels=labels,
-            **{name: value for name, value in vision_inputs.items() if value is not None},
+            pixel_values=pixel_values,
+            image_grid_thw=image_grid_thw,
+            pixel_values_videos=pixel_values_videos,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
             **kwargs,
         )
 
