@@ -62,27 +62,16 @@ def seq2seq() -> EncoderDecoderModel:
     return model
 
 
-def test_cross_attention_reads_the_encoder():
+def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
     model = seq2seq()
     input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
     decoder_input_ids = torch.randint(5, 99, (2, 4))
     with torch.no_grad():
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            output_attentions=True,
-        )
-        other = model(input_ids=input_ids.flip(1), attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+        out = model(input_ids, attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+        other = model(input_ids.flip(1), attention_mask, decoder_input_ids=decoder_input_ids)
     assert not torch.allclose(out.logits, other.logits)  # the encoder's input changes the decoder's output
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 4, 9)
-    # padded encoder tokens get no cross-attention
-    assert torch.all(out.cross_attentions[0][1, :, :, -2:] == 0)
-
-
-def test_cross_attention_cache_greedy_equals_recomputation():
-    model = seq2seq()
-    input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
+    assert torch.all(out.cross_attentions[0][1, :, :, -2:] == 0)  # padded encoder tokens get no cross-attention
     settings = dict(max_new_tokens=5, do_sample=False, decoder_start_token_id=2)
 
     def generated_logits(m) -> torch.Tensor:
@@ -174,26 +163,19 @@ def image_inputs(seed: int = 0, text_after: int = 3, grid: tuple[int, int, int] 
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_2d_rows"])
-def test_vision_schemes_without_mask_equal_explicit_mask(scheme):
-    """Image positions jump; with no mask and no cache the decoder must still attend causally to everything."""
+def test_vision_schemes_without_mask_equal_explicit_masks(scheme):
+    """Image positions jump; with no mask and no cache the decoder still attends causally to everything, as with an
+    explicit 2D or 4D causal mask (float positions)."""
     model = vision_lm(scheme)
-    inputs = image_inputs()
-    with torch.no_grad():
-        without = model(**inputs, use_cache=False).logits
-        with_mask = model(**inputs, attention_mask=torch.ones_like(inputs["input_ids"]), use_cache=False).logits
-    torch.testing.assert_close(without, with_mask, rtol=1e-5, atol=1e-5)
-    assert_position_sensitive(model, lambda m: m(**inputs, use_cache=False).logits, 1e-5)
-
-
-def test_4d_causal_mask_with_float_positions():
-    model = vision_lm("rope_tie_v2")
     inputs = image_inputs()
     seq = inputs["input_ids"].shape[1]
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()[None, None]
     with torch.no_grad():
-        four_d = model(**inputs, attention_mask=causal, use_cache=False).logits
-        two_d = model(**inputs, attention_mask=torch.ones(1, seq, dtype=torch.long), use_cache=False).logits
-    torch.testing.assert_close(four_d, two_d, rtol=1e-5, atol=1e-5)
+        without = model(**inputs, use_cache=False).logits
+        for mask in (torch.ones(1, seq, dtype=torch.long), causal):
+            actual = model(**inputs, attention_mask=mask, use_cache=False).logits
+            torch.testing.assert_close(without, actual, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: m(**inputs, use_cache=False).logits, 1e-5)
     assert_position_sensitive(model, lambda m: m(**inputs, attention_mask=causal, use_cache=False).logits, 1e-5)
 
 
