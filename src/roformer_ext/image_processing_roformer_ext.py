@@ -202,7 +202,7 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     def _fold_pixel_bounds(self, size: Any, min_pixels: int | None, max_pixels: int | None) -> Any:
         """`size` with the `min_pixels` / `max_pixels` shortcuts merged in, so only `size` is ever saved."""
         bounds = {
-            key: value for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if value is not None
+            key: value for key, value in dict(min_pixels=min_pixels, max_pixels=max_pixels).items() if value is not None
         }
         return {**dict(size if size is not None else self.size), **bounds} if bounds else size
 
@@ -241,12 +241,8 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
 
     def _preprocess_image_like_inputs(self, images: Any, videos: Any = None, **kwargs) -> BatchFeature:
         """Every picture to a channels-first array, then images cut as videos of one frame (one path for both)."""
-        to_array = partial(
-            self.process_image,
-            do_convert_rgb=kwargs.get("do_convert_rgb"),
-            input_data_format=kwargs.get("input_data_format"),
-            do_rescale=kwargs.get("do_rescale"),
-        )
+        options = {key: kwargs.get(key) for key in ("do_convert_rgb", "input_data_format", "do_rescale")}
+        to_array = partial(self.process_image, **options)
         data: dict[str, np.ndarray] = {}
         if images is not None:
             clips = [[to_array(image)] for image in flatten_images(images)]
