@@ -20,14 +20,8 @@ STAGES = ["environment", "gpu_tests", "packed_varlen", "packed_speed", "modernbe
 def run_check(out: Path, *args: str, pythonpath: str = "") -> tuple[int, dict, str]:
     """check.sh as a user runs it; (exit code, check.json, check.md)."""
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
-    result = subprocess.run(
-        ["bash", "benchmarks/gpu/check.sh", "--dry-run", "--out", str(out), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    command = ["bash", "benchmarks/gpu/check.sh", "--dry-run", "--out", str(out), *args]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert (out / "check.json").exists(), result.stdout[-2000:] + result.stderr[-4000:]
     return result.returncode, json.loads((out / "check.json").read_text()), (out / "check.md").read_text()
 

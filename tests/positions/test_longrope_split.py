@@ -1,7 +1,5 @@
-"""longrope under the 'split' allocation: one frequency ladder of head_dim / axes dims is repeated on every axis, so
-its factors count that ladder's frequencies (head_dim / (2 * axes)), not the head's (head_dim / 2), which
-transformers' own check assumes. Before, the head's count passed the config and failed in the first forward with a
-shape error, and the right count made transformers log a warning for every config built."""
+"""longrope under the 'split' allocation: one ladder of head_dim / axes dims repeats on every axis, so its factors
+count that ladder's frequencies (head_dim / (2 * axes)), not the head's, which transformers' own check assumes."""
 
 import logging
 

@@ -3,6 +3,7 @@ the rotation each layout gets, frequencies of unrotated pairs, split / ladder / 
 shapes, GRAPE-M and the head-wise rotation."""
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -24,19 +25,22 @@ from roformer_ext.scheme_knobs import allocation_knobs_class
 
 
 def test_registering_an_allocation_keeps_its_flags_and_refuses_a_second_time():
-    def every_pair_on_axis_0(num_pairs, axes, mrope_section):
-        return [0] * num_pairs
+    """A head-wise allocation is called with (pairs, axes, mrope_section, heads), as the docstring promises."""
+
+    def by_head(num_pairs, axes, mrope_section, num_heads=None):
+        return [0] * num_pairs if num_heads is None else [[head % axes] * num_pairs for head in range(num_heads)]
 
     try:
-        assert register_axis_allocation("test_axis0")(every_pair_on_axis_0) is every_pair_on_axis_0
+        assert register_axis_allocation("test_axis0")(by_head) is by_head
         knobs = allocation_knobs_class("test_axis0")
-        assert (knobs.headwise, knobs.axis_ladders) == (False, False)
-        assert AXIS_ALLOCATIONS.get("test_axis0") is every_pair_on_axis_0
+        assert (knobs.headwise, knobs.axis_ladders) == (False, False) and AXIS_ALLOCATIONS.get("test_axis0") is by_head
+        assert axis_of_pair(3, 2, "test_axis0", None, 4).tolist() == [0, 0, 0]
         with pytest.raises(ValueError):
-            register_axis_allocation("test_axis0")(every_pair_on_axis_0)
-        register_axis_allocation("test_axis0", overwrite=True, headwise=True, axis_ladders=True)(every_pair_on_axis_0)
+            register_axis_allocation("test_axis0")(by_head)
+        register_axis_allocation("test_axis0", overwrite=True, headwise=True, axis_ladders=True)(by_head)
         knobs = allocation_knobs_class("test_axis0")
         assert (knobs.headwise, knobs.axis_ladders) == (True, True)
+        assert axis_of_pair(3, 2, "test_axis0", None, 4).tolist() == [[0] * 3, [1] * 3, [0] * 3, [1] * 3]
     finally:
         AXIS_ALLOCATIONS.unregister("test_axis0")
 
@@ -106,19 +110,6 @@ def test_an_allocation_registered_without_the_decorator_is_plain():
         AXIS_ALLOCATIONS.unregister("test_flagless")
 
 
-def test_a_headwise_allocation_gets_the_axes_and_the_heads():
-    """A user's head-wise allocation is called with (pairs, axes, mrope_section, heads), as the docstring promises."""
-
-    @register_axis_allocation("test_head_axes", headwise=True)
-    def head_by_axis(num_pairs, axes, mrope_section, num_heads):
-        return [[head % axes] * num_pairs for head in range(num_heads)]
-
-    try:
-        assert axis_of_pair(3, 2, "test_head_axes", None, 4).tolist() == [[0] * 3, [1] * 3, [0] * 3, [1] * 3]
-    finally:
-        AXIS_ALLOCATIONS.unregister("test_head_axes")
-
-
 def test_axis_ladders_follow_a_registered_allocation_with_an_unrotated_pair():
     """With `axis_ladders` the k-th of the n_a pairs axis a reads turns at θ^(−2k/(2·n_a)), whatever the allocation;
     a pair it leaves unrotated (-1) keeps frequency 0. head_dim 12: 6 pairs on axes 0, 1, 0, 1, 0, none; θ = 100."""
@@ -151,18 +142,15 @@ def test_split_allocation_gives_each_axis_the_ladder_of_its_share():
 
 
 def test_reset_frequencies_of_a_config_with_no_axes():
-    """No `axes`: 1D RoPE, also once the buffers are recomputed (meta-device init); 2-axis positions refused."""
+    """No `axes`: 1D RoPE, also once the buffers are recomputed (meta-device init)."""
     rotary = RotaryEmbedding(bare_config())
-    assert rotary.axes == 1
     for buffer in (rotary.inv_freq, rotary.original_inv_freq, rotary.axis_of_pair):
         buffer.fill_(7)
     rotary.reset_frequencies()
     expected = torch.tensor([1.0, 100**-0.25, 0.1, 100**-0.75])
     torch.testing.assert_close(rotary.inv_freq, expected)
     torch.testing.assert_close(rotary.original_inv_freq, expected)
-    assert rotary.axis_of_pair.tolist() == [0, 0, 0, 0]
-    with pytest.raises(ValueError, match=r"got \(2, 1, 3\)\.$"):
-        rotary.normalize_position_ids(torch.zeros(2, 1, 3))
+    assert rotary.axes == 1 and rotary.axis_of_pair.tolist() == [0, 0, 0, 0]
 
 
 def test_dynamic_frequencies_grow_past_the_trained_length_and_come_back():
@@ -190,12 +178,13 @@ def test_axis_ladders_refuse_frequencies_recomputed_while_running(rope_type):
         RotaryEmbedding(config)
 
 
-def test_position_ids_of_one_axis_are_repeated_and_others_refused_with_the_shape():
-    rotary = RotaryEmbedding(bare_config(axes=3))
+@pytest.mark.parametrize("axes, refused", [(3, (1, 1, 1, 2)), (1, (2, 1, 3))])
+def test_position_ids_of_one_axis_are_repeated_and_others_refused_with_the_shape(axes, refused):
+    rotary = RotaryEmbedding(bare_config(axes=axes))
     one_axis = torch.tensor([[[4.0, 5.0]]])  # (1, batch, seq): the same positions on every axis
-    assert rotary.normalize_position_ids(one_axis).tolist() == [[[4.0, 5.0]]] * 3
-    with pytest.raises(ValueError, match=r"\(batch, seq\) or \(3, batch, seq\).*got \(1, 1, 1, 2\)"):
-        rotary.normalize_position_ids(one_axis[None])
+    assert rotary.normalize_position_ids(one_axis).tolist() == [[[4.0, 5.0]]] * axes
+    with pytest.raises(ValueError, match=rf"\(batch, seq\) or \({axes}, batch, seq\).*got {re.escape(str(refused))}"):
+        rotary.normalize_position_ids(torch.zeros(refused))
 
 
 def test_angles_follow_the_positions_dtype_not_the_buffers():
@@ -209,17 +198,13 @@ def test_angles_follow_the_positions_dtype_not_the_buffers():
     assert torch.equal(angles, expected)
 
 
-def test_grape_log_frequencies_use_the_configured_scale():
-    """log_freq = s·log θ_i with the configured s (a learning-rate scaling: the frequencies themselves stay θ_i)."""
+def test_grape_log_frequencies_scale_and_unrotated_pairs():
+    """log_freq = s·log θ_i with the configured s (the frequencies stay θ_i); pairs HoPE's allocation leaves unrotated
+    keep frequency 0 (cos 1, sin 0)."""
     config = tiny_config(hidden_size=16, num_attention_heads=2, rope_parameters={
         "rope_type": "grape_m", "rope_theta": 100.0, "grape_log_freq_scale": 4.0})  # fmt: skip
     grape = GrapeRotaryEmbedding(config)
-    assert grape.log_freq_scale == 4.0
     torch.testing.assert_close(grape.log_freq.detach(), 4.0 * torch.tensor([0.0, -0.25, -0.5, -0.75]) * math.log(100))
-
-
-def test_grape_unrotated_pairs_turn_at_zero_frequency():
-    """HoPE's allocation leaves the last section[0] pairs unrotated: under GRAPE-M they keep frequency 0 too."""
     config = tiny_config(hidden_size=16, num_attention_heads=2, rope_parameters={
         "rope_type": "grape_m", "axes": 3, "axis_allocation": "hope", "mrope_section": [2, 1, 1]})  # fmt: skip
     grape = GrapeRotaryEmbedding(config)
@@ -236,12 +221,9 @@ def test_headwise_rotation_turns_the_layouts_own_pairs(pair_layout):
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(1, 2, 3, 8, generator=generator)
     angles = torch.randn(1, 2, 3, 4, generator=generator)  # one per head, position and pair
-    if pair_layout == "half":
-        table = torch.cat((angles, angles), dim=-1)
-        order = [0, 4, 1, 5, 2, 6, 3, 7]  # each pair's two dims side by side
-    else:
-        table = torch.repeat_interleave(angles, 2, dim=-1)
-        order = list(range(8))
+    half = pair_layout == "half"
+    table = torch.cat((angles, angles), dim=-1) if half else angles.repeat_interleave(2, -1)
+    order = [0, 4, 1, 5, 2, 6, 3, 7] if half else list(range(8))  # each pair's two dims side by side
     rotated = HeadwiseRotation(pair_layout).for_scores(x, table.cos(), table.sin())
     expected = reference_rotation(x[..., order], angles.cos(), angles.sin())
     torch.testing.assert_close(rotated[..., order], expected)

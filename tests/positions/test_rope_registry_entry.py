@@ -10,24 +10,13 @@ from roformer_ext.position_encodings import RotaryPositionEncoding, registered_p
 BUILT_IN_ENCODINGS = ["alibi", "learned", "none", "rope", "shaw", "sinusoidal", "t5_bias"]
 
 
-# --- RoPE as a registry entry ---------------------------------------------------------------------------------------
-
-
 def _expected_keys(encoding: str, layers: int = 2) -> set[str]:
     """The state-dict keys RoFormerExtModel had before RoPE became a registry entry (tiny config, no pooler)."""
     keys = {f"embeddings.{name}.weight" for name in ("word_embeddings", "token_type_embeddings", "norm")}
     keys.add("embeddings.norm.bias")
+    parts = "attention.query attention.key attention.value attention.output attention_norm feed_forward.intermediate"
     for i in range(layers):
-        for part in (
-            "attention.query",
-            "attention.key",
-            "attention.value",
-            "attention.output",
-            "attention_norm",
-            "feed_forward.intermediate",
-            "feed_forward.output",
-            "output_norm",
-        ):
+        for part in (*parts.split(), "feed_forward.output", "output_norm"):
             keys |= {f"layers.{i}.{part}.weight", f"layers.{i}.{part}.bias"}
         if encoding == "shaw":
             keys.add(f"layers.{i}.attention.relative_table.weight")
