@@ -130,33 +130,21 @@ def test_user_positions_that_jump_keep_full_causal_attention():
 
 def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
     torch.manual_seed(0)
-    config = position_sensitive_config(
-        RoFormerExtVisionTextConfig,
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        image_token_id=97,
-        video_token_id=98,
-        patch_size=2,
-        temporal_patch_size=1,
-        num_channels=1,
-        rope_parameters={"position_scheme": scheme, "axes": 3 if scheme != "rope_2d_rows" else 2},
-    )
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 image_token_id=97, video_token_id=98, patch_size=2, temporal_patch_size=1, num_channels=1)  # fmt: skip
+    rope = {"position_scheme": scheme, "axes": 3 if scheme != "rope_2d_rows" else 2}
+    config = position_sensitive_config(RoFormerExtVisionTextConfig, **sizes, rope_parameters=rope)
     return RoFormerExtVisionTextForCausalLM(config).eval()
 
 
 def image_inputs(seed: int = 0, text_after: int = 3, grid: tuple[int, int, int] = (1, 2, 3)) -> dict:
     generator = torch.Generator().manual_seed(seed)
     patches = grid[0] * grid[1] * grid[2]
-    ids = torch.cat(
-        [
-            torch.randint(5, 90, (3,), generator=generator),
-            torch.full((patches,), 97),
-            torch.randint(5, 90, (text_after,), generator=generator),
-        ]
-    )[None]
+    before, after = (
+        torch.randint(5, 90, (3,), generator=generator),
+        torch.randint(5, 90, (text_after,), generator=generator),
+    )
+    ids = torch.cat([before, torch.full((patches,), 97), after])[None]
     return dict(
         input_ids=ids, pixel_values=torch.randn(patches, 4, generator=generator), image_grid_thw=torch.tensor([grid])
     )

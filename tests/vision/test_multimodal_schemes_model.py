@@ -4,6 +4,7 @@ roformer_ext)."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -51,14 +52,9 @@ def config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
 
 def sample(generator: torch.Generator, image: tuple, video: tuple) -> dict:
     """text, an image, text, a video, text: (ids, pixels, grids)."""
+    text = [torch.randint(5, 90, (n,), generator=generator) for n in (3, 2, 2)]
     ids = torch.cat(
-        [
-            torch.randint(5, 90, (3,), generator=generator),
-            torch.full((image[0] * image[1] * image[2],), IMAGE),
-            torch.randint(5, 90, (2,), generator=generator),
-            torch.full((video[0] * video[1] * video[2],), VIDEO),
-            torch.randint(5, 90, (2,), generator=generator),
-        ]
+        [text[0], torch.full((math.prod(image),), IMAGE), text[1], torch.full((math.prod(video),), VIDEO), text[2]]
     )
     return {
         "ids": ids,

@@ -29,38 +29,23 @@ def sensitive_config(**overrides) -> RoFormerExtVisionTextConfig:
 
 def image_prompt(generator: torch.Generator, text: int, grid: tuple[int, int, int]) -> dict:
     """`text` words, one image of `grid`, two words: ids (seq,), pixels, grid."""
-    ids = torch.cat(
-        [
-            torch.randint(5, 90, (text,), generator=generator),
-            torch.full((grid[0] * grid[1] * grid[2],), IMAGE),
-            torch.randint(5, 90, (2,), generator=generator),
-        ]
-    )
+    before, after = torch.randint(5, 90, (text,), generator=generator), torch.randint(5, 90, (2,), generator=generator)
+    ids = torch.cat([before, torch.full((grid[0] * grid[1] * grid[2],), IMAGE), after])
     pixels = torch.randn(grid[0] * grid[1] * grid[2], PATCH_DIM, generator=generator)
     return {"ids": ids, "pixels": pixels, "grid": grid}
 
 
 def alone(part: dict) -> dict:
-    return {
-        "input_ids": part["ids"][None],
-        "pixel_values": part["pixels"],
-        "image_grid_thw": torch.tensor([part["grid"]]),
-    }
+    return dict(input_ids=part["ids"][None], pixel_values=part["pixels"], image_grid_thw=torch.tensor([part["grid"]]))
 
 
 def packed_row(parts: list[dict]) -> dict:
     """The parts end to end in one row, with cu_seq_lens_q as DataCollatorWithFlattening gives."""
     lengths = [len(p["ids"]) for p in parts]
     bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    return {
-        "input_ids": torch.cat([p["ids"] for p in parts])[None],
-        "pixel_values": torch.cat([p["pixels"] for p in parts]),
-        "image_grid_thw": torch.tensor([p["grid"] for p in parts]),
-        "cu_seq_lens_q": bounds,
-        "cu_seq_lens_k": bounds,
-        "max_length_q": max(lengths),
-        "max_length_k": max(lengths),
-    }
+    row = alone(dict(ids=torch.cat([p["ids"] for p in parts]), pixels=torch.cat([p["pixels"] for p in parts]), grid=0))
+    row["image_grid_thw"] = torch.tensor([p["grid"] for p in parts])
+    return dict(row, cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=max(lengths), max_length_k=max(lengths))
 
 
 def recorded_positions(model) -> list[torch.Tensor]:
