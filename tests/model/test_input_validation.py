@@ -59,10 +59,9 @@ def test_valid_axes_are_accepted(axes):
     ],
 )
 def test_mrope_section_is_checked(section, error, message):
-    with pytest.raises(error, match=r"rope_parameters\['mrope_section'\]"):
-        tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
-    with pytest.raises(error, match=message):
-        tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
+    for pattern in (r"rope_parameters\['mrope_section'\]", message):
+        with pytest.raises(error, match=pattern):
+            tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
 
 
 @pytest.mark.parametrize("section", [[2, 2], (1, 3)])

@@ -36,16 +36,6 @@ def build(model_class, seed: int = 0, **overrides):
     return model_class(position_sensitive_config(**overrides)).eval()
 
 
-def generated_logits(**generate_kwargs):
-    """A run for `assert_position_sensitive`: the logits of every generated step."""
-
-    def run(model) -> torch.Tensor:
-        out = model.generate(**generate_kwargs, return_dict_in_generate=True, output_logits=True)
-        return torch.stack(out.logits)
-
-    return run
-
-
 def main_output(output) -> torch.Tensor:
     for name in ("logits", "start_logits", "last_hidden_state"):
         if getattr(output, name, None) is not None:
@@ -157,29 +147,6 @@ def test_torch_compile_fullgraph_forward():
         actual = compiled(input_ids).last_hidden_state
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
     assert_position_sensitive(model, lambda m: m(input_ids).last_hidden_state, ATOL)  # the eager reference
-
-
-def test_generate_with_cache_equals_without():
-    model = build(RoFormerExtForCausalLM)
-    input_ids, _, _ = random_inputs(batch=2, seq=6, pad_last=False)
-    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
-    with_cache = model.generate(input_ids, use_cache=True, **kwargs)
-    without_cache = model.generate(input_ids, use_cache=False, **kwargs)
-    assert torch.equal(with_cache, without_cache)
-    assert with_cache.shape == (2, 14)
-    assert_position_sensitive(model, generated_logits(input_ids=input_ids, use_cache=True, **kwargs), ATOL)
-
-
-def test_generate_with_left_padding_matches_unpadded():
-    model = build(RoFormerExtForCausalLM)
-    prompt = torch.tensor([[7, 8, 9, 10]])
-    padded = torch.tensor([[0, 0, 7, 8, 9, 10]])
-    mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
-    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
-    alone = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
-    left = model.generate(padded, attention_mask=mask, **kwargs)
-    assert torch.equal(alone[0, 4:], left[0, 6:])
-    assert_position_sensitive(model, generated_logits(input_ids=padded, attention_mask=mask, **kwargs), ATOL)
 
 
 def test_long_input_runs_past_max_position_embeddings():

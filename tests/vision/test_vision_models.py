@@ -36,30 +36,14 @@ def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
 def mixed_batch(seed: int = 0):
     """Two samples: text, a 2x3 image, text, a 2-frame 2x2 video, text; the second left-padded by 2."""
     generator = torch.Generator().manual_seed(seed)
-    row = torch.cat(
-        [
-            torch.randint(5, 90, (3,), generator=generator),
-            torch.full((6,), IMAGE),
-            torch.randint(5, 90, (2,), generator=generator),
-            torch.full((8,), VIDEO),
-            torch.randint(5, 90, (2,), generator=generator),
-        ]
-    )
-    short = torch.cat([torch.zeros(2, dtype=torch.long), row[:-2]])
-    input_ids = torch.stack([row, short])
-    attention_mask = (input_ids != 0).long()
-    image_grid_thw = torch.tensor([[1, 2, 3], [1, 2, 3]])
-    video_grid_thw = torch.tensor([[2, 2, 2], [2, 2, 2]])
+    text = [torch.randint(5, 90, (n,), generator=generator) for n in (3, 2, 2)]
+    row = torch.cat([text[0], torch.full((6,), IMAGE), text[1], torch.full((8,), VIDEO), text[2]])
+    input_ids = torch.stack([row, torch.cat([torch.zeros(2, dtype=torch.long), row[:-2]])])
     pixel_values = torch.randn(12, PATCH_DIM, generator=generator)
     pixel_values_videos = torch.randn(16, PATCH_DIM, generator=generator)
-    return dict(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        pixel_values=pixel_values,
-        image_grid_thw=image_grid_thw,
-        pixel_values_videos=pixel_values_videos,
-        video_grid_thw=video_grid_thw,
-    )
+    return dict(input_ids=input_ids, attention_mask=(input_ids != 0).long(), pixel_values=pixel_values,
+                image_grid_thw=torch.tensor([[1, 2, 3]] * 2), pixel_values_videos=pixel_values_videos,
+                video_grid_thw=torch.tensor([[2, 2, 2]] * 2))  # fmt: skip
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
