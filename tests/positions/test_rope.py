@@ -22,11 +22,10 @@ from roformer_ext.rope import apply_rotary, register_rotary_embedding, registere
 LAYOUTS = ["interleaved", "half"]
 
 
-def rotary_for(layout: str, head_dim: int = 16, **rope) -> RotaryEmbedding:
-    config = RoFormerExtConfig(
-        hidden_size=head_dim * 2, num_attention_heads=2, rope_parameters={"pair_layout": layout, **rope}
+def rotary_for(layout: str, head_dim: int = 16) -> RotaryEmbedding:
+    return RotaryEmbedding(
+        RoFormerExtConfig(hidden_size=head_dim * 2, num_attention_heads=2, rope_parameters={"pair_layout": layout})
     )
-    return RotaryEmbedding(config)
 
 
 def rotate_at(rotary: RotaryEmbedding, x: torch.Tensor, position: float) -> torch.Tensor:

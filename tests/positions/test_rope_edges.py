@@ -13,8 +13,8 @@ from vision_sizes import SIZES
 
 from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel
 from roformer_ext.axis_allocations import axis_of_pair, register_axis_allocation
+from roformer_ext.registries import AXIS_ALLOCATIONS
 from roformer_ext.rope import (
-    AXIS_ALLOCATIONS,
     GrapeRotaryEmbedding,
     HeadwiseRotation,
     QueryKeyRotation,
