@@ -121,37 +121,6 @@ def test_a_layout_a_scheme_cannot_place_is_refused(scheme, segments, axes, phras
         place(scheme, segments, axes)
 
 
-def test_rope_tie_image_on_two_axes() -> None:
-    # L = 1, h = 2, w = 3: span (h+1)(w+1) = 12, row step w+1 = 4, col step h+1 = 3, patches 1-based
-    (rows, cols), next_pos = place("rope_tie", [T(2), I(2, 3), T(1)], 2)
-    assert rows == [0, 1, 5, 5, 5, 9, 9, 9, 13]
-    assert cols == [0, 1, 4, 7, 10, 4, 7, 10, 13]
-    assert next_pos == 14.0
-
-
-def test_rope_tie_video_on_three_axes() -> None:
-    # L = 0, (h, w, T) = (1, 2, 2): S = 2·3·3 = 18, steps 9, 6, 6
-    (rows, cols, frames), next_pos = place("rope_tie", [T(1), V(2, 1, 2)], 3)
-    assert rows == [0, 9, 9, 9, 9]
-    assert cols == [0, 6, 12, 6, 12]
-    assert frames == [0, 6, 6, 12, 12]
-    assert next_pos == 18.0
-
-
-def test_rope_tie_v2_image_and_video() -> None:
-    # L = 1, image 2x3: P = 6, β1 = 1 + (6-2)/2 = 3, β2 = 1 + (6-3)/2 = 2.5, next L + P + 1 = 8
-    (rows, cols), next_pos = place("rope_tie_v2", [T(2), I(2, 3)], 2)
-    assert rows == [0, 1, 4, 4, 4, 5, 5, 5]
-    assert cols == [0, 1, 3.5, 4.5, 5.5, 3.5, 4.5, 5.5]
-    assert next_pos == 8.0
-    # L = -1 (no text before), video (T, h, w) = (2, 1, 3): P = 6, β = -1 + (6 - (1, 3, 2)) / 2 = (1.5, 0.5, 1)
-    (rows, cols, frames), next_pos = place("rope_tie_v2", [V(2, 1, 3)], 3)
-    assert rows == [2.5] * 6
-    assert cols == [1.5, 2.5, 3.5] * 2
-    assert frames == [2, 2, 2, 3, 3, 3]
-    assert next_pos == 6.0
-
-
 def test_su_schemes_place_text_alone_on_one_axis() -> None:
     for scheme in ("rope_tie", "rope_tie_v2"):
         assert place(scheme, [T(2)], 1) == ([[0, 1]], 2.0)
@@ -207,6 +176,7 @@ RING = columns(u_th_w(-2), v_th_w(2))  # a centred 1x2 image at R = 2, α = 0.5
         ({"circle_radius": "auto-2e-1"}, columns(u_th_w(-0.1), v_th_w(0.1))),
         # dff_rate d: (1 - d)·ring + d·(x·u + y·v), x = -0.5, 0.5
         ({"circle_radius": 2, "circle_dff_rate": 0.25}, 0.75 * RING + 0.25 * columns(u_th_w(-0.5), u_th_w(0.5))),
+        ({"circle_radius": 2, "circle_alpha": 0, "circle_dff_rate": 1}, columns(u_th_w(-0.5), u_th_w(0.5))),
         # move_to_positive: + |min| + offset (the minimum is -2/√2)
         ({"circle_radius": 2, "circle_move_to_positive": 0.5}, RING + 2 / S2 + 0.5),
         ({"circle_radius": 2, "circle_move_to_positive": 0}, RING + 2 / S2),
@@ -226,11 +196,6 @@ def test_circle_rope_text_after_two_images_counts_from_each_blocks_max() -> None
     torch.testing.assert_close(block, expected, atol=1e-5, rtol=0)
     assert next_pos == pytest.approx(after + 2, abs=1e-5)
     assert circle([], circle_radius=2)[1] == 0.0
-
-
-def test_circle_rope_takes_the_bounds_of_its_unit_interval_knobs() -> None:
-    for knobs in ({"circle_alpha": 0, "circle_dff_rate": 1}, {"circle_alpha": 1, "circle_dff_rate": 0}):
-        circle([I(1, 2)], **knobs)
 
 
 def test_default_temporal_strides_and_empty_samples() -> None:
