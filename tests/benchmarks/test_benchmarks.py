@@ -197,8 +197,7 @@ def test_bench_sim_generation_writes_results(tmp_path):
 
 
 def test_bench_sim_generation_models_share_one_set_of_weights():
-    """The hand loop's MLM model is our generator under the UniLM mask; transformers' model is ours when no token
-    is source (all segment 1: plain causal attention for both)."""
+    """The hand loop's MLM model is our generator; transformers' model is ours when no token is source."""
     module = bench("bench_sim_generation")
     theirs, ours, mlm = module.build_models("tiny", seed=0)
     ids = torch.tensor([[2, 10, 11, 12, 3, 20, 21]])

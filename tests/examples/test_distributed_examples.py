@@ -29,8 +29,7 @@ TRAINER = ["--max_seq_length", "32", "--logging_steps", "1", "--learning_rate", 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """The v1 fixture converted, without dropout (a share's random masks differ from the whole batch's): as a masked
-    LM, and with a seeded 2-label classifier head; and a small classification set in the fixture's characters."""
+    """The v1 fixture without dropout, as a masked LM and with a seeded 2-label head; a small classification set."""
     root = tmp_path_factory.mktemp("checkpoints")
     assert convert(["original", str(FIXTURE), str(root / "converted")]) == 0
     tokenizer = AutoTokenizer.from_pretrained(root / "converted")
@@ -106,8 +105,7 @@ def test_run_classification_ddp_fsdp2_and_tensor_parallel_prediction(checkpoints
 
 
 def test_run_mlm_fsdp2_and_tensor_parallel_evaluation(checkpoints, tmp_path, monkeypatch):
-    """Every token predicted from the unmasked text (`--mlm_probability 1 --mask_replace_prob 0
-    --random_replace_prob 0`): the masks do not depend on which process draws them."""
+    """Every token predicted from unmasked text: the masks do not depend on which process draws them."""
     common = ["--train_file", str(checkpoints["root"] / "corpus.txt"), "--validation_split_percentage", "10",
               "--mlm_probability", "1", "--mask_replace_prob", "0", "--random_replace_prob", "0",
               "--max_steps", "3", *TRAINER]  # fmt: skip

@@ -171,8 +171,7 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
 @pytest.mark.xdist_group("two_processes")
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="with an accelerator, torchrun's processes use it")
 def test_torchrun_on_a_cpu_machine_trains_as_two_processes(tmp_path):
-    """Without ACCELERATE_USE_CPU, accelerate read torchrun's two processes on a CPU as two one-process runs,
-    each training alone on all the data (num_processes 1); the script now tells it there is no accelerator."""
+    """torchrun's two CPU processes are one two-process run (not two one-process runs on all the data)."""
     out = tmp_path / "torchrun"
     run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
          "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", out, "--do_train",
@@ -385,8 +384,7 @@ def test_push_to_hub_makes_one_commit_with_the_final_card(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("code_repo", [None, "someone/roformer-ext"])
 def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch, code_repo):
-    """`--code_repo`: the pushed folder's auto_map names the code repository, it carries no code files, and its card
-    says where the code lives and which transformers releases it was tested on."""
+    """`--code_repo`: auto_map names the code repository, no code files are pushed, the card says where it lives."""
     hub = RecordingHub(monkeypatch)
     out = tmp_path / "pushed_loop"
     run_in_process(CLASSIFY_LOOP, [
@@ -447,9 +445,7 @@ def test_bare_boolean_flags_parse_as_documented(monkeypatch):
 
 
 def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, monkeypatch, capsys):
-    """Integer scores read as regression with a bare `--do_regression`; predict_results.txt has one value a test row,
-    in the test file's order, also with `--group_by_length` (transformers 5 groups evaluation batches by length
-    too); the demo prints the model's value (no sigmoid, no label) and the card's snippet asks for it."""
+    """Bare `--do_regression`: a predicted value a test row in file order (grouped by length too); demo unsquashed."""
     lengths = [3, 11, 1, 7, 2, 9, 5, 12, 4, 8, 6, 10]
     rows = [{"text": " ".join(WORDS["pos" if i % 2 else "neg"][(i + j) % 4] for j in range(n)), "score": n}
             for i, n in enumerate(lengths * 4)]  # integer scores (the length): classes unless told  # fmt: skip
@@ -481,11 +477,7 @@ PAIR_COLUMNS = ["--text_column_names", "premise,hypothesis", "--label_column_nam
 
 
 def check_padding_free_evaluation(script: Path, model: Path, args: list, tmp_path: Path, monkeypatch) -> tuple:
-    """Evaluate (and predict) with `model` padded, padding-free, and padding-free with every position from 3 on moved
-    by one where the base model hands positions to its attention plan (conftest.shifted_positions). Padded and
-    padding-free agree at fp32 tolerance (measured: to the last bit; a model attending across the packed sentences is
-    ~1e-5 off); the shifted loss moves far past it, so the comparison would see packed rows given wrong positions
-    (docs/testing.md's rule). Returns the padded and padding-free output folders and the padding-free metrics."""
+    """Padded and padding-free runs agree; shifted positions move the loss far past that. Returns both folders."""
     from conftest import SENSITIVITY_FACTOR, shifted_positions
 
     from roformer_ext import RoFormerExtModel
@@ -514,8 +506,7 @@ def check_padding_free_evaluation(script: Path, model: Path, args: list, tmp_pat
 
 
 def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monkeypatch):
-    """Sentence pairs of many lengths (token_type_ids matter) from JSON lines, 10 rows in batches of 4: same metrics
-    and predictions."""
+    """Sentence pairs of many lengths (token_type_ids matter) from JSON lines: same metrics and predictions."""
     Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
     Dataset.from_list(PAIRS[3:13]).to_json(tmp_path / "dev.jsonl")
     trained = tmp_path / "trained"
@@ -535,8 +526,7 @@ def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monk
 
 
 def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch):
-    """Your own JSON array of words and string IOB2 tags, in columns of your naming. Entity F1 and the predictions
-    file go by sentence: packed rows come back one sentence each."""
+    """Own JSON words and IOB2 string tags: entity F1 and predictions go by sentence, packed or padded."""
     people, places = ["John", "Mary", "Wang Li"], ["Paris", "New York City", "London"]
     rows = []
     for i in range(30):
@@ -566,8 +556,7 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
 
 
 def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch):
-    """Your own text file, a text a line (empty lines dropped). The same seed masks the same (whole jieba) words
-    padded or padding-free (masked, then unpadded): same loss and accuracy."""
+    """Own text file, a text a line: the same seed masks the same words padded or padding-free."""
     lines = ["北京是中华人民共和国的首都。", "春天来了。", "这本书写得非常好，值得一读，推荐给每一个人。", "好。"]
     corpus = "\n".join(lines[i % 4] * (1 + i % 3) for i in range(60)) + "\n\n"
     (tmp_path / "corpus.txt").write_text(corpus, encoding="utf-8")
@@ -584,8 +573,7 @@ def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch
 
 
 def test_mlm_with_sparse_prediction_evaluates(tmp_path, monkeypatch):
-    """`sparse_prediction=True` (logits for the masked positions only) trains and evaluates like the dense head:
-    the metric places the predicted ids back (it raised IndexError after training, and nothing was saved)."""
+    """`sparse_prediction=True` trains and evaluates like the dense head (the metric places predicted ids back)."""
     lines = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。"]
     (tmp_path / "corpus.txt").write_text("\n".join(lines[i % 3] * 2 for i in range(120)) + "\n", encoding="utf-8")
     metrics = {}

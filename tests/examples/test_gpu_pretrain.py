@@ -56,8 +56,7 @@ def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypa
 
 
 def test_pre_segmented_text_trains_like_jieba_on_the_raw_text(tmp_path, monkeypatch):
-    """`--pre_segmented` on jieba-spaced text gives the same blocks and masks as jieba inside run_mlm.py: the same
-    losses, step for step (same seed)."""
+    """`--pre_segmented` jieba-spaced text gives run_mlm.py's jieba losses, step for step."""
     pytest.importorskip("jieba")
     raw = [LINES[i % 4] * (1 + i % 3) for i in range(80)]
     (tmp_path / "raw.txt").write_text("\n".join(raw) + "\n", encoding="utf-8")
@@ -106,8 +105,7 @@ def tiny_exported_corpus(data: Path) -> Path:
 
 
 def test_gpu_pretrain_dry_run_chain(tmp_path):
-    """One job of the prepared GPU script, on the CPU at tiny sizes: pretraining, then the three fine-tunes; the
-    summary lists each step with its metrics, and the comparison table reads them."""
+    """One GPU-script job on the CPU at tiny sizes: pretraining, three fine-tunes, summary and comparison table."""
     data = tiny_exported_corpus(tmp_path / "data")
     out = tmp_path / "out"
     run([sys.executable, str(LM / "gpu_pretrain.py"), "--data", str(data), "--out", str(out), "--dry-run",
@@ -125,8 +123,7 @@ def test_gpu_pretrain_dry_run_chain(tmp_path):
 
 
 def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
-    """`--plan long`: one pretraining, then its three sentiment fine-tunes as one group of processes at once (their
-    logs overlap in time); 256-token recipes read 256 tokens."""
+    """`--plan long`: one pretraining, then three overlapping sentiment fine-tunes; 256-token recipes read 256."""
     data = tiny_exported_corpus(tmp_path / "data")
     module = load_module("gpu_pretrain")
     jobs = module.plan_long(module.Sizes(dry=True), data, tmp_path / "planned", 500)

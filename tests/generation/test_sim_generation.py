@@ -36,8 +36,7 @@ def load(folder: Path, **kwargs):
 
 
 def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int, logits: list | None = None):
-    """The README's old greedy loop: the MLM model re-run on the whole sequence per token under the UniLM mask; each
-    step's last logits are appended to `logits` if given."""
+    """The README's old greedy loop under the UniLM mask; each step's last logits go to `logits` if given."""
     mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()
     input_ids, token_type_ids = source["input_ids"], source["token_type_ids"]
     generated = []
@@ -148,9 +147,7 @@ def test_v1_release_gets_the_same_option(sim_folders):
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_prompt_without_segment_ids_is_the_source(sim_folders, use_cache):
-    """A UniLM decoder reads a prompt without token_type_ids as the source (segment 0, bidirectional), as the
-    embeddings do: logits, `generate(input_ids, attention_mask)` and `pipeline("text-generation")` equal those with
-    the explicit segment ids (and so the bert4keras hand loop), with and without the KV cache."""
+    """A prompt without token_type_ids is the source: logits, generate and pipeline equal the explicit ones."""
     from transformers import pipeline
 
     folder = sim_folders["original"]

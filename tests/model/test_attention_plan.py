@@ -28,8 +28,7 @@ from roformer_ext.packing import per_sequence_sdpa
 
 
 class PlanRecorder:
-    """Counts the plans made (`make_attention_plan`) and the layouts described (`batch_layout`) by `model` (not by
-    another model, such as the self-check's) and records the plan every self-attention layer receives."""
+    """Counts `model`'s plans and layouts and records the plan each self-attention layer receives."""
 
     def __init__(self, model: torch.nn.Module, monkeypatch) -> None:
         self.plans, self.layouts, self.seen = [], 0, []
@@ -106,8 +105,7 @@ def test_cached_generation_makes_one_plan_per_step_with_its_positions(monkeypatc
 
 
 def test_vision_forward_describes_the_batch_once_and_the_layout_reaches_the_positions(monkeypatch):
-    """The vision-text base model makes the layout (packed rows from the head's description) and hands it down: the
-    positions it lays out and the plan the layers read come from that one layout."""
+    """The vision-text model's one layout gives both the positions and the layers' plan."""
     torch.manual_seed(0)
     config = RoFormerExtVisionTextConfig(
         **SIZES, num_labels=2, rope_parameters={"position_scheme": "mrope", "mrope_section": [4, 4, 4]}

@@ -262,8 +262,7 @@ APART = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]  # sequence
     ids=["score-term", "eager", "traced", "padding-mask", "unilm"],
 )
 def test_packed_rows_keep_the_mask_where_something_else_is_masked(backend, overrides, given):
-    """Per-sequence SDPA without a mask only where nothing but the packing is masked; otherwise the configured
-    function with a mask that keeps the sequences apart."""
+    """Per-sequence SDPA only when nothing but the packing is masked; otherwise a mask keeps sequences apart."""
     encoding = RecordingEncoding(AttentionTerms(), has_relative_scores=given.pop("score_term", False))
     layout = BatchLayout(None, None, 0, given.pop("packed", PACKED))
     plan = plan_for(tiny_config(**overrides), encoding, 4, layout=layout, backend=backend, **given)
@@ -287,8 +286,7 @@ def test_packed_rows_on_sdpa_run_each_sequence_alone_and_linear_attention_takes_
 
 
 class FlexCall:
-    """Stands in for flex attention: records what it was given and returns a (batch, heads, query, dim) tensor whose
-    entries are all different, so any other transpose than heads <-> queries shows. Every argument is required."""
+    """Stands in for flex attention: records its arguments, returns all-distinct entries (a wrong transpose shows)."""
 
     def __init__(self):
         self.calls = []
@@ -304,9 +302,7 @@ class FlexCall:
 
 
 def test_the_score_mod_call_hands_its_inputs_to_flex_unchanged(monkeypatch):
-    """On a CPU tensor outside torch.compile: the fixed-shape compiled flex attention; on any other device, or while
-    compiling, transformers' compile-friendly wrapper with the module's training flag. Dropout is refused; no
-    dropout, scale or score_mod by default. Both stand-ins record their arguments (nothing is compiled here)."""
+    """CPU eager: the compiled flex call; elsewhere or compiling: transformers' wrapper. Dropout is refused."""
     import transformers.integrations.flex_attention as transformers_flex
 
     import roformer_ext.attention_plan as attention_plan

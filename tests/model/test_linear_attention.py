@@ -149,8 +149,7 @@ def test_generation_with_state_equals_without_cache(layout):
     "search", [{"num_beams": 3, "num_return_sequences": 2}, {"num_beams": 2, "num_return_sequences": 2}]
 )
 def test_beam_search_and_several_samples_reorder_the_state(search):
-    """The cache's batch operations (the prompt repeated for each beam, beam reordering) act on the running state: the
-    cached result equals the uncached one, and the cache counts the tokens it has seen."""
+    """Beam expansion and reordering act on the running state: cached equals uncached; seen tokens counted."""
     torch.manual_seed(0)
     model = RoFormerExtForCausalLM(position_sensitive_config(attention_type="linear")).eval()
     prompt = torch.randint(5, 99, (2, 6))

@@ -131,8 +131,7 @@ def test_unilm_source_overlay_only_on_a_first_unilm_decoder_call():
 
 
 def test_prepared_4d_mask():
-    """Boolean / integer (nonzero may attend) or additive float masks, the last query rows, key columns beyond the
-    caller's mask (a static cache's unwritten slots) hidden, in the given dtype and on the mask's device."""
+    """Boolean, integer or additive masks: last query rows, keys beyond the mask hidden, given dtype and device."""
     keep = torch.tensor([[[[True, False, True], [False, True, True]]]])
     for mask in (keep, keep.long()):
         result = prepared_4d_mask(mask, 2, 3, torch.float32)
@@ -217,8 +216,7 @@ def test_a_score_term_keeps_the_causal_mask_on_sdpa():
 
 @pytest.mark.parametrize("layers", [1, 2])
 def test_a_callers_4d_mask_is_prepared_for_the_keys_the_layer_sees(layers):
-    """The keys: this call's, a static cache's full length (unwritten slots hidden) or the cached + new ones (read
-    from the cache's first, maybe only, layer)."""
+    """The keys: this call's, a static cache's full length, or the cached + new ones."""
     config = config_for(num_hidden_layers=layers)
     keep = torch.tensor([[[[1, 0, 1], [0, 1, 1], [1, 1, 0]]]], dtype=torch.bool)
     mask = mask_of(config, keep, 1, 3)

@@ -168,8 +168,7 @@ def test_padded_rows_of_packed_sequences(model_class):
     ],
 )
 def test_package_collator_for_packed_classification_equals_padded(labels, problem_type):
-    """roformer_ext.DataCollatorForPackedClassification: one label per packed sequence (a class, a regression value
-    or one 0/1 per class); logits and loss equal the padded batch's."""
+    """One label per packed sequence (class, value or multi-label): logits and loss equal the padded batch's."""
     num_labels = 1 if problem_type == "regression" else 3
     model = model_for(RoFormerExtForSequenceClassification, "sdpa", num_labels=num_labels, problem_type=problem_type)
     seqs = sequences(5)

@@ -16,9 +16,7 @@ from roformer_ext.trainer import PaddingFreeTrainer
 
 
 def test_collator_checks_every_feature_for_a_label():
-    """Defect (issue #31, 7): only the first feature was checked for a label, so a later feature's label was dropped
-    silently (first unlabelled) or a later missing one raised a bare KeyError. Every label or none; a mix is a
-    ValueError naming the features."""
+    """Every feature has a label or none does; a mix is a ValueError naming the features."""
     collate = DataCollatorForPackedClassification()
     seqs = sequences()
     with pytest.raises(ValueError, match=r"Features \[0, 2\] have no label"):
@@ -33,9 +31,7 @@ def test_collator_checks_every_feature_for_a_label():
 
 
 def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
-    """Defect (issue #31, 9): packed question answering set padding logits to the dtype's minimum while the padded
-    path kept the pads' logits, so the losses differed (1.05 vs 1.79). Both mask the padding now: the pads' logits at
-    the minimum in both (the loss and real tokens' logits: test_packing's every-head test)."""
+    """Packed and padded question answering both set the pads' logits to the dtype's minimum."""
     model = model_for(RoFormerExtForQuestionAnswering, "sdpa")
     seqs = sequences(5)
     input_ids, attention_mask = padded(seqs)
@@ -48,9 +44,7 @@ def test_packed_question_answering_masks_padding_as_the_padded_batch_does():
 
 
 def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_path):
-    """Defect (issue #31, 6): with include_for_metrics=["inputs"], PaddingFreeTrainer gave compute_metrics the packed
-    inputs ((batches, total)) beside per-sequence predictions and labels ((sequences, ...)): their rows did not line
-    up. The inputs come per sequence too, row i holding sequence i's tokens (then -100 padding)."""
+    """include_for_metrics=['inputs']: row i holds sequence i's tokens (then -100), as predictions and labels."""
     torch.manual_seed(0)
     model = RoFormerExtForSequenceClassification(tiny_config(num_labels=3))
     generator = torch.Generator().manual_seed(3)

@@ -90,8 +90,7 @@ def test_positions_that_jump_forward_are_one_sequence():
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
-    """classifier_pooling='mean': the classifier reads the mean of the real tokens, computed here from the encoder's
-    states of each sequence alone; padded and packed batches give those logits."""
+    """classifier_pooling='mean' reads each sequence's own tokens, padded or packed."""
     model = model_for(
         RoFormerExtForSequenceClassification, attn_implementation, num_labels=3, classifier_pooling="mean"
     )
@@ -115,9 +114,7 @@ def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
 
 
 def test_varlen_kwargs_reach_other_attention_backends():
-    """A backend other than sdpa (flash_attention_2's varlen kernel on GPU) gets the row with cu_seq_lens_q/k and
-    max_length_q/k: recorded here through a backend registered with transformers' AttentionInterface, which runs
-    each sequence alone, so the output also equals the padded batch."""
+    """A registered non-sdpa backend gets cu_seq_lens_q/k and max_length_q/k for the packed row."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     seen = []
@@ -154,8 +151,7 @@ REPEATED_LENGTHS = (5, 9, 5, 3, 9, 5)  # three lengths, two of them shared
 
 @pytest.mark.parametrize("model_class", [RoFormerExtModel, RoFormerExtForCausalLM])
 def test_packed_gradients_equal_padded(model_class):
-    """Sequences of repeated lengths on the packed row (per-sequence SDPA) compute as each alone, and training on the
-    row gives the padded batch's parameter gradients."""
+    """Repeated lengths on a packed row compute as each alone, with the padded batch's gradients."""
     model = model_for(model_class, "sdpa")
     seqs = sequences(7, REPEATED_LENGTHS)
     input_ids, attention_mask = padded(seqs)
@@ -197,8 +193,7 @@ def head_outputs(model, output) -> list[torch.Tensor]:
 
 
 def head_labels(model_class, input_ids, attention_mask, batch) -> tuple[dict, dict]:
-    """The head's labels for the padded batch (padding -100) and the packed row (DataCollatorWithFlattening's for
-    the causal LM: -100 at each sequence start)."""
+    """Labels for the padded batch (pads -100) and the packed row (the collator's for the causal LM)."""
     pad = attention_mask == 0
     if model_class in (RoFormerExtForMaskedLM, RoFormerExtForTokenClassification):
         token_labels = (lambda ids: ids) if model_class is RoFormerExtForMaskedLM else (lambda ids: ids % 2)
@@ -247,8 +242,7 @@ def test_every_head_packed_equals_padded(model_class, attn_implementation):
 
 
 def test_multiple_choice_rows_equal_each_choice_alone():
-    """MultipleChoice flattens (batch, choices, seq) into rows: each choice's score equals that choice run alone (the
-    padded choice too), with positions that matter."""
+    """Each choice's score equals that choice run alone (the padded one too)."""
     model = model_for(RoFormerExtForMultipleChoice, "sdpa")
     input_ids, attention_mask = padded(sequences(9)[:3])
     input_ids, attention_mask = input_ids[None], attention_mask[None]  # one question, three choices

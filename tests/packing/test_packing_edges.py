@@ -196,8 +196,7 @@ def test_traced_description_gives_the_eager_sequences(given, monkeypatch):
 
 
 def test_traced_description_of_positions_without_a_restart(monkeypatch):
-    """Traced, a row without a restart is one sequence (no host decision); positions that cannot mark sequences (a
-    mask, a cache) give an ordinary batch as in eager calls; no host checks run."""
+    """Traced: a row without a restart is one sequence; a mask or cache gives an ordinary batch; no host checks."""
     traced(monkeypatch)
     packed = describe(2, 4, position_ids=torch.tensor([[0, 1, 2, 3], [0, 1, 0, 1]]))
     assert packed.sequence_ids.tolist() == [[0, 0, 0, 0], [1, 1, 2, 2]]
@@ -223,8 +222,7 @@ def packed_qkv(lengths, heads: int = 4, dim: int = 8, seed: int = 0) -> tuple[to
 @pytest.mark.parametrize(("is_causal", "scaling"), [(False, None), (True, None), (False, 0.3)])
 @pytest.mark.parametrize("lengths", [(5, 9, 5, 3, 9, 5), (4, 4, 4, 7, 4)], ids=["apart", "side-by-side"])
 def test_per_sequence_sdpa_runs_each_sequence_as_alone(lengths, is_causal, scaling, monkeypatch):
-    """One SDPA call per sequence, in order (never one over the whole row), each as if it ran alone: softmax attention
-    (bidirectional unless told, 1 / sqrt(head_dim) unless a scale is given); dropout passed on."""
+    """One SDPA call per sequence, each as alone (causal or not, default or given scale); dropout passed on."""
     q, k, v, cu_seq_lens = packed_qkv(lengths)
     bounds = cu_seq_lens.tolist()
     alone = []

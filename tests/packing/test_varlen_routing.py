@@ -87,9 +87,7 @@ def test_a_cuda_packed_batch_takes_one_varlen_call_per_layer(kernel, decoder):
 
 @pytest.mark.parametrize("case", ["cpu", "fp32", "head_dim", "capability", "dropout", "score_term", "padded"])
 def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
-    """CPU tensors, fp32, a head dimension flash attention refuses (12), a GPU before compute capability 8.0,
-    attention dropout in training (the kernel has none: the plan runs the step per sequence), a score term (T5's
-    bias joins a mask) and a padded batch: no varlen call, and the output is the CPU path's."""
+    """Inputs the varlen kernel cannot take make no varlen call and give the CPU path's output."""
     dtype = torch.float32 if case == "fp32" else torch.bfloat16
     overrides = {
         "head_dim": dict(hidden_size=48),  # 4 heads of 12
@@ -118,8 +116,7 @@ def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
 
 @pytest.mark.parametrize("training", [False, True])
 def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, training):
-    """The plan's decision from the model's training flag: with attention dropout configured, an evaluation step
-    still takes the kernel; a training step runs per sequence (the kernel has no dropout, and refuses it)."""
+    """With attention dropout configured, evaluation takes the kernel; training runs per sequence."""
     model = model_of(attention_probs_dropout_prob=0.5)
     embeddings = packed_inputs(model, cuda=True)["inputs_embeds"]
     packed = describe_packed_batch(1, 25, None, None, 0, cu_seq_lens_q=torch.tensor([0, 5, 14, 17, 25]))

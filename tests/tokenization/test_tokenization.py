@@ -145,8 +145,7 @@ def test_word_mode_equals_bert4keras_reference_and_slow(lines, vocab_files, word
 
 
 def test_word_mode_agrees_with_transformers_roformer(lines, vocab_files, word_encodings, monkeypatch):
-    """transformers' RoFormerTokenizer needs rjieba (else a jieba stand-in); lines are compared where the two
-    segmenters cut alike (always, with the stand-in)."""
+    """Against RoFormerTokenizer (rjieba or a jieba stand-in) where the two segmenters cut alike."""
     from transformers import RoFormerTokenizer
 
     if importlib.util.find_spec("rjieba") is None:
@@ -183,8 +182,7 @@ def test_rjieba_and_jieba_give_the_same_ids_and_the_choice(lines, vocab_files, m
 
 @pytest.mark.parametrize("cls", [RoFormerExtTokenizerFast, RoFormerExtTokenizer])
 def test_out_of_vocabulary_word_falls_back_like_bert4keras(cls):
-    """jieba keeps "c++" whole; not in the vocabulary, it is split at punctuation as bert4keras did
-    (transformers' RoFormerTokenizer only splits at spaces: "c", "##+", "##+")."""
+    """An out-of-vocabulary jieba word ("c++") is split at punctuation, as bert4keras does."""
     vocab = {token: i for i, token in enumerate(SPECIALS + ["学习", "语", "言", "c", "+", "##+"])}
     assert cls(vocab=vocab, segmenter="jieba").tokenize("学习C++语言") == ["学习", "c", "+", "+", "语", "言"]
 
@@ -305,8 +303,7 @@ def _long_text(lines: list[str], n_chars: int) -> str:
 
 
 class _ScanCountingString:
-    """Stand-in for tokenizers' `NormalizedString` that adds up what its slices cost: tokenizers converts a slice's
-    char offsets to byte offsets by scanning the string it slices, so a slice costs that string's length."""
+    """Stand-in for `NormalizedString` that adds up slice costs (a slice scans the string it slices)."""
 
     def __init__(self, text: str, scanned: list[int]) -> None:
         self.text, self.scanned = text, scanned
@@ -322,9 +319,7 @@ class _ScanCountingString:
 
 
 def test_jieba_pre_tokenizer_work_per_char_stays_flat(lines, vocab_files):
-    """Regression: slicing every word out of the whole text scanned it once per word (quadratic: 104k characters took
-    7.4 s; 2598 scans per char at 4k chars, 11027 at 16k). Four times the text adds two halving levels, each scanning
-    every char twice: a few more scans per char, not 4x."""
+    """Slicing cost per char stays flat as the text grows 4x (it was quadratic: 104k chars took 7.4 s)."""
     splitter, text = WordSplitter(load_vocab(vocab_files["word"])), _long_text(lines, 16000)
     per_char = []
     for size in (4000, 16000):

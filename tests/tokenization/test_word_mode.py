@@ -40,8 +40,7 @@ def _same_encoding(new, old) -> None:
 
 
 def _same_call(tokenizer, *args, **kwargs) -> None:
-    """`tokenizer(*args, **kwargs)` equals the same call with offsets asked for, but for the offsets' own key, and
-    those offsets are the encodings' (tokenizers' own pipeline with the word pre-tokenizer)."""
+    """The call equals the one with offsets (but for their key), and those offsets are the encodings'."""
     plain, full = tokenizer(*args, **kwargs), tokenizer(*args, return_offsets_mapping=True, **kwargs)
     offsets = full["offset_mapping"]
     offsets = offsets.tolist() if hasattr(offsets, "tolist") else offsets

@@ -201,8 +201,7 @@ def test_remote_code_round_trip_in_a_fresh_process(processor, tmp_path, monkeypa
 
 
 def test_text_side_works_without_pillow(tmp_path):
-    """Regression: `import roformer_ext` imported PIL (the `vision` extra). Without it a tokenizer and a text model
-    work, the image processor says how to install pillow, and matplotlib is not imported either."""
+    """Without pillow: tokenizer and text model work, the image processor names the extra, no matplotlib."""
     script = textwrap.dedent(
         """
         import json, sys
