@@ -1,8 +1,4 @@
-"""Smoke tests: the benchmark scripts run at a tiny size and write JSON + Markdown with the expected fields.
-
-The scripts' `main(argv)` runs in this process (a fresh interpreter per script would pay the imports again);
-bench_model's peak-memory cases still run in their own processes. No timing is asserted; same-weights checks are.
-"""
+"""The benchmark scripts' `main(argv)` at a tiny size write JSON + Markdown; same-weights checks, no timings."""
 
 import importlib
 import json

@@ -1,6 +1,4 @@
-"""`.ci/run`'s lowest-release environment (an overlay into which it installs the lowest declared transformers) sees
-torch and the project, made from this interpreter and again from inside that overlay, a virtual environment (the
-README runs `.ci/run` from a venv, where `venv --system-site-packages` would see the base interpreter's packages)."""
+"""`.ci/run`'s lowest-release overlay sees torch and the project, built from this interpreter and from a venv."""
 
 import subprocess
 import sys

@@ -1,6 +1,5 @@
-"""The example scripts under `torchrun --nproc_per_node 2` (CPU, gloo) against one process on the same global batch
-(`--per_device_train_batch_size 4` against 8): DDP, FSDP2 (`--fsdp_size 2`) and tensor parallel (`--tp_size 2`), from
-the converted bert4keras RoFormer v1 fixture (hidden 64, 2 layers, vocabulary 128). docs/distributed.md lists them."""
+"""Examples under `torchrun --nproc_per_node 2` (CPU, gloo: DDP, FSDP2, tensor parallel) against one process on
+the same global batch, from the converted RoFormer v1 fixture (docs/distributed.md)."""
 
 import random
 from pathlib import Path

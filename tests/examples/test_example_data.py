@@ -1,5 +1,4 @@
-"""The examples' data layer (`examples/common/`): bundled corpora (counts, label sets, leak-free deterministic
-splits), loading your own files the transformers way, the conversion of the shipped data files, and the metrics."""
+"""`examples/common/`: bundled corpora and their splits, your own files, the shipped files' conversion, metrics."""
 
 import bz2
 import csv

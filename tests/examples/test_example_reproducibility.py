@@ -1,6 +1,4 @@
-"""A same-seed run of an example is the same run: the trained vocabulary, and with it the model, do not change
-between two trainings (huggingface tokenizers' trainer otherwise numbers characters, and breaks ties between
-equally frequent pairs, in hash-map order, which differs from one training to the next)."""
+"""A same-seed run is the same run: the trained vocabulary (so the model) does not change between trainings."""
 
 import json
 import random

@@ -1,10 +1,5 @@
-"""The example scripts end to end at tiny scale (hidden 32, 2 layers, a few steps).
-
-Each training run must leave a complete, shareable folder (metrics, config.json with auto_map, the modelling code,
-model.safetensors, the tokenizer, a model card). Bundled corpora run as subprocesses, as a user runs them (the
-accelerate script as two CPU processes over gloo, its folder reloaded where `roformer_ext` cannot be imported); your
-own data files run in this process. `--push_to_hub` is checked against a stand-in for the Hub API.
-"""
+"""The example scripts end to end at tiny scale: each run leaves a complete, shareable folder; bundled corpora run
+as subprocesses, your own data in this process; `--push_to_hub` against a stand-in Hub API."""
 
 import importlib.util
 import json

@@ -1,5 +1,4 @@
-"""The GPU pretraining path, checked on the CPU: the exported corpus, `--pre_segmented`, the time budget, the prepared
-script's dry run and the comparison's table and figure (examples/language-modeling/, docs/pretraining.md)."""
+"""The GPU pretraining path on the CPU: corpus export, `--pre_segmented`, time budget, dry run, table and figure."""
 
 import json
 import lzma

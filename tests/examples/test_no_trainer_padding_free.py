@@ -1,6 +1,4 @@
-"""The accelerate classification script with padding-free batches (the default) and `--group_by_length`, in this
-process on the bundled Chinese reviews. The classifier's training inputs are recorded: packed batches arrive as one
-row with `cu_seq_lens` and positions restarting at 0 in each sequence, and train as the padded run does."""
+"""The accelerate classification script: packed batches (the default) train as padded ones; `--group_by_length`."""
 
 import json
 import math

@@ -1,5 +1,4 @@
-"""examples/position-lab/run_extrapolation.py: a tiny end-to-end study (two encodings, an eval-time RoPE scaling),
-the eval blocks, the shared masks, argument errors and the decay figure of the trained models."""
+"""run_extrapolation.py: a tiny end-to-end study, eval blocks, shared masks, argument errors, the decay figure."""
 
 import importlib
 import json

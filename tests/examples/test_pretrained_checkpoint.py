@@ -1,6 +1,4 @@
-"""The pretrained checkpoints shipped in `checkpoints/` (they load with the Auto classes, also as remote code where
-`roformer_ext` cannot be imported, stay small enough to ship, and their MLM heads have learnt Chinese), the jobs that
-fine-tune them, and the n-gram baselines they are compared with."""
+"""The shipped checkpoints (loading, remote code, size, a trained MLM head), their jobs, the n-gram baselines."""
 
 import json
 import sys

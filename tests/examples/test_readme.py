@@ -1,7 +1,5 @@
-"""The user documentation works as written. Every Python block in README.md and docs/*.md is marked and runs in a
-temporary directory (with `tests/`, `checkpoints/`, `examples/` linked in): `<!-- runnable -->` as written;
-`<!-- needs real weights; stand-in: PATH=KIND, ... -->` on a tiny stand-in of that KIND (STAND_INS) written at PATH
-first. An unmarked Python block fails. Relative links and images point to existing files, `#anchor`s to headings."""
+"""Every Python block of README.md and docs/*.md is marked and runs: `<!-- runnable -->` as written, `<!-- needs
+real weights; stand-in: PATH=KIND, ... -->` on a tiny STAND_INS stand-in; unmarked blocks fail. Links resolve."""
 
 import contextlib
 import io

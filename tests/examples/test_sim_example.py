@@ -1,5 +1,4 @@
-"""examples/sentence-similarity/run_similarity.py in this process: a converted tiny Sim folder fine-tuned for a few
-steps on the sample file it ships; its output folder loads in sentence-transformers and transformers alike."""
+"""run_similarity.py: a tiny Sim folder fine-tuned on its sample file loads in sentence-transformers and transformers"""
 
 import csv
 import json

@@ -1,5 +1,4 @@
-"""examples/position-lab/run_symmetry.py: the before / after prompts, the video variant, the question read-out, and a
-tiny end-to-end grid whose results JSON has every cell."""
+"""run_symmetry.py: prompts, the video variant, the question read-out and a tiny end-to-end grid."""
 
 import json
 import sys

@@ -1,9 +1,5 @@
-"""Converted RoFormer-Sim folders (original release and junnyu's Hub layout) generate through `AutoModelForCausalLM` +
-`generate()` as bert4keras' UniLM model: logits against bert4keras' `application='unilm'` outputs
-(`reference_outputs.npz`), greedy tokens against the README's old hand loop (whole-sequence recomputation under
-`unilm_attention_mask`). The fixture reads positions strongly: compared paths must move ≥ 100x 1e-5 under a position
-error (`assert_position_sensitive`).
-"""
+"""Converted Sim folders generate as bert4keras' UniLM model: logits against its outputs, greedy tokens against
+the README's old hand loop; compared paths are position-sensitive."""
 
 import json
 from pathlib import Path

@@ -1,6 +1,4 @@
-"""sentence-transformers loads converted Sim / Sim-FT folders, and any roformer-ext encoder saved for retrieval, with
-the Sim embedding: `SentenceTransformer(folder).encode(texts)` equals `AutoModel(...).pooler_output` ([CLS] through
-the linear pooler)."""
+"""SentenceTransformer on converted Sim folders and saved encoders embeds as AutoModel's pooler_output."""
 
 import json
 import os

@@ -1,8 +1,4 @@
-"""`SimilarSentenceGenerator`: bert4keras' `gen_synonyms` (generate n, embed with the pooler, cosine-rank, top k) on the
-tiny random Sim fixtures converted: ranking and scores against an independent computation, what is dropped (source,
-duplicates, empties), and several texts / embedding batches against one-by-one calls (padded differently; a position
-error in the encoder moves the scores ≥ 100x the 1e-5 tolerance, `assert_position_sensitive`).
-"""
+"""`SimilarSentenceGenerator` (bert4keras' `gen_synonyms`): ranking, scores, what is dropped, batched calls."""
 
 from pathlib import Path
 

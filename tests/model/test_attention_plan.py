@@ -1,5 +1,4 @@
-"""One attention plan per forward (`attention_plan.py`): made once, read by every layer, and the one place that
-chooses the attention function and refuses what a backend cannot take."""
+"""One attention plan per forward, read by every layer; it alone chooses the attention function."""
 
 import pytest
 import torch

@@ -1,5 +1,4 @@
-"""Edge cases of `attention_plan.py` found by the mutation run: which keys a mask shows (`visible_keys`), how cached
-keys are numbered (`key_positions`), and the plan's choices, each asserted against values written out by hand."""
+"""`attention_plan.py`'s edges (`visible_keys`, `key_positions`, the plan's choices) against values written by hand."""
 
 import pytest
 import torch

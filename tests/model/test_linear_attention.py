@@ -1,5 +1,4 @@
-"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation of the same formula, and its cache; model-level
-comparisons (padded vs alone, state vs recomputation) on position-sensitive models (`assert_position_sensitive`)."""
+"""Linear attention (RoFormer §3.4.3) against a naive O(N²) evaluation, and its cache, on position-sensitive models."""
 
 from types import SimpleNamespace
 

@@ -1,6 +1,4 @@
-"""masking_roformer_ext.py unit by unit (found by the mutation check, docs/testing.md): which keys each query may see
-(encoder, decoder, UniLM, packed sequences, a caller's 4D mask, cross-attention) and the checks on a caller's masks.
-Expected patterns are written out by hand or by a loop over (query, key); masks are read back as "may attend"."""
+"""masking_roformer_ext.py: which keys each query may see (patterns written out by hand) and the mask checks."""
 
 import re
 

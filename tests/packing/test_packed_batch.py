@@ -1,6 +1,4 @@
-"""The packed-batch contract: whatever the caller gives (cu_seq_lens, seq_idx, restarting positions in any
-broadcastable shape), every sequence computes as if alone (1e-5, position-sensitive models); inconsistent input gets
-one clear error."""
+"""Whatever describes the packing, each sequence computes as alone (1e-5, position-sensitive); bad input is refused."""
 
 import pytest
 import torch

@@ -1,6 +1,4 @@
-"""Packed batches under torch.compile equal the eager step, forward and backward (1e-5, position-sensitive). The
-description is tensor ops when traced; the mask path (eager, or sdpa with restarting positions only) traces as ONE
-graph (fullgraph=True); per-sequence SDPA and linear attention's per-sequence sums run eagerly (a graph break)."""
+"""Packed batches under torch.compile equal the eager step, forward and backward (1e-5, position-sensitive)."""
 
 import pytest
 import torch

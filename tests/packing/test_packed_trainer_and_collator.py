@@ -1,5 +1,4 @@
-"""Packed batches through the collator, the question-answering head and PaddingFreeTrainer line up with the padded
-batch row for row (issue #31, defects 6, 7 and 9)."""
+"""Collator, question-answering head and PaddingFreeTrainer line up with the padded batch (issue #31)."""
 
 import pytest
 import torch

@@ -1,6 +1,4 @@
-"""Packed (padding-free) batches from transformers' DataCollatorWithFlattening equal the right-padded batch, per
-sequence (1e-5, fp32). The models are position-sensitive and each comparison asserts that a position error would move
-its outputs ≥ 100x that tolerance (`assert_position_sensitive`): on the tiny config unrestarted positions would pass."""
+"""DataCollatorWithFlattening's packed rows equal the padded batch per sequence (1e-5), on position-sensitive models."""
 
 import pytest
 import torch

@@ -1,5 +1,4 @@
-"""packing.py unit by unit (found by the mutation check, docs/testing.md): the description from each explicit input
-and its checks, its methods, the end-to-end layout and per-sequence SDPA; expected values written out by hand."""
+"""packing.py unit by unit: the description from each input and its checks, end_to_end, unpack, per-sequence SDPA."""
 
 import pytest
 import torch

@@ -1,6 +1,4 @@
-"""Packed rows on CUDA go through torch's varlen flash kernel, one call per layer; the routing checked on a CPU with
-tensors that say they are on CUDA and a recording stand-in for the kernel (SDPA per sequence), compared with the CPU
-path. On a GPU (varlen equals the padded batch, forward and gradients): benchmarks/gpu/check.py's packed_varlen."""
+"""Packed CUDA rows take torch's varlen flash kernel, one call per layer (checked on a CPU with a stand-in kernel)."""
 
 import pytest
 import torch

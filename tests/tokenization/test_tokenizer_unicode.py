@@ -1,7 +1,4 @@
-"""Slow and fast tokenizers agree on code points the running Python calls unassigned, and on lone surrogates: each
-becomes its own [UNK] token whose offsets are that code point (the slow one used to join its neighbours, the fast one to
-make the whole word [UNK] or raise a TypeError on a surrogate; docs/tokenizers.md).
-"""
+"""Unassigned code points and lone surrogates: each its own [UNK] with its own offsets, slow and fast alike."""
 
 from __future__ import annotations
 

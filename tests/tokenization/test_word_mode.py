@@ -1,7 +1,4 @@
-"""Word mode's plain call (its fast route) gives what a call with offsets gives (tokenizers' own pipeline with the word
-pre-tokenizer): ids, masks, padding, truncation, pairs, and `.encodings` (offsets, word ids), on People's Daily and
-hostile text.
-"""
+"""Word mode's plain call gives what a call with offsets gives: ids, masks, padding, truncation, pairs, encodings."""
 
 from __future__ import annotations
 

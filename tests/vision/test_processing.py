@@ -1,5 +1,4 @@
-"""RoFormerExtProcessor (with BertTokenizer and ours): placeholder expansion, batching, every bad-input error,
-save / load."""
+"""RoFormerExtProcessor: placeholder expansion, batching, every bad-input error, save / load."""
 
 import json
 import os
