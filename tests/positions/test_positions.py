@@ -55,11 +55,8 @@ def batch(layouts: list[list], left_pads: list[int], right_pads: list[int]):
         masks.append([0] * left + [1] * len(ids) + [0] * right)
         images += sample_images
         videos += sample_videos
-    return torch.tensor(rows), torch.tensor(masks), grid_tensor(images), grid_tensor(videos)
-
-
-def grid_tensor(rows: list[tuple]) -> torch.Tensor | None:
-    return torch.tensor(rows, dtype=torch.long) if rows else None
+    grids = [torch.tensor(rows, dtype=torch.long) if rows else None for rows in (images, videos)]
+    return torch.tensor(rows), torch.tensor(masks), *grids
 
 
 def positions_of(layout: list, scheme: str, axes: int) -> tuple[torch.Tensor, float]:
@@ -69,9 +66,7 @@ def positions_of(layout: list, scheme: str, axes: int) -> tuple[torch.Tensor, fl
     return position_ids[:, 0], deltas[0, 0].item()
 
 
-# ------------------------------------------------------------------------------------------------
-# Registry
-# ------------------------------------------------------------------------------------------------
+# --- Registry ---------------------------------------------------------------------------------------------------------
 
 
 def test_builtin_schemes_are_registered():
@@ -98,9 +93,7 @@ def test_register_custom_scheme():
     register_position_scheme("test_reversed", overwrite=True)(reversed_positions)
 
 
-# ------------------------------------------------------------------------------------------------
-# Bad input
-# ------------------------------------------------------------------------------------------------
+# --- Bad input --------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -141,98 +134,56 @@ def test_video_grid_without_video_token_id():
         build_position_ids(torch.ones(1, 4, dtype=torch.long), config, video_grid_thw=[[1, 2, 2]])
 
 
-# ------------------------------------------------------------------------------------------------
-# (a) Su's equations
-# ------------------------------------------------------------------------------------------------
-
-su_layouts = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 6))  # text before, h, w
-
-
-def split_image(layout_positions: torch.Tensor, before: int, patches: int):
-    """last text, first patch, last patch, next text of a text-image-text sample."""
-    p = layout_positions.T
-    return p[before - 1], p[before], p[before + patches - 1], p[before + patches]
+# --- (a) Su's equations -----------------------------------------------------------------------------------------------
 
 
 def test_default_layout_values():
     """The README's example: 5 text tokens, a 3x4 image, 4 text tokens."""
     layout = [("text", 5), ("image", (1, 3, 4)), ("text", 4)]
     tie, _ = positions_of(layout, "rope_tie", 2)
-    assert tie.T[5].tolist() == [9, 8] and tie.T[16].tolist() == [19, 20] and tie.T[17].tolist() == [24, 24]
+    assert tie.T[[5, 16, 17]].tolist() == [[9, 8], [19, 20], [24, 24]]
     tie_v2, _ = positions_of(layout, "rope_tie_v2", 2)
-    assert (
-        tie_v2.T[5].tolist() == [9.5, 9] and tie_v2.T[16].tolist() == [11.5, 12] and tie_v2.T[17].tolist() == [17, 17]
-    )
+    assert tie_v2.T[[5, 16, 17]].tolist() == [[9.5, 9], [11.5, 12], [17, 17]]
     rows, _ = positions_of(layout, "rope_2d_rows", 2)
     assert rows.T[[0, 4, 5, 16, 17, 20]].tolist() == [[0, 0], [0, 4], [1, 0], [3, 3], [4, 0], [4, 3]]
 
 
-@settings(max_examples=200, deadline=None)
-@given(su_layouts)
-def test_tie_v1_equations(sizes):
-    before, h, w = sizes
-    positions, _ = positions_of([("text", before), ("image", (1, h, w)), ("text", 1)], "rope_tie", 2)
-    last_text, first, last, next_text = split_image(positions, before, h * w)
-    L = last_text[0].item()
-    s, t = w + 1, h + 1
-    grid = positions.T[before : before + h * w].reshape(h, w, 2)
-    i, j = torch.meshgrid(torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
-    assert torch.equal(grid[..., 0], L + i * s) and torch.equal(grid[..., 1], L + j * t)
-    assert (h + 1) * s == (w + 1) * t
-    assert next_text.tolist() == [L + (w + 1) * (h + 1)] * 2
-    assert (first - last_text).tolist() == [s, t] == (next_text - last).tolist()
+#: (text before, t, h, w): t = 0 is an image (1, h, w) on 2 axes, else a video on 3 axes
+tie_layouts = st.one_of(
+    st.tuples(st.integers(1, 6), st.just(0), st.integers(1, 6), st.integers(1, 6)),
+    st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+)
 
 
-@settings(max_examples=200, deadline=None)
-@given(su_layouts)
-def test_tie_v2_equations(sizes):
-    before, h, w = sizes
-    positions, _ = positions_of([("text", before), ("image", (1, h, w)), ("text", 1)], "rope_tie_v2", 2)
-    last_text, first, last, next_text = split_image(positions, before, h * w)
-    L = last_text[0].item()
-    beta1, beta2 = L + (w * h - h) / 2, L + (w * h - w) / 2
-    grid = positions.T[before : before + h * w].reshape(h, w, 2)
-    i, j = torch.meshgrid(torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
-    assert torch.equal(grid[..., 0], beta1 + i) and torch.equal(grid[..., 1], beta2 + j)
-    assert next_text.tolist() == [L + w * h + 1] * 2
-    assert torch.equal(first - last_text, next_text - last)  # first patch - (L, L) = (L+wh+1, L+wh+1) - last patch
-
-
-video_layouts = st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 4), st.integers(1, 4))
-
-
-@settings(max_examples=200, deadline=None)
-@given(video_layouts)
-def test_tie_v1_video_form(sizes):
+@pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2"])
+@settings(max_examples=400, deadline=None)
+@given(tie_layouts)
+def test_tie_equations(scheme, sizes):
+    """Su's equations, image and video form, axes over (h, w[, t]) with sizes d_a, P patches, L the last text position:
+    v1 puts patch index n of axis a at L + n·Π_{b≠a}(d_b + 1) and the next text at L + Π(d + 1); v2 at
+    L + (P − d_a)/2 + n and the next text at L + P + 1; the step into the vision block equals the step out of it."""
     before, t, h, w = sizes
-    positions, _ = positions_of([("text", before), ("video", (t, h, w)), ("text", 1)], "rope_tie", 3)
-    last_text, first, last, next_text = split_image(positions, before, t * h * w)
+    item, dims, cube = (("video", (t, h, w)), (h, w, t), (t, h, w)) if t else (("image", (1, h, w)), (h, w), (h, w))
+    positions, _ = positions_of([("text", before), item, ("text", 1)], scheme, len(dims))
+    count = math.prod(dims)
+    p = positions.T
+    last_text, first, last, next_text = p[before - 1], p[before], p[before + count - 1], p[before + count]
     L = last_text[0].item()
-    span = (h + 1) * (w + 1) * (t + 1)
-    steps = [(w + 1) * (t + 1), (h + 1) * (t + 1), (h + 1) * (w + 1)]
-    grid = positions.T[before : before + t * h * w].reshape(t, h, w, 3)
-    k, i, j = torch.meshgrid(torch.arange(1, t + 1), torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
-    for axis, index in enumerate((i, j, k)):
-        assert torch.equal(grid[..., axis], L + index * steps[axis])
-    assert (h + 1) * steps[0] == (w + 1) * steps[1] == (t + 1) * steps[2] == span
-    assert next_text.tolist() == [L + span] * 3
-    assert (first - last_text).tolist() == steps == (next_text - last).tolist()
-
-
-@settings(max_examples=200, deadline=None)
-@given(video_layouts)
-def test_tie_v2_video_form(sizes):
-    before, t, h, w = sizes
-    positions, _ = positions_of([("text", before), ("video", (t, h, w)), ("text", 1)], "rope_tie_v2", 3)
-    last_text, first, last, next_text = split_image(positions, before, t * h * w)
-    L, P = last_text[0].item(), t * h * w
-    betas = [L + (P - h) / 2, L + (P - w) / 2, L + (P - t) / 2]
-    grid = positions.T[before : before + P].reshape(t, h, w, 3)
-    k, i, j = torch.meshgrid(torch.arange(1, t + 1), torch.arange(1, h + 1), torch.arange(1, w + 1), indexing="ij")
-    for axis, index in enumerate((i, j, k)):
-        assert torch.equal(grid[..., axis], betas[axis] + index)
-    assert next_text.tolist() == [L + P + 1] * 3
-    assert torch.equal(first - last_text, next_text - last)
+    grid = p[before : before + count].reshape(*cube, len(dims))
+    indices = torch.meshgrid(*(torch.arange(1, d + 1) for d in cube), indexing="ij")
+    by_axis = (indices[1], indices[2], indices[0]) if t else indices  # (t, h, w) order -> the axes' (h, w, t)
+    if scheme == "rope_tie":
+        span = math.prod(d + 1 for d in dims)
+        steps = [span // (d + 1) for d in dims]
+        for axis, index in enumerate(by_axis):
+            assert torch.equal(grid[..., axis], L + index * steps[axis])
+        assert next_text.tolist() == [L + span] * len(dims)
+        assert (first - last_text).tolist() == steps == (next_text - last).tolist()
+    else:
+        for axis, index in enumerate(by_axis):
+            assert torch.equal(grid[..., axis], L + (count - dims[axis]) / 2 + index)
+        assert next_text.tolist() == [L + count + 1] * len(dims)
+        assert torch.equal(first - last_text, next_text - last)
 
 
 def test_tie_v2_image_in_video_config_is_the_2d_form():
@@ -242,9 +193,7 @@ def test_tie_v2_image_in_video_config_is_the_2d_form():
     assert torch.equal(deep[:2], flat)
 
 
-# ------------------------------------------------------------------------------------------------
-# (b) mrope against transformers' Qwen2-VL
-# ------------------------------------------------------------------------------------------------
+# --- (b) mrope against transformers' Qwen2-VL -------------------------------------------------------------------------
 
 
 def transformers_rope_index(input_ids, attention_mask, images, videos):
@@ -346,9 +295,7 @@ def test_transformers_advances_by_max_h_w_after_a_video():
     assert our_delta.item() == 8 - 28 and their_delta.item() == 7 - 28  # theirs: max + 1 - tokens
 
 
-# ------------------------------------------------------------------------------------------------
-# (d) A common shift of all positions leaves attention scores unchanged
-# ------------------------------------------------------------------------------------------------
+# --- (d) A common shift of all positions leaves attention scores unchanged --------------------------------------------
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEME_AXES))
@@ -357,10 +304,8 @@ def test_shift_leaves_attention_scores_unchanged(scheme, pair_layout):
     from roformer_ext.rope import RotaryEmbedding, apply_rotary
 
     axes = SCHEME_AXES[scheme]
-    rope_parameters = {
-        "rope_type": "default", "rope_theta": 10000.0, "pair_layout": pair_layout, "axes": axes,
-        "axis_allocation": "interleaved",
-    }  # fmt: skip
+    rope_parameters = dict(rope_type="default", rope_theta=10000.0, pair_layout=pair_layout, axes=axes)
+    rope_parameters["axis_allocation"] = "interleaved"
     if scheme == "mrope":
         rope_parameters.update(axis_allocation="sections", mrope_section=[4, 6, 6])
     config = types.SimpleNamespace(
@@ -385,9 +330,7 @@ def test_shift_leaves_attention_scores_unchanged(scheme, pair_layout):
     assert not torch.allclose(scores(moved), reference, rtol=1e-4, atol=1e-4)
 
 
-# ------------------------------------------------------------------------------------------------
-# (e) Properties of every scheme on random padded batches
-# ------------------------------------------------------------------------------------------------
+# --- (e) Properties of every scheme on random padded batches ----------------------------------------------------------
 
 
 def check_vision_grid(block: np.ndarray, grid: tuple, scheme: str) -> None:
@@ -463,13 +406,10 @@ def test_scheme_properties(scheme, data):
         assert (more[axis, -1] == real.shape[1] + deltas[b, 0]).all()
 
 
-def test_rope_1d_replicates_one_position_per_token():
-    layout = [("text", 2), ("image", (1, 2, 3)), ("text", 2)]
-    positions, delta = positions_of(layout, "rope_1d", 3)
+def test_rope_1d_and_text_only_are_1d():
+    """rope_1d gives every token one position on every axis; text alone is 1D in the diagonal schemes."""
+    positions, delta = positions_of([("text", 2), ("image", (1, 2, 3)), ("text", 2)], "rope_1d", 3)
     assert torch.equal(positions, torch.arange(10.0).expand(3, -1)) and delta == 0
-
-
-def test_text_only_is_1d_in_diagonal_schemes():
     for scheme in DIAGONAL:
         positions, delta = positions_of([("text", 6)], scheme, SCHEME_AXES[scheme])
         assert torch.equal(positions, torch.arange(6.0).expand(SCHEME_AXES[scheme], -1)) and delta == 0
