@@ -258,8 +258,8 @@ def test_transformer_xl_term_and_score_mod_are_xls_formula(pair, clamp_len):
 
 
 def test_transformer_xl_layer_parameters_shapes():
-    table = TransformerXLLayerParameters(config("transformer_xl"))
-    assert table.head_dim == HEAD_DIM
+    table = TransformerXLPositionEncoding.layer_table(config("transformer_xl"))
+    assert isinstance(table, TransformerXLLayerParameters) and table.head_dim == HEAD_DIM
     assert table.r.weight.shape == (HIDDEN, HIDDEN) and table.r.bias is None
     assert table.r_w_bias.shape == table.r_r_bias.shape == (HEADS, HEAD_DIM)
     assert not table.r_w_bias.any() and not table.r_r_bias.any()
@@ -408,7 +408,8 @@ def test_tupe_table_ends_at_max_position_embeddings():
     encoding = TupePositionEncoding(config("tupe"))
     keys = torch.arange(70.0)[None]
     encoding.relative_scores(torch.tensor([[63.0]]), keys)  # the last row
-    with pytest.raises(ValueError, match="max_position_embeddings = 64 positions, but got positions up to 64"):
+    with pytest.raises(ValueError, match="'tupe' has a table of max_position_embeddings = 64 positions, but got "
+                       "positions up to 64. Shorten the input or build the model with a larger"):  # fmt: skip
         encoding.relative_scores(torch.tensor([[3.0, 64.0]]), keys)
     encoding.relative_scores(torch.zeros(1, 0), keys)  # no queries: nothing to check
 
@@ -467,7 +468,6 @@ def test_add_scores_to_mask_for_each_kind_of_mask():
     bias = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]]]])
     assert add_scores_to_mask(None, bias) is bias
     keep = torch.tensor([[[[True, False, True], [True, True, False]]]])  # one column more than the bias
-    minimum = torch.finfo(torch.float32).min
     torch.testing.assert_close(add_scores_to_mask(keep, bias), torch.tensor([[[[1.0, minimum], [3.0, 4.0]]]]))
     additive = torch.tensor([[[[0.0, -10.0, 7.0], [-5.0, 0.0, 7.0]]]], dtype=torch.float64)
     out = add_scores_to_mask(additive, bias)
@@ -488,7 +488,7 @@ def test_projections_follow_use_bias_and_norms_the_config_eps(use_bias):
     assert DebertaPositionEncoding(config("deberta", norm_rel_ebd="none")).norm is None
 
 
-def test_alibi_slopes_are_a_non_persistent_fp32_buffer_and_xl_clamps_to_a_fixed_table():
+def test_alibi_slopes_are_a_non_persistent_fp32_buffer():
     alibi = AlibiPositionEncoding(config("alibi", num_attention_heads=8, hidden_size=64))
     assert alibi.slopes.tolist() == [2.0**-k for k in range(1, 9)] and "slopes" not in alibi.state_dict()
     alibi.slopes.zero_()
@@ -496,11 +496,6 @@ def test_alibi_slopes_are_a_non_persistent_fp32_buffer_and_xl_clamps_to_a_fixed_
     assert alibi.slopes.tolist() == [2.0**-k for k in range(1, 9)]
     alibi.half()
     assert alibi.relative_scores(torch.zeros(1, 2), torch.zeros(1, 2)).slopes.dtype == torch.float32
-    scores = TransformerXLPositionEncoding(config("transformer_xl", clamp_len=5)).relative_scores(
-        torch.zeros(1, 2), torch.zeros(1, 2)
-    )
-    assert scores.clamp_len == 5 and scores.sinusoid.shape == (11, HIDDEN)
-    assert isinstance(TransformerXLPositionEncoding.layer_table(config("transformer_xl")), TransformerXLLayerParameters)
 
 
 @pytest.mark.parametrize("per_score", [False, True])
@@ -569,12 +564,8 @@ def test_sinusoidal_defaults_without_the_config_fields_and_the_embeddings_dtype(
     embeddings = torch.zeros(1, 2, 4, dtype=torch.bfloat16)
     out = encoding.embed(embeddings, torch.tensor([[0, 7]]))
     assert out.dtype == torch.bfloat16
-    angles = [7 / 10000.0 ** (2 * i / 4) for i in range(2)]
-    expected = [
-        [0.0, 1.0, 0.0, 1.0],
-        [math.sin(angles[0]), math.cos(angles[0]), math.sin(angles[1]), math.cos(angles[1])],
-    ]
-    torch.testing.assert_close(out.float(), torch.tensor([expected]), rtol=1e-2, atol=1e-2)
+    expected = sinusoidal_table(torch.tensor([[0, 7]]), 4)  # Vaswani's base, written out in the odd-width test
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("encoding", ["transformer_xl", "deberta"])
@@ -605,9 +596,6 @@ def test_the_refusals_name_the_fix():
     for not_a_class in (object, PositionEncoding(config("none"))):
         with pytest.raises(TypeError, match=r"register_position_encoding\('bad'\) expects a PositionEncoding subclass"):
             register_position_encoding("bad")(not_a_class)
-    with pytest.raises(ValueError, match="'tupe' has a table of max_position_embeddings = 64 positions, but got "
-                       "positions up to 64. Shorten the input or build the model with a larger"):  # fmt: skip
-        TupePositionEncoding(config("tupe")).relative_scores(torch.tensor([[64.0]]), torch.zeros(1, 1))
 
 
 def test_registered_encodings_are_the_classes_by_name():
