@@ -1,10 +1,10 @@
 """The RoFormer paper's other alternatives: Transformer-XL / XLNet, TUPE and DeBERTa, each exact against its own
-implementation on the same weights and inputs, and working wherever the other encodings do.
+implementation on the same weights and inputs (where the other encodings work: test_position_encodings).
 
-References: transformers' `XLNetRelativeAttention.rel_attn_core` (with XLNet's own relative sinusoid and rel_shift)
-and `DisentangledSelfAttention` (DeBERTa-v2, with its `DebertaV2Encoder`'s relative embeddings and positions); TUPE
-has no transformers implementation: fixtures written by its authors' code (tests/fixtures/tupe, PROVENANCE.md), and
-the formula written plainly here for what that code cannot run (no [CLS] reset, a decoder). fp32, 1e-5.
+References: transformers' `XLNetRelativeAttention.rel_attn_core` (with XLNet's relative sinusoid and rel_shift) and
+DeBERTa-v2's `DisentangledSelfAttention` (with its `DebertaV2Encoder`'s relative embeddings and positions); TUPE has
+no transformers implementation: fixtures written by its authors' code (tests/fixtures/tupe, PROVENANCE.md), and the
+formula written plainly here for what that code cannot run (no [CLS] reset, a decoder). fp32, 1e-5.
 """
 
 import math
@@ -12,88 +12,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import knob_kwargs
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from safetensors.torch import load_file
-from torch import nn
+from test_position_encodings import config, model_for
 
-from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtForMaskedLM, RoFormerExtModel
-from roformer_ext.compat import enable_activation_checkpointing, output_cache
-from roformer_ext.modeling_roformer_ext_layers import check_terms_fit_local_heads
+from roformer_ext import RoFormerExtConfig, RoFormerExtModel
+from roformer_ext.compat import output_cache
 from roformer_ext.relative_position_encodings import deberta_log_bucket, t5_relative_bucket, xlnet_relative_sinusoid
 
-SEED_ENCODINGS = ("transformer_xl", "tupe", "deberta")
-#: Each encoding and its other settings: TUPE-A (no relative bias) and without the [CLS] reset, DeBERTa with its own
-#: position projections, one term only, no buckets, XL with clamped distances.
-VARIANTS = {
-    "transformer_xl": {},
-    "transformer_xl_clamped": {"position_encoding": "transformer_xl", "clamp_len": 4},
-    "tupe": {},
-    "tupe_a_no_reset": {"position_encoding": "tupe", "tupe_rel_pos": False, "tupe_cls_reset": False},
-    "tupe_r_no_reset": {"position_encoding": "tupe", "tupe_cls_reset": False},
-    "tupe_a": {"position_encoding": "tupe", "tupe_rel_pos": False},
-    "deberta": {},
-    "deberta_separate_c2p": {"position_encoding": "deberta", "share_att_key": False, "pos_att_type": ["c2p"]},
-    "deberta_p2c_no_buckets": {
-        "position_encoding": "deberta",
-        "pos_att_type": "p2c",
-        "position_buckets": -1,
-        "max_relative_positions": 6,
-        "norm_rel_ebd": "none",
-    },
-}
-BACKENDS = ("eager", "sdpa", "flex_attention")
-#: flex compiles a kernel per score_mod and shape on CPU (seconds each): every variant on eager / sdpa, flex for the
-#: three encodings' defaults.
-CASES = [(variant, backend) for variant in VARIANTS for backend in ("eager", "sdpa")] + [
-    (encoding, "flex_attention") for encoding in SEED_ENCODINGS
-]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tupe"
 
 
-def config(variant: str = "deberta", **overrides) -> RoFormerExtConfig:
-    fields = dict(
-        vocab_size=97,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    knobs = dict(
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=20,
-        position_buckets=8,
-        max_relative_positions=20,
-    )
-    return RoFormerExtConfig(**{**fields, **knob_kwargs(variant, knobs, {**VARIANTS.get(variant, {}), **overrides})})
-
-
-def randomize_position_parameters(model: nn.Module) -> None:
-    """Non-trivial position parameters (σ = 0.5), so a term that went missing or wrong would show."""
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "position_encoding" in name or "relative_table" in name:
-                parameter.normal_(0.0, 0.5)
-
-
-def model_for(variant: str, decoder: bool = False, implementation: str = "eager", **overrides):
-    torch.manual_seed(0)
-    cls = RoFormerExtForCausalLM if decoder else RoFormerExtForMaskedLM
-    model = cls(config(variant, is_decoder=decoder, **overrides)).eval()
-    randomize_position_parameters(model)
-    model.set_attn_implementation(implementation)
-    return model
-
-
 def layer0_attention(model, **inputs):
-    """Layer 0's input, attention probabilities, attention context (before the output projection) and the layer's
-    output after its attention norm."""
-    attention = model.roformer.layers[0].attention
-    captured = {}
+    """Layer 0's outputs, and its attention context (before the output projection) and output after the norm."""
+    attention, captured = model.roformer.layers[0].attention, {}
     hooks = [
         attention.output.register_forward_pre_hook(lambda m, args: captured.setdefault("context", args[0])),
         model.roformer.layers[0].attention_norm.register_forward_hook(
@@ -107,30 +38,17 @@ def layer0_attention(model, **inputs):
     return out, captured
 
 
-# --- DeBERTa: exact against transformers' DisentangledSelfAttention --------------------------------------------------
-
-
 def deberta_v2_config(our_config: RoFormerExtConfig):
     from transformers import DebertaV2Config
 
     knobs = our_config.position_encoding_parameters
+    names = ("position_buckets", "max_relative_positions", "pos_att_type", "share_att_key", "norm_rel_ebd")
     return DebertaV2Config(
-        vocab_size=97,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        max_position_embeddings=our_config.max_position_embeddings,
-        relative_attention=True,
-        position_buckets=knobs["position_buckets"],
-        max_relative_positions=knobs["max_relative_positions"],
-        pos_att_type=knobs["pos_att_type"],
-        share_att_key=knobs["share_att_key"],
-        norm_rel_ebd=knobs["norm_rel_ebd"],
-        layer_norm_eps=our_config.layer_norm_eps,
-    )
+        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relative_attention=True,
+        max_position_embeddings=our_config.max_position_embeddings, layer_norm_eps=our_config.layer_norm_eps,
+        **{name: knobs[name] for name in names},
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -188,7 +106,7 @@ def test_deberta_rows_equal_transformers_buckets_at_every_distance(buckets, max_
     from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 
     encoding = RoFormerExtModel(
-        config(position_buckets=buckets, max_relative_positions=max_relative, max_position_embeddings=4096)
+        config("deberta", position_buckets=buckets, max_relative_positions=max_relative, max_position_embeddings=4096)
     ).position_encoding
     positions = torch.arange(3 * max(buckets, max_relative))[None]
     scores = encoding.relative_scores(positions, positions)
@@ -299,18 +217,9 @@ def tupe_from_fixture(name: str, cls_reset: bool = True):
     """Our encoder with the weights the authors' TransformerSentenceEncoder ran with (fixture), and the fixture."""
     fixture = load_file(FIXTURES / f"{name}.safetensors")
     weights = {key.removeprefix("weights."): value for key, value in fixture.items() if key.startswith("weights.")}
-    model = RoFormerExtModel(
-        config(
-            "tupe",
-            vocab_size=40,
-            max_position_embeddings=24,
-            layer_norm_eps=1e-5,
-            hidden_act="gelu",
-            tupe_rel_pos=name == "tupe_r",
-            tupe_cls_reset=cls_reset,
-            pooler_activation=None,
-        )
-    ).eval()
+    tupe = dict(tupe_rel_pos=name == "tupe_r", tupe_cls_reset=cls_reset)
+    overrides = dict(vocab_size=40, max_position_embeddings=24, layer_norm_eps=1e-5, hidden_act="gelu", **tupe)
+    model = RoFormerExtModel(config("tupe", pooler_activation=None, **overrides)).eval()
     state = {
         "embeddings.word_embeddings.weight": weights["embed_tokens.weight"],
         "embeddings.token_type_embeddings.weight": torch.zeros(2, 32),
@@ -413,201 +322,11 @@ def test_tupe_attention_weights_follow_the_plain_formula(variant, decoder):
     torch.testing.assert_close(out.attentions[0], scores.softmax(-1), rtol=0, atol=1e-5)
 
 
-# --- everywhere the other encodings work ------------------------------------------------------------------------------
-
-
-def test_ten_encodings_are_selectable_by_name():
-    from roformer_ext import registered_position_encodings
-
-    assert set(SEED_ENCODINGS) <= set(registered_position_encodings())
-    assert len(set(registered_position_encodings()) & {"rope", "sinusoidal", "learned", "shaw", "t5_bias", "alibi",
-                                                       "none", *SEED_ENCODINGS}) == 10  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    "variant, implementation, decoder",
-    [(v, backend, decoder) for v, backend in CASES if backend == "sdpa" for decoder in (False, True)]
-    + [(v, backend, False) for v, backend in CASES if backend == "flex_attention"],
-)
-def test_backends_agree_with_padding(variant, implementation, decoder):
-    ids = torch.randint(1, 97, (2, 13), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones(2, 13, dtype=torch.long)
-    mask[1, 9:] = 0
-    outputs = {}
-    for backend in ("eager", implementation):
-        with torch.no_grad():
-            outputs[backend] = model_for(variant, decoder, backend)(
-                input_ids=ids, attention_mask=mask, use_cache=False
-            ).logits
-    torch.testing.assert_close(outputs[implementation][0], outputs["eager"][0], rtol=0, atol=1e-5)
-    torch.testing.assert_close(outputs[implementation][1, :9], outputs["eager"][1, :9], rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize(
-    "variant, implementation", [case for case in CASES if case[1] != "flex_attention"] + [("tupe", "flex_attention")]
-)
-def test_packed_rows_equal_each_sequence_alone(variant, implementation):
-    """Positions restart per sequence: relative distances and TUPE's absolute rows (and its [CLS] reset on each
-    sequence's first token) are each sequence's own."""
-    lengths = (5, 9, 3)
-    model = model_for(variant, implementation=implementation)
-    sequences = [torch.randint(1, 97, (n,), generator=torch.Generator().manual_seed(n)) for n in lengths]
-    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
-    with torch.no_grad():
-        packed = model(input_ids=torch.cat(sequences)[None], position_ids=position_ids).logits[0]
-        start = 0
-        for sequence in sequences:
-            alone = model(input_ids=sequence[None]).logits[0]
-            torch.testing.assert_close(packed[start : start + len(sequence)], alone, rtol=0, atol=1e-5)
-            start += len(sequence)
-
-
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_cached_decoding_equals_recomputation_dynamic_and_static(variant):
-    model = model_for(variant, decoder=True)
-    prompt = torch.randint(1, 97, (2, 6), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        cached = model.generate(prompt, max_new_tokens=8, do_sample=False, use_cache=True, pad_token_id=0)
-        uncached = model.generate(prompt, max_new_tokens=8, do_sample=False, use_cache=False, pad_token_id=0)
-        static = model.generate(
-            prompt, max_new_tokens=8, do_sample=False, pad_token_id=0, cache_implementation="static"
-        )
-        full = model(cached, use_cache=False).logits[:, -1]
-        first = model(cached[:, :-3], use_cache=True)
-        step = model(cached[:, -3:], cache=output_cache(first)).logits[:, -1]
-    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
-    torch.testing.assert_close(static, cached, rtol=0, atol=0)
-    torch.testing.assert_close(step, full, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("variant, implementation", CASES)
-def test_decoder_never_sees_later_tokens(variant, implementation):
-    model = model_for(variant, decoder=True, implementation=implementation)
-    ids = torch.randint(1, 97, (1, 12), generator=torch.Generator().manual_seed(4))
-    changed = ids.clone()
-    changed[0, 8:] = (changed[0, 8:] + 1) % 97
-    with torch.no_grad():
-        before, after = (model(input_ids=x, use_cache=False).logits for x in (ids, changed))
-    torch.testing.assert_close(after[:, :8], before[:, :8], rtol=0, atol=1e-6)
-    assert (after[:, 8:] - before[:, 8:]).abs().max() > 1e-4
-
-
-@pytest.mark.parametrize("encoding", SEED_ENCODINGS)
-def test_save_and_reload_keeps_the_function(encoding, tmp_path):
-    model = model_for(encoding)
-    model.save_pretrained(tmp_path)
-    reloaded = RoFormerExtForMaskedLM.from_pretrained(tmp_path).eval()
-    reloaded.set_attn_implementation("eager")
-    assert reloaded.config.position_encoding == encoding
-    ids = torch.randint(1, 97, (2, 10))
-    with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=1e-6)
-
-
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_gradients_reach_every_position_parameter_and_checkpointing_keeps_them(variant):
-    """One training step (dropout off): every position parameter gets a gradient, and gradient checkpointing
-    (reentrant and not: the per-forward terms reach each layer as arguments) gives the same gradients."""
-    ids = torch.randint(1, 97, (2, 12), generator=torch.Generator().manual_seed(8))
-    gradients = []
-    for checkpointing in (None, {"use_reentrant": True}, {"use_reentrant": False}):
-        model = model_for(variant)
-        model.train()
-        if checkpointing is not None:
-            enable_activation_checkpointing(model, checkpointing)
-        model(input_ids=ids, labels=ids).loss.backward()
-        gradients.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
-    for name, _ in model.named_parameters():
-        if "position_encoding" in name or "relative_table" in name:
-            assert name in gradients[0] and gradients[0][name].abs().sum() > 0, name
-    for other in gradients[1:]:
-        assert other.keys() == gradients[0].keys()
-        for name in gradients[0]:
-            torch.testing.assert_close(other[name], gradients[0][name], rtol=0, atol=1e-6)
-
-
-@pytest.mark.parametrize("encoding", ["transformer_xl", "deberta"])
-@settings(max_examples=5, deadline=None)
-@given(shift=st.integers(min_value=1, max_value=500))
-def test_relative_encodings_are_shift_invariant(encoding, shift):
-    model = model_for(encoding)
-    ids = torch.randint(1, 97, (1, 10), generator=torch.Generator().manual_seed(shift))
-    positions = torch.arange(10)[None]
-    with torch.no_grad():
-        base = model(input_ids=ids, position_ids=positions).logits
-        shifted = model(input_ids=ids, position_ids=positions + shift).logits
-    torch.testing.assert_close(shifted, base, rtol=0, atol=1e-5)
-
-
-def test_tupe_is_absolute_and_its_table_length_is_a_clear_error():
-    model = model_for("tupe")
-    ids = torch.randint(1, 97, (1, 10))
-    with torch.no_grad():
-        moved = model(input_ids=ids, position_ids=torch.arange(10)[None] + 7).logits
-        assert (moved - model(input_ids=ids).logits).abs().max() > 1e-3
-    with pytest.raises(ValueError, match="max_position_embeddings = 64"):
-        model(input_ids=torch.randint(1, 97, (1, 65)))
-
-
-@pytest.mark.parametrize("encoding", SEED_ENCODINGS)
-def test_linear_flash_and_tensor_parallel_are_clear_errors(encoding):
-    with pytest.raises(ValueError, match="linear attention never forms"):
-        RoFormerExtModel(config(encoding, attention_type="linear"))
-    model = model_for(encoding)
-    model.config._attn_implementation = "flash_attention_2"  # what set_attn_implementation would do with a GPU
-    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
-        model(input_ids=torch.randint(1, 97, (1, 5)))
-    positions = torch.arange(5)[None]
-    scores = model.roformer.position_encoding.relative_scores(positions, positions)
-    with pytest.raises(ValueError, match="tensor parallel"):  # a rank holding 2 of the 4 heads
-        check_terms_fit_local_heads(model.config, 2, None, scores)
-
-
-def test_bad_fields_are_clear_errors():
-    with pytest.raises(ValueError, match="pos_att_type lists DeBERTa's position terms"):
-        config(pos_att_type=["c2p", "p2p"])
-    with pytest.raises(ValueError, match="pos_att_type"):
-        config(pos_att_type=[])
-    with pytest.raises(ValueError, match="deberta's log buckets need"):
-        config(position_buckets=64, max_relative_positions=20)
-    with pytest.raises(ValueError, match="norm_rel_ebd"):
-        config(norm_rel_ebd="batch_norm")
-    with pytest.raises(TypeError, match="share_att_key must be True or False"):
-        config(share_att_key=1)
-    with pytest.raises(TypeError, match="clamp_len must be an int"):
-        config("transformer_xl", clamp_len=2.5)
-    with pytest.raises(ValueError, match="needs an even relative_attention_num_buckets"):
-        config("tupe", relative_attention_num_buckets=9)
-    assert config(pos_att_type="P2C | c2p").position_encoding_parameters["pos_att_type"] == [
-        "p2c",
-        "c2p",
-    ]  # DeBERTa's string form
-
-
-def test_parameters_and_their_homes():
-    """XL: W_r, u, v in every layer; DeBERTa: one relative table for all layers (+ per-layer projections without
-    share_att_key); TUPE: one table, U_q, U_k and bias for all layers. Content scaled by 1/√(s·d)."""
-    xl = RoFormerExtModel(config("transformer_xl"))
-    keys = set(xl.state_dict())
-    assert {"layers.1.attention.relative_table.r.weight", "layers.1.attention.relative_table.r_w_bias"} <= keys
-    assert xl.layers[0].attention.scaling == 8**-0.5
-    deberta = RoFormerExtModel(config("deberta_separate_c2p"))
-    assert "position_encoding.rel_embeddings.weight" in deberta.state_dict()
-    assert "layers.0.attention.relative_table.pos_key_proj.weight" in deberta.state_dict()
-    assert not hasattr(deberta.layers[0].attention.relative_table, "pos_query_proj")
-    assert math.isclose(deberta.layers[0].attention.scaling, (8 * 2) ** -0.5)
-    assert RoFormerExtModel(config("deberta")).layers[0].attention.relative_table is None
-    tupe = RoFormerExtModel(config("tupe"))
-    assert tupe.position_encoding.position_embeddings.weight.shape == (65, 32)
-    assert tupe.position_encoding.relative_attention_bias.weight.shape == (9, 4)
-    assert math.isclose(tupe.layers[0].attention.scaling, (8 * 2) ** -0.5)
-
-
-@pytest.mark.parametrize("encoding", ["transformer_xl"])  # the three share the copied files; one fresh process
-def test_trust_remote_code_in_fresh_process(encoding, tmp_path):
+def test_trust_remote_code_in_fresh_process(tmp_path):
+    """Transformer-XL (the three share the copied files; one fresh process) reloaded through remote code."""
     from test_remote_code import run_isolated
 
-    model = model_for(encoding)
+    model = model_for("transformer_xl")
     folder = tmp_path / "saved"
     model.save_pretrained(folder)
     inputs = dict(input_ids=torch.randint(1, 97, (2, 9)), attention_mask=torch.ones(2, 9, dtype=torch.long))
@@ -623,19 +342,14 @@ def test_trust_remote_code_in_fresh_process(encoding, tmp_path):
 # --- the position lab's decay curves of the three ------------------------------------------------------------------
 
 
-def _decay_analysis():
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "position-lab"))
-    import decay_analysis
-
-    return decay_analysis
-
-
 def test_decay_curves_are_the_models_own_terms():
     """XL: v·W_r r_k/√d is the layer's term for a zero query (keys k to the left of the last query); TUPE: the mean
     of its shared bias along each diagonal; DeBERTa: cosine 1 at k = 0 and one row per distance in the exact buckets."""
-    analysis = _decay_analysis()
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "position-lab"))
+    import decay_analysis as analysis
+
     xl = model_for("transformer_xl").roformer
     attention = xl.layers[1].attention
     positions = torch.arange(21)[None]
