@@ -12,7 +12,6 @@ import roformer_ext  # noqa: F401  (registers every built-in)
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig, RoFormerExtVisionTextModel
 from roformer_ext.configuration_roformer_ext import BUILTIN_ALLOCATIONS, BUILTIN_ENCODINGS, BUILTIN_SCHEMES
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS, Registry
-from roformer_ext.scheme_knobs import scheme_knobs_class
 
 
 def test_the_configuration_alone_registers_every_builtin():
@@ -97,22 +96,6 @@ def test_grape_hook_checks_grape_keys(key, value):
         config._validate_grape_m_rope_parameters({**config.rope_parameters, key: value})
     with pytest.raises(ValueError, match=key):
         RoFormerExtConfig(hidden_size=32, num_attention_heads=2, rope_parameters={"rope_type": "grape_m", key: value})
-
-
-@pytest.mark.parametrize(
-    "scheme, at_64, at_16",
-    [("qwen2_5_vl", [16, 24, 24], [4, 6, 6]), ("videorope", [16, 24, 24], [4, 6, 6]),
-     ("qwen3_vl", [24, 20, 20], [6, 5, 5]), ("ilrope", [24, 20, 20], [6, 5, 5])],
-)  # fmt: skip
-def test_paper_mrope_sections_scale_with_the_head(scheme, at_64, at_16):
-    """The papers' configs at head_dim 128, and the Multimodal-RoPEs reference's at head_dim 32 (our fixtures)."""
-    knobs = scheme_knobs_class(scheme)
-    assert knobs.default_mrope_section(64) == at_64 and knobs.default_mrope_section(16) == at_16
-    for pairs in range(3, 200):
-        section = knobs.default_mrope_section(pairs)
-        assert sum(section) == pairs and min(section) >= 1, (pairs, section)
-    assert knobs.default_mrope_section(2) is None  # fewer pairs than axes
-    assert scheme_knobs_class("rope_tie").default_mrope_section(64) is None
 
 
 def test_a_filled_in_mrope_section_is_saved(tmp_path):

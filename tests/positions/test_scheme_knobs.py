@@ -258,10 +258,8 @@ def test_every_builtin_knob_is_listed_and_edge_values_are_taken():
 
 
 def test_a_scheme_gets_its_knobs_as_given_else_their_defaults():
-    assert scheme_knobs("hope", {"temporal_stride": 2.0, "axes": 3}) == {
-        "temporal_stride": 2.0,
-        "temporal_scales": None,
-    }
+    given = scheme_knobs("hope", {"temporal_stride": 2.0, "axes": 3})
+    assert given == {"temporal_stride": 2.0, "temporal_scales": None}
     assert scheme_knobs("rope_tie", {"temporal_stride": 2.0}) == {}
 
 
@@ -484,20 +482,11 @@ def test_knobs_from_a_signature_put_required_knobs_first_and_ask_for_them():
 def test_an_allocation_knob_class_carries_its_flags():
     knobs = allocation_knobs("my_banded_split", section="heads", headwise=1, axis_ladders="yes")
     assert issubclass(knobs, AxisAllocationKnobs) and knobs.__name__ == "MyBandedSplitAllocationKnobs"
-    assert (knobs.allocation, knobs.section, knobs.headwise, knobs.axis_ladders) == (
-        "my_banded_split",
-        "heads",
-        True,
-        True,
-    )
+    flags = lambda k: (k.section, k.headwise, k.axis_ladders)  # noqa: E731
+    assert knobs.allocation == "my_banded_split" and flags(knobs) == ("heads", True, True)
     assert knobs().mrope_section is None and knobs(mrope_section=[1, 2]).mrope_section == [1, 2]
     plain = allocation_knobs("plain")
-    assert (plain.__name__, plain.section, plain.headwise, plain.axis_ladders) == (
-        "PlainAllocationKnobs",
-        None,
-        False,
-        False,
-    )
+    assert plain.__name__ == "PlainAllocationKnobs" and flags(plain) == (None, False, False)
     assert [allocation_knobs("any", section=x).section for x in (None, "pairs", "heads")] == [None, "pairs", "heads"]
     with pytest.raises(ValueError, match="section counts None, 'pairs' or 'heads'; got 'rows'"):
         allocation_knobs("any", section="rows")
@@ -517,13 +506,15 @@ def test_mrope_interleaved_allocation_strides_h_and_w_up_to_their_sections():
 @pytest.mark.parametrize(
     "ratio, expected",
     [
-        ((16, 24, 24), {2: None, 3: [1, 1, 1], 4: [1, 2, 1], 5: [1, 2, 2], 7: [2, 3, 2], 10: [2, 4, 4], 16: [4, 6, 6]}),
-        ((24, 20, 20), {2: None, 3: [1, 1, 1], 4: [2, 1, 1], 5: [2, 2, 1], 7: [3, 2, 2], 8: [3, 3, 2], 16: [6, 5, 5]}),
+        ((16, 24, 24), {2: None, 3: [1, 1, 1], 4: [1, 2, 1], 5: [1, 2, 2], 7: [2, 3, 2], 10: [2, 4, 4], 16: [4, 6, 6],
+                        64: [16, 24, 24]}),
+        ((24, 20, 20), {2: None, 3: [1, 1, 1], 4: [2, 1, 1], 5: [2, 2, 1], 7: [3, 2, 2], 8: [3, 3, 2], 16: [6, 5, 5],
+                        64: [24, 20, 20]}),
         ((5, 3, 1), {4: [2, 1, 1], 6: [3, 2, 1], 7: [4, 2, 1], 8: [4, 2, 2], 10: [6, 3, 1], 16: [9, 5, 2]}),
         # raising an axis to its one pair overshoots: taken back from the largest, no pair rounded up
         ((1, 1, 8), {3: [1, 1, 1], 4: [1, 1, 2], 5: [1, 1, 3]}),
     ],
-)
+)  # fmt: skip
 def test_default_mrope_section_rounds_the_largest_remainders_up(ratio, expected):
     """Written out by hand: e.g. (16, 24, 24) at 7 pairs is exactly 1.75, 2.625, 2.625: floors 1, 2, 2, and the one
     pair left goes to the largest remainder (t's .75)."""
@@ -533,6 +524,9 @@ def test_default_mrope_section_rounds_the_largest_remainders_up(ratio, expected)
 
     for num_pairs, section in expected.items():
         assert Knobs.default_mrope_section(num_pairs) == section, num_pairs
+    for num_pairs in range(3, 200):
+        section = Knobs.default_mrope_section(num_pairs)
+        assert sum(section) == num_pairs and min(section) >= 1, (num_pairs, section)
 
 
 def test_default_mrope_section_gives_no_pair_beyond_a_raised_minimum():
@@ -586,6 +580,7 @@ def test_what_rotates_per_head_and_unknown_names_without_knobs():
     assert rotates_per_head({"axis_allocation": "headwise"}) is True and rotates_per_head({}) is False
     assert scheme_knobs_class("unknown") is SchemeKnobs and scheme_knobs_class(["qwen2_5_vl"]) is SchemeKnobs
     assert scheme_knobs_class("qwen2_5_vl").names() == ("tokens_per_second",)
+    assert scheme_knobs_class("rope_tie").default_mrope_section(64) is None  # no paper split
     assert allocation_knobs_class("unknown") is AxisAllocationKnobs
     assert allocation_knobs_class(["headwise"]) is AxisAllocationKnobs
 
