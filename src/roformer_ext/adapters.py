@@ -23,11 +23,12 @@ LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
     "feed_forward": ("feed_forward.intermediate", "feed_forward.output"),
 }
 
+Families = str | tuple[str, ...] | list[str]
 #: What `lora_config` targets when it is not told: the attention's q, k, v projections and its output.
 DEFAULT_LORA_FAMILIES: tuple[str, ...] = ("attention", "attention_output")
 
 
-def lora_target_modules(families: str | tuple[str, ...] | list[str] = DEFAULT_LORA_FAMILIES) -> list[str]:
+def lora_target_modules(families: Families = DEFAULT_LORA_FAMILIES) -> list[str]:
     """The PEFT `target_modules` for the named families ("attention", "attention_output", "feed_forward", or "all")."""
     if isinstance(families, str):
         families = tuple(LORA_TARGET_MODULES) if families == "all" else (families,)
@@ -40,17 +41,13 @@ def lora_target_modules(families: str | tuple[str, ...] | list[str] = DEFAULT_LO
     return [module for name in families for module in LORA_TARGET_MODULES[name]]
 
 
-def lora_config(
-    task_type: Any = None,
-    families: str | tuple[str, ...] | list[str] = DEFAULT_LORA_FAMILIES,
-    **kwargs: Any,
-):
+def lora_config(task_type: Any = None, families: Families = DEFAULT_LORA_FAMILIES, **kwargs: Any):
     """A `peft.LoraConfig` (PEFT's `task_type`) with `target_modules` from `families` unless given in `kwargs`."""
     try:
         from peft import LoraConfig
     except ImportError as error:
         raise ImportError(
-            "lora_config needs PEFT: pip install peft (or, in the roformer-ext clone, pip install -e '.[peft]')."
+            "lora_config needs PEFT: pip install peft (in the clone: pip install -e '.[peft]')."
         ) from error
     if kwargs.get("target_modules") is None:
         kwargs["target_modules"] = lora_target_modules(families)

@@ -24,13 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .export import TASK_OUTPUTS
 
     parser = argparse.ArgumentParser(prog="roformer-ext", description="roformer-ext utilities.")
-    commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{plot,export,push-code,share-code,update-code}"
-    )
+    commands = parser.add_subparsers(dest="command", required=True)
     defaults = argparse.ArgumentDefaultsHelpFormatter
-    plot = commands.add_parser(
-        "plot", help="draw the position schemes and RoPE's long-range decay", formatter_class=defaults
-    )
+    plot = commands.add_parser("plot", help="draw the position schemes and RoPE's decay", formatter_class=defaults)
     plot.add_argument("--out", default=".", help="folder for positions.png and long_range_decay.png")
     plot.add_argument("--text-before", type=_integer(0), default=5, help="text tokens before the image")
     plot.add_argument("--image-rows", type=_integer(1), default=3, help="patch rows of the image (h)")
@@ -40,14 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--dim", type=_integer(1, even=True), default=128, help="head dimension d of the decay curve")
     plot.add_argument("--base", type=float, default=10000.0, help="RoPE base: θ_i = base^(-2i/d)")
 
-    export = commands.add_parser(
-        "export", help="export an encoder to ONNX (fp32, and int8 with --int8)", formatter_class=defaults
-    )
+    export = commands.add_parser("export", help="export an encoder to ONNX (fp32; int8 too)", formatter_class=defaults)
     export.add_argument("model_dir", help="a saved roformer-ext folder")
     export.add_argument("out_dir", help="folder for the ONNX files, the tokenizer and the config")
-    export.add_argument(
-        "--task", choices=sorted(TASK_OUTPUTS), help="what the graph returns (default: from the folder)"
-    )
+    export.add_argument("--task", choices=sorted(TASK_OUTPUTS), help="what the graph returns (default: the folder's)")
     export.add_argument("--int8", action="store_true", help="also write ONNX Runtime's dynamic int8 model_int8.onnx")
     export.add_argument("--force", action="store_true", help="replace an earlier export in OUT_DIR")
     export.add_argument("--example-length", type=_integer(1), default=16, help="tokens per row the graph is traced on")

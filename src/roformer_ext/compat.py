@@ -1,7 +1,5 @@
 """Every difference between the transformers releases roformer-ext runs on, and every private name of transformers,
-torch and tokenizers it reaches, decided here once (feature detection, not version strings).
-
-A saved folder's copy of this file runs under whatever transformers its user has: a release outside the tested range
+torch and tokenizers it reaches, decided here once (feature detection, not version strings). A saved folder's copy of this file runs under whatever transformers its user has: a release outside the tested range
 gets one warning and a self-check at the first forward (self_check.py), never a refusal. Imports nothing of the package.
 Moved: 5.23 `gradient_checkpointing_enable` -> `activation_checkpointing_enable`; 5.24 `past_key_values` -> `cache`
 (forwards, outputs, mask helpers, generate) and `ProcessorMixin._merge_kwargs`' kwargs class made optional.
@@ -168,6 +166,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.generation.utils:GenerationMixin._expand_inputs_for_generation": (
         "override, call - parent_expand_inputs_for_generation"
     ),
+    "transformers.generation.utils:GenerationMixin._prepare_position_ids_for_generation": "override",
     "transformers.models.t5.modeling_t5:T5Attention._relative_position_bucket": "call - relative_position_bucket",
     "transformers.trainer:Trainer._get_eval_sampler": "override",
     _FAST + "_encode_plus": "override, call - parent_encode_plus",

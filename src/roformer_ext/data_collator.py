@@ -52,9 +52,8 @@ class DataCollatorForPackedClassification:
         unlabelled = [index for index, label in enumerate(labels) if label is None]
         if unlabelled and len(unlabelled) < len(labels):  # every label or none: a mix would misalign the rows
             raise ValueError(
-                f"Features {unlabelled} have no label ('label' or 'labels') while the others have one: a packed batch "
-                "takes one label per sequence, for all of them (training, evaluation) or none (prediction). Label "
-                "every feature, or drop the labels of all."
+                f"Features {unlabelled} have no label ('label' or 'labels') while the others have one: label every "
+                "feature (training, evaluation) or none (prediction)."
             )
         if not unlabelled:
             labels = [v.tolist() if isinstance(v, torch.Tensor) else v for v in labels]

@@ -107,8 +107,7 @@ def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> None:
 def share_code(folder: str | os.PathLike, code_repo: str) -> None:
     """Make a saved folder load its code from `code_repo`: auto_maps point there, our code copies go, the card says
     so. A bad id or another model's folder is refused before anything changes."""
-    code_repo = check_code_repo(code_repo)
-    _share(check_saved_folder(folder), code_repo)
+    _share(check_saved_folder(folder), check_code_repo(code_repo))
     write_compatibility_section(folder)
 
 
@@ -175,11 +174,9 @@ def write_compatibility_section(folder: str | os.PathLike, create: bool = True) 
     """Add or refresh the section in the folder's README.md (created when missing, if `create`) for where the
     folder's code comes from now; an up-to-date card is not rewritten."""
     folder = Path(folder)
-    auto_map = None
-    for name in AUTO_MAP_FILES:
-        if (folder / name).is_file():
-            auto_map = json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map")
-            break
+    maps = (json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map") for name in AUTO_MAP_FILES
+            if (folder / name).is_file())  # fmt: skip
+    auto_map = next(maps, None)  # the first file's
     path = folder / "README.md"
     if not path.is_file() and not create:
         return

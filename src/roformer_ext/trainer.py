@@ -35,10 +35,9 @@ class PaddingFreeTrainer(Trainer):
     def prediction_step(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None) -> tuple[torch.Tensor | None, Any, Any]:  # fmt: skip
         loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        cu_seq_lens = inputs.get("cu_seq_lens_q")
-        if cu_seq_lens is None:
+        if inputs.get("cu_seq_lens_q") is None:
             return loss, logits, labels
-        cu_seq_lens = cu_seq_lens.cpu()
+        cu_seq_lens = inputs["cu_seq_lens_q"].cpu()
         if "inputs" in (self.args.include_for_metrics or []):
             # Trainer reads compute_metrics' inputs from this batch (its own, used up here) right after this step
             name = getattr(self.model, "main_input_name", "input_ids")
