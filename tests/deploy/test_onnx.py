@@ -1,8 +1,6 @@
-"""ONNX export and ONNX Runtime inference: outputs equal PyTorch within 1e-4 on batches longer than the one the graph
-was traced on, the Sim embedding through `roformer-ext export` equals `SentenceTransformer(folder).encode`, int8
-files run, and what the graph cannot take (packed batches, generation) is refused with a message naming the fix.
-The classifiers come from `position_sensitive_config`: the graph's positions beyond the traced length are the claim, and
-a position error moves the PyTorch reference ≥ 100x the 1e-4 tolerance (`assert_position_sensitive`)."""
+"""ONNX export and ONNX Runtime inference: outputs equal PyTorch within 1e-4 beyond the traced length (position-
+sensitive classifiers), the Sim embedding through `roformer-ext export` equals `SentenceTransformer.encode`, int8 files
+run, and what the graph cannot take is refused naming the fix."""
 
 from pathlib import Path
 
@@ -36,10 +34,20 @@ def exported_classifier(folder: Path, config) -> tuple[RoFormerExtForSequenceCla
 @pytest.fixture(scope="module")
 def classifier_onnx(tmp_path_factory):
     """The tiny config: for int8 and what the graph refuses (not a comparison of positions)."""
-    config = tiny_config(
-        num_labels=3, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "half"}
-    )
-    return exported_classifier(tmp_path_factory.mktemp("onnx"), config)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "half"}
+    return exported_classifier(tmp_path_factory.mktemp("onnx"), tiny_config(num_labels=3, rope_parameters=rope))
+
+
+def assert_equals_pytorch(model, onnx_model: OnnxModel, batch: int, length: int) -> None:
+    """ONNX Runtime's logits equal PyTorch's within 1e-4, where a position error would move them >= 100x that."""
+    input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
+    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits  # noqa: E731
+    with torch.no_grad():
+        expected = run(model).numpy()
+    logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
+    assert logits.shape == expected.shape
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
+    assert_position_sensitive(model, run, 1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +60,8 @@ def sensitive_classifier_onnx(tmp_path_factory):
 def test_classifier_equals_pytorch_beyond_the_export_length(sensitive_classifier_onnx, batch, length):
     model, path = sensitive_classifier_onnx
     onnx_model = OnnxModel(path)
-    input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
-    with torch.no_grad():
-        expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.numpy()
-    logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
-    assert logits.shape == expected.shape
-    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
-    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits  # noqa: E731
-    assert_position_sensitive(model, run, 1e-4)
-    # without attention_mask / token_type_ids: all real tokens, one segment (as the model's own defaults)
+    assert_equals_pytorch(model, onnx_model, batch, length)
+    input_ids = random_inputs(batch=batch, seq=length, seed=length)[0]  # no mask / token types: the model's defaults
     with torch.no_grad():
         expected = model(input_ids).logits.numpy()
     np.testing.assert_allclose(onnx_model(input_ids.numpy())["logits"], expected, rtol=0, atol=1e-4)
@@ -68,23 +69,14 @@ def test_classifier_equals_pytorch_beyond_the_export_length(sensitive_classifier
 
 @pytest.mark.parametrize("encoding", ["learned", "tupe"])
 def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
-    """Defect (issue #31, 2): `learned` and `tupe` did not export (torch.export stopped at the host-side check of the
-    largest position against the table, `int(position_ids.max())`). The check runs in eager calls only; the graph
-    equals PyTorch at and beyond the export length, and a row past the table stops in ONNX Runtime (never wraps)."""
-    torch.manual_seed(0)
+    """Defect (issue #31, 2): `learned` and `tupe` did not export (`int(position_ids.max())` in the traced forward; now
+    eager only). The graph equals PyTorch beyond the export length; a row past the table stops (never wraps)."""
     table = 96  # the scaled positions of the 40-token rows (up to 78) stay inside it
     config = position_sensitive_config(num_labels=3, position_encoding=encoding, max_position_embeddings=table)
-    model = RoFormerExtForSequenceClassification(config).eval()
-    path = export_onnx(model, tmp_path / f"{encoding}.onnx", example_length=EXPORT_LENGTH)
+    model, path = exported_classifier(tmp_path, config)
     onnx_model = OnnxModel(path)
     for batch, length in [(1, EXPORT_LENGTH), (3, 40)]:
-        input_ids, attention_mask, token_type_ids = random_inputs(batch=batch, seq=length, seed=length)
-        with torch.no_grad():
-            expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.numpy()
-        logits = onnx_model(input_ids, attention_mask, token_type_ids)["logits"]
-        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
-        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        assert_position_sensitive(model, lambda m, inputs=inputs: m(**inputs).logits, 1e-4)
+        assert_equals_pytorch(model, onnx_model, batch, length)
     too_long = random_inputs(batch=1, seq=table + 6, seed=1)
     with pytest.raises(Exception, match="out of data bounds"):
         onnx_model(*too_long)
@@ -109,7 +101,7 @@ def test_int8_files_run_and_stay_near(classifier_onnx, tmp_path):
         assert logits.shape == expected.shape and 0 < (logits - expected).abs().max() < 0.2 * scale
 
 
-def test_packed_batches_and_stray_inputs_are_refused(classifier_onnx):
+def test_what_the_graph_cannot_take_or_export_is_refused(classifier_onnx, tmp_path):
     onnx_model = OnnxModel(classifier_onnx[1])
     ids = np.array([[2, 7, 9, 3, 2, 8, 3]])
     with pytest.raises(ValueError, match="padded batches.*position_ids.*pad the sequences"):
@@ -122,9 +114,6 @@ def test_packed_batches_and_stray_inputs_are_refused(classifier_onnx):
         onnx_model(ids.astype(np.float32))
     with pytest.raises(ValueError, match="encode needs a sentence-embedding export"):
         onnx_model.encode(["x"])
-
-
-def test_what_cannot_be_exported_says_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="keep generation in PyTorch"):
         export_onnx(RoFormerExtForCausalLM(tiny_config(is_decoder=True)), tmp_path / "x.onnx")
     with pytest.raises(ValueError, match="no pooler"):
@@ -136,8 +125,7 @@ def test_what_cannot_be_exported_says_what_to_do(tmp_path):
 
 
 def test_export_of_a_missing_folder_says_the_folder_does_not_exist(tmp_path, monkeypatch, capsys):
-    """Defect (issue #31, 3): exporting a missing folder answered "Repo id must be ..." or "couldn't connect to
-    huggingface.co" (transformers read the path as a Hub id). One line naming the folder, exit status 1."""
+    """Defect (issue #31, 3): transformers read a missing folder as a Hub id. One line naming the folder, exit 1."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("x")
     for model_dir, state in [(str(tmp_path / "missing"), "does not exist"), ("missing", "does not exist"),
@@ -177,8 +165,8 @@ def test_sim_embedding_cli_export_equals_sentence_transformers(sim_export):
 
 
 def test_cli_export_writes_all_or_nothing_and_never_replaces_what_it_did_not_write(sim_export, tmp_path, monkeypatch):
-    """As the converters: an existing OUT_DIR needs --force, which replaces only an earlier export; OUT_DIR may not
-    sit inside the model folder; a failure half-way leaves neither OUT_DIR nor a hidden sibling."""
+    """An existing OUT_DIR needs --force, which replaces only an earlier export; not inside the model folder; a failure
+    half-way leaves neither OUT_DIR nor a hidden sibling."""
     import roformer_ext.export as export_module
 
     folder, out = sim_export
@@ -211,8 +199,7 @@ def test_cli_export_writes_all_or_nothing_and_never_replaces_what_it_did_not_wri
 
 
 def test_sentence_transformers_onnx_backend_needs_optimum(sim_export):
-    """What docs/deployment.md says: sentence-transformers' backend="onnx" goes through optimum's ONNX Runtime
-    classes, and optimum-onnx requires transformers < 4.58, so it cannot be installed beside transformers 5."""
+    """What docs/deployment.md says: backend="onnx" needs optimum, which cannot be installed beside transformers 5."""
     folder, _ = sim_export
     with pytest.raises(Exception, match="(?i)requires installing optimum"):
         SentenceTransformer(str(folder), device="cpu", backend="onnx")

@@ -31,10 +31,8 @@ def lora_layers(model) -> list[str]:
 
 def test_documented_names_pick_each_family_and_no_other():
     torch.manual_seed(0)
-    peft_model = get_peft_model(
-        RoFormerExtForSequenceClassification(tiny_config()),
-        LoraConfig(task_type="SEQ_CLS", target_modules=lora_target_modules("attention_output")),
-    )
+    config = LoraConfig(task_type="SEQ_CLS", target_modules=lora_target_modules("attention_output"))
+    peft_model = get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), config)
     # `attention.output` is the attention's output only, never the feed-forward output (the `output.dense` trap)
     names = [name.split("roformer.")[-1] for name in lora_layers(peft_model)]
     assert names == ["layers.0.attention.output", "layers.1.attention.output"]
@@ -45,6 +43,9 @@ def test_documented_names_pick_each_family_and_no_other():
     assert per_layer == {*(f"attention.{p}" for p in ("query", "key", "value", "output")), "feed_forward.intermediate",
                          "feed_forward.output"}  # fmt: skip
     assert sum(len(names) for names in LORA_TARGET_MODULES.values()) == len(per_layer) + 3  # + cross-attention q/k/v
+    # PEFT's own "all-linear" works too and leaves the tied LM decoder out: 6 per layer + the LM transform
+    names = lora_layers(get_peft_model(RoFormerExtForMaskedLM(tiny_config()), LoraConfig(target_modules="all-linear")))
+    assert len(names) == 2 * 6 + 1 and not any("decoder" in name for name in names)
 
 
 def test_attention_family_leaves_tupe_position_projections_out_and_takes_cross_attention():
@@ -67,19 +68,13 @@ def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
     with pytest.raises(ValueError, match="target_modules"):
         get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), LoraConfig(task_type="SEQ_CLS"))
     peft_model = get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS"))
-    assert sorted(peft_model.peft_config["default"].target_modules) == sorted(
-        ["attention.output", *LORA_TARGET_MODULES["attention"]]
-    )
+    targets = sorted(peft_model.peft_config["default"].target_modules)
+    assert targets == sorted(["attention.output", *LORA_TARGET_MODULES["attention"]])
     trainable = {name for name, p in peft_model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
     assert any("classifier.modules_to_save" in name for name in trainable)
     with pytest.raises(ValueError, match="Unknown LoRA target families"):
         lora_target_modules("ffn")
-
-
-def test_all_linear_also_works_and_leaves_the_lm_head_out():
-    names = lora_layers(get_peft_model(RoFormerExtForMaskedLM(tiny_config()), LoraConfig(target_modules="all-linear")))
-    assert len(names) == 2 * 6 + 1 and not any("decoder" in name for name in names)  # 6 per layer + lm transform
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -1,6 +1,5 @@
-"""On a classifier trained by the classification example (not random weights): LoRA through the example's
-`--lora_r` flags, and the fidelity of the CPU serving paths (ONNX Runtime fp32 / int8, torch dynamic int8) —
-accuracy change, prediction agreement and embedding cosine to fp32."""
+"""On a classifier the classification example trained: LoRA through its `--lora_r` flags, and the fidelity of the CPU
+serving paths (ONNX Runtime fp32 / int8, torch dynamic int8) to fp32."""
 
 import json
 import runpy

@@ -1,8 +1,6 @@
-"""The distributed user path on this machine, 2 CPU processes (gloo) under torchrun: DDP, FSDP2 (transformers'
-FSDP plan: fully_shard per layer) and tensor-parallel inference of a converted checkpoint
-(examples/distributed/run_distributed.py) against one process, and per position encoding what tensor parallelism
-does (tp_encodings_worker.py). docs/distributed.md lists what is verified where.
-"""
+"""The distributed user path, 2 CPU processes (gloo) under torchrun: DDP, FSDP2 and tensor-parallel inference of a
+converted checkpoint (examples/distributed/run_distributed.py) against one process, and tensor parallelism per
+position encoding (tp_encodings_worker.py). docs/distributed.md lists what is verified where."""
 
 import importlib.util
 import json
@@ -31,11 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "distributed" / "run_distributed.py"
 WORKER = Path(__file__).resolve().parent / "tp_encodings_worker.py"
 FIXTURE = ROOT / "tests" / "fixtures" / "original_tf" / "roformer_v1"
-#: Tolerances: training losses of the sharded runs against one process (measured up to 1.9e-6 on 4 steps), and
-#: logits of tensor parallel against one process (partial sums added in another order; measured up to 1.3e-5 on
-#: logits of magnitude ~10 from the converted checkpoint).
-LOSS_ATOL = 1e-5
-LOGITS_ATOL = 1e-4
+#: Sharded training losses against one process (measured up to 1.9e-6 on 4 steps); tensor-parallel logits (partial
+#: sums in another order: measured up to 1.3e-5 on logits of magnitude ~10).
+LOSS_ATOL, LOGITS_ATOL = 1e-5, 1e-4
 
 pytestmark = [
     pytest.mark.xdist_group("two_processes"),  # never beside another two-process run: 2 cores, gloo rendezvous
@@ -127,9 +123,8 @@ ENCODINGS = {
 
 
 def test_tensor_parallel_per_position_encoding(tmp_path):
-    """RoPE (half layout), linear attention and Shaw's table (shared by the heads) work on each process's heads, and
-    so does the vision-text model on text, an image and a video (M-RoPE, RoPE-Tie); ALiBi and T5 biases (one term per
-    head) are refused with the fix named."""
+    """RoPE (half layout), linear attention, Shaw's table and the vision-text model (M-RoPE, RoPE-Tie on text, an
+    image and a video) work on each process's heads; ALiBi and T5 biases (one term per head) are refused."""
     folders = {}
     for name, overrides in ENCODINGS.items():
         torch.manual_seed(0)
@@ -153,8 +148,7 @@ def test_tensor_parallel_per_position_encoding(tmp_path):
 
 
 def test_fsdp2_refuses_tied_embeddings_that_do_not_divide(monkeypatch):
-    """torch 2.13's FSDP2 trains tied word embeddings wrongly when the vocabulary does not divide by the processes
-    (measured in docs/distributed.md): the examples refuse them with the fix."""
+    """torch 2.13's FSDP2 trains tied embeddings wrongly when the processes do not divide the vocabulary."""
     monkeypatch.syspath_prepend(str(SCRIPT.parents[1]))  # examples/: run_distributed.py imports common.distributed
     spec = importlib.util.spec_from_file_location("run_distributed", SCRIPT)
     script = importlib.util.module_from_spec(spec)

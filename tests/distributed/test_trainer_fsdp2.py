@@ -34,9 +34,8 @@ def test_trainer_trains_a_model_sharded_at_load_as_one_process(tmp_path):
     total = sum(p.numel() for p in model.parameters())
     assert all(abs(n / total - 0.5) <= 0.01 for n in results["local_parameters"]), results["local_parameters"]
 
-    # The sharded model's save_pretrained wrote our remote code, not torch's generated FSDP<name> class and its files:
-    # the same files and auto_map as one process's save, and it loads with trust_remote_code where roformer_ext is
-    # not importable, giving the one-process model's logits.
+    # The sharded save wrote our remote code (not torch's FSDP<name> class): one process's files and auto_map, and
+    # it loads with trust_remote_code without roformer_ext, giving the one-process model's logits.
     saved, whole = tmp_path / "saved", tmp_path / "whole"
     trained.save_pretrained(whole)
     assert sorted(p.name for p in saved.iterdir()) == sorted(p.name for p in whole.iterdir())

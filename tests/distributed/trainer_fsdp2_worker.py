@@ -27,9 +27,8 @@ def main() -> None:
         with open(results, "w") as f:
             json.dump({"losses": losses, "local_parameters": [int(t) for t in gathered]}, f)
     model.save_pretrained(saved)  # every process: the shards are gathered, rank 0 writes
-    # Free the sharded model (and any gloo work its FSDP2 hooks still hold) while the interpreter is alive, then
-    # leave together: a gloo work object destroyed during interpreter shutdown aborts the process ("terminate
-    # called without an active exception", seen once in CI on transformers 5.21.0 after the run had finished).
+    # Free the sharded model (and its hooks' gloo work) before interpreter shutdown, which aborts on it ("terminate
+    # called without an active exception", seen in CI on 5.21.0), then leave together.
     del model
     gc.collect()
     dist.barrier()

@@ -1,12 +1,8 @@
-"""A local stand-in for the Hugging Face Hub: just the HTTP endpoints huggingface_hub's `create_repo`,
-`create_branch`, `create_commit` / `upload_folder` (regular, non-LFS files, `create_pr`) and `hf_hub_download` use, on
-127.0.0.1, in memory.
-
-Point a process at it with `HF_ENDPOINT=stand_in.url` (and `HF_HUB_OFFLINE=0`, a dummy `HF_TOKEN`). Every commit gets
-a new id, so a download after an update sees the new files, as on the Hub. A repository is
-`{"commit", "files", "visibility", "branches": {name: {"commit", "files"}}, "prs": [{"commit", "files"}]}` (main's
-commit and files at the top; pull request N is `prs[N - 1]`, revision `refs/pr/N`); `requests` logs
-"METHOD path token" for each request.
+"""A local stand-in for the Hub, in memory on 127.0.0.1: the endpoints huggingface_hub's `create_repo`, `create_branch`,
+`create_commit` / `upload_folder` (regular files, `create_pr`) and `hf_hub_download` use. Point a process at it with
+`HF_ENDPOINT=hub.url`, `HF_HUB_OFFLINE=0` and a dummy `HF_TOKEN`. A repository is main's `{"commit", "files"}` plus
+"visibility", "branches" {name: {"commit", "files"}} and "prs" (pull request N: `prs[N - 1]`, `refs/pr/N`); every
+commit gets a new id; `requests` logs "METHOD path token".
 """
 
 import base64
@@ -35,15 +31,14 @@ class StandInHub:
         self.server.server_close()
 
     def repo(self, repo_id: str, files: dict[str, bytes] | None = None, visibility: str | None = None) -> dict:
-        """The repository `repo_id` (created with `files` on main when missing; visibility None: the default)."""
+        """The repository `repo_id` (created with `files` on main when missing)."""
         commit = hashlib.sha1(repo_id.encode()).hexdigest()
         fresh = {"commit": commit, "files": dict(files or {}), "visibility": visibility, "branches": {}, "prs": []}
         return self.repos.setdefault(repo_id, fresh)
 
     @staticmethod
     def ref(repo: dict, revision: str) -> dict | None:
-        """The commit and files of `revision` (a branch, `refs/pr/N`, or a ref's latest commit id) in `repo`, None
-        when there is none."""
+        """The ref of `revision` (a branch, `refs/pr/N`, or a ref's latest commit id), or None."""
         if revision == "main":
             return repo
         if revision.startswith("refs/pr/"):
@@ -56,7 +51,7 @@ class StandInHub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
+            def log_message(self, *args) -> None:
                 pass
 
             def _reply(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import tiny_config
 from hub_standin import StandInHub
+from transformers import BertConfig, BertModel
 
 import roformer_ext
 from roformer_ext import (
@@ -118,8 +119,20 @@ def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
 
 
+def _ok(args: list[str], env: dict):
+    """Run a command that must succeed; the JSON its last line prints, if any."""
+    done = _run(args, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    return json.loads(last[0]) if last[0].startswith(("{", "[")) else done
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "roformer_ext.cli", *args]
+
+
+def _auto_map(folder: Path, name: str = "config.json") -> dict:
+    return json.loads((folder / name).read_text())["auto_map"]
 
 
 def _tokenizer() -> RoFormerExtTokenizerFast:
@@ -140,37 +153,28 @@ def test_checkpoint_loads_its_code_from_the_code_repository_and_gets_updates(tmp
 
     with StandInHub() as hub:
         env = _env(hub, tmp_path)
-        published = _run(_cli("push-code", CODE_REPO), env)
-        assert published.returncode == 0, published.stderr[-3000:]
+        _ok(_cli("push-code", CODE_REPO), env)
         assert set(hub.repos[CODE_REPO]["files"]) == {p.name for p in code_files()} | {"README.md"}
-        first = _run([sys.executable, "-c", LOADER, str(folder)], env)
-        assert first.returncode == 0, first.stderr[-3000:]
-        loaded = json.loads(first.stdout.strip().splitlines()[-1])
+        loaded = _ok([sys.executable, "-c", LOADER, str(folder)], env)
         assert loaded["ids"] == expected.tolist() and loaded["mark"] is None
         assert loaded["module"].startswith("transformers_modules.owner.roformer_hyphen_ext.")  # the repo's code
         assert loaded["tokenizer"].endswith("tokenization_roformer_ext") and loaded["tokens"] == [2, 4, 5, 3]
 
         own_card = b"---\nlicense: mit\n---\n# My own card\n"  # a card the repository has: push keeps it
         hub.repo("owner/tiny-decoder", {"README.md": own_card})
-        pushed = _run([sys.executable, "-c", PUSHER, str(folder), "owner/tiny-decoder"], env)
-        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        _ok([sys.executable, "-c", PUSHER, str(folder), "owner/tiny-decoder"], env)
         files = hub.repos["owner/tiny-decoder"]["files"]
         assert "model.safetensors" in files and not [name for name in files if name.endswith(".py")]
         card = files["README.md"].decode()
         assert card.startswith(own_card.decode()) and card.count("## Compatibility") == 1 and SUPPORTED_RANGE in card
-        from_hub = _run([sys.executable, "-c", LOADER, "owner/tiny-decoder"], env)  # the checkpoint's repo id
-        assert from_hub.returncode == 0, from_hub.stderr[-3000:]
-        assert json.loads(from_hub.stdout.strip().splitlines()[-1])["ids"] == expected.tolist()
+        assert _ok([sys.executable, "-c", LOADER, "owner/tiny-decoder"], env)["ids"] == expected.tolist()  # by repo id
 
         patched = tmp_path / "patched"  # the maintainer's fixed checkout
         shutil.copytree(PACKAGE, patched, ignore=shutil.ignore_patterns("__pycache__"))
         with open(patched / "modeling_roformer_ext.py", "a", encoding="utf-8") as handle:
             handle.write('\nCODE_MARK = "update 2"\n')
-        updated = _run(_cli("push-code", CODE_REPO, "--source", str(patched)), env)
-        assert updated.returncode == 0, updated.stderr[-3000:]
-        second = _run([sys.executable, "-c", LOADER, str(folder)], env)
-        assert second.returncode == 0, second.stderr[-3000:]
-        reloaded = json.loads(second.stdout.strip().splitlines()[-1])
+        _ok(_cli("push-code", CODE_REPO, "--source", str(patched)), env)
+        reloaded = _ok([sys.executable, "-c", LOADER, str(folder)], env)
     assert reloaded["mark"] == "update 2" and reloaded["ids"] == expected.tolist()
 
 
@@ -181,11 +185,10 @@ def test_share_code_points_a_saved_folder_at_the_repository(tmp_path):
     _tokenizer().save_pretrained(tmp_path)
     (tmp_path / "my_script.py").write_text("print('mine')\n")
     assert (tmp_path / "modeling_roformer_ext.py").is_file()
-    done = _run(_cli("share-code", str(tmp_path), CODE_REPO), dict(os.environ))
-    assert done.returncode == 0, done.stderr
+    _ok(_cli("share-code", str(tmp_path), CODE_REPO), dict(os.environ))
     assert sorted(p.name for p in tmp_path.glob("*.py")) == ["my_script.py"]
     for name in ("config.json", "tokenizer_config.json"):
-        assert code_repo_of(json.loads((tmp_path / name).read_text())["auto_map"]) == CODE_REPO
+        assert code_repo_of(_auto_map(tmp_path, name)) == CODE_REPO
     card = (tmp_path / "README.md").read_text()
     assert SUPPORTED_RANGE in card and f"push-code {CODE_REPO}" in card
     assert card.count("## Compatibility") == 1
@@ -197,7 +200,7 @@ def test_copies_by_default_and_when_asked(tmp_path):
     model = RoFormerExtForCausalLM(tiny_config())
     model.save_pretrained(tmp_path / "copies")
     assert (tmp_path / "copies" / "modeling_roformer_ext.py").is_file()
-    assert code_repo_of(json.loads((tmp_path / "copies" / "config.json").read_text())["auto_map"]) is None
+    assert code_repo_of(_auto_map(tmp_path / "copies")) is None
     card = (tmp_path / "copies" / "README.md").read_text()
     assert SUPPORTED_RANGE in card and "roformer-ext update-code FOLDER" in card
 
@@ -205,53 +208,35 @@ def test_copies_by_default_and_when_asked(tmp_path):
     again = RoFormerExtForCausalLM.from_pretrained(tmp_path / "shared")
     again.save_pretrained(tmp_path / "inherited")
     assert not list((tmp_path / "inherited").glob("*.py"))
-    assert code_repo_of(json.loads((tmp_path / "inherited" / "config.json").read_text())["auto_map"]) == CODE_REPO
+    assert code_repo_of(_auto_map(tmp_path / "inherited")) == CODE_REPO
     again.save_pretrained(tmp_path / "local", code_repo=False)
     assert (tmp_path / "local" / "modeling_roformer_ext.py").is_file()
-    local_map = json.loads((tmp_path / "local" / "config.json").read_text())["auto_map"]
+    local_map = _auto_map(tmp_path / "local")
     assert code_repo_of(local_map) is None and all("--" not in ref for ref in local_map.values())
 
 
-def test_update_code_refreshes_a_folders_copies(tmp_path):
+def test_update_code_refreshes_and_restores_a_folders_copies(tmp_path):
+    """Old copies are replaced, copies the folder lost (its auto_map still names them) come back, a file of the user's
+    stays; a folder pointing to a code repository is refused."""
     RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
+    saved = sorted(p.name for p in tmp_path.glob("*.py"))
+    for path in tmp_path.glob("*.py"):
+        path.unlink()
     (tmp_path / "rope.py").write_text("# an old copy\n")
     (tmp_path / "my_script.py").write_text("print('mine')\n")
-    done = _run(_cli("update-code", str(tmp_path)), dict(os.environ))
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "rope.py").read_text() == (PACKAGE / "rope.py").read_text()
+    _ok(_cli("update-code", str(tmp_path)), dict(os.environ))
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted([*saved, "my_script.py"])
+    for name in ("rope.py", "modeling_roformer_ext.py"):
+        assert (tmp_path / name).read_text() == (PACKAGE / name).read_text()
     assert (tmp_path / "my_script.py").read_text() == "print('mine')\n"
     share_code(tmp_path, CODE_REPO)
     with pytest.raises(ValueError, match="loads its code from a code repository"):
         update_code(tmp_path)
 
 
-def test_update_code_restores_copies_a_folder_lost(tmp_path):
-    """A folder copied without its `*.py` (its auto_map still names them) gets them back: it loads again as remote
-    code; a file of the user's stays."""
-    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
-    saved = sorted(p.name for p in tmp_path.glob("*.py"))
-    for path in tmp_path.glob("*.py"):
-        path.unlink()
-    (tmp_path / "my_script.py").write_text("print('mine')\n")
-    update_code(tmp_path)
-    assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted([*saved, "my_script.py"])
-    assert (tmp_path / "modeling_roformer_ext.py").read_text() == (PACKAGE / "modeling_roformer_ext.py").read_text()
-    assert (tmp_path / "my_script.py").read_text() == "print('mine')\n"
-
-
 #: Ids the Hub refuses: no owner, empty name, '--', path-like, a trailing '-' or '.', '.git', over 96 characters.
-BAD_IDS = [
-    "roformer-ext",
-    "owner/",
-    "owner/a--b",
-    "../x/y",
-    "a/b/c",
-    "",
-    "owner/code-",
-    "owner/code.",
-    "owner/code.git",
-]
-BAD_IDS += ["owner/" + "c" * 97]
+BAD_IDS = ["roformer-ext", "owner/", "owner/a--b", "../x/y", "a/b/c", "", "owner/code-", "owner/code.", "owner/code.git",
+           "owner/" + "c" * 97]  # fmt: skip
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -260,19 +245,33 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("bad", [*BAD_IDS, 3])
 def test_bad_code_repo_is_refused_before_anything_is_written(bad, tmp_path):
+    """huggingface_hub's own validator decides, before a save writes or share-code touches the folder's copies."""
     with pytest.raises(ValueError, match="code_repo must be a Hub model repository id"):
         check_code_repo(bad)
     model = RoFormerExtForCausalLM(tiny_config())
     with pytest.raises(ValueError, match="code_repo must be"):
         model.save_pretrained(tmp_path / "out", code_repo=bad)
     assert not (tmp_path / "out").exists()
+    model.save_pretrained(tmp_path / "saved")
+    before = _snapshot(tmp_path / "saved")
+    with pytest.raises(ValueError, match="code_repo must be") as error:
+        share_code(tmp_path / "saved", bad)
+    assert repr(bad) in str(error.value) and _snapshot(tmp_path / "saved") == before
 
 
 def test_cli_errors_are_one_line(tmp_path):
-    done = _run(_cli("share-code", str(tmp_path / "missing"), CODE_REPO), dict(os.environ))
-    assert done.returncode == 1 and "is not a saved model folder" in done.stderr and "Traceback" not in done.stderr
-    done = _run(_cli("push-code", "not a repo"), dict(os.environ))
-    assert done.returncode == 1 and "code_repo must be" in done.stderr and "Traceback" not in done.stderr
+    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path / "ours")
+    BertConfig().save_pretrained(tmp_path / "bert")
+    before = _snapshot(tmp_path / "ours")
+    for command, phrase in [
+        (["update-code", str(tmp_path / "bert")], "not a roformer-ext folder"),
+        (["share-code", str(tmp_path / "missing"), CODE_REPO], "is not a saved model folder"),
+        (["push-code", "not a repo"], "code_repo must be"),
+        (["share-code", str(tmp_path / "ours"), "owner/roformer-ext-"], "'owner/roformer-ext-'"),
+    ]:
+        done = _run(_cli(*command), dict(os.environ))
+        assert done.returncode == 1 and phrase in done.stderr and "Traceback" not in done.stderr
+    assert _snapshot(tmp_path / "ours") == before
 
 
 def _published(hub: StandInHub, repo_id: str, leave_out: set[str] = frozenset()) -> dict | None:
@@ -297,7 +296,7 @@ def test_push_to_hub_publishes_what_transformers_would(tmp_path):
     uploaded (ours add only their code files, and our tokenizer its vocab.txt), nothing of the folder's other files
     (.env, optimizer states), and the same create_pr / revision / private / token behaviour, for
     save_pretrained(push_to_hub=True) and push_to_hub."""
-    from transformers import BertConfig, BertModel, BertTokenizer
+    from transformers import BertTokenizer
 
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
     sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
@@ -313,9 +312,9 @@ def test_push_to_hub_publishes_what_transformers_would(tmp_path):
         env = _env(hub, tmp_path)
         errors = {}
         for kind in ("bert", "ours"):
-            done = _run([sys.executable, "-c", PUBLISHER, kind, str(tmp_path / kind), str(tmp_path / "work")], env)
-            assert done.returncode == 0, done.stderr[-3000:]
-            errors[kind] = json.loads(done.stdout.strip().splitlines()[-1])
+            errors[kind] = _ok(
+                [sys.executable, "-c", PUBLISHER, kind, str(tmp_path / kind), str(tmp_path / "work")], env
+            )
         cases = sorted({repo_id.split("-", 1)[1] for repo_id in hub.repos if repo_id.startswith("owner/bert-")})
         bert = {case: _published(hub, f"owner/bert-{case}") for case in cases}
         ours = {case: _published(hub, f"owner/ours-{case}", leave_out=ours_only) for case in cases}
@@ -334,28 +333,8 @@ def test_push_to_hub_publishes_what_transformers_would(tmp_path):
     assert "processor_config.json" in processor["main"] and ".env" not in processor["main"]
 
 
-@pytest.mark.parametrize("bad", BAD_IDS)
-def test_share_code_refuses_an_id_the_hub_refuses_and_changes_nothing(bad, tmp_path):
-    """huggingface_hub's own validator decides, before the folder's code copies are touched: it still loads."""
-    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
-    before = _snapshot(tmp_path)
-    with pytest.raises(ValueError, match="code_repo must be a Hub model repository id") as error:
-        share_code(tmp_path, bad)
-    assert repr(bad) in str(error.value)
-    assert _snapshot(tmp_path) == before
-
-
-def test_share_code_cli_refuses_a_trailing_dash(tmp_path):
-    RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
-    before = _snapshot(tmp_path)
-    done = _run(_cli("share-code", str(tmp_path), "owner/roformer-ext-"), dict(os.environ))
-    assert done.returncode == 1 and "'owner/roformer-ext-'" in done.stderr and "Traceback" not in done.stderr
-    assert _snapshot(tmp_path) == before
-
-
 def test_code_commands_refuse_a_folder_that_is_not_roformer_exts(tmp_path):
     """A BERT checkpoint: share-code and update-code say why, and its files (card included) stay as they were."""
-    from transformers import BertConfig, BertModel
 
     BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)).save_pretrained(
         tmp_path
@@ -366,9 +345,6 @@ def test_code_commands_refuse_a_folder_that_is_not_roformer_exts(tmp_path):
         share_code(tmp_path, CODE_REPO)
     with pytest.raises(ValueError, match="model_type 'bert'"):
         update_code(tmp_path)
-    for command in (["share-code", str(tmp_path), CODE_REPO], ["update-code", str(tmp_path)]):
-        done = _run(_cli(*command), dict(os.environ))
-        assert done.returncode == 1 and "not a roformer-ext folder" in done.stderr and "Traceback" not in done.stderr
     assert _snapshot(tmp_path) == before
     RoFormerExtVisionTextConfig().save_pretrained(tmp_path / "vision")  # roformer-ext's other model type
     assert update_code(tmp_path / "vision")

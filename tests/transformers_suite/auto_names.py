@@ -1,12 +1,7 @@
-"""Let transformers' common tests see our classes' tasks the way they see an in-tree model's.
-
-`ModelTesterMixin` decides per class what to do from its class name in transformers' `MODEL_*_MAPPING_NAMES`
-tables: which labels `_prepare_for_class` builds, that multiple-choice inputs get a choices dimension, that a base
-model is not trained, which classes load base weights, and so on. An in-tree model is listed in those tables; a model
-registered with `AutoModelFor*.register` (as importing roformer_ext does) is listed only in the lazy Auto mappings
-built over them. `auto_class_names()` adds each registered roformer-ext class to the table of every Auto mapping it is
-registered in, for the duration of a test class, and restores the tables afterwards. It reads the package's own
-registrations, so the tests see exactly the tasks the package declares.
+"""Let transformers' common tests see our classes' tasks as they see an in-tree model's: `ModelTesterMixin` decides
+per class (labels, choices dimension, base model...) from its name in the `MODEL_*_MAPPING_NAMES` tables, where a
+class registered with `AutoModelFor*.register` is not listed. `auto_class_names()` adds ours, from the package's own
+registrations, for the duration of a test class.
 """
 
 import contextlib

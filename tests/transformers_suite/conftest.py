@@ -1,9 +1,5 @@
-"""Set-up for transformers' common tests.
-
-The fetched upstream files and our stand-ins for their imports are libraries, not test modules, though their names
-start with `test_`: pytest must not collect them. The marks `ModelTesterMixin` puts on some tests are registered by
-transformers' own conftest.py, which we do not fetch; register them here so they are known marks.
-"""
+"""The fetched upstream files are libraries (not collected, though named `test_*`); the marks `ModelTesterMixin` puts
+on tests are registered by transformers' own conftest.py, which we do not fetch, so here."""
 
 import pytest
 

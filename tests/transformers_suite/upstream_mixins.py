@@ -1,8 +1,5 @@
-"""transformers' `ModelTesterMixin` / `ConfigTester` and their input helpers, from the fetched upstream files.
-
-Refuses, with the command that fixes it, to run against files that are missing or were fetched for another
-transformers version: that must fail the suite, not skip it.
-"""
+"""transformers' `ModelTesterMixin` / `ConfigTester` and their input helpers, from the fetched upstream files; files
+missing or fetched for another transformers fail the suite (not skip it), naming the command that fixes it."""
 
 from transformers import __version__ as transformers_version
 
