@@ -242,32 +242,35 @@ def test_own_csv_with_string_labels_then_a_second_run_and_an_evaluation(tmp_path
     predictions = (out / "predict_results.txt").read_text().splitlines()
     assert predictions[0] == "index\tprediction" and len(predictions) == 7
     assert {line.split("\t")[1] for line in predictions[1:]} <= {"neg", "pos"}
-    metadata = card_metadata(out)
-    assert metadata["language"] == "en" and metadata["datasets"] == ["train.csv", "dev.csv", "test.csv"]
     assert "data: train 48, validation 8, test 6" in caplog.text and "labels (2): neg, pos" in caplog.text
     assert "parameters" in caplog.text
-    # a second run refuses to overwrite a trained model unless told
+    # a second run refuses to overwrite a trained model unless told; told, it pushes one commit with the final card
     with pytest.raises(ValueError, match="--overwrite_output_dir"):
         run_in_process(CLASSIFY, args, monkeypatch)
-    run_in_process(CLASSIFY, [*args, "--overwrite_output_dir"], monkeypatch)
+    hub = RecordingHub(monkeypatch)
+    run_in_process(CLASSIFY, [*args, "--overwrite_output_dir", "--save_strategy", "steps", "--save_steps", "2",
+                              "--push_to_hub", "--hub_model_id", "tiny-reviews"], monkeypatch)  # fmt: skip
     check_saved_folder(out, "AutoModelForSequenceClassification")
+    (upload,) = hub.uploads()  # exactly one commit: no earlier push from Trainer's save_model or checkpoints
+    assert not [name for name, _ in hub.calls if name not in ("create_repo", "upload_folder")]
+    files = {"model.safetensors", "config.json", "README.md", "tokenizer.json", "modeling_roformer_ext.py"}
+    assert upload["repo_id"] == "someone/tiny-reviews" and files <= set(upload["files"])
+    assert "checkpoint-*" in upload["ignore_patterns"] and (out / "checkpoint-2").is_dir()
+    readme = upload["readme"]
+    assert readme == (out / "README.md").read_text(encoding="utf-8")  # the final card, not Trainer's generic one
+    assert 'model="someone/tiny-reviews"' in readme and "eval_accuracy" in readme and "## Data" in readme
+    assert "--push_to_hub --hub_model_id tiny-reviews" in readme and str(tmp_path) not in readme
+    assert card_metadata(out) == {
+        "datasets": ["train.csv", "dev.csv", "test.csv"], "language": "en", "library_name": "transformers",
+        "license": "apache-2.0", "pipeline_tag": "text-classification",
+        "tags": ["roformer_ext", "rotary-position-embedding"],
+    }  # base_model: none, trained from scratch  # fmt: skip
     # --do_eval alone evaluates that model on new data in the model's own label order, and saves no model.
     evaluated = tmp_path / "evaluated"
     run_in_process(CLASSIFY, ["--model_name_or_path", out, "--validation_file", write_reviews_csv(tmp_path /
                               "new.csv", 10), *REVIEWS, "--do_eval", "--output_dir", evaluated, *TRAINER], monkeypatch)  # fmt: skip
     assert set(read_json(evaluated / "all_results.json")) >= {"eval_accuracy", "eval_loss"}
     assert not (evaluated / "model.safetensors").exists() and not (evaluated / "README.md").exists()
-
-
-def test_no_trainer_takes_jsonl_sentence_pairs_without_a_validation_split(tmp_path, monkeypatch):
-    """The accelerate twin takes the Trainer script's data flags (the Trainer script: the padding-free pairs test)."""
-    Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
-    out = tmp_path / "pairs_loop"
-    run_in_process(CLASSIFY_LOOP, ["--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS,
-                                   "--validation_split_percentage", "10", "--output_dir", out, "--max_train_steps",
-                                   "3", "--per_device_train_batch_size", "8", *TINY], monkeypatch)  # fmt: skip
-    metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
-    assert metrics["train_steps"] == 3 and "eval_accuracy" in metrics
 
 
 def test_own_parquet_regression(tmp_path, monkeypatch):
@@ -353,45 +356,25 @@ class RecordingHub:
         return [kwargs for name, kwargs in self.calls if name == "upload_folder"]
 
 
-def test_push_to_hub_makes_one_commit_with_the_final_card(tmp_path, monkeypatch):
-    hub = RecordingHub(monkeypatch)
-    out = tmp_path / "pushed"
-    run_in_process(CLASSIFY, [
-        "--train_file", write_reviews_csv(tmp_path / "train.csv", 40), *REVIEWS, "--output_dir", out, "--max_steps",
-        "4", "--save_strategy", "steps", "--save_steps", "2",  # checkpoints too
-        "--push_to_hub", "--hub_model_id", "tiny-reviews", "--language", "en", "--report_to", "none",
-        "--disable_tqdm", "true", "--per_device_train_batch_size", "8", *TINY], monkeypatch)  # fmt: skip
-    (upload,) = hub.uploads()  # exactly one commit: no earlier push from Trainer's save_model or checkpoints
-    assert not [name for name, _ in hub.calls if name not in ("create_repo", "upload_folder")]
-    assert upload["repo_id"] == "someone/tiny-reviews"
-    files = {"model.safetensors", "config.json", "README.md", "tokenizer.json", "modeling_roformer_ext.py"}
-    assert files <= set(upload["files"])
-    assert "checkpoint-*" in upload["ignore_patterns"] and (out / "checkpoint-4").is_dir()
-    readme = upload["readme"]
-    assert readme == (out / "README.md").read_text(encoding="utf-8")  # the final card, not Trainer's generic one
-    assert 'model="someone/tiny-reviews"' in readme and "eval_accuracy" in readme and "## Data" in readme
-    assert "--push_to_hub --hub_model_id tiny-reviews" in readme and str(tmp_path) not in readme
-    assert card_metadata(out) == {
-        "datasets": ["train.csv"], "language": "en", "library_name": "transformers", "license": "apache-2.0",
-        "pipeline_tag": "text-classification", "tags": ["roformer_ext", "rotary-position-embedding"],
-    }  # base_model: none, trained from scratch  # fmt: skip
-
-
 @pytest.mark.parametrize("code_repo", [None, "someone/roformer-ext"])
-def test_push_from_the_accelerate_twin_is_one_commit_too(tmp_path, monkeypatch, code_repo):
-    """`--code_repo`: auto_map names the code repository, no code files are pushed, the card says where it lives."""
+def test_no_trainer_takes_jsonl_pairs_and_pushes_one_commit(tmp_path, monkeypatch, code_repo):
+    """The Trainer script's data flags; `--code_repo`: auto_map names it, no code pushed, the card says where."""
     hub = RecordingHub(monkeypatch)
+    Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
     out = tmp_path / "pushed_loop"
     run_in_process(CLASSIFY_LOOP, [
-        "--train_file", write_reviews_csv(tmp_path / "train.csv", 40), *REVIEWS, "--output_dir", out,
-        "--max_train_steps", "2", "--push_to_hub", "--hub_model_id", "someone/loop", "--per_device_train_batch_size",
+        "--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS, "--validation_split_percentage", "10", "--output_dir",
+        out, "--max_train_steps", "3", "--push_to_hub", "--hub_model_id", "someone/loop", "--per_device_train_batch_size",
         "8", *TINY, *(["--code_repo", code_repo] if code_repo else [])], monkeypatch)  # fmt: skip
+    metrics = read_json(out / "all_results.json")
+    assert metrics["train_steps"] == 3 and "eval_accuracy" in metrics
     (upload,) = hub.uploads()
     assert upload["repo_id"] == "someone/loop" and "model.safetensors" in upload["files"]
     assert 'model="someone/loop"' in upload["readme"] and "train_log_rank*" in upload["ignore_patterns"]
     code = [name for name in upload["files"] if name.endswith(".py")]
     auto_map = read_json(out / "config.json")["auto_map"]["AutoModelForSequenceClassification"]
     if code_repo is None:
+        check_saved_folder(out, "AutoModelForSequenceClassification")
         assert "modeling_roformer_ext.py" in code and auto_map.startswith("modeling_roformer_ext.")
     else:
         assert not code and auto_map.startswith("someone/roformer-ext--modeling_roformer_ext.")

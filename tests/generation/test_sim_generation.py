@@ -52,18 +52,6 @@ def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id:
 
 
 @pytest.mark.parametrize("layout", ["original", "junnyu"])
-def test_folder_declares_the_unilm_generator(sim_folders, layout):
-    folder = sim_folders[layout]
-    config = json.loads((folder / "config.json").read_text())
-    assert config["decoder_attention"] == "unilm" and config["is_decoder"] is False  # AutoModel stays an encoder
-    generation = json.loads((folder / "generation_config.json").read_text())
-    tokenizer, model = load(folder)
-    assert [generation[key] for key in ("eos_token_id", "pad_token_id", "max_new_tokens")] == [3, 0, 64]
-    assert (tokenizer.sep_token_id, tokenizer.pad_token_id) == (3, 0)  # 64: bert4keras' maxlen in Sim's generate.py
-    assert model.config.is_decoder and model.config.decoder_attention == "unilm"
-
-
-@pytest.mark.parametrize("layout", ["original", "junnyu"])
 @pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
 def test_causal_lm_reproduces_bert4keras_unilm(sim_folders, layout, input_name):
     """AutoModelForCausalLM on the folder, given the segment ids, is bert4keras' `application='unilm'` model."""
@@ -77,9 +65,15 @@ def test_causal_lm_reproduces_bert4keras_unilm(sim_folders, layout, input_name):
 
 
 @pytest.mark.parametrize("layout", ["original", "junnyu"])
-def test_greedy_generate_equals_the_hand_loop(sim_folders, layout):
+def test_folder_declares_the_unilm_generator_and_greedy_generate_equals_the_hand_loop(sim_folders, layout):
     folder = sim_folders[layout]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["decoder_attention"] == "unilm" and config["is_decoder"] is False  # AutoModel stays an encoder
+    generation = json.loads((folder / "generation_config.json").read_text())
     tokenizer, model = load(folder)
+    assert [generation[key] for key in ("eos_token_id", "pad_token_id", "max_new_tokens")] == [3, 0, 64]
+    assert (tokenizer.sep_token_id, tokenizer.pad_token_id) == (3, 0)  # 64: bert4keras' maxlen in Sim's generate.py
+    assert model.config.is_decoder and model.config.decoder_attention == "unilm"
     source = tokenizer("今天天气很好", return_tensors="pt")
     settings = dict(do_sample=False, max_new_tokens=12, return_dict_in_generate=True, output_logits=True)
     out = model.generate(**source, **settings)

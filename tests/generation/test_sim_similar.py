@@ -142,11 +142,8 @@ def test_join_cjk(decoded, expected):
     assert join_cjk(decoded) == expected
 
 
-def test_an_encoder_loaded_with_return_dict_false_embeds_the_same(sim):
+def test_an_encoder_loaded_with_return_dict_false_embeds_the_same(sim, monkeypatch):
     """A model loaded with `return_dict=False` (as TorchScript set-ups do) still gives the pooler's embeddings."""
     expected = sim.embed(["今天天气很好", "我想去公园玩"])
-    sim.encoder.config.return_dict = False
-    try:
-        torch.testing.assert_close(sim.embed(["今天天气很好", "我想去公园玩"]), expected, rtol=0, atol=0)
-    finally:
-        sim.encoder.config.return_dict = True
+    monkeypatch.setattr(sim.encoder.config, "return_dict", False)
+    torch.testing.assert_close(sim.embed(["今天天气很好", "我想去公园玩"]), expected, rtol=0, atol=0)
