@@ -1,8 +1,5 @@
-"""Figures for the README, drawn by `roformer-ext plot`: where each position scheme puts a text–image–text layout,
-and RoPE's long-range decay.
-
-Needs matplotlib (the `plot` extra: `pip install -e '.[plot]'` in the clone). Figures are drawn with the Agg backend, so no display is needed.
-"""
+"""`roformer-ext plot`'s README figures: each position scheme's text–image–text layout and RoPE's long-range decay.
+Needs matplotlib (the `plot` extra); drawn with the Agg backend, so no display is needed."""
 
 from __future__ import annotations
 
@@ -40,22 +37,16 @@ def _pyplot():
 def layout_positions(
     scheme: str, axes: int, text_before: int, rows: int, cols: int, text_after: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions (axes, tokens) of `text_before` text tokens, a rows×cols image and `text_after` text tokens,
-    and a boolean mask of the image tokens."""
+    """Positions (axes, tokens) of text, a rows×cols image and text, and a mask of the image tokens."""
     tokens = [_TEXT] * text_before + [_IMAGE] * (rows * cols) + [_TEXT] * text_after
-    config = types.SimpleNamespace(
-        rope_parameters={"position_scheme": scheme, "axes": axes}, image_token_id=_IMAGE, video_token_id=None
-    )
-    input_ids = torch.tensor([tokens])
-    position_ids, _ = build_position_ids(input_ids, config, image_grid_thw=torch.tensor([[1, rows, cols]]))
-    return position_ids[:, 0], input_ids[0] == _IMAGE
+    rope = {"position_scheme": scheme, "axes": axes}
+    config = types.SimpleNamespace(rope_parameters=rope, image_token_id=_IMAGE, video_token_id=None)
+    position_ids, _ = build_position_ids(torch.tensor([tokens]), config, image_grid_thw=torch.tensor([[1, rows, cols]]))
+    return position_ids[:, 0], torch.tensor(tokens) == _IMAGE
 
 
 def plot_positions(path: str | Path, text_before: int = 5, rows: int = 3, cols: int = 4, text_after: int = 4) -> Path:
-    """One panel per scheme: every token at its (row, col) position, labelled with its index in the sequence.
-
-    Row runs downwards and col to the right, as in Su's figures, so text reads along the diagonal.
-    """
+    """One panel per scheme, each token at its (row, col) labelled with its index; rows run down, as in Su's figures."""
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
@@ -89,14 +80,10 @@ def plot_positions(path: str | Path, text_before: int = 5, rows: int = 3, cols: 
 
 
 def long_range_decay(max_distance: int = 256, dim: int = 128, base: float = 10000.0) -> torch.Tensor:
-    """RoFormer §3.4.3: (1/(d/2)) Σ_j |S_j| with S_j = Σ_{i<j} e^{i(m−n)θ_i}, θ_i = base^(−2i/d), j = 1…d/2.
-
-    It bounds how much a relative distance m−n can contribute to the attention score; its decay is RoPE's
-    long-term decay property. Returns one value per distance 0…max_distance.
-    """
+    """RoFormer §3.4.3's bound (1/(d/2)) Σ_j |S_j|, S_j = Σ_{i<j} e^{i(m−n)θ_i}, θ_i = base^(−2i/d), for each distance
+    m − n in 0…max_distance: its decay is RoPE's long-term decay."""
     theta = base ** (-2 * torch.arange(dim // 2, dtype=torch.float64) / dim)
-    distance = torch.arange(max_distance + 1, dtype=torch.float64)
-    angles = distance[:, None] * theta
+    angles = torch.arange(max_distance + 1, dtype=torch.float64)[:, None] * theta
     partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(dim=1)  # S_1 … S_{d/2}
     return partial_sums.abs().mean(dim=1)
 

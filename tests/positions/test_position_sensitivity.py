@@ -49,10 +49,7 @@ def test_sensitive_config_moves_outputs_far_beyond_the_tolerance():
     positions = torch.tensor([0, 1, 2, 3, 4, 0, 1, 2, 3])
     assert shifted_positions(positions).tolist() == [0, 1, 2, 4, 5, 0, 1, 2, 4]
     assert scaled_positions(positions).tolist() == [0, 2, 4, 6, 8, 0, 2, 4, 6]
-
-
-def test_sensitive_config_does_not_change_the_callers_overrides():
-    rope = {"rope_type": "default"}
+    rope = {"rope_type": "default"}  # the caller's overrides are not changed
     config = position_sensitive_config(rope_parameters=rope, initializer_range=0.3)
     assert rope == {"rope_type": "default"}
     assert config.initializer_range == 0.3 and config.rope_parameters["rope_theta"] == 100.0
@@ -83,11 +80,8 @@ def test_vision_text_layout_is_sensitive():
     model = RoFormerExtVisionTextModel(config).eval()
     generator = torch.Generator().manual_seed(0)
     ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((6,), IMAGE), torch.tensor([7, 8])])
-    inputs = dict(
-        input_ids=ids[None],
-        pixel_values=torch.randn(6, PATCH_DIM, generator=generator),
-        image_grid_thw=torch.tensor([[1, 2, 3]]),
-    )
+    pixel_values = torch.randn(6, PATCH_DIM, generator=generator)
+    inputs = dict(input_ids=ids[None], pixel_values=pixel_values, image_grid_thw=torch.tensor([[1, 2, 3]]))
     assert_position_sensitive(model, lambda m: m(**inputs), TOLERANCE)
 
 

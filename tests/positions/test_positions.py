@@ -26,9 +26,8 @@ DIAGONAL = ("rope_1d", "rope_tie", "rope_tie_v2", "mrope")  # text is (n, n[, n]
 
 
 def make_config(scheme: str, axes: int) -> types.SimpleNamespace:
-    return types.SimpleNamespace(
-        rope_parameters={"position_scheme": scheme, "axes": axes}, image_token_id=IMAGE, video_token_id=VIDEO
-    )
+    rope = {"position_scheme": scheme, "axes": axes}
+    return types.SimpleNamespace(rope_parameters=rope, image_token_id=IMAGE, video_token_id=VIDEO)
 
 
 def encode(layout: list[tuple[str, object]]) -> tuple[list[int], list[tuple], list[tuple]]:
@@ -55,7 +54,7 @@ def batch(layouts: list[list], left_pads: list[int], right_pads: list[int]):
         masks.append([0] * left + [1] * len(ids) + [0] * right)
         images += sample_images
         videos += sample_videos
-    grids = [torch.tensor(rows, dtype=torch.long) if rows else None for rows in (images, videos)]
+    grids = [torch.tensor(grid, dtype=torch.long) if grid else None for grid in (images, videos)]
     return torch.tensor(rows), torch.tensor(masks), *grids
 
 
@@ -146,6 +145,7 @@ def test_default_layout_values():
     assert tie_v2.T[[5, 16, 17]].tolist() == [[9.5, 9], [11.5, 12], [17, 17]]
     rows, _ = positions_of(layout, "rope_2d_rows", 2)
     assert rows.T[[0, 4, 5, 16, 17, 20]].tolist() == [[0, 0], [0, 4], [1, 0], [3, 3], [4, 0], [4, 3]]
+    assert torch.equal(positions_of(layout, "rope_tie_v2", 3)[0][:2], tie_v2)  # an image in a video config: 2D form
 
 
 #: (text before, t, h, w): t = 0 is an image (1, h, w) on 2 axes, else a video on 3 axes
@@ -186,13 +186,6 @@ def test_tie_equations(scheme, sizes):
         assert torch.equal(first - last_text, next_text - last)
 
 
-def test_tie_v2_image_in_video_config_is_the_2d_form():
-    layout = [("text", 3), ("image", (1, 3, 4)), ("text", 2)]
-    flat, _ = positions_of(layout, "rope_tie_v2", 2)
-    deep, _ = positions_of(layout, "rope_tie_v2", 3)
-    assert torch.equal(deep[:2], flat)
-
-
 # --- (b) mrope against transformers' Qwen2-VL -------------------------------------------------------------------------
 
 
@@ -227,8 +220,6 @@ def original_qwen2vl_positions(layout: list) -> tuple[list[list[int]], int]:
 text_len = st.integers(1, 4)
 image = st.builds(lambda h, w: ("image", (1, h, w)), st.integers(1, 4), st.integers(1, 4))
 video = st.builds(lambda t, h, w: ("video", (t, h, w)), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3))
-
-
 any_vision = st.one_of(image, video)
 
 
@@ -277,8 +268,7 @@ def test_mrope_matches_transformers_get_rope_index(drawn):
 def test_mrope_matches_original_qwen2vl(layout):
     positions, delta = positions_of(layout, "mrope", 3)
     expected, next_text = original_qwen2vl_positions(layout)
-    assert positions.T.tolist() == expected
-    assert delta == next_text - len(expected)
+    assert positions.T.tolist() == expected and delta == next_text - len(expected)
 
 
 def test_transformers_advances_by_max_h_w_after_a_video():
