@@ -14,29 +14,14 @@ from roformer_ext.conversion import CheckpointConversionError
 from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_checkpoint
 
 ATOL = 1e-5
-THEIR_HEADS = [
-    "RoFormerModel",
-    "RoFormerForMaskedLM",
-    "RoFormerForCausalLM",
-    "RoFormerForSequenceClassification",
-    "RoFormerForTokenClassification",
-    "RoFormerForQuestionAnswering",
-    "RoFormerForMultipleChoice",
-]
+THEIR_HEADS = [f"RoFormer{head}" for head in ("Model", "ForMaskedLM", "ForCausalLM", "ForSequenceClassification",
+                                                "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice")]  # fmt: skip
+VOCAB = "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
 
 
 def their_model(class_name: str, folder, seed: int = 0, **overrides):
-    values = dict(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=3,
-    )
+    values = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                  max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)  # fmt: skip
     values.update(overrides)
     if class_name == "RoFormerForCausalLM":
         values["is_decoder"] = True
@@ -129,7 +114,7 @@ def test_ours_runs_past_their_length_cap(tmp_path):
 def test_python_dash_m_writes_a_loadable_folder(tmp_path):
     src, out = tmp_path / "theirs", tmp_path / "ours"
     theirs = their_model("RoFormerForSequenceClassification", src)
-    (src / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    (src / "vocab.txt").write_text(VOCAB)
     command = [sys.executable, "-m", "roformer_ext.conversion", "transformers", str(src), str(out)]
     result = subprocess.run(command, check=True, capture_output=True, text=True)
     line = "roformer-ext-convert: Detected transformers RoFormer -> RoFormerExtForSequenceClassification.\n"
@@ -140,25 +125,21 @@ def test_python_dash_m_writes_a_loadable_folder(tmp_path):
         assert str(tmp_path).encode() not in path.read_bytes(), path.name
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "roformer_ext" and "AutoModelForSequenceClassification" in config["auto_map"]
-    assert (out / "model.safetensors").exists() and (out / "README.md").exists() and (out / "vocab.txt").exists()
+    assert (out / "model.safetensors").exists() and (out / "vocab.txt").exists()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert type(tokenizer).__name__ == "RoFormerExtTokenizerFast"
     assert tokenizer("a b")["input_ids"] == [2, 5, 6, 3]
     reloaded = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
-    torch.testing.assert_close(
-        outputs_of(reloaded, "RoFormerForSequenceClassification", "sdpa")["logits"],
-        outputs_of(theirs, "RoFormerForSequenceClassification", "eager")["logits"],
-        atol=ATOL,
-        rtol=0,
-    )
+    expected = outputs_of(theirs, "RoFormerForSequenceClassification", "eager")["logits"]
+    actual = outputs_of(reloaded, "RoFormerForSequenceClassification", "sdpa")["logits"]
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
 
 
 def test_wrong_model_type_and_shape_errors(tmp_path):
     src = tmp_path / "theirs"
     their_model("RoFormerModel", src)
     config = json.loads((src / "config.json").read_text())
-    config["hidden_size"] = 64
-    config["intermediate_size"] = 37
+    config.update(hidden_size=64, intermediate_size=37)
     (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointConversionError, match="mis-shaped"):
         build_converted_model(src)
@@ -194,7 +175,7 @@ def test_code_repo_makes_a_folder_without_code_copies(tmp_path, capsys):
 
     src, out = tmp_path / "theirs", tmp_path / "ours"
     their_model("RoFormerForMaskedLM", src)
-    (src / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    (src / "vocab.txt").write_text(VOCAB)
     assert main(["transformers", str(src), str(out), "--code-repo", "owner/roformer-ext"]) == 0
     assert not list(out.glob("*.py"))
     for name in ("config.json", "tokenizer_config.json"):
