@@ -286,33 +286,12 @@ def lumos_row(record: dict) -> tuple[torch.Tensor, list, torch.Tensor]:
 
 
 def test_mmrope_matches_the_official_code():
-    """Official Lumos-1 `generate_mm_position_ids` + `set_3d_global_offset` and `mm_rotary_emb` on 64 single rows
-    (text only, or 1-4 images and videos of 2-5 frames): every position exactly (text at its token index, visual tokens
-    at o + (4f, 8i, 8j)), delta 0; cos / sin (12 rows) within 1e-6."""
+    """Official Lumos-1 `generate_mm_position_ids` + `set_3d_global_offset` and `mm_rotary_emb` on 64 rows (text only,
+    or 1-4 images and videos of 2-5 frames), left-padded in batches of 4: each row's positions exactly at its real
+    tokens (text at its token index, visual tokens at o + (4f, 8i, 8j)), deltas 0; cos / sin (12 rows) within 1e-6."""
     fixture, config = load("mmrope_official"), lumos_config()
-    rotary, with_cos, counts = RotaryEmbedding(config), 0, {"text only": 0, "video": 0, "several items": 0}
-    for case, record in enumerate(fixture["cases"]):
-        ids, grids, theirs = lumos_row(record)
-        ours, delta = build_position_ids(ids[None], config, grids_or_none(grids))
-        message = f"case {case}: {record['layout']}"
-        assert torch.equal(ours[:, 0], theirs) and delta.item() == 0, message
-        if "cos" in record:
-            cos, sin = rotary(torch.zeros(1), ours)
-            torch.testing.assert_close(cos, record["cos"], atol=1e-6, rtol=0, msg=message)
-            torch.testing.assert_close(sin, record["sin"], atol=1e-6, rtol=0, msg=message)
-            with_cos += 1
-        frames = [value for kind, value in record["layout"] if kind == "frames"]
-        counts["text only"] += not frames
-        counts["video"] += any(t > 1 for t, _, _ in frames)
-        counts["several items"] += len(frames) >= 2
-    assert with_cos == 12 and min(counts.values()) >= 8, (with_cos, counts)
-
-
-def test_mmrope_batches_match_the_official_rows():
-    """The 64 rows in left-padded batches of 4: row b's official positions equal ours at its real tokens, deltas 0,
-    cos / sin within 1e-6 where recorded."""
-    fixture, config = load("mmrope_official"), lumos_config()
-    rotary, padded_rows, cases = RotaryEmbedding(config), 0, fixture["cases"]
+    rotary, cases, padded_rows, with_cos = RotaryEmbedding(config), fixture["cases"], 0, 0
+    counts = {"text only": 0, "video": 0, "several items": 0}
     for first in range(0, len(cases), 4):
         rows = [lumos_row(record) for record in cases[first : first + 4]]
         ids, mask = left_padded([row[0] for row in rows])
@@ -327,7 +306,12 @@ def test_mmrope_batches_match_the_official_rows():
             if "cos" in record:
                 torch.testing.assert_close(cos[b, real], record["cos"][0], atol=1e-6, rtol=0, msg=message)
                 torch.testing.assert_close(sin[b, real], record["sin"][0], atol=1e-6, rtol=0, msg=message)
-    assert padded_rows >= 40, padded_rows
+                with_cos += 1
+            frames = [value for kind, value in record["layout"] if kind == "frames"]
+            counts["text only"] += not frames
+            counts["video"] += any(t > 1 for t, _, _ in frames)
+            counts["several items"] += len(frames) >= 2
+    assert padded_rows >= 40 and with_cos == 12 and min(counts.values()) >= 8, (padded_rows, with_cos, counts)
 
 
 # --- Official OmniRoPE (OmniGen2): caption, reference images, output image ----------------------------------------
@@ -349,39 +333,15 @@ def omnirope_config(**rope) -> RoFormerExtVisionTextConfig:
 
 
 def test_omnirope_matches_the_official_code():
-    """Official `OmniGen2RotaryPosEmbed` and `apply_rotary_emb(use_real=False)` on 60 single rows (caption at 0, 1, ...,
-    each image at (s, i, j), s advancing by max(h, w)): every position exactly; cos / sin (24 rows) within 1e-5 of the
+    """Official `OmniGen2RotaryPosEmbed` and `apply_rotary_emb(use_real=False)` on 60 rows (caption at 0, 1, ..., each
+    image at (s, i, j), s advancing by max(h, w)), left-padded in batches of 4 (OmniGen2 checked its batched output
+    equals the single-row one): each row's positions exactly at its real tokens; cos / sin (24 rows) within 1e-5 of the
     official complex128 tables; queries / keys (8 rows) rotated within 1e-5. One ladder sliced over the head
     ("sections") instead of per-axis ladders gives other h / w frequencies."""
     fixture, config = load("omnirope_official"), omnirope_config()
     assert config.rope_parameters["axis_allocation"] == "omnirope" and fixture["axes_dim"] == (8, 12, 12)
     rotary, sliced = RotaryEmbedding(config), RotaryEmbedding(omnirope_config(axis_allocation="sections"))
-    with_references, with_freqs, rotated = 0, 0, 0
-    for case, record in enumerate(fixture["cases"]):
-        ids, images, videos = omnigen_row(record)
-        ours, _ = build_position_ids(ids[None], config, grids_or_none(images), grids_or_none(videos))
-        message = f"case {case}: {record['caption']}, {record['references']}, {record['output']}"
-        assert torch.equal(ours[:, 0].T.double(), record["position_ids"]), message
-        with_references += len(record["references"]) >= 2
-        if "cos" in record:
-            cos, sin = rotary(torch.zeros(1), ours)
-            torch.testing.assert_close(cos[0, :, 0::2].double(), record["cos"], atol=1e-5, rtol=0, msg=message)
-            torch.testing.assert_close(sin[0, :, 0::2].double(), record["sin"], atol=1e-5, rtol=0, msg=message)
-            assert not torch.allclose(sliced(torch.zeros(1), ours)[0][0, :, 0::2].double(), record["cos"], atol=1e-3)
-            with_freqs += 1
-        if "query" in record:
-            for name in ("query", "key"):  # theirs (batch, seq, heads, head_dim), ours (batch, heads, seq, head_dim)
-                ours_rotated = apply_rotary(record[name].transpose(1, 2), cos, sin, "interleaved").transpose(1, 2)
-                torch.testing.assert_close(ours_rotated, record[f"rotated_{name}"], atol=1e-5, rtol=0, msg=message)
-            rotated += 1
-    assert with_references >= 15 and with_freqs == 24 and rotated == 8, (with_references, with_freqs, rotated)
-
-
-def test_omnirope_batches_match_the_official_rows():
-    """The 60 rows in left-padded batches of 4 (OmniGen2's generator checked batched = single-row output): row b's
-    official positions equal ours at its real tokens, cos / sin within 1e-5 where recorded."""
-    fixture, config = load("omnirope_official"), omnirope_config()
-    rotary, cases, padded_rows = RotaryEmbedding(config), fixture["cases"], 0
+    cases, padded_rows, with_references, with_freqs, rotated = fixture["cases"], 0, 0, 0, 0
     for first in range(0, len(cases), 4):
         rows = [omnigen_row(record) for record in cases[first : first + 4]]
         ids, mask = left_padded([row[0] for row in rows])
@@ -390,13 +350,25 @@ def test_omnirope_batches_match_the_official_rows():
         ours, _ = build_position_ids(ids, config, images, videos, attention_mask=mask)
         cos, sin = rotary(torch.zeros(1), ours)
         for b, record in enumerate(cases[first : first + 4]):
-            real, message = mask[b].bool(), f"case {first + b}"
+            real = mask[b].bool()
+            message = f"case {first + b}: {record['caption']}, {record['references']}, {record['output']}"
             assert torch.equal(ours[:, b, real].T.double(), record["position_ids"]), message
             padded_rows += not real.all()
+            with_references += len(record["references"]) >= 2
+            row_cos, row_sin = cos[b : b + 1, real], sin[b : b + 1, real]
             if "cos" in record:
-                torch.testing.assert_close(cos[b, real][:, 0::2].double(), record["cos"], atol=1e-5, rtol=0)
-                torch.testing.assert_close(sin[b, real][:, 0::2].double(), record["sin"], atol=1e-5, rtol=0)
-    assert padded_rows >= 30, padded_rows
+                torch.testing.assert_close(row_cos[0, :, 0::2].double(), record["cos"], atol=1e-5, rtol=0, msg=message)
+                torch.testing.assert_close(row_sin[0, :, 0::2].double(), record["sin"], atol=1e-5, rtol=0, msg=message)
+                other = sliced(torch.zeros(1), ours[:, b : b + 1, real])[0]
+                assert not torch.allclose(other[0, :, 0::2].double(), record["cos"], atol=1e-3)
+                with_freqs += 1
+            if "query" in record:
+                for name in ("query", "key"):  # theirs (batch, seq, heads, head_dim), ours (batch, heads, seq, ...)
+                    x = record[name].transpose(1, 2)
+                    rotated_x = apply_rotary(x, row_cos, row_sin, "interleaved").transpose(1, 2)
+                    torch.testing.assert_close(rotated_x, record[f"rotated_{name}"], atol=1e-5, rtol=0, msg=message)
+                rotated += 1
+    assert padded_rows >= 30 and with_references >= 15 and with_freqs == 24 and rotated == 8
 
 
 def test_omnirope_ladders_refuse_frequencies_recomputed_for_the_head():
