@@ -176,19 +176,9 @@ def test_padding_changes_nothing_on_valid_positions(converted):
 EXPECTED = {  # variant, architecture, pooler, what the CLI prints
     "roformer_v1": ("v1", "RoFormerExtForMaskedLM", None, "RoFormer v1 -> RoFormerExtForMaskedLM."),
     "roformer_v2": ("v2", "RoFormerExtForMaskedLM", None, "RoFormer-V2 -> RoFormerExtForMaskedLM."),
-    "roformer_sim": (
-        "sim",
-        "RoFormerExtForMaskedLM",
-        "linear",
-        "RoFormer-Sim -> RoFormerExtForMaskedLM, pooler activation linear.",
-    ),
-    "roformer_sim_ft": (
-        "sim",
-        "RoFormerExtModel",
-        "linear",
-        "RoFormer-Sim -> RoFormerExtModel, pooler activation linear.",
-    ),
-}
+    "roformer_sim": ("sim", "RoFormerExtForMaskedLM", "linear", "RoFormer-Sim -> RoFormerExtForMaskedLM, pooler activation linear."),
+    "roformer_sim_ft": ("sim", "RoFormerExtModel", "linear", "RoFormer-Sim -> RoFormerExtModel, pooler activation linear."),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -394,7 +384,7 @@ DATA, INDEX = "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"
 # fmt: off
 FAILURES = {  # fixture, damage to its copy, extra arguments, key phrases of the error
     **{f"missing {m}": ("roformer_v1", lambda s, m=m: (s / m).unlink(), [], [rf"(Missing|No TF checkpoint).*{m.split('.')[0]}"])
-       for m in ("bert_config.json", "vocab.txt", INDEX, DATA)},
+       for m in ("bert_config.json", "vocab.txt", INDEX)},
     "misfit variables": ("roformer_v1", lambda s: _retensor(s, _misfit), [], [
         "does not match a RoFormer v1",
         re.escape("missing variable bert/encoder/layer_1/attention/self/key/bias (expected shape [64])"),
@@ -406,6 +396,7 @@ FAILURES = {  # fixture, damage to its copy, extra arguments, key phrases of the
     "vocabulary larger than the embeddings": ("roformer_v1", lambda s: (s / "vocab.txt").write_text(
         (s / "vocab.txt").read_text(encoding="utf-8") + "多\n余\n", encoding="utf-8"), [],
         ["vocab.txt has 130 entries but the embeddings only 128 rows"]),
+    "missing data shard": ("roformer_v1", lambda s: (s / DATA).unlink(), [], [r"Missing checkpoint data shard.*data-00000-of-00001"]),
     "unknown variant": ("roformer_v1", lambda s: _retensor(s, lambda t: {"model/dense/kernel": np.zeros((4, 4), np.float32)}),
         [], ["Unknown checkpoint variant.*model/dense/kernel"]),
     "norms without biases": ("roformer_v1", lambda s: _retensor(s, lambda t: {k: v for k, v in t.items() if not k.endswith(("bias", "beta"))}),

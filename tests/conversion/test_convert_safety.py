@@ -5,11 +5,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_convert_original import copy_fixture
 from test_from_transformers import their_model
 
 from roformer_ext.conversion.cli import main
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -17,13 +16,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def release(tmp_path: Path, name: str = "roformer_v2") -> Path:
-    """A writable copy of an original release fixture."""
-    target = tmp_path / "release"
-    shutil.copytree(FIXTURES / name, target)
-    for path in target.iterdir():
-        path.chmod(0o644)
-    return target
+def release(tmp_path: Path) -> Path:
+    return copy_fixture("roformer_v2", tmp_path / "release")
 
 
 def transformers_folder(tmp_path: Path) -> Path:
