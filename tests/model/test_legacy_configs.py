@@ -19,18 +19,13 @@ SAVED = {
     "t5_bias": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 12},
     "transformer_xl": {"clamp_len": 5},
     "tupe": {"tupe_cls_reset": False, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 12},
-    "deberta": {
-        "position_buckets": 8,
-        "max_relative_positions": 16,
-        "pos_att_type": ["p2c"],
-        "share_att_key": False,
-        "norm_rel_ebd": "none",
-    },  # fmt: skip
+    "deberta": {"position_buckets": 8, "max_relative_positions": 16, "pos_att_type": ["p2c"], "share_att_key": False,
+                "norm_rel_ebd": "none"},
     "sinusoidal": {"sinusoidal_scale": 0.5},
     "alibi": {},
     "learned": {},
     "rope": {},
-}
+}  # fmt: skip
 
 
 def reference(name: str) -> dict[str, torch.Tensor]:
