@@ -45,6 +45,12 @@ OURS = {
     "omnirope": {"position_scheme": "omnirope", "mrope_section": [4, 6, 6], "axis_allocation": "sections"},
     "mmrope": {"position_scheme": "mmrope_multimodal_ropes", "axes": 3, "position_scale": [1.0, 2.0, 0.5],
                "axis_allocation": "mmrope_multimodal_ropes"},
+    # official lose4578/CircleRoPE (Qwen2.5-VL's layout: images and one-frame videos on a ring): its config.json's
+    # circle_rope (alpha 0.5, radius 10, centred) is our default; the default allocation "sections"
+    "circle_rope": {"position_scheme": "circle_rope", "mrope_section": [4, 6, 6]},
+    "circle_rope_auto": {"position_scheme": "circle_rope", "mrope_section": [4, 6, 6], "circle_alpha": 0.25,
+                         "circle_radius": "auto-2", "circle_move_to_origin": False, "circle_dff_rate": 0.3,
+                         "circle_move_to_positive": 1.5},
 }  # fmt: skip
 
 
@@ -129,30 +135,37 @@ def check_deltas(deltas, record, mask, atol=0.0) -> None:
 
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_positions_deltas_and_cos_sin_match_the_reference(name):
+    """Circle-RoPE's positions and deltas are float ring points: to 1e-5 (the CPU's vectorised sin / cos may differ
+    from the fixture's machine by an ulp, 3.8e-6 here; a wrong position is off by 0.1 or more); its cos / sin against
+    transformers' `Qwen2_5_VLRotaryEmbedding` on the fixture's positions. The others: exactly."""
     fixture, config = load(name), vision_config(128, 4, **OURS[name], pair_layout="half")
-    rotary, with_cos = RotaryEmbedding(config), 0
+    circle = name.startswith("circle")
+    assert not circle or config.rope_parameters["axis_allocation"] == "sections"
+    rotary, with_cos, images = RotaryEmbedding(config), 0, 0
     assert len(fixture["cases"]) == 40
     for case, record in enumerate(fixture["cases"]):
         mask = record["attention_mask"]
-        frames = record["video_grid_thw"]
+        frames, real = record["video_grid_thw"], mask.bool()
         if frames is not None:  # the reference's split of (t, h, w) rows into t rows (1, h, w)
             frames = torch.repeat_interleave(frames, frames[:, 0], dim=0)
             frames[:, 0] = 1
-        ours, deltas = build_position_ids(record["input_ids"], config, record["image_grid_thw"], frames, mask)
-        real = mask.bool().unsqueeze(1).expand(-1, 3, -1)
+        grids = (record["image_grid_thw"], frames, mask, record.get("second_per_grid_ts"))
+        ours, deltas = build_position_ids(record["input_ids"], config, *grids)
         message = f"{name} case {case}: {record['layouts']}"
-        theirs = record["position_ids"].float().permute(1, 0, 2)
-        assert torch.equal(ours.permute(1, 0, 2)[real], theirs[real]), message
-        check_deltas(deltas, record, mask)
+        for b in range(mask.shape[0]):
+            theirs = record["position_ids"][:, b, real[b]].float()
+            torch.testing.assert_close(ours[:, b, real[b]], theirs, atol=1e-5 if circle else 0, rtol=0, msg=message)
+        check_deltas(deltas, record, mask, atol=1e-5 if circle else 0)
+        images += 0 if record["image_grid_thw"] is None else len(record["image_grid_thw"])
         if "cos" in record:
             cos, sin = rotary(torch.zeros(1), record["position_ids"].float())
             their_cos, their_sin = record["cos"], record["sin"]
             if cos.dim() == 4:  # head-wise (MHRoPE): (batch, heads, seq, head_dim) on both sides
                 cos, sin, their_cos, their_sin = (t.transpose(1, 2) for t in (cos, sin, their_cos, their_sin))
-            torch.testing.assert_close(cos[mask.bool()], their_cos[mask.bool()], atol=1e-6, rtol=0)
-            torch.testing.assert_close(sin[mask.bool()], their_sin[mask.bool()], atol=1e-6, rtol=0)
+            torch.testing.assert_close(cos[real], their_cos[real], atol=1e-6, rtol=0)
+            torch.testing.assert_close(sin[real], their_sin[real], atol=1e-6, rtol=0)
             with_cos += 1
-    assert with_cos == 6
+    assert with_cos == 6 and (images >= 40 or not circle), (with_cos, images)
 
 
 @pytest.mark.parametrize(
@@ -216,41 +229,32 @@ def v2pe_config(stride: float, tokens: int | None = 256) -> RoFormerExtVisionTex
 
 
 def test_v2pe_matches_the_official_code():
-    """Official `get_rope_pos_id` ("v2pe_fix", strides 1, 16, 64) on InternVL rows (a video: "Frame k:" text before
-    each one-tile frame). Ours with `visual_stride_tokens` 256 (the official step): every position exactly. Without it
-    (the ICLR reference's rule, a segment spans visual_stride) one-tile images agree and multi-tile ones do not."""
-    fixture, multi_tile = load("v2pe_official"), 0
+    """Official `get_rope_pos_id` ("v2pe_fix", strides 1, 16, 64) on 36 InternVL rows (a video: "Frame k:" text before
+    each one-tile frame), left-padded in batches of 4 rows of one stride (rows c, c + 3, c + 6, c + 9: the fixture
+    cycles the strides). Ours with `visual_stride_tokens` 256 (the official step): every real token's position exactly.
+    Without it (the ICLR reference's rule, a segment spans visual_stride) one-tile images agree, multi-tile ones not."""
+    fixture = load("v2pe_official")
+    cases, batches, padded_rows, multi_tile = fixture["cases"], 0, 0, 0
     assert fixture["tokens_per_tile"] == 256
-    for case, record in enumerate(fixture["cases"]):
-        ids, grids = v2pe_row(record)
-        ours = {n: build_position_ids(ids[None], v2pe_config(record["stride"], n), torch.tensor(grids))[0][:, 0]
-                for n in (256, None)}  # fmt: skip
-        message = f"case {case}: stride {record['stride']}, {record['layout']}"
-        assert torch.equal(ours[256], record["position_ids"].expand(3, -1)), message
-        tiles = max(g[2] for g in grids) // 16
-        multi_tile += tiles > 1
-        assert torch.equal(ours[None], ours[256]) == (tiles == 1), message
-    assert multi_tile >= 10, multi_tile
-
-
-def test_v2pe_batches_match_the_official_rows():
-    """The fixture's 36 rows in left-padded batches of 4 rows of one stride (rows c, c + 3, c + 6, c + 9: it cycles
-    strides 1, 16, 64): row b's official positions equal ours at its real tokens."""
-    cases, batches, padded_rows = load("v2pe_official")["cases"], 0, 0
     for start in range(0, len(cases), 12):
         for offset in range(3):
             members = [start + offset + 3 * k for k in range(4)]
+            stride = cases[members[0]]["stride"]
             assert len({cases[c]["stride"] for c in members}) == 1
             rows = [v2pe_row(cases[c]) for c in members]
             ids, mask = left_padded([row[0] for row in rows])
             grids = torch.tensor([grid for row in rows for grid in row[1]])
-            ours, _ = build_position_ids(ids, v2pe_config(cases[members[0]]["stride"]), grids, attention_mask=mask)
+            ours = {n: build_position_ids(ids, v2pe_config(stride, n), grids, attention_mask=mask)[0]
+                    for n in (256, None)}  # fmt: skip
             for b, c in enumerate(members):
-                real = mask[b].bool()
-                assert torch.equal(ours[:, b, real], cases[c]["position_ids"].expand(3, -1)), f"case {c}"
+                real, message = mask[b].bool(), f"case {c}: stride {stride}, {cases[c]['layout']}"
+                assert torch.equal(ours[256][:, b, real], cases[c]["position_ids"].expand(3, -1)), message
+                tiles = max(g[2] for g in rows[b][1]) // 16
+                multi_tile += tiles > 1
+                assert torch.equal(ours[None][:, b, real], ours[256][:, b, real]) == (tiles == 1), message
                 padded_rows += not real.all()
             batches += 1
-    assert batches == 9 and padded_rows >= 20, (batches, padded_rows)
+    assert batches == 9 and padded_rows >= 20 and multi_tile >= 10, (batches, padded_rows, multi_tile)
 
 
 def test_v2pe_refuses_bad_visual_stride_tokens():
@@ -380,7 +384,7 @@ def test_omnirope_ladders_refuse_frequencies_recomputed_for_the_head():
     assert plain.inv_freq[[0, 4, 10]].tolist() == [1.0, 1.0, 1.0]  # each axis's ladder starts at θ^0
 
 
-# --- Official VRoPE and Circle-RoPE --------------------------------------------------------------------------------
+# --- Official VRoPE and Circle-RoPE's errors --------------------------------------------------------------------------------
 
 
 def test_vrope_matches_the_official_code():
@@ -405,43 +409,6 @@ def test_vrope_matches_the_official_code():
         assert torch.equal(ours[:, 0].T[:, axis], record["position_ids"].float()), message  # (tokens, pairs)
         assert delta.item() == record["next_index"] - len(ids), message
     assert videos_with_frames >= 20, videos_with_frames
-
-
-CIRCLE = {
-    "circle_rope": {},  # the official code/config.json's circle_rope (alpha 0.5, radius 10, centred): our defaults
-    "circle_rope_auto": {"circle_alpha": 0.25, "circle_radius": "auto-2", "circle_move_to_origin": False,
-                         "circle_dff_rate": 0.3, "circle_move_to_positive": 1.5},
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", sorted(CIRCLE))
-def test_circle_rope_matches_the_official_code(name):
-    """Qwen2.5-VL's layout (one group and one grid row per image or one-frame video). Positions to 1e-5 (float ring
-    points: the CPU's vectorised sin / cos may differ from the fixture's machine by an ulp, 3.8e-6 here; a wrong
-    position is off by 0.1 or more), deltas as above to 1e-5; cos / sin: transformers' `Qwen2_5_VLRotaryEmbedding`
-    on the fixture's positions against ours with the default allocation ("sections"), to 1e-6."""
-    fixture = load(name)
-    rope = {"position_scheme": "circle_rope", "mrope_section": [4, 6, 6], "pair_layout": "half", **CIRCLE[name]}
-    config = vision_config(128, 4, **rope)
-    assert config.rope_parameters["axis_allocation"] == "sections"
-    rotary, images, with_cos = RotaryEmbedding(config), 0, 0
-    for case, record in enumerate(fixture["cases"]):
-        mask = record["attention_mask"]
-        real = mask.bool()
-        grids = (record["image_grid_thw"], record["video_grid_thw"])
-        ours, deltas = build_position_ids(record["input_ids"], config, *grids, mask, record["second_per_grid_ts"])
-        message = f"{name} case {case}: {record['layouts']}"
-        for b in range(mask.shape[0]):
-            theirs = record["position_ids"][:, b, real[b]]
-            torch.testing.assert_close(ours[:, b, real[b]], theirs, atol=1e-5, rtol=0, check_dtype=False, msg=message)
-        check_deltas(deltas, record, mask, atol=1e-5)
-        images += 0 if record["image_grid_thw"] is None else len(record["image_grid_thw"])
-        if "cos" in record:
-            cos, sin = rotary(torch.zeros(1), record["position_ids"])
-            torch.testing.assert_close(cos[real], record["cos"][real], atol=1e-6, rtol=0)
-            torch.testing.assert_close(sin[real], record["sin"][real], atol=1e-6, rtol=0)
-            with_cos += 1
-    assert images >= 40 and with_cos == 6, (images, with_cos)
 
 
 def test_circle_rope_refuses_several_frames_and_bad_knobs():
