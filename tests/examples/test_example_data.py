@@ -20,16 +20,9 @@ sys.path.insert(0, str(EXAMPLES))
 
 from common import corpora as ed  # noqa: E402
 from common.card import base_model_id, command_line, portable  # noqa: E402
-from common.data import (  # fmt: skip
-    DataArguments,
-    builder_for,
-    carve_validation,
-    describe_source,
-    limit_splits,
-    load_raw_datasets,
-)
+from common.data import DataArguments, builder_for, carve_validation, describe_source, limit_splits, load_raw_datasets
 from common.padding_free import BatchingArguments, check_padding_free_model  # noqa: E402
-from common.utils import (  # fmt: skip
+from common.utils import (
     accuracy,
     bmes_entities,
     check_output_dir,
@@ -361,13 +354,7 @@ def test_padding_free_needs_a_roformer_ext_model():
 
     from roformer_ext import RoFormerExtConfig, RoFormerExtForSequenceClassification
 
-    small = {
-        "vocab_size": 40,
-        "hidden_size": 8,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "intermediate_size": 8,
-    }
+    small = dict(vocab_size=40, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
     check_padding_free_model(RoFormerExtForSequenceClassification(RoFormerExtConfig(**small)))
     with pytest.raises(ValueError, match="--no_padding_free"):  # it would attend across the packed sequences
         check_padding_free_model(RoFormerForSequenceClassification(RoFormerConfig(**small, embedding_size=8)))
@@ -385,13 +372,10 @@ def test_group_by_length_sets_transformers_sampling_strategy(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------- metrics
-def test_bmes_entities_strict():
+def test_bmes_and_iob2_entities_and_scheme_detection():
     tags = ["B-PER", "M-PER", "E-PER", "O", "S-LOC", "B-ORG", "E-LOC", "M-ORG", "E-ORG", "B-LOC"]
-    assert bmes_entities(tags) == {("PER", 0, 3), ("LOC", 4, 5)}
+    assert bmes_entities(tags) == {("PER", 0, 3), ("LOC", 4, 5)}  # strict: broken spans are no entity
     assert bmes_entities(["B-ORG", "I-ORG", "E-ORG"]) == {("ORG", 0, 3)}
-
-
-def test_iob2_entities_and_scheme_detection():
     tags = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-ORG", "I-LOC"]
     assert iob2_entities(tags) == {("PER", 0, 2), ("LOC", 3, 4), ("LOC", 4, 5)}
     assert tagging_scheme(["O", "B-PER", "I-PER"]) == "iob2" and tagging_scheme(ed.MSRA_LABELS) == "bmes"

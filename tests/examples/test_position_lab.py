@@ -95,14 +95,11 @@ def test_eval_masks_depend_only_on_the_seed(script):
     assert ((to_mask | to_random) <= selected).all() and random_tokens.min() >= 5
 
 
-def test_causal_eval_scores_next_tokens(script, study, streams):
+def test_causal_eval_scores_next_tokens(script, study, streams, monkeypatch):
     args, _, _ = study
     tokenizer, _, test_stream = streams
-    args.objective = "causal"
-    try:
-        inputs, labels = script.eval_batches(test_stream, args, tokenizer, 32)
-    finally:
-        args.objective = "mlm"
+    monkeypatch.setattr(args, "objective", "causal")
+    inputs, labels = script.eval_batches(test_stream, args, tokenizer, 32)
     assert inputs.shape == (4, 32) and torch.equal(inputs, labels) and torch.equal(inputs.flatten(), test_stream[:128])
 
 
@@ -157,13 +154,10 @@ def test_benchmark_merges_seeds_run_in_another_process(bench, study):
 def test_a_causal_model_that_sees_the_future_is_refused(script, study, streams, monkeypatch):
     args, _, _ = study
     tokenizer = streams[0]
-    args.objective = "causal"
-    try:
-        for encoding in ("rope", "alibi", "t5_bias"):
-            script.check_causal(script.model_class("causal")(script.model_config(args, encoding, tokenizer)), 300)
-        model = script.model_class("causal")(script.model_config(args, "alibi", tokenizer))
-    finally:
-        args.objective = "mlm"
+    monkeypatch.setattr(args, "objective", "causal")
+    for encoding in ("rope", "alibi", "t5_bias"):
+        script.check_causal(script.model_class("causal")(script.model_config(args, encoding, tokenizer)), 300)
+    model = script.model_class("causal")(script.model_config(args, "alibi", tokenizer))
     model.config.is_decoder = False  # now bidirectional: every position sees the last token
     with pytest.raises(RuntimeError, match="lets a causal model see later tokens"):
         script.check_causal(model, 300)

@@ -123,43 +123,33 @@ def test_model_runs_bidirectional_with_padding():
     assert_position_sensitive(model, run, TOLERANCE)
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "half"])
-def test_generation_with_state_equals_without_cache(layout):
+@pytest.mark.parametrize(
+    ("layout", "search"),
+    [("interleaved", {}), ("half", {}), ("interleaved", {"num_beams": 3, "num_return_sequences": 2}),
+     ("half", {"num_beams": 2, "num_return_sequences": 2})],
+)  # fmt: skip
+def test_generation_with_state_equals_without_cache(layout, search):
+    """Greedy and beam search (beams expand and reorder the running state): cached equals uncached; tokens counted."""
     torch.manual_seed(0)
-    config = position_sensitive_config(
-        attention_type="linear", rope_parameters={"pair_layout": layout}, rotary_value=True
+    rope = {"pair_layout": layout}
+    model = RoFormerExtForCausalLM(
+        position_sensitive_config(attention_type="linear", rope_parameters=rope, rotary_value=True)
     )
-    model = RoFormerExtForCausalLM(config).eval()
+    model.eval()
     prompt = torch.randint(5, 99, (2, 6))
 
     def generated(m, use_cache: bool):  # a random model soon repeats one token: compare the logits too
-        kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0, "output_logits": True}
-        out = m.generate(prompt, use_cache=use_cache, return_dict_in_generate=True, **kwargs)
-        return out.sequences, torch.stack(out.logits)
+        kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0, "output_logits": True, **search}
+        return m.generate(prompt, use_cache=use_cache, return_dict_in_generate=True, **kwargs)
 
     with torch.no_grad():
-        (cached, cached_logits), (uncached, uncached_logits) = generated(model, True), generated(model, False)
-    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
-    torch.testing.assert_close(cached_logits, uncached_logits, atol=TOLERANCE, rtol=TOLERANCE)
-    assert_position_sensitive(model, lambda m: generated(m, True)[1], TOLERANCE)
-
-
-@pytest.mark.parametrize(
-    "search", [{"num_beams": 3, "num_return_sequences": 2}, {"num_beams": 2, "num_return_sequences": 2}]
-)
-def test_beam_search_and_several_samples_reorder_the_state(search):
-    """Beam expansion and reordering act on the running state: cached equals uncached; seen tokens counted."""
-    torch.manual_seed(0)
-    model = RoFormerExtForCausalLM(position_sensitive_config(attention_type="linear")).eval()
-    prompt = torch.randint(5, 99, (2, 6))
-    kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0, "return_dict_in_generate": True, **search}
-    with torch.no_grad():
-        cached = model.generate(prompt, use_cache=True, **kwargs)
-        uncached = model.generate(prompt, use_cache=False, **kwargs)
+        cached, uncached = generated(model, True), generated(model, False)
     torch.testing.assert_close(cached.sequences, uncached.sequences, rtol=0, atol=0)
+    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(uncached.logits), atol=TOLERANCE, rtol=TOLERANCE)
     state = output_cache(cached)
     assert state.get_seq_length() == cached.sequences.shape[1] - 1  # the last token is never fed back
-    assert state.layers[0].values.shape[0] == 2 * search["num_beams"]  # 2 prompts x beams
+    assert state.layers[0].values.shape[0] == 2 * search.get("num_beams", 1)  # 2 prompts x beams
+    assert_position_sensitive(model, lambda m: torch.stack(generated(m, True).logits), TOLERANCE)
 
 
 def test_cached_logits_equal_full_forward():

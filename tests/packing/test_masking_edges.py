@@ -150,9 +150,8 @@ def test_prepared_4d_mask():
     meta = prepared_4d_mask(torch.ones(1, 1, 2, 3, dtype=torch.bool).to("meta"), 2, 3, torch.float32)
     assert meta.device.type == "meta" and meta.shape == (1, 1, 2, 3)
     for shape in ((1, 2, 2, 3), (1, 1, 1, 3), (1, 1, 2, 4)):
-        with pytest.raises(
-            ValueError, match=re.escape(f"(batch, 1, 2, 3) here (key_length counts cached tokens too); got {shape}")
-        ):
+        expected = re.escape(f"(batch, 1, 2, 3) here (key_length counts cached tokens too); got {shape}")
+        with pytest.raises(ValueError, match=expected):
             prepared_4d_mask(torch.ones(shape, dtype=torch.bool), 2, 3, torch.float32)
 
 

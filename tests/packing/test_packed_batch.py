@@ -30,11 +30,11 @@ def two_packed_rows(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return torch.stack(rows), torch.stack(seq_idx), torch.stack(positions), seqs
 
 
-def assert_rows_equal_alone(model, states: torch.Tensor, seqs: list[list[int]], **alone_kwargs) -> None:
-    pieces = [piece for row, lengths in zip(states, ROW_LENGTHS) for piece in torch.split(row, lengths)]
+def assert_rows_equal_alone(model, states: torch.Tensor, seqs: list[list[int]], row_lengths=ROW_LENGTHS) -> None:
+    pieces = [piece for row, lengths in zip(states, row_lengths) for piece in torch.split(row, lengths)]
     with torch.no_grad():
-        for piece, seq in zip(pieces, seqs):
-            alone = model(torch.tensor([seq]), output_hidden_states=True, **alone_kwargs).hidden_states[-1][0]
+        for piece, seq in zip(pieces, seqs, strict=True):
+            alone = model(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
             torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
 
 
@@ -72,11 +72,8 @@ def test_restarting_positions_broadcast_over_rows(attn_implementation):
         states = model(input_ids, position_ids=positions, output_hidden_states=True).hidden_states[-1]
         expanded = model(input_ids, position_ids=positions.expand(2, -1), output_hidden_states=True).hidden_states[-1]
     torch.testing.assert_close(states, expanded, rtol=0, atol=0)
-    with torch.no_grad():
-        for row in range(2):
-            for piece, seq in zip(torch.split(states[row], lengths), torch.split(input_ids[row], lengths)):
-                alone = model(seq[None], output_hidden_states=True).hidden_states[-1][0]
-                torch.testing.assert_close(piece, alone, rtol=ATOL, atol=ATOL)
+    seqs = [seq.tolist() for row in input_ids for seq in torch.split(row, lengths)]
+    assert_rows_equal_alone(model, states, seqs, (lengths, lengths))
     assert_position_sensitive(model, lambda m: m(input_ids, position_ids=positions), ATOL)
 
 

@@ -16,19 +16,13 @@ from roformer_ext import (
 
 def batches() -> dict:
     seqs = sequences(11)
-    with_cu = DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(
-        [{"input_ids": s} for s in seqs]
-    )
+    features = [{"input_ids": s} for s in seqs]
+    with_cu = DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(features)
     classified = DataCollatorForPackedClassification()([{"input_ids": s, "label": i % 2} for i, s in enumerate(seqs)])
-    return {
-        "mlm-cu_seq_lens": (RoFormerExtForMaskedLM, with_cu),
-        "mlm-positions": (
-            RoFormerExtForMaskedLM,
-            DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": s} for s in seqs]),
-        ),
-        "classification": (RoFormerExtForSequenceClassification, classified),
-        "causal-cu_seq_lens": (RoFormerExtForCausalLM, with_cu),
-    }
+    positions = DataCollatorWithFlattening(return_tensors="pt")(features)
+    return {"mlm-cu_seq_lens": (RoFormerExtForMaskedLM, with_cu), "mlm-positions": (RoFormerExtForMaskedLM, positions),
+            "classification": (RoFormerExtForSequenceClassification, classified),
+            "causal-cu_seq_lens": (RoFormerExtForCausalLM, with_cu)}  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -48,10 +48,8 @@ def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_
     model = RoFormerExtForSequenceClassification(tiny_config(num_labels=3))
     generator = torch.Generator().manual_seed(3)
     lengths = [5, 9, 3, 8, 6, 4, 7, 2, 9, 5, 3]
-    data = [
-        {"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
-        for i, n in enumerate(lengths)
-    ]
+    data = [{"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
+            for i, n in enumerate(lengths)]  # fmt: skip
     seen = {}
 
     def compute_metrics(prediction):
@@ -62,14 +60,8 @@ def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_
         output_dir=str(tmp_path), per_device_eval_batch_size=4, include_for_metrics=["inputs"], report_to=[],
         use_cpu=True, disable_tqdm=True,
     )  # fmt: skip
-    trainer = PaddingFreeTrainer(
-        model=model,
-        args=args,
-        eval_dataset=data,
-        data_collator=DataCollatorForPackedClassification(),
-        compute_metrics=compute_metrics,
-    )
-    trainer.evaluate()
+    collator = DataCollatorForPackedClassification()
+    PaddingFreeTrainer(model, args, collator, eval_dataset=data, compute_metrics=compute_metrics).evaluate()
     assert seen["inputs"].shape == (len(data), max(lengths))
     assert seen["predictions"].shape == (len(data), 3) and seen["labels"].tolist() == [d["label"] for d in data]
     for row, feature in zip(seen["inputs"].tolist(), data):

@@ -194,10 +194,8 @@ def head_labels(model_class, input_ids, attention_mask, batch) -> tuple[dict, di
     """Labels for the padded batch (pads -100) and the packed row (the collator's for the causal LM)."""
     pad = attention_mask == 0
     if model_class in (RoFormerExtForMaskedLM, RoFormerExtForTokenClassification):
-        token_labels = (lambda ids: ids) if model_class is RoFormerExtForMaskedLM else (lambda ids: ids % 2)
-        return dict(labels=token_labels(input_ids).masked_fill(pad, -100)), dict(
-            labels=token_labels(batch["input_ids"])
-        )
+        modulus = 1000 if model_class is RoFormerExtForMaskedLM else 2  # token ids, or a class per token
+        return dict(labels=(input_ids % modulus).masked_fill(pad, -100)), dict(labels=batch["input_ids"] % modulus)
     if model_class is RoFormerExtForCausalLM:
         flat = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": ids} for ids in batch["seqs"]])
         return dict(labels=input_ids.masked_fill(pad, -100)), dict(labels=flat["labels"])
