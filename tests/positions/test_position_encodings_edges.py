@@ -52,6 +52,7 @@ POSITION_PAIRS = {
         torch.tensor([[0.0, 1.0, 3.0, 4.0, 25.0, 9.0], [2.0, 0.0, 1.0, 11.0, 12.0, 70.0]]),
     ),
 }
+PAIRS = pytest.mark.parametrize(("queries", "keys"), list(POSITION_PAIRS.values()), ids=list(POSITION_PAIRS))
 
 
 def config(position_encoding: str, **overrides) -> RoFormerExtConfig:
@@ -105,9 +106,8 @@ def at(positions: list[list[int]], b: int, index: int) -> int:
     return positions[b if len(positions) > 1 else 0][index]
 
 
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_distances_are_key_minus_query_of_whole_positions(pair):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_distances_are_key_minus_query_of_whole_positions(queries, keys):
     scores = RelativeScores(queries, keys)
     qp, kp, batch, q, k = sizes(queries, keys)
     expected = torch.tensor([[[at(kp, b, j) - at(qp, b, i) for j in range(k)] for i in range(q)] for b in range(batch)])
@@ -140,9 +140,8 @@ def test_alibi_slopes_written_out(num_heads, slopes):
     assert alibi_slopes(num_heads).dtype == torch.float32
 
 
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_alibi_bias_and_score_mod_are_minus_slope_times_distance(pair):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_alibi_bias_and_score_mod_are_minus_slope_times_distance(queries, keys):
     encoding = AlibiPositionEncoding(config("alibi"))
     scores = encoding.relative_scores(queries, keys)
     qp, kp, batch, q, k = sizes(queries, keys)
@@ -159,9 +158,8 @@ def test_alibi_bias_and_score_mod_are_minus_slope_times_distance(pair):
 
 
 @pytest.mark.parametrize("decoder", [False, True])
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_t5_bias_and_score_mod_read_t5s_bucket_of_key_minus_query(pair, decoder):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_t5_bias_and_score_mod_read_t5s_bucket_of_key_minus_query(queries, keys, decoder):
     encoding = randomized(T5BiasPositionEncoding(config("t5_bias", is_decoder=decoder)))
     scores = encoding.relative_scores(queries, keys)
     qp, kp, batch, q, k = sizes(queries, keys)
@@ -181,9 +179,8 @@ def test_t5_bias_and_score_mod_read_t5s_bucket_of_key_minus_query(pair, decoder)
     )
 
 
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_shaw_term_and_score_mod_are_the_query_times_the_clipped_key_row(pair):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_shaw_term_and_score_mod_are_the_query_times_the_clipped_key_row(queries, keys):
     cfg = config("shaw")
     encoding = ShawPositionEncoding(cfg)
     table = randomized(ShawPositionEncoding.layer_table(cfg))
@@ -224,9 +221,8 @@ def test_xlnet_sinusoid_written_out():
 
 
 @pytest.mark.parametrize("clamp_len", [-1, 0, 1, 4])
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_transformer_xl_term_and_score_mod_are_xls_formula(pair, clamp_len):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_transformer_xl_term_and_score_mod_are_xls_formula(queries, keys, clamp_len):
     cfg = config("transformer_xl", clamp_len=clamp_len)
     encoding = TransformerXLPositionEncoding(cfg)
     table = randomized(TransformerXLLayerParameters(cfg))
@@ -285,9 +281,8 @@ DEBERTA_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(DEBERTA_VARIANTS))
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_deberta_term_and_score_mod_are_c2p_plus_p2c_of_the_bucketed_row(pair, variant):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_deberta_term_and_score_mod_are_c2p_plus_p2c_of_the_bucketed_row(queries, keys, variant):
     overrides = DEBERTA_VARIANTS[variant]
     cfg = config("deberta", **overrides)
     encoding = randomized(DebertaPositionEncoding(cfg))
@@ -359,9 +354,8 @@ TUPE_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(TUPE_VARIANTS))
-@pytest.mark.parametrize("pair", list(POSITION_PAIRS))
-def test_tupe_bias_and_score_mod_are_the_untied_correlation_reset_and_bucket(pair, variant):
-    queries, keys = POSITION_PAIRS[pair]
+@PAIRS
+def test_tupe_bias_and_score_mod_are_the_untied_correlation_reset_and_bucket(queries, keys, variant):
     overrides = TUPE_VARIANTS[variant]
     cfg = config("tupe", **overrides)
     encoding = randomized(TupePositionEncoding(cfg))
