@@ -193,11 +193,9 @@ def transformers_rope_index(input_ids, attention_mask, images, videos):
     """transformers' `Qwen2VLModel.get_rope_index`, unbound, with spatial_merge_size 1 (our grids are merged)."""
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
-    vision_config = types.SimpleNamespace(spatial_merge_size=1)
-    model = types.SimpleNamespace(
-        config=types.SimpleNamespace(vision_config=vision_config),
-        get_vision_position_ids=functools.partial(Qwen2VLModel.get_vision_position_ids, None),
-    )
+    config = types.SimpleNamespace(vision_config=types.SimpleNamespace(spatial_merge_size=1))
+    vision_positions = functools.partial(Qwen2VLModel.get_vision_position_ids, None)
+    model = types.SimpleNamespace(config=config, get_vision_position_ids=vision_positions)
     token_types = (input_ids == IMAGE).long() + 2 * (input_ids == VIDEO).long()
     return Qwen2VLModel.get_rope_index(model, input_ids, token_types, images, videos, attention_mask)
 

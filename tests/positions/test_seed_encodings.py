@@ -86,13 +86,8 @@ def test_deberta_equals_transformers_disentangled_self_attention(overrides):
     out, captured = layer0_attention(model, input_ids=ids, attention_mask=mask)
     hidden = out.hidden_states[0]
     with torch.no_grad():
-        context, probabilities = theirs(
-            hidden,
-            encoder.get_attention_mask(mask),
-            output_attentions=True,
-            relative_pos=encoder.get_rel_pos(hidden),
-            rel_embeddings=encoder.get_rel_embedding(),
-        )
+        relative = dict(relative_pos=encoder.get_rel_pos(hidden), rel_embeddings=encoder.get_rel_embedding())
+        context, probabilities = theirs(hidden, encoder.get_attention_mask(mask), output_attentions=True, **relative)
     keep = mask.bool()  # padded query rows have no defined output
     torch.testing.assert_close(out.attentions[0][0], probabilities[0], rtol=0, atol=1e-5)
     torch.testing.assert_close(out.attentions[0][1][:, keep[1]], probabilities[1][:, keep[1]], rtol=0, atol=1e-5)
@@ -125,16 +120,8 @@ def xlnet_attention_from(model, clamp_len: int, attn_type: str):
     from transformers import XLNetConfig, XLNetModel
     from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention
 
-    xlnet_config = XLNetConfig(
-        vocab_size=97,
-        d_model=32,
-        n_layer=1,
-        n_head=4,
-        d_inner=64,
-        dropout=0.0,
-        clamp_len=clamp_len,
-        attn_type=attn_type,
-    )
+    sizes = dict(vocab_size=97, d_model=32, n_layer=1, n_head=4, d_inner=64, dropout=0.0)
+    xlnet_config = XLNetConfig(**sizes, clamp_len=clamp_len, attn_type=attn_type)
     theirs = XLNetRelativeAttention(xlnet_config).eval()
     ours = model.roformer.layers[0].attention
     with torch.no_grad():  # our (out, in) Linear weights as XLNet's (in, heads, head_dim) parameters
@@ -220,33 +207,23 @@ def tupe_from_fixture(name: str, cls_reset: bool = True):
     tupe = dict(tupe_rel_pos=name == "tupe_r", tupe_cls_reset=cls_reset)
     overrides = dict(vocab_size=40, max_position_embeddings=24, layer_norm_eps=1e-5, hidden_act="gelu", **tupe)
     model = RoFormerExtModel(config("tupe", pooler_activation=None, **overrides)).eval()
-    state = {
-        "embeddings.word_embeddings.weight": weights["embed_tokens.weight"],
-        "embeddings.token_type_embeddings.weight": torch.zeros(2, 32),
-        "embeddings.norm.weight": weights["emb_layer_norm.weight"],
-        "embeddings.norm.bias": weights["emb_layer_norm.bias"],
-        "position_encoding.position_embeddings.weight": weights["pos.weight"],
-        "position_encoding.norm.weight": weights["pos_ln.weight"],
-        "position_encoding.norm.bias": weights["pos_ln.bias"],
-    }
-    for ours, theirs in (("query", "pos_q_linear"), ("key", "pos_k_linear")):
-        for kind in ("weight", "bias"):
-            state[f"position_encoding.{ours}.{kind}"] = weights[f"{theirs}.{kind}"]
-    if name == "tupe_r":
-        state["position_encoding.relative_attention_bias.weight"] = weights["relative_attention_bias.weight"]
+    rename = {  # ours: theirs
+        "embeddings.word_embeddings": "embed_tokens", "embeddings.norm": "emb_layer_norm",
+        "position_encoding.position_embeddings": "pos", "position_encoding.norm": "pos_ln",
+        "position_encoding.query": "pos_q_linear", "position_encoding.key": "pos_k_linear",
+        "position_encoding.relative_attention_bias": "relative_attention_bias",
+    }  # fmt: skip
     for i in range(2):
-        prefix = f"layers.{i}.self_attn."
+        ours = ("attention.output", "attention_norm", "feed_forward.intermediate", "feed_forward.output", "output_norm")
+        theirs = ("self_attn.out_proj", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm")
+        rename |= {f"layers.{i}.{a}": f"layers.{i}.{b}" for a, b in zip(ours, theirs)}
+    state = {f"{a}.{kind}": weights[f"{b}.{kind}"] for a, b in rename.items() for kind in ("weight", "bias")
+             if f"{b}.{kind}" in weights}  # fmt: skip
+    state["embeddings.token_type_embeddings.weight"] = torch.zeros(2, 32)
+    for i in range(2):
         for kind in ("weight", "bias"):
-            for part, chunk in zip(("query", "key", "value"), weights[f"{prefix}in_proj_{kind}"].chunk(3)):
-                state[f"layers.{i}.attention.{part}.{kind}"] = chunk
-            state[f"layers.{i}.attention.output.{kind}"] = weights[f"{prefix}out_proj.{kind}"]
-            for ours, theirs in (
-                ("attention_norm", "self_attn_layer_norm"),
-                ("feed_forward.intermediate", "fc1"),
-                ("feed_forward.output", "fc2"),
-                ("output_norm", "final_layer_norm"),
-            ):
-                state[f"layers.{i}.{ours}.{kind}"] = weights[f"layers.{i}.{theirs}.{kind}"]
+            chunks = weights[f"layers.{i}.self_attn.in_proj_{kind}"].chunk(3)
+            state |= {f"layers.{i}.attention.{part}.{kind}": c for part, c in zip(("query", "key", "value"), chunks)}
     model.load_state_dict(state, strict=True)
     return model, fixture
 

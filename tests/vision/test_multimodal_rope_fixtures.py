@@ -101,13 +101,8 @@ def load(name: str) -> dict:
 
 
 def vision_config(hidden_size: int = 64, heads: int = 2, image_token_id: int = IMAGE, **rope):
-    return RoFormerExtVisionTextConfig(
-        hidden_size=hidden_size,
-        num_attention_heads=heads,
-        image_token_id=image_token_id,
-        video_token_id=VIDEO,
-        rope_parameters=rope,
-    )
+    ids = dict(image_token_id=image_token_id, video_token_id=VIDEO)
+    return RoFormerExtVisionTextConfig(hidden_size=hidden_size, num_attention_heads=heads, rope_parameters=rope, **ids)
 
 
 def grids_or_none(rows) -> torch.Tensor | None:
