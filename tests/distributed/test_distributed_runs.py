@@ -46,15 +46,7 @@ def free_port() -> int:
 
 
 def torchrun(*args: str | Path) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]  # fmt: skip
     result = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
@@ -91,23 +83,19 @@ def check_tensor_parallel(result: dict) -> None:
     assert all(0.5 <= s <= 0.6 for s in result["local_share"]), result["local_share"]
 
 
-def test_mlm_ddp_fsdp2_and_tensor_parallel_match_one_process(converted, tmp_path):
-    """The converted masked LM in the half pair layout (its q/k rows reordered per head: a shard must not be)."""
-    model = RoFormerExtForMaskedLM.from_pretrained(converted)
-    half = tmp_path / "half"
-    convert_pair_layout(model, "half").save_pretrained(half)
-    report = run_example(half, tmp_path / "out", "mlm", "ddp,fsdp2,tp")
-    check_training(report["modes"]["ddp"], share=1.0)
-    check_training(report["modes"]["fsdp2"], share=0.5)
-    assert report["modes"]["fsdp2"]["reload_max_abs_diff"] == 0.0
-    check_tensor_parallel(report["modes"]["tp"])
-
-
-def test_classification_fsdp2_and_tensor_parallel_match_one_process(converted, tmp_path):
+@pytest.mark.parametrize("task, modes", [("mlm", "ddp,fsdp2,tp"), ("classification", "fsdp2,tp")])
+def test_example_matches_one_process(converted, tmp_path, task, modes):
+    """The converted masked LM in the half pair layout (its q/k rows reordered per head: a shard must not be), and a
+    classifier from the same checkpoint."""
     torch.manual_seed(0)
-    folder = tmp_path / "classifier"
-    RoFormerExtForSequenceClassification.from_pretrained(converted, num_labels=3).save_pretrained(folder)
-    report = run_example(folder, tmp_path / "out", "classification", "fsdp2,tp")
+    folder = tmp_path / task
+    if task == "mlm":
+        convert_pair_layout(RoFormerExtForMaskedLM.from_pretrained(converted), "half").save_pretrained(folder)
+    else:
+        RoFormerExtForSequenceClassification.from_pretrained(converted, num_labels=3).save_pretrained(folder)
+    report = run_example(folder, tmp_path / "out", task, modes)
+    if "ddp" in modes:
+        check_training(report["modes"]["ddp"], share=1.0)
     check_training(report["modes"]["fsdp2"], share=0.5)
     assert report["modes"]["fsdp2"]["reload_max_abs_diff"] == 0.0
     check_tensor_parallel(report["modes"]["tp"])

@@ -1,9 +1,5 @@
-"""Run by test_distributed_runs.py under `torchrun --nproc_per_node 2`: each folder given is loaded with transformers'
-tensor parallel (`DistributedConfig(tp_size=2)`) and one process's copy; rank 0 writes, per folder, the largest
-logit difference or the error the tensor-parallel forward raised.
-
-    torchrun --nproc_per_node 2 tp_encodings_worker.py RESULTS_JSON FOLDER...
-"""
+"""`torchrun --nproc_per_node 2 tp_encodings_worker.py RESULTS_JSON FOLDER...`: each folder loaded tensor parallel
+(`tp_size=2`) and whole; rank 0 writes per folder the largest logit difference or the error the forward raised."""
 
 import json
 import sys

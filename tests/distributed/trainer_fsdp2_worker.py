@@ -1,10 +1,6 @@
-"""Run by test_trainer_fsdp2.py under `torchrun --nproc_per_node 2`: transformers' `Trainer` on a masked LM sharded at
-load by `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=2))` (the model's FSDP plan), on CPU.
-Rank 0 writes the logged losses and the parameter elements each process held; the trained, still sharded model is
-saved with `save_pretrained` to SAVED_FOLDER.
-
-    torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON SAVED_FOLDER
-"""
+"""`torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON SAVED_FOLDER`: `Trainer` on a masked
+LM sharded at load (`DistributedConfig(fsdp_size=2)`); rank 0 writes the losses and each process's parameter count,
+and the still sharded model is saved to SAVED_FOLDER."""
 
 import gc
 import json

@@ -292,10 +292,8 @@ def _published(hub: StandInHub, repo_id: str, leave_out: set[str] = frozenset())
 
 
 def test_push_to_hub_publishes_what_transformers_would(tmp_path):
-    """Side by side with a BERT model and tokenizer saved the same way, against the stand-in Hub: the same files
-    uploaded (ours add only their code files, and our tokenizer its vocab.txt), nothing of the folder's other files
-    (.env, optimizer states), and the same create_pr / revision / private / token behaviour, for
-    save_pretrained(push_to_hub=True) and push_to_hub."""
+    """Side by side with BERT, saved and pushed each way: the same files uploaded (ours add their code files and
+    vocab.txt; no .env or optimizer state) and the same create_pr / revision / private / token behaviour."""
     from transformers import BertTokenizer
 
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
