@@ -1,8 +1,5 @@
-"""`roformer-ext-convert transformers` on junnyu's Hub layouts (v1, V2, Sim, Sim-FT) reproduces bert4keras.
-
-The helpers rebuild his folders from the original fixtures with his TF loader's naming rule (independently of our
-key map), plus the sinusoidal table and tied decoder his model adds, and the config keys his package reads.
-"""
+"""`roformer-ext-convert transformers` on junnyu's Hub layouts (v1, V2, Sim, Sim-FT) reproduces bert4keras; his
+folders are rebuilt from the original fixtures by his TF loader's naming rule, independently of our key map."""
 
 import contextlib
 import io

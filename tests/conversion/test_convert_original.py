@@ -1,7 +1,5 @@
-"""`roformer-ext-convert original`: fidelity to bert4keras' own outputs, the written folder, and clear failures.
-
-The fixtures are tiny checkpoints written by bert4keras with its reference outputs (tests/fixtures/original_tf).
-"""
+"""`roformer-ext-convert original`: fidelity to bert4keras' own outputs (tiny checkpoints it wrote with its
+reference outputs, tests/fixtures/original_tf), the written folder, and clear failures."""
 
 from __future__ import annotations
 

@@ -70,10 +70,7 @@ def _build_table(entries: list[tuple[bytes, bytes]]) -> bytes:
 
 
 def write_tf_checkpoint(prefix: str | os.PathLike, tensors: Mapping[str, np.ndarray]) -> Path:
-    """Write `tensors` as a single-shard TF V2 checkpoint at `prefix` (plus a `checkpoint` state file).
-
-    The format matches what TensorFlow writes (TensorFlow reads it back: tests/conversion/test_tf_checkpoint.py).
-    """
+    """Write `tensors` as a single-shard TF V2 checkpoint at `prefix` (plus a `checkpoint` state file)."""
     prefix = Path(prefix)
     data, entries = bytearray(), []
     for name in sorted(tensors, key=lambda n: n.encode("utf-8")):

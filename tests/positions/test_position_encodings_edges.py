@@ -482,7 +482,9 @@ def test_projections_follow_use_bias_and_norms_the_config_eps(use_bias):
     assert DebertaPositionEncoding(config("deberta", norm_rel_ebd="none")).norm is None
 
 
-def test_alibi_slopes_are_a_non_persistent_fp32_buffer():
+def test_alibi_slopes_are_a_non_persistent_fp32_buffer_and_linear_attention_is_refused():
+    with pytest.raises(ValueError, match="'alibi' adds a term .* linear attention never forms. Use attention_type="):
+        AlibiPositionEncoding(config("alibi", attention_type="linear"))
     alibi = AlibiPositionEncoding(config("alibi", num_attention_heads=8, hidden_size=64))
     assert alibi.slopes.tolist() == [2.0**-k for k in range(1, 9)] and "slopes" not in alibi.state_dict()
     alibi.slopes.zero_()
@@ -584,15 +586,10 @@ def test_layer_terms_cast_the_shared_table_to_the_querys_dtype(encoding):
     torch.testing.assert_close(out, expected.double(), rtol=1e-5, atol=1e-5)
 
 
-def test_the_refusals_name_the_fix():
-    with pytest.raises(ValueError, match="'alibi' adds a term .* linear attention never forms. Use attention_type="):
-        AlibiPositionEncoding(config("alibi", attention_type="linear"))
+def test_registered_encodings_are_the_classes_by_name():
     for not_a_class in (object, PositionEncoding(config("none"))):
         with pytest.raises(TypeError, match=r"register_position_encoding\('bad'\) expects a PositionEncoding subclass"):
             register_position_encoding("bad")(not_a_class)
-
-
-def test_registered_encodings_are_the_classes_by_name():
     assert position_encoding_class("alibi") is AlibiPositionEncoding
     names = "rope none sinusoidal learned shaw t5_bias alibi transformer_xl tupe deberta"
     assert set(names.split()) <= set(registered_position_encodings())
