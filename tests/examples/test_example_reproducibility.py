@@ -21,17 +21,13 @@ def tied_corpus() -> list[str]:
     return lines + ["这本书写得非常好，值得一读。", "质量太差了，非常失望。", "12345 67890 2026年"]
 
 
-def test_two_trainings_give_the_same_vocabulary_and_ids():
+def test_trainings_in_this_and_another_process_give_the_same_vocabulary(tmp_path):
     texts = tied_corpus()
     first = train_wordpiece_tokenizer(texts, vocab_size=300, min_frequency=2).get_vocab()
     for _ in range(3):  # an unseeded hash order rarely repeats three times
         assert train_wordpiece_tokenizer(texts, vocab_size=300, min_frequency=2).get_vocab() == first
     assert [token for token, _ in sorted(first.items(), key=lambda item: item[1])][:5] == SPECIAL_TOKENS
     assert len(first) == 300 and "##b" in first and "好" in first  # merges made; continuing pieces and chars kept
-
-
-def test_a_training_in_another_process_gives_the_same_vocabulary(tmp_path):
-    texts = tied_corpus()
     (tmp_path / "corpus.txt").write_text("\n".join(texts), encoding="utf-8")
     code = (
         f"import json, sys; sys.path.insert(0, {str(EXAMPLES)!r}); from common.utils import train_wordpiece_tokenizer; "
@@ -39,4 +35,4 @@ def test_a_training_in_another_process_gives_the_same_vocabulary(tmp_path):
         "print(json.dumps(train_wordpiece_tokenizer(texts, vocab_size=300, min_frequency=2).get_vocab()))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert json.loads(result.stdout) == train_wordpiece_tokenizer(texts, vocab_size=300, min_frequency=2).get_vocab()
+    assert json.loads(result.stdout) == first

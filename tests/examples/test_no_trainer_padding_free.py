@@ -52,33 +52,26 @@ def results(folder: Path) -> tuple[dict, list[float]]:
     return metrics, losses
 
 
-def test_no_trainer_padding_free_trains_as_padded(tmp_path, monkeypatch):
-    packed_calls = run_recording([*TINY, "--output_dir", str(tmp_path / "packed"), "--padding_free"], monkeypatch)
+def test_no_trainer_padding_free_by_default_trains_as_padded_and_groups_by_length(tmp_path, monkeypatch):
+    """No flag: packed rows that train as the padded run; --group_by_length: LengthGroupedSampler's order."""
+    grouped = [*TINY, "--group_by_length"]
+    packed_calls = run_recording([*grouped, "--output_dir", str(tmp_path / "packed")], monkeypatch)
     # the packed run's vocabulary: WordPiece training may order tied pieces differently each time it runs
-    padded_calls = run_recording([*TINY, "--output_dir", str(tmp_path / "padded"), "--no_padding_free",
+    padded_calls = run_recording([*grouped, "--output_dir", str(tmp_path / "padded"), "--no_padding_free",
                                   "--tokenizer_name", str(tmp_path / "packed")], monkeypatch)  # fmt: skip
     assert len(packed_calls) == len(padded_calls) == 4
-    for packed, padded in zip(packed_calls, padded_calls):
-        lengths = check_packed(packed)
-        assert len(lengths) == 8
+    batches = [check_packed(batch) for batch in packed_calls]
+    for packed, padded, lengths in zip(packed_calls, padded_calls, batches):
+        assert len(lengths) == 8 and lengths == sorted(lengths, reverse=True)  # each batch longest first
         # the same 8 reviews (same seed, same shuffle), padded: the packed row is exactly their real tokens
         mask = padded["attention_mask"].bool()
         assert padded["input_ids"].shape[0] == 8 and mask.sum(dim=1).tolist() == lengths
         assert torch.equal(packed["input_ids"][0], padded["input_ids"][mask])
         assert torch.equal(packed["labels"], padded["labels"])
+    assert batches[0][0] == max(n for lengths in batches for n in lengths)  # the batch with the longest row first
     packed_metrics, packed_losses = results(tmp_path / "packed")
     padded_metrics, padded_losses = results(tmp_path / "padded")
     assert packed_losses == pytest.approx(padded_losses, rel=1e-5, abs=1e-6)
     for key in ("eval_accuracy", "test_accuracy"):
         assert packed_metrics[key] == padded_metrics[key]
-    assert "- batches: padding-free\n" in (tmp_path / "packed" / "README.md").read_text()
-
-
-def test_no_trainer_group_by_length_padding_free_by_default(tmp_path, monkeypatch):
-    """No flag: packed rows. --group_by_length: LengthGroupedSampler's order (longest batch first)."""
-    calls = run_recording([*TINY, "--output_dir", str(tmp_path / "grouped"), "--group_by_length"], monkeypatch)
-    batches = [check_packed(batch) for batch in calls]
-    assert len(batches) == 4 and all(lengths == sorted(lengths, reverse=True) for lengths in batches)
-    assert batches[0][0] == max(n for lengths in batches for n in lengths)
-    results(tmp_path / "grouped")
-    assert "- batches: padding-free, grouped by length" in (tmp_path / "grouped" / "README.md").read_text()
+    assert "- batches: padding-free, grouped by length" in (tmp_path / "packed" / "README.md").read_text()
