@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_convert_original import FIXTURES, INPUTS, assert_reproduces, assert_reproduces_unilm
+from test_convert_original import FIXTURES, INPUTS, assert_generator, assert_reproduces, assert_reproduces_unilm
 
 from roformer_ext.conversion.cli import main
 from roformer_ext.conversion.from_transformers import convert_transformers_checkpoint, detect_source_kind
@@ -160,12 +160,7 @@ def test_written_folder(converted, name):
     assert not any("bias" in k for k in saved if k.startswith(prefix + "layers.")) if v2 else True
     card = (converted[name] / "README.md").read_text()
     assert "junnyu's `roformer` package" in card and f"roformer-ext-convert transformers {name} {name}\n" in card
-    generator = name == "roformer_sim"  # his RoFormerForCausalLM Sim: our UniLM decoder, stopping at [SEP]
-    assert config["decoder_attention"] == ("unilm" if generator else "causal")
-    assert (converted[name] / "generation_config.json").is_file() is generator
-    if generator:
-        generation = json.loads((converted[name] / "generation_config.json").read_text())
-        assert (generation["eos_token_id"], generation["pad_token_id"]) == (3, 0)
+    assert_generator(converted[name], config, name == "roformer_sim")  # his Sim RoFormerForCausalLM: UniLM
     assert (converted[name] / "modules.json").is_file() is (pooler is not None)  # sentence-transformers
 
 

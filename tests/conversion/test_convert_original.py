@@ -58,6 +58,16 @@ def assert_no_local_paths(folder: Path, *paths: Path) -> None:
             assert str(local).encode() not in data, f"{path.name} contains {local}"
 
 
+def assert_generator(folder: Path, config: dict, generator: bool) -> bool:
+    """A generator is the UniLM decoder stopping at [SEP] (id 3; [PAD] 0 in vocab.txt); others are plain causal."""
+    assert config["decoder_attention"] == ("unilm" if generator else "causal")
+    assert (folder / "generation_config.json").is_file() is generator
+    if generator:
+        generation = json.loads((folder / "generation_config.json").read_text())
+        assert (generation["eos_token_id"], generation["pad_token_id"]) == (3, 0)
+    return generator
+
+
 def fixture_config(name: str) -> dict:
     return json.loads((FIXTURES / name / "bert_config.json").read_text())
 
@@ -202,12 +212,7 @@ def test_written_folder(converted, name):
     assert_no_local_paths(folder, FIXTURES, folder.parent)
     assert AutoConfig.from_pretrained(folder).model_type == "roformer_ext"
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
-    generator = name == "roformer_sim"  # Sim with its MLM head: the UniLM seq2seq model, stopping at [SEP]
-    assert config["decoder_attention"] == ("unilm" if generator else "causal")
-    assert (folder / "generation_config.json").is_file() is generator
-    if generator:
-        generation = json.loads((folder / "generation_config.json").read_text())
-        assert (generation["eos_token_id"], generation["pad_token_id"]) == (3, 0)  # [SEP], [PAD] in vocab.txt
+    if assert_generator(folder, config, name == "roformer_sim"):  # Sim with its MLM head: UniLM seq2seq
         assert "SimilarSentenceGenerator" in card and "SentenceTransformer(folder)" in card
     for st_file in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
         assert (folder / st_file).is_file() is (pooler is not None)  # SentenceTransformer(folder): pooler_output
