@@ -1,10 +1,6 @@
-"""Position encodings by name: each exact against an independent reference, and every encoding (with the RoFormer
-paper's alternatives of test_seed_encodings and their variants) working wherever the others do.
-
-References: the formula written plainly here, and transformers' models with the same mechanism — T5's bucketed bias
-(`T5Attention`), Bloom's and MPT's ALiBi slopes, BERT's learned table (`BertEmbeddings`), DistilBERT's sinusoidal
-table, Wav2Vec2-BERT's clipped relative keys (Shaw et al.). fp32: 1e-6 on biases and embeddings, 1e-5 on outputs.
-"""
+"""Position encodings by name: each exact against the formula written plainly or transformers' model with the same
+mechanism (T5, Bloom, MPT, BERT, DistilBERT, Wav2Vec2-BERT; fp32, 1e-6 on biases and embeddings, 1e-5 on outputs),
+and every encoding and variant (with test_seed_encodings' alternatives) working wherever the others do."""
 
 import math
 from types import SimpleNamespace
@@ -54,24 +50,11 @@ CASES = [(v, b) for v in VARIANTS for b in ("eager", "sdpa")] + [(e, "flex_atten
 
 
 def config(variant: str, **overrides) -> RoFormerExtConfig:
-    fields = dict(
-        vocab_size=97,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    fields = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                  max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
     # small windows and buckets, so short inputs reach the clipped and logarithmic ranges
-    knobs = dict(
-        max_relative_position=5,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=20,
-        position_buckets=8,
-        max_relative_positions=20,
-    )
+    knobs = dict(max_relative_position=5, relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                 position_buckets=8, max_relative_positions=20)  # fmt: skip
     return RoFormerExtConfig(**{**fields, **knob_kwargs(variant, knobs, {**VARIANTS.get(variant, {}), **overrides})})
 
 
@@ -117,14 +100,8 @@ def test_t5_bias_equals_t5_attention_compute_bias(decoder):
     from transformers.models.t5.modeling_t5 import T5Attention
 
     model = model_for("t5_bias", decoder)
-    t5_config = T5Config(
-        d_model=32,
-        d_kv=8,
-        num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=20,
-        is_decoder=decoder,
-    )
+    buckets = dict(relative_attention_num_buckets=8, relative_attention_max_distance=20)
+    t5_config = T5Config(d_model=32, d_kv=8, num_heads=4, is_decoder=decoder, **buckets)
     t5 = T5Attention(t5_config, has_relative_attention_bias=True)
     encoding = model.roformer.position_encoding
     t5.relative_attention_bias.weight.data.copy_(encoding.relative_attention_bias.weight)
@@ -264,10 +241,34 @@ def test_parameters_and_their_homes():
     assert math.isclose(tupe.layers[0].attention.scaling, (8 * 2) ** -0.5)
 
 
-@pytest.mark.parametrize("encoding", BASIC)
+def tupe_term(encoding, decoder: bool) -> torch.Tensor:
+    """TUPE's bias for 9 tokens, the [CLS] reset included (decoder: the first token's row and column read the spare
+    bucket)."""
+    rows = encoding.norm(encoding.position_embeddings.weight)  # row 0: the reset's; token n: row n + 1
+    pq = encoding.query(rows).view(-1, 4, 8).transpose(0, 1) / math.sqrt(16)
+    pk = encoding.key(rows).view(-1, 4, 8).transpose(0, 1)
+    term = torch.empty(4, 9, 9)
+    for i in range(9):
+        for j in range(9):
+            if encoding.cls_reset and i == 0:
+                term[:, i, j] = (pq[:, 0] * pk[:, 0]).sum(-1)
+            elif encoding.cls_reset and j == 0:
+                term[:, i, j] = (pq[:, 1] * pk[:, 1]).sum(-1)
+            else:
+                term[:, i, j] = (pq[:, i + 1] * pk[:, j + 1]).sum(-1)
+            if encoding.rel_pos:
+                bucket = int(t5_relative_bucket(torch.tensor(j - i), not decoder, 8, 20))
+                if encoding.cls_reset and (i == 0 or j == 0):
+                    bucket = 4 if (i == 0 and not decoder) else 8
+                term[:, i, j] += encoding.relative_attention_bias.weight[bucket]
+    return term
+
+
+@pytest.mark.parametrize("encoding", [*BASIC, "tupe", "tupe_a_no_reset"])
 @pytest.mark.parametrize("decoder", [False, True])
 def test_attention_weights_follow_the_plain_formula(encoding, decoder):
-    """Layer 0's eager attention probabilities = softmax(q·kᵀ/√d + term [+ causal mask]) computed here by hand."""
+    """Layer 0's eager attention probabilities = softmax(q·kᵀ/√d + term [+ causal mask]) computed here by hand (TUPE:
+    √(2d), its untied position term)."""
     model = model_for(encoding, decoder)
     ids = torch.randint(0, 97, (2, 9))
     out = model(input_ids=ids, output_attentions=True, output_hidden_states=True, use_cache=False)
@@ -284,7 +285,10 @@ def test_attention_weights_follow_the_plain_formula(encoding, decoder):
             return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
 
         q, k = rotate(q), rotate(k)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(8)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(16 if encoding.startswith("tupe") else 8)
+    if encoding.startswith("tupe"):
+        with torch.no_grad():
+            scores = scores + tupe_term(model.roformer.position_encoding, decoder)
     distance = positions[None, :] - positions[:, None]  # key − query
     if encoding == "shaw":
         a = attention.relative_table.weight[distance.clamp(-5, 5) + 5]  # (q, k, d)

@@ -1,11 +1,7 @@
-"""The RoFormer paper's other alternatives: Transformer-XL / XLNet, TUPE and DeBERTa, each exact against its own
-implementation on the same weights and inputs (where the other encodings work: test_position_encodings).
-
-References: transformers' `XLNetRelativeAttention.rel_attn_core` (with XLNet's relative sinusoid and rel_shift) and
-DeBERTa-v2's `DisentangledSelfAttention` (with its `DebertaV2Encoder`'s relative embeddings and positions); TUPE has
-no transformers implementation: fixtures written by its authors' code (tests/fixtures/tupe, PROVENANCE.md), and the
-formula written plainly here for what that code cannot run (no [CLS] reset, a decoder). fp32, 1e-5.
-"""
+"""The RoFormer paper's other alternatives, each exact (fp32, 1e-5) against its own implementation on the same weights
+and inputs: transformers' XLNet `rel_attn_core` and DeBERTa-v2 `DisentangledSelfAttention`; TUPE (no transformers
+implementation): fixtures from its authors' code (tests/fixtures/tupe/PROVENANCE.md) and the formula written plainly.
+Everything the other encodings do, they do too: test_position_encodings."""
 
 import math
 from pathlib import Path
@@ -261,42 +257,6 @@ def test_tupe_without_reset_is_the_untied_formula():
         expected = pq @ pk.transpose(-1, -2) + encoding.relative_attention_bias.weight[buckets].permute(2, 0, 1)
     torch.testing.assert_close(bias, expected, rtol=0, atol=1e-5)
     torch.testing.assert_close(bias[:, 1:, 1:], fixture["self_attn_bias"][:, 1:, 1:], rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("decoder", [False, True])
-@pytest.mark.parametrize("variant", ["tupe", "tupe_a_no_reset"])
-def test_tupe_attention_weights_follow_the_plain_formula(variant, decoder):
-    """Layer 0's eager probabilities = softmax(q·k/√(2d) + the TUPE bias written here [+ causal mask]), the reset
-    included (decoder: the first token's row and column read the spare bucket)."""
-    model = model_for(variant, decoder)
-    encoding = model.roformer.position_encoding
-    ids = torch.randint(1, 97, (2, 9))
-    out, _ = layer0_attention(model, input_ids=ids, use_cache=False)
-    attention = model.roformer.layers[0].attention
-    hidden = out.hidden_states[0]
-    q, k = (p(hidden).view(2, 9, 4, 8).transpose(1, 2) for p in (attention.query, attention.key))
-    with torch.no_grad():
-        rows = encoding.norm(encoding.position_embeddings.weight)  # row 0: the reset's; token n: row n + 1
-        pq = encoding.query(rows).view(-1, 4, 8).transpose(0, 1) / math.sqrt(16)
-        pk = encoding.key(rows).view(-1, 4, 8).transpose(0, 1)
-        term = torch.empty(4, 9, 9)
-        for i in range(9):
-            for j in range(9):
-                if encoding.cls_reset and i == 0:
-                    term[:, i, j] = (pq[:, 0] * pk[:, 0]).sum(-1)
-                elif encoding.cls_reset and j == 0:
-                    term[:, i, j] = (pq[:, 1] * pk[:, 1]).sum(-1)
-                else:
-                    term[:, i, j] = (pq[:, i + 1] * pk[:, j + 1]).sum(-1)
-                if encoding.rel_pos:
-                    bucket = int(t5_relative_bucket(torch.tensor(j - i), not decoder, 8, 20))
-                    if encoding.cls_reset and (i == 0 or j == 0):
-                        bucket = 4 if (i == 0 and not decoder) else 8
-                    term[:, i, j] += encoding.relative_attention_bias.weight[bucket]
-        scores = q @ k.transpose(-1, -2) / math.sqrt(16) + term
-        if decoder:
-            scores = scores.masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf"))
-    torch.testing.assert_close(out.attentions[0], scores.softmax(-1), rtol=0, atol=1e-5)
 
 
 def test_trust_remote_code_in_fresh_process(tmp_path):

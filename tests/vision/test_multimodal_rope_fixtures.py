@@ -1,15 +1,8 @@
-"""The multimodal variants against fixtures from the authors' reference code (commits and commands in
-tests/fixtures/multimodal_rope/PROVENANCE): JJJYmmm/Multimodal-RoPEs (the ICLR 2026 paper's MRoPE-Interleave, MHRoPE,
-VideoRoPE, HoPE, V2PE, ILRoPE, OmniRoPE, MM-RoPE), and the official Wiselnn570/VideoRoPE, hrlics/HoPE, OpenGVLab/V2PE,
-alibaba-damo-academy/Lumos (MM-RoPE), VectorSpaceLab/OmniGen2 (OmniRoPE), johncaged/VRoPE, lose4578/CircleRoPE and
-model-architectures/GRAPE. Single-row official fixtures are also checked left-padded into batches of several rows.
-
-Layout mapping: vision markers and timestamps are text to us; the ICLR reference splits each video's (t, h, w) row into
-t rows (1, h, w), and so does our video_grid_thw. Compared on every real token: positions exactly, deltas as ours =
-theirs + the row's padding (the reference subtracts the padded length, we the real tokens). Padding positions differ
-by design (theirs 1, ours 0) and are not compared. cos / sin: the reference's rotary module against our
-`RotaryEmbedding` with the variant's allocation, on the reference's positions.
-"""
+"""The multimodal variants against fixtures from the authors' reference code (tests/fixtures/multimodal_rope/PROVENANCE):
+JJJYmmm/Multimodal-RoPEs (the ICLR 2026 paper's) and the official VideoRoPE, HoPE, V2PE, Lumos (MM-RoPE), OmniGen2
+(OmniRoPE), VRoPE, CircleRoPE and GRAPE code. Vision markers and timestamps are text to us. On every real token:
+positions exactly, deltas as ours = theirs + the row's padding (they subtract the padded length, we the real tokens);
+padding positions differ by design (theirs 1, ours 0); cos / sin on the reference's positions."""
 
 from __future__ import annotations
 
