@@ -308,17 +308,23 @@ def registered():
 
 
 def test_a_scheme_without_a_knob_class_gets_one_from_its_signature(registered):
-    def with_knobs(segments, axes, *, needed, step=1.5):
+    def with_knobs(segments, axes, *, b, a=2, c):
         return rope_1d(segments, axes)
 
-    register_position_scheme(registered(POSITION_SCHEMES, "test_signature_scheme"))(with_knobs)
-    knobs = scheme_knobs_class("test_signature_scheme")
-    assert issubclass(knobs, SchemeKnobs) and knobs.names() == ("needed", "step")
-    assert [f.default for f in fields(knobs)] == [MISSING, 1.5]
-    with pytest.raises(ValueError, match=r"needs rope_parameters\['needed'\]"):
-        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_signature_scheme"})
-    config = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_signature_scheme", "needed": 1})
-    assert config.rope_parameters["needed"] == 1
+    register_position_scheme(registered(POSITION_SCHEMES, "test_sig"))(with_knobs)
+    knobs = scheme_knobs_class("test_sig")
+    assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "test_sig" and knobs.names() == ("b", "c", "a")
+    assert [f.default for f in fields(knobs)] == [MISSING, MISSING, 2]  # required knobs first
+    assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
+    assert knobs.from_rope_parameters({"b": 2, "c": 1, "other": 1}).to_dict() == {"b": 2, "c": 1, "a": 2}
+    with pytest.raises(
+        ValueError, match=r"'test_sig' needs rope_parameters\['b'\] \(a knob without a default\); add it"
+    ):
+        RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_sig", "c": 1})
+    config = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_sig", "b": 1, "c": 3})
+    assert (config.rope_parameters["b"], config.rope_parameters["c"]) == (1, 3)
+    unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
+    assert unsigned.names() == () and unsigned.scheme == "unsigned"
 
 
 def test_a_knob_class_must_match_the_functions_arguments(registered):
@@ -463,20 +469,6 @@ def test_a_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
     assert knob_class("two", default_axes=2).allowed_axes == (2,)
     assert knob_class("given", default_axes=3, allowed_axes=(2, 3)).allowed_axes == (2, 3)
     assert knob_class("given", allowed_axes=(1,)).allowed_axes == (1,)
-
-
-def test_knobs_from_a_signature_put_required_knobs_first_and_ask_for_them():
-    def scheme(grid, *, b, a=2, c):
-        return grid
-
-    knobs = knobs_from_signature("my_sig", scheme)
-    assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_sig" and knobs.names() == ("b", "c", "a")
-    assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
-    assert knobs.from_rope_parameters({"b": 2, "c": 1, "other": 1}).to_dict() == {"b": 2, "c": 1, "a": 2}
-    with pytest.raises(ValueError, match=r"'my_sig' needs rope_parameters\['b'\] \(a knob without a default\); add it"):
-        knobs.from_rope_parameters({})
-    unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
-    assert unsigned.names() == () and unsigned.scheme == "unsigned"
 
 
 def test_an_allocation_knob_class_carries_its_flags():
