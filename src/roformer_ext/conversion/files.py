@@ -13,11 +13,7 @@ from typing import Any
 import torch
 
 from ..hub_code import check_code_repo, share_code, write_compatibility_section
-
-
-class CheckpointConversionError(ValueError):
-    """A checkpoint cannot be converted as asked; the message names what is wrong and how to fix it."""
-
+from .output_folder import CheckpointConversionError, output_folder
 
 #: A pooler next to an MLM head: the architecture does not hold it, the saved file does (for AutoModel).
 _POOLER = re.compile(r"^(roformer\.)?pooler\.dense\.")
@@ -97,7 +93,6 @@ def resolve_pooler_activation(has_pooler: bool, given: str | None, default: str 
 
 def conversion_folder(src: Path, out: str | Path, force: bool, code_repo: str | None):
     """Check the arguments, then the all-or-nothing `output_folder(out)`, which may not overlap `src`."""
-    from .output_folder import output_folder
 
     if code_repo is not None:
         try:

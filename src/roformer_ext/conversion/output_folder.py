@@ -16,9 +16,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .files import CheckpointConversionError
-
 logger = logging.getLogger(__name__)
+
+
+class CheckpointConversionError(ValueError):
+    """A checkpoint cannot be converted as asked; the message names what is wrong and how to fix it."""
 
 
 class OutputExistsError(CheckpointConversionError):
