@@ -62,10 +62,8 @@ def test_position_cosine_by_distance_averages_every_pair():
 
 
 def test_decay_panels_figure(tmp_path):
-    panels = {
-        "a": {"curves": {"x": torch.linspace(1, 0, 20)}, "ylabel": "v", "note": "n"},
-        "b": {"curves": {f"head {h}": torch.randn(20) for h in range(4)}, "ylabel": "v"},
-    }
+    panels = {"a": {"curves": {"x": torch.linspace(1, 0, 20)}, "ylabel": "v", "note": "n"},
+              "b": {"curves": {f"head {h}": torch.randn(20) for h in range(4)}, "ylabel": "v"}}  # fmt: skip
     path = decay.plot_decay_panels(tmp_path / "d" / "decay.png", panels, columns=3, title="t")
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 

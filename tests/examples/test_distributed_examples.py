@@ -81,9 +81,8 @@ def test_run_classification_ddp_fsdp2_and_tensor_parallel_prediction(checkpoints
         check_trained_like_one_process(logged_losses(out), expected, out, share)
         metrics = check_saved_folder(out, "AutoModelForSequenceClassification")  # FSDP2: our code, not torch's
         assert not list(out.glob("_fsdp*.py"))
-        np.testing.assert_allclose(
-            np.load(out / "predict_logits.npy"), np.load(one / "predict_logits.npy"), atol=LOGITS_ATOL
-        )
+        logits = np.load(out / "predict_logits.npy")
+        np.testing.assert_allclose(logits, np.load(one / "predict_logits.npy"), atol=LOGITS_ATOL)
         # Trainer's multi-process eval_loss is a mean of each process's batch means, not the rows' (see the docs)
         assert metrics["eval_accuracy"] == read_json(one / "all_results.json")["eval_accuracy"]
 

@@ -155,17 +155,13 @@ def test_build_data_files_converts_each_source(tmp_path):
             ["rotten", "Both ways.", "m2", "False"], ["fresh", "Both ways.", "m2", "False"],  # contradictory: dropped
             ["rotten", "Dull.", "m2", "False"],
         ])  # fmt: skip
-    assert build.rotten_tomatoes_rows(source) == [
-        {"text": "Great fun.", "label": "fresh", "movie": "m1"},
-        {"text": "Dull.", "label": "rotten", "movie": "m2"},
-    ]
+    assert build.rotten_tomatoes_rows(source) == [{"text": "Great fun.", "label": "fresh", "movie": "m1"},
+                                                  {"text": "Dull.", "label": "rotten", "movie": "m2"}]  # fmt: skip
 
     database = tmp_path / "laws.db"
     with sqlite3.connect(database) as connection:
-        connection.execute(
-            "CREATE TABLE articles (id INTEGER PRIMARY KEY, law_id TEXT, law_name TEXT, law_department TEXT, "
-            "chapter TEXT, article_no TEXT, article_text TEXT)"
-        )
+        connection.execute("CREATE TABLE articles (id INTEGER PRIMARY KEY, law_id TEXT, law_name TEXT, "
+                           "law_department TEXT, chapter TEXT, article_no TEXT, article_text TEXT)")  # fmt: skip
         connection.executemany("INSERT INTO articles VALUES (?, ?, ?, ?, ?, ?, ?)", [
             (1, "a", "刑法", "刑法", "第一章", "第一条", "为了惩罚犯罪。"),
             (2, "a", "刑法", "刑法", "第一章", "第二条", "附件\n------ ---\n税率"),

@@ -134,9 +134,8 @@ def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
     run([sys.executable, str(LM / "gpu_pretrain.py"), "--data", str(data), "--out", str(out), "--dry-run",
          "--plan", "long", "--budget", "1500", "--jobs", "mini-long"], ROOT)  # fmt: skip
     steps = json.loads((out / "summary.json").read_text())["jobs"]["mini-long"]
-    assert list(steps) == ["pretrain mini-long"] + [
-        f"finetune mini-long-sentiment-{r}" for r in ("a128", "c256", "d256")
-    ]
+    tunes = [f"finetune mini-long-sentiment-{recipe}" for recipe in ("a128", "c256", "d256")]
+    assert list(steps) == ["pretrain mini-long", *tunes]
     assert all(step["status"] == "passed" for step in steps.values()), steps
     # at once: the whole run took less than its steps one after another would (each step timed on its own)
     summary = json.loads((out / "summary.json").read_text())

@@ -163,17 +163,12 @@ def test_a_causal_model_that_sees_the_future_is_refused(script, study, streams, 
         script.check_causal(model, 300)
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--encodings", "rope", "bogus"], "Unknown encodings"),
-        (["--encodings", "alibi"], "add rope to --encodings"),
-        (["--encodings", "alibi", "--rope_scalings", "none", "--objective", "x"], "--objective"),
-        (["--objective", "mlm2"], "--objective"),
-        (["--eval_factors", "0"], "--eval_factors"),
-        (["--rope_scalings", "longrope"], "--rope_scalings"),
-    ],
-)
+@pytest.mark.parametrize("argv, message", [
+    (["--encodings", "rope", "bogus"], "Unknown encodings"), (["--encodings", "alibi"], "add rope to --encodings"),
+    (["--encodings", "alibi", "--rope_scalings", "none", "--objective", "x"], "--objective"),
+    (["--objective", "mlm2"], "--objective"), (["--eval_factors", "0"], "--eval_factors"),
+    (["--rope_scalings", "longrope"], "--rope_scalings"),
+])  # fmt: skip
 def test_bad_arguments_say_what_to_change(script, argv, message):
     with pytest.raises(ValueError, match=message):
         script.parse_args(argv)

@@ -1,5 +1,7 @@
 """`attention_plan.py`'s edges (`visible_keys`, `key_positions`, the plan's choices) against values written by hand."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -20,6 +22,8 @@ from roformer_ext.packing import PackedBatch, describe_packed_batch, per_sequenc
 from roformer_ext.position_encodings import AttentionTerms
 
 MIN = torch.finfo(torch.float32).min
+PACKED = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
+APART = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]  # sequences (0) and (1, 2, 3) apart
 
 
 def test_visible_keys_are_the_real_keys_of_a_2d_mask_or_of_a_4d_masks_last_query():
@@ -121,17 +125,6 @@ def test_eager_attention_in_bfloat16_and_its_dropout_only_while_training():
     assert (weights == 0).any()
 
 
-class FixedTerm:
-    """A relative term that records what it was asked for and returns a fixed bias."""
-
-    def __init__(self, bias: torch.Tensor) -> None:
-        self.bias, self.calls = bias, []
-
-    def layer_term(self, module, query, key, per_score):
-        self.calls.append((module, query, key, per_score))
-        return self.bias
-
-
 def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_score():
     def attention(*args):
         return args
@@ -142,18 +135,19 @@ def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_sco
     mask = torch.tensor([[[[True, False], [True, True]]]])
     plain = AttentionPlan(layout, positions, mask, attention)
     assert plain.scores_for(module, query, key, mask) == (mask, attention)
-    bias = torch.tensor([[[[0.5, 1.0], [2.0, 3.0]]]])
-    term = FixedTerm(bias)
+    bias, calls = torch.tensor([[[[0.5, 1.0], [2.0, 3.0]]]]), []
+    record = lambda module, query, key, per_score: calls.append((module, query, key, per_score)) or bias  # noqa: E731
+    term = SimpleNamespace(layer_term=record)  # a relative term: records what it is asked for, returns the bias
     joined, function = AttentionPlan(layout, positions, mask, attention, relative_scores=term).scores_for(
         module, query, key, mask
     )
     low = torch.finfo(torch.float32).min
     assert function is attention and joined.tolist() == [[[[0.5, low], [2.0, 3.0]]]]
-    assert term.calls == [(module, query, key, False)]
+    assert calls == [(module, query, key, False)]
     per_score = AttentionPlan(layout, positions, mask, attention, relative_scores=term, per_score=True)
     kept, function = per_score.scores_for(module, query, key, mask)
     assert kept is mask and function.func is flex_attention_with_score_mod and function.keywords == {"score_mod": bias}
-    assert function.args == () and term.calls[-1] == (module, query, key, True)
+    assert function.args == () and calls[-1] == (module, query, key, True)
 
 
 class RecordingEncoding:
@@ -205,15 +199,13 @@ def test_the_plan_carries_the_layout_positions_and_terms_and_numbers_cached_keys
 
 
 def test_a_shared_bias_joins_the_mask_in_the_embeddings_dtype_and_packed_rows_give_their_lengths():
-    packed = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
     bias = torch.arange(16, dtype=torch.float64).reshape(1, 1, 4, 4)
     encoding = RecordingEncoding(AttentionTerms(shared_bias=bias), has_relative_scores=True)
-    plan = plan_for(tiny_config(), encoding, 4, layout=BatchLayout(None, None, 0, packed))
-    same = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]
-    expected = [[4.0 * i + j if same[i][j] else MIN for j in range(4)] for i in range(4)]
+    plan = plan_for(tiny_config(), encoding, 4, layout=BatchLayout(None, None, 0, PACKED))
+    expected = [[4.0 * i + j if APART[i][j] else MIN for j in range(4)] for i in range(4)]
     assert plan.mask.dtype == torch.float32 and plan.mask[0, 0].tolist() == expected
     assert plan.attention_kwargs == dict(
-        cu_seq_lens_q=packed.cu_seq_lens, cu_seq_lens_k=packed.cu_seq_lens, max_length_q=3, max_length_k=3
+        cu_seq_lens_q=PACKED.cu_seq_lens, cu_seq_lens_k=PACKED.cu_seq_lens, max_length_q=3, max_length_k=3
     )
     assert torch.equal(encoding.calls[0][2], torch.arange(4)[None])  # no cache: the keys are the queries
 
@@ -243,10 +235,6 @@ def test_on_flex_attention_the_plan_asks_for_terms_per_score():
     """Named for the mutation run's deselection: building flex attention's block mask compiles (about 10 s)."""
     encoding = RecordingEncoding(AttentionTerms())
     assert plan_for(tiny_config(), encoding, 4, backend="flex_attention").per_score and encoding.calls[-1][3] is True
-
-
-PACKED = describe_packed_batch(1, 4, None, None, 0, cu_seq_lens_q=torch.tensor([0, 1, 4]))
-APART = [[(i == 0) == (j == 0) for j in range(4)] for i in range(4)]  # sequences (0) and (1, 2, 3) apart
 
 
 @pytest.mark.parametrize(
