@@ -317,9 +317,7 @@ def test_a_scheme_without_a_knob_class_gets_one_from_its_signature(registered):
     assert [f.default for f in fields(knobs)] == [MISSING, MISSING, 2]  # required knobs first
     assert knobs(b=1, c=3).to_dict() == {"b": 1, "c": 3, "a": 2}
     assert knobs.from_rope_parameters({"b": 2, "c": 1, "other": 1}).to_dict() == {"b": 2, "c": 1, "a": 2}
-    with pytest.raises(
-        ValueError, match=r"'test_sig' needs rope_parameters\['b'\] \(a knob without a default\); add it"
-    ):
+    with pytest.raises(ValueError, match=r"'test_sig' needs rope_parameters\['b'\] \(a knob without a default\); add"):
         RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_sig", "c": 1})
     config = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_sig", "b": 1, "c": 3})
     assert (config.rope_parameters["b"], config.rope_parameters["c"]) == (1, 3)
@@ -342,11 +340,6 @@ def test_a_knob_class_must_match_the_functions_arguments(registered):
     assert "test_mismatch" not in POSITION_SCHEMES.names()
 
 
-def image_and_video_prompt():
-    ids = torch.tensor([[5, IMAGE, 6, VIDEO, VIDEO, 7]])
-    return ids, torch.tensor([[1, 1, 1]]), torch.tensor([[2, 1, 1]])
-
-
 def test_a_scheme_that_places_no_video_refuses_one_early(registered):
     @dataclass(frozen=True)
     class NoVideo(SchemeKnobs):
@@ -354,7 +347,8 @@ def test_a_scheme_that_places_no_video_refuses_one_early(registered):
 
     register_position_scheme(registered(POSITION_SCHEMES, "test_no_video"), knobs=NoVideo)(rope_1d)
     config = RoFormerExtVisionTextConfig(**SIZES, rope_parameters={"position_scheme": "test_no_video"})
-    ids, image_grid, video_grid = image_and_video_prompt()
+    ids, image_grid = torch.tensor([[5, IMAGE, 6, VIDEO, VIDEO, 7]]), torch.tensor([[1, 1, 1]])
+    video_grid = torch.tensor([[2, 1, 1]])
     with pytest.raises(ValueError, match="'test_no_video' does not place videos"):
         build_position_ids(ids, config, image_grid, video_grid)
     with pytest.raises(ValueError, match="'test_no_video' does not place videos"):  # packed rows too
