@@ -143,11 +143,12 @@ def test_segment_errors_name_the_mismatch(input_ids, given, message):
         build_position_ids(torch.tensor(input_ids), vision_config(), **given)
 
 
-def test_a_grid_without_its_token_id_is_refused():
+@pytest.mark.parametrize("kind", ["image", "video"])
+def test_a_grid_without_its_token_id_is_refused(kind):
     config = vision_config()
-    config.image_token_id = None
-    with pytest.raises(ValueError, match="image_grid_thw was given but config.image_token_id is None"):
-        build_position_ids(torch.tensor([[5, 9]]), config, image_grid_thw=[[1, 1, 1]])
+    setattr(config, f"{kind}_token_id", None)
+    with pytest.raises(ValueError, match=f"{kind}_grid_thw was given but config.{kind}_token_id is None"):
+        build_position_ids(torch.tensor([[5, 9, 8, 8]]), config, **{f"{kind}_grid_thw": [[1, 1, 1]]})
 
 
 def test_each_grid_goes_to_its_own_group_in_token_order_over_the_batch():
