@@ -21,9 +21,8 @@ row-major order). A scheme turns them into positions (axes, tokens) plus the pos
   st + max(T, h, w), as in the original Qwen2-VL code (transformers' `get_rope_index` advances by max(h, w)
   only: they agree for images and videos with T ≤ max(h, w)).
 
-Each variant of the literature further down is a small function with its formula in its docstring and its knobs as
-keyword-only arguments (read from rope_parameters, checked by the configuration); `default_allocation` pairs it with a
-frequency allocation (axis_allocations.py). In the Su schemes a 3-axis config treats an image as a one-frame video.
+The literature's variants below: formula in the docstring, knobs as keyword-only arguments, a default allocation
+(axis_allocations.py). In the Su schemes a 3-axis config treats an image as a one-frame video.
 """
 
 from __future__ import annotations
@@ -68,12 +67,8 @@ PositionScheme = Callable[[Sequence[Segment], int], tuple[torch.Tensor, float]]
 def register_position_scheme(
     name: str, *, knobs: type[SchemeKnobs] | None = None, overwrite: bool = False
 ) -> Callable[[PositionScheme], PositionScheme]:
-    """Register a scheme under `name`, so `rope_parameters={"position_scheme": name}` selects it.
-
-    The function gets `(segments, axes)` and returns float positions (axes, sum of lengths) and the next text position;
-    its keyword-only arguments are its knobs, read from `rope_parameters`. `knobs`, a `SchemeKnobs` dataclass with the
-    same fields, adds checks and what the scheme fills in when named; without one, a class is made from the signature.
-    """
+    """Register `scheme(segments, axes) -> (positions (axes, tokens), next text position)` as `name`; its keyword-only
+    arguments are its knobs (`knobs`: a `SchemeKnobs` with the same fields and checks; default: from the signature)."""
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
         from_signature = knobs_from_signature(name, scheme)
@@ -250,9 +245,7 @@ _builtin("rope_2d_rows", axes=None, cache=False)(rope_2d_rows)
 
 def _tie_v1_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
     extents = _su_extents("rope_tie", grid, axes)
-    span = 1
-    for extent in extents:
-        span *= extent + 1
+    span = math.prod(extent + 1 for extent in extents)
     steps = torch.tensor([span // (extent + 1) for extent in extents], dtype=torch.float32)
     last_text = next_pos - 1
     return last_text + steps[:, None] * _su_coordinates(grid, axes), last_text + span
@@ -264,10 +257,6 @@ def _tie_v2_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tup
     last_text = next_pos - 1
     betas = torch.tensor([last_text + (patches - extent) / 2 for extent in extents], dtype=torch.float32)
     return betas[:, None] + _su_coordinates(grid, axes), last_text + patches + 1
-
-
-def _mrope_block(next_pos: float, grid: tuple[int, int, int], axes: int) -> tuple[torch.Tensor, float]:
-    return next_pos + torch.stack(patch_indices(grid)).float(), next_pos + max(grid)
 
 
 def rope_tie(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
@@ -289,7 +278,8 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
         raise ValueError(
             f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}."
         )
-    return _place(segments, axes, lambda start, segment: _mrope_block(start, segment.grid, axes))
+    return _place(segments, axes, lambda st, segment: (st + torch.stack(patch_indices(segment.grid)).float(),
+                                                         st + max(segment.grid)))  # fmt: skip
 
 
 _builtin("mrope", allocation="sections", ratio=QWEN2_VL_SPLIT)(mrope)
@@ -567,13 +557,9 @@ def circle_rope(
     circle_dff_rate: float = 0.0,
     circle_move_to_positive: float | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """Circle-RoPE (Wang et al., 2025): an image's patches on a ring of radius R in the plane orthogonal to the text
-    direction (1, 1, 1). Patch (i, j), index p = i·w + j, of the grid centred (x = j − (w−1)/2, y = i − (h−1)/2; not
-    with circle_move_to_origin False) gets θ = α·θ_grid + (1 − α)·2π·p/(h·w), θ_grid its atan2(y, x) stretched over
-    [0, 2π]; its offset o = R cos θ·u + R sin θ·v (`_in_text_plane`), mixed as (1 − d)·o + d·(x·u + y·v)
-    (d = circle_dff_rate), optionally shifted by |min| + circle_move_to_positive. Position = (n − m) + m + o, m the
-    text since the last vision segment (the official code's float32 order); text after at max(block) + 1. Images only
-    (t = 1), as the official code."""
+    """Circle-RoPE (Wang et al., 2025), images only: patch p = i·w + j at (n − m) + m + o, o = (1 − d)·(R cos θ·u +
+    R sin θ·v) + d·(x·u + y·v) in the plane ⟂ (1, 1, 1), θ = α·θ_grid + (1 − α)·2π·p/(h·w) (`_circle_coordinates`);
+    m the text since the last vision segment; text after at max(block) + 1."""
     radius = circle_radius  # "auto[-scale]": the largest centred coordinate times the scale
     if isinstance(radius, str):
         radius = ("auto", 1.0 if radius == "auto" else float(radius[5:]))
@@ -600,12 +586,5 @@ def circle_rope(
 _builtin("circle_rope", CIRCLE_KNOBS, allocation="sections", ratio=QWEN2_VL_SPLIT)(circle_rope)
 
 
-__all__ = [
-    "PositionScheme",
-    "Segment",
-    "get_position_scheme",
-    "patch_indices",
-    "register_position_scheme",
-    "registered_position_schemes",
-    "scheme_knobs",
-]
+__all__ = ["PositionScheme", "Segment", "get_position_scheme", "patch_indices", "register_position_scheme",
+           "registered_position_schemes", "scheme_knobs"]  # fmt: skip
