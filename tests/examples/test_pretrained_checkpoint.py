@@ -145,9 +145,8 @@ def test_msra_ner_pretrained_job_parses_as_the_measured_command(tmp_path, monkey
     job = EXAMPLES / "token-classification" / "msra_ner_pretrained.json"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["run_ner.py", str(job)])
-    model_args, data_args, _, training_args = parse_arguments(
-        (run_ner.ModelArguments, run_ner.NERDataArguments, run_ner.BatchingArguments, run_ner.TrainingArguments)
-    )
+    parsed = (run_ner.ModelArguments, run_ner.NERDataArguments, run_ner.BatchingArguments, run_ner.TrainingArguments)
+    model_args, data_args, _, training_args = parse_arguments(parsed)
     assert Path(model_args.model_name_or_path) == CHECKPOINT
     assert model_args.overrides() == {"attention_probs_dropout_prob": 0, "initializer_range": 0.1}
     assert (data_args.max_seq_length, training_args.learning_rate, training_args.num_train_epochs) == (128, 5e-4, 1)
@@ -172,9 +171,8 @@ def test_checkpoint_paths_resolve_only_when_missing(tmp_path, monkeypatch):
 
 
 def test_config_overrides_apply_to_a_checkpoint():
-    arguments = ModelArguments(
-        model_name_or_path=str(CHECKPOINT), config_overrides="hidden_dropout_prob=0.1,classifier_dropout=0.2"
-    )
+    overrides = "hidden_dropout_prob=0.1,classifier_dropout=0.2"
+    arguments = ModelArguments(model_name_or_path=str(CHECKPOINT), config_overrides=overrides)
     config = load_config(arguments, num_labels=3)
     assert (config.hidden_dropout_prob, config.classifier_dropout, config.num_labels) == (0.1, 0.2, 3)
     saved = json.loads((CHECKPOINT / "config.json").read_text(encoding="utf-8"))

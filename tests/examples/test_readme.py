@@ -88,9 +88,7 @@ def _anchors(page: pathlib.Path) -> set[str]:
 
 
 def _relative_links(page: pathlib.Path) -> list[str]:
-    return [
-        target for target in LINK.findall(_prose(page)) if not re.match(r"^[a-z][a-z0-9+.-]*:", target)
-    ]  # http: ...
+    return [target for target in LINK.findall(_prose(page)) if not re.match(r"^[a-z][a-z0-9+.-]*:", target)]  # no URL
 
 
 def test_readme_has_runnable_examples_and_the_setup_commands_first():
@@ -120,11 +118,8 @@ def test_documented_example_runs(stand_ins, block, tmp_path, monkeypatch):
         (tmp_path / name).symlink_to(ROOT / name)
     monkeypatch.chdir(tmp_path)
     _write_stand_ins(stand_ins)
-    before = {
-        name: set(registry.names())
-        for name, registry in vars(registries).items()
-        if hasattr(registry, "unregister") and not isinstance(registry, type)
-    }
+    plugins = {name: r for name, r in vars(registries).items() if hasattr(r, "unregister") and not isinstance(r, type)}
+    before = {name: set(registry.names()) for name, registry in plugins.items()}
     try:
         exec(compile(block, "documented example", "exec"), {"__name__": "__readme__"})
     finally:  # a block that registers a plugin leaves no trace for the next block or test

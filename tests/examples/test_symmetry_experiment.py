@@ -178,9 +178,8 @@ def test_tiny_grid_end_to_end(tmp_path):
     for (scheme, modality, layout), cell in cells.items():
         assert cell["n"] == 1 and cell["std"] is None
         if layout != "after-before":
-            assert 0.0 <= cell["mean"] <= 1.0 and cell["mean"] == round(
-                by_cell[scheme, modality, layout]["test_accuracy"], 4
-            )
+            accuracy = by_cell[scheme, modality, layout]["test_accuracy"]
+            assert 0.0 <= cell["mean"] <= 1.0 and cell["mean"] == round(accuracy, 4)
     mrope_video = by_cell["mrope", "video", "after"]
     assert mrope_video["rope_parameters"]["mrope_section"] == [1, 1, 2]  # head_dim 8: 4 pairs
     assert sorted(mrope_video["test_accuracy_by_kind"]) == frames

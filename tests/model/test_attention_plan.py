@@ -57,9 +57,10 @@ def packed_rows(lengths=(5, 3, 4), vocab=99, seed=0):
     return input_ids, cu
 
 
-@pytest.mark.parametrize(
-    "model_class", [RoFormerExtModel, RoFormerExtForSequenceClassification, RoFormerExtForQuestionAnswering]
-)
+HEADS = [RoFormerExtModel, RoFormerExtForSequenceClassification, RoFormerExtForQuestionAnswering]
+
+
+@pytest.mark.parametrize("model_class", HEADS)
 @pytest.mark.parametrize("packed", [False, True])
 def test_one_plan_per_forward_reaches_every_layer(model_class, packed, monkeypatch):
     torch.manual_seed(0)
@@ -106,9 +107,8 @@ def test_cached_generation_makes_one_plan_per_step_with_its_positions(monkeypatc
 def test_vision_forward_describes_the_batch_once_and_the_layout_reaches_the_positions(monkeypatch):
     """The vision-text model's one layout gives both the positions and the layers' plan."""
     torch.manual_seed(0)
-    config = RoFormerExtVisionTextConfig(
-        **SIZES, num_labels=2, rope_parameters={"position_scheme": "mrope", "mrope_section": [4, 4, 4]}
-    )
+    rope = {"position_scheme": "mrope", "mrope_section": [4, 4, 4]}
+    config = RoFormerExtVisionTextConfig(**SIZES, num_labels=2, rope_parameters=rope)
     model = RoFormerExtVisionTextForSequenceClassification(config).eval()
     recorder = PlanRecorder(model, monkeypatch)
     # two packed sequences, each: text, a 1x2x2 image (4 placeholders), text
@@ -171,9 +171,7 @@ def test_flash_is_refused_score_terms_and_dense_masks_in_one_place(implementatio
     with pytest.raises(ValueError, match=f"does not run on '{implementation}': its capabilities exclude flash .*{fix}"):
         check_backend_takes(configured(implementation, position_encoding="alibi"), None, None, True)
     for self_mask, cross_mask in ((mask_4d, None), (None, mask_4d)):
-        with pytest.raises(
-            ValueError, match=f"custom 4D attention_mask cannot be used with .*'{implementation}'.*{fix}"
-        ):
+        with pytest.raises(ValueError, match=f"4D attention_mask cannot be used with .*'{implementation}'.*{fix}"):
             check_backend_takes(configured(implementation), self_mask, cross_mask, False)
     check_backend_takes(configured(implementation), torch.ones(1, 3), None, False)  # a padding mask: its varlen path
     for other in ("sdpa", "eager", "flex_attention"):

@@ -138,9 +138,8 @@ def test_scores_for_adds_the_layers_term_to_the_mask_or_hands_it_to_flex_per_sco
     bias, calls = torch.tensor([[[[0.5, 1.0], [2.0, 3.0]]]]), []
     record = lambda module, query, key, per_score: calls.append((module, query, key, per_score)) or bias  # noqa: E731
     term = SimpleNamespace(layer_term=record)  # a relative term: records what it is asked for, returns the bias
-    joined, function = AttentionPlan(layout, positions, mask, attention, relative_scores=term).scores_for(
-        module, query, key, mask
-    )
+    plan = AttentionPlan(layout, positions, mask, attention, relative_scores=term)
+    joined, function = plan.scores_for(module, query, key, mask)
     low = torch.finfo(torch.float32).min
     assert function is attention and joined.tolist() == [[[[0.5, low], [2.0, 3.0]]]]
     assert calls == [(module, query, key, False)]
@@ -166,9 +165,9 @@ def plan_for(config, encoding, seq, attention_mask=None, token_type_ids=None, la
     """The plan of `seq` float32 embeddings at positions 0 .. seq - 1 on `backend`."""
     config._attn_implementation = backend
     layout = layout or BatchLayout(None, None, 0, None)
-    positions = torch.arange(seq)[None, None]
+    embeddings, positions = torch.zeros(1, seq, 32), torch.arange(seq)[None, None]
     return make_attention_plan(
-        config, encoding, layout, torch.zeros(1, seq, 32), positions, attention_mask, token_type_ids, **kwargs
+        config, encoding, layout, embeddings, positions, attention_mask, token_type_ids, **kwargs
     )
 
 
@@ -204,9 +203,8 @@ def test_a_shared_bias_joins_the_mask_in_the_embeddings_dtype_and_packed_rows_gi
     plan = plan_for(tiny_config(), encoding, 4, layout=BatchLayout(None, None, 0, PACKED))
     expected = [[4.0 * i + j if APART[i][j] else MIN for j in range(4)] for i in range(4)]
     assert plan.mask.dtype == torch.float32 and plan.mask[0, 0].tolist() == expected
-    assert plan.attention_kwargs == dict(
-        cu_seq_lens_q=PACKED.cu_seq_lens, cu_seq_lens_k=PACKED.cu_seq_lens, max_length_q=3, max_length_k=3
-    )
+    cu = PACKED.cu_seq_lens
+    assert plan.attention_kwargs == dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=3, max_length_k=3)
     assert torch.equal(encoding.calls[0][2], torch.arange(4)[None])  # no cache: the keys are the queries
 
 

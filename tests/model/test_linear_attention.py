@@ -131,11 +131,10 @@ def test_model_runs_bidirectional_with_padding():
 def test_generation_with_state_equals_without_cache(layout, search):
     """Greedy and beam search (beams expand and reorder the running state): cached equals uncached; tokens counted."""
     torch.manual_seed(0)
-    rope = {"pair_layout": layout}
-    model = RoFormerExtForCausalLM(
-        position_sensitive_config(attention_type="linear", rope_parameters=rope, rotary_value=True)
+    config = position_sensitive_config(
+        attention_type="linear", rope_parameters={"pair_layout": layout}, rotary_value=True
     )
-    model.eval()
+    model = RoFormerExtForCausalLM(config).eval()
     prompt = torch.randint(5, 99, (2, 6))
 
     def generated(m, use_cache: bool):  # a random model soon repeats one token: compare the logits too

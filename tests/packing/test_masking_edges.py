@@ -87,9 +87,10 @@ def test_unilm_attention_mask_against_the_cumsum_rule():
         unilm_attention_mask(torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 3))
 
 
-@pytest.mark.parametrize(
-    ("length", "seq", "target"), [(5, 3, 128), (200, 3, 200), (3, 130, 256), (128, 128, 128), (129, 1, 129)]
-)
+LENGTHS = [(5, 3, 128), (200, 3, 200), (3, 130, 256), (128, 128, 128), (129, 1, 129)]  # (length, seq, target)
+
+
+@pytest.mark.parametrize(("length", "seq", "target"), LENGTHS)
 def test_padded_for_mask_indices_reaches_every_index_a_backend_asks(length, seq, target):
     per_token = torch.arange(2 * seq).view(2, seq)
     padded = padded_for_mask_indices(per_token, length, -7)
@@ -120,9 +121,8 @@ def test_unilm_source_overlay_only_on_a_first_unilm_decoder_call():
     assert unilm_source_overlay(unilm, token_type_ids, torch.tensor(1), 4) is None
     overlay = unilm_source_overlay(unilm, token_type_ids, torch.tensor(0), 4)
     source = [True, True, False, False]
-    assert overlay(torch.tensor(0), None, torch.arange(4)[:, None], torch.arange(4)[None]).tolist() == [
-        [source[i] and source[j] for j in range(4)] for i in range(4)
-    ]
+    seen = overlay(torch.tensor(0), None, torch.arange(4)[:, None], torch.arange(4)[None]).tolist()
+    assert seen == [[source[i] and source[j] for j in range(4)] for i in range(4)]
     overlay = unilm_source_overlay(unilm, torch.tensor([[0, 0, 1]]), 0, 200)  # a static cache's full length
     assert not bool(overlay(torch.tensor(0), None, torch.tensor(1), torch.tensor(199)))
     assert bool(overlay(torch.tensor(0), None, torch.tensor(1), torch.tensor(0)))
@@ -144,9 +144,8 @@ def test_prepared_4d_mask():
     assert prepared_4d_mask(causal, 1, 5, torch.float32).tolist() == [[[[0.0, 0.0, 0.0, MIN, MIN]]]]
     assert prepared_4d_mask(causal, 3, 3, torch.float32).shape == (1, 1, 3, 3)
     narrow = torch.tensor([[[[1, 0], [1, 1], [0, 1]]]])
-    assert prepared_4d_mask(narrow, 3, 3, torch.float32).tolist() == [
-        [[[0.0, MIN, MIN], [0.0, 0.0, MIN], [MIN, 0.0, MIN]]]
-    ]
+    expected = [[[[0.0, MIN, MIN], [0.0, 0.0, MIN], [MIN, 0.0, MIN]]]]
+    assert prepared_4d_mask(narrow, 3, 3, torch.float32).tolist() == expected
     meta = prepared_4d_mask(torch.ones(1, 1, 2, 3, dtype=torch.bool).to("meta"), 2, 3, torch.float32)
     assert meta.device.type == "meta" and meta.shape == (1, 1, 2, 3)
     for shape in ((1, 2, 2, 3), (1, 1, 1, 3), (1, 1, 2, 4)):
@@ -168,13 +167,10 @@ def test_check_padding_mask():
         check_padding_mask(torch.ones(3, 5), 2, 5)
 
 
-@pytest.mark.parametrize(
-    ("overrides", "attention_mask", "term", "rule"),
-    [
-        ({}, [[1, 1, 1, 0], [1, 1, 1, 1]], False, lambda m, b, i, j: m[b][j]),  # the encoder: padding only
-        ({"is_decoder": True}, [[0, 1, 1, 1], [1, 1, 1, 1]], True, lambda m, b, i, j: j <= i and m[b][j]),
-    ],
-)
+@pytest.mark.parametrize(("overrides", "attention_mask", "term", "rule"), [
+    ({}, [[1, 1, 1, 0], [1, 1, 1, 1]], False, lambda m, b, i, j: m[b][j]),  # the encoder: padding only
+    ({"is_decoder": True}, [[0, 1, 1, 1], [1, 1, 1, 1]], True, lambda m, b, i, j: j <= i and m[b][j]),
+])  # fmt: skip
 def test_encoder_and_decoder_masks(overrides, attention_mask, term, rule):
     mask = mask_of(config_for(**overrides), torch.tensor(attention_mask), 2, 4, term=term)
     assert allowed(mask) == pattern(lambda b, i, j: rule(attention_mask, b, i, j), 2, 4, 4)

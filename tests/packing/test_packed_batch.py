@@ -154,14 +154,10 @@ def test_padded_rows_of_packed_sequences(model_class):
     assert_position_sensitive(model, run, ATOL)
 
 
-@pytest.mark.parametrize(
-    ("labels", "problem_type"),
-    [
-        ([2, 0, 1, 1], "single_label_classification"),
-        ([0.5, -1.0, 2.0, 0.25], "regression"),
-        ([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0]], "multi_label_classification"),
-    ],
-)
+@pytest.mark.parametrize(("labels", "problem_type"), [
+    ([2, 0, 1, 1], "single_label_classification"), ([0.5, -1.0, 2.0, 0.25], "regression"),
+    ([[1, 0, 1], [0, 0, 1], [1, 1, 0], [0, 1, 0]], "multi_label_classification"),
+])  # fmt: skip
 def test_package_collator_for_packed_classification_equals_padded(labels, problem_type):
     """One label per packed sequence (class, value or multi-label): logits and loss equal the padded batch's."""
     num_labels = 1 if problem_type == "regression" else 3

@@ -25,19 +25,11 @@ def batches() -> dict:
             "causal-cu_seq_lens": (RoFormerExtForCausalLM, with_cu)}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("case", "attn_implementation", "attention_type"),
-    [
-        ("mlm-cu_seq_lens", "eager", "softmax"),
-        ("mlm-positions", "sdpa", "softmax"),
-        ("classification", "eager", "softmax"),
-        ("mlm-cu_seq_lens", "sdpa", "softmax"),
-        ("classification", "sdpa", "softmax"),
-        ("mlm-cu_seq_lens", "sdpa", "linear"),
-        ("mlm-positions", "sdpa", "linear"),
-        ("causal-cu_seq_lens", "sdpa", "linear"),
-    ],
-)
+@pytest.mark.parametrize(("case", "attn_implementation", "attention_type"), [
+    ("mlm-cu_seq_lens", "eager", "softmax"), ("mlm-positions", "sdpa", "softmax"), ("classification", "eager", "softmax"),
+    ("mlm-cu_seq_lens", "sdpa", "softmax"), ("classification", "sdpa", "softmax"), ("mlm-cu_seq_lens", "sdpa", "linear"),
+    ("mlm-positions", "sdpa", "linear"), ("causal-cu_seq_lens", "sdpa", "linear"),
+])  # fmt: skip
 def test_packed_training_step_compiles_and_equals_eager(case, attn_implementation, attention_type):
     model_class, batch = batches()[case]
     torch.manual_seed(0)

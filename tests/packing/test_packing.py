@@ -89,9 +89,8 @@ def test_positions_that_jump_forward_are_one_sequence():
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_mean_pooling_reads_each_sequences_own_tokens(attn_implementation):
     """classifier_pooling='mean' reads each sequence's own tokens, padded or packed."""
-    model = model_for(
-        RoFormerExtForSequenceClassification, attn_implementation, num_labels=3, classifier_pooling="mean"
-    )
+    mean = dict(num_labels=3, classifier_pooling="mean")
+    model = model_for(RoFormerExtForSequenceClassification, attn_implementation, **mean)
     seqs = sequences(6)
     input_ids, attention_mask = padded(seqs)
     labels = torch.tensor([1, 0, 2, 1])
@@ -244,11 +243,7 @@ def test_multiple_choice_rows_equal_each_choice_alone():
     input_ids, attention_mask = input_ids[None], attention_mask[None]  # one question, three choices
     with torch.no_grad():
         together = model(input_ids, attention_mask=attention_mask).logits[0]
-        alone = [
-            model(
-                input_ids[:, i : i + 1, : LENGTHS[i]], attention_mask=attention_mask[:, i : i + 1, : LENGTHS[i]]
-            ).logits[0, 0]
-            for i in range(3)
-        ]
+        alone = [model(input_ids[:, i : i + 1, :n], attention_mask=attention_mask[:, i : i + 1, :n]).logits[0, 0]
+                 for i, n in enumerate(LENGTHS[:3])]  # fmt: skip
     torch.testing.assert_close(together, torch.stack(alone), rtol=ATOL, atol=ATOL)
     assert_position_sensitive(model, lambda m: m(input_ids, attention_mask=attention_mask).logits, ATOL)

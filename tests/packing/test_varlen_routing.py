@@ -87,11 +87,8 @@ def test_a_cuda_packed_batch_takes_one_varlen_call_per_layer(kernel, decoder):
 def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
     """Inputs the varlen kernel cannot take make no varlen call and give the CPU path's output."""
     dtype = torch.float32 if case == "fp32" else torch.bfloat16
-    overrides = {
-        "head_dim": dict(hidden_size=48),  # 4 heads of 12
-        "dropout": dict(attention_probs_dropout_prob=0.5),
-        "score_term": dict(position_encoding="t5_bias"),
-    }.get(case, {})
+    overrides = {"head_dim": dict(hidden_size=48), "dropout": dict(attention_probs_dropout_prob=0.5),  # 4 heads of 12
+                 "score_term": dict(position_encoding="t5_bias")}.get(case, {})  # fmt: skip
     model = model_of(dtype, **overrides)
     if case == "capability":
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))

@@ -221,9 +221,8 @@ def test_value_range_follows_the_dtype_greyscale_and_video(kind):
     """Regression: PIL `I;16` images were clipped to 255 by the RGB conversion (nearly white)."""
     processor = RoFormerExtImageProcessor()
     grey, same = random_image(40, 60, channels=1, seed=4)[..., 0], SAME_PICTURE_AS[kind]
-    np.testing.assert_allclose(
-        processor(same(grey))["pixel_values"], processor(grey)["pixel_values"], rtol=0, atol=1e-5
-    )
+    expected = processor(grey)["pixel_values"]
+    np.testing.assert_allclose(processor(same(grey))["pixel_values"], expected, rtol=0, atol=1e-5)
     frames = [random_image(32, 32, seed=seed)[..., 0] for seed in (5, 6, 7)]
     got = processor(videos=[[same(frame) for frame in frames]])["pixel_values_videos"]
     np.testing.assert_allclose(got, processor(videos=[frames])["pixel_values_videos"], rtol=0, atol=1e-5)
