@@ -41,19 +41,9 @@ BUILTIN_SCHEME_KNOBS = {name: scheme_knobs_class(name) for name in BUILTIN_SCHEM
 BUILTIN_ALLOCATION_KNOBS = {name: allocation_knobs_class(name) for name in BUILTIN_ALLOCATIONS}
 
 
-def knob_class(name: str, *, knobs: tuple = (), **class_vars):
-    """A scheme's knob class made as a registration makes it: (name, default, check) per knob."""
-
-    def scheme(segments, axes, **kwargs):
-        raise AssertionError("not called")
-
-    scheme.__signature__ = inspect.Signature(
-        [inspect.Parameter("segments", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-         inspect.Parameter("axes", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        + [inspect.Parameter(knob, inspect.Parameter.KEYWORD_ONLY, default=default) for knob, default, _ in knobs]
-    )  # fmt: skip
-    checks = {knob: check for knob, _, check in knobs}
-    return knobs_from_signature(name, scheme, checks=checks, **class_vars)
+def knob_class(name: str, **class_vars):
+    """A knob-less scheme's knob class, made as a registration makes it."""
+    return knobs_from_signature(name, rope_1d, **class_vars)
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_SCHEME_KNOBS))
@@ -440,8 +430,11 @@ def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
 
 
 def test_a_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
-    knobs = knob_class("my_new_scheme", knobs=(("stride", 2.0, POSITIVE), ("reset", True, BOOL)), default_axes=3,
-                       default_allocation="sections", mrope_section_ratio=(1, 2, 3))  # fmt: skip
+    def scheme(segments, axes, *, stride=2.0, reset=True):
+        raise AssertionError("not called")
+
+    knobs = knobs_from_signature("my_new_scheme", scheme, checks={"stride": POSITIVE, "reset": BOOL}, default_axes=3,
+                                 default_allocation="sections", mrope_section_ratio=(1, 2, 3))  # fmt: skip
     assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_new_scheme"
     assert (knobs.default_axes, knobs.allowed_axes, knobs.default_allocation) == (3, (3,), "sections")
     assert knobs.mrope_section_ratio == (1, 2, 3) and knobs.checks == {"stride": POSITIVE, "reset": BOOL}
