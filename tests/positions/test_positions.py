@@ -89,40 +89,6 @@ def test_register_custom_scheme():
     register_position_scheme("test_reversed", overwrite=True)(reversed_positions)
 
 
-# --- Bad input --------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("layout", "images", "message"),
-    [
-        ([("text", 2), ("image", (1, 2, 2)), ("text", 1)], [[1, 2, 2], [1, 1, 1]], "2 row.*1 groups"),
-        ([("text", 2), ("image", (1, 2, 2))], [[1, 2, 3]], "4 placeholder tokens.*t\\*h\\*w = 6"),
-        ([("text", 2)], [[1, 2, 2]], "no image placeholders"),
-        ([("text", 2), ("image", (1, 2, 2))], [[1, 2]], "shape \\(num, 3\\)"),
-    ],
-)
-def test_mismatches_are_named(layout, images, message):
-    input_ids, _, _, _ = batch([layout], [0], [0])
-    with pytest.raises(ValueError, match=message):
-        build_position_ids(input_ids, make_config("rope_tie", 2), image_grid_thw=images)
-
-
-@pytest.mark.parametrize(
-    ("scheme", "axes", "layout"),
-    [
-        ("rope_tie", 1, [("text", 1), ("image", (1, 2, 2))]),
-        ("rope_tie_v2", 2, [("text", 1), ("video", (2, 2, 2))]),
-        ("rope_2d_rows", 2, [("text", 1), ("video", (2, 2, 2))]),
-        ("rope_2d_rows", 1, [("text", 3)]),
-        ("mrope", 2, [("text", 1), ("image", (1, 2, 2))]),
-    ],
-)
-def test_scheme_needing_more_axes(scheme, axes, layout):
-    input_ids, _, images, videos = batch([layout], [0], [0])
-    with pytest.raises(ValueError, match="needs .*axes"):
-        build_position_ids(input_ids, make_config(scheme, axes), images, videos)
-
-
 # --- (a) Su's equations -----------------------------------------------------------------------------------------------
 
 

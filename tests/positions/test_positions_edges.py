@@ -133,6 +133,11 @@ def test_grids_must_be_rows_of_three_positive_sizes(name, grid):
     [
         ([[5, 6]], dict(image_grid_thw=[[1, 1, 1]]), "1 row(s) but input_ids contain no image placeholders"),
         ([[5, 8, 8, 5]], dict(video_grid_thw=[[1, 1, 2], [1, 1, 1]]), "2 row(s) (videos) but input_ids contain 1"),
+        (
+            [[5, 9, 9, 9, 9, 5]],
+            dict(image_grid_thw=[[1, 2, 2], [1, 1, 1]]),
+            "2 row(s) (images) but input_ids contain 1",
+        ),
         ([[5, 9, 9, 9]], dict(image_grid_thw=[[1, 1, 2]]), "3 placeholder tokens but its grid (t, h, w) = (1, 1, 2)"),
         ([[5, 8, 8]], dict(video_grid_thw=[[1, 1, 2]], second_per_grid_ts=[1.0, 2.0]), "2 entries but video_grid_thw"),
         ([[5, 9]], dict(second_per_grid_ts=[1.0]), "has 1 entries but video_grid_thw has 0 rows; give one time"),
