@@ -295,8 +295,6 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         position_ids (`torch.Tensor` of shape `(batch_size, sequence_length)` or `(axes, batch_size, sequence_length)`, *optional*):
             Positions fed to the rotary embedding; integer or float. Defaults to 0, 1, 2, ... (after the cached
             tokens). Multi-axis positions (images, video) come from `roformer_ext.positions.build_position_ids`.
-        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
-            Padding mask of `encoder_hidden_states` for the cross-attention (decoders with `add_cross_attention`).
         cache (`Cache`, *optional*):
             A decoder's KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is
             accepted too.
@@ -483,8 +481,6 @@ class RoFormerExtForCausalLM(LMHeadMixin, RoFormerExtPreTrainedModel, Generation
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
         r"""
-        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, encoder_sequence_length)`, *optional*):
-            Padding mask of `encoder_hidden_states` for the cross-attention (`add_cross_attention=True`).
         cache (`Cache`, *optional*):
             The KV cache (transformers' `Cache`); `past_key_values`, its name before transformers 5.24, is accepted
             too.

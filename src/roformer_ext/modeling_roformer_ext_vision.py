@@ -125,12 +125,8 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         second_per_grid_ts: torch.Tensor | None = None,
         rope_deltas: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Where every token sits, (axes, batch, seq): the caller's 3D positions, a prompt's layout, or decoding.
-
-        A prompt (nothing cached) is laid out from its placeholders and grids (packed rows: each sequence alone). A
-        token after a cache sits at its index among real tokens (the 2D `position_ids` that `generate` passes) + the
-        prompt's `rope_deltas`, which the caller hands in (`generate` does): nothing is kept between calls.
-        """
+        """Where every token sits, (axes, batch, seq): the caller's 3D positions; a prompt laid out from its
+        placeholders (packed rows: each sequence alone); after a cache, index among real tokens + `rope_deltas`."""
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
         scheme = self.config.rope_parameters["position_scheme"]
