@@ -383,7 +383,7 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
             model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
 
 
-def test_an_allocation_plugin_declares_what_its_section_counts(registered):
+def test_an_allocation_plugin_declares_its_section_check_and_headwise_flag(registered):
     register_axis_allocation(registered(AXIS_ALLOCATIONS, "test_banded"), section="pairs")(interleaved_allocation)
     assert allocation_knobs_class("test_banded").section == "pairs"
     rope = {"position_scheme": "rope_tie_v2", "axis_allocation": "test_banded"}
@@ -398,8 +398,6 @@ def test_an_allocation_plugin_declares_what_its_section_counts(registered):
     config = RoFormerExtVisionTextConfig(hidden_size=64, num_attention_heads=2, rope_parameters=rope)
     assert config.rope_parameters["mrope_section"] == [4, 6, 6]
 
-
-def test_an_allocation_plugin_with_its_own_check_and_headwise_flag(registered):
     @dataclass(frozen=True)
     class EvenPairs(AxisAllocationKnobs):
         allocation: ClassVar[str] = "test_even"
