@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .compat import relative_position_bucket
+from .compat import relative_position_bucket as t5_relative_bucket  # T5's bucket of a key − query distance
 from .encoding_knobs import DebertaKnobs, ShawKnobs, T5BiasKnobs, TransformerXLKnobs, TupeKnobs, deberta_reach
 from .position_encodings import RelativePositionEncoding, RelativeScores, register_position_encoding
 
@@ -60,13 +60,6 @@ class ShawPositionEncoding(RelativePositionEncoding):
         return nn.Embedding(2 * config.position_encoding_parameters["max_relative_position"] + 1, config.head_dim)
 
 
-def t5_relative_bucket(
-    distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
-) -> torch.Tensor:
-    """T5's bucket of a key − query distance (transformers' own T5 function)."""
-    return relative_position_bucket(distance, bidirectional, num_buckets, max_distance)
-
-
 class T5Scores(RelativeScores):
     """T5's learned scalar per (bucket, head), shared by every layer."""
 
@@ -109,8 +102,8 @@ class T5BiasPositionEncoding(RelativePositionEncoding):
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """ALiBi's per-head slopes 2^(−8 i / n); for n not a power of two, the closest lower power's slopes, then every
-    other slope of twice that many heads (the paper's recipe, as Bloom)."""
+    """ALiBi's per-head slopes 2^(−8 i / n); n not a power of two: the lower power's, then every other of twice as many
+    (as Bloom)."""
     closest = 2 ** math.floor(math.log2(num_heads))
     base = 2.0 ** (-8.0 / closest)
     slopes = [base ** (i + 1) for i in range(closest)]
@@ -184,9 +177,8 @@ class TransformerXLLayerParameters(nn.Module):
 
 
 class TransformerXLScores(RelativeScores):
-    """Dai et al. (2019) / XLNet: score_ij = [(q_i + u)·k_j + (q_i + v)·W_r r_{i−j}] / √d, r the relative sinusoid of
-    the query − key distance, one W_r, u, v per layer. The sinusoid table (one row per distance in the batch, clamped
-    to ±`clamp_len` when > 0) is built once per forward; each layer projects it and each score picks its row."""
+    """Dai et al. (2019) / XLNet: score_ij = [(q_i + u)·k_j + (q_i + v)·W_r r_{i−j}] / √d, r the relative sinusoid;
+    the table (a row per distance, clamped to ±`clamp_len` when > 0) is built once per forward, projected per layer."""
 
     fits_local_heads = False  # u, v and W_r hold every head
 
@@ -246,9 +238,7 @@ class TransformerXLPositionEncoding(RelativePositionEncoding):
 
 class TupeScores(RelativeScores):
     """TUPE (Ke, He & Liu 2021): score_ij = x_i W_q (x_j W_k)ᵀ/√(2d) + p̃_i U_q (p̃_j U_k)ᵀ/√(2d) + b_bucket(j−i), p̃
-    the LayerNorm'd table (position n reads row n + 1), b T5's bias. [CLS] reset: position 0's row is θ₁ (spare row 0
-    with itself), its column θ₂ (row 1 with itself), its buckets the spare ones (bidirectional: `num_buckets // 2`
-    for [CLS] → others, `num_buckets` for others → [CLS]; a decoder `num_buckets` for both)."""
+    the LayerNorm'd table (position n reads row n + 1); [CLS] reset: its row θ₁, its column θ₂, spare buckets."""
 
     def __init__(self, query_positions, key_positions, encoding: "TupePositionEncoding") -> None:
         super().__init__(query_positions, key_positions)
@@ -392,10 +382,8 @@ class DebertaLayerParameters(nn.Module):
 
 
 class DebertaScores(RelativeScores):
-    """DeBERTa-v2: score_ij = q_i·k_j/√(sd) + q_i·K_r[δ(i, j)]/√(sd) (c2p) + k_j·Q_r[δ(i, j)]/√(sd) (p2c), s = 1 +
-    the number of terms; K_r, Q_r the shared table of 2·span rows projected by each layer;
-    δ(i, j) = clamp(bucket(p_i − p_j) + span, 0, 2·span − 1), read through a lookup over distances clamped to
-    ±max(span, max_relative_positions)."""
+    """DeBERTa-v2: score_ij = (q_i·k_j + q_i·K_r[δ(i, j)] (c2p) + k_j·Q_r[δ(i, j)] (p2c)) / √(s·d), s = 1 + terms;
+    δ(i, j) = clamp(bucket(p_i − p_j) + span, 0, 2·span − 1), K_r / Q_r the shared table projected per layer."""
 
     fits_local_heads = False  # the separate position projections hold every head
 
@@ -488,33 +476,11 @@ class DebertaPositionEncoding(RelativePositionEncoding):
 
 
 #: The built-in relative encodings (registered when this module is imported).
-RELATIVE_ENCODINGS = (
-    ShawPositionEncoding,
-    T5BiasPositionEncoding,
-    AlibiPositionEncoding,
-    TransformerXLPositionEncoding,
-    TupePositionEncoding,
-    DebertaPositionEncoding,
-)
+RELATIVE_ENCODINGS = (ShawPositionEncoding, T5BiasPositionEncoding, AlibiPositionEncoding,
+                      TransformerXLPositionEncoding, TupePositionEncoding, DebertaPositionEncoding)  # fmt: skip
 
-__all__ = [
-    "RELATIVE_ENCODINGS",
-    "AlibiPositionEncoding",
-    "AlibiScores",
-    "DebertaLayerParameters",
-    "DebertaPositionEncoding",
-    "DebertaScores",
-    "ShawPositionEncoding",
-    "ShawScores",
-    "T5BiasPositionEncoding",
-    "T5Scores",
-    "TransformerXLLayerParameters",
-    "TransformerXLPositionEncoding",
-    "TransformerXLScores",
-    "TupePositionEncoding",
-    "TupeScores",
-    "alibi_slopes",
-    "deberta_log_bucket",
-    "t5_relative_bucket",
-    "xlnet_relative_sinusoid",
-]
+__all__ = ["RELATIVE_ENCODINGS", "AlibiPositionEncoding", "AlibiScores", "DebertaLayerParameters",
+           "DebertaPositionEncoding", "DebertaScores", "ShawPositionEncoding", "ShawScores", "T5BiasPositionEncoding",
+           "T5Scores", "TransformerXLLayerParameters", "TransformerXLPositionEncoding", "TransformerXLScores",
+           "TupePositionEncoding", "TupeScores", "alibi_slopes", "deberta_log_bucket", "t5_relative_bucket",
+           "xlnet_relative_sinusoid"]  # fmt: skip
