@@ -1,10 +1,6 @@
-"""Position encodings by name: RoPE and the alternatives the RoFormer paper compares it with, on one model.
-
-`config.position_encoding` selects one registered `PositionEncoding`; the model asks it for `embed` (absolute
-encodings add a vector per position) and `attention_terms` (once per forward, for every layer: RoPE's (cos, sin), or a
-relative term on the scores, relative_position_encodings.py). "none" is NoPE. Add your own with
-`@register_position_encoding("name")`.
-"""
+"""Position encodings by name (`config.position_encoding`): RoPE and the alternatives the RoFormer paper compares it
+with. Each gives `embed` (absolute encodings) and `attention_terms` (per forward: RoPE's (cos, sin) or a relative term
+on the scores, relative_position_encodings.py); "none" is NoPE."""
 
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
@@ -43,12 +39,8 @@ def position_encoding_class(name: str) -> type["PositionEncoding"]:
 
 
 class PositionEncoding(nn.Module):
-    """How a model tells attention where its tokens are; every hook defaults to "nothing".
-
-    A module of an encoding with `init_position_weights(config)` is initialised by it (non-persistent buffers are
-    empty after `from_pretrained`); its `nn.Linear` / `nn.Embedding` get the model's standard init. `position_ids`:
-    (batch, seq), restarting at 0 in each packed sequence.
-    """
+    """How a model tells attention where its tokens are; every hook defaults to "nothing". A submodule's
+    `init_position_weights(config)` initialises it (non-persistent buffers are empty after `from_pretrained`)."""
 
     #: Whether `relative_scores` returns something (packed rows then keep a block mask to add the scores to).
     has_relative_scores = False
@@ -239,13 +231,6 @@ def add_scores_to_mask(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.T
     return mask[..., : bias.shape[-1]].to(bias.dtype) + bias
 
 
-__all__ = [
-    "AttentionTerms",
-    "PositionEncoding",
-    "RelativePositionEncoding",
-    "RelativeScores",
-    "position_encoding_class",
-    "register_position_encoding",
-    "registered_position_encodings",
-    "sinusoidal_table",
-]
+__all__ = ["AttentionTerms", "PositionEncoding", "RelativePositionEncoding", "RelativeScores",
+           "position_encoding_class", "register_position_encoding", "registered_position_encodings",
+           "sinusoidal_table"]  # fmt: skip
