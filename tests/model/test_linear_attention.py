@@ -79,23 +79,19 @@ def features(layout: str, seq: int) -> list[torch.Tensor]:
     return [q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), value]
 
 
-@pytest.mark.parametrize("chunk", [1, 5, 16, 64, 100])
-def test_causal_chunk_size_does_not_change_the_result(chunk):
-    inputs = features("interleaved", 45)
+@pytest.mark.parametrize(("chunk", "layout"), [(1, "half"), (5, "interleaved"), (8, "half"), (16, "interleaved"),
+                                               (64, "half"), (100, "interleaved")])  # fmt: skip
+def test_causal_chunk_size_does_not_change_the_result_and_the_state_continues_a_prefix(chunk, layout):
+    """Any chunk size gives one result; two calls with the carried state equal one call (what the cache relies on)."""
+    inputs = features(layout, 45)
     reference, (s_ref, z_ref) = causal_linear_attention(*inputs, chunk=45)
     out, (s, z) = causal_linear_attention(*inputs, chunk=chunk)
     torch.testing.assert_close(out, reference, atol=TOLERANCE, rtol=TOLERANCE)
     torch.testing.assert_close(s, s_ref, atol=1e-4, rtol=TOLERANCE)
     torch.testing.assert_close(z, z_ref, atol=1e-4, rtol=TOLERANCE)
-
-
-def test_causal_state_continues_a_prefix():
-    """Running the sequence in two calls with the carried state equals one call: what the cache relies on."""
-    inputs = features("half", 30)
-    whole, _ = causal_linear_attention(*inputs, chunk=8)
-    first, state = causal_linear_attention(*(t[:, :, :19] for t in inputs), chunk=8)
-    second, _ = causal_linear_attention(*(t[:, :, 19:] for t in inputs), state, chunk=8)
-    torch.testing.assert_close(torch.cat((first, second), dim=2), whole, atol=TOLERANCE, rtol=TOLERANCE)
+    first, state = causal_linear_attention(*(t[:, :, :19] for t in inputs), chunk=chunk)
+    second, _ = causal_linear_attention(*(t[:, :, 19:] for t in inputs), state, chunk=chunk)
+    torch.testing.assert_close(torch.cat((first, second), dim=2), reference, atol=TOLERANCE, rtol=TOLERANCE)
 
 
 def test_gradients_flow_through_causal_chunks():
