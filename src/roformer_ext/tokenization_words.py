@@ -1,9 +1,6 @@
 """How word and char mode cut text before WordPiece: vocabulary files, unknown code points, BERT's basic split and
-jieba's words (HMM off; a word not in the vocabulary falls back to the basic split).
-
-The words come from `rjieba` (jieba-rs, the `word` extra) when it is installed, else from jieba: with HMM off the same
-words, several times faster. `ROFORMER_EXT_WORD_SEGMENTER=jieba` keeps jieba (e.g. after `jieba.add_word`).
-"""
+jieba's words (HMM off), from `rjieba` when installed (the same words, faster) unless `ROFORMER_EXT_WORD_SEGMENTER=jieba`
+(e.g. after `jieba.add_word`)."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ _UNKNOWN_CATEGORIES = ("Cn", "Cs")
 
 @functools.cache
 def _suspect_chars() -> re.Pattern[str]:
-    """Every BMP code point of an unknown category here, and all astral ones (checked per match: hundreds of astral
-    ranges would make each search ~100x slower)."""
+    """Every BMP code point of an unknown category here, and all astral ones (checked per match: faster)."""
     ranges, start = [], None
     for cp in range(0x10001):  # 0x10000 (astral, never unknown here) closes a range that runs to U+FFFF
         unknown = cp < 0x10000 and unicodedata.category(chr(cp)) in _UNKNOWN_CATEGORIES
@@ -169,12 +165,8 @@ def basic_spans(text: str, split_cjk: bool = True) -> Iterator[tuple[int, int]]:
 
 
 class WordSplitter:
-    """Word mode's cut of normalised text: jieba's words (HMM off, as bert4keras cut for WoBERT and RoFormer) that are
-    in `vocab` stay whole, any other word takes BERT's basic split. Each distinct word is looked up once.
-
-    Also the fast class's pre-tokenizer (`PreTokenizer.custom(splitter)` calls `pre_tokenize`): the pieces are slices
-    of the `NormalizedString`, so offsets stay those of the input.
-    """
+    """Word mode's cut (as bert4keras's for WoBERT / RoFormer): jieba's words in `vocab` stay whole, others take BERT's
+    basic split. Also the fast class's pre-tokenizer: pieces are slices of the `NormalizedString` (offsets kept)."""
 
     def __init__(self, vocab: Container[str], split_cjk: bool = True, library: str | None = None) -> None:
         self.vocab, self.split_cjk = vocab, split_cjk
@@ -212,7 +204,7 @@ class WordSplitter:
 
     def _split(self, index: int, normalized: NormalizedString) -> list[NormalizedString]:
         """The pieces as slices of `normalized`, in O(n log n): tokenizers scans a string from its start to slice it, so
-        the text is halved at span boundaries first. A one-character span is sliced by index (several times cheaper)."""
+        the text is halved at span boundaries first."""
         text = str(normalized)
         spans, pieces = self.spans(text), []
 
@@ -234,14 +226,5 @@ class WordSplitter:
         pretok.split(self._split)
 
 
-__all__ = [
-    "SEGMENTERS",
-    "WORD_SEGMENTER_ENV",
-    "WordSplitter",
-    "basic_spans",
-    "detect_segmenter",
-    "load_vocab",
-    "mark_unknown_chars",
-    "unknown_char_marker",
-    "word_segmenter",
-]
+__all__ = ["SEGMENTERS", "WORD_SEGMENTER_ENV", "WordSplitter", "basic_spans", "detect_segmenter", "load_vocab",
+           "mark_unknown_chars", "unknown_char_marker", "word_segmenter"]  # fmt: skip
