@@ -85,11 +85,8 @@ def flatten_videos(videos: Any) -> list[list[Any]]:
 
 
 def pixel_peak(image: np.ndarray) -> int:
-    """The value that means full intensity in `image`: 255 (8-bit), 65535 (uint16) or 1 (floats, bools).
-
-    transformers assumes 8-bit pixels; reading the range from the dtype gives a 16-bit or [0, 1] picture the values of
-    the same picture in uint8. Other integers are read as 8-bit when they fit. Raises for what has no such reading.
-    """
+    """Full intensity in `image`: 255 (8-bit; other integers when they fit), 65535 (uint16) or 1 (floats, bools), so a
+    16-bit or [0, 1] picture gets its uint8 twin's values (transformers assumes 8 bits); raises for anything else."""
     dtype = image.dtype
     if dtype == np.bool_:
         return 1
@@ -123,11 +120,8 @@ def pixel_peak(image: np.ndarray) -> int:
 
 
 def fit_to_patches(height: int, width: int, patch_size: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Target (height, width): multiples of ``patch_size``, area in [min_pixels, max_pixels], aspect kept.
-
-    One scale factor, each side rounded to whole patches; the short side may grow to one patch. ``max_pixels`` is a
-    hard bound (memory), ``min_pixels`` best effort. Raises ValueError when no side of one patch fits ``max_pixels``.
-    """
+    """Target (height, width): multiples of ``patch_size``, area in [min_pixels, max_pixels] (max a hard bound, min
+    best effort), aspect kept; ValueError when no side of one patch fits ``max_pixels``."""
     if height < 1 or width < 1:
         raise ValueError(f"Image of size {height}x{width} has no pixels.")
     p, area = patch_size, height * width
@@ -166,12 +160,8 @@ class RoFormerExtImageProcessorKwargs(ImagesKwargs, total=False):
 
 class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     r"""Resize to whole patches, normalise, and flatten images and videos into patches (see the module docstring).
-
-    Defaults: `size={"min_pixels": 1024, "max_pixels": 147456}` (4 to 576 patches of 16x16; 384x384 is ViLT's
-    resolution), BICUBIC, `rescale_factor=1/255` per 8-bit step (other dtypes read on their own range, `pixel_peak`),
-    mean / std 0.5, RGB conversion (RGBA composited on white). With `do_resize=False` sides must be multiples of
-    `patch_size`. `patch_size` / `temporal_patch_size` must match the model config's.
-    """
+    Defaults: 4 to 576 patches of 16x16 (384x384 is ViLT's), BICUBIC, mean / std 0.5, RGBA composited on white;
+    `patch_size` / `temporal_patch_size` must match the model config's."""
 
     do_resize = True
     size = {"min_pixels": 32 * 32, "max_pixels": 384 * 384}
@@ -201,9 +191,7 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
 
     def _fold_pixel_bounds(self, size: Any, min_pixels: int | None, max_pixels: int | None) -> Any:
         """`size` with the `min_pixels` / `max_pixels` shortcuts merged in, so only `size` is ever saved."""
-        bounds = {
-            key: value for key, value in dict(min_pixels=min_pixels, max_pixels=max_pixels).items() if value is not None
-        }
+        bounds = {k: v for k, v in dict(min_pixels=min_pixels, max_pixels=max_pixels).items() if v is not None}
         return {**dict(size if size is not None else self.size), **bounds} if bounds else size
 
     def _standardize_kwargs(self, size=None, min_pixels: int | None = None, max_pixels: int | None = None, **kwargs):
@@ -276,8 +264,8 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     def resize(
         self, image: np.ndarray, size: SizeDict, resample: PILImageResampling | int | None = None, **kwargs
     ) -> np.ndarray:
-        """(C, H, W) resized channel by channel in float32 PIL ("F" mode: never quantised to uint8); an image already of
-        the target size is returned untouched (no resampling blur)."""
+        """(C, H, W) resized channel by channel in float32 PIL ("F" mode: never quantised to uint8), unless already
+        of the target size."""
         if image.shape[-2:] == (size.height, size.width):
             return image
         resample = PILImageResampling.BICUBIC if resample is None else resample
@@ -335,9 +323,8 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
             video = np.stack(processed)  # (T, C, H, W); the last frame repeated to fill the last temporal group
             video = np.concatenate([video, np.repeat(video[-1:], -len(video) % tp, axis=0)])
             t, channels, h, w = len(video) // tp, video.shape[1], height // p, width // p
-            patches = video.reshape(t, tp, channels, h, p, w, p).transpose(
-                0, 3, 5, 2, 1, 4, 6
-            )  # (t, h, w, C, tp, p, p)
+            # (t, h, w, C, tp, p, p)
+            patches = video.reshape(t, tp, channels, h, p, w, p).transpose(0, 3, 5, 2, 1, 4, 6)
             all_patches.append(patches.reshape(t * h * w, channels * tp * p * p))
             grids.append((t, h, w))
         return np.concatenate(all_patches), np.array(grids, dtype=np.int64)
