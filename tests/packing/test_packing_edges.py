@@ -170,16 +170,11 @@ def traced(monkeypatch) -> None:
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
 
 
-@pytest.mark.parametrize(
-    "given",
-    [
-        dict(cu_seq_lens_q=cu([2, 3, 4, 1])),
-        dict(seq_idx=torch.tensor([[0, 0, 1, 1, 1], [3, 4, 4, 4, 4]])),
-        dict(seq_idx=torch.tensor([[0, 0, 1, 1, 1]])),
-        dict(position_ids=torch.tensor([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]])),
-        dict(position_ids=torch.tensor([[0, 1, 0, 1, 2]])),
-    ],
-)
+@pytest.mark.parametrize("given", [
+    dict(cu_seq_lens_q=cu([2, 3, 4, 1])), dict(seq_idx=tensor([[0, 0, 1, 1, 1], [3, 4, 4, 4, 4]])),
+    dict(seq_idx=tensor([[0, 0, 1, 1, 1]])), dict(position_ids=tensor([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]])),
+    dict(position_ids=tensor([[0, 1, 0, 1, 2]])),
+])  # fmt: skip
 def test_traced_description_gives_the_eager_sequences(given, monkeypatch):
     eager = describe(2, 5, **given)
     traced(monkeypatch)

@@ -69,20 +69,14 @@ def hostile(lines):  # noqa: F811
     return HOSTILE + [_long_text(lines, 6000), lines[0], lines[1]]
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {},
-        {"add_special_tokens": False},
-        {"padding": True, "return_special_tokens_mask": True, "return_length": True},
-        {"padding": "max_length", "max_length": 48, "truncation": True, "pad_to_multiple_of": 16},
-        {"padding": True, "padding_side": "left", "return_tensors": "pt"},
-        {"truncation": "longest_first", "max_length": 9, "return_tensors": "np", "padding": True},
-        {"return_token_type_ids": False, "return_attention_mask": False},
-        {"split_special_tokens": True, "verbose": False},
-        {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True, "padding": True},
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("kwargs", [
+    {}, {"add_special_tokens": False}, {"padding": True, "return_special_tokens_mask": True, "return_length": True},
+    {"padding": "max_length", "max_length": 48, "truncation": True, "pad_to_multiple_of": 16},
+    {"padding": True, "padding_side": "left", "return_tensors": "pt"},
+    {"truncation": "longest_first", "max_length": 9, "return_tensors": "np", "padding": True},
+    {"return_token_type_ids": False, "return_attention_mask": False}, {"split_special_tokens": True, "verbose": False},
+    {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True, "padding": True},
+])  # fmt: skip
 def test_plain_call_equals_call_with_offsets(tokenizer, lines, hostile, kwargs):  # noqa: F811
     _same_call(tokenizer, lines[:300], **kwargs)
     _same_call(tokenizer, hostile, **kwargs)
