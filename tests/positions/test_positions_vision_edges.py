@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 
+from roformer_ext.configuration_roformer_ext import BUILTIN_SCHEMES
 from roformer_ext.position_schemes import Segment, _in_text_plane, get_position_scheme, patch_indices
 
 
@@ -208,18 +209,16 @@ def test_default_temporal_strides_and_empty_samples() -> None:
     assert place("mmrope", video, 3) == ([[0, 1], [0, 0], [0, 0]], 2.0)
     assert place("qwen2_5_vl", [Segment("video", 2, (2, 1, 1), 1.0)], 3) == ([[0, 2], [0, 0], [0, 0]], 3.0)
     # no segments: (axes, 0) positions, the next text at 0 (v2pe: last -1 + 1)
-    for scheme in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope", "qwen2_5_vl", "qwen3_vl",
-                   "mrope_interleave", "ilrope", "videorope", "hope", "mmrope", "circle_rope"):  # fmt: skip
-        assert place(scheme, [], 3) == ([[], [], []], 0.0), scheme
-    assert place("vrope", [], 4) == ([[], [], [], []], 0.0)
+    for scheme in BUILTIN_SCHEMES:
+        axes = 4 if scheme == "vrope" else 3
+        assert place(scheme, [], axes) == ([[]] * axes, 0.0), scheme
 
 
 @pytest.mark.parametrize(
-    ("scheme", "axes"),
-    [("rope_1d", 2), ("rope_tie", 2), ("rope_tie_v2", 3), ("mrope", 3), ("qwen2_5_vl", 3), ("qwen3_vl", 3),
-     ("mrope_interleave", 3), ("ilrope", 3), ("videorope", 3), ("hope", 3), ("v2pe", 2), ("vrope", 4), ("mmrope", 3),
-     ("circle_rope", 3)],
-)  # fmt: skip
+    ("scheme", "axes"),  # every scheme but rope_2d_rows (text on rows), on its axes; three also on 2 axes
+    [(s, 4 if s == "vrope" else 3) for s in sorted(BUILTIN_SCHEMES) if s != "rope_2d_rows"]
+    + [("rope_1d", 2), ("rope_tie", 2), ("v2pe", 2)],
+)
 def test_text_segments_in_a_row_count_on_as_one(scheme, axes) -> None:
     assert place(scheme, [T(2)], axes) == ([[0, 1]] * axes, 2.0)  # text alone: 0, 1 on every axis
     # a scheme may be handed two text segments in a row (a plug-in's own splitting): they continue like one run
