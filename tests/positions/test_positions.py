@@ -76,13 +76,18 @@ def test_unknown_scheme_lists_registered_names():
 
 
 def test_register_custom_scheme():
+    seen = []
+
     @register_position_scheme("test_reversed")
     def reversed_positions(segments, axes):
+        seen.extend(segments)
         total = sum(segment.length for segment in segments)
         return torch.arange(total, 0, -1, dtype=torch.float32).expand(axes, -1), -1.0
 
-    position_ids, deltas = build_position_ids(torch.ones(1, 3, dtype=torch.long), make_config("test_reversed", 1))
-    assert position_ids.tolist() == [[[3.0, 2.0, 1.0]]] and deltas.tolist() == [[-4.0]]
+    input_ids, mask, images, videos = batch([[("text", 1), ("image", (1, 1, 2)), ("video", (2, 1, 1))]], [2], [0])
+    position_ids, deltas = build_position_ids(input_ids, make_config("test_reversed", 1), images, videos, mask)
+    assert position_ids.tolist() == [[[0, 0, 5, 4, 3, 2, 1]]] and deltas.tolist() == [[-6.0]]
+    assert seen == [Segment("text", 1), Segment("image", 2, (1, 1, 2)), Segment("video", 2, (2, 1, 1))]
     assert get_position_scheme("test_reversed") is reversed_positions
     with pytest.raises(ValueError, match="already registered"):
         register_position_scheme("test_reversed")(reversed_positions)
@@ -357,19 +362,6 @@ def test_rope_1d_and_text_only_are_1d():
     for scheme in DIAGONAL:
         positions, delta = positions_of([("text", 6)], scheme, SCHEME_AXES[scheme])
         assert torch.equal(positions, torch.arange(6.0).expand(SCHEME_AXES[scheme], -1)) and delta == 0
-
-
-def test_segments_reach_the_scheme():
-    seen = []
-
-    @register_position_scheme("test_record", overwrite=True)
-    def record(segments, axes):
-        seen.extend(segments)
-        return get_position_scheme("rope_1d")(segments, axes)
-
-    input_ids, mask, images, videos = batch([[("text", 1), ("image", (1, 1, 2)), ("video", (2, 1, 1))]], [2], [0])
-    build_position_ids(input_ids, make_config("test_record", 1), images, videos, mask)
-    assert seen == [Segment("text", 1), Segment("image", 2, (1, 1, 2)), Segment("video", 2, (2, 1, 1))]
 
 
 def test_placeholders_without_a_grid_are_text():

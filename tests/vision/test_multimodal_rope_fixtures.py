@@ -429,13 +429,7 @@ def test_grape_m_matches_the_official_code(shared):
     for name in ("query", "key"):
         rotated = rotate(fixture[name].transpose(1, 2)).transpose(1, 2)
         torch.testing.assert_close(rotated, fixture[f"rotated_{name}"], atol=1e-6, rtol=0)
-
-
-def test_grape_m_frequencies_learn_or_stay_frozen():
-    fixture = load("grape_m")
-    rotary = grape_rotary(fixture)
-    cos, sin = rotary(torch.zeros(1), torch.arange(8)[None])
-    apply_rotary(fixture["query"][:, :8].transpose(1, 2), cos, sin, "half").square().sum().backward()
+    rotate(fixture["query"].transpose(1, 2)).square().sum().backward()  # the frequencies learn, or stay frozen
     assert rotary.log_freq.grad is not None and rotary.log_freq.grad.abs().sum() > 0
     assert not grape_rotary(fixture, grape_learnable_freq=False).log_freq.requires_grad
     with pytest.raises(ValueError, match="grape_log_freq_scale"):
