@@ -120,14 +120,10 @@ def test_long_output_name_that_the_file_system_allows_is_written(tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", SOURCES)
-@pytest.mark.parametrize(
-    ("out", "phrases"),
-    [
-        ("o" * 256, ["256 bytes", "255", "shorter name"]),
-        ("p" * 300 + "/out", ["300 bytes"]),
-        ("模" * 90, ["270 bytes"]),  # 90 characters, 270 bytes in UTF-8: names are counted in bytes
-    ],
-)
+@pytest.mark.parametrize(  # 模 * 90: 90 characters, 270 bytes in UTF-8; names are counted in bytes
+    ("out", "phrases"), [("o" * 256, ["256 bytes", "255", "shorter name"]), ("p" * 300 + "/out", ["300 bytes"]),
+                         ("模" * 90, ["270 bytes"])],
+)  # fmt: skip
 def test_output_name_over_the_file_name_limit_is_one_line(tmp_path, capsys, command, out, phrases):
     src = SOURCES[command](tmp_path)
     assert main([command, str(src), str(tmp_path / out)]) == 1

@@ -182,13 +182,9 @@ def test_new_encoding_caches_and_saves(tmp_path):
 
 
 def scheme_model(step: float = 2.0, implementation: str = "sdpa"):
-    config = position_sensitive_config(
-        RoFormerExtVisionTextConfig,
-        **SIZES,
-        is_decoder=True,
-        attn_implementation=implementation,
-        rope_parameters={"position_scheme": "test_stepped_diagonal", "diagonal_step": step},
-    )  # axes and allocation: the scheme's knob class brings them
+    rope = {"position_scheme": "test_stepped_diagonal", "diagonal_step": step}  # axes, allocation: the knob class's
+    config = position_sensitive_config(RoFormerExtVisionTextConfig, **SIZES, is_decoder=True,
+                                       attn_implementation=implementation, rope_parameters=rope)  # fmt: skip
     torch.manual_seed(0)
     return RoFormerExtVisionTextForCausalLM(config).eval()
 
@@ -214,11 +210,7 @@ def test_new_scheme_places_tokens_by_its_knob(tmp_path, caplog):
         model.base_model.batch_layout(ids, None, None, None, False, None, {}), grid, None,
     )  # fmt: skip
     # text 0, 1; the 2x2 image at 2 + 3·(0, i, j); text after at 2 + 3 + 1 = 6
-    assert positions[:, 0].tolist() == [
-        [0, 1, 2, 2, 2, 2, 6, 7],
-        [0, 1, 2, 2, 5, 5, 6, 7],
-        [0, 1, 2, 5, 2, 5, 6, 7],
-    ]
+    assert positions[:, 0].tolist() == [[0, 1, 2, 2, 2, 2, 6, 7], [0, 1, 2, 2, 5, 5, 6, 7], [0, 1, 2, 5, 2, 5, 6, 7]]
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
