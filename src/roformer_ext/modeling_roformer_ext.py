@@ -241,7 +241,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
 
     def attention_plan(self, layout: BatchLayout, *args) -> AttentionPlan:
         """The forward's one attention plan (`attention_plan.make_attention_plan`) from this model's config."""
-        return make_attention_plan(self.config, self.position_encoding, layout, *args)
+        return make_attention_plan(self.config, self.position_encoding, layout, *args, training=self.training)
 
     def unilm_token_type_ids(
         self,

@@ -123,3 +123,10 @@ def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, trai
     query = torch.zeros(1, 4, 25, 8)
     with pytest.raises(ValueError, match="varlen_attention has no dropout"):
         packing.varlen_attention(None, query, query, query, None, dropout=0.5, **packed.attention_kwargs())
+
+
+def test_an_evaluating_model_with_attention_dropout_configured_takes_the_kernel(kernel):
+    """The model hands its training flag to the plan: in eval mode dropout does not apply, so the kernel runs."""
+    model = model_of(attention_probs_dropout_prob=0.5)
+    model(**packed_inputs(model, cuda=True))
+    assert len(kernel.calls) == model.config.num_hidden_layers
