@@ -52,9 +52,7 @@ def test_defaults_are_written_out_and_the_caller_dict_is_not_changed():
         "position_buckets": 256, "max_relative_positions": -1, "pos_att_type": ["c2p", "p2c"], "share_att_key": True,
         "norm_rel_ebd": "layer_norm"}  # fmt: skip
     assert tiny_config().position_encoding_parameters == {}  # rope: its knobs are rope_parameters
-
-
-def test_deberta_terms_parse_once_and_keep_their_order():
+    # DeBERTa's terms parse once and keep their order
     assert DebertaKnobs(pos_att_type="P2C | c2p").pos_att_type == ("p2c", "c2p")
     assert DebertaKnobs(pos_att_type=["c2p"]).to_dict()["pos_att_type"] == ["c2p"]
 
