@@ -27,10 +27,7 @@ def naive_linear_attention(query, key, value, cos, sin, layout, rotary_value, ca
     numerator_weights = apply_rotary(q, cos, sin, layout) @ apply_rotary(k, cos, sin, layout).transpose(-1, -2)
     denominator_weights = q @ k.transpose(-1, -2)
     seq = q.shape[2]
-    allowed = torch.ones(seq, seq, dtype=torch.bool)
-    if causal:
-        allowed = allowed.tril()
-    allowed = allowed.expand(q.shape[0], 1, seq, seq)
+    allowed = torch.ones(seq, seq, dtype=torch.bool).tril(0 if causal else seq).expand(q.shape[0], 1, seq, seq)
     if mask is not None:
         allowed = allowed & mask.bool()[:, None, None, :]
     numerator = numerator_weights.masked_fill(~allowed, 0) @ v

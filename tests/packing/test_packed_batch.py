@@ -108,13 +108,8 @@ def test_description_is_made_once_per_forward(monkeypatch):
     """The base model describes the batch once; the heads that pool per sequence hand their description down."""
     from roformer_ext import modeling_roformer_ext, packing
 
-    calls = []
-    original = packing.describe_packed_batch
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
+    calls, original = [], packing.describe_packed_batch
+    counting = lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)  # noqa: E731
     monkeypatch.setattr(modeling_roformer_ext, "describe_packed_batch", counting)
     input_ids, seq_idx, positions, _ = two_packed_rows()
     for model_class in (RoFormerExtModel, RoFormerExtForSequenceClassification, RoFormerExtForQuestionAnswering):
