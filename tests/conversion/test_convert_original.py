@@ -6,15 +6,19 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from tf_checkpoint_writer import write_tf_checkpoint
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 import roformer_ext  # noqa: F401  (registers the Auto classes)
 from roformer_ext.conversion import CheckpointConversionError
@@ -28,6 +32,7 @@ from roformer_ext.conversion.original import (
 from roformer_ext.conversion.output_folder import OutputExistsError, output_folder
 from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
+from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "original_tf"
 NAMES = ("roformer_v1", "roformer_v2", "roformer_sim", "roformer_sim_ft")
@@ -191,8 +196,6 @@ EXPECTED = {  # variant, architecture, pooler, what the CLI prints
 
 @pytest.mark.parametrize("name", NAMES)
 def test_written_folder(converted, name):
-    from safetensors.torch import load_file
-
     folder = converted[name]
     variant, architecture, pooler, line = EXPECTED[name]
     assert f"roformer-ext-convert: Variant {variant} (detected): {line}\n" in converted[f"{name}/stderr"]
@@ -235,10 +238,6 @@ def test_written_folder(converted, name):
 @pytest.mark.parametrize("name", ["roformer_v1", "roformer_sim_ft"])
 def test_tokenizer_reproduces_fixture_ids(converted, name):
     reference = np.load(FIXTURES / name / "reference_outputs.npz")
-    from transformers import AutoTokenizer
-
-    from roformer_ext.tokenization_roformer_ext import RoFormerExtTokenizerFast
-
     tokenizer = AutoTokenizer.from_pretrained(converted[name])
     assert isinstance(tokenizer, RoFormerExtTokenizerFast)
     assert tokenizer.segmenter is None  # a char vocabulary: no jieba
@@ -277,10 +276,6 @@ print("max_diff", float(np.abs(logits.numpy() - reference["single/mlm_logits"]).
 
 def test_converted_folder_works_as_remote_code_in_a_fresh_process(converted, tmp_path):
     """Without roformer_ext importable, trust_remote_code=True runs the copied code and gives the same logits."""
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONNOUSERSITE="1")
     npz = FIXTURES / "roformer_v1" / "reference_outputs.npz"
