@@ -12,6 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from test_convert_original import FIXTURES, INPUTS, assert_generator, assert_reproduces, assert_reproduces_unilm
+from test_from_transformers import their_model
+from transformers import AutoModel
 
 from roformer_ext.conversion.cli import main
 from roformer_ext.conversion.from_transformers import convert_transformers_checkpoint, detect_source_kind
@@ -234,8 +236,6 @@ def test_refusals(tmp_path, capsys, case):
 
 def test_use_bias_and_norm_type_are_independent(tmp_path):
     """`use_bias: false` with `norm_type: layer_norm`: his code keeps the LayerNorms and drops only the biases."""
-    from test_from_transformers import their_model
-
     src = tmp_path / "theirs"
     theirs = their_model("RoFormerModel", src)
     state = load_file(src / "model.safetensors")
@@ -250,8 +250,6 @@ def test_use_bias_and_norm_type_are_independent(tmp_path):
     ours = convert_transformers_checkpoint(src, tmp_path / "ours")
     saved = json.loads((ours / "config.json").read_text())
     assert saved["use_bias"] is False and saved["norm_type"] == "layer_norm"
-    from transformers import AutoModel
-
     ids = torch.tensor([[5, 17, 42, 8, 9]])
     with torch.no_grad():
         expected = theirs(ids).last_hidden_state

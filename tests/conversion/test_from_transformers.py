@@ -10,8 +10,9 @@ import transformers
 from conftest import random_inputs
 from test_convert_original import assert_no_local_paths
 
-from roformer_ext.compat import output_cache
+from roformer_ext.compat import SUPPORTED_RANGE, output_cache
 from roformer_ext.conversion import CheckpointConversionError
+from roformer_ext.conversion.cli import main
 from roformer_ext.conversion.from_transformers import build_converted_model, convert_transformers_checkpoint
 
 ATOL = 1e-5
@@ -153,8 +154,6 @@ def test_wrong_model_type_and_shape_errors(tmp_path):
 def test_missing_vocabulary_is_warned_about(tmp_path, capsys, caplog):
     """No vocab.txt: the folder is still written, but a warning (stderr for the CLI, logging for Python callers)
     says it has no tokenizer and what to do."""
-    from roformer_ext.conversion.cli import main
-
     src, out = tmp_path / "theirs", tmp_path / "ours"
     their_model("RoFormerForMaskedLM", src)
     with caplog.at_level("WARNING", logger="roformer_ext.conversion"):
@@ -170,9 +169,6 @@ def test_missing_vocabulary_is_warned_about(tmp_path, capsys, caplog):
 def test_code_repo_makes_a_folder_without_code_copies(tmp_path, capsys):
     """`--code-repo`: every auto_map names the code repository, no code file is written, the card says where the
     code lives and which transformers releases it was tested on; a bad id stops before anything is written."""
-    from roformer_ext.compat import SUPPORTED_RANGE
-    from roformer_ext.conversion.cli import main
-
     src, out = tmp_path / "theirs", tmp_path / "ours"
     their_model("RoFormerForMaskedLM", src)
     (src / "vocab.txt").write_text(VOCAB)
