@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from test_convert_safety import SOURCES, error_line, snapshot
 
 from roformer_ext.conversion.cli import main
+from roformer_ext.conversion.output_folder import sibling_stem
 
 CONFIG_NAME = {"original": "bert_config.json", "transformers": "config.json"}
 
@@ -134,8 +135,6 @@ def test_output_name_over_the_file_name_limit_is_one_line(tmp_path, capsys, comm
 
 def test_leftovers_of_a_long_named_output_are_recognised(tmp_path, capsys):
     """A killed run's shortened temporary sibling is cleared by the next run, as for short names."""
-    from roformer_ext.conversion.output_folder import sibling_stem
-
     src = SOURCES["original"](tmp_path)
     out = tmp_path / ("o" * 250)
     stem = sibling_stem(out)

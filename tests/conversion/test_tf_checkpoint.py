@@ -4,6 +4,7 @@ tests/conversion/tf_checkpoint_writer.py), and damaged copies."""
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -120,8 +121,6 @@ def tensor_dicts(draw):
 @settings(max_examples=40, deadline=None)
 @given(tensor_dicts())
 def test_write_read_round_trip(tensors):
-    import tempfile
-
     with tempfile.TemporaryDirectory() as folder:
         write_tf_checkpoint(Path(folder) / "model.ckpt", tensors)
         back = read_tf_checkpoint(folder)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from transformers.dynamic_module_utils import get_relative_import_files
 
 import roformer_ext  # noqa: F401  (registers every built-in)
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
@@ -33,8 +34,6 @@ def test_the_configuration_alone_registers_every_builtin():
 def test_configuration_loads_from_the_files_remote_code_copies(tmp_path):
     """As remote code loads a configuration: its file and the siblings it imports (transformers' own list), in a flat
     folder; no model (heads, layers) among them."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
     package = tmp_path / "config_only"
     package.mkdir()
     (package / "__init__.py").write_text("")
