@@ -47,8 +47,8 @@ def has_pooler(model: PreTrainedModel) -> bool:
 
 
 def write_sentence_transformers_config(folder: str | os.PathLike) -> None:
-    """Write the sentence-transformers files into a saved folder holding a roformer-ext model with a pooler and its
-    tokenizer (no weights copied: fine-tuning with sentence-transformers trains the pooler `AutoModel` reads)."""
+    """Write the sentence-transformers files into a saved folder of a roformer-ext model with a pooler (no weights
+    copied: sentence-transformers then trains the pooler `AutoModel` reads)."""
     folder = Path(folder)
     for name, content in SENTENCE_TRANSFORMERS_FILES.items():
         (folder / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
@@ -76,11 +76,7 @@ def save_for_sentence_transformers(
 
 def _sim_generation_defaults(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     """Stop at [SEP], pad with [PAD], at most 64 new tokens (bert4keras)."""
-    return {
-        "eos_token_id": tokenizer.sep_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "max_new_tokens": SIM_MAX_LENGTH,
-    }
+    return dict(eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, max_new_tokens=SIM_MAX_LENGTH)
 
 
 def sim_generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
@@ -151,11 +147,8 @@ class SimilarSentenceGenerator:
         batch_size: int = 64,
         **generate_kwargs: Any,
     ) -> list[SimilarSentence] | list[list[SimilarSentence]]:
-        """For each text the `k` of `n` sampled candidates most similar to it (cosine of pooler outputs), best first,
-        without the source, duplicates and empties; one list for a string, a list of lists for a list. Sources are cut
-        to `max_length` tokens; `generate_kwargs` override `gen_synonyms`' sampler (e.g. `num_beams=n,
-        do_sample=False`); `batch_size` sentences are embedded at once. Seed with `torch.manual_seed` to repeat a run.
-        """
+        """For each text the `k` of `n` sampled candidates most similar to it (cosine of pooler outputs), best first; one
+        list for a string, a list of lists for a list. `generate_kwargs` override `gen_synonyms`' sampler."""
         single = isinstance(texts, str)
         texts = [texts] if single else texts
         if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
@@ -206,12 +199,5 @@ class SimilarSentenceGenerator:
         return torch.nn.functional.normalize(torch.cat(chunks), dim=-1).cpu()
 
 
-__all__ = [
-    "SENTENCE_TRANSFORMERS_FILES",
-    "SimilarSentence",
-    "SimilarSentenceGenerator",
-    "join_cjk",
-    "save_for_sentence_transformers",
-    "sim_generation_config",
-    "write_sentence_transformers_config",
-]
+__all__ = ["SENTENCE_TRANSFORMERS_FILES", "SimilarSentence", "SimilarSentenceGenerator", "join_cjk",
+           "save_for_sentence_transformers", "sim_generation_config", "write_sentence_transformers_config"]  # fmt: skip
