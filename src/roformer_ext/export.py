@@ -1,10 +1,6 @@
 """Serve roformer-ext encoders on CPU: ONNX export (fp32, ONNX Runtime's dynamic int8), ONNX Runtime inference, and
-torch's dynamic int8.
-
-The graph takes padded batches (`input_ids`, `attention_mask`, `token_type_ids`, int64, (batch, seq)) of any size and
-length (RoPE's angles are computed in it); packed batches are a training layout it refuses. Command line:
-`roformer-ext export MODEL_DIR OUT_DIR [--task ...] [--int8] [--force]` (docs/deployment.md).
-"""
+torch's dynamic int8. The graph takes padded int64 (batch, seq) batches of any size (RoPE's angles computed in it),
+never packed ones; CLI `roformer-ext export` (docs/deployment.md)."""
 
 from __future__ import annotations
 
@@ -253,11 +249,8 @@ def export_folder(
     example_length: int = 16,
     force: bool = False,
 ) -> list[Path]:
-    """Load `model_dir` for `task`, write `out_dir`/model.onnx with the tokenizer and config beside it (and
-    model_int8.onnx with `int8`); returns the ONNX files. All or nothing, as the converters write (`output_folder`).
-
-    The default task: sentence-embedding for a sentence-transformers folder (`modules.json`), else from the config's
-    architectures."""
+    """Write `out_dir`/model.onnx (and model_int8.onnx with `int8`) with the tokenizer and config, all or nothing;
+    `task` defaults to sentence-embedding for a sentence-transformers folder, else the config's architectures'."""
     import transformers
 
     from . import RoFormerExtConfig  # noqa: F401  (registers the Auto classes)
@@ -289,14 +282,5 @@ def export_folder(
     return [out_dir / name for name in ([ONNX_FILE, ONNX_INT8_FILE] if int8 else [ONNX_FILE])]
 
 
-__all__ = [
-    "ONNX_FILE",
-    "ONNX_INT8_FILE",
-    "OnnxModel",
-    "TASK_OUTPUTS",
-    "default_task",
-    "export_folder",
-    "export_onnx",
-    "quantize_dynamic_int8",
-    "quantize_onnx",
-]
+__all__ = ["ONNX_FILE", "ONNX_INT8_FILE", "OnnxModel", "TASK_OUTPUTS", "default_task", "export_folder", "export_onnx",
+           "quantize_dynamic_int8", "quantize_onnx"]  # fmt: skip
