@@ -171,8 +171,7 @@ def compatibility_section(code_repo: str | None) -> str:
 
 
 def write_compatibility_section(folder: str | os.PathLike, create: bool = True) -> None:
-    """Add or refresh the section in the folder's README.md (created when missing, if `create`) for where the
-    folder's code comes from now; an up-to-date card is not rewritten."""
+    """Add or refresh the section in the folder's README.md (created when missing, if `create`)."""
     folder = Path(folder)
     maps = (json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map") for name in AUTO_MAP_FILES
             if (folder / name).is_file())  # fmt: skip
@@ -193,8 +192,7 @@ def write_compatibility_section(folder: str | os.PathLike, create: bool = True) 
 
 def push_code(code_repo: str, *, token: str | None = None, private: bool | None = None, revision: str | None = None,
               commit_message: str | None = None, source: str | os.PathLike | None = None) -> str:  # fmt: skip
-    """Publish the code files (from `source`, default this package) to the code repository; returns the commit URL.
-    huggingface_hub's `HfApi` with its endpoint and token settings."""
+    """Publish the code files (from `source`, default this package) to the code repository; returns the commit URL."""
     from huggingface_hub import HfApi
 
     code_repo, files, api = check_code_repo(code_repo), code_files(source), HfApi(token=token)
@@ -231,8 +229,7 @@ _CALL: ContextVar[tuple[Any, Any, tuple[str | None, bool]] | None] = ContextVar(
 
 class SharedCodeMixin:
     """`save_pretrained(folder, code_repo=...)` and `push_to_hub(repo_id, code_repo=...)`: None keeps what the object
-    was loaded with, False writes copies. Pushing is transformers' own (only the files its save wrote or changed,
-    `create_pr`, `revision`, `private`, `token`); `_upload_modified_files` places our code and card section first."""
+    was loaded with, False writes copies; transformers pushes, `_upload_modified_files` places our code first."""
 
     def save_pretrained(self, save_directory, *args, code_repo: str | bool | None = None, **kwargs):
         placement = self._placement(code_repo)  # a bad id is refused before anything is written
@@ -283,14 +280,5 @@ class SharedCodeMixin:
         return check_code_repo(code_repo), False
 
 
-__all__ = [
-    "SharedCodeMixin",
-    "check_code_repo",
-    "code_files",
-    "code_repo_of",
-    "compatibility_section",
-    "point_auto_maps",
-    "push_code",
-    "share_code",
-    "update_code",
-]
+__all__ = ["SharedCodeMixin", "check_code_repo", "code_files", "code_repo_of", "compatibility_section",
+           "point_auto_maps", "push_code", "share_code", "update_code"]  # fmt: skip
