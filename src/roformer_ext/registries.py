@@ -101,16 +101,6 @@ def deberta_terms(pos_att_type: Any) -> Any:
     return list(pos_att_type) if isinstance(pos_att_type, tuple) else pos_att_type
 
 
-__all__ = [
-    "AXIS_ALLOCATIONS",
-    "DEBERTA_TERMS",
-    "PAIR_LAYOUTS",
-    "POSITION_ENCODINGS",
-    "POSITION_SCHEMES",
-    "ROTARY_KINDS",
-    "Registry",
-    "check_positive_number",
-    "deberta_terms",
-    "is_int",
-    "is_positive_number",
-]
+__all__ = ["AXIS_ALLOCATIONS", "DEBERTA_TERMS", "PAIR_LAYOUTS", "POSITION_ENCODINGS", "POSITION_SCHEMES",
+           "ROTARY_KINDS", "Registry", "check_positive_number", "deberta_terms", "is_int",
+           "is_positive_number"]  # fmt: skip
