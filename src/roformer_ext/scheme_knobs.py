@@ -1,10 +1,5 @@
-"""What a position scheme and a frequency allocation can be set to, and what they can do.
-
-A multimodal RoPE is a *position design* (`register_position_scheme`, position_schemes.py) plus a *frequency
-allocation* (`register_axis_allocation`, axis_allocations.py); each registration carries a knob dataclass, the one
-place its knobs' defaults and checks live: `SchemeKnobs` (made from the scheme function's keyword-only arguments) and
-`AxisAllocationKnobs` (`mrope_section`, and what the allocation is).
-"""
+"""What a position scheme and a frequency allocation can be set to, and what they can do: the knob dataclass each
+registration carries, the one place its knobs' defaults and checks live (`SchemeKnobs`, `AxisAllocationKnobs`)."""
 
 from __future__ import annotations
 
@@ -117,11 +112,9 @@ class SchemeKnobs:
 
 
 #: GRAPE-M's keys (the "grape_m" rotary kind's settings, in rope_parameters).
-GRAPE_KNOBS: dict[str, Knob] = {
-    "grape_log_freq_scale": POSITIVE,
-    "grape_learnable_freq": BOOL,
-    "grape_share_across_heads": BOOL,
-}
+GRAPE_KNOBS: dict[str, Knob] = dict(
+    grape_log_freq_scale=POSITIVE, grape_learnable_freq=BOOL, grape_share_across_heads=BOOL
+)
 
 
 def knobs_from_signature(name: str, scheme: Callable, **class_vars: Any) -> type[SchemeKnobs]:
@@ -251,17 +244,6 @@ def check_knob_class(knobs: Any, base: type, what: str) -> None:
         raise TypeError(f"{what} knobs must be a {base.__name__} subclass (a frozen dataclass); got {knobs!r}.")
 
 
-__all__ = [
-    "GRAPE_KNOBS",
-    "AxisAllocationKnobs",
-    "Knob",
-    "SchemeCapabilities",
-    "SchemeKnobs",
-    "SplitAllocationKnobs",
-    "allocation_knobs",
-    "allocation_knobs_class",
-    "check_knob_class",
-    "knobs_from_signature",
-    "rotates_per_head",
-    "scheme_knobs_class",
-]
+__all__ = ["GRAPE_KNOBS", "AxisAllocationKnobs", "Knob", "SchemeCapabilities", "SchemeKnobs", "SplitAllocationKnobs",
+           "allocation_knobs", "allocation_knobs_class", "check_knob_class", "knobs_from_signature", "rotates_per_head",
+           "scheme_knobs_class"]  # fmt: skip
