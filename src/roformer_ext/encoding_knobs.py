@@ -1,8 +1,5 @@
-"""What a position encoding can be set to and what it works with: torch-free, so the configuration can check it.
-
-An encoding's class (position_encodings.py) names its `knobs` (an `EncodingKnobs` dataclass, stored by the
-configuration as the dict `position_encoding_parameters`) and its `capabilities`.
-"""
+"""What a position encoding can be set to (`knobs`, stored as `position_encoding_parameters`) and what it works with
+(`capabilities`): torch-free, so the configuration can check it."""
 
 from __future__ import annotations
 
@@ -209,16 +206,5 @@ def knobs_class(encoding: Any) -> type[EncodingKnobs]:
     return getattr(POSITION_ENCODINGS.entry(encoding), "knobs", EncodingKnobs)
 
 
-__all__ = [
-    "Capabilities",
-    "DebertaKnobs",
-    "EncodingKnobs",
-    "SCORE_TERM_CAPABILITIES",
-    "ShawKnobs",
-    "SinusoidalKnobs",
-    "T5BiasKnobs",
-    "TransformerXLKnobs",
-    "TupeKnobs",
-    "deberta_reach",
-    "knobs_class",
-]
+__all__ = ["Capabilities", "DebertaKnobs", "EncodingKnobs", "SCORE_TERM_CAPABILITIES", "ShawKnobs", "SinusoidalKnobs",
+           "T5BiasKnobs", "TransformerXLKnobs", "TupeKnobs", "deberta_reach", "knobs_class"]  # fmt: skip
