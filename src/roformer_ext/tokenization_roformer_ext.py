@@ -422,11 +422,5 @@ class _EncodingsOnDemand(Sequence):
 RoFormerExtTokenizer.register_for_auto_class("AutoTokenizer")
 RoFormerExtTokenizerFast.register_for_auto_class("AutoTokenizer")
 
-__all__ = [
-    "RoFormerExtTokenizer",
-    "RoFormerExtTokenizerFast",
-    "detect_segmenter",
-    "load_vocab",
-    "mark_unknown_chars",
-    "unknown_char_marker",
-]
+__all__ = ["RoFormerExtTokenizer", "RoFormerExtTokenizerFast", "detect_segmenter", "load_vocab", "mark_unknown_chars",
+           "unknown_char_marker"]  # fmt: skip
