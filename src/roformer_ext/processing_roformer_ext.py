@@ -42,12 +42,8 @@ def vision_token_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def add_vision_tokens(tokenizer: Any) -> dict[str, int]:
-    """Add "[IMG]", "[/IMG]", "[IMAGE]", "[VIDEO]" as special tokens (idempotent) and return their ids.
-
-    Set `config.image_token_id` / `config.video_token_id` from the result and call
-    `model.resize_token_embeddings(len(tokenizer))` when the vocabulary grew. Special tokens are matched before
-    normalisation (kept whole by a lower-casing tokenizer) and dropped by `decode(skip_special_tokens=True)`.
-    """
+    """Add "[IMG]", "[/IMG]", "[IMAGE]", "[VIDEO]" as special tokens (idempotent: kept whole by a lower-casing
+    tokenizer) and return their ids; then set `config.image_token_id` / `video_token_id` and resize the embeddings."""
     missing = [token for token in VISION_TOKENS if _single_token_id(tokenizer, token) is None]
     if missing:
         tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
@@ -95,7 +91,6 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
             vision = self.image_processor(
                 images=flat_images or None, videos=flat_videos or None, **merged["images_kwargs"]
             )
-
         data: dict[str, Any] = dict(vision)
         if texts is not None:
             expanded = self._expand_marks(texts, vision.get("image_grid_thw"), vision.get("video_grid_thw"))
