@@ -1,5 +1,4 @@
-"""Bad config values fail at construction with an error naming the field, the value given and what is allowed,
-instead of a NaN output or an unrelated error deep inside a forward pass."""
+"""Bad config values fail at construction with an error naming the field, the value given and what is allowed."""
 
 import math
 
@@ -29,17 +28,15 @@ def test_finite_sinusoidal_scale_gives_finite_outputs():
         assert model(input_ids, attention_mask=attention_mask).last_hidden_state.isfinite().all()
 
 
-@pytest.mark.parametrize("axes", [2.0, "2", True, False, None, [2], 0, -1, 4, 7])
+@pytest.mark.parametrize("axes", [2.0, "2", True, False, None, [2], 0, -1, 4, 7, 1, 2, 3])
 def test_axes_must_be_1_2_or_3(axes):
+    if axes in (1, 2, 3) and type(axes) is int:  # accepted
+        assert tiny_config(rope_parameters={"axes": axes}).rope_parameters["axes"] == axes
+        return
     wrong_type = not isinstance(axes, int) or isinstance(axes, bool)
     message = r"must be an int \(1, 2 or 3\); got" if wrong_type else rf"must be 1, 2 or 3 .*; got {axes}"
     with pytest.raises(TypeError if wrong_type else ValueError, match=r"rope_parameters\['axes'\] " + message):
         tiny_config(rope_parameters={"axes": axes})
-
-
-@pytest.mark.parametrize("axes", [1, 2, 3])
-def test_valid_axes_are_accepted(axes):
-    assert tiny_config(rope_parameters={"axes": axes}).rope_parameters["axes"] == axes
 
 
 # tiny_config: head_dim 8, so 4 frequency pairs
@@ -66,8 +63,7 @@ def test_mrope_section_is_checked(section, error, message):
 
 @pytest.mark.parametrize("section", [[2, 2], (1, 3)])
 def test_valid_mrope_section_is_accepted(section):
-    config = tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section})
-    RoFormerExtModel(config)
+    RoFormerExtModel(tiny_config(rope_parameters={"axes": 2, "axis_allocation": "sections", "mrope_section": section}))
 
 
 def test_malformed_mrope_section_is_rejected_even_when_not_used():
