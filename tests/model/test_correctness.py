@@ -1,6 +1,8 @@
 """Regression tests for defects found by probing the models the way users (and transformers' tests) use them."""
 
 import copy
+import inspect
+import json
 import sys
 import threading
 
@@ -43,11 +45,11 @@ def test_causal_lm_does_not_make_the_callers_config_causal():
     assert config.to_dict() == snapshot
     encoder = RoFormerExtModel(config).eval()  # built afterwards from the same object: still bidirectional
     input_ids, attention_mask, _ = random_inputs()
+    ref = RoFormerExtModel(tiny_config()).eval()
+    ref.load_state_dict(encoder.state_dict())
     with torch.no_grad():
-        out = encoder(input_ids, attention_mask=attention_mask).last_hidden_state
-        ref = RoFormerExtModel(tiny_config()).eval()
-        ref.load_state_dict(encoder.state_dict())
-        torch.testing.assert_close(out, ref(input_ids, attention_mask=attention_mask).last_hidden_state)
+        out, expected = (m(input_ids, attention_mask=attention_mask).last_hidden_state for m in (encoder, ref))
+    torch.testing.assert_close(out, expected)
 
 
 def seq2seq() -> EncoderDecoderModel:
@@ -72,13 +74,8 @@ def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
     assert not torch.allclose(out.logits, other.logits)  # the encoder's input changes the decoder's output
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 4, 9)
     assert torch.all(out.cross_attentions[0][1, :, :, -2:] == 0)  # padded encoder tokens get no cross-attention
-    settings = dict(max_new_tokens=5, do_sample=False, decoder_start_token_id=2)
-
-    def generated_logits(m) -> torch.Tensor:
-        out = m.generate(input_ids, attention_mask=attention_mask, **settings, return_dict_in_generate=True,
-                         output_logits=True)  # fmt: skip
-        return torch.stack(out.logits)
-
+    settings = dict(max_new_tokens=5, do_sample=False, decoder_start_token_id=2, return_dict_in_generate=True,
+                    output_logits=True)  # fmt: skip
     generated = model.generate(input_ids, attention_mask=attention_mask, **settings)
     decoder_ids, recomputed = torch.full((2, 1), 2), []
     with torch.no_grad():
@@ -88,10 +85,11 @@ def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
             ).logits[:, -1]
             recomputed.append(logits)
             decoder_ids = torch.cat([decoder_ids, logits.argmax(-1, keepdim=True)], dim=1)
-    assert torch.equal(generated, decoder_ids)
-    torch.testing.assert_close(generated_logits(model), torch.stack(recomputed), rtol=1e-5, atol=1e-5)
+    assert torch.equal(generated.sequences, decoder_ids)
+    torch.testing.assert_close(torch.stack(generated.logits), torch.stack(recomputed), rtol=1e-5, atol=1e-5)
     # the cached decoder's positions are the claim: a position error in the decoder moves the logits >= 100x 1e-5
-    assert_position_sensitive(model.decoder, lambda _: generated_logits(model), 1e-5)
+    run = lambda _: torch.stack(model.generate(input_ids, attention_mask=attention_mask, **settings).logits)  # noqa: E731
+    assert_position_sensitive(model.decoder, run, 1e-5)
 
 
 def test_encoder_hidden_states_without_cross_attention_raise():
@@ -102,8 +100,6 @@ def test_encoder_hidden_states_without_cross_attention_raise():
 
 def test_modeling_files_keep_runtime_annotations():
     """transformers reads forward annotations at runtime (output_attentions support): no postponed annotations."""
-    import inspect
-
     from roformer_ext import modeling_roformer_ext, modeling_roformer_ext_layers, modeling_roformer_ext_vision
 
     for module in (modeling_roformer_ext, modeling_roformer_ext_layers, modeling_roformer_ext_vision):
@@ -138,16 +134,11 @@ def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
 
 
 def image_inputs(seed: int = 0, text_after: int = 3, grid: tuple[int, int, int] = (1, 2, 3)) -> dict:
-    generator = torch.Generator().manual_seed(seed)
-    patches = grid[0] * grid[1] * grid[2]
-    before, after = (
-        torch.randint(5, 90, (3,), generator=generator),
-        torch.randint(5, 90, (text_after,), generator=generator),
-    )
+    generator, patches = torch.Generator().manual_seed(seed), grid[0] * grid[1] * grid[2]
+    before, after = (torch.randint(5, 90, (n,), generator=generator) for n in (3, text_after))
     ids = torch.cat([before, torch.full((patches,), 97), after])[None]
-    return dict(
-        input_ids=ids, pixel_values=torch.randn(patches, 4, generator=generator), image_grid_thw=torch.tensor([grid])
-    )
+    pixels = torch.randn(patches, 4, generator=generator)
+    return dict(input_ids=ids, pixel_values=pixels, image_grid_thw=torch.tensor([grid]))
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_2d_rows"])
@@ -193,14 +184,8 @@ def test_interleaved_requests_do_not_share_position_offsets():
 def test_two_threads_generate_as_sequential_runs():
     model = vision_lm("rope_tie")  # RoPE-Tie's delta is h + w: the two prompts' offsets differ (5 and 9)
     prompts = [image_inputs(seed=1, text_after=1, grid=(1, 2, 3)), image_inputs(seed=2, text_after=6, grid=(1, 1, 8))]
-    kwargs = dict(
-        max_new_tokens=6,
-        do_sample=False,
-        pad_token_id=0,
-        suppress_tokens=[97, 98],
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98],
+                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
 
     def logits(prompt: dict) -> torch.Tensor:  # logits, not tokens: a wrong offset need not change a random argmax
         return torch.stack(model.generate(**prompt, **kwargs).logits)
@@ -236,14 +221,11 @@ def test_vision_generation_without_cache_equals_cached():
     model = vision_lm("mrope")
     inputs = image_inputs()
     kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98])
-    assert torch.equal(model.generate(**inputs, use_cache=False, **kwargs), model.generate(**inputs, **kwargs))
-
-    def logits(m, use_cache: bool) -> torch.Tensor:
-        out = m.generate(**inputs, use_cache=use_cache, return_dict_in_generate=True, output_logits=True, **kwargs)
-        return torch.stack(out.logits)
-
-    torch.testing.assert_close(logits(model, True), logits(model, False), rtol=1e-5, atol=1e-5)
-    assert_position_sensitive(model, lambda m: logits(m, True), 1e-5)
+    kwargs.update(return_dict_in_generate=True, output_logits=True)
+    cached, recomputed = (model.generate(**inputs, use_cache=use_cache, **kwargs) for use_cache in (True, False))
+    assert torch.equal(recomputed.sequences, cached.sequences)
+    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**inputs, **kwargs).logits), 1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie_v2", "rope_tie"])  # deltas 0 and h + w
@@ -288,8 +270,6 @@ def test_missing_scaling_factor_is_a_value_error():
 
 def test_legacy_rope_scaling_in_config_json_is_read(tmp_path):
     """config.json written by older code: `rope_scaling` with `type`, as transformers 5 reads it for its own models."""
-    import json
-
     RoFormerExtModel(tiny_config()).save_pretrained(tmp_path)
     data = json.loads((tmp_path / "config.json").read_text())
     data.pop("rope_parameters")
