@@ -1,6 +1,4 @@
-"""Every multimodal variant in the model: cached decoding equals recomputation, packed rows equal each sequence
-alone, left padding leaves real tokens unchanged, save / load and remote code (a fresh process without
-roformer_ext)."""
+"""Every multimodal variant in the model: cached decoding, packing, left padding, save / load and remote code."""
 
 from __future__ import annotations
 
@@ -22,6 +20,7 @@ from roformer_ext import (
     RoFormerExtVisionTextForSequenceClassification,
     RoFormerExtVisionTextModel,
 )
+from roformer_ext.positions import build_position_ids
 
 SECTION = [4, 4, 4]  # head_dim 24 -> 12 frequency pairs
 # Each variant by name; its allocation (and axes) come with the name. Knobs away from their defaults where they exist.
@@ -52,17 +51,10 @@ def config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
 
 def sample(generator: torch.Generator, image: tuple, video: tuple) -> dict:
     """text, an image, text, a video, text: (ids, pixels, grids)."""
-    text = [torch.randint(5, 90, (n,), generator=generator) for n in (3, 2, 2)]
-    ids = torch.cat(
-        [text[0], torch.full((math.prod(image),), IMAGE), text[1], torch.full((math.prod(video),), VIDEO), text[2]]
-    )
-    return {
-        "ids": ids,
-        "pixels": torch.randn(image[0] * image[1] * image[2], PATCH_DIM, generator=generator),
-        "video_pixels": torch.randn(video[0] * video[1] * video[2], PATCH_DIM, generator=generator),
-        "image": image,
-        "video": video,
-    }
+    a, b, c = (torch.randint(5, 90, (n,), generator=generator) for n in (3, 2, 2))
+    ids = torch.cat([a, torch.full((math.prod(image),), IMAGE), b, torch.full((math.prod(video),), VIDEO), c])
+    pixels, video_pixels = (torch.randn(math.prod(grid), PATCH_DIM, generator=generator) for grid in (image, video))
+    return {"ids": ids, "pixels": pixels, "video_pixels": video_pixels, "image": image, "video": video}
 
 
 def samples(seed: int = 0, scheme: str | None = None) -> list[dict]:
@@ -102,9 +94,7 @@ def test_config_names_the_variant_and_its_allocation(scheme):
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_cached_decoding_equals_recomputation(scheme):
-    """Greedy generation after an image + video prompt (both rows left-padded, by different amounts): the cached run's
-    tokens and logits equal a run that recomputes the whole sequence at every step (in float64, where the two orders
-    of summation agree to ~1e-12; in float32 they differ by ~5e-5, as for mrope)."""
+    """Greedy generation after an image + video prompt, both rows left-padded by different amounts."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(config(scheme)).double().eval()
     parts = samples(scheme=scheme)
@@ -113,7 +103,7 @@ def test_cached_decoding_equals_recomputation(scheme):
 
 
 def assert_cached_equals_recomputed(model, batch: dict, max_new_tokens: int) -> None:
-    """Greedy tokens and logits (float64: the two orders of summation agree to ~1e-12), position-sensitive."""
+    """Greedy tokens and logits equal recomputation (float64: float32's summation orders differ by ~5e-5)."""
     batch.update({name: batch[name].double() for name in ("pixel_values", "pixel_values_videos")})
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
                   return_dict_in_generate=True, output_logits=True)  # fmt: skip
@@ -139,7 +129,6 @@ def test_left_padding_leaves_real_tokens_unchanged(scheme):
 @pytest.mark.parametrize("attention", ["eager", "sdpa", "flex_attention"])
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_packed_row_equals_each_sequence_alone(scheme, attention):
-    """Two samples packed into one row (cu_seq_lens_q, as DataCollatorWithFlattening gives): each is laid out alone."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextModel(config(scheme, attn_implementation=attention)).eval()
     parts = samples(scheme=scheme)
@@ -167,8 +156,6 @@ HEAD_CLASSES = [RoFormerExtVisionTextForMaskedLM, RoFormerExtVisionTextForCausal
 
 @pytest.mark.parametrize("model_class", [*HEAD_CLASSES, RoFormerExtVisionTextForSequenceClassification])
 def test_every_head_packed_row_equals_each_sequence_alone(model_class):
-    """Every vision-text head on a packed row of two image + video samples: each sequence's logits (token heads: per
-    token; the classifier: one row per sequence) equal the sequence run alone."""
     torch.manual_seed(0)
     model = model_class(config("ilrope", num_labels=3)).eval()
     parts = samples(scheme="ilrope")
@@ -199,8 +186,7 @@ REMOTE_LOADER = textwrap.dedent(
 
 
 def test_save_load_and_remote_code_keep_every_variant(tmp_path):
-    """Each variant saved with its knobs, reloaded in this process and, in one fresh process where roformer_ext cannot
-    be imported, through trust_remote_code: the same logits."""
+    """Reloaded here and, through trust_remote_code, in a fresh process without roformer_ext: the same logits."""
     folders, expected = [], {}
     for scheme in sorted(SCHEMES):
         inputs = batch_of(samples(scheme=scheme), [0, 3])
@@ -225,50 +211,36 @@ def test_save_load_and_remote_code_keep_every_variant(tmp_path):
 
 def test_packed_positions_restart_per_sequence():
     """build_position_ids with cu_seq_lens: each sequence's positions are those it gets alone."""
-    from roformer_ext.positions import build_position_ids
-
     parts, cfg = samples(), config("videorope")
-    packed_ids = torch.cat([p["ids"] for p in parts])[None]
-    lengths = [len(p["ids"]) for p in parts]
-    grids = dict(image_grid_thw=torch.tensor([p["image"] for p in parts]),
-                 video_grid_thw=torch.tensor([p["video"] for p in parts]))  # fmt: skip
-    packed, deltas = build_position_ids(
-        packed_ids, cfg, **grids, cu_seq_lens=torch.tensor([0, lengths[0], sum(lengths)])
-    )
-    first, _ = build_position_ids(parts[0]["ids"][None], cfg, grids["image_grid_thw"][:1], grids["video_grid_thw"][:1])
-    second, second_delta = build_position_ids(
-        parts[1]["ids"][None], cfg, grids["image_grid_thw"][1:], grids["video_grid_thw"][1:]
-    )
-    assert torch.equal(packed, torch.cat([first, second], dim=2))
-    assert torch.equal(deltas, second_delta)
+    packed = packed_row(parts)
+    grids = (packed["image_grid_thw"], packed["video_grid_thw"])
+    positions, deltas = build_position_ids(packed["input_ids"], cfg, *grids, cu_seq_lens=packed["cu_seq_lens_q"])
+    (first, _), (second, second_delta) = (build_position_ids(p["ids"][None], cfg, *(g[i : i + 1] for g in grids))
+                                          for i, p in enumerate(parts))  # fmt: skip
+    assert torch.equal(positions, torch.cat([first, second], dim=2)) and torch.equal(deltas, second_delta)
     with pytest.raises(ValueError, match="cu_seq_lens must rise from 0 to batch \\* seq"):
-        build_position_ids(packed_ids, cfg, **grids, cu_seq_lens=torch.tensor([0, 5]))
+        build_position_ids(packed["input_ids"], cfg, *grids, cu_seq_lens=torch.tensor([0, 5]))
 
 
 def _video_positions(cfg, parts, training: bool) -> torch.Tensor:
-    from roformer_ext.positions import build_position_ids
-
     batch = batch_of(parts, [0, 2])
-    positions, _ = build_position_ids(
-        batch["input_ids"], cfg, batch["image_grid_thw"], batch["video_grid_thw"], batch["attention_mask"],
-        training=training,
-    )  # fmt: skip
-    return positions
+    grids = (batch["image_grid_thw"], batch["video_grid_thw"], batch["attention_mask"])
+    return build_position_ids(batch["input_ids"], cfg, *grids, training=training)[0]
 
 
 HOPE_SCALES = [0.5, 1.5, 3.0]
 
 
+def hope_config(stride: float = 2.0, **rope) -> RoFormerExtVisionTextConfig:
+    rope = {"position_scheme": "hope", "mrope_section": SECTION, "temporal_stride": stride, **rope}
+    return config("hope", rope_parameters=rope)
+
+
 def test_hope_dynamic_temporal_scaling():
-    """HoPE's dynamic temporal scaling (`temporal_scales`): in eval, nothing is drawn and the positions are those of
-    the fixed scale (`temporal_stride`); in training every video gets a scale drawn from the set (each row's positions
-    equal those of one fixed scale of the set, and over 12 seeds every scale shows); the same seed, the same draw."""
-    parts = samples()
-    dynamic = config("hope", rope_parameters={"position_scheme": "hope", "mrope_section": SECTION,
-                                              "temporal_stride": 2.0, "temporal_scales": HOPE_SCALES})  # fmt: skip
-    fixed = {scale: config("hope", rope_parameters={"position_scheme": "hope", "mrope_section": SECTION,
-                                                    "temporal_stride": scale}) for scale in [2.0, *HOPE_SCALES]}  # fmt: skip
-    expected = {scale: _video_positions(cfg, parts, False) for scale, cfg in fixed.items()}
+    """`temporal_scales`: eval uses `temporal_stride`; training draws one scale of the set per video (each row equals
+    one fixed scale's positions, every scale shows over 12 seeds), the same seed the same draw."""
+    parts, dynamic = samples(), hope_config(temporal_scales=HOPE_SCALES)
+    expected = {scale: _video_positions(hope_config(scale), parts, False) for scale in [2.0, *HOPE_SCALES]}
     assert torch.equal(_video_positions(dynamic, parts, False), expected[2.0])
     seen = set()
     for seed in range(12):
@@ -284,11 +256,9 @@ def test_hope_dynamic_temporal_scaling():
 
 
 def test_hope_model_draws_in_training_only():
-    """The model passes `training=self.training` to the one place positions are computed: a training forward (no
-    dropout) equals an eval forward given the positions drawn under the same seed, and repeats under that seed."""
-    rope = {"position_scheme": "hope", "mrope_section": SECTION, "temporal_stride": 2.0, "temporal_scales": HOPE_SCALES}
+    """A training forward equals an eval forward given the positions drawn under the same seed, and repeats."""
     torch.manual_seed(0)
-    model = RoFormerExtVisionTextModel(config("hope", rope_parameters=rope))
+    model = RoFormerExtVisionTextModel(hope_config(temporal_scales=HOPE_SCALES))
     batch = batch_of(samples(), [0, 2])
     with torch.no_grad():
         model.eval()
@@ -309,11 +279,9 @@ def test_hope_model_draws_in_training_only():
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "per-head"])
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_implementation):
-    """GRAPE's learned frequencies (`rope_type` "grape_m", shared or one set per head) under a multimodal scheme:
-    moved off RoPE's, they survive save / load (same logits), cached decoding equals recomputation (float64), and a
-    loss reaches them."""
-    rope = {"rope_type": "grape_m", "position_scheme": "mrope_interleave", "mrope_section": SECTION}
-    rope["grape_share_across_heads"] = shared
+    """GRAPE's learned frequencies (shared or per head), moved off RoPE's: save / load, cached decoding, gradients."""
+    rope = {"rope_type": "grape_m", "position_scheme": "mrope_interleave", "mrope_section": SECTION,
+            "grape_share_across_heads": shared}  # fmt: skip
     torch.manual_seed(0)
     vision_config = config("mrope_interleave", rope_parameters=rope, attn_implementation=attn_implementation)
     model = RoFormerExtVisionTextForCausalLM(vision_config).eval()
@@ -325,7 +293,6 @@ def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_im
     batch = batch_of(parts, [3, 3 + len(parts[0]["ids"]) - len(parts[1]["ids"])])
     model.save_pretrained(tmp_path)
     reloaded = RoFormerExtVisionTextForCausalLM.from_pretrained(tmp_path, attn_implementation=attn_implementation)
-    reloaded.eval()
     assert torch.equal(reloaded.base_model.rotary_emb.log_freq, rotary.log_freq)
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, atol=0, rtol=0)
@@ -339,23 +306,13 @@ def test_grape_m_learns_saves_and_decodes_in_the_model(tmp_path, shared, attn_im
     "rope, fields, message",
     [
         ({"position_scheme": "mhrope", "mrope_section": [2, 2, 1]}, {}, "summing to at most num_attention_heads = 4"),
-        # MHRoPE's paper split fills in its heads from 3 heads on; 2 cannot cover 3 axes
         ({"position_scheme": "mhrope"}, {"num_attention_heads": 2}, r"attention heads per axis.*got None"),
         ({"position_scheme": "mhrope", "mrope_section": [1, 1, 1]}, {"attention_type": "linear"}, "linear attention"),
-        # a sectioned allocation under a scheme without a paper split (videorope's own fills it in)
-        (
-            {"position_scheme": "rope_tie", "axis_allocation": "videorope"},
-            {},
-            "'videorope' needs rope_parameters\\['mrope_section'\\]",
-        ),
+        ({"position_scheme": "rope_tie", "axis_allocation": "videorope"}, {}, "'videorope' needs rope_parameters"),
         ({"position_scheme": "videorope", "mrope_section": SECTION, "temporal_stride": -1}, {}, "a positive number"),
         ({"position_scheme": "mrope_interleave", "mrope_section": SECTION, "spatial_reset": 1}, {}, "True or False"),
         ({"position_scheme": "mmrope", "position_scale": [1, 2]}, {}, "three positive numbers"),
-        (
-            {"position_scheme": "hope", "mrope_section": SECTION, "temporal_scales": []},
-            {},
-            "non-empty list of positive",
-        ),
+        ({"position_scheme": "hope", "mrope_section": SECTION, "temporal_scales": []}, {}, "non-empty list of"),
         ({"position_scheme": "hope", "mrope_section": SECTION, "temporal_scales": [1, -2]}, {}, "non-empty list of"),
         ({"position_scheme": "qwen3_vl", "axis_allocation": "nope"}, {}, "Register a new one with .*register_axis_"),
     ],
