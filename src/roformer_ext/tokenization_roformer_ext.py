@@ -342,7 +342,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
             search = re.compile("|".join(map(re.escape, variants)), re.IGNORECASE).search if variants else None
             cached = self.__dict__["_added_tokens_search"] = (contents, search)
         search = cached[1]
-        marked = []
+        marked, lower = [], self.do_lower_case
         for item in batch:
             pieces = []
             for text in (item,) if isinstance(item, str) else item:
@@ -350,11 +350,11 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
                 if search is not None and (search(text) or search(normalized)):
                     return None
                 joined = splitter.joined(normalized)
-                # Offsets: piece w of `joined` starts w characters later than in the text when the normaliser keeps
-                # each character's place and the pieces and single whitespace characters tile the text (then
-                # `joined` is that much longer than the text).
+                # Offsets: piece w of `joined` starts w characters later when each character kept its place (lower-cased
+                # or whitespace a space) and the pieces and single whitespace characters tile the text.
                 if with_offsets and not (
-                    _same_places(text, normalized, self.do_lower_case)
+                    len(normalized) == len(text)
+                    and (normalized == text or normalized == (text.lower() if lower else text).translate(_SPACES))
                     and len(joined) == len(normalized) + len(joined.split()) - 1
                 ):
                     return None
@@ -382,14 +382,6 @@ _ROUTE_CALLS = frozenset(
 
 
 _SPACES = {code: " " for code in range(0x3001) if chr(code).isspace()}  # what BERT's normaliser makes of them
-
-
-def _same_places(text: str, normalized: str, lowercase: bool) -> bool:
-    """Whether each character of `text` became one character of `normalized` (lower-cased, other whitespace a space),
-    so offsets into one are offsets into the other. Sufficient, not necessary: a refused text takes transformers' path."""
-    if len(normalized) != len(text):
-        return False
-    return normalized == text or normalized == (text.lower() if lowercase else text).translate(_SPACES)
 
 
 def _texts(values: Any) -> bool:
