@@ -215,14 +215,8 @@ def allocation_knobs(name: str, *, section: str | None = None, headwise: bool = 
     """A knob class for allocation `name` with these class variables (`register_axis_allocation`'s flags)."""
     if section not in (None, "pairs", "heads"):
         raise ValueError(f"An allocation's section counts None, 'pairs' or 'heads'; got {section!r}.")
-    namespace = {
-        "allocation": name,
-        "section": section,
-        "headwise": bool(headwise),
-        "axis_ladders": bool(axis_ladders),
-        "__doc__": f"The knobs of axis allocation {name!r}.",
-        "__module__": __name__,
-    }
+    namespace = dict(allocation=name, section=section, headwise=bool(headwise), axis_ladders=bool(axis_ladders),
+                     __doc__=f"The knobs of axis allocation {name!r}.", __module__=__name__)  # fmt: skip
     class_name = "".join(part.capitalize() for part in name.split("_")) + "AllocationKnobs"
     return make_dataclass(class_name, [], bases=(AxisAllocationKnobs,), frozen=True, namespace=namespace)
 
