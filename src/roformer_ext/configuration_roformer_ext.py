@@ -117,14 +117,11 @@ class RoFormerExtConfig(PreTrainedConfig):
     keys_to_ignore_at_inference = [CACHE]
     # transformers' distributed engine (docs/distributed.md): each tensor-parallel rank holds whole heads.
     base_model_tp_plan = {
-        "embeddings.word_embeddings": "embedding_rowwise",
-        "layers.*.attention.query": "colwise",
-        "layers.*.attention.key": "colwise",
-        "layers.*.attention.value": "colwise",
-        "layers.*.attention.output": "rowwise",
-        "layers.*.feed_forward.intermediate": "colwise",
+        "embeddings.word_embeddings": "embedding_rowwise", "layers.*.attention.query": "colwise",
+        "layers.*.attention.key": "colwise", "layers.*.attention.value": "colwise",
+        "layers.*.attention.output": "rowwise", "layers.*.feed_forward.intermediate": "colwise",
         "layers.*.feed_forward.output": "rowwise",
-    }
+    }  # fmt: skip
     # FSDP2: one fully_shard per layer and one for the word embeddings.
     base_model_fsdp_plan = {"embeddings.word_embeddings": "free_full_weight", "layers.*": "free_full_weight"}
     # No pipeline plan: its stages feed hidden states back as `inputs_embeds`, which our embeddings would re-embed.
@@ -219,8 +216,7 @@ class RoFormerExtConfig(PreTrainedConfig):
 
     @property
     def ignore_keys_at_rope_validation(self) -> set[str]:
-        """The rope_parameters keys transformers' rope validation must not check: all but its own scaling keys (unknown
-        ones `validate_rope_layout` names once), and any transformers adds."""
+        """The rope_parameters keys transformers' rope validation must not check: all but its own scaling keys."""
         rope = self.__dict__.get("rope_parameters") or {}
         added = self.__dict__.get("ignore_keys_at_rope_validation") or set()
         return {key for key in rope if key in ROPE_LAYOUT_KEYS or key not in TRANSFORMERS_ROPE_KEYS} | added
@@ -270,10 +266,13 @@ class RoFormerExtConfig(PreTrainedConfig):
         return self.hidden_size // self.num_attention_heads
 
     def validate_fields(self) -> None:
-        """Fail at construction, with the fix in the message, rather than inside a forward pass. Runs again when a
-        model is built, for fields changed afterwards."""
+        """Fail at construction (and again when a model is built), with the fix in the message, not in a forward."""
         for name in SIZE_FIELDS:  # a float or bool here fails later inside torch with an unrelated message
-            _check_positive_int(name, getattr(self, name))
+            value = getattr(self, name)
+            if not is_int(value):
+                raise TypeError(f"{name} must be a positive int; got {value!r} ({type(value).__name__}).")
+            if value < 1:
+                raise ValueError(f"{name} must be a positive int; got {value}.")
         if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
             raise ValueError(
                 f"Unknown hidden_act {self.hidden_act!r}; use one of transformers' activations (ACT2FN), e.g. 'gelu' "
@@ -319,7 +318,12 @@ class RoFormerExtConfig(PreTrainedConfig):
                     + ". Unless a rotary kind of your own reads it, it is ignored."
                 )
             elif key in TRANSFORMERS_ROPE_KEYS and key not in ROPE_LAYOUT_KEYS:  # factor, long_factor, ...
-                _check_finite(f"rope_parameters[{key!r}]", value)
+                values = value if isinstance(value, (list, tuple)) else [value]
+                if any(isinstance(item, float) and not math.isfinite(item) for item in values):
+                    name = f"rope_parameters[{key!r}]"
+                    raise ValueError(
+                        f"{name} must be finite; got {value!r}. Give an ordinary number (e.g. factor 2.0)."
+                    )
         if rope["rope_type"] in ROPE_INIT_FUNCTIONS:  # transformers' own checks of its scaling keys (factor, ...)
             self.validate_rope()
         axes, pairs = rope["axes"], self.head_dim // 2
@@ -387,22 +391,6 @@ def _check_choice(name: str, value: Any, allowed) -> None:
     if not isinstance(value, (str, type(None))) or value not in allowed:
         names = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"Unknown {name} {value!r}. Registered choices: {names}.")
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    """An int >= 1: TypeError for another type (bools and floats too), ValueError for the range."""
-    if not is_int(value):
-        raise TypeError(f"{name} must be a positive int; got {value!r} ({type(value).__name__}).")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value}.")
-
-
-def _check_finite(name: str, value: Any) -> None:
-    """No float in `value` (a number or a list, as longrope's factors) is inf or nan."""
-    values = value if isinstance(value, (list, tuple)) else [value]
-    for item in values:
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{name} must be finite; got {value!r}. Give an ordinary number (e.g. factor 2.0).")
 
 
 def _check_scheme_knob(key: str, value: Any, knob: Knob) -> None:
