@@ -1,6 +1,5 @@
-"""Every class the Auto mappings register works with `return_dict=False` (the config's, as TorchScript set-ups use) and
-under `torch.jit.trace`, as transformers' BERT does; every class that can `generate` lists `GenerationMixin` among its
-direct bases, as transformers' own generative classes do."""
+"""Every registered class works with the config's `return_dict=False` and under `torch.jit.trace`, as BERT does; every
+generative class lists `GenerationMixin` among its direct bases, as transformers' own do."""
 
 import pytest
 import torch
@@ -35,8 +34,7 @@ CLASSES = registered_classes()
 
 
 def build(model_class: type, **config_kwargs) -> tuple[torch.nn.Module, dict]:
-    """A tiny model of `model_class` and inputs for it: images and video for the vision-text classes, one row of
-    choices per sample for multiple choice."""
+    """A tiny model of `model_class` and inputs for it (images and video for vision-text, choices for multiple choice)."""
     torch.manual_seed(0)
     if issubclass(model_class.config_class, RoFormerExtVisionTextConfig):
         config, inputs = RoFormerExtVisionTextConfig(**SIZES, **config_kwargs), mixed_batch()

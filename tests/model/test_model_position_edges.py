@@ -1,6 +1,5 @@
-"""Edge cases of the text model's position helpers: the batch layout (`RoFormerExtModel.batch_layout`) and what
-`__init__` builds; and of the layers' helpers (the tensor-parallel refusal of per-head terms, packed linear attention
-without a rotation)."""
+"""Edge cases: `RoFormerExtModel.batch_layout`, what `__init__` builds, per-head terms under tensor parallelism, packed
+linear attention without a rotation."""
 
 from types import SimpleNamespace
 
