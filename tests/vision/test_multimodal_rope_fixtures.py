@@ -1,8 +1,5 @@
-"""The multimodal variants against fixtures from the authors' reference code (tests/fixtures/multimodal_rope/PROVENANCE):
-JJJYmmm/Multimodal-RoPEs (the ICLR 2026 paper's) and the official VideoRoPE, HoPE, V2PE, Lumos (MM-RoPE), OmniGen2
-(OmniRoPE), VRoPE, CircleRoPE and GRAPE code. Vision markers and timestamps are text to us. On every real token:
-positions exactly, deltas as ours = theirs + the row's padding (they subtract the padded length, we the real tokens);
-padding positions differ by design (theirs 1, ours 0); cos / sin on the reference's positions."""
+"""The multimodal variants against the authors' reference code's fixtures (tests/fixtures/multimodal_rope/PROVENANCE):
+on every real token positions exactly, deltas = theirs + the row's padding; padding positions differ by design."""
 
 from __future__ import annotations
 
@@ -20,9 +17,7 @@ from roformer_ext.rope import HeadwiseRotation, RotaryEmbedding, apply_rotary, r
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "multimodal_rope"
 IMAGE, VIDEO = 90, 91
 
-#: fixture -> our rope_parameters (the variant's default allocation unless named). The ICLR reference re-implements
-#: VideoRoPE's and HoPE's allocations with Qwen3-VL's slicing, OmniRoPE's as one sliced ladder and MM-RoPE's with
-#: 8-pair components and M-RoPE blocks: registered below as a user would; the official ones are checked further down.
+#: fixture -> our rope_parameters; the ICLR reference's own VideoRoPE / HoPE / MM-RoPE allocations are registered below.
 OURS = {
     "mrope_interleave": {"position_scheme": "mrope_interleave", "mrope_section": [6, 5, 5], "spatial_reset": True},
     "mrope_interleave_no_reset": {"position_scheme": "mrope_interleave", "mrope_section": [6, 5, 5],
@@ -38,15 +33,13 @@ OURS = {
     "omnirope": {"position_scheme": "omnirope", "mrope_section": [4, 6, 6], "axis_allocation": "sections"},
     "mmrope": {"position_scheme": "mmrope_multimodal_ropes", "axes": 3, "position_scale": [1.0, 2.0, 0.5],
                "axis_allocation": "mmrope_multimodal_ropes"},
-    # official lose4578/CircleRoPE (Qwen2.5-VL's layout: images and one-frame videos on a ring): its config.json's
-    # circle_rope (alpha 0.5, radius 10, centred) is our default; the default allocation "sections"
+    # official lose4578/CircleRoPE: its config.json's circle_rope (alpha 0.5, radius 10, centred) is our default
     "circle_rope": {"position_scheme": "circle_rope", "mrope_section": [4, 6, 6]},
     "circle_rope_auto": {"position_scheme": "circle_rope", "mrope_section": [4, 6, 6], "circle_alpha": 0.25,
                          "circle_radius": "auto-2", "circle_move_to_origin": False, "circle_dff_rate": 0.3,
                          "circle_move_to_positive": 1.5},
 }  # fmt: skip
-#: official VideoRoPE and hrlics/HoPE (one scale in `scale_factors`, so its `random.choice` is fixed): Qwen2-VL's
-#: layout, one grid row per multi-frame video; the schemes' default allocations "videorope" / "hope"
+#: official VideoRoPE and hrlics/HoPE (one scale in `scale_factors`: its `random.choice` is fixed), Qwen2-VL's layout
 OFFICIAL = {f"{scheme}_official{suffix}": (scheme, scale) for scheme, suffix, scale in [
     ("videorope", "", 2.0), ("videorope", "_scale05", 0.5), ("hope", "", 2.0), ("hope", "_scale05", 0.5),
     ("hope", "_scale125", 1.25)]}  # fmt: skip
@@ -56,10 +49,8 @@ for name, (scheme, scale) in OFFICIAL.items():
 
 @pytest.fixture(autouse=True, scope="module")
 def reference_allocations():
-    """The ICLR reference's VideoRoPE allocation (h on pairs 1, 3, ... < 2·section[1], w on 2, 4, ... < 2·section[2],
-    t elsewhere), its HoPE (the same with t unrotated), its MM-RoPE allocation (8-pair components T,T,H,W,H,W,H,W) and
-    position design (M-RoPE blocks scaled per axis: patch (k, i, j) at st + (k·s·σ_t, i·σ_h, j·σ_w), text after at
-    max + 1)."""
+    """The ICLR reference's VideoRoPE / HoPE allocations (Qwen3-VL's slicing), MM-RoPE's (8-pair T,T,H,W,H,W,H,W) and
+    its MM-RoPE positions (M-RoPE blocks scaled per axis, text after at max + 1)."""
 
     @register_axis_allocation("videorope_multimodal_ropes")
     def allocation(num_pairs, axes, mrope_section):
@@ -119,8 +110,8 @@ def left_padded(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def check_deltas(deltas, record, mask, atol=0.0, every_row=False) -> None:
-    """Ours = theirs + padding, except (unless every_row) text-only batches' padded rows of one real token: there the
-    ICLR reference's other branch writes 1 at padding before taking each row's maximum, counting it as a position."""
+    """Ours = theirs + padding, except (unless every_row) text-only padded rows of one real token, where the ICLR
+    reference counts a padding 1 as a position."""
     real_tokens = mask.sum(1, keepdim=True)
     padding = (mask.shape[1] - real_tokens).float()
     artefact = (record["image_grid_thw"] is None) & (record["video_grid_thw"] is None) & (real_tokens == 1)
@@ -130,11 +121,8 @@ def check_deltas(deltas, record, mask, atol=0.0, every_row=False) -> None:
 
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_positions_deltas_and_cos_sin_match_the_reference(name):
-    """Circle-RoPE's positions and deltas are float ring points: to 1e-5 (the CPU's vectorised sin / cos may differ
-    from the fixture's machine by an ulp, 3.8e-6 here; a wrong position is off by 0.1 or more); its cos / sin against
-    transformers' `Qwen2_5_VLRotaryEmbedding`. The others exactly. Official VideoRoPE / HoPE: every delta, and the
-    official rotation (`apply_m_modify_multimodal_rotary_pos_emb` / `apply_hybrid_multimodal_rotary_pos_emb`) of
-    random queries / keys, padding included, within 1e-5 (float32 products of values up to ~5)."""
+    """Exactly, except Circle-RoPE's float ring points (1e-5: an ulp of the CPU's sin / cos; a wrong one is off by
+    0.1); official VideoRoPE / HoPE: every delta and the official rotation of queries / keys within 1e-5."""
     fixture, config = load(name), vision_config(128, 4, **OURS[name], pair_layout="half")
     circle, official = name.startswith("circle"), name in OFFICIAL
     allocation = OFFICIAL[name][0] if official else "sections" if circle else config.rope_parameters["axis_allocation"]
@@ -176,7 +164,7 @@ def test_positions_deltas_and_cos_sin_match_the_reference(name):
 
 
 def v2pe_row(record: dict) -> tuple[torch.Tensor, list]:
-    """`<img>`, `</img>` and the frame labels are text, each image's 256·n tile tokens one group of grid (1, 16, 16·n)."""
+    """`<img>`, `</img>`, frame labels: text; an image's 256·n tile tokens: one group of grid (1, 16, 16·n)."""
     ids, grids = [], []
     for kind, value in record["layout"]:
         if kind == "text":
@@ -192,10 +180,8 @@ def v2pe_config(stride: float, tokens: int | None = 256) -> RoFormerExtVisionTex
 
 
 def test_v2pe_matches_the_official_code():
-    """Official `get_rope_pos_id` ("v2pe_fix", strides 1, 16, 64) on 36 InternVL rows (a video: "Frame k:" text before
-    each one-tile frame), left-padded in batches of 4 rows of one stride (rows c, c + 3, c + 6, c + 9: the fixture
-    cycles the strides). Ours with `visual_stride_tokens` 256 (the official step): every real token's position exactly.
-    Without it (the ICLR reference's rule, a segment spans visual_stride) one-tile images agree, multi-tile ones not."""
+    """Official `get_rope_pos_id` (strides 1, 16, 64) on 36 rows, batches of 4 of one stride: exactly with
+    `visual_stride_tokens` 256; without it (the ICLR rule) one-tile images agree, multi-tile ones not."""
     fixture = load("v2pe_official")
     cases, batches, padded_rows, multi_tile = fixture["cases"], 0, 0, 0
     assert fixture["tokens_per_tile"] == 256
@@ -235,7 +221,7 @@ LUMOS_CONTENT = 5000  # the fixture's visual content token (new-line tokens, 880
 
 
 def lumos_config() -> RoFormerExtVisionTextConfig:
-    """Ours as Lumos-1 runs it: position_scale (4, 8, 8), Cosmos' strides; the default allocation "mmrope"."""
+    """As Lumos-1 runs it: position_scale (4, 8, 8), Cosmos' strides."""
     rope = {"position_scheme": "mmrope", "position_scale": [4.0, 8.0, 8.0], "pair_layout": "half"}
     config = vision_config(image_token_id=LUMOS_CONTENT, **rope)
     assert config.rope_parameters["axis_allocation"] == "mmrope"
@@ -243,8 +229,7 @@ def lumos_config() -> RoFormerExtVisionTextConfig:
 
 
 def lumos_row(record: dict) -> tuple[torch.Tensor, list, torch.Tensor]:
-    """Content tokens (new-line tokens included) are our image placeholders, every other token text; one grid
-    (1, h, w + 1) per frame; the official positions: content tokens' (t, h, w), other tokens' text index on every axis."""
+    """Content tokens (new-lines included) are image placeholders, one grid (1, h, w + 1) per frame, the rest text."""
     flag = record["image_content_flag"][0].bool()
     frames = [value for kind, value in record["layout"] if kind == "frames"]
     grids = [[1, h, w + 1] for t, h, w in frames for _ in range(t)]
@@ -253,9 +238,7 @@ def lumos_row(record: dict) -> tuple[torch.Tensor, list, torch.Tensor]:
 
 
 def test_mmrope_matches_the_official_code():
-    """Official Lumos-1 `generate_mm_position_ids` + `set_3d_global_offset` and `mm_rotary_emb` on 64 rows (text only,
-    or 1-4 images and videos of 2-5 frames), left-padded in batches of 4: each row's positions exactly at its real
-    tokens (text at its token index, visual tokens at o + (4f, 8i, 8j)), deltas 0; cos / sin (12 rows) within 1e-6."""
+    """Official Lumos-1 on 64 rows, left-padded in batches of 4: positions exactly, deltas 0, cos / sin within 1e-6."""
     fixture, config = load("mmrope_official"), lumos_config()
     rotary, cases, padded_rows, with_cos = RotaryEmbedding(config), fixture["cases"], 0, 0
     counts = {"text only": 0, "video": 0, "several items": 0}
@@ -285,8 +268,7 @@ def test_mmrope_matches_the_official_code():
 
 
 def omnigen_row(record: dict) -> tuple[torch.Tensor, list, list]:
-    """The caption is text, each image one group of grid (1, h, w); OmniGen2 puts images back to back, so consecutive
-    images alternate our image and video placeholders (a one-frame group is placed as an image)."""
+    """Caption text, then images back to back: alternating image and video placeholders keep them apart."""
     ids, grids = [1 + k % 50 for k in range(record["caption"])], ([], [])
     for n, (h, w) in enumerate([*record["references"], record["output"]]):
         ids += [(IMAGE, VIDEO)[n % 2]] * (h * w)
@@ -300,11 +282,8 @@ def omnirope_config(**rope) -> RoFormerExtVisionTextConfig:
 
 
 def test_omnirope_matches_the_official_code():
-    """Official `OmniGen2RotaryPosEmbed` and `apply_rotary_emb(use_real=False)` on 60 rows (caption at 0, 1, ..., each
-    image at (s, i, j), s advancing by max(h, w)), left-padded in batches of 4 (OmniGen2 checked its batched output
-    equals the single-row one): each row's positions exactly at its real tokens; cos / sin (24 rows) within 1e-5 of the
-    official complex128 tables; queries / keys (8 rows) rotated within 1e-5. One ladder sliced over the head
-    ("sections") instead of per-axis ladders gives other h / w frequencies."""
+    """Official `OmniGen2RotaryPosEmbed` on 60 rows in batches of 4: positions exactly, cos / sin and rotated queries /
+    keys within 1e-5; one sliced ladder ("sections") instead of per-axis ladders gives other frequencies."""
     fixture, config = load("omnirope_official"), omnirope_config()
     assert config.rope_parameters["axis_allocation"] == "omnirope" and fixture["axes_dim"] == (8, 12, 12)
     rotary, sliced = RotaryEmbedding(config), RotaryEmbedding(omnirope_config(axis_allocation="sections"))
@@ -339,7 +318,6 @@ def test_omnirope_matches_the_official_code():
 
 
 def test_omnirope_ladders_refuse_frequencies_recomputed_for_the_head():
-    """dynamic / longrope recompute one ladder for the whole head: refused; linear scales each axis's ladder."""
     with pytest.raises(ValueError, match="its own frequency ladder"):
         RotaryEmbedding(omnirope_config(rope_type="dynamic", factor=2.0))
     plain, linear = RotaryEmbedding(omnirope_config()), RotaryEmbedding(omnirope_config(rope_type="linear", factor=4.0))
@@ -351,9 +329,7 @@ def test_omnirope_ladders_refuse_frequencies_recomputed_for_the_head():
 
 
 def test_vrope_matches_the_official_code():
-    """The official `VRoPE` takes shapes (each becomes a run of our tokens) and gives every token one position per
-    frequency pair (head_dim 16: 8 pairs); ours is the position on the pair's axis (pair p -> axis p mod 4). Exactly,
-    with the next text position (its `current_index`)."""
+    """The official `VRoPE`'s position per frequency pair = ours on the pair's axis (p mod 4), and its next index."""
     fixture, config = load("vrope"), vision_config(32, position_scheme="vrope")
     axis = RotaryEmbedding(config).axis_of_pair
     assert axis.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
@@ -403,10 +379,8 @@ def grape_rotary(fixture: dict, **rope) -> torch.nn.Module:
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_grape_m_matches_the_official_code(shared):
-    """The official `MSGRAPECommuting` (planes (i, i + d/2): our "half" layout), shared across heads or not
-    (`share_across_heads`, our `grape_share_across_heads`: a (heads, pairs) set, cos / sin with a heads axis): our
-    initial log-frequencies equal its; with its learned ones loaded, cos equal and sin negated (it turns by −n·ω)
-    within 1e-6, the rotated queries and keys within 1e-6."""
+    """The official `MSGRAPECommuting` ("half" planes), shared across heads or not: initial log-frequencies exactly;
+    with its learned ones, cos equal and sin negated (it turns by −n·ω), rotated queries / keys, within 1e-6."""
     fixture = load("grape_m" if shared else "grape_m_per_head")
     assert fixture.get("share_across_heads", True) == shared
     rotary = grape_rotary(fixture, grape_share_across_heads=shared)
