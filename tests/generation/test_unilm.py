@@ -78,14 +78,26 @@ def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_target
     changed = ids.clone()
     changed[0, 6:] = torch.randint(5, 99, (2,))  # change the last two target tokens
     with torch.no_grad():
-        first = model(ids, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)).last_hidden_state
-        second = model(
-            changed, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)
-        ).last_hidden_state
+        first, second = (
+            model(x, token_type_ids=segments, attention_mask=unilm_attention_mask(segments)).last_hidden_state
+            for x in (ids, changed)
+        )
         plain = model(changed, token_type_ids=segments).last_hidden_state
     torch.testing.assert_close(first[0, :6], second[0, :6], rtol=0, atol=1e-6)
     assert (first[0, 6:] - second[0, 6:]).abs().max() > 1e-3
     assert (plain[0, :6] - second[0, :6]).abs().max() > 1e-3  # without the mask everything mixes
+
+
+def left_padded_prompt(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    attention_mask = torch.ones(2, 6, dtype=torch.long)
+    attention_mask[1, :2] = 0
+    input_ids = torch.randint(5, 99, (2, 6), generator=torch.Generator().manual_seed(seed))
+    return input_ids.masked_fill(attention_mask == 0, 0), attention_mask
+
+
+def assert_same_greedy(got, expected) -> None:
+    assert torch.equal(got.sequences, expected.sequences)
+    torch.testing.assert_close(torch.stack(got.logits), torch.stack(expected.logits), rtol=1e-5, atol=1e-5)
 
 
 def unilm_decoder() -> roformer_ext.RoFormerExtForCausalLM:
@@ -96,12 +108,10 @@ def unilm_decoder() -> roformer_ext.RoFormerExtForCausalLM:
 def unilm_recomputation(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference: every step recomputes the whole sequence under the explicit UniLM mask, no cache. Returns the
-    tokens and every step's last logits (steps, batch, vocab)."""
+    """The reference: every step recomputed under the explicit UniLM mask. (tokens, (steps, batch, vocab) logits)."""
     source, steps_logits = input_ids.shape[1], []
     for _ in range(steps):
-        token_type_ids = torch.zeros_like(input_ids)
-        token_type_ids[:, source:] = 1
+        token_type_ids = target_after(input_ids, source)
         mask = torch.cat([attention_mask, attention_mask.new_ones(input_ids.shape[0], input_ids.shape[1] - source)], 1)
         four_d = unilm_attention_mask(token_type_ids, mask)
         with torch.no_grad():
@@ -114,10 +124,7 @@ def unilm_recomputation(
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
 def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
     model = unilm_decoder()
-    input_ids = torch.randint(5, 99, (2, 6), generator=torch.Generator().manual_seed(1))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, :2] = 0  # left padding
-    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    input_ids, attention_mask = left_padded_prompt(seed=1)
 
     def generate(m):
         source = torch.zeros_like(input_ids)
@@ -171,8 +178,7 @@ def target_after(input_ids: torch.Tensor, source_length: int) -> torch.Tensor:
 
 @contextlib.contextmanager
 def assistant_generate_deprecation_dropped():
-    """transformers' own assisted decoding hands its assistant's `generate` a generation_config together with
-    generation arguments and logs that as deprecated (a GPT-2 assistant logs it too): not this project's code path."""
+    """transformers' assisted decoding logs its own call to the assistant as deprecated (a GPT-2 one's too)."""
 
     def keep(record: logging.LogRecord) -> bool:
         return "together with generation-related arguments" not in record.getMessage()
@@ -201,17 +207,13 @@ def test_unilm_assisted_decoding_gives_the_greedy_tokens(drafts):
     reference = greedy(model, input_ids, max_new_tokens=10)
     with assistant_generate_deprecation_dropped():
         assisted = greedy(model, input_ids, max_new_tokens=10, **options)
-    assert torch.equal(assisted.sequences, reference.sequences)
-    torch.testing.assert_close(torch.stack(assisted.logits), torch.stack(reference.logits), rtol=1e-5, atol=1e-5)
+    assert_same_greedy(assisted, reference)
 
 
 def test_unilm_second_turn_with_the_returned_cache_equals_recomputation():
     """Turn 2 continues turn 1's cache: the prompt stays the source, turn 1's answer and the new tokens are target."""
     model = unilm_decoder()
-    input_ids = torch.randint(5, 99, (2, 6), generator=torch.Generator().manual_seed(6))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, :2] = 0  # left padding
-    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    input_ids, attention_mask = left_padded_prompt(seed=6)
     first = greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4)
     extra = torch.tensor([[11, 12], [13, 14]])  # tokens the caller appends to the answer before turn 2
     second_ids = torch.cat([first.sequences, extra], dim=1)
@@ -221,8 +223,7 @@ def test_unilm_second_turn_with_the_returned_cache_equals_recomputation():
     for token_type_ids in (None, target_after(second_ids, input_ids.shape[1])):
         cache = output_cache(greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4))
         cached = greedy(model, second_ids, token_type_ids=token_type_ids, **turn, **{CACHE: cache})
-        assert torch.equal(cached.sequences, recomputed.sequences)
-        torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
+        assert_same_greedy(cached, recomputed)
 
 
 def test_unilm_continuing_with_the_cache_equals_one_longer_generation():
@@ -238,16 +239,14 @@ def test_unilm_continuing_with_the_cache_equals_one_longer_generation():
 
 
 def test_unilm_source_tokens_after_a_cache_are_recomputed_by_generate_and_refused_by_forward():
-    """A source token after cached tokens would need the cached source to see it: generate recomputes without the
-    cache, a forward refuses."""
+    """A source token after cached tokens would need the cached source to see it."""
     model = unilm_decoder()
     input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(8))
     first = greedy(model, input_ids, max_new_tokens=3)
     all_source = torch.zeros_like(first.sequences)  # turn 1's answer made the source of turn 2
     cached = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3, **{CACHE: output_cache(first)})
     recomputed = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3)
-    assert torch.equal(cached.sequences, recomputed.sequences)
-    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
+    assert_same_greedy(cached, recomputed)
     with torch.no_grad():
         cache = output_cache(model(input_ids, token_type_ids=torch.zeros_like(input_ids), use_cache=True))
         with pytest.raises(ValueError, match="after a cache"):

@@ -25,8 +25,7 @@ def config(scheme: str, **knobs) -> types.SimpleNamespace:
 
 
 def random_layout(rng: random.Random, frames_apart: bool = False) -> list[tuple[str, object]]:
-    """("text", n) / ("image", (1, h, w)) / ("video", (t, h, w)) items; text between two vision items of one kind
-    (the processor's [/IMG] [IMG] markers)."""
+    """("text", n) / ("image", (1, h, w)) / ("video", (t, h, w)) items, text between two vision items."""
     layout = [("text", rng.randint(1, 4))] if rng.random() < 0.7 else []
     for _ in range(rng.randint(0, 3)):
         kind = rng.choice(["image", "video"])
@@ -40,8 +39,7 @@ def random_layout(rng: random.Random, frames_apart: bool = False) -> list[tuple[
 
 
 def encode(layout) -> tuple[list[int], list[tuple], list[tuple], list[tuple]]:
-    """Token ids, image grids, video grids (one per video, as transformers takes them) and the video groups as they
-    appear in the tokens (one per frame for "frames": our grids)."""
+    """Ids, image grids, video grids (transformers') and video groups as in the tokens (ours: one per frame)."""
     ids, images, videos, groups = [], [], [], []
     for kind, value in layout:
         if kind == "text":
@@ -90,9 +88,8 @@ def transformers_rope_index(model_class, input_ids, mask, images, videos, **extr
 
 
 def original_qwen2_5_vl(layout, seconds: list[float], tokens_per_second: int) -> tuple[list[list[int]], int]:
-    """Qwen2.5-VL's original rule (vLLM's `get_input_positions`, also in the VideoRoPE repository's copy), token by
-    token: a vision segment starts at st = max(previous) + 1, frame k at st + int(k · tokens_per_second · seconds),
-    rows and columns at st + i, st + j; the next text at max(segment) + 1. Returns (t, h, w) per token and the next."""
+    """Qwen2.5-VL's original rule (vLLM's `get_input_positions`), token by token: segment at st = max(previous) + 1,
+    frame k at st + int(k · tokens_per_second · seconds); (t, h, w) per token and the next text position."""
     positions, start, seconds = [], 0, iter(seconds)
     for kind, value in layout:
         if kind == "text":
@@ -107,10 +104,14 @@ def original_qwen2_5_vl(layout, seconds: list[float], tokens_per_second: int) ->
     return positions, start
 
 
+def reaches_past(grid, seconds: float, tokens_per_second: int) -> bool:
+    t, h, w = grid
+    return int((t - 1) * float(torch.tensor(seconds, dtype=torch.float32) * tokens_per_second)) >= max(h, w)
+
+
 def test_qwen2_5_vl_matches_transformers_get_rope_index():
-    """Where transformers (5.21 to 5.25) and the original agree (each video's temporal extent within max(h, w)), ours
-    equals transformers' positions and deltas; elsewhere ours equals the original rule and transformers' up to the
-    end of the first video that reaches past max(h, w) (transformers then continues the text at st + max(h, w))."""
+    """Where no video's temporal extent reaches past max(h, w), ours = transformers'; elsewhere ours = the original
+    rule, and transformers' up to the end of the first such video (it continues the text at st + max(h, w))."""
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
 
     rng, agreed, diverged = random.Random(25), 0, 0
@@ -127,10 +128,8 @@ def test_qwen2_5_vl_matches_transformers_get_rope_index():
             Qwen2_5_VLModel, input_ids, mask, images, videos,
             second_per_grid_ts=second_per_grid_ts, tokens_per_second=tokens_per_second,
         )  # fmt: skip
-        fits = all(
-            int((t - 1) * float(torch.tensor(s, dtype=torch.float32) * tokens_per_second)) < max(h, w)
-            for (t, h, w), s in zip(videos.tolist() if videos is not None else [], seconds)
-        )
+        grids = [] if videos is None else videos.tolist()
+        fits = not any(reaches_past(grid, s, tokens_per_second) for grid, s in zip(grids, seconds))
         message = f"case {case}: {samples}, seconds {seconds}, tokens_per_second {tokens_per_second}"
         if fits:
             agreed += 1
@@ -146,13 +145,11 @@ def test_qwen2_5_vl_matches_transformers_get_rope_index():
             assert ours[:, b, real].T.tolist() == expected, message
             assert our_deltas[b].item() == next_text - len(expected), message
             assert torch.equal(ours[:, b, ~real], torch.zeros_like(ours[:, b, ~real])), message
-        # transformers agrees up to the end of the first video that reaches past max(h, w)
         first = 0
         for kind, value in samples[0]:
             first += value if kind == "text" else math.prod(value)
             if kind == "video":
-                t, h, w = value
-                if int((t - 1) * float(torch.tensor(seconds[0], dtype=torch.float32) * tokens_per_second)) >= max(h, w):
+                if reaches_past(value, seconds[0], tokens_per_second):
                     break
                 seconds = seconds[1:]
         real = mask[0].bool()
@@ -176,16 +173,14 @@ def test_qwen2_5_vl_text_after_a_long_video():
 
 
 def test_qwen3_vl_matches_transformers_get_rope_index():
-    """Layout mapping: Qwen3-VL separates video frames by timestamp text, and its `get_rope_index` takes one
-    video_grid_thw row (t, h, w) per video and splits it into t rows (1, h, w)."""
+    """Qwen3-VL separates frames by timestamp text; its `get_rope_index` splits each video's grid into t frames."""
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
     rng, with_video = random.Random(3), 0
     for case in range(LAYOUTS):
         samples, input_ids, mask, images, videos, groups = padded_batch(rng, frames_apart=True)
         ours, our_deltas = build_position_ids(input_ids, config("qwen3_vl"), images, groups, mask)
-        # transformers splits its video grid in place: give it a copy
-        split = None if videos is None else videos.clone()
+        split = None if videos is None else videos.clone()  # transformers splits it in place
         theirs, their_deltas = transformers_rope_index(Qwen3VLModel, input_ids, mask, images, split)
         message = f"case {case}: {samples}"
         assert torch.equal(ours, theirs.float()), message
@@ -195,8 +190,7 @@ def test_qwen3_vl_matches_transformers_get_rope_index():
 
 
 def test_qwen3_vl_places_consecutive_frames_one_after_another():
-    """A video whose frames follow each other with nothing between: frame k starts at st + k·max(h, w), as Qwen3-VL
-    places frames that are separated by text, with the separators taking no position."""
+    """Frames with nothing between: frame k starts at st + k·max(h, w), as Qwen3-VL places text-separated frames."""
     ids, _, videos, _ = encode([("text", 2), ("video", (3, 2, 3)), ("text", 1)])
     ours, delta = build_position_ids(torch.tensor([ids]), config("qwen3_vl"), None, torch.tensor(videos))
     for k in range(3):
@@ -208,19 +202,8 @@ def test_qwen3_vl_places_consecutive_frames_one_after_another():
     assert ours[:, 0, -1].tolist() == [11, 11, 11] and delta.item() == 12 - 21
 
 
-def our_cos_sin(scheme: str, mrope_section: list[int], position_ids: torch.Tensor):
-    vision_config = RoFormerExtVisionTextConfig(
-        hidden_size=256,
-        num_attention_heads=2,
-        rope_parameters={"position_scheme": scheme, "pair_layout": "half", "mrope_section": mrope_section},
-    )
-    rotary = RotaryEmbedding(vision_config)
-    return rotary(torch.zeros(1), position_ids)
-
-
 @pytest.mark.parametrize("scheme", ["qwen2_5_vl", "qwen3_vl"])
 def test_cos_sin_match_transformers(scheme):
-    """Our rotary's (cos, sin) on transformers' own position ids equal its rotary module's."""
     from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen2_5
     from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3
 
@@ -236,12 +219,16 @@ def test_cos_sin_match_transformers(scheme):
     else:
         their_rotary = qwen2_5.Qwen2_5_VLRotaryEmbedding(qwen2_5.Qwen2_5_VLTextConfig(**sizes, rope_parameters=rope))
         model_class = qwen2_5.Qwen2_5_VLModel
+    ours = {"position_scheme": scheme, "pair_layout": "half", "mrope_section": section}
+    our_rotary = RotaryEmbedding(
+        RoFormerExtVisionTextConfig(hidden_size=256, num_attention_heads=2, rope_parameters=ours)
+    )
     rng = random.Random(6 if qwen3_vl else 5)
     for _ in range(10):
         _, input_ids, mask, images, videos, _ = padded_batch(rng, frames_apart=qwen3_vl)
         extra = {} if qwen3_vl or videos is None else {"second_per_grid_ts": torch.rand(len(videos)) * 2 + 0.1}
         position_ids, _ = transformers_rope_index(model_class, input_ids, mask, images, videos, **extra)
-        cos, sin = our_cos_sin(scheme, section, position_ids.float())
+        cos, sin = our_rotary(torch.zeros(1), position_ids.float())
         their_cos, their_sin = their_rotary(torch.zeros(1), position_ids)
         torch.testing.assert_close(cos, their_cos, atol=1e-6, rtol=0)
         torch.testing.assert_close(sin, their_sin, atol=1e-6, rtol=0)

@@ -18,14 +18,10 @@ from roformer_ext import (
     RoFormerExtVisionTextModel,
 )
 
-# head_dim 24 -> 12 frequency pairs: sections [4, 4, 4] for mrope.
 SCHEMES = {
-    "rope_1d": {"axes": 3, "position_scheme": "rope_1d"},
-    "rope_2d_rows": {"axes": 3, "position_scheme": "rope_2d_rows"},
-    "rope_tie": {"axes": 3, "position_scheme": "rope_tie"},
-    "rope_tie_v2": {"axes": 3, "position_scheme": "rope_tie_v2"},
-    "mrope": {"axes": 3, "position_scheme": "mrope", "axis_allocation": "sections", "mrope_section": [4, 4, 4]},
+    s: {"axes": 3, "position_scheme": s} for s in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope")
 }
+SCHEMES["mrope"].update(axis_allocation="sections", mrope_section=[4, 4, 4])  # head_dim 24: 12 pairs
 
 
 def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
@@ -65,17 +61,13 @@ def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, 
     assert sorted(info["missing_keys"]) == [f"{prefix}patch_embed.proj.bias", f"{prefix}patch_embed.proj.weight"]
     assert not info["unexpected_keys"] and not info["mismatched_keys"]
     input_ids, attention_mask, token_type_ids = random_inputs(vocab=90)
-    with torch.no_grad():
-        expected = text_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
-        actual = vision_model.eval()(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
-    if expected.dim() == 3:  # pads sit at another position (0) in the vision model; real tokens must agree
-        expected, actual = expected * attention_mask[..., None], actual * attention_mask[..., None]
-    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
 
-    def run(m) -> torch.Tensor:
+    def run(m) -> torch.Tensor:  # pads sit at another position (0) in the vision model; real tokens must agree
         out = m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
         return out * attention_mask[..., None] if out.dim() == 3 else out
 
+    with torch.no_grad():
+        torch.testing.assert_close(run(vision_model.eval()), run(text_model), atol=1e-6, rtol=0)
     assert_position_sensitive(vision_model, run, 1e-6)
 
 
@@ -135,7 +127,7 @@ def test_generation_with_image_prompt_cached_equals_uncached(scheme):
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForCausalLM(vision_config(scheme)).eval()
     batch = mixed_batch()
-    # A trained model never writes placeholders; a random one might, and uncached generation would then ask for patches.
+    # a random model might write placeholders, and uncached generation would then ask for patches
     kwargs = dict(
         max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
         return_dict_in_generate=True, output_logits=True,
