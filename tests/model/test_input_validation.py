@@ -10,13 +10,18 @@ from roformer_ext import RoFormerExtModel, RoFormerExtVisionTextConfig
 
 
 @pytest.mark.parametrize(
-    "scale, error",
+    "value, error",
     [(math.inf, ValueError), (-math.inf, ValueError), (math.nan, ValueError), (0.0, ValueError), (-1.0, ValueError),
-     (True, TypeError), ("1", TypeError)],
+     (-1e4, ValueError), (True, TypeError), ("1", TypeError), ("1e4", TypeError)],
 )  # fmt: skip
-def test_sinusoidal_scale_must_be_a_positive_number(scale, error):
-    with pytest.raises(error, match=r"sinusoidal_scale must be a positive number \(finite, > 0.*got"):
-        tiny_config(position_encoding="sinusoidal", position_encoding_parameters={"sinusoidal_scale": scale})
+@pytest.mark.parametrize("field", ["sinusoidal_scale", "rope_theta"])
+def test_scale_and_rope_theta_must_be_finite_positive_numbers(field, value, error):
+    if field == "rope_theta":
+        field, kwargs = r"rope_parameters\['rope_theta'\]", dict(rope_parameters={"rope_theta": value})
+    else:
+        kwargs = dict(position_encoding="sinusoidal", position_encoding_parameters={field: value})
+    with pytest.raises(error, match=field + r" must be a positive number \(finite, > 0.*got"):
+        tiny_config(**kwargs)
 
 
 def test_finite_sinusoidal_scale_gives_finite_outputs():
@@ -70,16 +75,6 @@ def test_malformed_mrope_section_is_rejected_even_when_not_used():
     """Given but ignored (allocation 'interleaved') it is still a mistake worth reporting when it is malformed."""
     with pytest.raises(ValueError, match=r"mrope_section'\] entries must be positive"):
         tiny_config(rope_parameters={"axes": 2, "mrope_section": [5, -1]})
-
-
-@pytest.mark.parametrize(
-    "theta, error",
-    [(0.0, ValueError), (-1e4, ValueError), (math.inf, ValueError), (math.nan, ValueError), (True, TypeError),
-     ("1e4", TypeError)],
-)  # fmt: skip
-def test_rope_theta_must_be_a_finite_positive_number(theta, error):
-    with pytest.raises(error, match=r"rope_parameters\['rope_theta'\] must be a positive number \(finite, > 0"):
-        tiny_config(rope_parameters={"rope_theta": theta})
 
 
 @pytest.mark.parametrize("key", ["rope_type", "pair_layout", "axis_allocation", "position_scheme"])
