@@ -19,11 +19,8 @@ WORD_VOCAB_MIN_FRACTION = 0.01
 _DIRECT_SLICE_CHARS = 64  # pieces up to this many chars are sliced word by word; longer ones are halved first
 _MAX_KNOWN_WORDS = 1 << 19  # words whose pieces a `WordSplitter` remembers
 
-#: Stand-ins for a code point the running Python calls unassigned (Cn) or a lone surrogate (Cs), put in its place
-#: before anything else runs (tokenizers' Unicode tables differ; Rust strings cannot hold a surrogate): old
-#: punctuation that both pre-tokenizers split off and no normaliser changes. The first one no token contains is used.
-#: REVERSED QUESTION MARK, INVERTED INTERROBANG, SLAVONIC ASTERISK, ETHIOPIC PARAGRAPH SEPARATOR, MONGOLIAN ELLIPSIS,
-#: AEGEAN WORD SEPARATOR LINE, TIBETAN MARK GTER TSHEG, KHMER SIGN BEYYAL.
+#: Stand-ins put first for a code point Python calls unassigned (Cn) or a lone surrogate (Cs) (tokenizers' Unicode
+#: tables differ; Rust strings hold no surrogate): old punctuation both pre-tokenizers split off and no normaliser changes.
 _UNKNOWN_MARKERS = ("\u2e2e", "\u2e18", "\ua673", "\u1368", "\u1801", "\U00010100", "\u0f14", "\u17d8")
 _UNKNOWN_CATEGORIES = ("Cn", "Cs")
 
@@ -76,15 +73,8 @@ def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
 def _is_cjk(char: str) -> bool:
     """BERT's "Chinese character", with tokenizers' ranges (Extension E from 0x2B920), so both classes agree."""
     cp = ord(char)
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B81F
-        or 0x2B920 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B81F
+            or 0x2B920 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)  # fmt: skip
 
 
 def _is_punctuation(char: str) -> bool:
