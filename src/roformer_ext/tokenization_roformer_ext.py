@@ -1,11 +1,6 @@
-"""Tokenizers for RoFormer checkpoints: BERT char vocabularies (`segmenter=None`, the ids of `BertTokenizer`) and
-jieba word vocabularies (`segmenter="jieba"`, WoBERT / RoFormer v1 word models: jieba words without HMM, a word not in
-the vocabulary falls back to char mode, as bert4keras did).
-
-The mode is an `__init__` argument, saved in `tokenizer_config.json`; `tokenizer.json` holds only the serialisable
-char pipeline (a Python pre-tokenizer cannot be serialised, transformers issue #28164). Unknown code points become one
-`[UNK]` each in both classes. Copied as Hub remote code with the files it imports (relative imports only).
-"""
+"""Tokenizers for RoFormer checkpoints: BERT char vocabularies (`segmenter=None`) and jieba word vocabularies
+(`segmenter="jieba"`, WoBERT / RoFormer v1 word models, as bert4keras). The mode is saved in `tokenizer_config.json`;
+`tokenizer.json` holds only the char pipeline (a Python pre-tokenizer cannot be serialised, transformers #28164)."""
 
 from __future__ import annotations
 
@@ -182,12 +177,8 @@ class RoFormerExtTokenizer(_RoFormerExtTokenizerMixin, PythonBackend):
 
 
 class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
-    r"""RoFormer tokenizer backed by 🤗 Tokenizers, for char (`segmenter=None`) or jieba-word vocabularies.
-
-    Offsets (`return_offsets_mapping=True`) are character spans of the input in both modes. Word mode is tokenizers'
-    own pipeline with a custom pre-tokenizer (`WordSplitter`) in BERT's pre-tokenizer's place. Arguments as in
-    `RoFormerExtTokenizer`.
-    """
+    r"""RoFormer tokenizer backed by 🤗 Tokenizers, for char (`segmenter=None`) or jieba-word vocabularies (a custom
+    pre-tokenizer, `WordSplitter`; offsets are character spans of the input). Arguments as in `RoFormerExtTokenizer`."""
 
     vocab_files_names = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
     model = WordPiece
@@ -277,9 +268,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
 
     def _encode_words(self, text: Any, text_pair: Any, call: dict[str, Any]) -> BatchEncoding | None:
         """Word mode's fast route: transformers' result for `call` from texts cut here and joined by spaces (one Rust call
-        per batch), offsets moved back by those spaces; `.encodings` are transformers' own, made when first read. None
-        where transformers' path must answer (overflow, pre-split words, added tokens, too-long rows, offsets of text
-        whose normaliser moves characters)."""
+        per batch); None where transformers' path must answer (overflow, pre-split words, added tokens, long rows)."""
         if call.get("return_overflowing_tokens") or call.get("is_split_into_words"):
             return None
         with_offsets = call.get("return_offsets_mapping", False)
