@@ -144,9 +144,8 @@ def scheme_knobs_class(scheme: Any) -> type[SchemeKnobs]:
 
 @dataclass(frozen=True)
 class AxisAllocationKnobs:
-    """An allocation's knob, `mrope_section`, and what it is: `section` (what `mrope_section` counts: None, "pairs"
-    summing to head_dim // 2, or "heads"), `headwise` (cos / sin per head: not with linear attention) and
-    `axis_ladders` (each axis its own frequency ladder, OmniGen2). A subclass may extend `check`."""
+    """An allocation's knob, `mrope_section`: `section` says what it counts (None, "pairs" or "heads"), `headwise`
+    cos / sin per head (not with linear attention), `axis_ladders` each axis its own frequency ladder (OmniGen2)."""
 
     allocation: ClassVar[str] = "this allocation"  # for messages
     section: ClassVar[str | None] = None
