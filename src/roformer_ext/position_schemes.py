@@ -16,10 +16,8 @@ row-major order). A scheme turns them into positions (axes, tokens) plus the pos
 - ``rope_tie_v2`` (Su's RoPE-Tie-v2 / RoPE-TV, γ = 1): patch (i, j) → (β1 + i, β2 + j), β1 = L + (wh−h)/2,
   β2 = L + (wh−w)/2, next text at L + wh + 1. Video: P = whT, β_a = L + (P − extent_a)/2 per axis,
   patch (i, j, k) → (β1 + i, β2 + j, β3 + k), next text at L + P + 1.
-- ``mrope`` (Qwen2-VL, 3 axes (t, h, w)): text is (n, n, n); a vision segment starts at st = n and patch
-  (k, i, j), 0-based, is (st + k, st + i, st + j); the next text token is at max(segment) + 1 =
-  st + max(T, h, w), as in the original Qwen2-VL code (transformers' `get_rope_index` advances by max(h, w)
-  only: they agree for images and videos with T ≤ max(h, w)).
+- ``mrope`` (Qwen2-VL, 3 axes (t, h, w)): text is (n, n, n); patch (k, i, j), 0-based, is (n + k, n + i, n + j); the
+  next text token at n + max(T, h, w), as the original code (transformers' `get_rope_index`: n + max(h, w)).
 
 The literature's variants below: formula in the docstring, knobs as keyword-only arguments, a default allocation
 (axis_allocations.py). In the Su schemes a 3-axis config treats an image as a one-frame video.
@@ -511,8 +509,7 @@ _builtin("mmrope", {**STRIDE, "position_scale": THREE_SCALES}, allocation="mmrop
 
 
 def _in_text_plane(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """x·u + y·v, (3, ...) on the (w, h, t) axes, in the plane orthogonal to (1, 1, 1): u = (−1, 1, 0)/√2,
-    v = (1, 1, 1)/√3 × u, in float32 step by step as the official Circle-RoPE code (bit for bit)."""
+    """x·u + y·v on the (w, h, t) axes, u = (−1, 1, 0)/√2, v = (1, 1, 1)/√3 × u, in float32 as the official code."""
     text = torch.ones(3) / torch.norm(torch.ones(3))
     u = torch.stack([-text[1], text[0], torch.tensor(0.0)])
     u = u / torch.norm(u)
