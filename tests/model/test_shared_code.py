@@ -1,6 +1,5 @@
-"""Shared code on the Hub: a checkpoint whose `auto_map` names a code repository loads its code from there, and an
-update published there reaches it. Without network: a local stand-in Hub (hub_standin.py) serves the HTTP endpoints
-huggingface_hub uses, and every load runs in a fresh process that has only the folder (roformer_ext blocked)."""
+"""Shared code on the Hub: a checkpoint whose `auto_map` names a code repository loads (and updates) its code from there.
+Offline: hub_standin.py serves huggingface_hub's endpoints; every load runs in a fresh process without roformer_ext."""
 
 import json
 import os
@@ -14,7 +13,7 @@ import pytest
 import torch
 from conftest import tiny_config
 from hub_standin import StandInHub
-from transformers import BertConfig, BertModel
+from transformers import BertConfig, BertModel, BertTokenizer
 
 import roformer_ext
 from roformer_ext import (
@@ -27,6 +26,7 @@ from roformer_ext.compat import SUPPORTED_RANGE
 from roformer_ext.hub_code import check_code_repo, code_files, code_repo_of, share_code, update_code
 
 CODE_REPO = "owner/roformer-ext"
+BERT_SIZES = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 PACKAGE = Path(roformer_ext.__file__).parent
 
 LOADER = textwrap.dedent(
@@ -179,8 +179,7 @@ def test_checkpoint_loads_its_code_from_the_code_repository_and_gets_updates(tmp
 
 
 def test_share_code_points_a_saved_folder_at_the_repository(tmp_path):
-    """`roformer-ext share-code` on a folder in copy mode: auto_maps rewritten, our code files gone, a file of the
-    user's kept, and the card says where the code is."""
+    """Copy mode to shared: auto_maps rewritten, our code files gone, the user's file kept, the card says where."""
     RoFormerExtForSequenceClassification(tiny_config()).save_pretrained(tmp_path)
     _tokenizer().save_pretrained(tmp_path)
     (tmp_path / "my_script.py").write_text("print('mine')\n")
@@ -195,8 +194,7 @@ def test_share_code_points_a_saved_folder_at_the_repository(tmp_path):
 
 
 def test_copies_by_default_and_when_asked(tmp_path):
-    """Default: copies and local auto_map; a model loaded from a shared folder keeps pointing there, unless
-    code_repo=False."""
+    """Default: copies, local auto_map; a model loaded from a shared folder stays shared unless code_repo=False."""
     model = RoFormerExtForCausalLM(tiny_config())
     model.save_pretrained(tmp_path / "copies")
     assert (tmp_path / "copies" / "modeling_roformer_ext.py").is_file()
@@ -216,8 +214,7 @@ def test_copies_by_default_and_when_asked(tmp_path):
 
 
 def test_update_code_refreshes_and_restores_a_folders_copies(tmp_path):
-    """Old copies are replaced, copies the folder lost (its auto_map still names them) come back, a file of the user's
-    stays; a folder pointing to a code repository is refused."""
+    """Old copies replaced, lost copies restored, the user's file kept; a shared folder is refused."""
     RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path)
     saved = sorted(p.name for p in tmp_path.glob("*.py"))
     for path in tmp_path.glob("*.py"):
@@ -259,10 +256,16 @@ def test_bad_code_repo_is_refused_before_anything_is_written(bad, tmp_path):
     assert repr(bad) in str(error.value) and _snapshot(tmp_path / "saved") == before
 
 
-def test_cli_errors_are_one_line(tmp_path):
+def test_code_commands_refuse_what_they_cannot_change(tmp_path):
+    """A BERT checkpoint, a bad id: the API and the CLI (one line) say why, and no file (card included) changes."""
     RoFormerExtForCausalLM(tiny_config()).save_pretrained(tmp_path / "ours")
-    BertConfig().save_pretrained(tmp_path / "bert")
-    before = _snapshot(tmp_path / "ours")
+    BertModel(BertConfig(**BERT_SIZES)).save_pretrained(tmp_path / "bert")
+    (tmp_path / "bert" / "README.md").write_text("# A BERT card\n")
+    before = {name: _snapshot(tmp_path / name) for name in ("ours", "bert")}
+    with pytest.raises(ValueError, match="model_type 'bert'"):
+        share_code(tmp_path / "bert", CODE_REPO)
+    with pytest.raises(ValueError, match="model_type 'bert'"):
+        update_code(tmp_path / "bert")
     for command, phrase in [
         (["update-code", str(tmp_path / "bert")], "not a roformer-ext folder"),
         (["share-code", str(tmp_path / "missing"), CODE_REPO], "is not a saved model folder"),
@@ -271,12 +274,13 @@ def test_cli_errors_are_one_line(tmp_path):
     ]:
         done = _run(_cli(*command), dict(os.environ))
         assert done.returncode == 1 and phrase in done.stderr and "Traceback" not in done.stderr
-    assert _snapshot(tmp_path / "ours") == before
+    assert {name: _snapshot(tmp_path / name) for name in ("ours", "bert")} == before
+    RoFormerExtVisionTextConfig().save_pretrained(tmp_path / "vision")  # roformer-ext's other model type
+    assert update_code(tmp_path / "vision")
 
 
 def _published(hub: StandInHub, repo_id: str, leave_out: set[str] = frozenset()) -> dict | None:
-    """What `repo_id` holds (its refs' files, but for our code files and `leave_out`), its visibility and the
-    commits' tokens."""
+    """`repo_id`'s refs' files (but for code files and `leave_out`), visibility and commit tokens."""
     repo = hub.repos.get(repo_id)
     if repo is None:
         return None
@@ -292,13 +296,9 @@ def _published(hub: StandInHub, repo_id: str, leave_out: set[str] = frozenset())
 
 
 def test_push_to_hub_publishes_what_transformers_would(tmp_path):
-    """Side by side with BERT, saved and pushed each way: the same files uploaded (ours add their code files and
-    vocab.txt; no .env or optimizer state) and the same create_pr / revision / private / token behaviour."""
-    from transformers import BertTokenizer
-
+    """Side by side with BERT, each way: the same files uploaded (but our code files and vocab.txt) and behaviour."""
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
-    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
-    BertModel(BertConfig(**sizes)).save_pretrained(tmp_path / "bert")
+    BertModel(BertConfig(**BERT_SIZES)).save_pretrained(tmp_path / "bert")
     roformer_ext.RoFormerExtModel(tiny_config()).save_pretrained(tmp_path / "ours")
     tokenizer_files = {}
     for kind, tokenizer in (("bert", BertTokenizer(vocab=vocab)), ("ours", _tokenizer())):
@@ -308,11 +308,11 @@ def test_push_to_hub_publishes_what_transformers_would(tmp_path):
     ours_only = tokenizer_files["ours"] - tokenizer_files["bert"]  # our tokenizer's own files: its vocab.txt
     with StandInHub() as hub:
         env = _env(hub, tmp_path)
-        errors = {}
-        for kind in ("bert", "ours"):
-            errors[kind] = _ok(
-                [sys.executable, "-c", PUBLISHER, kind, str(tmp_path / kind), str(tmp_path / "work")], env
-            )
+        work = str(tmp_path / "work")
+        errors = {
+            kind: _ok([sys.executable, "-c", PUBLISHER, kind, str(tmp_path / kind), work], env)
+            for kind in ("bert", "ours")
+        }
         cases = sorted({repo_id.split("-", 1)[1] for repo_id in hub.repos if repo_id.startswith("owner/bert-")})
         bert = {case: _published(hub, f"owner/bert-{case}") for case in cases}
         ours = {case: _published(hub, f"owner/ours-{case}", leave_out=ours_only) for case in cases}
@@ -329,20 +329,3 @@ def test_push_to_hub_publishes_what_transformers_would(tmp_path):
     assert ours["push-private-token"]["visibility"] == "private"
     assert ours["push-private-token"]["commit tokens"] == ["Bearer hf_other"]
     assert "processor_config.json" in processor["main"] and ".env" not in processor["main"]
-
-
-def test_code_commands_refuse_a_folder_that_is_not_roformer_exts(tmp_path):
-    """A BERT checkpoint: share-code and update-code say why, and its files (card included) stay as they were."""
-
-    BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)).save_pretrained(
-        tmp_path
-    )
-    (tmp_path / "README.md").write_text("# A BERT card\n")
-    before = _snapshot(tmp_path)
-    with pytest.raises(ValueError, match="model_type 'bert'"):
-        share_code(tmp_path, CODE_REPO)
-    with pytest.raises(ValueError, match="model_type 'bert'"):
-        update_code(tmp_path)
-    assert _snapshot(tmp_path) == before
-    RoFormerExtVisionTextConfig().save_pretrained(tmp_path / "vision")  # roformer-ext's other model type
-    assert update_code(tmp_path / "vision")
