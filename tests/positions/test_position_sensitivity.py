@@ -1,6 +1,5 @@
-"""The position-sensitivity rule's own checks: `assert_position_sensitive` fails on the tiny config (the blind spot it
-exists for), passes on `position_sensitive_config`, and its perturbation reaches every kind of position encoding
-(rotary cos / sin, relative score terms, absolute embeddings) and the vision-text layout."""
+"""`assert_position_sensitive`'s own checks: it refuses the tiny config, and its perturbation reaches every kind of
+position encoding and the vision-text layout."""
 
 import pytest
 import torch
@@ -31,7 +30,6 @@ def input_ids(seq: int = 12) -> torch.Tensor:
 
 
 def test_tiny_config_is_blind_and_the_helper_says_so():
-    """The tiny config (initializer_range 0.02) barely reads positions: the helper must refuse it."""
     torch.manual_seed(0)
     model = RoFormerExtModel(tiny_config()).eval()
     ids = input_ids()
@@ -57,8 +55,7 @@ def test_sensitive_config_moves_outputs_far_beyond_the_tolerance():
 
 @pytest.mark.parametrize("position_encoding", ["rope", "alibi", "t5_bias", "learned", "sinusoidal"])
 def test_perturbation_reaches_every_kind_of_position_encoding(position_encoding):
-    """Rotary, relative terms on the scores and absolute embeddings all read the perturbed positions: the output moves
-    (alibi's linear bias is shift-invariant but not scale-invariant; the helper requires both to move)."""
+    """Each perturbation moves the output (alibi's bias is shift-invariant but not scale-invariant)."""
     torch.manual_seed(0)
     model = RoFormerExtModel(position_sensitive_config(position_encoding=position_encoding)).eval()
     ids = input_ids()
@@ -72,7 +69,6 @@ def test_perturbation_reaches_every_kind_of_position_encoding(position_encoding)
 
 
 def test_vision_text_layout_is_sensitive():
-    """The vision-text model's 3-axis positions (text, an image, text) go through the same perturbation."""
     torch.manual_seed(0)
     config = position_sensitive_config(
         RoFormerExtVisionTextConfig, **SIZES, rope_parameters={"position_scheme": "mrope"}
@@ -88,9 +84,7 @@ def test_vision_text_layout_is_sensitive():
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
 @pytest.mark.parametrize("position_encoding", ["rope", "alibi", "t5_bias", "shaw"])
 def test_perturbation_of_a_cached_step_equals_the_perturbed_positions_given(position_encoding, cache_implementation):
-    """A cached step under the perturbation computes what one forward without a cache computes on the perturbed
-    positions: the cached keys of a relative encoding are moved too (numbered back from the perturbed query they came
-    out consecutive, so only the queries moved)."""
+    """A perturbed cached step = one uncached forward on the perturbed positions: the cached keys move too."""
     torch.manual_seed(0)
     config = position_sensitive_config(is_decoder=True, position_encoding=position_encoding)
     model = RoFormerExtForCausalLM(config).eval()

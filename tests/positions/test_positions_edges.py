@@ -1,6 +1,4 @@
-"""positions.py's edges, unit by unit (found by the mutation check, docs/testing.md): text positions after a cache,
-the accepted position shapes, decoding after a prompt, and packed sequences laid out alone. Expected values are
-written by hand or built by a plain loop."""
+"""positions.py's edges, unit by unit (found by the mutation check, docs/testing.md); expected values by hand."""
 
 import re
 from types import SimpleNamespace
@@ -43,28 +41,21 @@ def test_other_position_shapes_are_refused(shape):
 
 
 def test_packed_sequences_are_laid_out_alone_and_each_row_keeps_its_last_sequences_delta():
-    """Row 0: an image (1, 2, 2) then one text token; row 1: a text token then an image (1, 2, 2). mrope by hand:
-    text n on every axis, patch (k, i, j) at st + (k, i, j), next text at st + max(t, h, w)."""
-    result, deltas = build_position_ids(
-        torch.tensor([[9, 9, 9, 9, 5], [5, 9, 9, 9, 9]]),
-        vision_config(video_token_id=None),
-        image_grid_thw=torch.tensor([[1, 2, 2], [1, 2, 2]]),
-        cu_seq_lens=torch.tensor([0, 4, 5, 10], dtype=torch.int32),
+    """Row 0: image (1, 2, 2), text; row 1: text, image (1, 2, 2). mrope: patch (k, i, j) at st + (k, i, j)."""
+    packing = dict(
+        image_grid_thw=torch.tensor([[1, 2, 2]] * 2), cu_seq_lens=torch.tensor([0, 4, 5, 10], dtype=torch.int32)
     )
+    ids = torch.tensor([[9, 9, 9, 9, 5], [5, 9, 9, 9, 9]])
+    result, deltas = build_position_ids(ids, vision_config(video_token_id=None), **packing)
     assert result.shape == (3, 2, 5) and result.dtype == torch.float32
     assert result[0].tolist() == [[0, 0, 0, 0, 0], [0, 1, 1, 1, 1]]  # t
     assert result[1].tolist() == [[0, 0, 1, 1, 0], [0, 1, 1, 2, 2]]  # h
     assert result[2].tolist() == [[0, 1, 0, 1, 0], [0, 1, 2, 1, 2]]  # w
-    # next text position - real tokens of each row's last sequence: the text token (1 - 1), the image (3 - 5); the
-    # row's first sequence (the image alone: 2 - 4) is not the one that generation continues
+    # next text position − real tokens of each row's last sequence: the text token (1 − 1), the image (3 − 5)
     assert deltas.tolist() == [[0.0], [-2.0]]
     config = SimpleNamespace(rope_parameters={"position_scheme": "rope_1d", "axes": 2})
-    padded, _ = build_position_ids(
-        torch.tensor([[5, 6, 0, 7, 8, 9]]),
-        config,
-        attention_mask=torch.tensor([[1, 1, 0, 1, 1, 1]]),
-        cu_seq_lens=torch.tensor([0, 3, 6]),
-    )
+    mask = torch.tensor([[1, 1, 0, 1, 1, 1]])
+    padded, _ = build_position_ids(mask * 5, config, attention_mask=mask, cu_seq_lens=torch.tensor([0, 3, 6]))
     assert padded.tolist() == [[[0, 1, 0, 0, 1, 2]]] * 2  # the pad sits at 0
 
 
@@ -186,8 +177,7 @@ def test_left_padding_moves_no_real_token_and_pads_sit_at_zero():
 
 
 def test_training_draws_one_temporal_scale_per_vision_segment_in_token_order():
-    """HoPE's dynamic scaling: one torch.randint over the batch's vision segments, drawn from the default generator;
-    packed rows draw as each sequence alone does, so the packed path passes `training` on."""
+    """HoPE: one torch.randint over the batch's vision segments; packed rows draw as each sequence alone does."""
     scales = (0.5, 2.0, 3.0)
     config = vision_config("hope", temporal_scales=list(scales))
     Segment = positions.Segment
@@ -224,15 +214,9 @@ def test_training_draws_one_temporal_scale_per_vision_segment_in_token_order():
 
 
 def test_packed_video_keeps_its_seconds_and_the_row_delta():
-    """qwen2_5_vl, tokens_per_second 2: a video (2, 1, 1) with 1.5 s per temporal patch puts frame k at floor(3 k).
-    The row: text (5, 6), then text 5 + that video; the video's sequence is last, so its delta is the row's."""
-    result, deltas = build_position_ids(
-        torch.tensor([[5, 6, 5, 8, 8]]),
-        vision_config("qwen2_5_vl"),
-        video_grid_thw=[[2, 1, 1]],
-        second_per_grid_ts=[1.5],
-        cu_seq_lens=torch.tensor([0, 2, 5]),
-    )
+    """qwen2_5_vl, 2 tokens per second, 1.5 s per temporal patch: frame k at floor(3 k); the last sequence's delta."""
+    video = dict(video_grid_thw=[[2, 1, 1]], second_per_grid_ts=[1.5], cu_seq_lens=torch.tensor([0, 2, 5]))
+    result, deltas = build_position_ids(torch.tensor([[5, 6, 5, 8, 8]]), vision_config("qwen2_5_vl"), **video)
     assert result[:, 0].T.tolist() == [[0, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 1], [4, 1, 1]]
     assert deltas.tolist() == [[2.0]]  # next text 5 after 3 tokens
 

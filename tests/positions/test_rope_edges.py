@@ -1,6 +1,4 @@
-"""rope.py's and axis_allocations.py's edges that the model-level tests cannot see: the allocation registry's flags,
-the rotation each layout gets, frequencies of unrotated pairs, split / ladder / dynamic frequencies, position-id
-shapes, GRAPE-M and the head-wise rotation."""
+"""rope.py's and axis_allocations.py's edges that the model-level tests cannot see."""
 
 import math
 import re
@@ -25,7 +23,6 @@ from roformer_ext.scheme_knobs import allocation_knobs_class
 
 
 def test_registering_an_allocation_keeps_its_flags_and_refuses_a_second_time():
-    """A head-wise allocation is called with (pairs, axes, mrope_section, heads), as the docstring promises."""
 
     def by_head(num_pairs, axes, mrope_section, num_heads=None):
         return [0] * num_pairs if num_heads is None else [[head % axes] * num_pairs for head in range(num_heads)]
@@ -63,7 +60,6 @@ def test_each_layout_gets_its_rotation():
 
 @pytest.mark.parametrize("headwise", [False, True], ids=["text", "headwise"])
 def test_unknown_pair_layout_is_named_with_the_choices(headwise):
-    """A dict changed in place after construction is checked when the model is built."""
     config = mhrope_config() if headwise else tiny_config()
     config.rope_parameters["pair_layout"] = "bogus"
     with pytest.raises(ValueError, match=r"'bogus'. Registered choices: 'interleaved', 'half'"):
@@ -71,7 +67,7 @@ def test_unknown_pair_layout_is_named_with_the_choices(headwise):
 
 
 def test_unrotated_pairs_turn_at_zero_frequency():
-    """MHRoPE's 4th head reads no axis (axis -1): its pairs keep frequency 0, so cos 1, sin 0: no inf / nan."""
+    """MHRoPE's 4th head reads no axis (-1): its pairs keep frequency 0, no inf / nan."""
     rotary = RoFormerExtVisionTextModel(mhrope_config()).rotary_emb
     frequencies = rotary.pair_frequencies()
     unrotated = rotary.axis_of_pair < 0
@@ -93,7 +89,6 @@ def bare_config(**rope) -> SimpleNamespace:
 
 
 def test_an_allocation_registered_without_the_decorator_is_plain():
-    """An allocation put straight into the registry has no `headwise` / `axis_ladders` flags: read as neither."""
 
     def alternate(num_pairs, axes, mrope_section):
         return [pair % axes for pair in range(num_pairs)]
@@ -111,8 +106,7 @@ def test_an_allocation_registered_without_the_decorator_is_plain():
 
 
 def test_axis_ladders_follow_a_registered_allocation_with_an_unrotated_pair():
-    """With `axis_ladders` the k-th of the n_a pairs axis a reads turns at θ^(−2k/(2·n_a)), whatever the allocation;
-    a pair it leaves unrotated (-1) keeps frequency 0. head_dim 12: 6 pairs on axes 0, 1, 0, 1, 0, none; θ = 100."""
+    """The k-th of the n_a pairs of axis a turns at θ^(−2k/(2·n_a)); an unrotated pair at 0. 6 pairs, θ = 100."""
 
     @register_axis_allocation("test_ladders", axis_ladders=True)
     def alternate_then_nope(num_pairs, axes, mrope_section):
@@ -122,7 +116,6 @@ def test_axis_ladders_follow_a_registered_allocation_with_an_unrotated_pair():
         config = SimpleNamespace(**{**vars(bare_config(axes=2, axis_allocation="test_ladders")), "head_dim": 12})
         config.hidden_size = 24
         rotary = RotaryEmbedding(config)
-        # axis 0 reads 3 pairs (a ladder of 6 dims: 1, θ^-1/3, θ^-2/3), axis 1 reads 2 (4 dims: 1, θ^-1/2)
         expected = torch.tensor([1.0, 1.0, 100 ** (-1 / 3), 0.1, 100 ** (-2 / 3), 0.0])
         torch.testing.assert_close(rotary.pair_frequencies(), expected)
         assert rotary.axis_of_pair.tolist() == [0, 1, 0, 1, 0, -1] and rotary.attention_scaling == 1.0
@@ -131,8 +124,7 @@ def test_axis_ladders_follow_a_registered_allocation_with_an_unrotated_pair():
 
 
 def test_split_allocation_gives_each_axis_the_ladder_of_its_share():
-    """RoPE-2D for ViT: each of 2 axes reads a contiguous half of the 4 pairs, each half with the ladder of a 4-dim
-    head (1, θ^-1/2 = 0.1); every pair turns by its own axis' position (2 axes: not the 1-axis shortcut)."""
+    """RoPE-2D for ViT: each axis reads a contiguous half of the pairs, with the ladder of a 4-dim head."""
     rotary = RotaryEmbedding(bare_config(axes=2, axis_allocation="split"))
     assert rotary.split_axes == 2 and rotary.axis_of_pair.tolist() == [0, 0, 1, 1]
     torch.testing.assert_close(rotary.pair_frequencies(), torch.tensor([1.0, 0.1, 1.0, 0.1]))
@@ -154,8 +146,7 @@ def test_reset_frequencies_of_a_config_with_no_axes():
 
 
 def test_dynamic_frequencies_grow_past_the_trained_length_and_come_back():
-    """transformers' dynamic NTK scaling reads the module's cached lengths: past max_position_embeddings (16) the
-    base grows to θ·(factor·len/16 − (factor − 1))^(d/(d−2)), below it the original frequencies return."""
+    """Past max_position_embeddings (16) the base grows to θ·(factor·len/16 − (factor − 1))^(d/(d−2))."""
     config = tiny_config(
         hidden_size=16, num_attention_heads=2, max_position_embeddings=16,
         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 100.0},
@@ -188,7 +179,6 @@ def test_position_ids_of_one_axis_are_repeated_and_others_refused_with_the_shape
 
 
 def test_angles_follow_the_positions_dtype_not_the_buffers():
-    """fp64 angles only for fp64 positions; `.double()` casts the frequency buffers, the angles stay fp32."""
     rotary = RotaryEmbedding(bare_config())
     expected = rotary.angles(torch.tensor([[[3001.0]]]))
     assert expected.dtype == torch.float32 and rotary.angles(torch.tensor([[[5.0]]]).double()).dtype == torch.float64
@@ -199,8 +189,7 @@ def test_angles_follow_the_positions_dtype_not_the_buffers():
 
 
 def test_grape_log_frequencies_scale_and_unrotated_pairs():
-    """log_freq = s·log θ_i with the configured s (the frequencies stay θ_i); pairs HoPE's allocation leaves unrotated
-    keep frequency 0 (cos 1, sin 0)."""
+    """log_freq = s·log θ_i; pairs HoPE's allocation leaves unrotated keep frequency 0."""
     config = tiny_config(hidden_size=16, num_attention_heads=2, rope_parameters={
         "rope_type": "grape_m", "rope_theta": 100.0, "grape_log_freq_scale": 4.0})  # fmt: skip
     grape = GrapeRotaryEmbedding(config)
@@ -217,7 +206,6 @@ def test_grape_log_frequencies_scale_and_unrotated_pairs():
 
 @pytest.mark.parametrize("pair_layout", ["interleaved", "half"])
 def test_headwise_rotation_turns_the_layouts_own_pairs(pair_layout):
-    """Per-head cos / sin in the layout's order; pairs (2i, 2i+1) or (i, i + d/2), by the plain formula."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(1, 2, 3, 8, generator=generator)
     angles = torch.randn(1, 2, 3, 4, generator=generator)  # one per head, position and pair

@@ -1,7 +1,5 @@
-"""The RoFormer paper's other alternatives, each exact (fp32, 1e-5) against its own implementation on the same weights
-and inputs: transformers' XLNet `rel_attn_core` and DeBERTa-v2 `DisentangledSelfAttention`; TUPE (no transformers
-implementation): fixtures from its authors' code (tests/fixtures/tupe/PROVENANCE.md) and the formula written plainly.
-Everything the other encodings do, they do too: test_position_encodings."""
+"""The RoFormer paper's other alternatives, exact (fp32, 1e-5) against transformers' XLNet and DeBERTa-v2 and TUPE's
+authors' code (tests/fixtures/tupe/PROVENANCE.md); everything else they do: test_position_encodings."""
 
 import math
 from pathlib import Path
@@ -19,7 +17,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tupe"
 
 
 def layer0_attention(model, **inputs):
-    """Layer 0's outputs, and its attention context (before the output projection) and output after the norm."""
+    """The outputs, and layer 0's attention context (before the output projection) and normed output."""
     attention, captured = model.roformer.layers[0].attention, {}
     hooks = [
         attention.output.register_forward_pre_hook(lambda m, args: captured.setdefault("context", args[0])),
@@ -92,8 +90,7 @@ def test_deberta_equals_transformers_disentangled_self_attention(overrides):
 
 @pytest.mark.parametrize("buckets, max_relative", [(8, 20), (256, 512), (16, 40), (2, 4)])
 def test_deberta_rows_equal_transformers_buckets_at_every_distance(buckets, max_relative):
-    """Our rows go through a lookup over distances clamped at ±max(span, max_relative_positions); transformers
-    buckets every distance. They agree far past the clamp."""
+    """Our lookup over clamped distances agrees with transformers' bucketing far past the clamp."""
     from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 
     encoding = RoFormerExtModel(
@@ -137,8 +134,7 @@ def xlnet_heads(theirs, states):
 
 @pytest.mark.parametrize("clamp_len", [-1, 5])
 def test_transformer_xl_equals_xlnet_rel_attn_core(clamp_len):
-    """Encoder (XLNet's bidirectional attn_type="bi"), one padded row: probabilities, the attention vector, and the
-    output after the output projection and the attention norm (XLNet's post_attention)."""
+    """Encoder (attn_type "bi"), one padded row: probabilities, attention vector, XLNet's post_attention output."""
     model = model_for("transformer_xl", clamp_len=clamp_len, use_bias=False)  # XLNet's q/k/v/o have no bias
     theirs, xlnet = xlnet_attention_from(model, clamp_len, "bi")
     ids = torch.randint(1, 97, (2, 13), generator=torch.Generator().manual_seed(5))
@@ -164,8 +160,7 @@ def test_transformer_xl_equals_xlnet_rel_attn_core(clamp_len):
 
 
 def test_transformer_xl_cached_step_equals_xlnet_with_memory():
-    """A decoder's cached step (3 new tokens after 6) is XLNet's core with the 6 as memory (klen = mlen + qlen), its
-    unidirectional attn_type="uni" sinusoid, and a causal mask: same probabilities and attention vector."""
+    """A cached step (3 tokens after 6) is XLNet's core with the 6 as memory, attn_type "uni", a causal mask."""
     model = model_for("transformer_xl", decoder=True, use_bias=False)
     theirs, xlnet = xlnet_attention_from(model, -1, "uni")
     ids = torch.randint(1, 97, (2, 9), generator=torch.Generator().manual_seed(6))
@@ -226,9 +221,8 @@ def tupe_from_fixture(name: str, cls_reset: bool = True):
 
 @pytest.mark.parametrize("name", ["tupe_r", "tupe_a"])
 def test_tupe_equals_the_authors_encoder(name):
-    """guolinke/TUPE's TransformerSentenceEncoder (TUPE-R: with the relative bias; TUPE-A: without; both with the
-    [CLS] reset, which that code always applies): the same position bias, and the same last hidden states on the
-    real tokens (the authors zero padded embeddings, we mask them: padded rows differ, keys are hidden in both)."""
+    """guolinke/TUPE's TransformerSentenceEncoder (TUPE-R / TUPE-A, [CLS] reset): the same position bias, and the
+    same last hidden states on real tokens (the authors zero padded embeddings, we mask them)."""
     model, fixture = tupe_from_fixture(name)
     tokens = fixture["tokens"]
     mask = (tokens != 0).long()
@@ -242,9 +236,7 @@ def test_tupe_equals_the_authors_encoder(name):
 
 
 def test_tupe_without_reset_is_the_untied_formula():
-    """No [CLS] reset (the authors' code always resets; the formula, written here): token n reads table row n + 1,
-    bias_ij = LN(p_{i+1}) U_q · LN(p_{j+1}) U_k / √(2d) + b[bucket(j − i)]; away from the first row and column it is
-    the authors' bias."""
+    """bias_ij = LN(p_{i+1}) U_q · LN(p_{j+1}) U_k / √(2d) + b[bucket(j − i)]; the authors' off the first row / column."""
     model, fixture = tupe_from_fixture("tupe_r", cls_reset=False)
     encoding = model.position_encoding
     positions = torch.arange(19)[None]
@@ -260,7 +252,7 @@ def test_tupe_without_reset_is_the_untied_formula():
 
 
 def test_trust_remote_code_in_fresh_process(tmp_path):
-    """Transformer-XL (the three share the copied files; one fresh process) reloaded through remote code."""
+    """Transformer-XL (the three share the copied files) reloaded through remote code."""
     from test_remote_code import run_isolated
 
     model = model_for("transformer_xl")
@@ -280,8 +272,7 @@ def test_trust_remote_code_in_fresh_process(tmp_path):
 
 
 def test_decay_curves_are_the_models_own_terms():
-    """XL: v·W_r r_k/√d is the layer's term for a zero query (keys k to the left of the last query); TUPE: the mean
-    of its shared bias along each diagonal; DeBERTa: cosine 1 at k = 0 and one row per distance in the exact buckets."""
+    """XL: the layer's term for a zero query; TUPE: its bias's diagonal means; DeBERTa: one row per exact bucket."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "position-lab"))
