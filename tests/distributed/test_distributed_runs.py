@@ -76,13 +76,6 @@ def check_training(result: dict, share: float) -> None:
     assert all(abs(s - share) <= 0.01 for s in result["local_share"]), result["local_share"]
 
 
-def check_tensor_parallel(result: dict) -> None:
-    assert result["max_abs_diff_to_single_process"] <= LOGITS_ATOL, result
-    assert result["reload_max_abs_diff"] <= LOGITS_ATOL and result["saved_weights_max_abs_diff"] == 0.0, result
-    # heads, intermediate and vocabulary split in two; norms, token types and the MLM transform stay whole
-    assert all(0.5 <= s <= 0.6 for s in result["local_share"]), result["local_share"]
-
-
 @pytest.mark.parametrize("task, modes", [("mlm", "ddp,fsdp2,tp"), ("classification", "fsdp2,tp")])
 def test_example_matches_one_process(converted, tmp_path, task, modes):
     """The converted masked LM in the half pair layout (its q/k rows reordered per head: a shard must not be), and a
@@ -98,7 +91,11 @@ def test_example_matches_one_process(converted, tmp_path, task, modes):
         check_training(report["modes"]["ddp"], share=1.0)
     check_training(report["modes"]["fsdp2"], share=0.5)
     assert report["modes"]["fsdp2"]["reload_max_abs_diff"] == 0.0
-    check_tensor_parallel(report["modes"]["tp"])
+    tp = report["modes"]["tp"]
+    assert tp["max_abs_diff_to_single_process"] <= LOGITS_ATOL, tp
+    assert tp["reload_max_abs_diff"] <= LOGITS_ATOL and tp["saved_weights_max_abs_diff"] == 0.0, tp
+    # heads, intermediate and vocabulary split in two; norms, token types and the MLM transform stay whole
+    assert all(0.5 <= s <= 0.6 for s in tp["local_share"]), tp["local_share"]
 
 
 ENCODINGS = {

@@ -2,13 +2,16 @@
 on 2 CPU processes under torchrun: the losses of one process on the whole batch, half the parameters per process."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from test_distributed_runs import torchrun
-from test_remote_code import run_isolated
-from trainer_fsdp2_common import train
+from test_remote_code import LOADER
+from trainer_fsdp2_worker import train
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM
 
@@ -43,7 +46,9 @@ def test_trainer_trains_a_model_sharded_at_load_as_one_process(tmp_path):
     assert auto_maps[0] == auto_maps[1] and auto_maps[0]["AutoModelForMaskedLM"].startswith("modeling_roformer_ext.")
     inputs = {"input_ids": torch.randint(5, 100, (2, 16), generator=torch.Generator().manual_seed(1))}
     torch.save(inputs, saved / "inputs.pt")
-    loaded = run_isolated(saved, "AutoModelForMaskedLM", tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    command = [sys.executable, "-c", LOADER, str(saved), "AutoModelForMaskedLM"]
+    loaded = subprocess.run(command, capture_output=True, text=True, env=env)  # a fresh process without roformer_ext
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     with torch.no_grad():
         reference = trained.eval()(**inputs).logits

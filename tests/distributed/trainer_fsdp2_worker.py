@@ -1,15 +1,34 @@
 """`torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON SAVED_FOLDER`: `Trainer` on a masked
 LM sharded at load (`DistributedConfig(fsdp_size=2)`); rank 0 writes the losses and each process's parameter count,
-and the still sharded model is saved to SAVED_FOLDER."""
+and the still sharded model is saved to SAVED_FOLDER. `train` is also test_trainer_fsdp2.py's one-process run (8 rows
+per step; each of the 2 FSDP2 processes takes 4)."""
 
 import gc
 import json
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
-from trainer_fsdp2_common import train
-from transformers import DistributedConfig
+from transformers import DistributedConfig, Trainer, TrainingArguments
+
+from roformer_ext import RoFormerExtForMaskedLM
+
+
+def train(folder: str, per_device_batch: int, **load_kwargs) -> tuple[list[float], RoFormerExtForMaskedLM]:
+    generator = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": ids, "labels": ids.clone()} for ids in torch.randint(5, 100, (16, 32), generator=generator)]
+    model = RoFormerExtForMaskedLM.from_pretrained(
+        folder, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **load_kwargs
+    )
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out, per_device_train_batch_size=per_device_batch, max_steps=2, learning_rate=1e-3,
+            logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
+        )  # fmt: skip
+        trainer = Trainer(model=model, args=args, train_dataset=rows)
+        trainer.train()
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry], model
 
 
 def main() -> None:
