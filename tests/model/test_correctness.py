@@ -52,20 +52,12 @@ def test_causal_lm_does_not_make_the_callers_config_causal():
     torch.testing.assert_close(out, expected)
 
 
-def seq2seq() -> EncoderDecoderModel:
+def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
     torch.manual_seed(0)
     encoder = RoFormerExtModel(position_sensitive_config(attn_implementation="eager"))
-    decoder = RoFormerExtForCausalLM(
-        position_sensitive_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager")
-    )
-    model = EncoderDecoderModel(encoder=encoder, decoder=decoder).eval()
-    model.config.decoder_start_token_id = 2
-    model.config.pad_token_id = 0
-    return model
-
-
-def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
-    model = seq2seq()
+    decoder = position_sensitive_config(is_decoder=True, add_cross_attention=True, attn_implementation="eager")
+    model = EncoderDecoderModel(encoder=encoder, decoder=RoFormerExtForCausalLM(decoder)).eval()
+    model.config.decoder_start_token_id, model.config.pad_token_id = 2, 0
     input_ids, attention_mask, _ = random_inputs(batch=2, seq=9)
     decoder_input_ids = torch.randint(5, 99, (2, 4))
     with torch.no_grad():

@@ -49,8 +49,7 @@ def test_flash_attention_2_matches_sdpa():
 @cuda
 @pytest.mark.parametrize("decoder", [False, True])
 def test_flash_attention_2_varlen_packed_equals_padded(decoder):
-    """DataCollatorWithFlattening's row on flash_attention_2 (its varlen kernel reads cu_seq_lens) equals the padded
-    batch per sequence, for the encoder and the causal decoder."""
+    """DataCollatorWithFlattening's row on flash_attention_2 (varlen kernel) equals the padded batch per sequence."""
     from transformers import DataCollatorWithFlattening
     from transformers.utils import is_flash_attn_2_available
 

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, random_inputs
 from safetensors import safe_open
 
 from roformer_ext import (
@@ -61,10 +61,7 @@ def test_save_load_round_trip_is_exact(model_class, tmp_path):
 def test_meta_device_init_restores_rotary_buffers(tmp_path):
     model = build(RoFormerExtModel)
     model.save_pretrained(tmp_path)
-    with torch.device("meta"):
-        RoFormerExtModel(tiny_config())  # must not crash on the meta device
-    reloaded = RoFormerExtModel.from_pretrained(tmp_path)
-    rotary = reloaded.rotary_emb
+    rotary = RoFormerExtModel.from_pretrained(tmp_path).rotary_emb  # loaded on meta, then its buffers rebuilt
     theta = model.config.rope_parameters["rope_theta"]  # not the default: the saved value comes back
     expected = 1.0 / (theta ** (torch.arange(0, 8, 2).float() / 8))
     assert torch.allclose(rotary.inv_freq, expected)
@@ -138,15 +135,15 @@ def test_gradient_checkpointing_gives_same_gradients():
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=0)
 
 
-def test_torch_compile_fullgraph_forward():
+@pytest.mark.parametrize("backend, rtol", [("aot_eager", 0), ("inductor", 1e-5)])
+def test_torch_compile_fullgraph_forward(backend, rtol):
     model = build(RoFormerExtModel)
-    input_ids, attention_mask, _ = random_inputs(pad_last=False)
+    input_ids, attention_mask, _ = random_inputs()
+    run = lambda m: m(input_ids, attention_mask=attention_mask).last_hidden_state  # noqa: E731
     with torch.no_grad():
-        expected = model(input_ids).last_hidden_state
-        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-        actual = compiled(input_ids).last_hidden_state
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0)
-    assert_position_sensitive(model, lambda m: m(input_ids).last_hidden_state, ATOL)  # the eager reference
+        actual = run(torch.compile(model, fullgraph=True, backend=backend))
+    torch.testing.assert_close(actual, run(model), atol=ATOL, rtol=rtol)
+    assert_position_sensitive(model, run, ATOL)  # the eager reference
 
 
 def test_long_input_runs_past_max_position_embeddings():
@@ -192,23 +189,7 @@ def test_tied_weights_and_v2_head():
     model = build(RoFormerExtForMaskedLM, use_bias=False, norm_type="rms_scale_free")
     assert model.lm_head.decoder.weight is model.roformer.embeddings.word_embeddings.weight
     assert model.lm_head.transform is None and model.lm_head.bias is None
-    assert not [n for n, _ in model.named_parameters() if n.endswith("bias")]
-    assert not [n for n, _ in model.named_parameters() if "norm" in n]
-
-
-def test_embedding_size_differs_from_hidden():
-    model = build(RoFormerExtForMaskedLM, embedding_size=16)
-    assert model.roformer.embeddings.projection.weight.shape == (32, 16)
-    input_ids, attention_mask, _ = random_inputs()
-    assert model(input_ids, attention_mask=attention_mask).logits.shape == (3, 11, 99)
-
-
-def test_rotary_value_changes_outputs_but_keeps_shift_invariance():
-    plain = build(RoFormerExtModel)
-    rotated = build(RoFormerExtModel, rotary_value=True)
-    input_ids, _, _ = random_inputs(batch=1, pad_last=False)
-    with torch.no_grad():
-        assert not torch.allclose(plain(input_ids).last_hidden_state, rotated(input_ids).last_hidden_state)
+    assert not [n for n, _ in model.named_parameters() if n.endswith("bias") or "norm" in n]
 
 
 def test_deepcopy_and_half_layout_model_runs():
@@ -238,18 +219,15 @@ def test_sparse_prediction_equals_dense_loss_and_gradients():
     assert out_sparse.logits.shape == (int(predicted.sum()), dense.config.vocab_size)
     torch.testing.assert_close(out_sparse.logits, out_dense.logits[predicted], rtol=0, atol=1e-6)
     torch.testing.assert_close(out_sparse.loss, out_dense.loss, rtol=0, atol=1e-6)
-    out_dense.loss.backward()
-    out_sparse.loss.backward()
+    (out_dense.loss + out_sparse.loss).backward()
     for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
-    # Without labels there is nothing to select: full logits, as with the dense head.
     assert sparse(**inputs).logits.shape == out_dense.logits.shape
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_eager_attention_on_a_left_padded_decoder_batch_equals_sdpa(dtype):
-    """A left-padded row's first queries see no key. Eager softmax in float32 turned float64's masked scores into
-    -inf there, so those rows became NaN, and the NaN reached the real tokens through the next layer's values."""
+    """A left-padded row's first queries see no key: no NaN (it would reach real tokens through the next layer)."""
     input_ids = torch.randint(5, 99, (2, 7), generator=torch.Generator().manual_seed(0))
     attention_mask = torch.ones(2, 7, dtype=torch.long)
     attention_mask[1, :3] = 0
