@@ -9,11 +9,8 @@ import pytest
 from . import fetch_upstream
 
 
-def make_sdist(
-    path: Path, version: str, files: tuple[str, ...] | None = None, metadata_version: str | None = None
-) -> Path:
+def make_sdist(path: Path, version: str, files=fetch_upstream.UPSTREAM_FILES, metadata_version=None) -> Path:
     """A tiny stand-in sdist: PKG-INFO plus the given test files under `transformers-<version>/`."""
-    files = fetch_upstream.UPSTREAM_FILES if files is None else files
     root = f"transformers-{version}"
     metadata = f"Metadata-Version: 2.1\nName: transformers\nVersion: {metadata_version or version}\n"
     entries = {f"{root}/PKG-INFO": metadata}
@@ -40,12 +37,9 @@ def test_extracts_the_files_and_records_the_version(tmp_path, upstream_dir):
     version = fetch_upstream.installed_transformers_version()
     sdist = make_sdist(tmp_path / f"transformers-{version}.tar.gz", version)
     fetch_upstream.fetch(sdist)
-    assert sorted(path.name for path in upstream_dir.glob("test_*.py")) == [
-        "test_configuration_common.py",
-        "test_fsdp_mixin.py",
-        "test_modeling_common.py",
-        "test_tensor_parallel_mixin.py",
-    ]
+    names = ["test_configuration_common.py", "test_fsdp_mixin.py", "test_modeling_common.py",
+             "test_tensor_parallel_mixin.py"]  # fmt: skip
+    assert sorted(path.name for path in upstream_dir.glob("test_*.py")) == names
     assert (upstream_dir / "test_modeling_common.py").read_text() == f"# tests/test_modeling_common.py of {version}\n"
     assert fetch_upstream.fetched_version() == version
     # A second run finds them up to date and downloads nothing.
