@@ -113,8 +113,7 @@ def _default(setter, value, restore):
 
 @pytest.mark.parametrize("context", ["meta", "default meta", "fake tensors", "default bfloat16"])
 def test_self_check_runs_apart_from_the_callers_context(untested_release, context):
-    """A first forward on the meta device, under FakeTensorMode or another default dtype: the self-check runs on CPU
-    tensors of its own and passes, so every later forward runs."""
+    """A first forward on meta, fake tensors or another default dtype: the check runs on CPU tensors of its own."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     model = RoFormerExtModel(tiny_config())
@@ -177,8 +176,7 @@ FUTURE_RELEASE = textwrap.dedent(
 
 @pytest.mark.parametrize("mode", ["same", "rename"])
 def test_saved_folder_under_a_future_release(tmp_path, mode):
-    """A release that renamed nothing: the folder loads, warns once and generates correctly. One that renames the
-    cache again: the self-check stops it, naming what broke and how to get updated code (not silently wrong)."""
+    """Nothing renamed: loads, warns once, generates correctly. Cache renamed: the self-check stops it, naming the fix."""
     torch.manual_seed(0)
     model = RoFormerExtForCausalLM(tiny_config(initializer_range=0.5)).eval()
     model.save_pretrained(tmp_path / "folder")
@@ -264,13 +262,12 @@ def test_left_padded_batch_and_static_cache_generate():
     batch = model.generate(input_ids, attention_mask=attention_mask, **settings)
     static = model.generate(input_ids, attention_mask=attention_mask, cache_implementation="static", **settings)
     assert torch.equal(static.sequences, batch.sequences)
-    torch.testing.assert_close(torch.stack(static.logits), torch.stack(batch.logits), rtol=1e-5, atol=1e-5)
+    logits = torch.stack(batch.logits)
+    torch.testing.assert_close(torch.stack(static.logits), logits, rtol=1e-5, atol=1e-5)
     for row, prompt in enumerate(prompts):
         alone = model.generate(prompt, **settings)
         assert torch.equal(batch.sequences[row, 7:], alone.sequences[0, prompt.shape[1] :])
-        torch.testing.assert_close(
-            torch.stack(batch.logits)[:, row], torch.stack(alone.logits)[:, 0], rtol=1e-5, atol=1e-5
-        )
+        torch.testing.assert_close(logits[:, row], torch.stack(alone.logits)[:, 0], rtol=1e-5, atol=1e-5)
     run = lambda m: torch.stack(m.generate(input_ids, attention_mask=attention_mask, **settings).logits)  # noqa: E731
     assert_position_sensitive(model, run, 1e-5)
 
