@@ -34,8 +34,7 @@ from .upstream_mixins import (
 
 
 class RoFormerExtModelTester:
-    """Tiny config (hidden 32, 2 layers, 4 heads, vocab 99, intermediate 37) and random inputs for the mixin; the
-    sizes are class attributes, overridden per instance by keyword."""
+    """Tiny config and random inputs for the mixin; the sizes are class attributes, overridden per instance by keyword."""
 
     config_class = RoFormerExtConfig
     batch_size, seq_length, is_training = 13, 7, True
@@ -162,8 +161,7 @@ class RoFormerExtModelTester:
                           output_hidden_states=True, **encoder)  # fmt: skip
         from_no_past, from_past = from_no_past.hidden_states[-1], from_past.hidden_states[-1]
         self.parent.assertEqual(from_past.shape[1], next_tokens.shape[1])
-        # Padded query rows have no defined output; compare the tokens the mask keeps.
-        keep = next_mask.bool()[..., None]
+        keep = next_mask.bool()[..., None]  # padded query rows have no defined output
         torch.testing.assert_close(from_past * keep, from_no_past[:, -3:] * keep, atol=1e-4, rtol=1e-4)
 
         def cached_step(m) -> torch.Tensor:
@@ -210,8 +208,7 @@ class RoFormerExtModelTest(
         RoFormerExtForSequenceClassification,
         RoFormerExtForTokenClassification,
     )
-    # The mixin skips test_can_init_all_missing_weights for files without a copyright year >= 2023 (transformers'
-    # pre-2023 models, whose _init_weights are not fixed yet). Ours is new and must pass it.
+    # The mixin skips test_can_init_all_missing_weights for files without a copyright year >= 2023; ours must pass it.
     test_can_init_all_missing_weights_before_2023 = True
 
     def setUp(self) -> None:
