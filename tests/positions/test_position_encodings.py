@@ -216,14 +216,14 @@ def test_parameters_and_their_homes():
     assert all(layer.attention.relative_table is None for layer in t5.layers)
     assert "position_encoding.relative_attention_bias.weight" in t5.state_dict()
     xl = RoFormerExtModel(config("transformer_xl"))
-    assert {"layers.1.attention.relative_table.r.weight", "layers.1.attention.relative_table.r_w_bias"} <= set(
-        xl.state_dict()
-    )
+    assert {
+        "layers.1.attention.relative_table.r.weight",
+        "layers.1.attention.relative_table.r_w_bias",
+    } <= xl.state_dict().keys()
     assert xl.layers[0].attention.scaling == 8**-0.5
     deberta = RoFormerExtModel(config("deberta_separate_c2p"))
-    assert {"position_encoding.rel_embeddings.weight", "layers.0.attention.relative_table.pos_key_proj.weight"} <= set(
-        deberta.state_dict()
-    )
+    keys = {"position_encoding.rel_embeddings.weight", "layers.0.attention.relative_table.pos_key_proj.weight"}
+    assert keys <= deberta.state_dict().keys()
     assert not hasattr(deberta.layers[0].attention.relative_table, "pos_query_proj")
     assert math.isclose(deberta.layers[0].attention.scaling, (8 * 2) ** -0.5)
     assert RoFormerExtModel(config("deberta")).layers[0].attention.relative_table is None
@@ -302,12 +302,7 @@ def test_attention_weights_follow_the_plain_formula(encoding, decoder):
 
 @pytest.mark.parametrize(
     "variant, implementation, decoder",
-    [
-        (v, b, decoder)
-        for v, b in CASES
-        if b != "eager"
-        for decoder in ((False, True) if b == "sdpa" or v in BASIC else (False,))
-    ],
+    [(v, b, d) for v, b in CASES if b != "eager" for d in ((False, True) if b == "sdpa" or v in BASIC else (False,))],
 )
 def test_backends_agree_with_padding(variant, implementation, decoder):
     ids = torch.randint(1, 97, (2, 13), generator=torch.Generator().manual_seed(1))
@@ -477,24 +472,20 @@ def test_users_register_their_own_encoding():
         register_position_encoding("bad")(object)
 
 
+HEADS = ["SequenceClassification", "TokenClassification", "QuestionAnswering", "MultipleChoice"]
+
+
 @pytest.mark.parametrize("encoding", BASIC)
-@pytest.mark.parametrize(
-    "head", ["SequenceClassification", "TokenClassification", "QuestionAnswering", "MultipleChoice"]
-)
+@pytest.mark.parametrize("head", HEADS)
 def test_every_head_takes_every_encoding(encoding, head):
     torch.manual_seed(0)
-    model = getattr(roformer_ext, f"RoFormerExtFor{head}")(
-        config(encoding, num_labels=2 if head == "QuestionAnswering" else 3)
-    )
-    ids = torch.randint(1, 97, (2, 8))
-    inputs = {
-        "MultipleChoice": dict(input_ids=torch.randint(1, 97, (2, 2, 8)), labels=torch.tensor([0, 1])),
-        "QuestionAnswering": dict(
-            input_ids=ids, start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4])
-        ),
-        "TokenClassification": dict(input_ids=ids, labels=torch.randint(0, 3, (2, 8))),
-        "SequenceClassification": dict(input_ids=ids, labels=torch.tensor([0, 2])),
-    }[head]
+    model = getattr(roformer_ext, f"RoFormerExtFor{head}")(config(encoding, num_labels=2 + (head != HEADS[2])))
+    ids, labels = torch.randint(1, 97, (2, 8)), torch.tensor([0, 2])
+    span = dict(start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
+    inputs = {"MultipleChoice": dict(input_ids=torch.randint(1, 97, (2, 2, 8)), labels=torch.tensor([0, 1])),
+              "QuestionAnswering": dict(input_ids=ids, **span),
+              "TokenClassification": dict(input_ids=ids, labels=torch.randint(0, 3, (2, 8))),
+              "SequenceClassification": dict(input_ids=ids, labels=labels)}[head]  # fmt: skip
     output = model(**inputs)
     assert torch.isfinite(output.loss)
     output.loss.backward()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_qwen_vl_positions import batch as padded  # ("text", n) / ("image" | "video", grid) items, padded
 
 from roformer_ext.positions import (
     Segment,
@@ -20,7 +21,7 @@ from roformer_ext.positions import (
     registered_position_schemes,
 )
 
-IMAGE, VIDEO, PAD = 90, 91, 0
+IMAGE, VIDEO = 90, 91
 SCHEME_AXES = {"rope_1d": 2, "rope_2d_rows": 2, "rope_tie": 2, "rope_tie_v2": 2, "mrope": 3}
 DIAGONAL = ("rope_1d", "rope_tie", "rope_tie_v2", "mrope")  # text is (n, n[, n]) in these
 
@@ -30,32 +31,9 @@ def make_config(scheme: str, axes: int) -> types.SimpleNamespace:
     return types.SimpleNamespace(rope_parameters=rope, image_token_id=IMAGE, video_token_id=VIDEO)
 
 
-def encode(layout: list[tuple[str, object]]) -> tuple[list[int], list[tuple], list[tuple]]:
-    """Token ids and grids of a layout of ("text", n) / ("image", (1, h, w)) / ("video", (t, h, w)) items."""
-    ids, images, videos = [], [], []
-    for kind, value in layout:
-        if kind == "text":
-            ids += [1 + (len(ids) + k) % 50 for k in range(value)]
-        else:
-            t, h, w = value
-            ids += [IMAGE if kind == "image" else VIDEO] * (t * h * w)
-            (images if kind == "image" else videos).append(value)
-    return ids, images, videos
-
-
 def batch(layouts: list[list], left_pads: list[int], right_pads: list[int]):
     """input_ids, attention_mask and grids of padded samples; every row has the same length."""
-    encoded = [encode(layout) for layout in layouts]
-    width = max(left + len(ids) + right for (ids, _, _), left, right in zip(encoded, left_pads, right_pads))
-    rows, masks, images, videos = [], [], [], []
-    for (ids, sample_images, sample_videos), left in zip(encoded, left_pads):
-        right = width - left - len(ids)
-        rows.append([PAD] * left + ids + [PAD] * right)
-        masks.append([0] * left + [1] * len(ids) + [0] * right)
-        images += sample_images
-        videos += sample_videos
-    grids = [torch.tensor(grid, dtype=torch.long) if grid else None for grid in (images, videos)]
-    return torch.tensor(rows), torch.tensor(masks), *grids
+    return padded(layouts, left_pads, right_pads)[:4]
 
 
 def positions_of(layout: list, scheme: str, axes: int) -> tuple[torch.Tensor, float]:
@@ -120,9 +98,8 @@ tie_layouts = st.one_of(
 @settings(max_examples=400, deadline=None)
 @given(tie_layouts)
 def test_tie_equations(scheme, sizes):
-    """Su's equations, image and video form, axes over (h, w[, t]) with sizes d_a, P patches, L the last text position:
-    v1 puts patch index n of axis a at L + n·Π_{b≠a}(d_b + 1) and the next text at L + Π(d + 1); v2 at
-    L + (P − d_a)/2 + n and the next text at L + P + 1; the step into the vision block equals the step out of it."""
+    """Su's equations over axes (h, w[, t]) of sizes d_a, P patches, last text L: v1 puts index n of axis a at
+    L + n·Π_{b≠a}(d_b + 1), next text L + Π(d + 1); v2 at L + (P − d_a)/2 + n, next text L + P + 1."""
     before, t, h, w = sizes
     item, dims, cube = (("video", (t, h, w)), (h, w, t), (t, h, w)) if t else (("image", (1, h, w)), (h, w), (h, w))
     positions, _ = positions_of([("text", before), item, ("text", 1)], scheme, len(dims))
@@ -162,8 +139,7 @@ def transformers_rope_index(input_ids, attention_mask, images, videos):
 
 
 def original_qwen2vl_positions(layout: list) -> tuple[list[list[int]], int]:
-    """The original Qwen2-VL rule, token by token: a vision segment starts at max(previous) + 1 and the
-    text after it continues at max(segment) + 1. Returns (t, h, w) per token and the next text position."""
+    """The original Qwen2-VL rule, token by token: (t, h, w) per token and the next text position."""
     positions, start = [], 0
     for kind, value in layout:
         if kind == "text":
@@ -184,8 +160,7 @@ any_vision = st.one_of(image, video)
 
 @st.composite
 def layouts(draw, vision=any_vision, max_vision: int = 3) -> list:
-    """Text and vision segments; two images (or two videos) in a row get text between them, as the processor's
-    [/IMG] [IMG] markers do, since one run of placeholders is one image."""
+    """Text and vision segments; two vision items of one kind get text between them (one run is one item)."""
     layout = [("text", draw(text_len))] if draw(st.booleans()) else []
     for _ in range(draw(st.integers(0, max_vision))):
         item = draw(vision)
@@ -213,7 +188,7 @@ def video_fits(layout) -> bool:
 @given(padded_batches())
 def test_mrope_matches_transformers_get_rope_index(drawn):
     samples, left, right = drawn
-    # transformers 5.23 agrees with the original Qwen2-VL only when every video has t <= max(h, w); see below.
+    # transformers agrees with the original Qwen2-VL only when every video has t <= max(h, w); see below
     samples = [layout for layout in samples if video_fits(layout)] or [[("text", 2)]]
     input_ids, mask, images, videos = batch(samples, left[: len(samples)], right[: len(samples)])
     ours, our_deltas = build_position_ids(input_ids, make_config("mrope", 3), images, videos, mask)
@@ -231,8 +206,7 @@ def test_mrope_matches_original_qwen2vl(layout):
 
 
 def test_transformers_advances_by_max_h_w_after_a_video():
-    """transformers 5.23 moves text after a video by max(h, w), not max(t, h, w): with t > max(h, w) the text
-    repeats the video's last temporal position. We follow the original Qwen2-VL (max(segment) + 1)."""
+    """transformers moves text after a video by max(h, w), not max(t, h, w); we follow the original Qwen2-VL."""
     layout = [("text", 2), ("video", (4, 2, 3)), ("text", 2)]
     input_ids, mask, _, videos = batch([layout], [0], [0])
     ours, our_delta = build_position_ids(input_ids, make_config("mrope", 3), None, videos, mask)
@@ -253,17 +227,13 @@ def test_shift_leaves_attention_scores_unchanged(scheme, pair_layout):
     from roformer_ext.rope import RotaryEmbedding, apply_rotary
 
     axes = SCHEME_AXES[scheme]
-    rope_parameters = dict(rope_type="default", rope_theta=10000.0, pair_layout=pair_layout, axes=axes)
-    rope_parameters["axis_allocation"] = "interleaved"
-    if scheme == "mrope":
-        rope_parameters.update(axis_allocation="sections", mrope_section=[4, 6, 6])
-    config = types.SimpleNamespace(
-        rope_parameters=rope_parameters, hidden_size=64, num_attention_heads=2, head_dim=32, max_position_embeddings=512
-    )
+    allocation = dict(axis_allocation="sections", mrope_section=[4, 6, 6]) if scheme == "mrope" else {}
+    rope = dict(rope_type="default", rope_theta=10000.0, pair_layout=pair_layout, axes=axes, **allocation)
+    config = types.SimpleNamespace(rope_parameters={"axis_allocation": "interleaved", **rope}, hidden_size=64,
+                                   num_attention_heads=2, head_dim=32, max_position_embeddings=512)  # fmt: skip
     rotary = RotaryEmbedding(config)
     layout = [("text", 4), ("image", (1, 3, 4)), ("text", 3), ("image", (1, 2, 2)), ("text", 2)]
-    position_ids, _ = positions_of(layout, scheme, axes)
-    position_ids = position_ids[:, None]  # (axes, batch 1, seq)
+    position_ids = positions_of(layout, scheme, axes)[0][:, None]  # (axes, batch 1, seq)
     generator = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 1, 2, position_ids.shape[-1], 32, generator=generator)  # (batch, heads, seq, head_dim)
 

@@ -82,11 +82,8 @@ def test_interleaved_to_half_conversion_keeps_outputs(rotary_value):
     with torch.no_grad():
         before = model(input_ids, attention_mask=attention_mask).logits
         convert_pair_layout(model, "half")
-        assert (
-            model.roformer.position_encoding.rotary_emb.pair_layout
-            == "half"
-            == model.config.rope_parameters["pair_layout"]
-        )
+        rotary = model.roformer.position_encoding.rotary_emb
+        assert rotary.pair_layout == "half" == model.config.rope_parameters["pair_layout"]
         assert {layer.attention.rotation.pair_layout for layer in model.roformer.layers} == {"half"}
         half = model(input_ids, attention_mask=attention_mask).logits
         convert_pair_layout(model, "interleaved")
@@ -124,22 +121,16 @@ def test_registering_a_learned_frequency_kind(tmp_path):
     learned = reloaded.roformer.position_encoding.rotary_emb.log_inv_freq
     torch.testing.assert_close(learned, model.roformer.position_encoding.rotary_emb.log_inv_freq)
 
-    # A folder saved before the rotary embedding moved into the position encoding (keys roformer.rotary_emb.*)
-    # loads with transformers' key_mapping.
+    # a folder saved with the old keys (roformer.rotary_emb.*) loads with transformers' key_mapping
     old_folder = tmp_path / "old_keys"
     model.save_pretrained(old_folder)
     weights = load_file(old_folder / "model.safetensors")
-    renamed = {
-        k.replace("roformer.position_encoding.rotary_emb.", "roformer.rotary_emb."): v for k, v in weights.items()
-    }
+    renamed = {k.replace(".position_encoding.rotary_emb.", ".rotary_emb."): v for k, v in weights.items()}
     assert "roformer.rotary_emb.log_inv_freq" in renamed
     save_file(renamed, old_folder / "model.safetensors", metadata={"format": "pt"})
     mapping = {r"^roformer\.rotary_emb\.": "roformer.position_encoding.rotary_emb."}
     remapped = RoFormerExtForMaskedLM.from_pretrained(old_folder, key_mapping=mapping)
     torch.testing.assert_close(remapped.roformer.position_encoding.rotary_emb.log_inv_freq, learned, rtol=0, atol=0)
-
-
-def test_register_rejects_non_rotary_class():
     with pytest.raises(TypeError, match="RotaryEmbedding subclass"):
         register_rotary_embedding("nope")(object)
 
@@ -201,10 +192,8 @@ def test_half_layout_projection_runs_the_modules_own_forward():
             adapted_layer.attention.query.register_forward_hook(lambda module, args, out: out * 2)
             doubled_layer.attention.query.weight.mul_(2)
             doubled_layer.attention.query.bias.mul_(2)
-        got = adapted.eval()(input_ids, attention_mask=attention_mask).logits
-        torch.testing.assert_close(
-            got, doubled.eval()(input_ids, attention_mask=attention_mask).logits, rtol=0, atol=1e-5
-        )
+        got, expected = (m.eval()(input_ids, attention_mask=attention_mask).logits for m in (adapted, doubled))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
 def test_half_layout_cached_decoding_equals_the_full_forward():

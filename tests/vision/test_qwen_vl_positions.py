@@ -59,21 +59,24 @@ def encode(layout) -> tuple[list[int], list[tuple], list[tuple], list[tuple]]:
     return ids, images, videos, groups
 
 
-def padded_batch(rng: random.Random, frames_apart: bool = False):
-    samples = [random_layout(rng, frames_apart) for _ in range(rng.randint(1, 3))]
-    encoded = [encode(layout) for layout in samples]
-    pads = [(rng.randint(0, 3), rng.randint(0, 3)) for _ in samples]
-    width = max(left + len(ids) + right for (ids, *_), (left, right) in zip(encoded, pads))
-    rows, masks, images, videos, groups = [], [], [], [], []
-    for (ids, sample_images, sample_videos, sample_groups), (left, _) in zip(encoded, pads):
+def batch(layouts: list[list], left_pads: list[int], right_pads: list[int]):
+    """input_ids, attention_mask, image grids, video grids and video groups of padded samples of one width."""
+    encoded = [encode(layout) for layout in layouts]
+    width = max(left + len(ids) + right for (ids, *_), left, right in zip(encoded, left_pads, right_pads))
+    rows, masks, grids = [], [], ([], [], [])
+    for (ids, *sample_grids), left in zip(encoded, left_pads):
         right = width - left - len(ids)
         rows.append([PAD] * left + ids + [PAD] * right)
         masks.append([0] * left + [1] * len(ids) + [0] * right)
-        images += sample_images
-        videos += sample_videos
-        groups += sample_groups
-    grid = lambda rows: torch.tensor(rows, dtype=torch.long) if rows else None  # noqa: E731
-    return samples, torch.tensor(rows), torch.tensor(masks), grid(images), grid(videos), grid(groups)
+        for into, extra in zip(grids, sample_grids):
+            into += extra
+    return torch.tensor(rows), torch.tensor(masks), *(torch.tensor(g, dtype=torch.long) if g else None for g in grids)
+
+
+def padded_batch(rng: random.Random, frames_apart: bool = False):
+    samples = [random_layout(rng, frames_apart) for _ in range(rng.randint(1, 3))]
+    pads = [(rng.randint(0, 3), rng.randint(0, 3)) for _ in samples]
+    return samples, *batch(samples, *zip(*pads))
 
 
 def transformers_rope_index(model_class, input_ids, mask, images, videos, **extra):
