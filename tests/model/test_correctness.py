@@ -5,6 +5,7 @@ import inspect
 import json
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -188,11 +189,8 @@ def test_two_threads_generate_as_sequential_runs():
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads often, so the two requests really interleave
     try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(2) as pool:  # a thread's exception re-raised here
+            list(pool.map(run, range(2)))
     finally:
         sys.setswitchinterval(interval)
     for got, expected in zip(results, sequential):
