@@ -1,18 +1,14 @@
 """Let transformers' common tests see our classes' tasks as they see an in-tree model's: `ModelTesterMixin` decides
 per class (labels, choices dimension, base model...) from its name in the `MODEL_*_MAPPING_NAMES` tables, where a
-class registered with `AutoModelFor*.register` is not listed. `auto_class_names()` adds ours, from the package's own
+class registered with `AutoModelFor*.register` is not listed. `AutoClassNamesMixin` adds ours, from the package's own
 registrations, for the duration of a test class.
 """
 
-import contextlib
-from collections.abc import Iterator
 from unittest import mock
 
 from transformers.models.auto import modeling_auto
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
-
-OUR_CONFIGS = (RoFormerExtConfig, RoFormerExtVisionTextConfig)
 
 
 def _registered_names() -> dict[str, dict[str, str]]:
@@ -24,26 +20,18 @@ def _registered_names() -> dict[str, dict[str, str]]:
         mapping = getattr(modeling_auto, table_name.removesuffix("_NAMES"), None)
         if not hasattr(mapping, "get"):
             continue
-        for config_class in OUR_CONFIGS:
+        for config_class in (RoFormerExtConfig, RoFormerExtVisionTextConfig):
             model_class = mapping.get(config_class, None)
             if model_class is not None:
                 additions.setdefault(table_name, {})[config_class.model_type] = model_class.__name__
     return additions
 
 
-@contextlib.contextmanager
-def auto_class_names() -> Iterator[None]:
-    """Within the block, transformers' name tables list our registered classes (restored on exit)."""
-    with contextlib.ExitStack() as stack:
-        for table_name, entries in _registered_names().items():
-            stack.enter_context(mock.patch.dict(getattr(modeling_auto, table_name), entries))
-        yield
-
-
 class AutoClassNamesMixin:
-    """For a test class: our registered classes are in transformers' name tables while it runs."""
+    """For a test class: our registered classes are in transformers' name tables while it runs (restored after)."""
 
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        cls.enterClassContext(auto_class_names())
+        for table_name, entries in _registered_names().items():
+            cls.enterClassContext(mock.patch.dict(getattr(modeling_auto, table_name), entries))
