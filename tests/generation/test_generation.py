@@ -27,6 +27,13 @@ def sensitive(model, **generate_kwargs) -> None:
     assert_position_sensitive(model, run, 1e-5)
 
 
+def assert_same(got, sequences, logits=None) -> None:
+    """got's tokens and logits are `sequences` and `logits`, or those of the output `sequences`."""
+    sequences, logits = (sequences.sequences, sequences.logits) if logits is None else (sequences, logits)
+    assert torch.equal(got.sequences, sequences)
+    torch.testing.assert_close(torch.stack(got.logits), torch.stack(tuple(logits)), rtol=1e-5, atol=1e-5)
+
+
 def prompt(batch: int = 2, seq: int = 7, seed: int = 0) -> torch.Tensor:
     return torch.randint(5, 99, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
@@ -48,14 +55,8 @@ def test_dynamic_cache_equals_recomputation_and_static_cache_equals_dynamic(attn
     model.set_attn_implementation(attn_implementation)
     input_ids = prompt()
     dynamic = model.generate(input_ids, **WITH_LOGITS)
-    tokens, logits = greedy_without_cache(model, input_ids, GREEDY["max_new_tokens"])
-    static = model.generate(input_ids, cache_implementation="static", **WITH_LOGITS)
-    for reference, expected in (
-        (dynamic, (tokens, logits)),
-        (static, (dynamic.sequences, torch.stack(dynamic.logits))),
-    ):
-        assert torch.equal(reference.sequences, expected[0])
-        torch.testing.assert_close(torch.stack(reference.logits), expected[1], rtol=1e-5, atol=1e-5)
+    assert_same(dynamic, *greedy_without_cache(model, input_ids, GREEDY["max_new_tokens"]))
+    assert_same(model.generate(input_ids, cache_implementation="static", **WITH_LOGITS), dynamic)
     sensitive(model, input_ids=input_ids, **GREEDY)
     sensitive(model, input_ids=input_ids, cache_implementation="static", **GREEDY)
 
@@ -67,8 +68,7 @@ def test_compiled_static_generation_equals_eager():
     compile_config = CompileConfig(fullgraph=True, dynamic=False)
     compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
     compiled = model.generate(input_ids, cache_implementation="static", compile_config=compile_config, **WITH_LOGITS)
-    assert torch.equal(compiled.sequences, eager.sequences)
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits), rtol=1e-5, atol=1e-5)
+    assert_same(compiled, eager)
     sensitive(model, input_ids=input_ids, cache_implementation="static", **GREEDY)  # the eager reference
 
 
@@ -80,8 +80,7 @@ def test_generate_from_inputs_embeds_continues_like_input_ids(vision):
         model.generate(input_ids, **WITH_LOGITS),
         model.generate(inputs_embeds=embeds, **WITH_LOGITS),
     )
-    assert torch.equal(from_embeds.sequences, from_ids.sequences[:, input_ids.shape[1] :])  # only the new tokens
-    torch.testing.assert_close(torch.stack(from_embeds.logits), torch.stack(from_ids.logits), rtol=1e-5, atol=1e-5)
+    assert_same(from_embeds, from_ids.sequences[:, input_ids.shape[1] :], from_ids.logits)  # only the new tokens
     sensitive(model, inputs_embeds=embeds, **GREEDY)
 
 
@@ -139,12 +138,8 @@ def test_4d_mask_with_cache_offset_equals_2d_mask():
         actual = model(input_ids[:, 6:], attention_mask=causal, cache=past).logits
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
-    def cached_step(m) -> torch.Tensor:
-        return m(
-            input_ids[:, 6:], attention_mask=causal, cache=output_cache(m(input_ids[:, :6], use_cache=True))
-        ).logits
-
-    assert_position_sensitive(model, cached_step, 1e-5)
+    cache = lambda m: output_cache(m(input_ids[:, :6], use_cache=True))  # noqa: E731
+    assert_position_sensitive(model, lambda m: m(input_ids[:, 6:], attention_mask=causal, cache=cache(m)).logits, 1e-5)
 
 
 def test_4d_mask_with_static_cache_is_padded_to_its_length():
@@ -168,6 +163,5 @@ def test_vision_static_cache_equals_dynamic(scheme):
     with_logits = dict(kwargs, return_dict_in_generate=True, output_logits=True)
     dynamic = model.generate(**batch, **with_logits)
     static = model.generate(**batch, cache_implementation="static", **with_logits)
-    assert torch.equal(static.sequences, dynamic.sequences)
-    torch.testing.assert_close(torch.stack(static.logits), torch.stack(dynamic.logits), rtol=1e-5, atol=1e-5)
+    assert_same(static, dynamic)
     sensitive(model, **batch, cache_implementation="static", **kwargs)

@@ -75,11 +75,6 @@ def test_unrotated_pairs_turn_at_zero_frequency():
     assert (frequencies[unrotated.expand_as(frequencies)] == 0).all()
 
 
-def reference_rotation(x: torch.Tensor, cos_pairs: torch.Tensor, sin_pairs: torch.Tensor) -> torch.Tensor:
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack([even * cos_pairs - odd * sin_pairs, even * sin_pairs + odd * cos_pairs], dim=-1).flatten(-2)
-
-
 def bare_config(**rope) -> SimpleNamespace:
     """What `RotaryEmbedding` reads from a config, and no more: no `axes` unless given (head_dim 8, θ = 100)."""
     rope_parameters = {"rope_type": "default", "rope_theta": 100.0, "axis_allocation": "interleaved", **rope}
@@ -213,5 +208,6 @@ def test_headwise_rotation_turns_the_layouts_own_pairs(pair_layout):
     table = torch.cat((angles, angles), dim=-1) if half else angles.repeat_interleave(2, -1)
     order = [0, 4, 1, 5, 2, 6, 3, 7] if half else list(range(8))  # each pair's two dims side by side
     rotated = HeadwiseRotation(pair_layout).for_scores(x, table.cos(), table.sin())
-    expected = reference_rotation(x[..., order], angles.cos(), angles.sin())
+    even, odd, cos, sin = x[..., order][..., 0::2], x[..., order][..., 1::2], angles.cos(), angles.sin()
+    expected = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
     torch.testing.assert_close(rotated[..., order], expected)

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 from test_position_encodings import config, model_for
 
-from roformer_ext import RoFormerExtConfig, RoFormerExtModel
+from roformer_ext import RoFormerExtModel
 from roformer_ext.compat import output_cache
 from roformer_ext.relative_position_encodings import deberta_log_bucket, t5_relative_bucket, xlnet_relative_sinusoid
 
@@ -32,19 +32,6 @@ def layer0_attention(model, **inputs):
     return out, captured
 
 
-def deberta_v2_config(our_config: RoFormerExtConfig):
-    from transformers import DebertaV2Config
-
-    knobs = our_config.position_encoding_parameters
-    names = ("position_buckets", "max_relative_positions", "pos_att_type", "share_att_key", "norm_rel_ebd")
-    return DebertaV2Config(
-        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relative_attention=True,
-        max_position_embeddings=our_config.max_position_embeddings, layer_norm_eps=our_config.layer_norm_eps,
-        **{name: knobs[name] for name in names},
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -57,12 +44,22 @@ def deberta_v2_config(our_config: RoFormerExtConfig):
     ],
 )
 def test_deberta_equals_transformers_disentangled_self_attention(overrides):
+    from transformers import DebertaV2Config
     from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Encoder, DisentangledSelfAttention
 
     model = model_for("deberta", **overrides)
-    ours = model.roformer.layers[0].attention
-    encoding = model.roformer.position_encoding
-    theirs_config = deberta_v2_config(model.config)
+    ours, encoding, knobs = (
+        model.roformer.layers[0].attention,
+        model.roformer.position_encoding,
+        model.config.position_encoding_parameters,
+    )
+    names = ("position_buckets", "max_relative_positions", "pos_att_type", "share_att_key", "norm_rel_ebd")
+    theirs_config = DebertaV2Config(
+        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relative_attention=True,
+        max_position_embeddings=model.config.max_position_embeddings, layer_norm_eps=model.config.layer_norm_eps,
+        **{name: knobs[name] for name in names},
+    )  # fmt: skip
     theirs = DisentangledSelfAttention(theirs_config).eval()
     encoder = DebertaV2Encoder(theirs_config).eval()  # holds the shared relative embeddings and builds the positions
     with torch.no_grad():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_qwen_vl_positions import encode
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
 from roformer_ext.axis_allocations import register_axis_allocation
@@ -175,10 +176,6 @@ def v2pe_row(record: dict) -> tuple[torch.Tensor, list]:
     return torch.tensor(ids), grids
 
 
-def v2pe_config(stride: float, tokens: int | None = 256) -> RoFormerExtVisionTextConfig:
-    return vision_config(position_scheme="v2pe", visual_stride=float(stride), visual_stride_tokens=tokens)
-
-
 def test_v2pe_matches_the_official_code():
     """Official `get_rope_pos_id` (strides 1, 16, 64) on 36 rows, batches of 4 of one stride: exactly with
     `visual_stride_tokens` 256; without it (the ICLR rule) one-tile images agree, multi-tile ones not."""
@@ -193,8 +190,9 @@ def test_v2pe_matches_the_official_code():
             rows = [v2pe_row(cases[c]) for c in members]
             ids, mask = left_padded([row[0] for row in rows])
             grids = torch.tensor([grid for row in rows for grid in row[1]])
-            ours = {n: build_position_ids(ids, v2pe_config(stride, n), grids, attention_mask=mask)[0]
-                    for n in (256, None)}  # fmt: skip
+            configs = {n: vision_config(position_scheme="v2pe", visual_stride=float(stride), visual_stride_tokens=n)
+                       for n in (256, None)}  # fmt: skip
+            ours = {n: build_position_ids(ids, config, grids, attention_mask=mask)[0] for n, config in configs.items()}
             for b, c in enumerate(members):
                 real, message = mask[b].bool(), f"case {c}: stride {stride}, {cases[c]['layout']}"
                 assert torch.equal(ours[256][:, b, real], cases[c]["position_ids"].expand(3, -1)), message
@@ -220,14 +218,6 @@ def test_v2pe_refuses_bad_visual_stride_tokens():
 LUMOS_CONTENT = 5000  # the fixture's visual content token (new-line tokens, 8803, close every latent row)
 
 
-def lumos_config() -> RoFormerExtVisionTextConfig:
-    """As Lumos-1 runs it: position_scale (4, 8, 8), Cosmos' strides."""
-    rope = {"position_scheme": "mmrope", "position_scale": [4.0, 8.0, 8.0], "pair_layout": "half"}
-    config = vision_config(image_token_id=LUMOS_CONTENT, **rope)
-    assert config.rope_parameters["axis_allocation"] == "mmrope"
-    return config
-
-
 def lumos_row(record: dict) -> tuple[torch.Tensor, list, torch.Tensor]:
     """Content tokens (new-lines included) are image placeholders, one grid (1, h, w + 1) per frame, the rest text."""
     flag = record["image_content_flag"][0].bool()
@@ -239,7 +229,9 @@ def lumos_row(record: dict) -> tuple[torch.Tensor, list, torch.Tensor]:
 
 def test_mmrope_matches_the_official_code():
     """Official Lumos-1 on 64 rows, left-padded in batches of 4: positions exactly, deltas 0, cos / sin within 1e-6."""
-    fixture, config = load("mmrope_official"), lumos_config()
+    rope = {"position_scheme": "mmrope", "position_scale": [4.0, 8.0, 8.0], "pair_layout": "half"}  # Cosmos' strides
+    fixture, config = load("mmrope_official"), vision_config(image_token_id=LUMOS_CONTENT, **rope)
+    assert config.rope_parameters["axis_allocation"] == "mmrope"
     rotary, cases, padded_rows, with_cos = RotaryEmbedding(config), fixture["cases"], 0, 0
     counts = {"text only": 0, "video": 0, "several items": 0}
     for first in range(0, len(cases), 4):
@@ -335,14 +327,8 @@ def test_vrope_matches_the_official_code():
     assert axis.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
     videos_with_frames = 0
     for case, record in enumerate(fixture["cases"]):
-        ids, images, videos = [], [], []
-        for kind, value in record["layout"]:
-            if kind == "text":
-                ids += [1 + (len(ids) + k) % 50 for k in range(value)]
-            else:
-                ids += [IMAGE if kind == "image" else VIDEO] * (value[0] * value[1] * value[2])
-                (images if kind == "image" else videos).append(list(value))
-                videos_with_frames += kind == "video" and value[0] > 1
+        ids, images, videos, _ = encode(record["layout"])
+        videos_with_frames += sum(kind == "video" and value[0] > 1 for kind, value in record["layout"])
         ours, delta = build_position_ids(torch.tensor([ids]), config, grids_or_none(images), grids_or_none(videos))
         message = f"case {case}: {record['layout']}"
         assert torch.equal(ours[:, 0].T[:, axis], record["position_ids"].float()), message  # (tokens, pairs)

@@ -38,13 +38,10 @@ SCHEMES = {
     "mhrope": {"mrope_section": [1, 1, 1]},  # heads per axis: 4 heads, the 4th unrotated (head_dim 12)
     "circle_rope": {"mrope_section": SECTION, "circle_radius": 3.0, "circle_alpha": 0.3, "circle_dff_rate": 0.2},
 }
-#: Schemes that place images only (grid t = 1): their samples' videos are one frame.
-IMAGES_ONLY = ("circle_rope",)
-HEADS = {"mhrope": 4}
 
 
 def config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
-    sizes = {**SIZES, "num_attention_heads": HEADS.get(scheme, SIZES["num_attention_heads"])}
+    sizes = {**SIZES, "num_attention_heads": 4 if scheme == "mhrope" else SIZES["num_attention_heads"]}
     rope = overrides.pop("rope_parameters", None) or {"position_scheme": scheme, **SCHEMES[scheme]}
     return position_sensitive_config(RoFormerExtVisionTextConfig, **{**sizes, **overrides}, rope_parameters=rope)
 
@@ -59,7 +56,7 @@ def sample(generator: torch.Generator, image: tuple, video: tuple) -> dict:
 
 def samples(seed: int = 0, scheme: str | None = None) -> list[dict]:
     generator = torch.Generator().manual_seed(seed)
-    if scheme in IMAGES_ONLY:
+    if scheme == "circle_rope":  # places images only (grid t = 1): one-frame videos
         return [sample(generator, (1, 2, 3), (1, 2, 2)), sample(generator, (1, 3, 2), (1, 1, 2))]
     return [sample(generator, (1, 2, 3), (3, 2, 2)), sample(generator, (1, 3, 2), (2, 1, 2))]
 
@@ -151,10 +148,8 @@ def packed_row(parts: list[dict]) -> dict:
     return packed
 
 
-HEAD_CLASSES = [RoFormerExtVisionTextForMaskedLM, RoFormerExtVisionTextForCausalLM]
-
-
-@pytest.mark.parametrize("model_class", [*HEAD_CLASSES, RoFormerExtVisionTextForSequenceClassification])
+@pytest.mark.parametrize("model_class", [RoFormerExtVisionTextForMaskedLM, RoFormerExtVisionTextForCausalLM,
+                                         RoFormerExtVisionTextForSequenceClassification])  # fmt: skip
 def test_every_head_packed_row_equals_each_sequence_alone(model_class):
     torch.manual_seed(0)
     model = model_class(config("ilrope", num_labels=3)).eval()

@@ -46,25 +46,16 @@ def packed_row(parts: list[dict]) -> dict:
     return dict(row, cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=max(lengths), max_length_k=max(lengths))
 
 
-def recorded_positions(model) -> list[torch.Tensor]:
-    """Every position tensor the base model computes from now on."""
-    seen, compute = [], model.roformer.compute_position_ids
-
-    def spy(*args, **kwargs):
-        seen.append(compute(*args, **kwargs))
-        return seen[-1]
-
-    model.roformer.compute_position_ids = spy
-    return seen
-
-
 def test_packed_vision_classification_positions_equal_each_sequence_alone():
     """Issue #31, 0: the classification head's pooling hid cu_seq_lens_q, so the packed row was laid out as one."""
     torch.manual_seed(0)
     model = RoFormerExtVisionTextForSequenceClassification(sensitive_config(num_labels=3)).eval()
     generator = torch.Generator().manual_seed(1)
     parts = [image_prompt(generator, 3, (1, 2, 3)), image_prompt(generator, 2, (1, 2, 2))]
-    positions = recorded_positions(model)
+    positions, compute = [], model.roformer.compute_position_ids  # every position tensor computed from now on
+    model.roformer.compute_position_ids = lambda *args, **kwargs: (
+        positions.append(compute(*args, **kwargs)) or positions[-1]
+    )
     with torch.no_grad():
         packed_logits = model(**packed_row(parts)).logits
         alone_logits = torch.cat([model(**alone(part)).logits for part in parts])
@@ -141,9 +132,7 @@ def test_beam_search_gives_each_beam_its_own_prompts_patches():
 def test_expand_vision_inputs_repeats_each_prompts_images_and_videos_as_a_group():
     """The expansion itself: prompt 0 holds image 0 and video 0, prompt 1 holds images 1, 2 and video 1."""
     config = sensitive_config()
-    ids = torch.tensor(
-        [[5, IMAGE, IMAGE, VIDEO, VIDEO, 6, 6, 6], [IMAGE, IMAGE, IMAGE, IMAGE, IMAGE, IMAGE, VIDEO, VIDEO]]
-    )
+    ids = torch.tensor([[5, IMAGE, IMAGE, VIDEO, VIDEO, 6, 6, 6], [IMAGE] * 6 + [VIDEO] * 2])
     inputs = {
         "pixel_values": torch.arange(8.0)[:, None].expand(8, PATCH_DIM),
         "image_grid_thw": torch.tensor([[1, 1, 2], [1, 2, 2], [1, 1, 2]]),

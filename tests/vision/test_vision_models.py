@@ -74,12 +74,8 @@ def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_head_runs_on_images_and_video(scheme):
     batch = mixed_batch()
-    for model_class in (
-        RoFormerExtVisionTextModel,
-        RoFormerExtVisionTextForMaskedLM,
-        RoFormerExtVisionTextForSequenceClassification,
-        RoFormerExtVisionTextForCausalLM,
-    ):
+    for model_class in (RoFormerExtVisionTextModel, RoFormerExtVisionTextForMaskedLM,
+                        RoFormerExtVisionTextForSequenceClassification, RoFormerExtVisionTextForCausalLM):  # fmt: skip
         torch.manual_seed(0)
         model = model_class(vision_config(scheme)).eval()
         with torch.no_grad():
