@@ -334,8 +334,16 @@ class RoFormerExtConfig(PreTrainedConfig):
             )
         scheme.check_axes(axes)
         allocation, section = rope["axis_allocation"], rope.get("mrope_section")
-        if section is not None:
-            _check_mrope_section(section)
+        if section is not None:  # a list of positive ints (its length and sum are checked by the allocation)
+            name, what = "rope_parameters['mrope_section']", "(frequency pairs per axis, e.g. [2, 3, 3])"
+            if not isinstance(section, (list, tuple)):
+                raise TypeError(f"{name} must be a list of ints {what}; got {section!r} ({type(section).__name__}).")
+            if not all(is_int(size) for size in section):
+                raise TypeError(f"{name} entries must be ints {what}; got {list(section)!r}.")
+            if not all(size > 0 for size in section):
+                raise ValueError(
+                    f"{name} entries must be positive (every axis needs a frequency pair); got {list(section)!r}."
+                )
         if rotates_per_head(rope) and self.attention_type == "linear":
             raise ValueError(
                 f"axis_allocation {allocation!r} with rope_type {rope['rope_type']!r} rotates each head its own way "
@@ -353,20 +361,12 @@ class RoFormerExtConfig(PreTrainedConfig):
         self.position_encoding_parameters = knobs.to_dict()  # defaults written out, a copy of the caller's dict
 
 
-VISION_DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
-    **DEFAULT_ROPE_PARAMETERS,
-    "axes": 3,
-    "axis_allocation": "interleaved",
-    "position_scheme": "rope_tie_v2",
-}
+VISION_DEFAULT_ROPE_PARAMETERS = {**DEFAULT_ROPE_PARAMETERS, "axes": 3, "position_scheme": "rope_tie_v2"}
 
 
 class RoFormerExtVisionTextConfig(RoFormerExtConfig):
-    r"""Configuration of the vision-text models: the text fields plus patch sizes and placeholder ids.
-
-    Defaults to 3 axes, interleaved frequencies and RoPE-Tie-v2, where text-only input equals 1D RoPE exactly: a text
-    checkpoint carries over (`RoFormerExtVisionTextForMaskedLM.from_pretrained(text_folder)`).
-    """
+    r"""Configuration of the vision-text models: the text fields plus patch sizes and placeholder ids. Defaults to 3
+    axes and RoPE-Tie-v2, where text-only input equals 1D RoPE exactly, so a text checkpoint carries over."""
 
     model_type = "roformer_ext_vision"
     default_rope_parameters = VISION_DEFAULT_ROPE_PARAMETERS
@@ -396,17 +396,6 @@ def _check_choice(name: str, value: Any, allowed) -> None:
 def _check_scheme_knob(key: str, value: Any, knob: Knob) -> None:
     if not knob.check(value):
         raise ValueError(f"rope_parameters[{key!r}] must be {knob.description}; got {value!r}.")
-
-
-def _check_mrope_section(section: Any) -> None:
-    """A list of positive ints (its length and sum are checked by the allocation)."""
-    name, what = "rope_parameters['mrope_section']", "(frequency pairs per axis, e.g. [2, 3, 3])"
-    if not isinstance(section, (list, tuple)):
-        raise TypeError(f"{name} must be a list of ints {what}; got {section!r} ({type(section).__name__}).")
-    if not all(is_int(size) for size in section):
-        raise TypeError(f"{name} entries must be ints {what}; got {list(section)!r}.")
-    if not all(size > 0 for size in section):
-        raise ValueError(f"{name} entries must be positive (every axis needs a frequency pair); got {list(section)!r}.")
 
 
 def _names(names) -> str:
