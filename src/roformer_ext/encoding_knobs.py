@@ -178,9 +178,7 @@ class DebertaKnobs(EncodingKnobs):
         _int(self, "max_relative_positions")
         _bool(self, "share_att_key")
         terms = deberta_terms(self.pos_att_type)
-        if not (
-            isinstance(terms, list) and terms and set(terms) <= set(DEBERTA_TERMS) and len(set(terms)) == len(terms)
-        ):
+        if not (isinstance(terms, list) and terms and set(terms) <= set(DEBERTA_TERMS)) or len(set(terms)) < len(terms):
             raise ValueError(
                 f"deberta's pos_att_type lists DeBERTa's position terms, 'c2p' and / or 'p2c' (e.g. ['c2p', 'p2c'] "
                 f"or 'c2p|p2c'); got {self.pos_att_type!r}."
