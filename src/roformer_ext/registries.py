@@ -27,9 +27,8 @@ class Registry:
         if name in self._entries and not overwrite:
             raise ValueError(f"{self.field} {name!r} is already registered; pass overwrite=True to replace it.")
         self._entries[name] = entry
-        if knobs is None:
-            self._knobs.pop(name, None)
-        else:
+        self._knobs.pop(name, None)
+        if knobs is not None:
             self._knobs[name] = knobs
 
     def unregister(self, name: str) -> None:
