@@ -1,12 +1,7 @@
-"""Image / video processor for the RoFormer-Ext vision-text models (one stream: patches overwrite placeholder tokens).
-
-Pictures are resized (aspect kept) to whole ``patch_size`` squares with an area in ``[min_pixels, max_pixels]``,
-rescaled by the range their dtype holds (`pixel_peak`), normalised, and cut ``temporal_patch_size`` frames deep (an
-image is one frame repeated, a video repeats its last frame). Outputs: ``pixel_values`` / ``pixel_values_videos``,
-float32 ``(patches, C * tp * p * p)`` in (t, row, column) order, features (channel, frame, y, x) as a ``Conv3d``
-kernel flattens; ``image_grid_thw`` / ``video_grid_thw``, int64 ``(n, 3)`` rows ``(t, h, w)`` in patches. PIL /
-NumPy backend; pillow is optional (the ``vision`` extra) and asked for when the processor is built.
-"""
+"""Image / video processor for the RoFormer-Ext vision-text models: pictures resized (aspect kept) to whole patches,
+rescaled by their dtype's range (`pixel_peak`), normalised, cut ``temporal_patch_size`` frames deep (a video repeats its
+last frame). ``pixel_values(_videos)``: float32 ``(patches, C * tp * p * p)`` in (t, row, column) order, features as a
+``Conv3d`` kernel flattens; ``image_grid_thw`` / ``video_grid_thw``: int64 ``(n, 3)`` rows ``(t, h, w)`` in patches."""
 
 from __future__ import annotations
 
@@ -36,7 +31,6 @@ if is_vision_available():
     from PIL import Image
     from transformers.image_utils import PILImageResampling
 
-VISION_INSTALL_HINT = "pip install pillow (or, in the roformer-ext clone, pip install -e '.[vision]')"
 # PIL modes whose values do not fit 8 bits: PIL's own RGB conversion would clip them to 255.
 WIDE_PIL_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")
 
@@ -180,7 +174,8 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     def __init__(self, **kwargs: Unpack[RoFormerExtImageProcessorKwargs]) -> None:
         if not is_vision_available():
             raise ImportError(
-                f"RoFormerExtImageProcessor needs pillow, which the `vision` extra installs: {VISION_INSTALL_HINT}"
+                "RoFormerExtImageProcessor needs pillow, which the `vision` extra installs: pip install pillow (or, in "
+                "the roformer-ext clone, pip install -e '.[vision]')"
             )
         # fold the shortcuts first: the base __init__ would otherwise also store them as loose attributes
         min_pixels, max_pixels = kwargs.pop("min_pixels", None), kwargs.pop("max_pixels", None)
@@ -275,21 +270,10 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
         ]
         return np.stack(channels)
 
-    def _patchify_clips(
-        self,
-        clips: list[list[np.ndarray]],
-        do_resize: bool,
-        size: SizeDict,
-        resample: PILImageResampling | int | None,
-        do_rescale: bool,
-        rescale_factor: float,
-        do_normalize: bool,
-        image_mean: float | Sequence[float],
-        image_std: float | Sequence[float],
-        patch_size: int,
-        temporal_patch_size: int,
-        **kwargs,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _patchify_clips(self, clips: list[list[np.ndarray]], do_resize: bool, size: SizeDict,
+                        resample: PILImageResampling | int | None, do_rescale: bool, rescale_factor: float,
+                        do_normalize: bool, image_mean: float | Sequence[float], image_std: float | Sequence[float],
+                        patch_size: int, temporal_patch_size: int, **kwargs) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """(total_patches, C * tp * p * p) patches and the (n, 3) grid of a list of frame lists."""
         p, tp = patch_size, temporal_patch_size
         all_patches, grids = [], []
