@@ -1,9 +1,5 @@
-"""Processor for the RoFormer-Ext vision-text models: tokenizer + `RoFormerExtImageProcessor`.
-
-The user writes one "[IMAGE]" per image and one "[VIDEO]" per video; the processor expands each mark to
-``"[IMG]" + t * h * w * mark + "[/IMG]"`` from the picture's grid row, so "[IMAGE]" / "[VIDEO]" (``config.image_token_id``
-/ ``config.video_token_id``) are the placeholders the patch embedding overwrites (videos reuse the "[IMG]" wrapper).
-"""
+"""Processor for the RoFormer-Ext vision-text models: tokenizer + `RoFormerExtImageProcessor`. Each "[IMAGE]" /
+"[VIDEO]" mark becomes ``"[IMG]" + t * h * w * mark + "[/IMG]"``, the placeholders the patch embedding overwrites."""
 
 from __future__ import annotations
 
@@ -59,9 +55,7 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
             (see `add_vision_tokens`).
         chat_template (`str`, *optional*).
 
-    `images`: a flat list in text order or a list per sample; `videos`: one video (frames or a 4-D array), a flat list
-    or a list per sample. Tokenizer and image-processor options (the latter for images and videos alike) are keywords.
-    """
+    `images` / `videos`: a flat list in text order or a list per sample (a video: frames or a 4-D array)."""
 
     image_token = IMAGE_TOKEN
     video_token = VIDEO_TOKEN
