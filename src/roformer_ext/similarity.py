@@ -95,10 +95,8 @@ def join_cjk(text: str) -> str:
 
 
 class SimilarSentenceGenerator:
-    """bert4keras' `gen_synonyms` on transformers: generate n similar sentences, return the k closest with scores.
-
-    `generator`: the UniLM seq2seq model (`AutoModelForCausalLM` of a converted Sim folder); `encoder`: any model whose
-    `pooler_output` is the Sim embedding (`AutoModel` of a Sim or Sim-FT folder).
+    """bert4keras' `gen_synonyms` on transformers: generate n similar sentences, return the k closest with scores;
+    `generator`: the UniLM seq2seq model, `encoder`: any model whose `pooler_output` is the Sim embedding.
 
     ```python
     >>> sim = SimilarSentenceGenerator.from_pretrained("roformer-sim-base")
@@ -138,15 +136,8 @@ class SimilarSentenceGenerator:
         encoder = AutoModel.from_pretrained(encoder_path or generator_path, **kwargs)
         return cls(generator.eval(), encoder.eval(), AutoTokenizer.from_pretrained(generator_path))
 
-    def __call__(
-        self,
-        texts: str | Sequence[str],
-        n: int = 100,
-        k: int = 20,
-        max_length: int = SIM_MAX_LENGTH,
-        batch_size: int = 64,
-        **generate_kwargs: Any,
-    ) -> list[SimilarSentence] | list[list[SimilarSentence]]:
+    def __call__(self, texts: str | Sequence[str], n: int = 100, k: int = 20, max_length: int = SIM_MAX_LENGTH,
+                 batch_size: int = 64, **generate_kwargs: Any) -> list[SimilarSentence] | list[list[SimilarSentence]]:  # fmt: skip
         """For each text the `k` of `n` sampled candidates most similar to it (cosine of pooler outputs), best first; one
         list for a string, a list of lists for a list. `generate_kwargs` override `gen_synonyms`' sampler."""
         single = isinstance(texts, str)
