@@ -22,8 +22,7 @@ CODE_MODULES = ("configuration_roformer_ext", "modeling_roformer_ext", "modeling
                 "tokenization_roformer_ext", "processing_roformer_ext", "image_processing_roformer_ext")  # fmt: skip
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 MODEL_TYPES = ("roformer_ext", "roformer_ext_vision")
-_CARD_START = "<!-- roformer-ext compatibility -->"
-_CARD_END = "<!-- /roformer-ext compatibility -->"
+_CARD_START, _CARD_END = "<!-- roformer-ext compatibility -->", "<!-- /roformer-ext compatibility -->"
 
 
 def check_code_repo(code_repo: Any) -> str:
