@@ -486,10 +486,8 @@ def mmrope(
     temporal_stride: float = 1.0,
     position_scale: Sequence[float] = (1.0, 1.0, 1.0),
 ) -> tuple[torch.Tensor, float]:
-    """MM-RoPE (Lumos-1, Yuan et al., ICLR 2026), as its official code places a row: text at its token index n;
-    patch (k, i, j) at o + ((f + k)·s·σ_t, i·σ_h, j·σ_w), o the token index of the sample's first vision token, f the
-    frames of its earlier vision segments (an image counts one); next text at the token count. s = temporal_stride,
-    σ = position_scale (Lumos-1: (4, 8, 8))."""
+    """MM-RoPE (Lumos-1, ICLR 2026), as its official code: text at its token index; patch (k, i, j) at
+    o + ((f + k)·s·σ_t, i·σ_h, j·σ_w), o the index of the first vision token, f the earlier frames (an image one)."""
     stride = float(temporal_stride)
     scale = torch.tensor([float(v) for v in position_scale], dtype=torch.float32)
     blocks, index, origin, frames = [], 0, None, 0
