@@ -13,24 +13,7 @@ if _fetched != transformers_version:
         f"installed. Run `{FETCH_COMMAND}` from the repository root (it downloads the transformers sdist with pip)."
     )
 
-from .upstream.generation.test_utils import GenerationTesterMixin  # noqa: E402
-from .upstream.test_configuration_common import ConfigTester  # noqa: E402
-from .upstream.test_modeling_common import (  # noqa: E402
-    TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION,
-    ModelTesterMixin,
-    floats_tensor,
-    ids_tensor,
-    random_attention_mask,
-)
-from .upstream.utils.test_configuration_utils import config_common_kwargs  # noqa: E402
-
-__all__ = [
-    "TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION",
-    "ConfigTester",
-    "GenerationTesterMixin",
-    "ModelTesterMixin",
-    "config_common_kwargs",
-    "floats_tensor",
-    "ids_tensor",
-    "random_attention_mask",
-]
+from .upstream.generation.test_utils import GenerationTesterMixin  # noqa: E402, F401
+from .upstream.test_configuration_common import ConfigTester  # noqa: E402, F401
+from .upstream.test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask  # noqa: E402, F401
+from .upstream.utils.test_configuration_utils import config_common_kwargs  # noqa: E402, F401
