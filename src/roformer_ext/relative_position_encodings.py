@@ -344,12 +344,8 @@ class TupePositionEncoding(RelativePositionEncoding):
             self.relative_attention_bias = nn.Embedding(self.num_buckets + 1, config.num_attention_heads)
 
     def relative_scores(self, query_positions, key_positions) -> TupeScores:
-        # eager calls only, as the learned table
-        if (
-            not torch.compiler.is_compiling()
-            and query_positions.numel()
-            and (int(query_positions.max()) >= self.max_positions)
-        ):
+        eager = not torch.compiler.is_compiling() and query_positions.numel()  # as the learned table
+        if eager and int(query_positions.max()) >= self.max_positions:
             raise ValueError(
                 f"position_encoding='tupe' has a table of max_position_embeddings = {self.max_positions} positions, "
                 f"but got positions up to {int(query_positions.max())}. Shorten the input or build the model with a "
