@@ -61,13 +61,8 @@ class PositionEncoding(nn.Module):
         """Absolute encodings add their vectors here (before the embedding norm, as BERT)."""
         return embeddings
 
-    def attention_terms(
-        self,
-        hidden_states: torch.Tensor,
-        position_ids: torch.Tensor,
-        key_positions: Callable[[], torch.Tensor],
-        per_score: bool,
-    ) -> "AttentionTerms":
+    def attention_terms(self, hidden_states: torch.Tensor, position_ids: torch.Tensor,
+                        key_positions: Callable[[], torch.Tensor], per_score: bool) -> "AttentionTerms":  # fmt: skip
         """What every layer needs in one forward. `position_ids` (axes, batch, seq); `key_positions()` the keys' (called
         only when needed); `per_score`: the backend adds a term per score (flex's `score_mod`), so build no bias."""
         return AttentionTerms()
@@ -195,11 +190,8 @@ class LearnedPositionEncoding(PositionEncoding):
     def embed(self, embeddings: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         rows = self.position_embeddings.num_embeddings
         # Eager calls only: traced, the positions are not on the host (an exported lookup refuses the row itself).
-        if (
-            not torch.compiler.is_compiling()
-            and position_ids.numel()
-            and (int(position_ids.max()) >= rows or int(position_ids.min()) < 0)
-        ):
+        eager = not torch.compiler.is_compiling() and position_ids.numel()
+        if eager and (int(position_ids.max()) >= rows or int(position_ids.min()) < 0):
             raise ValueError(
                 f"position_encoding='learned' has a table of max_position_embeddings = {rows} positions, but got "
                 f"positions up to {int(position_ids.max())}. Shorten the input or build the model with a larger "
