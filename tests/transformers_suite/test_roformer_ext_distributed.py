@@ -34,9 +34,10 @@ for _tester in (test_fsdp_mixin, test_tensor_parallel_mixin):
 class DistributedModelTester(RoFormerExtModelTester):
     """The common tests' tiny config without dropout (the testers compare losses and gradients of two runs)."""
 
-    def __init__(self, parent: unittest.TestCase, lm_class: type, is_decoder: bool) -> None:
+    def __init__(self, parent: unittest.TestCase, lm_class: type) -> None:
         super().__init__(parent, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        self.causal_lm_class, self.is_decoder = lm_class, is_decoder  # the class the testers load on every rank
+        self.causal_lm_class = lm_class  # the class the testers load on every rank
+        self.is_decoder = lm_class is RoFormerExtForCausalLM
 
     def get_config(self) -> RoFormerExtConfig:
         return self.config_class(**{**self.config_kwargs(), "is_decoder": self.is_decoder})
@@ -49,9 +50,7 @@ class WholeSuiteOfOurModelType:
     lm_class = RoFormerExtForCausalLM
 
     def setUp(self) -> None:
-        self._model_tester = DistributedModelTester(
-            self, self.lm_class, is_decoder=self.lm_class is RoFormerExtForCausalLM
-        )
+        self._model_tester = DistributedModelTester(self, self.lm_class)
 
     @property
     def model_tester(self) -> DistributedModelTester:

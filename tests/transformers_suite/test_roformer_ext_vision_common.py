@@ -17,12 +17,7 @@ from roformer_ext import (
 
 from .auto_names import AutoClassNamesMixin
 from .test_roformer_ext_common import DeclaredInputsMixin, RoFormerExtModelTester
-from .upstream_mixins import (
-    ConfigTester,
-    GenerationTesterMixin,
-    ModelTesterMixin,
-    floats_tensor,
-)
+from .upstream_mixins import ConfigTester, GenerationTesterMixin, ModelTesterMixin, floats_tensor
 
 VISION_TEXT_CLASSES = (
     RoFormerExtVisionTextModel,
