@@ -9,17 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distributed_runs import torchrun
+from test_distributed_runs import pytestmark, torchrun  # noqa: F401  (its marks: one two-process run at a time, CPU)
 from test_remote_code import LOADER
 from trainer_fsdp2_worker import train
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM
 
 WORKER = Path(__file__).resolve().parent / "trainer_fsdp2_worker.py"
-pytestmark = [
-    pytest.mark.xdist_group("two_processes"),
-    pytest.mark.skipif(torch.accelerator.is_available(), reason="the runs compare CPU processes (gloo)"),
-]
 
 
 def test_trainer_trains_a_model_sharded_at_load_as_one_process(tmp_path):
