@@ -137,7 +137,8 @@ def test_prepared_4d_mask():
     additive = torch.tensor([[[[0.0, -float("inf"), -3.0]]]])
     assert prepared_4d_mask(additive, 1, 3, torch.float32).tolist() == [[[[0.0, MIN, -3.0]]]]
     half_min = torch.finfo(torch.float16).min
-    assert prepared_4d_mask(keep, 2, 3, torch.float16)[0, 0, 0, 1].item() == half_min
+    boolean_half = prepared_4d_mask(keep, 2, 3, torch.float16)
+    assert boolean_half.dtype == torch.float16 and boolean_half[0, 0, 0, 1].item() == half_min
     half = prepared_4d_mask(torch.tensor([[[[0.0, -1e9, -2.0]]]]), 1, 3, torch.float16)
     assert half.dtype == torch.float16 and half.tolist() == [[[[0.0, half_min, -2.0]]]]
     causal = torch.tensor([[[[1, 0, 0], [1, 1, 0], [1, 1, 1]]]])
