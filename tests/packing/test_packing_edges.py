@@ -95,6 +95,7 @@ T, V = TypeError, ValueError
         ((1, 4), dict(cu_seq_lens_q=tensor([1, 2, 4])), V, r"must start at 0 .*; got \[1, 2, 4\]"),
         ((1, 4), dict(cu_seq_lens_q=tensor([0, 2, 2, 4])), V, r"\[0, 2, 2, 4\] gives sequence 1 length 0"),
         ((1, 4), dict(cu_seq_lens_q=tensor([0, 0, 4])), V, r"gives sequence 0 length 0"),
+        ((1, 4), dict(cu_seq_lens_q=tensor([0, 4, 4])), V, r"gives sequence 1 length 0"),
         ((1, 4), dict(cu_seq_lens_q=tensor([0, 3, 2, 4])), V, r"gives sequence 1 length -1"),
         ((1, 4), dict(cu_seq_lens_q=tensor([0, 2, 3])), V, r"ends at 3 but the batch holds 4 tokens"),
         ((1, 4), dict(cu_seq_lens_q=tensor([0, 2, 5])), V, r"ends at 5 but the batch holds 4 tokens"),
