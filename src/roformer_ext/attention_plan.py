@@ -260,6 +260,3 @@ def _cpu_flex_attention() -> Callable:
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)
-
-
-__all__ = ["AttentionPlan", "BatchLayout", "key_positions", "make_attention_plan"]

@@ -133,20 +133,3 @@ def mmrope_allocation(num_pairs: int, axes: int, mrope_section: list[int] | None
     """MM-RoPE (Lumos-1's `ChameleonRotaryEmbedding`): 16-pair components T,T,T,T,H,H,W,W,H,H,W,W,H,H,W,W (4:6:6)
     from the highest frequency. (Multimodal-RoPEs' 8-pair variant is registered by its fixture test.)"""
     return [(0, 0, 0, 0, 1, 1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2)[pair % 16] for pair in range(num_pairs)]
-
-
-__all__ = [
-    "AxisAllocation",
-    "axis_of_pair",
-    "headwise_allocation",
-    "hope_allocation",
-    "interleaved_allocation",
-    "mmrope_allocation",
-    "mrope_interleaved_allocation",
-    "omnirope_allocation",
-    "register_axis_allocation",
-    "registered_axis_allocations",
-    "sections_allocation",
-    "split_allocation",
-    "videorope_allocation",
-]

@@ -169,14 +169,3 @@ def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, key_leng
             f"attention_mask has shape {tuple(attention_mask.shape)} but the keys are (batch, cached + new tokens) = "
             f"({batch}, {key_length}); give one column per token, including those already in the cache."
         )
-
-
-__all__ = [
-    "check_padding_mask",
-    "cross_attention_mask",
-    "has_unilm_overlay",
-    "prepared_4d_mask",
-    "self_attention_cache",
-    "self_attention_mask",
-    "unilm_attention_mask",
-]

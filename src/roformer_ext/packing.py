@@ -237,6 +237,3 @@ def per_sequence_sdpa(
         for q, k, v in pieces
     ]
     return torch.cat(outputs, dim=1).view(batch, seq, heads, value.shape[-1]), None  # rows back from end to end
-
-
-__all__ = ["PackedBatch", "describe_packed_batch", "end_to_end", "per_sequence_sdpa", "unpack", "varlen_attention"]

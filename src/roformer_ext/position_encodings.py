@@ -61,8 +61,13 @@ class PositionEncoding(nn.Module):
         """Absolute encodings add their vectors here (before the embedding norm, as BERT)."""
         return embeddings
 
-    def attention_terms(self, hidden_states: torch.Tensor, position_ids: torch.Tensor,
-                        key_positions: Callable[[], torch.Tensor], per_score: bool) -> "AttentionTerms":  # fmt: skip
+    def attention_terms(
+        self,
+        hidden_states: torch.Tensor,
+        position_ids: torch.Tensor,
+        key_positions: Callable[[], torch.Tensor],
+        per_score: bool,
+    ) -> "AttentionTerms":
         """What every layer needs in one forward. `position_ids` (axes, batch, seq); `key_positions()` the keys' (called
         only when needed); `per_score`: the backend adds a term per score (flex's `score_mod`), so build no bias."""
         return AttentionTerms()
@@ -221,8 +226,3 @@ def add_scores_to_mask(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.T
     if mask.dtype == torch.bool:
         return bias.masked_fill(~mask[..., : bias.shape[-1]], torch.finfo(bias.dtype).min)
     return mask[..., : bias.shape[-1]].to(bias.dtype) + bias
-
-
-__all__ = ["AttentionTerms", "PositionEncoding", "RelativePositionEncoding", "RelativeScores",
-           "position_encoding_class", "register_position_encoding", "registered_position_encodings",
-           "sinusoidal_table"]  # fmt: skip

@@ -90,9 +90,14 @@ def _builtin(name: str, checks=None, *, axes=3, allocation=None, ratio=None, cac
 
     def decorator(scheme: PositionScheme) -> PositionScheme:
         knobs = knobs_from_signature(
-            name, scheme, checks=checks or {}, default_axes=axes, default_allocation=allocation,
-            mrope_section_ratio=ratio, capabilities=SchemeCapabilities(cache=cache),
-        )  # fmt: skip
+            name,
+            scheme,
+            checks=checks or {},
+            default_axes=axes,
+            default_allocation=allocation,
+            mrope_section_ratio=ratio,
+            capabilities=SchemeCapabilities(cache=cache),
+        )
         POSITION_SCHEMES.register(name, scheme, knobs=knobs)
         return scheme
 
@@ -156,8 +161,11 @@ def scheme_knobs(name: str, rope_parameters: dict) -> dict[str, Any]:
     """The keyword arguments scheme `name` gets: its knobs as `rope_parameters` sets them, else their defaults (read,
     not checked again: the configuration checked them)."""
     given = rope_parameters
-    return {f.name: given.get(f.name, f.default) for f in fields(scheme_knobs_class(name)) if f.name in given
-            or f.default is not MISSING}  # fmt: skip
+    return {
+        f.name: given.get(f.name, f.default)
+        for f in fields(scheme_knobs_class(name))
+        if f.name in given or f.default is not MISSING
+    }
 
 
 def patch_indices(grid: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -276,8 +284,11 @@ def mrope(segments: Sequence[Segment], axes: int) -> tuple[torch.Tensor, float]:
         raise ValueError(
             f"Position scheme 'mrope' needs 3 axes (t, h, w), but config.rope_parameters['axes'] = {axes}."
         )
-    return _place(segments, axes, lambda st, segment: (st + torch.stack(patch_indices(segment.grid)).float(),
-                                                         st + max(segment.grid)))  # fmt: skip
+    return _place(
+        segments,
+        axes,
+        lambda st, segment: (st + torch.stack(patch_indices(segment.grid)).float(), st + max(segment.grid)),
+    )
 
 
 _builtin("mrope", allocation="sections", ratio=QWEN2_VL_SPLIT)(mrope)
@@ -579,7 +590,3 @@ def circle_rope(
 
 
 _builtin("circle_rope", CIRCLE_KNOBS, allocation="sections", ratio=QWEN2_VL_SPLIT)(circle_rope)
-
-
-__all__ = ["PositionScheme", "Segment", "get_position_scheme", "patch_indices", "register_position_scheme",
-           "registered_position_schemes", "scheme_knobs"]  # fmt: skip

@@ -17,13 +17,9 @@ from typing import Any
 import torch
 
 from .position_schemes import (
-    PositionScheme,
     Segment,
     _temporal_scales,
     get_position_scheme,
-    patch_indices,
-    register_position_scheme,
-    registered_position_schemes,
     scheme_knobs,
 )
 from .scheme_knobs import scheme_knobs_class
@@ -266,18 +262,3 @@ def decoding_position_ids(text_positions: torch.Tensor, deltas: torch.Tensor | N
             deltas = deltas.repeat_interleave(positions.shape[0] // deltas.shape[0], dim=0)
         positions = positions + deltas.to(positions.device)
     return positions.unsqueeze(0).expand(int(rope["axes"]), -1, -1)
-
-
-__all__ = [
-    "PositionScheme",
-    "as_axes_batch_seq",
-    "decoding_position_ids",
-    "text_position_ids",
-    "Segment",
-    "build_position_ids",
-    "get_position_scheme",
-    "patch_indices",
-    "register_position_scheme",
-    "registered_position_schemes",
-    "scheme_knobs",
-]

@@ -472,11 +472,11 @@ class DebertaPositionEncoding(RelativePositionEncoding):
 
 
 #: The built-in relative encodings (registered when this module is imported).
-RELATIVE_ENCODINGS = (ShawPositionEncoding, T5BiasPositionEncoding, AlibiPositionEncoding,
-                      TransformerXLPositionEncoding, TupePositionEncoding, DebertaPositionEncoding)  # fmt: skip
-
-__all__ = ["RELATIVE_ENCODINGS", "AlibiPositionEncoding", "AlibiScores", "DebertaLayerParameters",
-           "DebertaPositionEncoding", "DebertaScores", "ShawPositionEncoding", "ShawScores", "T5BiasPositionEncoding",
-           "T5Scores", "TransformerXLLayerParameters", "TransformerXLPositionEncoding", "TransformerXLScores",
-           "TupePositionEncoding", "TupeScores", "alibi_slopes", "deberta_log_bucket", "t5_relative_bucket",
-           "xlnet_relative_sinusoid"]  # fmt: skip
+RELATIVE_ENCODINGS = (
+    ShawPositionEncoding,
+    T5BiasPositionEncoding,
+    AlibiPositionEncoding,
+    TransformerXLPositionEncoding,
+    TupePositionEncoding,
+    DebertaPositionEncoding,
+)

@@ -265,16 +265,3 @@ def query_key_rotation(config: Any) -> QueryKeyRotation:
     """The rotation for one attention layer of `config` (its pair layout is checked by the configuration)."""
     rotation = HeadwiseRotation if rotates_per_head(config.rope_parameters) else QueryKeyRotation
     return rotation(config.rope_parameters["pair_layout"])
-
-
-__all__ = [
-    "RotaryEmbedding",
-    "apply_rotary",
-    "QueryKeyRotation",
-    "query_key_rotation",
-    "HeadwiseRotation",
-    "register_rotary_embedding",
-    "registered_rotary_kinds",
-    "rotary_embedding_class",
-    "rotate_for_scores",
-]

@@ -214,8 +214,14 @@ def allocation_knobs(name: str, *, section: str | None = None, headwise: bool = 
     """A knob class for allocation `name` with these class variables (`register_axis_allocation`'s flags)."""
     if section not in (None, "pairs", "heads"):
         raise ValueError(f"An allocation's section counts None, 'pairs' or 'heads'; got {section!r}.")
-    namespace = dict(allocation=name, section=section, headwise=bool(headwise), axis_ladders=bool(axis_ladders),
-                     __doc__=f"The knobs of axis allocation {name!r}.", __module__=__name__)  # fmt: skip
+    namespace = dict(
+        allocation=name,
+        section=section,
+        headwise=bool(headwise),
+        axis_ladders=bool(axis_ladders),
+        __doc__=f"The knobs of axis allocation {name!r}.",
+        __module__=__name__,
+    )
     class_name = "".join(part.capitalize() for part in name.split("_")) + "AllocationKnobs"
     return make_dataclass(class_name, [], bases=(AxisAllocationKnobs,), frozen=True, namespace=namespace)
 
@@ -235,8 +241,3 @@ def rotates_per_head(rope_parameters: dict) -> bool:
 def check_knob_class(knobs: Any, base: type, what: str) -> None:
     if not (isinstance(knobs, type) and issubclass(knobs, base)):
         raise TypeError(f"{what} knobs must be a {base.__name__} subclass (a frozen dataclass); got {knobs!r}.")
-
-
-__all__ = ["GRAPE_KNOBS", "AxisAllocationKnobs", "Knob", "SchemeCapabilities", "SchemeKnobs", "SplitAllocationKnobs",
-           "allocation_knobs", "allocation_knobs_class", "check_knob_class", "knobs_from_signature", "rotates_per_head",
-           "scheme_knobs_class"]  # fmt: skip

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_qwen_vl_positions import batch as padded  # ("text", n) / ("image" | "video", grid) items, padded
 
-from roformer_ext.positions import (
+from roformer_ext.position_schemes import (
     Segment,
-    build_position_ids,
     get_position_scheme,
     register_position_scheme,
     registered_position_schemes,
 )
+from roformer_ext.positions import build_position_ids
 
 IMAGE, VIDEO = 90, 91
 SCHEME_AXES = {"rope_1d": 2, "rope_2d_rows": 2, "rope_tie": 2, "rope_tie_v2": 2, "mrope": 3}

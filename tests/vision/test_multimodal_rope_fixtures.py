@@ -11,7 +11,8 @@ from test_qwen_vl_positions import encode
 
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
 from roformer_ext.axis_allocations import register_axis_allocation
-from roformer_ext.positions import build_position_ids, patch_indices, register_position_scheme
+from roformer_ext.position_schemes import patch_indices, register_position_scheme
+from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_SCHEMES
 from roformer_ext.rope import HeadwiseRotation, RotaryEmbedding, apply_rotary, rotary_embedding_class
 
