@@ -20,16 +20,27 @@ def batches() -> dict:
     with_cu = DataCollatorWithFlattening(return_tensors="pt", return_flash_attn_kwargs=True)(features)
     classified = DataCollatorForPackedClassification()([{"input_ids": s, "label": i % 2} for i, s in enumerate(seqs)])
     positions = DataCollatorWithFlattening(return_tensors="pt")(features)
-    return {"mlm-cu_seq_lens": (RoFormerExtForMaskedLM, with_cu), "mlm-positions": (RoFormerExtForMaskedLM, positions),
-            "classification": (RoFormerExtForSequenceClassification, classified),
-            "causal-cu_seq_lens": (RoFormerExtForCausalLM, with_cu)}  # fmt: skip
+    return {
+        "mlm-cu_seq_lens": (RoFormerExtForMaskedLM, with_cu),
+        "mlm-positions": (RoFormerExtForMaskedLM, positions),
+        "classification": (RoFormerExtForSequenceClassification, classified),
+        "causal-cu_seq_lens": (RoFormerExtForCausalLM, with_cu),
+    }
 
 
-@pytest.mark.parametrize(("case", "attn_implementation", "attention_type"), [
-    ("mlm-cu_seq_lens", "eager", "softmax"), ("mlm-positions", "sdpa", "softmax"), ("classification", "eager", "softmax"),
-    ("mlm-cu_seq_lens", "sdpa", "softmax"), ("classification", "sdpa", "softmax"), ("mlm-cu_seq_lens", "sdpa", "linear"),
-    ("mlm-positions", "sdpa", "linear"), ("causal-cu_seq_lens", "sdpa", "linear"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "attn_implementation", "attention_type"),
+    [
+        ("mlm-cu_seq_lens", "eager", "softmax"),
+        ("mlm-positions", "sdpa", "softmax"),
+        ("classification", "eager", "softmax"),
+        ("mlm-cu_seq_lens", "sdpa", "softmax"),
+        ("classification", "sdpa", "softmax"),
+        ("mlm-cu_seq_lens", "sdpa", "linear"),
+        ("mlm-positions", "sdpa", "linear"),
+        ("causal-cu_seq_lens", "sdpa", "linear"),
+    ],
+)
 def test_packed_training_step_compiles_and_equals_eager(case, attn_implementation, attention_type):
     model_class, batch = batches()[case]
     torch.manual_seed(0)

@@ -48,8 +48,10 @@ def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_
     model = RoFormerExtForSequenceClassification(tiny_config(num_labels=3))
     generator = torch.Generator().manual_seed(3)
     lengths = [5, 9, 3, 8, 6, 4, 7, 2, 9, 5, 3]
-    data = [{"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
-            for i, n in enumerate(lengths)]  # fmt: skip
+    data = [
+        {"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
+        for i, n in enumerate(lengths)
+    ]
     seen = {}
 
     def compute_metrics(prediction):
@@ -57,9 +59,13 @@ def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_
         return {}
 
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_eval_batch_size=4, include_for_metrics=["inputs"], report_to=[],
-        use_cpu=True, disable_tqdm=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=4,
+        include_for_metrics=["inputs"],
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     collator = DataCollatorForPackedClassification()
     PaddingFreeTrainer(model, args, collator, eval_dataset=data, compute_metrics=compute_metrics).evaluate()
     assert seen["inputs"].shape == (len(data), max(lengths))

@@ -45,12 +45,19 @@ def test_defaults_are_written_out_and_the_caller_dict_is_not_changed():
     given = {"relative_attention_num_buckets": 8}
     config = tiny_config(position_encoding="tupe", position_encoding_parameters=given)
     assert given == {"relative_attention_num_buckets": 8}
-    assert config.position_encoding_parameters == {"tupe_rel_pos": True, "tupe_cls_reset": True,
-                                                   "relative_attention_num_buckets": 8,
-                                                   "relative_attention_max_distance": 128}  # fmt: skip
+    assert config.position_encoding_parameters == {
+        "tupe_rel_pos": True,
+        "tupe_cls_reset": True,
+        "relative_attention_num_buckets": 8,
+        "relative_attention_max_distance": 128,
+    }
     assert tiny_config(position_encoding="deberta").position_encoding_parameters == {
-        "position_buckets": 256, "max_relative_positions": -1, "pos_att_type": ["c2p", "p2c"], "share_att_key": True,
-        "norm_rel_ebd": "layer_norm"}  # fmt: skip
+        "position_buckets": 256,
+        "max_relative_positions": -1,
+        "pos_att_type": ["c2p", "p2c"],
+        "share_att_key": True,
+        "norm_rel_ebd": "layer_norm",
+    }
     assert tiny_config().position_encoding_parameters == {}  # rope: its knobs are rope_parameters
     # DeBERTa's terms parse once and keep their order
     assert DebertaKnobs(pos_att_type="P2C | c2p").pos_att_type == ("p2c", "c2p")
@@ -221,26 +228,90 @@ def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
 #: (knob class, knobs, the config they need or None, key phrase of the refusal or None: taken).
 EDGES = [
     (ShawKnobs, {"max_relative_position": 1}, None, None),
-    (ShawKnobs, {"max_relative_position": 0}, None, r"shaw's max_relative_position must be a positive integer \(Shaw et al.: 16\); got 0"),
-    (SinusoidalKnobs, {"sinusoidal_scale": 0}, None, r"sinusoidal_scale must be a positive number \(finite, > 0; 1.0 is Vaswani's"),
-    (T5BiasKnobs, {"relative_attention_num_buckets": 0}, None, r"t5_bias's relative_attention_num_buckets must be a positive integer \(T5: 32\)"),
-    (T5BiasKnobs, {"relative_attention_max_distance": 0}, None, r"relative_attention_max_distance must be a positive integer \(T5: 128\)"),
-    (TupeKnobs, {"relative_attention_num_buckets": 0}, None, r"tupe's relative_attention_num_buckets must be a positive integer \(TUPE: 32\)"),
-    (TupeKnobs, {"relative_attention_max_distance": 0}, None, r"relative_attention_max_distance must be a positive integer \(TUPE: 128\)"),
+    (
+        ShawKnobs,
+        {"max_relative_position": 0},
+        None,
+        r"shaw's max_relative_position must be a positive integer \(Shaw et al.: 16\); got 0",
+    ),
+    (
+        SinusoidalKnobs,
+        {"sinusoidal_scale": 0},
+        None,
+        r"sinusoidal_scale must be a positive number \(finite, > 0; 1.0 is Vaswani's",
+    ),
+    (
+        T5BiasKnobs,
+        {"relative_attention_num_buckets": 0},
+        None,
+        r"t5_bias's relative_attention_num_buckets must be a positive integer \(T5: 32\)",
+    ),
+    (
+        T5BiasKnobs,
+        {"relative_attention_max_distance": 0},
+        None,
+        r"relative_attention_max_distance must be a positive integer \(T5: 128\)",
+    ),
+    (
+        TupeKnobs,
+        {"relative_attention_num_buckets": 0},
+        None,
+        r"tupe's relative_attention_num_buckets must be a positive integer \(TUPE: 32\)",
+    ),
+    (
+        TupeKnobs,
+        {"relative_attention_max_distance": 0},
+        None,
+        r"relative_attention_max_distance must be a positive integer \(TUPE: 128\)",
+    ),
     (TupeKnobs, {"tupe_rel_pos": False, "relative_attention_num_buckets": 2}, None, None),
-    *[(T5BiasKnobs, {"relative_attention_num_buckets": b, "relative_attention_max_distance": d}, None,
-       None if ok else rf"t5_bias needs relative_attention_num_buckets >= 4 and .* \(T5: 32 and 128\); got {b} and {d}")
-      for b, d, ok in [(4, 3, True), (4, 2, False), (3, 100, False), (6, 3, False)]],
-    *[(TupeKnobs, {"relative_attention_num_buckets": b, "relative_attention_max_distance": d}, None,
-       None if ok else rf"tupe's relative bias \(tupe_rel_pos=True\) needs an even .*\(TUPE: 32 and 128\); got {b} and {d}")
-      for b, d, ok in [(4, 3, True), (4, 2, False), (2, 100, False), (5, 100, False), (6, 3, False)]],
+    *[
+        (
+            T5BiasKnobs,
+            {"relative_attention_num_buckets": b, "relative_attention_max_distance": d},
+            None,
+            None
+            if ok
+            else rf"t5_bias needs relative_attention_num_buckets >= 4 and .* \(T5: 32 and 128\); got {b} and {d}",
+        )
+        for b, d, ok in [(4, 3, True), (4, 2, False), (3, 100, False), (6, 3, False)]
+    ],
+    *[
+        (
+            TupeKnobs,
+            {"relative_attention_num_buckets": b, "relative_attention_max_distance": d},
+            None,
+            None
+            if ok
+            else rf"tupe's relative bias \(tupe_rel_pos=True\) needs an even .*\(TUPE: 32 and 128\); got {b} and {d}",
+        )
+        for b, d, ok in [(4, 3, True), (4, 2, False), (2, 100, False), (5, 100, False), (6, 3, False)]
+    ],
     # DeBERTa's log buckets (position_buckets, max_relative_positions; <= 0: max_position_embeddings = 64)
-    *[(DebertaKnobs, {"position_buckets": b, "max_relative_positions": r}, SimpleNamespace(max_position_embeddings=64),
-       None if ok else rf"deberta's log buckets need position_buckets >= 2 .*got position_buckets={b}, "
-       rf"max_relative_positions={r}\. Raise max_relative_positions or set position_buckets=-1")
-      for b, r, ok in [(0, 1, True), (-1, 1, True), (2, 3, True), (4, 4, True), (6, 5, True), (100, 0, True),
-                       (1, 100, False), (2, 2, False), (4, 3, False), (6, 4, False)]],
-]  # fmt: skip
+    *[
+        (
+            DebertaKnobs,
+            {"position_buckets": b, "max_relative_positions": r},
+            SimpleNamespace(max_position_embeddings=64),
+            None
+            if ok
+            else rf"deberta's log buckets need position_buckets >= 2 .*got position_buckets={b}, "
+            rf"max_relative_positions={r}\. Raise max_relative_positions or set position_buckets=-1",
+        )
+        for b, r, ok in [
+            (0, 1, True),
+            (-1, 1, True),
+            (2, 3, True),
+            (4, 4, True),
+            (6, 5, True),
+            (100, 0, True),
+            (1, 100, False),
+            (2, 2, False),
+            (4, 3, False),
+            (6, 4, False),
+        ]
+    ],
+]
 
 
 @pytest.mark.parametrize(("knobs", "values", "config", "refused"), EDGES)
@@ -256,10 +327,21 @@ def test_each_knob_at_its_edges_with_the_papers_value_in_the_refusal(knobs, valu
 
 @pytest.mark.parametrize(
     ("knobs", "encoding", "name", "takes"),
-    [(TupeKnobs, None, "'tupe'", "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', "
-      "'relative_attention_max_distance'"), (EncodingKnobs, "rope", "'rope'", "no knobs")],
-)  # fmt: skip
+    [
+        (
+            TupeKnobs,
+            None,
+            "'tupe'",
+            "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', 'relative_attention_max_distance'",
+        ),
+        (EncodingKnobs, "rope", "'rope'", "no knobs"),
+    ],
+)
 def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes(knobs, encoding, name, takes):
-    with pytest.raises(ValueError, match=re.escape(f"has 'also', 'nope', which position_encoding={name} does not take; "
-                                                   f"it takes {takes}. Remove them")):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"has 'also', 'nope', which position_encoding={name} does not take; it takes {takes}. Remove them"
+        ),
+    ):
         knobs.from_dict({"nope": 1, "also": 2}, encoding)

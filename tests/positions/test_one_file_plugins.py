@@ -183,8 +183,9 @@ def test_new_encoding_caches_and_saves(tmp_path):
 
 def scheme_model(step: float = 2.0, implementation: str = "sdpa"):
     rope = {"position_scheme": "test_stepped_diagonal", "diagonal_step": step}  # axes, allocation: the knob class's
-    config = position_sensitive_config(RoFormerExtVisionTextConfig, **SIZES, is_decoder=True,
-                                       attn_implementation=implementation, rope_parameters=rope)  # fmt: skip
+    config = position_sensitive_config(
+        RoFormerExtVisionTextConfig, **SIZES, is_decoder=True, attn_implementation=implementation, rope_parameters=rope
+    )
     torch.manual_seed(0)
     return RoFormerExtVisionTextForCausalLM(config).eval()
 
@@ -206,9 +207,14 @@ def test_new_scheme_places_tokens_by_its_knob(tmp_path, caplog):
     assert not caplog.records  # its knob is known to the config: no "Unrecognized keys in rope_parameters"
     ids, pixels, grid = vision_prompt()
     positions = model.base_model.compute_position_ids(
-        ids, model.base_model.get_input_embeddings()(ids), None, None,
-        model.base_model.batch_layout(ids, None, None, None, False, None, {}), grid, None,
-    )  # fmt: skip
+        ids,
+        model.base_model.get_input_embeddings()(ids),
+        None,
+        None,
+        model.base_model.batch_layout(ids, None, None, None, False, None, {}),
+        grid,
+        None,
+    )
     # text 0, 1; the 2x2 image at 2 + 3·(0, i, j); text after at 2 + 3 + 1 = 6
     assert positions[:, 0].tolist() == [[0, 1, 2, 2, 2, 2, 6, 7], [0, 1, 2, 2, 5, 5, 6, 7], [0, 1, 2, 5, 2, 5, 6, 7]]
 
@@ -227,8 +233,13 @@ def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
     with torch.no_grad():
         single = model(ids, pixel_values=pixels, image_grid_thw=grid).logits
-        packed = model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
-                       cu_seq_lens_q=cu, cu_seq_lens_k=cu).logits  # fmt: skip
+        packed = model(
+            both,
+            pixel_values=torch.cat([pixels, pixels]),
+            image_grid_thw=torch.cat([grid, grid]),
+            cu_seq_lens_q=cu,
+            cu_seq_lens_k=cu,
+        ).logits
     torch.testing.assert_close(packed[:, :8], single, atol=ATOL, rtol=0)
     torch.testing.assert_close(packed[:, 8:], single, atol=ATOL, rtol=0)
     run = lambda m: m(ids, pixel_values=pixels, image_grid_thw=grid).logits  # noqa: E731

@@ -121,9 +121,15 @@ def test_get_number_of_image_patches_agrees(processor):
 def test_input_kinds_become_rgb(processor):
     grey = np.full((32, 32), 200, dtype=np.uint8)
     rgba = np.zeros((32, 32, 4), dtype=np.uint8)  # fully transparent: composited onto white
-    inputs = [grey, Image.fromarray(grey, mode="L"), Image.fromarray(rgba, mode="RGBA"), rgba,
-              random_image(32, 32).transpose(2, 0, 1), torch.from_numpy(random_image(32, 32)),  # channels first, torch
-              Image.fromarray(random_image(32, 32)).convert("P")]  # fmt: skip
+    inputs = [
+        grey,
+        Image.fromarray(grey, mode="L"),
+        Image.fromarray(rgba, mode="RGBA"),
+        rgba,
+        random_image(32, 32).transpose(2, 0, 1),
+        torch.from_numpy(random_image(32, 32)),  # channels first, torch
+        Image.fromarray(random_image(32, 32)).convert("P"),
+    ]
     for image in inputs:
         out = processor(image)
         assert out["pixel_values"].shape == (4, 3 * TP * P * P), type(image)
@@ -230,13 +236,17 @@ def test_rescale_factor_is_per_8_bit_step_for_every_dtype():
 @pytest.mark.parametrize(
     "image, error, message",
     [
-        (np.full((32, 32, 3), 128.0, np.float32), ValueError, r"float32 image has values in \[128.0, 128.0\].*\[0, 1\].*do_rescale=False"),
+        (
+            np.full((32, 32, 3), 128.0, np.float32),
+            ValueError,
+            r"float32 image has values in \[128.0, 128.0\].*\[0, 1\].*do_rescale=False",
+        ),
         (np.full((32, 32, 3), np.nan, np.float32), ValueError, r"float32 image has values in \[nan, nan\]"),
         (np.full((32, 32, 3), -5, np.int64), ValueError, r"int64 image has negative values"),
         (np.full((32, 32, 3), 4095, np.int32), ValueError, r"int32 image has values up to 4095.*uint16"),
         (np.zeros((32, 32, 3), np.complex128), TypeError, "complex128"),
     ],
-)  # fmt: skip
+)
 def test_value_ranges_that_cannot_be_read_are_refused(image, error, message):
     with pytest.raises(error, match=message):
         RoFormerExtImageProcessor()(image)

@@ -133,14 +133,22 @@ TWO = ["a [IMAGE]", "the [IMAGE] [IMAGE]"]
         ("[VIDEO] [VIDEO]", {"videos": [[image(32, 32)]]}, r"2 \[VIDEO\] mark\(s\) but 1 video\(s\)"),
         ("[VIDEO]", {"videos": []}, r"the video list is empty"),
         ("[IMG][IMAGE][/IMG]", {"images": [image(32, 32)]}, r"already contains '\[IMG\]'"),
-        (TWO, {"images": [[image(32, 32)], [image(32, 32)]]}, r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\) were given for it"),
+        (
+            TWO,
+            {"images": [[image(32, 32)], [image(32, 32)]]},
+            r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\) were given for it",
+        ),
         (TWO, {"images": [[image(32, 32)], [image(32, 32)], []]}, "3 per-sample image lists for 2 texts"),
         ([1, 2], {}, "string or a list of strings"),
         (None, {}, "at least one"),
         # truncation that cuts into a picture's placeholders
-        ("a [IMAGE] cat", {"images": image(64, 64), "truncation": True, "max_length": 8}, r"should hold 16 \[IMAGE\] placeholder tokens but .* has 4"),
+        (
+            "a [IMAGE] cat",
+            {"images": image(64, 64), "truncation": True, "max_length": 8},
+            r"should hold 16 \[IMAGE\] placeholder tokens but .* has 4",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_errors(processor, text, kwargs, message):
     with pytest.raises(ValueError, match=message):
         processor(text=text, **kwargs)

@@ -37,9 +37,14 @@ def mixed_batch(seed: int = 0):
     input_ids = torch.stack([row, torch.cat([torch.zeros(2, dtype=torch.long), row[:-2]])])
     pixel_values = torch.randn(12, PATCH_DIM, generator=generator)
     pixel_values_videos = torch.randn(16, PATCH_DIM, generator=generator)
-    return dict(input_ids=input_ids, attention_mask=(input_ids != 0).long(), pixel_values=pixel_values,
-                image_grid_thw=torch.tensor([[1, 2, 3]] * 2), pixel_values_videos=pixel_values_videos,
-                video_grid_thw=torch.tensor([[2, 2, 2]] * 2))  # fmt: skip
+    return dict(
+        input_ids=input_ids,
+        attention_mask=(input_ids != 0).long(),
+        pixel_values=pixel_values,
+        image_grid_thw=torch.tensor([[1, 2, 3]] * 2),
+        pixel_values_videos=pixel_values_videos,
+        video_grid_thw=torch.tensor([[2, 2, 2]] * 2),
+    )
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
@@ -74,8 +79,12 @@ def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_head_runs_on_images_and_video(scheme):
     batch = mixed_batch()
-    for model_class in (RoFormerExtVisionTextModel, RoFormerExtVisionTextForMaskedLM,
-                        RoFormerExtVisionTextForSequenceClassification, RoFormerExtVisionTextForCausalLM):  # fmt: skip
+    for model_class in (
+        RoFormerExtVisionTextModel,
+        RoFormerExtVisionTextForMaskedLM,
+        RoFormerExtVisionTextForSequenceClassification,
+        RoFormerExtVisionTextForCausalLM,
+    ):
         torch.manual_seed(0)
         model = model_class(vision_config(scheme)).eval()
         with torch.no_grad():
@@ -100,10 +109,14 @@ def per_token_output(output) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "model_class, pooling",
-    [(RoFormerExtVisionTextModel, None), (RoFormerExtVisionTextForMaskedLM, None),
-     (RoFormerExtVisionTextForCausalLM, None), (RoFormerExtVisionTextForSequenceClassification, "mean"),
-     (RoFormerExtVisionTextForSequenceClassification, "cls")],
-)  # fmt: skip
+    [
+        (RoFormerExtVisionTextModel, None),
+        (RoFormerExtVisionTextForMaskedLM, None),
+        (RoFormerExtVisionTextForCausalLM, None),
+        (RoFormerExtVisionTextForSequenceClassification, "mean"),
+        (RoFormerExtVisionTextForSequenceClassification, "cls"),
+    ],
+)
 def test_left_padding_does_not_change_real_tokens(model_class, pooling):
     """Sample 1 alone equals its left-padded row: per token, or pooled (mean: real tokens; cls: first real token)."""
     torch.manual_seed(0)
@@ -125,9 +138,13 @@ def test_generation_with_image_prompt_cached_equals_uncached(scheme):
     batch = mixed_batch()
     # a random model might write placeholders, and uncached generation would then ask for patches
     kwargs = dict(
-        max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
-        return_dict_in_generate=True, output_logits=True,
-    )  # fmt: skip
+        max_new_tokens=5,
+        do_sample=False,
+        pad_token_id=0,
+        suppress_tokens=[IMAGE, VIDEO],
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
     cached = model.generate(**batch, use_cache=True, **kwargs)
     uncached = model.generate(**batch, use_cache=False, **kwargs)
     assert torch.equal(cached.sequences, uncached.sequences)
