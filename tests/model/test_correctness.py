@@ -67,8 +67,9 @@ def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
     assert not torch.allclose(out.logits, other.logits)  # the encoder's input changes the decoder's output
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 4, 9)
     assert torch.all(out.cross_attentions[0][1, :, :, -2:] == 0)  # padded encoder tokens get no cross-attention
-    settings = dict(max_new_tokens=5, do_sample=False, decoder_start_token_id=2, return_dict_in_generate=True,
-                    output_logits=True)  # fmt: skip
+    settings = dict(
+        max_new_tokens=5, do_sample=False, decoder_start_token_id=2, return_dict_in_generate=True, output_logits=True
+    )
     generated = model.generate(input_ids, attention_mask=attention_mask, **settings)
     decoder_ids, recomputed = torch.full((2, 1), 2), []
     with torch.no_grad():
@@ -113,8 +114,18 @@ def test_user_positions_that_jump_keep_full_causal_attention():
 
 def vision_lm(scheme: str) -> RoFormerExtVisionTextForCausalLM:
     torch.manual_seed(0)
-    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                 image_token_id=97, video_token_id=98, patch_size=2, temporal_patch_size=1, num_channels=1)  # fmt: skip
+    sizes = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        image_token_id=97,
+        video_token_id=98,
+        patch_size=2,
+        temporal_patch_size=1,
+        num_channels=1,
+    )
     rope = {"position_scheme": scheme, "axes": 3 if scheme != "rope_2d_rows" else 2}
     config = position_sensitive_config(RoFormerExtVisionTextConfig, **sizes, rope_parameters=rope)
     return RoFormerExtVisionTextForCausalLM(config).eval()
@@ -171,8 +182,14 @@ def test_interleaved_requests_do_not_share_position_offsets():
 def test_two_threads_generate_as_sequential_runs():
     model = vision_lm("rope_tie")  # RoPE-Tie's delta is h + w: the two prompts' offsets differ (5 and 9)
     prompts = [image_inputs(seed=1, text_after=1, grid=(1, 2, 3)), image_inputs(seed=2, text_after=6, grid=(1, 1, 8))]
-    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98],
-                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
+    kwargs = dict(
+        max_new_tokens=6,
+        do_sample=False,
+        pad_token_id=0,
+        suppress_tokens=[97, 98],
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
 
     def logits(prompt: dict) -> torch.Tensor:  # logits, not tokens: a wrong offset need not change a random argmax
         return torch.stack(model.generate(**prompt, **kwargs).logits)

@@ -58,10 +58,20 @@ def run_isolated(folder, auto_name: str, tmp_path) -> subprocess.CompletedProces
 
 HALF = {"rope_parameters": {"pair_layout": "half"}}
 SHAW = {"position_encoding": "shaw", "position_encoding_parameters": {"max_relative_position": 3}}
-DEBERTA = {"position_encoding": "deberta", "position_encoding_parameters": {"position_buckets": 8, "pos_att_type": ["p2c"]}}  # fmt: skip
+DEBERTA = {
+    "position_encoding": "deberta",
+    "position_encoding_parameters": {"position_buckets": 8, "pos_att_type": ["p2c"]},
+}
 #: Every folder carries these (relative encodings and knob dataclasses are imported inside functions: followed too).
-CODE_FILES = ("modeling_roformer_ext.py", "configuration_roformer_ext.py", "rope.py", "positions.py",
-              "relative_position_encodings.py", "encoding_knobs.py", "position_encodings.py")  # fmt: skip
+CODE_FILES = (
+    "modeling_roformer_ext.py",
+    "configuration_roformer_ext.py",
+    "rope.py",
+    "positions.py",
+    "relative_position_encodings.py",
+    "encoding_knobs.py",
+    "position_encodings.py",
+)
 
 
 @pytest.mark.parametrize(
@@ -111,8 +121,16 @@ def test_every_head_registers_its_auto_class(tmp_path):
 def test_package_sources_import_siblings_relatively():
     """Remote code follows only `from .sibling import x`; absolute package imports would become pip requirements."""
     folder = Path(roformer_ext.__file__).parent
-    patterns = ("configuration_*.py", "modeling_*.py", "tokenization_*.py", "*processing_*.py", "rope.py",
-                "positions.py", "position_schemes.py", "linear_attention.py")  # fmt: skip
+    patterns = (
+        "configuration_*.py",
+        "modeling_*.py",
+        "tokenization_*.py",
+        "*processing_*.py",
+        "rope.py",
+        "positions.py",
+        "position_schemes.py",
+        "linear_attention.py",
+    )
     remote_files = sorted({p for pattern in patterns for p in folder.glob(pattern)})
     assert len(remote_files) >= 5
     for path in remote_files:

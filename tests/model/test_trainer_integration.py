@@ -39,8 +39,17 @@ def train(tmp_path, name: str, resume: str | None = None, **arguments) -> Traine
     """A trained Trainer (seed 0) of the tiny classifier on `sentiment_dataset`."""
     torch.manual_seed(0)
     model = RoFormerExtForSequenceClassification(tiny_config(vocab_size=15, num_labels=2))
-    defaults = dict(output_dir=str(tmp_path / name), per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=1,
-                    report_to=[], seed=0, use_cpu=True, disable_tqdm=True, save_strategy="no")  # fmt: skip
+    defaults = dict(
+        output_dir=str(tmp_path / name),
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        seed=0,
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
     trainer = Trainer(
         model=model, args=TrainingArguments(**{**defaults, **arguments}), train_dataset=sentiment_dataset()
     )

@@ -94,8 +94,13 @@ def test_self_check_leaves_every_random_generator_as_it_was(untested_release, mo
     """No seed reaches any device (`torch.manual_seed` seeds CUDA, MPS and XPU too), and the CPU stream goes on."""
     model = RoFormerExtModel(tiny_config())
     seeded = []
-    for module, name in [(torch.cuda, "manual_seed"), (torch.cuda, "manual_seed_all"), (torch.mps, "manual_seed"),
-                         (torch.xpu, "manual_seed"), (torch.xpu, "manual_seed_all")]:  # fmt: skip
+    for module, name in [
+        (torch.cuda, "manual_seed"),
+        (torch.cuda, "manual_seed_all"),
+        (torch.mps, "manual_seed"),
+        (torch.xpu, "manual_seed"),
+        (torch.xpu, "manual_seed_all"),
+    ]:
         monkeypatch.setattr(module, name, lambda seed, where=f"{module.__name__}.{name}": seeded.append(where))
     state = torch.get_rng_state()
     model(torch.tensor([[5, 6, 7]]))
