@@ -1,5 +1,4 @@
-"""Each position encoding's knobs (a dataclass in one nested config dict) and capabilities (read where each decision
-is made): built-ins declared once, checked, documented; a plugin's flags refuse what it cannot do, with the fix."""
+"""Position encodings' knobs (checked, documented) and capabilities (a plugin's flags refuse, naming the fix)."""
 
 import json
 import re
@@ -27,7 +26,7 @@ from roformer_ext.encoding_knobs import (
 )
 from roformer_ext.registries import POSITION_ENCODINGS
 
-#: The built-in encodings that have knobs, with their knob classes.
+DOCS = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
 BUILTIN_KNOBS = {name: knobs_class(name) for name in BUILTIN_ENCODINGS if knobs_class(name).names()}
 
 
@@ -45,21 +44,9 @@ def test_defaults_are_written_out_and_the_caller_dict_is_not_changed():
     given = {"relative_attention_num_buckets": 8}
     config = tiny_config(position_encoding="tupe", position_encoding_parameters=given)
     assert given == {"relative_attention_num_buckets": 8}
-    assert config.position_encoding_parameters == {
-        "tupe_rel_pos": True,
-        "tupe_cls_reset": True,
-        "relative_attention_num_buckets": 8,
-        "relative_attention_max_distance": 128,
-    }
-    assert tiny_config(position_encoding="deberta").position_encoding_parameters == {
-        "position_buckets": 256,
-        "max_relative_positions": -1,
-        "pos_att_type": ["c2p", "p2c"],
-        "share_att_key": True,
-        "norm_rel_ebd": "layer_norm",
-    }
+    assert config.position_encoding_parameters == {**TupeKnobs().to_dict(), "relative_attention_num_buckets": 8}
+    assert tiny_config(position_encoding="deberta").position_encoding_parameters == DebertaKnobs().to_dict()
     assert tiny_config().position_encoding_parameters == {}  # rope: its knobs are rope_parameters
-    # DeBERTa's terms parse once and keep their order
     assert DebertaKnobs(pos_att_type="P2C | c2p").pos_att_type == ("p2c", "c2p")
     assert DebertaKnobs(pos_att_type=["c2p"]).to_dict()["pos_att_type"] == ["c2p"]
 
@@ -89,9 +76,8 @@ def test_each_knob_is_checked_with_the_fix(encoding, knobs, error, message):
 
 def test_tupe_without_the_relative_bias_does_not_check_its_buckets_and_the_parameters_are_a_dict():
     knobs = {"tupe_rel_pos": False, "relative_attention_num_buckets": 9}
-    assert tiny_config(
-        position_encoding="tupe", position_encoding_parameters=knobs
-    ).position_encoding_knobs == TupeKnobs(**knobs)
+    config = tiny_config(position_encoding="tupe", position_encoding_parameters=knobs)
+    assert config.position_encoding_knobs == TupeKnobs(**knobs)
     with pytest.raises(TypeError, match="position_encoding_parameters must be a dict"):
         tiny_config(position_encoding="shaw", position_encoding_parameters=[("max_relative_position", 4)])
 
@@ -100,9 +86,6 @@ def test_the_config_docstring_lists_each_encodings_knobs():
     for name, knobs in BUILTIN_KNOBS.items():
         listed = f'"{name}" ' + ", ".join(f"`{knob}`" for knob in knobs.names())
         assert listed in RoFormerExtConfig.__doc__
-
-
-# --- capabilities: each flag refuses at its one decision site ----------------------------------------------------
 
 
 def limited_encoding(**flags) -> str:
@@ -180,18 +163,15 @@ def test_registration_refuses_a_class_without_a_knob_dataclass_or_capabilities()
 
 def test_the_documented_encoding_with_a_knob_runs(unregister):
     """docs/position-encodings.md's example, executed as written: its knob reaches the table and is checked."""
-    docs = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
-    (code,) = [block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "offset_sinusoidal" in block]
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", DOCS, re.S) if "offset_sinusoidal" in block]
     namespace: dict = {}
     exec(compile(code, "docs/position-encodings.md", "exec"), namespace)
     unregister.append("offset_sinusoidal")
-    config = namespace["config"]
-    assert config.position_encoding_parameters == {"offset": 3}
+    assert namespace["config"].position_encoding_parameters == {"offset": 3}
     model = RoFormerExtModel(
-        tiny_config(position_encoding="offset_sinusoidal", **{"position_encoding_parameters": {"offset": 3}})
+        tiny_config(position_encoding="offset_sinusoidal", position_encoding_parameters={"offset": 3})
     )
-    embeddings = torch.zeros(1, 4, 32)
-    shifted = model.position_encoding.embed(embeddings, torch.arange(4)[None])
+    shifted = model.position_encoding.embed(torch.zeros(1, 4, 32), torch.arange(4)[None])
     torch.testing.assert_close(shifted, encodings.sinusoidal_table(torch.arange(3, 7)[None], 32))
     with pytest.raises(ValueError, match="offset must be an int >= 0; got -1"):
         tiny_config(position_encoding="offset_sinusoidal", position_encoding_parameters={"offset": -1})
@@ -213,8 +193,7 @@ def test_numpy_numbers_are_stored_as_json_takes_them():
 
 
 def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
-    docs = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
-    table = docs.split("| encoding | knobs (default) |")[1].split("\n\n")[0]
+    table = DOCS.split("| encoding | knobs (default) |")[1].split("\n\n")[0]
     rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", table, re.M))
     assert set(rows) == set(BUILTIN_KNOBS)
     for name, knobs in BUILTIN_KNOBS.items():
@@ -225,123 +204,62 @@ def test_the_docs_knob_table_lists_each_encodings_knobs_and_defaults():
             assert shown == repr(value).replace('"', "'"), (name, knob)
 
 
-#: (knob class, knobs, the config they need or None, key phrase of the refusal or None: taken).
-EDGES = [
-    (ShawKnobs, {"max_relative_position": 1}, None, None),
-    (
-        ShawKnobs,
-        {"max_relative_position": 0},
-        None,
-        r"shaw's max_relative_position must be a positive integer \(Shaw et al.: 16\); got 0",
-    ),
-    (
-        SinusoidalKnobs,
-        {"sinusoidal_scale": 0},
-        None,
-        r"sinusoidal_scale must be a positive number \(finite, > 0; 1.0 is Vaswani's",
-    ),
-    (
-        T5BiasKnobs,
-        {"relative_attention_num_buckets": 0},
-        None,
-        r"t5_bias's relative_attention_num_buckets must be a positive integer \(T5: 32\)",
-    ),
-    (
-        T5BiasKnobs,
-        {"relative_attention_max_distance": 0},
-        None,
-        r"relative_attention_max_distance must be a positive integer \(T5: 128\)",
-    ),
-    (
-        TupeKnobs,
-        {"relative_attention_num_buckets": 0},
-        None,
-        r"tupe's relative_attention_num_buckets must be a positive integer \(TUPE: 32\)",
-    ),
-    (
-        TupeKnobs,
-        {"relative_attention_max_distance": 0},
-        None,
-        r"relative_attention_max_distance must be a positive integer \(TUPE: 128\)",
-    ),
-    (TupeKnobs, {"tupe_rel_pos": False, "relative_attention_num_buckets": 2}, None, None),
-    *[
-        (
-            T5BiasKnobs,
-            {"relative_attention_num_buckets": b, "relative_attention_max_distance": d},
-            None,
-            None
-            if ok
-            else rf"t5_bias needs relative_attention_num_buckets >= 4 and .* \(T5: 32 and 128\); got {b} and {d}",
-        )
-        for b, d, ok in [(4, 3, True), (4, 2, False), (3, 100, False), (6, 3, False)]
-    ],
-    *[
-        (
-            TupeKnobs,
-            {"relative_attention_num_buckets": b, "relative_attention_max_distance": d},
-            None,
-            None
-            if ok
-            else rf"tupe's relative bias \(tupe_rel_pos=True\) needs an even .*\(TUPE: 32 and 128\); got {b} and {d}",
-        )
-        for b, d, ok in [(4, 3, True), (4, 2, False), (2, 100, False), (5, 100, False), (6, 3, False)]
-    ],
-    # DeBERTa's log buckets (position_buckets, max_relative_positions; <= 0: max_position_embeddings = 64)
-    *[
-        (
-            DebertaKnobs,
-            {"position_buckets": b, "max_relative_positions": r},
-            SimpleNamespace(max_position_embeddings=64),
-            None
-            if ok
-            else rf"deberta's log buckets need position_buckets >= 2 .*got position_buckets={b}, "
-            rf"max_relative_positions={r}\. Raise max_relative_positions or set position_buckets=-1",
-        )
-        for b, r, ok in [
-            (0, 1, True),
-            (-1, 1, True),
-            (2, 3, True),
-            (4, 4, True),
-            (6, 5, True),
-            (100, 0, True),
-            (1, 100, False),
-            (2, 2, False),
-            (4, 3, False),
-            (6, 4, False),
-        ]
-    ],
-]
+def buckets(knobs, num_buckets, max_distance):
+    return knobs, {"relative_attention_num_buckets": num_buckets, "relative_attention_max_distance": max_distance}
 
 
-@pytest.mark.parametrize(("knobs", "values", "config", "refused"), EDGES)
-def test_each_knob_at_its_edges_with_the_papers_value_in_the_refusal(knobs, values, config, refused):
-    if refused is None:
-        made = knobs(**values)
-        assert {k: getattr(made, k) for k in values} == values
-        made.check(config)
-        return
-    with pytest.raises(ValueError, match=refused):
-        knobs(**values).check(config)
+def deberta(num_buckets, max_relative):  # <= 0: max_position_embeddings (64)
+    return DebertaKnobs, {"position_buckets": num_buckets, "max_relative_positions": max_relative}
 
 
 @pytest.mark.parametrize(
-    ("knobs", "encoding", "name", "takes"),
+    "knobs, values",
     [
-        (
-            TupeKnobs,
-            None,
-            "'tupe'",
-            "'tupe_rel_pos', 'tupe_cls_reset', 'relative_attention_num_buckets', 'relative_attention_max_distance'",
-        ),
-        (EncodingKnobs, "rope", "'rope'", "no knobs"),
+        (ShawKnobs, {"max_relative_position": 1}),
+        (TupeKnobs, {"tupe_rel_pos": False, "relative_attention_num_buckets": 2}),
+        buckets(T5BiasKnobs, 4, 3),
+        buckets(TupeKnobs, 4, 3),
+        *[deberta(b, r) for b, r in [(0, 1), (-1, 1), (2, 3), (4, 4), (6, 5), (100, 0)]],
     ],
 )
-def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes(knobs, encoding, name, takes):
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            f"has 'also', 'nope', which position_encoding={name} does not take; it takes {takes}. Remove them"
-        ),
-    ):
+def test_each_knob_at_its_edges_is_taken(knobs, values):
+    made = knobs(**values)
+    assert {k: getattr(made, k) for k in values} == values
+    made.check(SimpleNamespace(max_position_embeddings=64))
+
+
+T5_PAIR, TUPE_PAIR = r"\(T5: 32 and 128\); got {} and {}", r"needs an even .*\(TUPE: 32 and 128\); got {} and {}"
+
+
+@pytest.mark.parametrize(
+    "knobs, values, refused",
+    [
+        (ShawKnobs, {"max_relative_position": 0}, r"max_relative_position .*\(Shaw et al.: 16\); got 0"),
+        (SinusoidalKnobs, {"sinusoidal_scale": 0}, r"sinusoidal_scale must be a positive .*1.0 is Vaswani's"),
+        (T5BiasKnobs, {"relative_attention_num_buckets": 0}, r"relative_attention_num_buckets .*\(T5: 32\)"),
+        (T5BiasKnobs, {"relative_attention_max_distance": 0}, r"relative_attention_max_distance .*\(T5: 128\)"),
+        (TupeKnobs, {"relative_attention_num_buckets": 0}, r"relative_attention_num_buckets .*\(TUPE: 32\)"),
+        (TupeKnobs, {"relative_attention_max_distance": 0}, r"relative_attention_max_distance .*\(TUPE: 128\)"),
+        *[(*buckets(T5BiasKnobs, b, d), T5_PAIR.format(b, d)) for b, d in [(4, 2), (3, 100), (6, 3)]],
+        *[(*buckets(TupeKnobs, b, d), TUPE_PAIR.format(b, d)) for b, d in [(4, 2), (2, 100), (5, 100), (6, 3)]],
+        *[
+            (*deberta(b, r), rf"position_buckets={b}, max_relative_positions={r}\. Raise max_relative_positions")
+            for b, r in [(1, 100), (2, 2), (4, 3), (6, 4)]
+        ],
+    ],
+)
+def test_each_knob_past_its_edges_is_refused_with_the_papers_value(knobs, values, refused):
+    with pytest.raises(ValueError, match=refused):
+        knobs(**values).check(SimpleNamespace(max_position_embeddings=64))
+
+
+@pytest.mark.parametrize(
+    "knobs, encoding, takes",
+    [
+        (TupeKnobs, None, "'tupe'.*it takes 'tupe_rel_pos', 'tupe_cls_reset'"),
+        (EncodingKnobs, "rope", "it takes no knobs"),
+    ],
+)
+def test_unknown_encoding_knobs_are_refused_naming_the_ones_it_takes(knobs, encoding, takes):
+    with pytest.raises(ValueError, match=f"has 'also', 'nope', which position_encoding=.*{takes}"):
         knobs.from_dict({"nope": 1, "also": 2}, encoding)
