@@ -1,5 +1,4 @@
-"""Edge cases: `RoFormerExtModel.batch_layout`, what `__init__` builds, per-head terms under tensor parallelism, packed
-linear attention without a rotation."""
+"""Edge cases: caching, the pooler, per-head terms under tensor parallelism, packed linear attention, no rotation."""
 
 from types import SimpleNamespace
 
@@ -9,61 +8,35 @@ from conftest import tiny_config
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from roformer_ext import RoFormerExtModel
-from roformer_ext.modeling_roformer_ext_layers import RoFormerExtPooler, check_terms_fit_local_heads
+from roformer_ext.compat import output_cache
+from roformer_ext.modeling_roformer_ext_layers import check_terms_fit_local_heads
 
 
-def cache_holding(tokens: int) -> DynamicCache:
-    cache = DynamicCache()
-    cache.update(torch.zeros(1, 4, tokens, 8), torch.zeros(1, 4, tokens, 8), 0)
-    return cache
-
-
-def decoder(**overrides) -> RoFormerExtModel:
+def test_a_decoder_caches_when_asked_and_counts_the_cache_in_the_mask():
+    """No cache unless asked (the config's use_cache when not given); cached tokens count in the mask; no packing."""
     torch.manual_seed(0)
-    return RoFormerExtModel(tiny_config(is_decoder=True, **overrides)).eval()
-
-
-def test_a_layout_handed_down_is_returned_as_given_and_taken_out_of_kwargs():
-    model = decoder()
-    given, lengths = object(), torch.tensor([0, 3])
-    kwargs = {"batch_layout": given, "cu_seq_lens_q": lengths}
-    assert model.batch_layout(torch.zeros(1, 3, dtype=torch.long), None, None, None, None, None, kwargs) is given
-    assert kwargs == {"cu_seq_lens_q": lengths}  # the rest stays for the caller's description
-
-
-def test_a_decoders_layout_holds_the_cache_it_writes_and_caches_only_when_asked():
-    model = decoder(add_cross_attention=True)
-    ids, encoder_states = torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 2, 32)
-    layout = model.batch_layout(ids, None, None, None, None, encoder_states, {})  # use_cache None: the config's True
-    assert type(layout.cache) is EncoderDecoderCache
-    assert layout.self_cache is layout.cache.self_attention_cache
-    assert (layout.past_length, layout.packed) == (0, None)
-    layout = model.batch_layout(ids, None, None, None, None, None, {})
-    assert type(layout.cache) is DynamicCache and layout.self_cache is layout.cache
-    layout = model.batch_layout(ids, None, None, None, False, encoder_states, {})
-    assert (layout.cache, layout.self_cache, layout.past_length, layout.packed) == (None, None, 0, None)
-
-
-def test_a_layout_after_a_cache_counts_the_cached_tokens_in_the_mask_and_refuses_packing():
-    model = decoder()
-    ids = torch.zeros(1, 3, dtype=torch.long)
-    cache = cache_holding(2)
-    layout = model.batch_layout(ids, torch.ones(1, 5, dtype=torch.long), None, cache, True, None, {})
-    assert (layout.cache, layout.self_cache, layout.past_length, layout.packed) == (cache, cache, 2, None)
-    with pytest.raises(ValueError, match=r"\(batch, cached \+ new tokens\) = \(1, 5\)"):
-        model.batch_layout(ids, torch.ones(1, 3, dtype=torch.long), None, cache, True, None, {})
-    kwargs = {"cu_seq_lens_q": torch.tensor([0, 3])}
-    with pytest.raises(ValueError, match="cannot continue a KV cache"):
-        model.batch_layout(ids, None, None, cache, True, None, kwargs)
-    assert kwargs == {}  # read once, here
+    model = RoFormerExtModel(tiny_config(is_decoder=True, add_cross_attention=True)).eval()
+    ids, states = torch.randint(5, 99, (1, 3)), torch.zeros(1, 2, 32)
+    with torch.no_grad():
+        assert type(output_cache(model(ids, encoder_hidden_states=states))) is EncoderDecoderCache
+        assert output_cache(model(ids, encoder_hidden_states=states, use_cache=False)) is None
+        cache = output_cache(model(ids[:, :2]))
+        assert type(cache) is DynamicCache
+        with pytest.raises(ValueError, match=r"\(batch, cached \+ new tokens\) = \(1, 3\)"):
+            model(ids[:, 2:], attention_mask=torch.ones(1, 1, dtype=torch.long), cache=cache)
+        with pytest.raises(ValueError, match="cannot continue a KV cache"):
+            model(ids[:, 2:], cache=cache, cu_seq_lens_q=torch.tensor([0, 1]))
+        step = model(ids[:, 2:], attention_mask=torch.ones(1, 3, dtype=torch.long), cache=cache)
+        full = model(ids, use_cache=False).last_hidden_state
+    assert output_cache(step).get_seq_length() == 3
+    torch.testing.assert_close(step.last_hidden_state, full[:, 2:], rtol=0, atol=1e-5)
 
 
 def test_the_pooler_is_built_when_asked_for_and_configured():
-    pooled = RoFormerExtModel(tiny_config(pooler_activation="linear"))
-    assert type(pooled.pooler) is RoFormerExtPooler
-    assert pooled.pooler.dense.in_features == pooled.pooler.dense.out_features == 32
-    assert RoFormerExtModel(tiny_config(pooler_activation="linear"), add_pooling_layer=False).pooler is None
-    assert RoFormerExtModel(tiny_config()).pooler is None  # no pooler_activation: no pooler
+    ids = torch.randint(5, 99, (2, 4))
+    assert RoFormerExtModel(tiny_config(pooler_activation="linear"))(ids).pooler_output.shape == (2, 32)
+    assert RoFormerExtModel(tiny_config(pooler_activation="linear"), add_pooling_layer=False)(ids).pooler_output is None
+    assert RoFormerExtModel(tiny_config())(ids).pooler_output is None  # no pooler_activation: no pooler
 
 
 def test_per_head_terms_are_refused_on_a_rank_holding_some_of_the_heads():
