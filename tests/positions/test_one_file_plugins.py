@@ -1,6 +1,4 @@
-"""Adding a position encoding, a position scheme or a frequency allocation touches one file: this one. Each (a
-knob dataclass, capabilities, a weight-init hook) works through eager / sdpa / flex, packed rows, the KV cache and
-save / load, on a model whose outputs depend strongly on positions."""
+"""A new position encoding, scheme and allocation in one file work on every backend, packed, cached and saved."""
 
 import logging
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from roformer_ext import (
 from roformer_ext.axis_allocations import axis_of_pair, register_axis_allocation
 from roformer_ext.encoding_knobs import SCORE_TERM_CAPABILITIES, EncodingKnobs
 from roformer_ext.position_encodings import RelativePositionEncoding, RelativeScores
+from roformer_ext.positions import build_position_ids
 from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES
 from roformer_ext.scheme_knobs import POSITIVE, Knob, SchemeKnobs
 
@@ -132,9 +131,8 @@ def encoding_config(window: int = 3, **overrides):
 @pytest.mark.parametrize("is_decoder", [False, True])
 def test_new_encoding_on_every_backend_and_packed_rows(is_decoder):
     torch.manual_seed(0)
-    lengths = (5, 4, 6)
     generator = torch.Generator().manual_seed(1)
-    rows = [torch.randint(4, 95, (1, n), generator=generator) for n in lengths]
+    rows = [torch.randint(4, 95, (1, n), generator=generator) for n in (5, 4, 6)]
     packed = torch.cat(rows, dim=1)
     cu = torch.tensor([0, 5, 9, 15], dtype=torch.int32)
     outputs = {}
@@ -206,15 +204,7 @@ def test_new_scheme_places_tokens_by_its_knob(tmp_path, caplog):
         hf_logging.disable_propagation()
     assert not caplog.records  # its knob is known to the config: no "Unrecognized keys in rope_parameters"
     ids, pixels, grid = vision_prompt()
-    positions = model.base_model.compute_position_ids(
-        ids,
-        model.base_model.get_input_embeddings()(ids),
-        None,
-        None,
-        model.base_model.batch_layout(ids, None, None, None, False, None, {}),
-        grid,
-        None,
-    )
+    positions, _ = build_position_ids(ids, model.config, image_grid_thw=grid)
     # text 0, 1; the 2x2 image at 2 + 3·(0, i, j); text after at 2 + 3 + 1 = 6
     assert positions[:, 0].tolist() == [[0, 1, 2, 2, 2, 2, 6, 7], [0, 1, 2, 2, 5, 5, 6, 7], [0, 1, 2, 5, 2, 5, 6, 7]]
 
@@ -233,13 +223,8 @@ def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
     with torch.no_grad():
         single = model(ids, pixel_values=pixels, image_grid_thw=grid).logits
-        packed = model(
-            both,
-            pixel_values=torch.cat([pixels, pixels]),
-            image_grid_thw=torch.cat([grid, grid]),
-            cu_seq_lens_q=cu,
-            cu_seq_lens_k=cu,
-        ).logits
+        twice = dict(pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]))
+        packed = model(both, **twice, cu_seq_lens_q=cu, cu_seq_lens_k=cu).logits
     torch.testing.assert_close(packed[:, :8], single, atol=ATOL, rtol=0)
     torch.testing.assert_close(packed[:, 8:], single, atol=ATOL, rtol=0)
     run = lambda m: m(ids, pixel_values=pixels, image_grid_thw=grid).logits  # noqa: E731
@@ -248,14 +233,12 @@ def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
     reloaded = RoFormerExtVisionTextForCausalLM.from_pretrained(tmp_path, attn_implementation=implementation).eval()
     assert reloaded.config.rope_parameters["diagonal_step"] == 2.0
     with torch.no_grad():
-        torch.testing.assert_close(
-            reloaded(ids, pixel_values=pixels, image_grid_thw=grid).logits, single, atol=0, rtol=0
-        )
+        again = reloaded(ids, pixel_values=pixels, image_grid_thw=grid).logits
+    torch.testing.assert_close(again, single, atol=0, rtol=0)
 
 
 def test_new_plugins_knobs_default_check_and_refuse_strangers():
-    """The encoding's dataclass is the config's knob schema (defaults filled in, its own check, unknown keys refused,
-    its capabilities refuse linear attention); the scheme's fills in its axes and allocation and checks its knob."""
+    """Each plugin's knob dataclass fills in defaults, checks its values and refuses unknown keys."""
     config = position_sensitive_config(position_encoding="test_capped_penalty")
     assert config.position_encoding_parameters == {"penalty_window": 4}
     assert config.position_encoding_knobs == CappedPenaltyKnobs(4)
