@@ -52,6 +52,3 @@ def lora_config(task_type: Any = None, families: Families = DEFAULT_LORA_FAMILIE
     if kwargs.get("target_modules") is None:
         kwargs["target_modules"] = lora_target_modules(families)
     return LoraConfig(task_type=task_type, **kwargs)
-
-
-__all__ = ["DEFAULT_LORA_FAMILIES", "LORA_TARGET_MODULES", "lora_config", "lora_target_modules"]

@@ -83,8 +83,11 @@ def _run(args: argparse.Namespace) -> list:
 
     if args.command == "push-code":
         private = args.private or None
-        return [hub_code.push_code(args.code_repo, private=private, revision=args.revision,
-                                   commit_message=args.message, source=args.source)]  # fmt: skip
+        return [
+            hub_code.push_code(
+                args.code_repo, private=private, revision=args.revision, commit_message=args.message, source=args.source
+            )
+        ]
     if args.command == "share-code":
         hub_code.share_code(args.folder, args.code_repo)
         return [f"{args.folder} now loads its code from {args.code_repo}"]

@@ -20,8 +20,13 @@ def _packing_fields(lengths: torch.Tensor) -> dict[str, Any]:
     longest = int(lengths.max())
     starts = torch.repeat_interleave(cu_seq_lens[:-1].long(), lengths)
     positions = torch.arange(int(cu_seq_lens[-1])) - starts
-    return dict(position_ids=positions[None], cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens,
-                max_length_q=longest, max_length_k=longest)  # fmt: skip
+    return dict(
+        position_ids=positions[None],
+        cu_seq_lens_q=cu_seq_lens,
+        cu_seq_lens_k=cu_seq_lens,
+        max_length_q=longest,
+        max_length_k=longest,
+    )
 
 
 class DataCollatorForPackedClassification:
@@ -102,6 +107,3 @@ class FlattenPaddedBatch:
             packed[key] = value
         packed.update(_packing_fields(mask.sum(dim=1)))
         return packed
-
-
-__all__ = ["DataCollatorForPackedClassification", "FlattenPaddedBatch"]

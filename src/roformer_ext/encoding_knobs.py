@@ -202,7 +202,3 @@ class DebertaKnobs(EncodingKnobs):
 def knobs_class(encoding: Any) -> type[EncodingKnobs]:
     """The knob dataclass of the encoding registered as `encoding`; `EncodingKnobs` for none or an unknown name."""
     return getattr(POSITION_ENCODINGS.entry(encoding), "knobs", EncodingKnobs)
-
-
-__all__ = ["Capabilities", "DebertaKnobs", "EncodingKnobs", "SCORE_TERM_CAPABILITIES", "ShawKnobs", "SinusoidalKnobs",
-           "T5BiasKnobs", "TransformerXLKnobs", "TupeKnobs", "deberta_reach", "knobs_class"]  # fmt: skip

@@ -232,8 +232,13 @@ class OnnxModel:
         sentences = [sentences] if single else list(sentences)
         chunks = []
         for start in range(0, len(sentences), batch_size):
-            batch = self.tokenizer(sentences[start : start + batch_size], padding=True, truncation=max_length is not None,
-                                   max_length=max_length, return_tensors="np")  # fmt: skip
+            batch = self.tokenizer(
+                sentences[start : start + batch_size],
+                padding=True,
+                truncation=max_length is not None,
+                max_length=max_length,
+                return_tensors="np",
+            )
             chunks.append(self(**{name: batch[name] for name in INPUT_NAMES if name in batch})["sentence_embedding"])
         embeddings = np.concatenate(chunks) if chunks else np.zeros((0, 0), dtype=np.float32)
         if normalize_embeddings:
@@ -280,7 +285,3 @@ def export_folder(
         if int8:
             quantize_onnx(partial / ONNX_FILE, partial / ONNX_INT8_FILE)
     return [out_dir / name for name in ([ONNX_FILE, ONNX_INT8_FILE] if int8 else [ONNX_FILE])]
-
-
-__all__ = ["ONNX_FILE", "ONNX_INT8_FILE", "OnnxModel", "TASK_OUTPUTS", "default_task", "export_folder", "export_onnx",
-           "quantize_dynamic_int8", "quantize_onnx"]  # fmt: skip

@@ -18,8 +18,14 @@ from transformers.dynamic_module_utils import get_relative_import_files
 from .compat import LOWEST_TRANSFORMERS, SUPPORTED_RANGE, TRANSFORMERS_BELOW, parent_upload_modified_files
 
 #: The modules the Auto classes load; their relative imports come along.
-CODE_MODULES = ("configuration_roformer_ext", "modeling_roformer_ext", "modeling_roformer_ext_vision",
-                "tokenization_roformer_ext", "processing_roformer_ext", "image_processing_roformer_ext")  # fmt: skip
+CODE_MODULES = (
+    "configuration_roformer_ext",
+    "modeling_roformer_ext",
+    "modeling_roformer_ext_vision",
+    "tokenization_roformer_ext",
+    "processing_roformer_ext",
+    "image_processing_roformer_ext",
+)
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 MODEL_TYPES = ("roformer_ext", "roformer_ext_vision")
 _CARD_START, _CARD_END = "<!-- roformer-ext compatibility -->", "<!-- /roformer-ext compatibility -->"
@@ -172,8 +178,11 @@ def compatibility_section(code_repo: str | None) -> str:
 def write_compatibility_section(folder: str | os.PathLike, create: bool = True) -> None:
     """Add or refresh the section in the folder's README.md (created when missing, if `create`)."""
     folder = Path(folder)
-    maps = (json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map") for name in AUTO_MAP_FILES
-            if (folder / name).is_file())  # fmt: skip
+    maps = (
+        json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map")
+        for name in AUTO_MAP_FILES
+        if (folder / name).is_file()
+    )
     auto_map = next(maps, None)  # the first file's
     path = folder / "README.md"
     if not path.is_file() and not create:
@@ -189,8 +198,15 @@ def write_compatibility_section(folder: str | os.PathLike, create: bool = True) 
         _write_atomically(path, updated)
 
 
-def push_code(code_repo: str, *, token: str | None = None, private: bool | None = None, revision: str | None = None,
-              commit_message: str | None = None, source: str | os.PathLike | None = None) -> str:  # fmt: skip
+def push_code(
+    code_repo: str,
+    *,
+    token: str | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    source: str | os.PathLike | None = None,
+) -> str:
     """Publish the code files (from `source`, default this package) to the code repository; returns the commit URL."""
     from huggingface_hub import HfApi
 
@@ -277,7 +293,3 @@ class SharedCodeMixin:
                 raise ValueError("code_repo=True needs a loaded folder that points to a code repository; pass its id.")
             return inherited, False
         return check_code_repo(code_repo), False
-
-
-__all__ = ["SharedCodeMixin", "check_code_repo", "code_files", "code_repo_of", "compatibility_section",
-           "point_auto_maps", "push_code", "share_code", "update_code"]  # fmt: skip

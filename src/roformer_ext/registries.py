@@ -98,8 +98,3 @@ def deberta_terms(pos_att_type: Any) -> Any:
     if isinstance(pos_att_type, str):
         return [term.strip() for term in pos_att_type.lower().split("|")]
     return list(pos_att_type) if isinstance(pos_att_type, tuple) else pos_att_type
-
-
-__all__ = ["AXIS_ALLOCATIONS", "DEBERTA_TERMS", "PAIR_LAYOUTS", "POSITION_ENCODINGS", "POSITION_SCHEMES",
-           "ROTARY_KINDS", "Registry", "check_positive_number", "deberta_terms", "is_int",
-           "is_positive_number"]  # fmt: skip

@@ -92,9 +92,16 @@ def _run_checks(decoder_class: type[nn.Module]) -> list[str]:
 
 
 def _tiny_decoder(decoder_class: type[nn.Module]) -> nn.Module:
-    config = RoFormerExtConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=32, is_decoder=True, attention_probs_dropout_prob=0.0,
-                               hidden_dropout_prob=0.0)  # fmt: skip
+    config = RoFormerExtConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        is_decoder=True,
+        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=0.0,
+    )
     with torch.random.fork_rng(devices=[]):  # construction draws from the CPU stream: the caller's is restored
         model = decoder_class(config).float().eval()
     generator = torch.Generator().manual_seed(0)
@@ -158,10 +165,10 @@ def _check_processor(model: nn.Module) -> None:
 
 
 _SELF_CHECKS: tuple[tuple[str, Callable[[nn.Module], None]], ...] = (
-    ("cached generation: the cache reaches the forward under the name generate passes, and equals recomputation",
-     _check_generation),
+    (
+        "cached generation: the cache reaches the forward under the name generate passes, and equals recomputation",
+        _check_generation,
+    ),
     ("the mask helpers accept what we pass", _check_masks),
     ("the processor merges kwargs", _check_processor),
-)  # fmt: skip
-
-__all__ = ["ensure_compatible", "self_check"]
+)

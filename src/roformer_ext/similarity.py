@@ -136,8 +136,15 @@ class SimilarSentenceGenerator:
         encoder = AutoModel.from_pretrained(encoder_path or generator_path, **kwargs)
         return cls(generator.eval(), encoder.eval(), AutoTokenizer.from_pretrained(generator_path))
 
-    def __call__(self, texts: str | Sequence[str], n: int = 100, k: int = 20, max_length: int = SIM_MAX_LENGTH,
-                 batch_size: int = 64, **generate_kwargs: Any) -> list[SimilarSentence] | list[list[SimilarSentence]]:  # fmt: skip
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        n: int = 100,
+        k: int = 20,
+        max_length: int = SIM_MAX_LENGTH,
+        batch_size: int = 64,
+        **generate_kwargs: Any,
+    ) -> list[SimilarSentence] | list[list[SimilarSentence]]:
         """For each text the `k` of `n` sampled candidates most similar to it (cosine of pooler outputs), best first; one
         list for a string, a list of lists for a list. `generate_kwargs` override `gen_synonyms`' sampler."""
         single = isinstance(texts, str)
@@ -188,7 +195,3 @@ class SimilarSentenceGenerator:
         if not chunks:
             return torch.empty(0, self.encoder.config.hidden_size)
         return torch.nn.functional.normalize(torch.cat(chunks), dim=-1).cpu()
-
-
-__all__ = ["SENTENCE_TRANSFORMERS_FILES", "SimilarSentence", "SimilarSentenceGenerator", "join_cjk",
-           "save_for_sentence_transformers", "sim_generation_config", "write_sentence_transformers_config"]  # fmt: skip

@@ -402,6 +402,3 @@ class _EncodingsOnDemand(Sequence):
 # `save_pretrained` then writes `auto_map`, so a saved folder reloads with `trust_remote_code=True`.
 RoFormerExtTokenizer.register_for_auto_class("AutoTokenizer")
 RoFormerExtTokenizerFast.register_for_auto_class("AutoTokenizer")
-
-__all__ = ["RoFormerExtTokenizer", "RoFormerExtTokenizerFast", "detect_segmenter", "load_vocab", "mark_unknown_chars",
-           "unknown_char_marker"]  # fmt: skip

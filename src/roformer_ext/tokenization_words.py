@@ -73,8 +73,15 @@ def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
 def _is_cjk(char: str) -> bool:
     """BERT's "Chinese character", with tokenizers' ranges (Extension E from 0x2B920), so both classes agree."""
     cp = ord(char)
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B81F
-            or 0x2B920 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)  # fmt: skip
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B81F
+        or 0x2B920 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
 
 
 def _is_punctuation(char: str) -> bool:
@@ -214,7 +221,3 @@ class WordSplitter:
 
     def pre_tokenize(self, pretok: PreTokenizedString) -> None:
         pretok.split(self._split)
-
-
-__all__ = ["SEGMENTERS", "WORD_SEGMENTER_ENV", "WordSplitter", "basic_spans", "detect_segmenter", "load_vocab",
-           "mark_unknown_chars", "unknown_char_marker", "word_segmenter"]  # fmt: skip

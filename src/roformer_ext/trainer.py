@@ -32,8 +32,13 @@ class PaddingFreeTrainer(Trainer):
             return None
         return SequentialSampler(eval_dataset)
 
-    def prediction_step(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], prediction_loss_only: bool,
-                        ignore_keys: list[str] | None = None) -> tuple[torch.Tensor | None, Any, Any]:  # fmt: skip
+    def prediction_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, torch.Tensor | Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor | None, Any, Any]:
         loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
         if inputs.get("cu_seq_lens_q") is None:
             return loss, logits, labels
@@ -44,6 +49,3 @@ class PaddingFreeTrainer(Trainer):
             if name in inputs:
                 inputs[name] = _per_sequence(inputs[name], cu_seq_lens)
         return loss, _per_sequence(logits, cu_seq_lens), _per_sequence(labels, cu_seq_lens)
-
-
-__all__ = ["PaddingFreeTrainer"]

@@ -122,8 +122,11 @@ def build_model(
     extra = {k: v for k, v in state.items() if k not in expected and _POOLER.match(k)}
     missing = sorted(k for k in expected if k not in state and k != "lm_head.decoder.weight")  # tied
     unexpected = sorted(k for k in state if k not in expected and k not in extra)
-    misshaped = [f"{k}: expected {tuple(expected[k].shape)}, found {tuple(v.shape)}"
-                 for k, v in state.items() if k in expected and v.shape != expected[k].shape]  # fmt: skip
+    misshaped = [
+        f"{k}: expected {tuple(expected[k].shape)}, found {tuple(v.shape)}"
+        for k, v in state.items()
+        if k in expected and v.shape != expected[k].shape
+    ]
     if missing or unexpected or misshaped:
         raise CheckpointConversionError(
             f"The checkpoint does not fit its {config_path}:"

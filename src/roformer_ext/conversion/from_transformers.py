@@ -32,8 +32,15 @@ from .files import (
 logger = logging.getLogger(__name__)
 
 #: transformers class -> ours (architectures entry of config.json).
-_HEADS = ("Model", "ForMaskedLM", "ForCausalLM", "ForSequenceClassification", "ForTokenClassification",
-          "ForQuestionAnswering", "ForMultipleChoice")  # fmt: skip
+_HEADS = (
+    "Model",
+    "ForMaskedLM",
+    "ForCausalLM",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+)
 ARCHITECTURES = {f"RoFormer{head}": f"RoFormerExt{head}" for head in _HEADS}
 
 #: What `detect_source_kind` returns, and how it is shown.
@@ -67,16 +74,43 @@ _HEAD_RULES = [
 _DROPPED = re.compile(r"(encoder\.embed_positions\.weight|cls\.predictions\.decoder\.(weight|bias))$")
 
 _CONFIG_FIELDS = (
-    "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-    "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "bos_token_id", "eos_token_id",
-    "rotary_value", "is_decoder", "add_cross_attention", "id2label", "label2id", "problem_type",
-    "tie_word_embeddings", "use_bias",
-)  # fmt: skip
+    "vocab_size",
+    "embedding_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "rotary_value",
+    "is_decoder",
+    "add_cross_attention",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "tie_word_embeddings",
+    "use_bias",
+)
 _INTEGER_FIELDS = (
-    "vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "max_position_embeddings", "type_vocab_size", "pad_token_id", "bos_token_id",
-)  # fmt: skip
+    "vocab_size",
+    "embedding_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+)
 _NUMBER_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps")
 _FLAG_FIELDS = ("rotary_value", "is_decoder", "add_cross_attention", "tie_word_embeddings", "use_bias")
 #: Keys only junnyu's `roformer` package writes: they tell his folders from transformers' own.
@@ -255,8 +289,12 @@ def convert_transformers_checkpoint(
             vocab = None
             logger.warning(
                 "%s has no vocab.txt, so %s gets no tokenizer: put the model's vocab.txt into %s and convert "
-                "again (or save a tokenizer into %s yourself).", src, out, src, out
-            )  # fmt: skip
+                "again (or save a tokenizer into %s yourself).",
+                src,
+                out,
+                src,
+                out,
+            )
         settings = read_json_file(src / "tokenizer_config.json") if (src / "tokenizer_config.json").exists() else {}
         card = _model_card(src, model, kind, command)
         save_folder(tmp, model, extra, card, code_repo, vocab, settings.get("do_lower_case", True))
@@ -284,15 +322,3 @@ def _model_card(src: Path, model: torch.nn.Module, kind: str, command: str) -> s
         "Load with `AutoModel.from_pretrained(path, trust_remote_code=True)` or after `import roformer_ext`.\n\n"
         "Su et al., *RoFormer: Enhanced Transformer with Rotary Position Embedding*, arXiv:2104.09864 (2021).\n"
     )
-
-
-__all__ = [
-    "ARCHITECTURES",
-    "SOURCE_KINDS",
-    "build_converted_model",
-    "convert_transformers_checkpoint",
-    "convert_transformers_config",
-    "convert_transformers_state_dict",
-    "detect_source_kind",
-    "load_state_dict_from_folder",
-]

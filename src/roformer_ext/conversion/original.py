@@ -228,9 +228,15 @@ def plan_conversion(
 
 
 _INTEGER_KEYS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "embedding_size",
-    "type_vocab_size", "max_position_embeddings",
-)  # fmt: skip
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "embedding_size",
+    "type_vocab_size",
+    "max_position_embeddings",
+)
 _NUMBER_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
 
@@ -363,18 +369,4 @@ _SIM_CARD = [
         "`AutoModel.from_pretrained(folder)(**batch).pooler_output`; compare by cosine similarity.",
         lambda cfg: cfg["pooler_activation"] is not None,
     ),
-]
-
-
-__all__ = [
-    "VARIANTS",
-    "ConversionPlan",
-    "VariableSpec",
-    "convert_original_checkpoint",
-    "describe_variant",
-    "detect_variant",
-    "map_original_variables",
-    "model_card",
-    "original_config_kwargs",
-    "plan_conversion",
 ]

@@ -190,14 +190,3 @@ def output_folder(
     finally:
         if tmp.exists():
             _remove(tmp)
-
-
-__all__ = [
-    "OutputExistsError",
-    "OutputOverlapsSourceError",
-    "clear_leftovers",
-    "output_folder",
-    "refuse_long_names",
-    "refuse_overlap",
-    "sibling_stem",
-]

@@ -370,14 +370,3 @@ def read_tf_checkpoint(path: str | os.PathLike, names: list[str] | None = None) 
     """Every variable (or those in `names`) of a TF checkpoint as numpy arrays."""
     reader = TFCheckpointReader(path)
     return {name: reader.get_tensor(name) for name in (names if names is not None else list(reader))}
-
-
-__all__ = [
-    "TFCheckpointError",
-    "TFCheckpointReader",
-    "TensorEntry",
-    "crc32c",
-    "mask_crc",
-    "read_tf_checkpoint",
-    "resolve_checkpoint_prefix",
-]
