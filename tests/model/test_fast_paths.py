@@ -48,10 +48,11 @@ def test_interleaved_complex_path_takes_any_memory_layout_with_the_formulas_grad
     torch.testing.assert_close(grad, expected_grad)
 
 
-@pytest.mark.parametrize("attention_type", ["softmax", "linear"])
-def test_bf16_autocast_on_cpu(attention_type):
+@pytest.mark.parametrize("attention_type, is_decoder", [("softmax", False), ("linear", False), ("linear", True)])
+def test_bf16_autocast_on_cpu(attention_type, is_decoder):
+    """Linear attention keeps float32 sums (bidirectional and causal chunks)."""
     torch.manual_seed(0)
-    model = RoFormerExtForMaskedLM(tiny_config(attention_type=attention_type)).eval()
+    model = RoFormerExtForMaskedLM(tiny_config(attention_type=attention_type, is_decoder=is_decoder)).eval()
     input_ids, attention_mask, token_type_ids = random_inputs()
     with torch.no_grad():
         reference = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits

@@ -10,7 +10,6 @@ from safetensors import safe_open
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
-    RoFormerExtForMultipleChoice,
     RoFormerExtForQuestionAnswering,
     RoFormerExtForSequenceClassification,
     RoFormerExtForTokenClassification,
@@ -176,13 +175,6 @@ def test_output_hidden_states_and_attentions():
     assert out.attentions[0].shape == (3, 4, 11, 11)
     torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(3, 4, 11))
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
-
-
-def test_multiple_choice_shapes_and_loss():
-    model = build(RoFormerExtForMultipleChoice)
-    input_ids = torch.randint(5, 99, (2, 3, 7))
-    out = model(input_ids, labels=torch.tensor([0, 2]))
-    assert out.logits.shape == (2, 3) and out.loss.ndim == 0
 
 
 def test_tied_weights_and_v2_head():
