@@ -13,21 +13,22 @@ def _overlay(python: str, target: Path) -> Path:
     return target / "bin" / "python"
 
 
+def _output(python, code: str) -> str:
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
 def test_overlay_sees_the_environment_it_was_made_from_and_its_own_packages_first(tmp_path):
     outer = _overlay(sys.executable, tmp_path / "outer")
     inner = _overlay(str(outer), tmp_path / "inner")  # made from inside a virtual environment
     for python, prefix in ((outer, tmp_path / "outer"), (inner, tmp_path / "inner")):
-        done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert Path(done.stdout.strip()) == prefix  # its own environment, where pip installs the lowest release
+        assert Path(_output(python, PROBE)) == prefix  # its own environment, where pip installs the lowest release
     # what `.ci/run` installs into the overlay (the lowest transformers) shadows this environment's copy
-    site = subprocess.run([str(outer), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    (Path(site) / "transformers").mkdir()
-    (Path(site) / "transformers" / "__init__.py").write_text("__version__ = 'overlay'\n")
-    done = subprocess.run([str(outer), "-c", "import transformers; print(transformers.__version__)"],
-                          capture_output=True, text=True)  # fmt: skip
-    assert done.stdout.strip() == "overlay", done.stderr[-2000:]
+    site = Path(_output(outer, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+    (site / "transformers").mkdir()
+    (site / "transformers" / "__init__.py").write_text("__version__ = 'overlay'\n")
+    assert _output(outer, "import transformers; print(transformers.__version__)") == "overlay"
 
 
 def test_ci_script_builds_the_lowest_environment_with_the_overlay():

@@ -62,16 +62,16 @@ def test_position_cosine_by_distance_averages_every_pair():
 
 
 def test_decay_panels_figure(tmp_path):
-    panels = {"a": {"curves": {"x": torch.linspace(1, 0, 20)}, "ylabel": "v", "note": "n"},
-              "b": {"curves": {f"head {h}": torch.randn(20) for h in range(4)}, "ylabel": "v"}}  # fmt: skip
-    path = decay.plot_decay_panels(tmp_path / "d" / "decay.png", panels, columns=3, title="t")
+    panel_a = {"curves": {"x": torch.linspace(1, 0, 20)}, "ylabel": "v", "note": "n"}
+    panel_b = {"curves": {f"head {h}": torch.randn(20) for h in range(4)}, "ylabel": "v"}
+    path = decay.plot_decay_panels(tmp_path / "d" / "decay.png", {"a": panel_a, "b": panel_b}, columns=3, title="t")
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
 def test_the_library_keeps_only_what_roformer_ext_plot_draws():
     from roformer_ext import plotting
 
-    names = ["sinusoidal_similarity", "alibi_bias", "t5_bias_by_distance", "relative_embedding_by_distance",
-             "position_cosine_by_distance", "plot_decay_panels"]  # fmt: skip
-    assert not [name for name in names if hasattr(plotting, name)]
+    here = [decay.sinusoidal_similarity, decay.alibi_bias, decay.t5_bias_by_distance, decay.plot_decay_panels]
+    here += [decay.relative_embedding_by_distance, decay.position_cosine_by_distance]
+    assert not [f.__name__ for f in here if hasattr(plotting, f.__name__)]
     assert callable(plotting.long_range_decay) and callable(plotting.plot_long_range_decay)

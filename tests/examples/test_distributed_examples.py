@@ -1,5 +1,4 @@
-"""Examples under `torchrun --nproc_per_node 2` (CPU, gloo: DDP, FSDP2, tensor parallel) against one process on
-the same global batch, from the converted RoFormer v1 fixture (docs/distributed.md)."""
+"""Examples under `torchrun --nproc_per_node 2` (CPU, gloo: DDP, FSDP2, TP) against one process (docs/distributed.md)."""
 
 import random
 from pathlib import Path
@@ -68,11 +67,11 @@ def check_trained_like_one_process(losses: list[float], expected: list[float], f
 
 def test_run_classification_ddp_fsdp2_and_tensor_parallel_prediction(checkpoints, tmp_path, monkeypatch):
     data = checkpoints["root"]
-    common = ["--model_name_or_path", str(checkpoints["classifier"]), "--train_file", str(data / "train.csv"),
-              "--validation_file", str(data / "dev.csv"), "--test_file", str(data / "test.csv"),
-              "--max_steps", "3", *TRAINER]  # fmt: skip
+    files = ["--train_file", data / "train.csv", "--validation_file", data / "dev.csv", "--test_file",
+             data / "test.csv"]  # fmt: skip
+    common = ["--model_name_or_path", checkpoints["classifier"], *files, "--max_steps", "3", *TRAINER]
     one = tmp_path / "one"
-    run_in_process(CLASSIFY, [*common, "--output_dir", str(one), "--per_device_train_batch_size", "8"], monkeypatch)
+    run_in_process(CLASSIFY, [*common, "--output_dir", one, "--per_device_train_batch_size", "8"], monkeypatch)
     expected = logged_losses(one)
     for mode, flags, share in (("ddp", [], 1.0), ("fsdp2", ["--fsdp_size", "2"], 0.5)):
         out = tmp_path / mode
@@ -88,9 +87,8 @@ def test_run_classification_ddp_fsdp2_and_tensor_parallel_prediction(checkpoints
 
     # Tensor parallel: the one-process model predicts the test split (and evaluates) with its heads split in two.
     out = tmp_path / "tp"
-    result = torchrun(CLASSIFY, "--model_name_or_path", one, "--train_file", data / "train.csv",
-                      "--validation_file", data / "dev.csv", "--test_file", data / "test.csv", "--do_eval",
-                      "--do_predict", "--tp_size", "2", "--output_dir", out, *TRAINER)  # fmt: skip
+    tp = ["--do_eval", "--do_predict", "--tp_size", "2", "--output_dir", out, *TRAINER]
+    result = torchrun(CLASSIFY, "--model_name_or_path", one, *files, *tp)
     assert "parameters held per process: [" in result.stdout
     logits, expected_logits = np.load(out / "predict_logits.npy"), np.load(one / "predict_logits.npy")
     assert logits.shape == expected_logits.shape == (10, 2)
@@ -108,11 +106,10 @@ def test_run_mlm_fsdp2_and_tensor_parallel_evaluation(checkpoints, tmp_path, mon
               "--mlm_probability", "1", "--mask_replace_prob", "0", "--random_replace_prob", "0",
               "--max_steps", "3", *TRAINER]  # fmt: skip
     one = tmp_path / "one"
-    args = ["--model_name_or_path", str(checkpoints["mlm"]), *common, "--per_device_train_batch_size", "8"]
-    run_in_process(MLM, [*args, "--output_dir", str(one)], monkeypatch)
+    model = ["--model_name_or_path", checkpoints["mlm"]]
+    run_in_process(MLM, [*model, *common, "--per_device_train_batch_size", "8", "--output_dir", one], monkeypatch)
     out = tmp_path / "fsdp2"
-    torchrun(MLM, "--model_name_or_path", checkpoints["mlm"], *common, "--output_dir", out,
-             "--per_device_train_batch_size", "4", "--fsdp_size", "2")  # fmt: skip
+    torchrun(MLM, *model, *common, "--output_dir", out, "--per_device_train_batch_size", "4", "--fsdp_size", "2")
     check_trained_like_one_process(logged_losses(out), logged_losses(one), out, 0.5)
     check_saved_folder(out, "AutoModelForMaskedLM")
     assert not list(out.glob("_fsdp*.py"))
@@ -135,8 +132,11 @@ def test_no_trainer_fsdp2_trains_like_one_process(checkpoints, tmp_path, monkeyp
     expected = read_json(one / "train_log_rank0.json")["losses"]
     out = tmp_path / "fsdp2"
     torchrun(CLASSIFY_LOOP, *common, "--output_dir", out, "--per_device_train_batch_size", "4", "--fsdp_size", "2")
-    logs = [read_json(out / f"train_log_rank{rank}.json")["losses"] for rank in (0, 1)]
-    losses = [sum(pair) / 2 for pair in zip(*logs)]  # each process's loss on its 4 rows: the mean is the batch's
+    logs = [read_json(out / f"train_log_rank{rank}.json") for rank in (0, 1)]
+    # one two-process run under torchrun on a CPU (not two one-process runs on all the data)
+    assert all(log["num_processes"] == 2 for log in logs), logs
+    # each process's loss on its 4 rows: the mean is the batch's
+    losses = [sum(pair) / 2 for pair in zip(*(log["losses"] for log in logs))]
     check_trained_like_one_process(losses, expected, out, 0.5)
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert metrics["num_processes"] == 2

@@ -143,35 +143,43 @@ def test_msra_ner_bmes_tags_parse():
 
 
 # ----------------------------------------------------------------------- the conversion of the shipped files
+REVIEW_ROWS = [
+    ["plot", "A plot summary.", "m1", "True"], ["fresh", " Great fun. ", "m1", "True"],
+    ["fresh", "Great fun.", "m1", "True"],  # duplicate
+    ["rotten", "Both ways.", "m2", "False"], ["fresh", "Both ways.", "m2", "False"],  # contradictory: dropped
+    ["rotten", "Dull.", "m2", "False"],
+]  # fmt: skip
+ARTICLE_ROWS = [
+    (1, "a", "刑法", "刑法", "第一章", "第一条", "为了惩罚犯罪。"),
+    (2, "a", "刑法", "刑法", "第一章", "第二条", "附件\n------ ---\n税率"),
+    (3, "b", "宪法", "宪法", None, "", "序言"),
+]  # fmt: skip
+
+
 def test_build_data_files_converts_each_source(tmp_path):
     build = _build_script()
     source = tmp_path / "rt.csv.bz2"
     with bz2.open(source, "wt", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["category", "text", "movie_name", "has_plot_and_reviews"])
-        writer.writerows([
-            ["plot", "A plot summary.", "m1", "True"], ["fresh", " Great fun. ", "m1", "True"],
-            ["fresh", "Great fun.", "m1", "True"],  # duplicate
-            ["rotten", "Both ways.", "m2", "False"], ["fresh", "Both ways.", "m2", "False"],  # contradictory: dropped
-            ["rotten", "Dull.", "m2", "False"],
-        ])  # fmt: skip
-    assert build.rotten_tomatoes_rows(source) == [{"text": "Great fun.", "label": "fresh", "movie": "m1"},
-                                                  {"text": "Dull.", "label": "rotten", "movie": "m2"}]  # fmt: skip
+        writer.writerows(REVIEW_ROWS)
+    expected = [
+        {"text": "Great fun.", "label": "fresh", "movie": "m1"},
+        {"text": "Dull.", "label": "rotten", "movie": "m2"},
+    ]
+    assert build.rotten_tomatoes_rows(source) == expected
 
     database = tmp_path / "laws.db"
     with sqlite3.connect(database) as connection:
-        connection.execute("CREATE TABLE articles (id INTEGER PRIMARY KEY, law_id TEXT, law_name TEXT, "
-                           "law_department TEXT, chapter TEXT, article_no TEXT, article_text TEXT)")  # fmt: skip
-        connection.executemany("INSERT INTO articles VALUES (?, ?, ?, ?, ?, ?, ?)", [
-            (1, "a", "刑法", "刑法", "第一章", "第一条", "为了惩罚犯罪。"),
-            (2, "a", "刑法", "刑法", "第一章", "第二条", "附件\n------ ---\n税率"),
-            (3, "b", "宪法", "宪法", None, "", "序言"),
-        ])  # fmt: skip
+        columns = "id INTEGER PRIMARY KEY, law_id TEXT, law_name TEXT, law_department TEXT, chapter TEXT"
+        connection.execute(f"CREATE TABLE articles ({columns}, article_no TEXT, article_text TEXT)")
+        connection.executemany("INSERT INTO articles VALUES (?, ?, ?, ?, ?, ?, ?)", ARTICLE_ROWS)
     rows = build.statute_rows(database)
-    assert rows == [
+    expected = [
         {"text": "第一条　为了惩罚犯罪。\n第二条　附件\n税率", "label": "刑法", "law_name": "刑法", "chapter": "第一章"},
         {"text": "序言", "label": "宪法", "law_name": "宪法", "chapter": ""},
     ]  # fmt: skip
+    assert rows == expected
     build.write_jsonl_xz(rows, tmp_path / "statutes.jsonl.xz")
     assert ed.read_jsonl_xz(tmp_path / "statutes.jsonl.xz") == rows
 
@@ -226,7 +234,8 @@ def test_folder_of_files_and_save_to_disk_folder_load(tmp_path):
     assert {split: len(d) for split, d in raw.items()} == {"train": 6, "validation": 2}
     Dataset.from_list(_rows(5)).save_to_disk(tmp_path / "single")
     assert len(load_raw_datasets(DataArguments(dataset_name=str(tmp_path / "single")))["train"]) == 5
-    assert describe_source(DataArguments(dataset_name=str(tmp_path / "saved"))) == ("the local dataset `saved`", ["saved"])  # fmt: skip
+    described = describe_source(DataArguments(dataset_name=str(tmp_path / "saved")))
+    assert described == ("the local dataset `saved`", ["saved"])
 
 
 def test_bad_data_arguments_say_what_to_do(tmp_path):
