@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import assert_position_sensitive, position_sensitive_config
+from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 from test_correctness import image_inputs, vision_lm  # tests/model: the same tiny vision-text decoder and prompt
 from transformers import CompileConfig, DynamicCache, StaticCache
 
@@ -107,17 +107,6 @@ def test_continue_from_cache_equals_one_call():
     sensitive(model, input_ids=input_ids, **eight)
 
 
-def test_left_padded_batch_matches_each_prompt_alone():
-    model = causal_lm()
-    short, long = prompt(1, 4, seed=1), prompt(1, 7, seed=2)
-    batch = torch.cat([torch.cat([torch.zeros(1, 3, dtype=torch.long), short], dim=1), long])
-    mask = (torch.arange(7) >= torch.tensor([[3], [0]])).long()
-    together = model.generate(batch, attention_mask=mask, **GREEDY)
-    assert torch.equal(together[0, 7:], model.generate(short, **GREEDY)[0, 4:])
-    assert torch.equal(together[1, 7:], model.generate(long, **GREEDY)[0, 7:])
-    sensitive(model, input_ids=batch, attention_mask=mask, **GREEDY)
-
-
 def test_sampling_is_reproducible_with_a_seed():
     model = causal_lm()
     input_ids = prompt()
@@ -130,29 +119,27 @@ def test_4d_mask_with_cache_offset_equals_2d_mask():
     """A custom 4D mask for new tokens after a cache covers (new, cached + new) keys."""
     model = causal_lm()
     input_ids = prompt(batch=2, seq=9)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()[None, None, 6:].expand(2, 1, 3, 9)
+    prefix = lambda m: output_cache(m(input_ids[:, :6], use_cache=True))  # noqa: E731
+    run = lambda m: m(input_ids[:, 6:], attention_mask=causal, cache=prefix(m)).logits  # noqa: E731
     with torch.no_grad():
-        past = output_cache(model(input_ids[:, :6], use_cache=True))
-        expected = model(input_ids[:, 6:], cache=past).logits
-        past = output_cache(model(input_ids[:, :6], use_cache=True))
-        causal = torch.ones(9, 9, dtype=torch.bool).tril()[None, None, 6:].expand(2, 1, 3, 9)
-        actual = model(input_ids[:, 6:], attention_mask=causal, cache=past).logits
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-
-    cache = lambda m: output_cache(m(input_ids[:, :6], use_cache=True))  # noqa: E731
-    assert_position_sensitive(model, lambda m: m(input_ids[:, 6:], attention_mask=causal, cache=cache(m)).logits, 1e-5)
+        expected = model(input_ids[:, 6:], cache=prefix(model)).logits
+        torch.testing.assert_close(run(model), expected, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, run, 1e-5)
 
 
 def test_4d_mask_with_static_cache_is_padded_to_its_length():
     model = causal_lm()
     input_ids = prompt(batch=1, seq=5)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+
+    def run(m):
+        return m(input_ids, attention_mask=causal, cache=StaticCache(config=m.config, max_cache_len=16)).logits
+
     with torch.no_grad():
-        cache = StaticCache(config=model.config, max_cache_len=16)
-        causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
-        static = model(input_ids, attention_mask=causal, cache=cache).logits
         dynamic = model(input_ids, cache=DynamicCache(config=model.config)).logits
-    torch.testing.assert_close(static, dynamic, rtol=1e-5, atol=1e-5)
-    static_run = lambda m: m(input_ids, attention_mask=causal, cache=StaticCache(config=m.config, max_cache_len=16))  # noqa: E731
-    assert_position_sensitive(model, lambda m: static_run(m).logits, 1e-5)
+        torch.testing.assert_close(run(model), dynamic, rtol=1e-5, atol=1e-5)
+    assert_position_sensitive(model, run, 1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
@@ -165,3 +152,24 @@ def test_vision_static_cache_equals_dynamic(scheme):
     static = model.generate(**batch, cache_implementation="static", **with_logits)
     assert_same(static, dynamic)
     sensitive(model, **batch, cache_implementation="static", **kwargs)
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+@pytest.mark.parametrize("encoding", ["t5_bias", "alibi", "shaw", "tupe", "transformer_xl"])
+def test_left_padded_relative_scores_generate_each_prompt_alone(encoding, cache_implementation):
+    """A relative score encoding numbers cached keys as it numbers queries: left padding changes nothing."""
+    torch.manual_seed(0)
+    config = tiny_config(is_decoder=True, position_encoding=encoding, initializer_range=1.0)
+    model = RoFormerExtForCausalLM(config).eval()
+    short, long = prompt(1, 4, seed=1), prompt(1, 7, seed=2)
+    batch = torch.cat([torch.nn.functional.pad(short, (3, 0)), long])
+    mask = (torch.arange(7) >= torch.tensor([[3], [0]])).long()
+    kwargs = dict(WITH_LOGITS, max_new_tokens=5, cache_implementation=cache_implementation)
+    together = model.generate(batch, attention_mask=mask, **kwargs)
+    for row, alone_prompt in enumerate((short, long)):
+        alone = model.generate(alone_prompt, **kwargs)
+        assert torch.equal(together.sequences[row, 7:], alone.sequences[0, alone_prompt.shape[1] :])
+        for step, step_alone in zip(together.logits, alone.logits, strict=True):
+            torch.testing.assert_close(step[row], step_alone[0], atol=1e-4, rtol=0)
+    run = lambda m: torch.stack(m.generate(batch, attention_mask=mask, **kwargs).logits)  # noqa: E731
+    assert_position_sensitive(model, run, 1e-4)

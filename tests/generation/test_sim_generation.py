@@ -1,5 +1,4 @@
-"""Converted Sim folders generate as bert4keras' UniLM model: logits against its outputs, greedy tokens against
-the README's old hand loop; compared paths are position-sensitive."""
+"""Converted Sim folders generate as bert4keras' UniLM model (its logits) and as the README's old hand loop."""
 
 import json
 from pathlib import Path
@@ -10,7 +9,7 @@ import torch
 from conftest import assert_position_sensitive
 from test_convert_junnyu import write_junnyu_folder
 from test_convert_original import FIXTURES, compare, inputs_of
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 from roformer_ext.conversion.cli import main
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
@@ -18,7 +17,6 @@ from roformer_ext.masking_roformer_ext import unilm_attention_mask
 
 @pytest.fixture(scope="module")
 def sim_folders(tmp_path_factory) -> dict[str, Path]:
-    """The Sim fixture converted from the original release and from junnyu's layout; v1 for the opt-in case."""
     root = tmp_path_factory.mktemp("sim")
     assert main(["original", str(FIXTURES / "roformer_sim"), str(root / "original")]) == 0
     hub = write_junnyu_folder("roformer_sim", root / "hub")
@@ -117,7 +115,6 @@ def test_batched_sources_left_padded_equal_one_by_one(sim_folders):
         assert together.sequences[row, batch["input_ids"].shape[1] :][: len(new)].tolist() == new.tolist()
         for step, step_alone in zip(together.logits, single.logits):  # the steps the prompt alone generated
             torch.testing.assert_close(step[row], step_alone[0], rtol=1e-5, atol=1e-5)
-    # the converted fixture reads positions strongly: a position error moves the logits >= 100x 1e-5
     assert_position_sensitive(model, lambda m: torch.stack(m.generate(**batch, **settings).logits), 1e-5)
 
 
@@ -138,8 +135,6 @@ def test_v1_release_gets_the_same_option(sim_folders):
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_prompt_without_segment_ids_is_the_source(sim_folders, use_cache):
     """A prompt without token_type_ids is the source: logits, generate and pipeline equal the explicit ones."""
-    from transformers import pipeline
-
     folder = sim_folders["original"]
     tokenizer, model = load(folder)
     source = tokenizer("今天天气很好", return_tensors="pt")

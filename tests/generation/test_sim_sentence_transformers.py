@@ -40,8 +40,7 @@ def converted(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-@pytest.mark.parametrize("name", ["original-roformer_sim", "original-roformer_sim_ft", "junnyu-roformer_sim",
-                                  "junnyu-roformer_sim_ft"])  # fmt: skip
+@pytest.mark.parametrize("name", [f"{src}-roformer_sim{ft}" for src in ("original", "junnyu") for ft in ("", "_ft")])
 def test_converted_folder_encodes_the_pooler_output(converted, name):
     folder = converted[name]
     model = SentenceTransformer(str(folder), device="cpu")
@@ -75,9 +74,11 @@ def tokenizer(tmp_path):
 
 def test_models_without_a_pooler_are_refused(tmp_path, tokenizer):
     unilm = RoFormerExtForCausalLM(tiny_config(pooler_activation="linear"))  # UniLM drops the pooler
-    for name, model, error, message in [("a", RoFormerExtModel(tiny_config()), ValueError, "no pooler"),
-                                        ("b", unilm, ValueError, "no pooler"),
-                                        ("c", torch.nn.Linear(2, 2), TypeError, "roformer-ext model")]:  # fmt: skip
+    for name, model, error, message in [
+        ("a", RoFormerExtModel(tiny_config()), ValueError, "no pooler"),
+        ("b", unilm, ValueError, "no pooler"),
+        ("c", torch.nn.Linear(2, 2), TypeError, "roformer-ext model"),
+    ]:
         with pytest.raises(error, match=message):
             save_for_sentence_transformers(model, tokenizer, tmp_path / name)
         assert not (tmp_path / name).exists()

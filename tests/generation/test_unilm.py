@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 
 import pytest
 import torch
 from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_generation import assert_same
 from transformers import DynamicCache
 
 import roformer_ext
@@ -30,29 +30,17 @@ def brute_force(segments: list[list[int]], padding: list[list[int]]) -> torch.Te
     return out
 
 
-def test_padding_keys_are_hidden_from_every_query():
-    segments = torch.tensor([[0, 0, 1, 1, 0, 0]])  # padding carries segment 0, as bert4keras pads
-    padding = torch.tensor([[1, 1, 1, 1, 0, 0]])
-    mask = unilm_attention_mask(segments, padding)
-    assert mask.dtype == torch.bool and not mask[..., 4:].any() and mask[0, 0, 4].any()  # padded queries keep a row
-    assert torch.equal(mask, brute_force(segments.tolist(), padding.tolist()))
+def rows(batch: int, seq: int):
+    return st.lists(st.lists(st.integers(0, 1), min_size=seq, max_size=seq), min_size=batch, max_size=batch)
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.integers(1, 3).flatmap(
-        lambda b: st.integers(1, 9).flatmap(
-            lambda s: st.tuples(
-                st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
-                st.lists(st.lists(st.integers(0, 1), min_size=s, max_size=s), min_size=b, max_size=b),
-            )
-        )
-    )
-)
+@given(st.tuples(st.integers(1, 3), st.integers(1, 9)).flatmap(lambda shape: st.tuples(rows(*shape), rows(*shape))))
+@example(([[0, 0, 1, 1, 0, 0]], [[1, 1, 1, 1, 0, 0]]))  # padding carries segment 0, as bert4keras pads
 def test_matches_definition(case):
     segments, padding = case
     mask = unilm_attention_mask(torch.tensor(segments), torch.tensor(padding))
-    assert torch.equal(mask, brute_force(segments, padding))
+    assert mask.dtype == torch.bool and torch.equal(mask, brute_force(segments, padding))
     no_padding = unilm_attention_mask(torch.tensor(segments))
     assert torch.equal(no_padding, brute_force(segments, [[1] * len(row) for row in segments]))
 
@@ -89,19 +77,12 @@ def left_padded_prompt(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids.masked_fill(attention_mask == 0, 0), attention_mask
 
 
-def assert_same_greedy(got, expected) -> None:
-    assert torch.equal(got.sequences, expected.sequences)
-    torch.testing.assert_close(torch.stack(got.logits), torch.stack(expected.logits), rtol=1e-5, atol=1e-5)
-
-
 def unilm_decoder() -> roformer_ext.RoFormerExtForCausalLM:
     torch.manual_seed(0)
     return roformer_ext.RoFormerExtForCausalLM(position_sensitive_config(decoder_attention="unilm")).eval()
 
 
-def unilm_recomputation(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def unilm_recomputation(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int):
     """The reference: every step recomputed under the explicit UniLM mask. (tokens, (steps, batch, vocab) logits)."""
     source, steps_logits = input_ids.shape[1], []
     for _ in range(steps):
@@ -120,15 +101,9 @@ def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
     model = unilm_decoder()
     input_ids, attention_mask = left_padded_prompt(seed=1)
 
-    def generate(m):
-        source = torch.zeros_like(input_ids)
-        return greedy(m, input_ids, attention_mask=attention_mask, token_type_ids=source, max_new_tokens=5,
-                      cache_implementation=cache_implementation)  # fmt: skip
-
-    generated = generate(model)
-    tokens, logits = unilm_recomputation(model, input_ids, attention_mask, 5)
-    assert torch.equal(generated.sequences, tokens)
-    torch.testing.assert_close(torch.stack(generated.logits), logits, rtol=1e-5, atol=1e-5)
+    options = dict(attention_mask=attention_mask, max_new_tokens=5, cache_implementation=cache_implementation)
+    generate = lambda m: greedy(m, input_ids, token_type_ids=torch.zeros_like(input_ids), **options)  # noqa: E731
+    assert_same(generate(model), *unilm_recomputation(model, input_ids, attention_mask, 5))
     assert_position_sensitive(model, lambda m: torch.stack(generate(m).logits), 1e-5)
 
 
@@ -170,19 +145,9 @@ def target_after(input_ids: torch.Tensor, source_length: int) -> torch.Tensor:
     return token_type_ids
 
 
-@contextlib.contextmanager
-def assistant_generate_deprecation_dropped():
+def keep(record: logging.LogRecord) -> bool:
     """transformers' assisted decoding logs its own call to the assistant as deprecated (a GPT-2 one's too)."""
-
-    def keep(record: logging.LogRecord) -> bool:
-        return "together with generation-related arguments" not in record.getMessage()
-
-    logger = logging.getLogger("transformers.generation.utils")
-    logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
+    return "together with generation-related arguments" not in record.getMessage()
 
 
 @pytest.mark.parametrize("drafts", ["prompt_lookup", "same_assistant", "other_assistant"])
@@ -199,37 +164,30 @@ def test_unilm_assisted_decoding_gives_the_greedy_tokens(drafts):
         torch.manual_seed(5)
         options = {"assistant_model": roformer_ext.RoFormerExtForCausalLM(model.config).eval()}
     reference = greedy(model, input_ids, max_new_tokens=10)
-    with assistant_generate_deprecation_dropped():
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addFilter(keep)
+    try:
         assisted = greedy(model, input_ids, max_new_tokens=10, **options)
-    assert_same_greedy(assisted, reference)
+    finally:
+        logger.removeFilter(keep)
+    assert_same(assisted, reference)
 
 
-def test_unilm_second_turn_with_the_returned_cache_equals_recomputation():
-    """Turn 2 continues turn 1's cache: the prompt stays the source, turn 1's answer and the new tokens are target."""
+@pytest.mark.parametrize("appended", [0, 2], ids=["continued", "tokens_appended"])
+def test_unilm_second_turn_with_the_returned_cache_equals_recomputation(appended):
+    """Turn 2 continues turn 1's cache: the prompt stays the source, turn 1's answer and any new tokens are target."""
     model = unilm_decoder()
     input_ids, attention_mask = left_padded_prompt(seed=6)
     first = greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4)
-    extra = torch.tensor([[11, 12], [13, 14]])  # tokens the caller appends to the answer before turn 2
+    extra = torch.tensor([[11, 12], [13, 14]])[:, :appended]  # tokens the caller appends to the answer
     second_ids = torch.cat([first.sequences, extra], dim=1)
-    second_mask = torch.cat([attention_mask, attention_mask.new_ones(2, 6)], dim=1)
+    second_mask = torch.cat([attention_mask, attention_mask.new_ones(2, 4 + appended)], dim=1)
     turn = dict(attention_mask=second_mask, max_new_tokens=3)
     recomputed = greedy(model, second_ids, token_type_ids=target_after(second_ids, input_ids.shape[1]), **turn)
     for token_type_ids in (None, target_after(second_ids, input_ids.shape[1])):
         cache = output_cache(greedy(model, input_ids, attention_mask=attention_mask, max_new_tokens=4))
         cached = greedy(model, second_ids, token_type_ids=token_type_ids, **turn, **{CACHE: cache})
-        assert_same_greedy(cached, recomputed)
-
-
-def test_unilm_continuing_with_the_cache_equals_one_longer_generation():
-    model = unilm_decoder()
-    input_ids = torch.randint(5, 99, (1, 6), generator=torch.Generator().manual_seed(7))
-    first = greedy(model, input_ids, max_new_tokens=3)
-    continued = greedy(model, first.sequences, max_new_tokens=4, **{CACHE: output_cache(first)})
-    at_once = greedy(model, input_ids, max_new_tokens=7)
-    assert torch.equal(continued.sequences, at_once.sequences)
-    torch.testing.assert_close(
-        torch.stack(first.logits + continued.logits), torch.stack(at_once.logits), rtol=1e-5, atol=1e-5
-    )
+        assert_same(cached, recomputed)
 
 
 def test_unilm_source_tokens_after_a_cache_are_recomputed_by_generate_and_refused_by_forward():
@@ -240,7 +198,7 @@ def test_unilm_source_tokens_after_a_cache_are_recomputed_by_generate_and_refuse
     all_source = torch.zeros_like(first.sequences)  # turn 1's answer made the source of turn 2
     cached = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3, **{CACHE: output_cache(first)})
     recomputed = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3)
-    assert_same_greedy(cached, recomputed)
+    assert_same(cached, recomputed)
     with torch.no_grad():
         cache = output_cache(model(input_ids, token_type_ids=torch.zeros_like(input_ids), use_cache=True))
         with pytest.raises(ValueError, match="after a cache"):
