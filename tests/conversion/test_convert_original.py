@@ -1,7 +1,4 @@
-"""`roformer-ext-convert original`: fidelity to bert4keras' own outputs (tiny checkpoints it wrote with its
-reference outputs, tests/fixtures/original_tf), the written folder, and clear failures."""
-
-from __future__ import annotations
+"""`roformer-ext-convert original`: parity with bert4keras' stored outputs (tests/fixtures/original_tf), the folder."""
 
 import contextlib
 import io
@@ -20,15 +17,9 @@ from safetensors.torch import load_file
 from tf_checkpoint_writer import write_tf_checkpoint
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-import roformer_ext  # noqa: F401  (registers the Auto classes)
-from roformer_ext.conversion import CheckpointConversionError
+from roformer_ext.conversion import CheckpointConversionError, original
 from roformer_ext.conversion.cli import main
-from roformer_ext.conversion.original import (
-    convert_original_checkpoint,
-    detect_variant,
-    map_original_variables,
-    plan_conversion,
-)
+from roformer_ext.conversion.original import convert_original_checkpoint
 from roformer_ext.conversion.output_folder import OutputExistsError, output_folder
 from roformer_ext.conversion.tf_checkpoint import TFCheckpointReader, read_tf_checkpoint
 from roformer_ext.masking_roformer_ext import unilm_attention_mask
@@ -94,11 +85,8 @@ def converted(tmp_path_factory) -> dict[str, Path]:
 
 
 def inputs_of(reference, name: str) -> dict[str, torch.Tensor]:
-    return {
-        "input_ids": torch.from_numpy(reference[f"{name}/token_ids"]).long(),
-        "token_type_ids": torch.from_numpy(reference[f"{name}/segment_ids"]).long(),
-        "attention_mask": torch.from_numpy(reference[f"{name}/attention_mask"]).long(),
-    }
+    keys = {"input_ids": "token_ids", "token_type_ids": "segment_ids", "attention_mask": "attention_mask"}
+    return {ours: torch.from_numpy(reference[f"{name}/{theirs}"]).long() for ours, theirs in keys.items()}
 
 
 def compare(reference, key: str, ours: torch.Tensor) -> None:
@@ -114,62 +102,45 @@ def compare(reference, key: str, ours: torch.Tensor) -> None:
     np.testing.assert_allclose(actual, expected, rtol=0, atol=2e-4 if "logits" in array else 1e-4, err_msg=key)
 
 
-def run_outputs(folder: Path, reference, name: str, unilm: bool = False) -> dict[str, torch.Tensor]:
-    """Our counterpart of every array bert4keras stored, through AutoModel / AutoModelForMaskedLM."""
-    batch = inputs_of(reference, name)
-    prefix = "unilm_" if unilm else ""
-    if unilm:
-        batch["attention_mask"] = unilm_attention_mask(batch["token_type_ids"], batch["attention_mask"])
+def run_outputs(folder: Path, reference, name: str) -> dict[str, torch.Tensor]:
+    """Our counterpart of every array bert4keras stored; its `unilm_` arrays (application='unilm') under the UniLM
+    mask, which is how junnyu's RoFormerForCausalLM reads the Sim source: bidirectionally."""
+    base = AutoModel.from_pretrained(folder).eval()
+    mlm = "RoFormerExtForMaskedLM" in base.config.architectures and AutoModelForMaskedLM.from_pretrained(folder).eval()
     outputs = {}
-    with torch.no_grad():
-        base = AutoModel.from_pretrained(folder).eval()
-        result = base(**batch, output_hidden_states=True)
-        outputs[f"{prefix}sequence_output"] = result.last_hidden_state
-        outputs["hidden_states"] = torch.stack(result.hidden_states)
-        if result.pooler_output is not None:
-            outputs[f"{prefix}pooler_output_{base.config.pooler_activation}"] = result.pooler_output
-        if "RoFormerExtForMaskedLM" in base.config.architectures:
-            logits = AutoModelForMaskedLM.from_pretrained(folder).eval()(**batch).logits
-            outputs[f"{prefix}mlm_logits"] = logits
-            outputs[f"{prefix}mlm_probs"] = logits.softmax(-1)
+    for prefix in ("", "unilm_")[: 1 + any(k.startswith(f"{name}/unilm_") for k in reference.files)]:
+        batch = inputs_of(reference, name)
+        if prefix:
+            batch["attention_mask"] = unilm_attention_mask(batch["token_type_ids"], batch["attention_mask"])
+        with torch.no_grad():
+            result = base(**batch, output_hidden_states=True)
+            outputs[f"{prefix}sequence_output"] = result.last_hidden_state
+            outputs[f"{prefix}hidden_states"] = torch.stack(result.hidden_states)
+            if result.pooler_output is not None:
+                outputs[f"{prefix}pooler_output_{base.config.pooler_activation}"] = result.pooler_output
+            if mlm:
+                outputs[f"{prefix}mlm_logits"] = logits = mlm(**batch).logits
+                outputs[f"{prefix}mlm_probs"] = logits.softmax(-1)
     return outputs
 
 
 def assert_reproduces(folder: Path, name: str, input_name: str, only: str | None = None) -> None:
-    """Every array bert4keras stored for this input (UniLM arrays apart, or only `only`) matches ours."""
+    """Every array bert4keras stored for this input (UniLM ones included; or only `only`) matches ours."""
     reference = np.load(FIXTURES / name / "reference_outputs.npz")
     ours = run_outputs(folder, reference, input_name)
     stored = {key.split("/")[1] for key in reference.files if key.startswith(f"{input_name}/")}
-    wanted = stored - {"token_ids", "segment_ids", "attention_mask", "pooler_output_tanh"}
-    wanted = {only} if only else {w for w in wanted if not w.startswith("unilm_")}
+    wanted = {only} if only else stored - {"token_ids", "segment_ids", "attention_mask", "pooler_output_tanh"}
     assert "sequence_output" in wanted or only
     assert wanted <= set(ours), f"no counterpart for {sorted(wanted - set(ours))}"
     for array in sorted(wanted):
         compare(reference, f"{input_name}/{array}", ours[array])
 
 
-def assert_reproduces_unilm(folder: Path, input_name: str) -> None:
-    """The Sim generator under the UniLM mask matches bert4keras' application='unilm' arrays."""
-    reference = np.load(FIXTURES / "roformer_sim" / "reference_outputs.npz")
-    ours = run_outputs(folder, reference, input_name, unilm=True)
-    arrays = [k for k in reference.files if k.startswith(f"{input_name}/unilm_")]
-    assert len(arrays) == 4
-    for key in arrays:
-        compare(reference, key, ours[key.split("/")[1]])
-
-
-# ----------------------------------------------------------------------------------------- fidelity
 @pytest.mark.parametrize("name", [*NAMES, "roformer_sim_tanh", "roformer_sim_ft_tanh"])
 @pytest.mark.parametrize("input_name", INPUTS)
 def test_reproduces_bert4keras_outputs(converted, name, input_name):
-    tanh = name.endswith("_tanh")
-    only = "pooler_output_tanh" if tanh else None
+    only = "pooler_output_tanh" if name.endswith("_tanh") else None
     assert_reproduces(converted[name], name.removesuffix("_tanh"), input_name, only)
-
-
-@pytest.mark.parametrize("input_name", ["pair", "batch_padded"])
-def test_sim_unilm_outputs(converted, input_name):
-    assert_reproduces_unilm(converted["roformer_sim"], input_name)
 
 
 def test_padding_changes_nothing_on_valid_positions(converted):
@@ -185,7 +156,6 @@ def test_padding_changes_nothing_on_valid_positions(converted):
             torch.testing.assert_close(padded[row : row + 1, :length], alone, rtol=0, atol=2e-4)
 
 
-# -------------------------------------------------------------------------------------- the folder
 EXPECTED = {  # variant, architecture, pooler, what the CLI prints
     "roformer_v1": ("v1", "RoFormerExtForMaskedLM", None, "RoFormer v1 -> RoFormerExtForMaskedLM."),
     "roformer_v2": ("v2", "RoFormerExtForMaskedLM", None, "RoFormer-V2 -> RoFormerExtForMaskedLM."),
@@ -199,7 +169,7 @@ def test_written_folder(converted, name):
     folder = converted[name]
     variant, architecture, pooler, line = EXPECTED[name]
     assert f"roformer-ext-convert: Variant {variant} (detected): {line}\n" in converted[f"{name}/stderr"]
-    assert detect_variant(TFCheckpointReader(FIXTURES / name).variables) == variant
+    assert original.detect_variant(TFCheckpointReader(FIXTURES / name).variables) == variant
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == [architecture]
     assert config["model_type"] == "roformer_ext" and "AutoConfig" in config["auto_map"]
@@ -241,51 +211,52 @@ def test_tokenizer_reproduces_fixture_ids(converted, name):
     tokenizer = AutoTokenizer.from_pretrained(converted[name])
     assert isinstance(tokenizer, RoFormerExtTokenizerFast)
     assert tokenizer.segmenter is None  # a char vocabulary: no jieba
-    single = tokenizer("今天天气很好，我想去公园玩。")
-    assert single["input_ids"] == reference["single/token_ids"][0].tolist()
+    assert tokenizer("今天天气很好，我想去公园玩。")["input_ids"] == reference["single/token_ids"][0].tolist()
     pair = tokenizer("我想去公园玩", "今天天气很好吗？")
     assert pair["input_ids"] == reference["pair/token_ids"][0].tolist()
     assert pair["token_type_ids"] == reference["pair/segment_ids"][0].tolist()
 
 
-def test_word_vocabulary_gets_a_jieba_tokenizer(tmp_path):
-    """The word-level v1 release (chinese_roformer_L-12_H-768_A-12) needs jieba pre-tokenization."""
-    src = copy_fixture("roformer_v2", tmp_path / "src")
+def test_word_vocabulary_folder_works_as_remote_code_in_a_fresh_process(tmp_path):
+    """A word vocabulary (the v1 release chinese_roformer_L-12_H-768_A-12) gets a jieba tokenizer; where roformer_ext
+    cannot be imported, trust_remote_code=True runs the copied code and gives the same logits and ids."""
+    src = copy_fixture("roformer_v1", tmp_path / "src")
     chars = (src / "vocab.txt").read_text(encoding="utf-8").splitlines()
     words = ["今天", "天气", "公园", "我们", "一起"]
     (src / "vocab.txt").write_text("\n".join(chars[: 128 - len(words)] + words) + "\n", encoding="utf-8")
     out = convert_original_checkpoint(src, tmp_path / "out")
     assert json.loads((out / "tokenizer_config.json").read_text())["segmenter"] == "jieba"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONNOUSERSITE="1")
+    command = [sys.executable, "-I", "-c", REMOTE_SCRIPT, str(out), str(FIXTURES / "roformer_v1"), *TEXTS]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    assert remote["max_diff"] < 2e-4 and remote["segmenter"] == "jieba"
+    assert all(module.startswith("transformers_modules") for module in remote["modules"]), remote["modules"]
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert remote["ids"] == tokenizer(TEXTS)["input_ids"]
+    assert remote["ids"][1][1:-1] == tokenizer.convert_tokens_to_ids(["我们", "一起", "去", "公园"])  # jieba's words
 
 
+TEXTS = ["今天天气很好，我想去公园玩。", "我们一起去公园", "Café 1998年！"]
 REMOTE_SCRIPT = """
-import sys
+import json, sys
+sys.modules["roformer_ext"] = None  # any `import roformer_ext` now fails
 import numpy as np, torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
-folder, npz = sys.argv[1], sys.argv[2]
+folder, fixture, texts = sys.argv[1], sys.argv[2], sys.argv[3:]
 model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
 tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-assert "roformer_ext" not in sys.modules and type(model).__module__.startswith("transformers_modules")
-reference = np.load(npz)
-assert tokenizer("今天天气很好，我想去公园玩。")["input_ids"] == reference["single/token_ids"][0].tolist()
+reference = np.load(fixture + "/reference_outputs.npz")
 with torch.no_grad():
     logits = model(torch.from_numpy(reference["single/token_ids"]).long()).logits
-print("max_diff", float(np.abs(logits.numpy() - reference["single/mlm_logits"]).max()))
+diff = float(np.abs(logits.numpy() - reference["single/mlm_logits"]).max())
+modules = [type(model).__module__, type(tokenizer).__module__]
+print(json.dumps(dict(modules=modules, segmenter=tokenizer.segmenter, ids=tokenizer(texts)["input_ids"], max_diff=diff)))
 """
 
 
-def test_converted_folder_works_as_remote_code_in_a_fresh_process(converted, tmp_path):
-    """Without roformer_ext importable, trust_remote_code=True runs the copied code and gives the same logits."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), PYTHONNOUSERSITE="1")
-    npz = FIXTURES / "roformer_v1" / "reference_outputs.npz"
-    command = [sys.executable, "-I", "-c", REMOTE_SCRIPT, str(converted["roformer_v1"]), str(npz)]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert float(result.stdout.split("max_diff")[-1]) < 2e-4
-
-
-# -------------------------------------------------------------------------------------- gpt, E != H
 def test_gpt_variant_is_a_causal_lm(converted, tmp_path, capsys):
     out = tmp_path / "gpt"
     assert main(["original", str(FIXTURES / "roformer_v1"), str(out), "--variant", "gpt"]) == 0
@@ -313,24 +284,21 @@ def test_embedding_size_differs_from_hidden(tmp_path):
     """ALBERT-style factorised embeddings: the mapping in is the projection, the MLM transform maps back to E."""
     bert_config = {**fixture_config("roformer_v1"), "embedding_size": 32}
     rng = np.random.default_rng(7)
-    specs = map_original_variables(bert_config, "v1", with_pooler=False, with_mlm_head=True)
+    specs = original.map_original_variables(bert_config, "v1", with_pooler=False, with_mlm_head=True)
     tensors = {s.tf_name: rng.normal(size=s.tf_shape).astype(np.float32) * 0.3 for s in specs}
     assert tensors["bert/encoder/embedding_hidden_mapping_in/kernel"].shape == (32, 64)
     out = convert_original_checkpoint(release_folder(tmp_path, tensors, bert_config), tmp_path / "out")
     model = AutoModelForMaskedLM.from_pretrained(out).eval()
     assert model.config.embedding_size == 32
-    ids, segments = torch.tensor([[2, 45, 46, 47, 3]]), torch.tensor([[0, 0, 0, 1, 1]])
+    ids, segments = [2, 45, 46, 47, 3], [0, 0, 0, 1, 1]
     with torch.no_grad():
-        result = model(ids, token_type_ids=segments, output_hidden_states=True)
-        last = model.roformer(ids, token_type_ids=segments).last_hidden_state.numpy()
-    t = {k.removeprefix("bert/").removeprefix("cls/predictions/"): v for k, v in tensors.items()}
-    embedded = (
-        t["embeddings/word_embeddings"][ids[0].numpy()] + t["embeddings/token_type_embeddings"][segments[0].numpy()]
-    )
+        inputs = dict(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([segments]))
+        result = model(**inputs, output_hidden_states=True)
+        last = model.roformer(**inputs).last_hidden_state.numpy()
+    t = {re.sub(r"^(bert/(encoder/)?|cls/predictions/)", "", k): v for k, v in tensors.items()}
+    embedded = t["embeddings/word_embeddings"][ids] + t["embeddings/token_type_embeddings"][segments]
     embedded = layer_norm(embedded, t["embeddings/LayerNorm/gamma"], t["embeddings/LayerNorm/beta"])
-    projected = (
-        embedded @ t["encoder/embedding_hidden_mapping_in/kernel"] + t["encoder/embedding_hidden_mapping_in/bias"]
-    )
+    projected = embedded @ t["embedding_hidden_mapping_in/kernel"] + t["embedding_hidden_mapping_in/bias"]
     np.testing.assert_allclose(result.hidden_states[0][0].numpy(), projected, rtol=0, atol=1e-4)
     # MLM head: dense H -> E, exact gelu, LayerNorm, tied embeddings, output bias
     dense = last[0] @ t["transform/dense/kernel"] + t["transform/dense/bias"]
@@ -342,14 +310,13 @@ def test_embedding_size_differs_from_hidden(tmp_path):
 
 def test_v2_with_factorised_embeddings_is_refused(tmp_path):
     bert_config = {**fixture_config("roformer_v2"), "embedding_size": 32}
-    specs = map_original_variables(bert_config, "v2", with_pooler=False, with_mlm_head=True)
+    specs = original.map_original_variables(bert_config, "v2", with_pooler=False, with_mlm_head=True)
     tensors = {s.tf_name: np.zeros(s.tf_shape, np.float32) for s in specs}
     with pytest.raises(CheckpointConversionError, match="Output-Mapping"):
         convert_original_checkpoint(release_folder(tmp_path, tensors, bert_config), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-# ---------------------------------------------------------------------------------- clear failures
 def cli_error(capsys, tmp_path, src: Path, *extra: str) -> str:
     """Run the CLI expecting an error; nothing (not even a temporary folder) may be left. Returns stderr."""
     out = tmp_path / "out"
@@ -430,23 +397,9 @@ def test_optimizer_state_is_ignored(tmp_path):
     tensors["bert/encoder/layer_0/output/dense/kernel/adam_m"] = np.zeros((128, 64), np.float32)
     tensors["bert/encoder/layer_0/output/dense/kernel/AdamWeightDecayOptimizer_1"] = np.zeros((128, 64), np.float32)
     src = release_folder(tmp_path, tensors, fixture_config("roformer_v2"))
-    plan = plan_conversion(TFCheckpointReader(src).variables, fixture_config("roformer_v2"))
+    plan = original.plan_conversion(TFCheckpointReader(src).variables, fixture_config("roformer_v2"))
     assert plan.variant == "v2" and len(plan.ignored) == 3 and "global_step" in plan.ignored
     convert_original_checkpoint(src, tmp_path / "out")
-
-
-def test_force_replaces_only_an_earlier_output_or_an_empty_folder(tmp_path, capsys):
-    out, v1, v2 = tmp_path / "out", str(FIXTURES / "roformer_v1"), str(FIXTURES / "roformer_v2")
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    assert main(["original", v2, str(out), "--force"]) == 1
-    assert "is not a roformer-ext folder" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
-    (out / "keep.txt").unlink()  # an empty folder may be replaced
-    assert main(["original", v2, str(out), "--force"]) == 0
-    (out / "stale.txt").write_text("from an earlier run")  # without --force: test_convert_safety
-    assert main(["original", v1, str(out), "--force"]) == 0
-    assert not (out / "stale.txt").exists()
-    assert json.loads((out / "config.json").read_text())["use_bias"] is True  # the v1 conversion replaced v2's
 
 
 def test_model_card_keeps_relative_arguments(converted, tmp_path, monkeypatch):
@@ -473,7 +426,6 @@ def test_cli_help_and_bad_variant(capsys):
     assert info.value.code != 0 and "invalid choice: 'v3'" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------------ output_folder
 def test_output_folder_is_all_or_nothing(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(RuntimeError):
@@ -496,6 +448,10 @@ def test_output_folder_is_all_or_nothing(tmp_path):
         (tmp / "new.json").write_text("{}")
     assert [p.name for p in out.iterdir()] == ["new.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    (tmp_path / "empty").mkdir()  # an empty folder may be replaced too
+    with output_folder(tmp_path / "empty", force=True) as tmp:
+        (tmp / "new.json").write_text("{}")
+    assert [p.name for p in (tmp_path / "empty").iterdir()] == ["new.json"]
     with pytest.raises(OutputExistsError, match="is not a roformer-ext folder"):  # new.json is no converter output
         with output_folder(out, force=True):
             pass

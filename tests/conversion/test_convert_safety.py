@@ -1,5 +1,4 @@
-"""Both converter commands, run through `cli.main([...])`: they never destroy a source or a folder they did not write;
-a refusal is one `roformer-ext-convert: error:` line (no traceback) and writes or deletes nothing."""
+"""Both commands (`cli.main`) never destroy a source or a folder they did not write; a refusal is one error line."""
 
 import shutil
 from pathlib import Path
@@ -9,10 +8,11 @@ from test_convert_original import copy_fixture
 from test_from_transformers import their_model
 
 from roformer_ext.conversion.cli import main
+from roformer_ext.conversion.output_folder import sibling_stem
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file below `folder` with its bytes, to show that a refused run changed nothing."""
+    """Every file below `folder` with its bytes."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
@@ -42,7 +42,6 @@ def error_line(capsys) -> str:
     return lines[-1]
 
 
-# ------------------------------------------------------------------------------- OUT overlapping SRC
 @pytest.mark.parametrize("command", SOURCES)
 @pytest.mark.parametrize(
     ("out", "phrase"),
@@ -91,21 +90,23 @@ def test_second_run_needs_force_and_force_keeps_src(tmp_path, capsys, command):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([src.name, "out"])  # no hidden leftovers
 
 
-# ------------------------------------------------------------------------- leftovers of a killed run
 DEAD_PID = 4_194_305  # above Linux's largest pid_max: no such process
 
 
-def test_leftovers_of_a_killed_run_are_removed(tmp_path, capsys):
-    out = tmp_path / "out"
+@pytest.mark.parametrize("name", ["out", "o" * 250])  # a long OUT's siblings have a shortened name
+def test_leftovers_of_a_killed_run_are_removed(tmp_path, capsys, name):
+    out, stem = tmp_path / name, sibling_stem(tmp_path / name)
+    assert (stem == name) is (name == "out") and len(stem.encode()) < 250
     assert main(["original", str(release(tmp_path)), str(out)]) == 0
-    partial = tmp_path / f".out.partial-{DEAD_PID}-0123abcd"
-    old = tmp_path / f".out.old-{DEAD_PID}-89abcdef"
+    partial = tmp_path / f".{stem}.partial-{DEAD_PID}-0123abcd"
+    old = tmp_path / f".{stem}.old-{DEAD_PID}-89abcdef"
     partial.mkdir()
     (partial / "config.json").write_text("{}")
     shutil.copytree(out, old)
-    running = tmp_path / ".out.partial-1-00000000"  # pid 1 is alive: a conversion may still be writing it
+    running = tmp_path / f".{stem}.partial-1-00000000"  # pid 1 is alive: a conversion may still be writing it
     running.mkdir()
-    not_ours = [tmp_path / name for name in (".out.partial-backup", ".out.old", f".other.partial-{DEAD_PID}-0123abcd")]
+    not_ours = [f".{stem}.partial-backup", f".{stem}.old", f".other.partial-{DEAD_PID}-0123abcd"]
+    not_ours = [tmp_path / other for other in [*not_ours, f".{stem}x.partial-{DEAD_PID}-0123abcd"]]  # not our names
     for path in not_ours:
         path.mkdir()
     capsys.readouterr()

@@ -1,7 +1,4 @@
-"""Our TF-checkpoint reader: the real files TensorFlow wrote, round trips through our writer (a test helper,
-tests/conversion/tf_checkpoint_writer.py), and damaged copies."""
-
-from __future__ import annotations
+"""Our TF-checkpoint reader: files TensorFlow wrote, round trips through tf_checkpoint_writer.py, damaged copies."""
 
 import importlib.util
 import tempfile
@@ -36,7 +33,6 @@ def slow_crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-# ------------------------------------------------------------------------------------------- crc32c
 def test_crc32c_known_values():
     assert crc32c(b"") == 0
     assert crc32c(b"123456789") == 0xE3069283
@@ -51,7 +47,6 @@ def test_crc32c_matches_bitwise_definition(data):
     assert crc32c(np.frombuffer(data, dtype=np.uint8)) == slow_crc32c(data)
 
 
-# ------------------------------------------------------------------------------------ real fixtures
 @pytest.mark.parametrize("name", sorted(VARIABLE_COUNTS))
 def test_reads_tensorflow_written_fixture(name):
     reader = TFCheckpointReader(FIXTURES / name)
@@ -83,10 +78,7 @@ def test_prefix_forms_resolve_to_the_same_checkpoint(tmp_path):
     assert resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None,
-    reason="tensorflow is not installed (the only reason this cross-check is skipped)",
-)
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")
 @pytest.mark.parametrize("name", sorted(VARIABLE_COUNTS))
 def test_matches_tensorflow_reader(name, tmp_path):
     import tensorflow as tf
@@ -101,7 +93,6 @@ def test_matches_tensorflow_reader(name, tmp_path):
     np.testing.assert_array_equal(tf.train.load_variable(str(written), "a"), np.arange(6).reshape(2, 3))
 
 
-# ----------------------------------------------------------------------------------- writer round trip
 DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_]
 
 
@@ -130,7 +121,6 @@ def test_write_read_round_trip(tensors):
         np.testing.assert_array_equal(back[name], array)
 
 
-# ------------------------------------------------------------------------------------- clear errors
 def test_missing_folder_or_index(tmp_path):
     assert issubclass(TFCheckpointError, CheckpointConversionError) and issubclass(TFCheckpointError, ValueError)
     with pytest.raises(TFCheckpointError, match="Missing checkpoint index"):

@@ -1,7 +1,4 @@
-"""Test helper (not library code): write TF V2 checkpoints of any layout for the reader, in the simplest valid form:
-one data shard, one uncompressed data block with a restart at every entry, an empty meta block."""
-
-from __future__ import annotations
+"""Test helper: TF V2 checkpoints in the simplest valid form (one shard, one uncompressed block, empty meta)."""
 
 import os
 from collections.abc import Mapping
