@@ -4,9 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import assert_position_sensitive, position_sensitive_config, random_inputs, tiny_config
+from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 
-from roformer_ext import RoFormerExtForCausalLM, RoFormerExtModel
+from roformer_ext import RoFormerExtForCausalLM
 from roformer_ext.compat import output_cache
 from roformer_ext.linear_attention import (
     causal_linear_attention,
@@ -102,20 +102,6 @@ def test_gradients_flow_through_causal_chunks():
         torch.testing.assert_close(leaf.grad, reference.grad.float(), atol=1e-4, rtol=1e-4)
 
 
-def test_model_runs_bidirectional_with_padding():
-    """The encoder drops padded keys: a padded row equals the same row run alone without its padding."""
-    torch.manual_seed(0)
-    model = RoFormerExtModel(position_sensitive_config(attention_type="linear")).eval()
-    input_ids, attention_mask, token_type_ids = random_inputs()
-    with torch.no_grad():
-        batched = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
-        length = int(attention_mask[2].sum())
-        alone = model(input_ids[2:, :length], token_type_ids=token_type_ids[2:, :length]).last_hidden_state
-    torch.testing.assert_close(batched[2:, :length], alone, atol=TOLERANCE, rtol=TOLERANCE)
-    run = lambda m: m(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state  # noqa: E731
-    assert_position_sensitive(model, run, TOLERANCE)
-
-
 @pytest.mark.parametrize(
     ("layout", "search"),
     [("interleaved", {}), ("half", {}), ("interleaved", {"num_beams": 3, "num_return_sequences": 2}),
@@ -142,31 +128,6 @@ def test_generation_with_state_equals_without_cache(layout, search):
     assert state.get_seq_length() == cached.sequences.shape[1] - 1  # the last token is never fed back
     assert state.layers[0].values.shape[0] == 2 * search.get("num_beams", 1)  # 2 prompts x beams
     assert_position_sensitive(model, lambda m: torch.stack(generated(m, True).logits), TOLERANCE)
-
-
-def test_cached_logits_equal_full_forward():
-    """Step-by-step logits with the recurrent state equal one causal forward over the whole sequence."""
-    torch.manual_seed(0)
-    model = RoFormerExtForCausalLM(position_sensitive_config(attention_type="linear")).eval()
-    input_ids = torch.randint(5, 99, (2, 10))
-    caches = []
-
-    def stepped(m) -> torch.Tensor:
-        out = m(input_ids[:, :4], use_cache=True)
-        logits, cache = [out.logits], output_cache(out)
-        for position in range(4, 10):
-            out = m(input_ids[:, position : position + 1], cache=cache, use_cache=True)
-            logits.append(out.logits)
-            cache = output_cache(out)
-        caches.append(cache)
-        return torch.cat(logits, dim=1)
-
-    with torch.no_grad():
-        torch.testing.assert_close(stepped(model), model(input_ids).logits, atol=TOLERANCE, rtol=TOLERANCE)
-    assert caches[0].get_seq_length() == 10
-    # The cache holds a fixed-size state per layer, not the keys: (batch, heads, d, d + 1).
-    assert tuple(caches[0].layers[0].values.shape) == (2, 4, 8, 9)
-    assert_position_sensitive(model, stepped, TOLERANCE)
 
 
 def test_four_dimensional_mask_is_rejected():

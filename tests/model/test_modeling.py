@@ -99,9 +99,11 @@ def test_only_the_decoder_is_causal(model_class):
     assert torch.equal(first, second) == (model_class is RoFormerExtForCausalLM)  # does token 0 see the last token?
 
 
-@pytest.mark.parametrize("model_class", HEADS)
-def test_batched_equals_one_by_one(model_class):
-    model = build(model_class)
+@pytest.mark.parametrize(
+    "model_class, attention_type", [(head, "softmax") for head in HEADS] + [(RoFormerExtModel, "linear")]
+)
+def test_batched_equals_one_by_one(model_class, attention_type):
+    model = build(model_class, attention_type=attention_type)
     input_ids, attention_mask, token_type_ids = random_inputs()
     with torch.no_grad():
         batched = main_output(model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids))
