@@ -1,5 +1,4 @@
-"""The registries: the configuration registers every built-in by importing its module, and names are checked
-against them."""
+"""The registries: the configuration module registers every built-in; names are checked against them."""
 
 import shutil
 import subprocess
@@ -12,12 +11,11 @@ from transformers.dynamic_module_utils import get_relative_import_files
 import roformer_ext  # noqa: F401  (registers every built-in)
 from roformer_ext import RoFormerExtConfig, RoFormerExtVisionTextConfig
 from roformer_ext.configuration_roformer_ext import BUILTIN_ALLOCATIONS, BUILTIN_ENCODINGS, BUILTIN_SCHEMES
-from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS, Registry
+from roformer_ext.registries import AXIS_ALLOCATIONS, ROTARY_KINDS, Registry
 
 
 def test_the_configuration_alone_registers_every_builtin():
-    """In fresh processes (other tests here register names of their own): importing the configuration module registers
-    the same names as importing the package."""
+    """In fresh processes: the configuration module alone registers what the package registers."""
     code = (
         "import {module}\n"
         "from roformer_ext.registries import AXIS_ALLOCATIONS, POSITION_ENCODINGS, POSITION_SCHEMES, ROTARY_KINDS\n"
@@ -32,8 +30,7 @@ def test_the_configuration_alone_registers_every_builtin():
 
 
 def test_configuration_loads_from_the_files_remote_code_copies(tmp_path):
-    """As remote code loads a configuration: its file and the siblings it imports (transformers' own list), in a flat
-    folder; no model (heads, layers) among them."""
+    """As remote code loads it: its file and the siblings transformers lists, flat, with no modeling file."""
     package = tmp_path / "config_only"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -65,8 +62,7 @@ def test_user_names_are_accepted_and_removed():
 
 
 def test_top_level_exports_the_public_api_only():
-    """`from roformer_ext import *` gives the classes and the registration functions of every plugin kind, not the
-    position code's internals (those stay importable from their modules)."""
+    """Every plugin kind's registration functions are exported; the position code's internals are not."""
     exported = set(roformer_ext.__all__)
     for kind in ("axis_allocation", "position_scheme", "position_encoding", "rotary_embedding"):
         assert f"register_{kind}" in exported and callable(getattr(roformer_ext, f"register_{kind}"))
@@ -103,20 +99,16 @@ def test_a_filled_in_mrope_section_is_saved(tmp_path):
 def test_docstring_and_docs_list_every_builtin_name():
     """The configuration's docstring is written from the registries; the docs' tables are checked against them."""
     docs = Path(__file__).resolve().parents[2] / "docs"
-    tables = {
-        POSITION_ENCODINGS: (docs / "position-encodings.md").read_text(encoding="utf-8"),
-        POSITION_SCHEMES: (docs / "position-schemes.md").read_text(encoding="utf-8"),
-        AXIS_ALLOCATIONS: (docs / "position-schemes.md").read_text(encoding="utf-8"),
-    }
-    builtins = {
-        POSITION_ENCODINGS: BUILTIN_ENCODINGS,
-        POSITION_SCHEMES: BUILTIN_SCHEMES,
-        AXIS_ALLOCATIONS: BUILTIN_ALLOCATIONS,
-        ROTARY_KINDS: ROTARY_KINDS.builtin,
-    }
-    for registry, names in builtins.items():
+    encodings, schemes = (
+        (docs / f"position-{kind}.md").read_text(encoding="utf-8") for kind in ("encodings", "schemes")
+    )
+    for names, table in [
+        (BUILTIN_ENCODINGS, encodings),
+        (BUILTIN_SCHEMES, schemes),
+        (BUILTIN_ALLOCATIONS, schemes),
+        (ROTARY_KINDS.builtin, None),
+    ]:
         for name in names:
-            assert f'"{name}"' in RoFormerExtConfig.__doc__, (registry.field, name)
-            if registry in tables:
-                assert f"`{name}`" in tables[registry] or f'`"{name}"`' in tables[registry], (registry.field, name)
+            assert f'"{name}"' in RoFormerExtConfig.__doc__, name
+            assert table is None or f"`{name}`" in table or f'`"{name}"`' in table, name
     assert "<<" not in RoFormerExtConfig.__doc__
