@@ -44,11 +44,8 @@ def batches() -> dict:
 def test_packed_training_step_compiles_and_equals_eager(case, attn_implementation, attention_type):
     model_class, batch = batches()[case]
     torch.manual_seed(0)
-    decoder = {"is_decoder": True} if model_class is RoFormerExtForCausalLM else {}
-    config = position_sensitive_config(
-        attn_implementation=attn_implementation, attention_type=attention_type, **decoder
-    )
-    model = model_class(config).train()
+    kinds = dict(attn_implementation=attn_implementation, attention_type=attention_type)
+    model = model_class(position_sensitive_config(is_decoder=model_class is RoFormerExtForCausalLM, **kinds)).train()
     steps = []
     one_graph = attention_type == "softmax" and (attn_implementation == "eager" or case == "mlm-positions")
     for forward in (model, torch.compile(model, fullgraph=one_graph)):
@@ -57,12 +54,7 @@ def test_packed_training_step_compiles_and_equals_eager(case, attn_implementatio
         output.loss.backward()
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         steps.append((output.logits.detach(), output.loss.detach(), grads))
-    (eager_logits, eager_loss, eager_grads), (logits, loss, grads) = steps
-    torch.testing.assert_close(logits, eager_logits, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=1e-5)
-    assert grads.keys() == eager_grads.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(steps[1], steps[0], rtol=1e-5, atol=1e-5)  # logits, loss and every gradient
     assert_position_sensitive(model, lambda m: m(**batch), 1e-5)  # the eager step: logits and loss
 
 

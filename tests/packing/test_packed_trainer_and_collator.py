@@ -48,24 +48,16 @@ def test_padding_free_trainer_gives_compute_metrics_the_inputs_per_sequence(tmp_
     model = RoFormerExtForSequenceClassification(tiny_config(num_labels=3))
     generator = torch.Generator().manual_seed(3)
     lengths = [5, 9, 3, 8, 6, 4, 7, 2, 9, 5, 3]
-    data = [
-        {"input_ids": torch.randint(5, 99, (n,), generator=generator).tolist(), "label": i % 3}
-        for i, n in enumerate(lengths)
-    ]
+    tokens = [torch.randint(5, 99, (n,), generator=generator).tolist() for n in lengths]
+    data = [{"input_ids": ids, "label": i % 3} for i, ids in enumerate(tokens)]
     seen = {}
 
     def compute_metrics(prediction):
         seen.update(inputs=prediction.inputs, predictions=prediction.predictions, labels=prediction.label_ids)
         return {}
 
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_eval_batch_size=4,
-        include_for_metrics=["inputs"],
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-    )
+    quiet = dict(report_to=[], use_cpu=True, disable_tqdm=True)
+    args = TrainingArguments(str(tmp_path), per_device_eval_batch_size=4, include_for_metrics=["inputs"], **quiet)
     collator = DataCollatorForPackedClassification()
     PaddingFreeTrainer(model, args, collator, eval_dataset=data, compute_metrics=compute_metrics).evaluate()
     assert seen["inputs"].shape == (len(data), max(lengths))
