@@ -61,8 +61,7 @@ def test_tested_range(version, tested):
 
 @pytest.fixture
 def untested_release(monkeypatch):
-    """A release outside the tested range whose self-check has not run yet (patched on the module object self_check.py
-    imported: transformers replaces its sys.modules entry when its image-processor Auto class is first imported)."""
+    """A release outside the tested range, self-check not run yet (patched on the module object self_check.py holds)."""
     monkeypatch.setattr(checking, "_policy", {"tested": None, "warned": True, "failure": None, "checker": None})
     monkeypatch.setattr(checking.transformers, "__version__", "5.99.0")
     torch.compiler.reset()  # a graph traced before holds the check's result of its own time
@@ -77,17 +76,11 @@ def _broken(model):
 def test_failed_self_check_stops_every_forward(untested_release, monkeypatch):
     monkeypatch.setattr(untested_release, "_SELF_CHECKS", (("cached generation", _broken),))
     model = RoFormerExtForCausalLM(tiny_config())  # built fine: checked at forward
+    with pytest.raises(IncompatibleTransformersError, match="self-check failed"):  # run while the first is traced
+        torch.compile(RoFormerExtModel(tiny_config()).eval(), backend="eager")(torch.tensor([[5, 6, 7]]))
     for _ in range(2):
         with pytest.raises(IncompatibleTransformersError, match=r"self-check failed under transformers 5\.99\.0"):
             model(torch.tensor([[5, 6, 7]]))
-
-
-def test_passed_self_check_runs_once(untested_release, monkeypatch):
-    calls = []
-    monkeypatch.setattr(untested_release, "_SELF_CHECKS", (("counted", calls.append),))
-    RoFormerExtForCausalLM(tiny_config())(torch.tensor([[5, 6, 7]]))
-    RoFormerExtModel(tiny_config())(torch.tensor([[5, 6, 7]]))
-    assert len(calls) == 1 and isinstance(calls[0], RoFormerExtForCausalLM)
 
 
 def test_self_check_leaves_every_random_generator_as_it_was(untested_release, monkeypatch):
@@ -132,21 +125,17 @@ def test_self_check_runs_apart_from_the_callers_context(untested_release, contex
     RoFormerExtModel(tiny_config())(torch.tensor([[5, 6, 7]]))
 
 
-def test_compiled_model_runs_the_self_check_before_its_first_forward(untested_release, monkeypatch):
-    """While the first compiled forward is traced (fullgraph), and a failed check stops it."""
+def test_passed_self_check_runs_once_before_the_first_compiled_forward(untested_release, monkeypatch):
+    """While the first compiled forward is traced (fullgraph); never again in this process."""
     calls = []
     monkeypatch.setattr(untested_release, "_SELF_CHECKS", (("counted", calls.append),))
     model = RoFormerExtModel(tiny_config()).eval()
     input_ids = torch.tensor([[5, 6, 7]])
     compiled = torch.compile(model, backend="eager", fullgraph=True)(input_ids).last_hidden_state
-    assert len(calls) == 1
+    assert len(calls) == 1 and isinstance(calls[0], RoFormerExtForCausalLM)
+    RoFormerExtForCausalLM(tiny_config())(input_ids)
     torch.testing.assert_close(compiled, model(input_ids).last_hidden_state)
-
-    torch.compiler.reset()
-    monkeypatch.setattr(untested_release, "_policy", {"tested": None, "warned": True, "failure": None, "checker": None})
-    monkeypatch.setattr(untested_release, "_SELF_CHECKS", (("cached generation", _broken),))
-    with pytest.raises(IncompatibleTransformersError, match="self-check failed"):
-        torch.compile(RoFormerExtModel(tiny_config()).eval(), backend="eager")(input_ids)
+    assert len(calls) == 1
 
 
 #: A user's machine: only the folder's code, a release outside the range (argv[3] "rename": its generate passes the
