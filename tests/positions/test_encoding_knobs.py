@@ -14,7 +14,6 @@ import roformer_ext.position_encodings as encodings
 from roformer_ext import RoFormerExtConfig, RoFormerExtForCausalLM, RoFormerExtModel, register_position_encoding
 from roformer_ext.configuration_roformer_ext import BUILTIN_ENCODINGS
 from roformer_ext.encoding_knobs import (
-    SCORE_TERM_CAPABILITIES,
     Capabilities,
     DebertaKnobs,
     EncodingKnobs,
@@ -28,16 +27,6 @@ from roformer_ext.registries import POSITION_ENCODINGS
 
 DOCS = (Path(__file__).parents[2] / "docs" / "position-encodings.md").read_text(encoding="utf-8")
 BUILTIN_KNOBS = {name: knobs_class(name) for name in BUILTIN_ENCODINGS if knobs_class(name).names()}
-
-
-def test_every_builtin_class_carries_its_knobs_and_capabilities():
-    for name in BUILTIN_ENCODINGS:
-        cls = encodings.position_encoding_class(name)
-        assert knobs_class(name) is cls.knobs
-        expected = SCORE_TERM_CAPABILITIES if cls.has_relative_scores else Capabilities()
-        assert cls.capabilities == expected, name
-    assert SCORE_TERM_CAPABILITIES == Capabilities(linear_attention=False, flash_attention=False)
-    assert knobs_class("not registered") is EncodingKnobs and knobs_class(None) is EncodingKnobs
 
 
 def test_defaults_are_written_out_and_the_caller_dict_is_not_changed():

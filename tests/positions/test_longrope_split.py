@@ -12,28 +12,14 @@ from roformer_ext import RoFormerExtConfig, RoFormerExtModel
 HEAD_DIM = 32  # hidden 128, 4 heads
 
 
-def longrope_config(factors: int, allocation: str = "split", axes: int = 2, **sizes) -> RoFormerExtConfig:
+def longrope_config(factors: int, allocation: str = "split", axes: int = 2) -> RoFormerExtConfig:
     short = [1.0 + i for i in range(factors)]  # distinct, to see which frequency each one scales
-    return RoFormerExtConfig(
-        vocab_size=50,
-        hidden_size=128,
-        num_attention_heads=4,
-        num_hidden_layers=1,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        rope_parameters={
-            "rope_type": "longrope",
-            "rope_theta": 10000.0,
-            "axes": axes,
-            "axis_allocation": allocation,
-            "position_scheme": "rope_tie",
-            "short_factor": short,
-            "long_factor": [2.0] * factors,
-            "original_max_position_embeddings": 32,
-            "factor": 2.0,
-        },
-        **sizes,
+    rope = dict(
+        rope_type="longrope", rope_theta=10000.0, axes=axes, axis_allocation=allocation, position_scheme="rope_tie"
     )
+    rope.update(short_factor=short, long_factor=[2.0] * factors, original_max_position_embeddings=32, factor=2.0)
+    sizes = dict(vocab_size=50, hidden_size=128, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64)
+    return RoFormerExtConfig(**sizes, max_position_embeddings=64, rope_parameters=rope)
 
 
 def test_split_longrope_takes_one_factor_per_frequency_of_the_axis_ladder(caplog):
@@ -55,13 +41,7 @@ def test_split_longrope_takes_one_factor_per_frequency_of_the_axis_ladder(caplog
 @pytest.mark.parametrize(
     ("factors", "allocation", "axes", "message"),
     [
-        (
-            HEAD_DIM // 2,
-            "split",
-            2,
-            "has 16 factors.*'split' repeats one ladder of head_dim / axes = 16 dims on each "
-            "of the 2 axes: give 8 factors",
-        ),
+        (HEAD_DIM // 2, "split", 2, "has 16 factors.*'split' repeats one ladder of head_dim / axes = 16 dims.*give 8"),
         (HEAD_DIM // 4, "interleaved", 2, "has 8 factors.*head_dim 32 gives 16 rotary frequencies: give 16 factors"),
         (HEAD_DIM // 4, "split", 1, "give 16 factors"),
     ],

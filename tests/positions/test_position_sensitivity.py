@@ -1,5 +1,5 @@
-"""`assert_position_sensitive`'s own checks: it refuses the tiny config, and its perturbation reaches every kind of
-position encoding and the vision-text layout."""
+"""`assert_position_sensitive` refuses the tiny config; its perturbation reaches every kind of position encoding (the
+vision-text layout: test_multimodal_schemes_model and test_vision_models call it on every vision model)."""
 
 import pytest
 import torch
@@ -13,13 +13,10 @@ from conftest import (
     tiny_config,
 )
 from transformers import DynamicCache, StaticCache
-from vision_sizes import IMAGE, PATCH_DIM, SIZES
 
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtModel,
-    RoFormerExtVisionTextConfig,
-    RoFormerExtVisionTextModel,
 )
 
 TOLERANCE = 1e-5
@@ -66,19 +63,6 @@ def test_perturbation_reaches_every_kind_of_position_encoding(position_encoding)
                 moved = model(ids).last_hidden_state
             assert (moved - reference).abs().max() > 1e-2, perturb.__name__
         assert torch.equal(model(ids).last_hidden_state, reference)  # the block's patch is undone
-
-
-def test_vision_text_layout_is_sensitive():
-    torch.manual_seed(0)
-    config = position_sensitive_config(
-        RoFormerExtVisionTextConfig, **SIZES, rope_parameters={"position_scheme": "mrope"}
-    )
-    model = RoFormerExtVisionTextModel(config).eval()
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.cat([torch.randint(5, 90, (3,), generator=generator), torch.full((6,), IMAGE), torch.tensor([7, 8])])
-    pixel_values = torch.randn(6, PATCH_DIM, generator=generator)
-    inputs = dict(input_ids=ids[None], pixel_values=pixel_values, image_grid_thw=torch.tensor([[1, 2, 3]]))
-    assert_position_sensitive(model, lambda m: m(**inputs), TOLERANCE)
 
 
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,8 +26,7 @@ def image(height: int, width: int, seed: int = 0) -> np.ndarray:
 
 def write_vocab(folder) -> str:
     path = os.path.join(folder, "vocab.txt")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(VOCAB) + "\n")
+    Path(path).write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     return path
 
 
@@ -133,20 +133,11 @@ TWO = ["a [IMAGE]", "the [IMAGE] [IMAGE]"]
         ("[VIDEO] [VIDEO]", {"videos": [[image(32, 32)]]}, r"2 \[VIDEO\] mark\(s\) but 1 video\(s\)"),
         ("[VIDEO]", {"videos": []}, r"the video list is empty"),
         ("[IMG][IMAGE][/IMG]", {"images": [image(32, 32)]}, r"already contains '\[IMG\]'"),
-        (
-            TWO,
-            {"images": [[image(32, 32)], [image(32, 32)]]},
-            r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\) were given for it",
-        ),
+        (TWO, {"images": [[image(32, 32)], [image(32, 32)]]}, r"Text 1 has 2 \[IMAGE\] mark\(s\) but 1 image\(s\)"),
         (TWO, {"images": [[image(32, 32)], [image(32, 32)], []]}, "3 per-sample image lists for 2 texts"),
         ([1, 2], {}, "string or a list of strings"),
         (None, {}, "at least one"),
-        # truncation that cuts into a picture's placeholders
-        (
-            "a [IMAGE] cat",
-            {"images": image(64, 64), "truncation": True, "max_length": 8},
-            r"should hold 16 \[IMAGE\] placeholder tokens but .* has 4",
-        ),
+        ("a [IMAGE] cat", {"images": image(64, 64), "truncation": True, "max_length": 8}, "should hold 16 .* has 4"),
     ],
 )
 def test_bad_input_errors(processor, text, kwargs, message):
@@ -196,43 +187,7 @@ def test_remote_code_round_trip_in_a_fresh_process(processor, tmp_path, monkeypa
         """
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    command = [sys.executable, "-c", script]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    run = dict(env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], **run)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == str(expected)
-
-
-def test_text_side_works_without_pillow(tmp_path):
-    """Without pillow: tokenizer and text model work, the image processor names the extra, no matplotlib."""
-    script = textwrap.dedent(
-        """
-        import json, sys
-        sys.modules["PIL"] = None  # `import PIL` now fails, as without pillow
-        import torch
-        import roformer_ext
-        from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM, RoFormerExtImageProcessor
-        from roformer_ext import RoFormerExtTokenizerFast, add_vision_tokens
-
-        tokenizer = RoFormerExtTokenizerFast(vocab=sys.argv[1])
-        add_vision_tokens(tokenizer)
-        config = RoFormerExtConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                   num_attention_heads=4, intermediate_size=37)
-        inputs = tokenizer("the cat on the mat [IMAGE]", return_tensors="pt")
-        logits = RoFormerExtForMaskedLM(config).eval()(**inputs).logits
-        error = None
-        try:
-            RoFormerExtImageProcessor()
-        except ImportError as caught:
-            error = str(caught)
-        print(json.dumps({"shape": list(logits.shape), "finite": bool(torch.isfinite(logits).all()), "error": error,
-                          "matplotlib": any(name.split(".")[0] == "matplotlib" for name in sys.modules)}))
-        """
-    )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    command = [sys.executable, "-c", script, write_vocab(tmp_path)]
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    output = json.loads(result.stdout.strip().splitlines()[-1])
-    assert output["shape"] == [1, 8, len(VOCAB) + 4] and output["finite"]
-    assert "pip install -e '.[vision]'" in output["error"]
-    assert output["matplotlib"] is False

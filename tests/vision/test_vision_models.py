@@ -22,6 +22,12 @@ SCHEMES = {
     s: {"axes": 3, "position_scheme": s} for s in ("rope_1d", "rope_2d_rows", "rope_tie", "rope_tie_v2", "mrope")
 }
 SCHEMES["mrope"].update(axis_allocation="sections", mrope_section=[4, 4, 4])  # head_dim 24: 12 pairs
+HEADS = (
+    RoFormerExtVisionTextModel,
+    RoFormerExtVisionTextForMaskedLM,
+    RoFormerExtVisionTextForSequenceClassification,
+    RoFormerExtVisionTextForCausalLM,
+)
 
 
 def vision_config(scheme: str, **overrides) -> RoFormerExtVisionTextConfig:
@@ -35,16 +41,10 @@ def mixed_batch(seed: int = 0):
     text = [torch.randint(5, 90, (n,), generator=generator) for n in (3, 2, 2)]
     row = torch.cat([text[0], torch.full((6,), IMAGE), text[1], torch.full((8,), VIDEO), text[2]])
     input_ids = torch.stack([row, torch.cat([torch.zeros(2, dtype=torch.long), row[:-2]])])
-    pixel_values = torch.randn(12, PATCH_DIM, generator=generator)
-    pixel_values_videos = torch.randn(16, PATCH_DIM, generator=generator)
-    return dict(
-        input_ids=input_ids,
-        attention_mask=(input_ids != 0).long(),
-        pixel_values=pixel_values,
-        image_grid_thw=torch.tensor([[1, 2, 3]] * 2),
-        pixel_values_videos=pixel_values_videos,
-        video_grid_thw=torch.tensor([[2, 2, 2]] * 2),
-    )
+    pixels, video = (torch.randn(n, PATCH_DIM, generator=generator) for n in (12, 16))
+    grids = dict(image_grid_thw=torch.tensor([[1, 2, 3]] * 2), video_grid_thw=torch.tensor([[2, 2, 2]] * 2))
+    mask = (input_ids != 0).long()
+    return dict(input_ids=input_ids, attention_mask=mask, pixel_values=pixels, pixel_values_videos=video, **grids)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
@@ -79,12 +79,7 @@ def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_head_runs_on_images_and_video(scheme):
     batch = mixed_batch()
-    for model_class in (
-        RoFormerExtVisionTextModel,
-        RoFormerExtVisionTextForMaskedLM,
-        RoFormerExtVisionTextForSequenceClassification,
-        RoFormerExtVisionTextForCausalLM,
-    ):
+    for model_class in HEADS:
         torch.manual_seed(0)
         model = model_class(vision_config(scheme)).eval()
         with torch.no_grad():
@@ -137,14 +132,8 @@ def test_generation_with_image_prompt_cached_equals_uncached(scheme):
     model = RoFormerExtVisionTextForCausalLM(vision_config(scheme)).eval()
     batch = mixed_batch()
     # a random model might write placeholders, and uncached generation would then ask for patches
-    kwargs = dict(
-        max_new_tokens=5,
-        do_sample=False,
-        pad_token_id=0,
-        suppress_tokens=[IMAGE, VIDEO],
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO])
+    kwargs.update(return_dict_in_generate=True, output_logits=True)
     cached = model.generate(**batch, use_cache=True, **kwargs)
     uncached = model.generate(**batch, use_cache=False, **kwargs)
     assert torch.equal(cached.sequences, uncached.sequences)
