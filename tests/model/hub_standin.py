@@ -1,9 +1,5 @@
-"""A local stand-in for the Hub, in memory on 127.0.0.1: the endpoints huggingface_hub's `create_repo`, `create_branch`,
-`create_commit` / `upload_folder` (regular files, `create_pr`) and `hf_hub_download` use. Point a process at it with
-`HF_ENDPOINT=hub.url`, `HF_HUB_OFFLINE=0` and a dummy `HF_TOKEN`. A repository is main's `{"commit", "files"}` plus
-"visibility", "branches" {name: {"commit", "files"}} and "prs" (pull request N: `prs[N - 1]`, `refs/pr/N`); every
-commit gets a new id; `requests` logs "METHOD path token".
-"""
+"""An in-memory Hub on 127.0.0.1 for huggingface_hub's repo, branch, commit (PRs too) and download endpoints (set
+HF_ENDPOINT, HF_HUB_OFFLINE=0, a dummy HF_TOKEN). Repo: {commit, files, visibility, branches, prs}; `requests` logs."""
 
 import base64
 import hashlib

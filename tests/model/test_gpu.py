@@ -1,5 +1,4 @@
-"""GPU readiness: the pair layouts and flash-attention on CUDA (skipped without CUDA, the only skip; without
-flash-attn, a CUDA machine checks the refusal instead)."""
+"""GPU readiness: pair layouts and flash-attention on CUDA (without flash-attn: its refusal)."""
 
 import pytest
 import torch
@@ -13,7 +12,6 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @cuda
 def test_interleaved_checkpoint_through_half_layout_on_cuda():
-    """convert_pair_layout makes an interleaved model use the half layout with the same outputs."""
     torch.manual_seed(0)
     model = RoFormerExtModel(tiny_config()).cuda().eval()
     input_ids, attention_mask, _ = (t.cuda() for t in random_inputs())

@@ -1,5 +1,4 @@
-"""Every registered class works with the config's `return_dict=False` and under `torch.jit.trace`, as BERT does; every
-generative class lists `GenerationMixin` among its direct bases, as transformers' own do."""
+"""Every registered class with the config's `return_dict=False` and under `torch.jit.trace`; GenerationMixin bases."""
 
 import pytest
 import torch

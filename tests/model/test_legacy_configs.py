@@ -1,5 +1,4 @@
-"""Folders saved by older code (tests/fixtures/legacy_configs, PROVENANCE.md: each encoding with its knobs away from
-the defaults and the outputs that code gave) load with the same knobs and outputs; a lost knob would show."""
+"""Folders saved by older code (tests/fixtures/legacy_configs) load with their knobs and outputs."""
 
 import json
 from pathlib import Path
@@ -51,8 +50,7 @@ def test_a_saved_folder_loads_its_knobs_and_outputs(name, tmp_path):
 
 @pytest.mark.parametrize("name, knob", [(name, knob) for name, knobs in SAVED.items() for knob in knobs])
 def test_a_lost_knob_would_show(name, knob):
-    """Each saved knob back at its default, the same weights: the folder no longer loads (a table of another size) or
-    its outputs move far past the tolerance. The test above can therefore see a knob lost on loading."""
+    """A knob back at its default fails to load or moves the outputs far past ATOL: the test above would see it."""
     config = RoFormerExtConfig.from_pretrained(FOLDERS / name)
     params = dict(config.position_encoding_parameters)
     params[knob] = type(config.position_encoding_knobs)().to_dict()[knob]
@@ -68,8 +66,7 @@ def test_a_lost_knob_would_show(name, knob):
 
 
 def test_dicts_assigned_after_construction_are_completed_when_the_model_is_built():
-    """`from_pretrained(path, rope_parameters=...)` and `config.x = ...` assign after construction: the model reads
-    the completed, checked dicts, and the caller's dicts are not changed."""
+    """`from_pretrained(path, rope_parameters=...)` assigns after construction: completed, checked, not mutated."""
     rope = {"rope_type": "linear", "factor": 2.0}
     config = tiny_config()
     config.rope_parameters = rope

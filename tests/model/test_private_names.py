@@ -1,6 +1,5 @@
-"""Private names of transformers: each one roformer-ext reaches is listed in `compat.PRIVATE_NAMES` and still exists
-on the installed release (a renamed hook we override is silently never called again), no module but compat.py reaches
-one, and the package has no import cycle (compat.py at the bottom)."""
+"""Every private name of transformers we reach is in `compat.PRIVATE_NAMES`, still exists, is reached from compat.py
+only; no import cycle."""
 
 import ast
 import graphlib

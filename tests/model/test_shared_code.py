@@ -1,5 +1,4 @@
-"""Shared code on the Hub: a checkpoint whose `auto_map` names a code repository loads (and updates) its code from there.
-Offline: hub_standin.py serves huggingface_hub's endpoints; every load runs in a fresh process without roformer_ext."""
+"""A checkpoint whose `auto_map` names a code repository loads its code from there (hub_standin.py; fresh processes)."""
 
 import json
 import os

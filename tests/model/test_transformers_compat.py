@@ -1,5 +1,4 @@
-"""Current with transformers: the tested range and the self-check outside it, silence, both cache names. CI runs it on
-both ends of the range; the cached / recomputed / left-padded comparisons use position-sensitive decoders."""
+"""Current with transformers: the tested range, the self-check outside it, silence, both cache names."""
 
 import configparser
 import contextlib
