@@ -70,17 +70,12 @@ def test_cross_attention_reads_the_encoder_and_its_cache_equals_recomputation():
     settings = dict(
         max_new_tokens=5, do_sample=False, decoder_start_token_id=2, return_dict_in_generate=True, output_logits=True
     )
-    generated = model.generate(input_ids, attention_mask=attention_mask, **settings)
-    decoder_ids, recomputed = torch.full((2, 1), 2), []
-    with torch.no_grad():
-        for _ in range(5):
-            logits = model(
-                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids, use_cache=False
-            ).logits[:, -1]
-            recomputed.append(logits)
-            decoder_ids = torch.cat([decoder_ids, logits.argmax(-1, keepdim=True)], dim=1)
-    assert torch.equal(generated.sequences, decoder_ids)
-    torch.testing.assert_close(torch.stack(generated.logits), torch.stack(recomputed), rtol=1e-5, atol=1e-5)
+    cached, recomputed = (
+        model.generate(input_ids, attention_mask=attention_mask, use_cache=use_cache, **settings)
+        for use_cache in (True, False)
+    )
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(torch.stack(cached.logits), torch.stack(recomputed.logits), rtol=1e-5, atol=1e-5)
     # the cached decoder's positions are the claim: a position error in the decoder moves the logits >= 100x 1e-5
     run = lambda _: torch.stack(model.generate(input_ids, attention_mask=attention_mask, **settings).logits)  # noqa: E731
     assert_position_sensitive(model.decoder, run, 1e-5)
