@@ -1,7 +1,5 @@
 """Word mode's plain call gives what a call with offsets gives: ids, masks, padding, truncation, pairs, encodings."""
 
-from __future__ import annotations
-
 import copy
 import pickle
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +39,8 @@ def _same_call(tokenizer, *args, **kwargs) -> None:
     plain, full = tokenizer(*args, **kwargs), tokenizer(*args, return_offsets_mapping=True, **kwargs)
     offsets = full["offset_mapping"]
     offsets = offsets.tolist() if hasattr(offsets, "tolist") else offsets
-    unbatched = (
-        isinstance(args[0], str) and not kwargs.get("return_tensors") and not kwargs.get("return_overflowing_tokens")
-    )
-    offsets = [offsets] if unbatched else offsets
+    if isinstance(args[0], str) and not (kwargs.get("return_tensors") or kwargs.get("return_overflowing_tokens")):
+        offsets = [offsets]  # unbatched
     assert [[list(o) for o in row] for row in offsets] == [[list(o) for o in e.offsets] for e in full.encodings]
     assert list(plain.keys()) == [key for key in full.keys() if key != "offset_mapping"]
     for key in plain:  # lists, or tensors / arrays of the same type and dtype
@@ -97,12 +93,16 @@ def test_offsets_and_word_ids_of_a_plain_call(tokenizer, lines):  # noqa: F811
     texts = lines[:4]
     reference = tokenizer(texts, return_offsets_mapping=True)
     for read in (
-        lambda e: [x.offsets for x in e.encodings], lambda e: e.encodings[-1].offsets,
-        lambda e: [x.offsets for x in e.encodings[1:3]], lambda e: e.token_to_chars(2, 3),
-        lambda e: e.char_to_token(3, 10), lambda e: e.word_ids(1), lambda e: e[0].tokens,
+        lambda e: [x.offsets for x in e.encodings],
+        lambda e: e.encodings[-1].offsets,
+        lambda e: [x.offsets for x in e.encodings[1:3]],
+        lambda e: e.token_to_chars(2, 3),
+        lambda e: e.char_to_token(3, 10),
+        lambda e: e.word_ids(1),
+        lambda e: e[0].tokens,
         lambda e: [x.offsets for x in pickle.loads(pickle.dumps(e)).encodings],
         lambda e: [x.offsets for x in copy.deepcopy(e).encodings],
-    ):  # fmt: skip
+    ):
         assert read(tokenizer(texts)) == read(reference)
     for index, text in enumerate(texts):
         _check_offsets(text, reference.tokens(index), reference["offset_mapping"][index])
@@ -124,21 +124,16 @@ def test_encodings_follow_their_own_call(tokenizer, lines):  # noqa: F811
             _same_encoding(a, b)
 
 
-@pytest.mark.parametrize("options", [{"do_lower_case": False}, {"strip_accents": False}, {"strip_accents": True}])
+@pytest.mark.parametrize("options", [{"do_lower_case": False}, {"strip_accents": False}, {"strip_accents": True}, {}])
 def test_normaliser_options(vocab_files, hostile, options):  # noqa: F811
+    """{}: a normaliser set by the user, keeping "\r\n" (one jieba word of two characters) and tabs, "İ" two chars."""
     tokenizer = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"], **options)
-    _same_call(tokenizer, hostile[::-1], padding=True)
-    for text in hostile:
+    if not options:
+        tokenizer.backend_tokenizer.normalizer = normalizers.Lowercase()
+    texts = [*hostile, "中国\r\n经济发展", "ＡＢ\t中国  经济", "İ中国经济", "中国经济"]
+    _same_call(tokenizer, texts[::-1], padding=True)
+    for text in texts:
         _same_call(tokenizer, text)
-
-
-def test_a_normaliser_set_by_the_user(vocab_files):  # noqa: F811
-    """One that keeps "\r\n" (one jieba word of two characters) and tabs, and makes two characters of "İ"."""
-    tokenizer = RoFormerExtTokenizerFast.from_vocab_file(vocab_files["word"])
-    tokenizer.backend_tokenizer.normalizer = normalizers.Lowercase()
-    for text in ["中国\r\n经济发展", "ＡＢ\t中国  经济", "İ中国经济", "中国经济"]:
-        _same_call(tokenizer, text)
-    _same_call(tokenizer, ["中国\r\n经济发展", "中国经济"], padding=True)
 
 
 def test_added_tokens_after_construction(vocab_files, lines):  # noqa: F811
