@@ -166,7 +166,9 @@ PRIVATE_NAMES: dict[str, str] = {
     "transformers.generation.utils:GenerationMixin._expand_inputs_for_generation": (
         "override, call - parent_expand_inputs_for_generation"
     ),
-    "transformers.generation.utils:GenerationMixin._prepare_position_ids_for_generation": "override",
+    "transformers.generation.utils:GenerationMixin._prepare_position_ids_for_generation": (
+        "override, call - parent_prepare_position_ids_for_generation"
+    ),
     "transformers.models.t5.modeling_t5:T5Attention._relative_position_bucket": "call - relative_position_bucket",
     "transformers.trainer:Trainer._get_eval_sampler": "override",
     _FAST + "_encode_plus": "override, call - parent_encode_plus",
@@ -211,6 +213,10 @@ def parent_init_weights(parent, module: nn.Module) -> None:
 
 def parent_expand_inputs_for_generation(parent, expand_size: int, is_encoder_decoder: bool, input_ids, **kwargs):
     return parent._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **kwargs)
+
+
+def parent_prepare_position_ids_for_generation(parent, inputs_tensor, model_kwargs: dict):
+    return parent._prepare_position_ids_for_generation(inputs_tensor, model_kwargs)
 
 
 def parent_encode_plus(parent, *args, **kwargs):

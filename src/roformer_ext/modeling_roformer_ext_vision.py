@@ -13,7 +13,12 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring
 
 from .attention_plan import BatchLayout
-from .compat import CACHE, accepts_old_cache_name, parent_expand_inputs_for_generation
+from .compat import (
+    CACHE,
+    accepts_old_cache_name,
+    parent_expand_inputs_for_generation,
+    parent_prepare_position_ids_for_generation,
+)
 from .configuration_roformer_ext import RoFormerExtVisionTextConfig
 from .modeling_roformer_ext import (
     RoFormerExtForCausalLM,
@@ -380,8 +385,8 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         """generate asks once for the prompt's positions (as Qwen2-VL): each token's index among the real tokens, and
         the prompt's `rope_deltas` join the model kwargs, so every step and every copy of the prompt gets them. A later
         chat turn's prompt is the whole conversation: its grids are needed again."""
+        positions = parent_prepare_position_ids_for_generation(super(), inputs_tensor, model_kwargs)
         mask = model_kwargs["attention_mask"]  # generate makes one first: the forward takes it
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         input_ids = model_kwargs.get("input_ids")
         input_ids = input_ids if input_ids is not None and input_ids.shape[1] else inputs_tensor
         if input_ids.is_floating_point():  # a prompt of embeddings: all text, delta 0
