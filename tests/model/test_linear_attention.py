@@ -69,18 +69,13 @@ def test_matches_naive_formula(layout, rotary_value, causal, padded):
     torch.testing.assert_close(out.double(), expected, atol=TOLERANCE, rtol=TOLERANCE)
 
 
-def features(layout: str, seq: int) -> list[torch.Tensor]:
-    """φ(q), R φ(q), φ(k), R φ(k), v of a random case."""
-    query, key, value, (cos, sin) = make_case(layout, seq=seq)
-    q, k = feature_map(query), feature_map(key)
-    return [q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), value]
-
-
 @pytest.mark.parametrize(("chunk", "layout"), [(1, "half"), (5, "interleaved"), (8, "half"), (16, "interleaved"),
                                                (64, "half"), (100, "interleaved")])  # fmt: skip
 def test_causal_chunk_size_does_not_change_the_result_and_the_state_continues_a_prefix(chunk, layout):
     """Any chunk size gives one result; two calls with the carried state equal one call (what the cache relies on)."""
-    inputs = features(layout, 45)
+    query, key, value, (cos, sin) = make_case(layout, seq=45)
+    q, k = feature_map(query), feature_map(key)  # φ(q), R φ(q), φ(k), R φ(k), v
+    inputs = [q, apply_rotary(q, cos, sin, layout), k, apply_rotary(k, cos, sin, layout), value]
     reference, (s_ref, z_ref) = causal_linear_attention(*inputs, chunk=45)
     out, (s, z) = causal_linear_attention(*inputs, chunk=chunk)
     torch.testing.assert_close(out, reference, atol=TOLERANCE, rtol=TOLERANCE)

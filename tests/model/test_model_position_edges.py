@@ -29,6 +29,7 @@ def test_a_decoder_caches_when_asked_and_counts_the_cache_in_the_mask():
         step = model(ids[:, 2:], attention_mask=torch.ones(1, 3, dtype=torch.long), cache=cache)
         full = model(ids, use_cache=False).last_hidden_state
     assert output_cache(step).get_seq_length() == 3
+    assert output_cache(RoFormerExtModel(tiny_config())(ids)) is None  # an encoder keeps no cache
     torch.testing.assert_close(step.last_hidden_state, full[:, 2:], rtol=0, atol=1e-5)
 
 

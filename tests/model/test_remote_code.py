@@ -49,13 +49,6 @@ LOADER = textwrap.dedent(
 )
 
 
-def run_isolated(folder, auto_name: str, tmp_path) -> subprocess.CompletedProcess:
-    """Load `folder` (holding inputs.pt) in a fresh process without roformer_ext; it writes remote_output.pt."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    command = [sys.executable, "-c", LOADER, str(folder), auto_name]
-    return subprocess.run(command, capture_output=True, text=True, env=env)
-
-
 HALF = {"rope_parameters": {"pair_layout": "half"}}
 SHAW = {"position_encoding": "shaw", "position_encoding_parameters": {"max_relative_position": 3}}
 DEBERTA = {
@@ -99,7 +92,9 @@ def test_trust_remote_code_in_fresh_process(model_class, config, tmp_path):
     input_ids, attention_mask, token_type_ids = random_inputs()
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
     torch.save(inputs, folder / "inputs.pt")
-    result = run_isolated(folder, AUTO_CLASS[model_class], tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    command = [sys.executable, "-c", LOADER, str(folder), AUTO_CLASS[model_class]]  # writes remote_output.pt
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "transformers_modules" in result.stdout
     with torch.no_grad():

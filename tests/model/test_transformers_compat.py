@@ -235,16 +235,6 @@ def test_old_name_beside_the_new_one_is_not_silently_ignored():
             model(torch.randint(5, 99, (1, 1)), cache=first, past_key_values=DynamicCache())
 
 
-def test_output_carries_the_cache_under_the_installed_name():
-    model = _decoder()
-    with torch.no_grad():
-        output = model(torch.randint(5, 99, (1, 4)), use_cache=True)
-    assert CACHE in output.keys() and isinstance(output_cache(output), DynamicCache)
-    assert output_cache(output).get_seq_length() == 4
-    encoder_output = RoFormerExtModel(tiny_config())(torch.randint(5, 99, (1, 4)))
-    assert output_cache(encoder_output) is None  # an encoder keeps no cache
-
-
 def test_left_padded_batch_and_static_cache_generate():
     """Each left-padded row generates what its prompt alone does, tokens and logits, with a dynamic or static cache."""
     model = _decoder()
