@@ -1,5 +1,6 @@
 """Shared test setup: offline hub, tiny configs (hidden 32, 2 layers, 4 heads, vocab 99)."""
 
+import contextlib
 import logging
 import os
 import sys
@@ -23,8 +24,7 @@ from roformer_ext.encoding_knobs import knobs_class  # noqa: E402
 
 
 def knob_kwargs(encoding: str, knobs: dict, overrides: dict) -> dict:
-    """Config keyword arguments: `overrides`, with the position-encoding knobs among them and those of `knobs` that
-    `encoding` takes joined in `position_encoding_parameters`."""
+    """`overrides` as config keywords, the knobs `encoding` takes (given, or from `knobs`) joined in one dict."""
     overrides = dict(overrides)
     encoding = overrides.pop("position_encoding", encoding)
     names = knobs_class(encoding).names()
@@ -39,18 +39,9 @@ def knob_kwargs(encoding: str, knobs: dict, overrides: dict) -> dict:
 
 def tiny_config(**overrides) -> RoFormerExtConfig:
     """The smallest config that still has several heads, layers and both pair positions per head."""
-    values = dict(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        type_vocab_size=2,
-    )
-    values.update(overrides)
-    return RoFormerExtConfig(**values)
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return RoFormerExtConfig(**{**sizes, **no_dropout, "type_vocab_size": 2, **overrides})
 
 
 #: What a position-sensitive model changes from the tiny config: weights large enough that attention is sharp (at 0.02
@@ -61,8 +52,7 @@ SENSITIVITY_FACTOR = 100.0
 
 
 def position_sensitive_config(config_class: type | None = None, **overrides):
-    """`tiny_config` (or `config_class(**overrides)`) whose outputs depend strongly on positions: on the tiny config,
-    multiplying every position by 7 moves the outputs by ~4e-4. `rope_theta` joins the given `rope_parameters`."""
+    """`tiny_config` (or `config_class`) with POSITION_SENSITIVE: on the plain tiny config, positions x 7 move ~4e-4."""
     overrides = dict(overrides)
     rope = {"rope_theta": POSITION_SENSITIVE["rope_theta"], **(overrides.pop("rope_parameters", None) or {})}
     overrides.setdefault("initializer_range", POSITION_SENSITIVE["initializer_range"])
@@ -72,8 +62,7 @@ def position_sensitive_config(config_class: type | None = None, **overrides):
 
 
 def shifted_positions(position_ids: torch.Tensor) -> torch.Tensor:
-    """Every position from 3 on one further: a relative error (a wrong text-image offset, a cache off by one); restarts
-    at 0 and the order stay, so packed rows stay packed."""
+    """Positions from 3 on one further (a relative error); restarts at 0 stay, so packed rows stay packed."""
     return position_ids + (position_ids >= 3).to(position_ids.dtype)
 
 
@@ -82,44 +71,38 @@ def scaled_positions(position_ids: torch.Tensor) -> torch.Tensor:
     return position_ids * 2
 
 
-class perturbed_positions:
-    """Within the block, the model's position code sees `perturb(position_ids)` where the base model hands positions
-    to the attention plan and to the embeddings, whatever path chose them. Cached keys of a relative encoding are
-    numbered from the unperturbed queries, then perturbed: numbered back from the perturbed query they would come out
-    consecutive again (measured: alibi with a static cache, 35x instead of a few hundred x 1e-4)."""
+@contextlib.contextmanager
+def perturbed_positions(model: torch.nn.Module, perturb):
+    """Within the block, the attention plan and the embeddings see `perturb(position_ids)`. Cached keys are numbered
+    from the unperturbed queries, then perturbed: numbered from perturbed queries they would be consecutive again."""
+    base = model.base_model
+    attention_plan, embeddings_forward = base.attention_plan, base.embeddings.forward
 
-    def __init__(self, model: torch.nn.Module, perturb) -> None:
-        self.base = model.base_model
-        self.perturb = perturb
+    def perturbed_attention_plan(layout, embeddings, position_ids, *args, **kwargs):
+        queries, key_positions = position_ids[0], plan_module.key_positions  # (batch, seq), unperturbed
 
-    def __enter__(self) -> "perturbed_positions":
-        base, perturb = self.base, self.perturb
-        attention_plan, embeddings_forward = base.attention_plan, base.embeddings.forward
+        def perturbed_key_positions(query_positions, *key_args, **key_kwargs):
+            return perturb(key_positions(queries, *key_args, **key_kwargs))
 
-        def perturbed_attention_plan(layout, embeddings, position_ids, *args, **kwargs):
-            queries, key_positions = position_ids[0], plan_module.key_positions  # (batch, seq), unperturbed
+        plan_module.key_positions = perturbed_key_positions  # read by make_attention_plan during this call
+        try:
+            return attention_plan(layout, embeddings, perturb(position_ids), *args, **kwargs)
+        finally:
+            plan_module.key_positions = key_positions
 
-            def perturbed_key_positions(query_positions, *key_args, **key_kwargs):
-                return perturb(key_positions(queries, *key_args, **key_kwargs))
+    def perturbed_embeddings(
+        input_ids=None, token_type_ids=None, inputs_embeds=None, position_encoding=None, position_ids=None
+    ):
+        moved = None if position_ids is None else perturb(position_ids)
+        return embeddings_forward(input_ids, token_type_ids, inputs_embeds, position_encoding, moved)
 
-            plan_module.key_positions = perturbed_key_positions  # read by make_attention_plan during this call
-            try:
-                return attention_plan(layout, embeddings, perturb(position_ids), *args, **kwargs)
-            finally:
-                plan_module.key_positions = key_positions
-
-        def perturbed_embeddings(input_ids=None, token_type_ids=None, inputs_embeds=None, position_encoding=None,
-                                 position_ids=None):  # fmt: skip
-            moved = None if position_ids is None else perturb(position_ids)
-            return embeddings_forward(input_ids, token_type_ids, inputs_embeds, position_encoding, moved)
-
-        base.attention_plan = perturbed_attention_plan
-        base.embeddings.forward = perturbed_embeddings
-        return self
-
-    def __exit__(self, *exc) -> None:
-        del self.base.attention_plan
-        del self.base.embeddings.forward
+    base.attention_plan = perturbed_attention_plan
+    base.embeddings.forward = perturbed_embeddings
+    try:
+        yield
+    finally:
+        del base.attention_plan
+        del base.embeddings.forward
 
 
 def float_outputs(output) -> torch.Tensor:
@@ -132,9 +115,8 @@ def float_outputs(output) -> torch.Tensor:
 
 
 def assert_position_sensitive(model: torch.nn.Module, run, tolerance: float) -> dict[str, float]:
-    """`run(model)` (a forward, a generate with its logits: anything returning outputs) moves by at least
-    SENSITIVITY_FACTOR x `tolerance` when the positions are shifted or scaled, so a test comparing two paths at
-    `tolerance` would see a position error. Returns each perturbation's change in units of `tolerance`."""
+    """`run(model)` (anything returning outputs) moves by >= SENSITIVITY_FACTOR x `tolerance` when positions are shifted
+    or scaled, so a test comparing two paths at `tolerance` sees a position error. Returns the changes / tolerance."""
     with torch.no_grad():
         reference = float_outputs(run(model))
         margins = {}
@@ -152,9 +134,7 @@ def assert_position_sensitive(model: torch.nn.Module, run, tolerance: float) -> 
 
 @pytest.fixture(autouse=True, scope="module")
 def _fresh_dynamo():
-    """Each test module compiles from scratch: transformers' shared decorator wrappers collect compiled entries across
-    modules, which could push a `fullgraph=True` test over dynamo's recompile limit (8). Per module: per test cost
-    CI minutes."""
+    """Compiled entries collected across modules could push a `fullgraph=True` test over dynamo's recompile limit."""
     torch._dynamo.reset()
     yield
 
@@ -180,8 +160,7 @@ def random_inputs(batch: int = 3, seq: int = 11, vocab: int = 99, seed: int = 0,
 
 @pytest.fixture
 def processors_for_text_config():
-    """Let the Auto processor classes map the *text* config to ours for one test, then undo it (left in place, every
-    later `AutoProcessor.from_pretrained(text_folder)` in the worker would build our image processor)."""
+    """The Auto processor classes map the *text* config to ours for one test only (else every later one would)."""
     from transformers import AutoImageProcessor, AutoProcessor
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
@@ -214,8 +193,7 @@ class _DeprecationRecords(logging.Handler):
 
 @pytest.fixture(autouse=True)
 def _no_transformers_deprecations():
-    """transformers announces renames by logging a warning once per process: a test whose code paths log one fails
-    (the once-only cache is cleared first), so the next rename turns CI red instead of silently changing outputs."""
+    """A test whose code path logs a transformers deprecation (once-only cache cleared) fails: renames turn CI red."""
     logging.Logger.warning_once.cache_clear()
     handler = _DeprecationRecords()
     logger = logging.getLogger("transformers")

@@ -1,8 +1,5 @@
-"""Let transformers' common tests see our classes' tasks as they see an in-tree model's: `ModelTesterMixin` decides
-per class (labels, choices dimension, base model...) from its name in the `MODEL_*_MAPPING_NAMES` tables, where a
-class registered with `AutoModelFor*.register` is not listed. `AutoClassNamesMixin` adds ours, from the package's own
-registrations, for the duration of a test class.
-"""
+"""`ModelTesterMixin` decides per class (labels, base model...) from the `MODEL_*_MAPPING_NAMES` tables, which do not
+list classes registered with `AutoModelFor*.register`: `AutoClassNamesMixin` adds ours while a test class runs."""
 
 from unittest import mock
 

@@ -3,8 +3,6 @@
 `FSDPTesterMixin`) for the installed transformers: they are only in its sdist on PyPI. Downloads it with pip, checks
 the version, extracts those files into `upstream/` (gitignored) next to our stand-ins for what they import. Does
 nothing when the files there were fetched for the installed version.
-
-    python tests/transformers_suite/fetch_upstream.py [--sdist transformers-5.23.0.tar.gz] [--force]
 """
 
 import argparse

@@ -37,8 +37,12 @@ def test_extracts_the_files_and_records_the_version(tmp_path, upstream_dir):
     version = fetch_upstream.installed_transformers_version()
     sdist = make_sdist(tmp_path / f"transformers-{version}.tar.gz", version)
     fetch_upstream.fetch(sdist)
-    names = ["test_configuration_common.py", "test_fsdp_mixin.py", "test_modeling_common.py",
-             "test_tensor_parallel_mixin.py"]  # fmt: skip
+    names = [
+        "test_configuration_common.py",
+        "test_fsdp_mixin.py",
+        "test_modeling_common.py",
+        "test_tensor_parallel_mixin.py",
+    ]
     assert sorted(path.name for path in upstream_dir.glob("test_*.py")) == names
     assert (upstream_dir / "test_modeling_common.py").read_text() == f"# tests/test_modeling_common.py of {version}\n"
     assert fetch_upstream.fetched_version() == version

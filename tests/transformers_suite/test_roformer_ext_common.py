@@ -34,7 +34,7 @@ from .upstream_mixins import (
 
 
 class RoFormerExtModelTester:
-    """Tiny config and random inputs for the mixin; the sizes are class attributes, overridden per instance by keyword."""
+    """Tiny config and random inputs for the mixin; sizes are class attributes, overridden per instance by keyword."""
 
     config_class = RoFormerExtConfig
     batch_size, seq_length, is_training = 13, 7, True
@@ -51,9 +51,19 @@ class RoFormerExtModelTester:
         vars(self).update(overrides)
 
     def config_kwargs(self) -> dict:
-        names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-                 "type_vocab_size", "initializer_range")  # fmt: skip
+        names = (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "hidden_act",
+            "hidden_dropout_prob",
+            "attention_probs_dropout_prob",
+            "max_position_embeddings",
+            "type_vocab_size",
+            "initializer_range",
+        )
         return {**{name: getattr(self, name) for name in names}, "is_decoder": False}
 
     def get_config(self) -> RoFormerExtConfig:
@@ -156,25 +166,22 @@ class RoFormerExtModelTester:
         next_mask = ids_tensor((self.batch_size, 3), vocab_size=2)
         next_input_ids = torch.cat([input_ids, next_tokens], dim=-1)
         next_attention_mask = torch.cat([input_mask, next_mask], dim=-1)
-        from_no_past = model(next_input_ids, attention_mask=next_attention_mask, output_hidden_states=True, **encoder)
-        from_past = model(next_tokens, attention_mask=next_attention_mask, cache=output_cache(outputs),
-                          output_hidden_states=True, **encoder)  # fmt: skip
-        from_no_past, from_past = from_no_past.hidden_states[-1], from_past.hidden_states[-1]
+        step = dict(attention_mask=next_attention_mask, output_hidden_states=True, **encoder)
+        from_no_past = model(next_input_ids, **step).hidden_states[-1]
+        from_past = model(next_tokens, cache=output_cache(outputs), **step).hidden_states[-1]
         self.parent.assertEqual(from_past.shape[1], next_tokens.shape[1])
         keep = next_mask.bool()[..., None]  # padded query rows have no defined output
         torch.testing.assert_close(from_past * keep, from_no_past[:, -3:] * keep, atol=1e-4, rtol=1e-4)
 
         def cached_step(m) -> torch.Tensor:
             past = output_cache(m(input_ids, attention_mask=input_mask, use_cache=True, **encoder))
-            step = m(next_tokens, attention_mask=next_attention_mask, cache=past, output_hidden_states=True, **encoder)
-            return step.hidden_states[-1] * keep
+            return m(next_tokens, cache=past, **step).hidden_states[-1] * keep
 
         assert_position_sensitive(model, cached_step, 1e-4)
 
 
 def forward_accepts(model_class: type, name: str) -> bool:
-    """Whether `model_class.forward` takes `name`, by the rule the mixin uses before running a test on it: a named
-    parameter, or a key of the TypedDict that annotates `**kwargs` (`Unpack[TransformersKwargs]`)."""
+    """Whether `model_class.forward` takes `name` by the mixin's rule: a parameter or a key of `**kwargs`' TypedDict."""
     parameters = inspect.signature(model_class.forward).parameters
     if name in parameters:
         return True
@@ -186,8 +193,7 @@ def forward_accepts(model_class: type, name: str) -> bool:
 
 
 class DeclaredInputsMixin:
-    """The mixin skips a test when a class does not appear to take an input (`output_attentions`, `inputs_embeds`);
-    our classes take them all, so such a skip would hide a defect. Fail instead."""
+    """The mixin skips a test when a class seems not to take an input; ours take them all, so fail instead of skip."""
 
     def test_forward_declares_what_the_mixin_looks_for(self) -> None:
         for model_class in self.all_model_classes:
@@ -213,8 +219,7 @@ class RoFormerExtModelTest(
 
     def setUp(self) -> None:
         self.model_tester = RoFormerExtModelTester(self)
-        # Non-default values for ConfigTester's round trips. hidden_size 48 / 4 heads: our config rejects head dims
-        # that are not an even integer at construction (RoPE rotates pairs), so RoFormer's 37 cannot be used.
+        # hidden_size 48 / 4 heads: our config rejects odd head dims (RoPE rotates pairs): RoFormer's 37 cannot be used
         self.config_tester = ConfigTester(self, config_class=RoFormerExtConfig, hidden_size=48, num_attention_heads=4)
 
     def test_config(self) -> None:
@@ -271,11 +276,9 @@ RoFormerExtT5BiasModelTest = _variant("T5Bias", position_encoding="t5_bias")
 RoFormerExtShawModelTest = _variant(
     "Shaw", position_encoding="shaw", position_encoding_parameters={"max_relative_position": 4}
 )
-# The RoFormer paper's other alternatives: per-layer W_r, u, v (Transformer-XL), a shared untied table (TUPE), a shared
-# relative table projected by each layer (DeBERTa).
+# The RoFormer paper's other alternatives: per-layer W_r, u, v; a shared untied table; a relative table per layer
 RoFormerExtTransformerXLModelTest = _variant("TransformerXL", position_encoding="transformer_xl")
 RoFormerExtTupeModelTest = _variant("Tupe", position_encoding="tupe")
 RoFormerExtDebertaModelTest = _variant("Deberta", position_encoding="deberta")
-# Pairs (i, i + d/2), as most RoPE code lays them out: 13 x 7 rows exceed the 32 projection outputs, so attention
-# projects queries and keys with reordered weight rows; decoding steps do not.
+# Pairs (i, i + d/2): 13 x 7 rows exceed the 32 projection outputs, so attention reorders weight rows (decoding not)
 RoFormerExtHalfPairLayoutModelTest = _variant("HalfPairLayout", rope_parameters={"pair_layout": "half"})

@@ -1,7 +1,5 @@
-"""transformers' own distributed testers on roformer-ext, each test on 2 spawned CPU processes (gloo):
-`TensorParallelTesterMixin` on the causal and the masked LM, `FSDPTesterMixin` on the causal LM (it builds models
-through AutoModelForCausalLM only; the encoder's FSDP2 run is in tests/distributed). The skips left are those
-transformers' own models take on this machine."""
+"""transformers' `TensorParallelTesterMixin` (causal and masked LM) and `FSDPTesterMixin` (causal LM only: it builds
+through AutoModelForCausalLM; the encoder's FSDP2 run is in tests/distributed), on 2 CPU processes (gloo)."""
 
 import unittest
 
@@ -18,8 +16,7 @@ from .upstream_mixins import ModelTesterMixin  # noqa: F401  (refuses upstream f
 
 
 class ForkServerRanks:
-    """`mp.spawn` for the testers that start their ranks themselves (5.21): forked from the stand-in's fork server
-    (on 2 cores 3 to 8 s per test, against about 45 s with spawn)."""
+    """`mp.spawn` for 5.21's testers: ranks forked from the stand-in's fork server (3-8 s a test, not 45 s)."""
 
     @staticmethod
     def spawn(fn, args: tuple = (), nprocs: int = 1, **_) -> None:
@@ -44,8 +41,7 @@ class DistributedModelTester(RoFormerExtModelTester):
 
 
 class WholeSuiteOfOurModelType:
-    """transformers runs its distributed testers on a short list of its own model types; ours opts in, as the
-    testers' comment says to."""
+    """transformers runs its distributed testers on a list of its model types; ours opts in, as the testers say to."""
 
     lm_class = RoFormerExtForCausalLM
 

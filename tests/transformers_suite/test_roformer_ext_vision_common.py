@@ -1,6 +1,5 @@
-"""transformers' `ModelTesterMixin` and `ConfigTester` on every vision-text class of roformer-ext: text only, and
-one image per sample (`pixel_values` (patches, channels * temporal_patch * patch**2), `image_grid_thw`), as
-transformers tests Qwen2-VL."""
+"""transformers' `ModelTesterMixin` and `ConfigTester` on every vision-text class: text only, and one image per sample
+as transformers tests Qwen2-VL."""
 
 import unittest
 
@@ -28,8 +27,7 @@ VISION_TEXT_CLASSES = (
 
 
 class RoFormerExtVisionTextModelTester(RoFormerExtModelTester):
-    """The text tester on the vision-text config (3 rope axes, RoPE-Tie-v2), text only: no placeholder ids (the
-    config's default), so every token id is text (the mixin draws ids over the whole vocabulary)."""
+    """The text tester on the vision-text config, text only: no placeholder ids, so every id the mixin draws is text."""
 
     config_class = RoFormerExtVisionTextConfig
     patch_size, temporal_patch_size, num_channels = 2, 2, 3
@@ -41,9 +39,8 @@ class RoFormerExtVisionTextModelTester(RoFormerExtModelTester):
 
 
 class RoFormerExtVisionTextPixelModelTester(RoFormerExtVisionTextModelTester):
-    """One image per sample, as transformers' Qwen2-VL tester: grid (t, h, w) = (1, 2, 2), four placeholders at
-    positions 1-4; placeholder ids low in the vocabulary (they survive the mixin's resizes), drawn nowhere else; no
-    padding (the placeholders must be attended)."""
+    """One (1, 2, 2) image per sample at positions 1-4, as transformers' Qwen2-VL tester; placeholder ids low (they
+    survive the mixin's resizes) and drawn nowhere else; no padding (the placeholders must be attended)."""
 
     batch_size, image_grid, num_image_tokens, pad_token_id = 3, (1, 2, 2), 4, 0
     seq_length = 7 + num_image_tokens

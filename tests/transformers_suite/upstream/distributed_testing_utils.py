@@ -1,10 +1,5 @@
-"""Stand-in for transformers' tests/distributed_testing_utils.py, which its repository has and its sdist lacks: the
-helpers test_tensor_parallel_mixin.py and test_fsdp_mixin.py import from it since transformers 5.24 (5.21's mixins
-define them inline, and this module is not imported there).
-
-Ranks are started with torch.multiprocessing (from a fork server), each with RANK / WORLD_SIZE / MASTER_* set and a process group
-on the device's backend (gloo on CPU), as transformers 5.21's inline helpers do.
-"""
+"""Stand-in for transformers' tests/distributed_testing_utils.py (repository only): the helpers its distributed
+testers import since 5.24. Ranks are forked from a fork server, each with a process group (gloo on CPU)."""
 
 import os
 import socket
@@ -36,14 +31,13 @@ def _set_rank_device(rank: int, backend: str | None = None) -> None:
         torch.accelerator.set_device_index(rank)
 
 
-#: Imported once by the fork server, so a rank starts in a moment instead of importing torch and transformers anew
-#: (on 2 cores two fresh interpreters took about 10 s of each test).
+#: Imported once by the fork server, so a rank starts in a moment (two fresh interpreters took ~10 s of each test).
 FORKSERVER_PRELOAD = ["torch", "transformers", "roformer_ext", __name__]
 
 
 def _start_rank_processes(fn, args: tuple, nprocs: int) -> None:
-    """`fn(rank, *args)` in `nprocs` processes forked from a single-threaded fork server that has imported torch,
-    transformers and roformer-ext (never from the test process itself, which runs threads); raises if a rank fails."""
+    """`fn(rank, *args)` in `nprocs` processes forked from a single-threaded fork server (not from the test process,
+    which runs threads); raises if a rank fails."""
     mp.set_forkserver_preload(FORKSERVER_PRELOAD)
     mp.start_processes(fn, args=args, nprocs=nprocs, start_method="forkserver")
 

@@ -1,10 +1,6 @@
-"""Stand-in for transformers' tests/utils/test_configuration_utils.py: only `config_common_kwargs`.
-
-`ConfigTester.check_config_arguments_init` builds a config from these keyword arguments and checks each one is
-stored. They are the public fields of transformers 5's `PreTrainedConfig`, each set to a value that differs from
-its default so a field that is silently dropped shows up; `test_config_common_kwargs_cover_pretrained_config` in
-../../test_roformer_ext_common.py fails when a transformers upgrade adds a field this dict lacks.
-"""
+"""Stand-in for transformers' tests/utils/test_configuration_utils.py: `config_common_kwargs`, every public
+`PreTrainedConfig` field off its default, so that `ConfigTester` sees a dropped one (checked complete by
+test_config_common_kwargs_cover_pretrained_config)."""
 
 config_common_kwargs = {
     "return_dict": False,
