@@ -246,8 +246,6 @@ def test_new_plugins_knobs_default_check_and_refuse_strangers():
         encoding_config(0)
     with pytest.raises(ValueError, match=r"'window'.*does not take; it takes 'penalty_window'"):
         position_sensitive_config(position_encoding="test_capped_penalty", position_encoding_parameters={"window": 2})
-    with pytest.raises(ValueError, match="linear attention never forms"):
-        RoFormerExtModel(encoding_config(attention_type="linear"))
     rope = scheme_model().config.rope_parameters
     assert (rope["axes"], rope["axis_allocation"]) == (3, "test_reversed_interleaved")
     with pytest.raises(ValueError, match=r"'test_stepped_diagonal': rope_parameters\['diagonal_step'\] must be a pos"):
