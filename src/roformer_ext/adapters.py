@@ -1,11 +1,5 @@
-"""LoRA and other PEFT adapters on roformer-ext models: the module names to target (docs/deployment.md has the table).
-
-Never a bare `output` (PEFT matches by suffix: the attention's and the feed-forward's) nor a bare `query` / `key`
-(TUPE's position projections). PEFT has no public way to give a model type default targets, and writing into its
-table would change it for every model in the process: `lora_config` fills them in instead.
-"""
-
-from __future__ import annotations
+"""PEFT adapters' target modules on roformer-ext models: never a bare `output` (PEFT matches by suffix, so it would
+take the feed-forward's too) nor `query` / `key` (TUPE's position projections); `lora_config` fills them in."""
 
 from typing import Any
 

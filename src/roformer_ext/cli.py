@@ -1,8 +1,4 @@
-"""`roformer-ext` console script (also `python -m roformer_ext.cli`): `export` (ONNX, `roformer_ext.export`),
-`push-code` / `share-code` / `update-code` (where a saved folder's code lives, `roformer_ext.hub_code`) and `plot`
-(position schemes and RoPE's long-range decay; needs the `plot` extra)."""
-
-from __future__ import annotations
+"""The `roformer-ext` console script (also `python -m roformer_ext.cli`): export, the code commands, plot."""
 
 import argparse
 import sys
@@ -82,12 +78,8 @@ def _run(args: argparse.Namespace) -> list:
     from . import hub_code
 
     if args.command == "push-code":
-        private = args.private or None
-        return [
-            hub_code.push_code(
-                args.code_repo, private=private, revision=args.revision, commit_message=args.message, source=args.source
-            )
-        ]
+        options = dict(private=args.private or None, revision=args.revision, commit_message=args.message)
+        return [hub_code.push_code(args.code_repo, source=args.source, **options)]
     if args.command == "share-code":
         hub_code.share_code(args.folder, args.code_repo)
         return [f"{args.folder} now loads its code from {args.code_repo}"]

@@ -1,8 +1,5 @@
-"""Padding-free (packed) batches for training: every sequence of a batch in one row, no padding token computed.
-
-The rows follow transformers' `DataCollatorWithFlattening` (positions restarting at 0, `cu_seq_lens_q/k`,
-`max_length_q/k`), which drops `token_type_ids` and turns a class label into token labels; these keep both.
-"""
+"""Packed (padding-free) training batches as transformers' `DataCollatorWithFlattening` makes them, but keeping
+`token_type_ids` and a per-sequence class label, which it drops or turns into token labels."""
 
 from collections.abc import Callable
 from typing import Any
@@ -20,18 +17,12 @@ def _packing_fields(lengths: torch.Tensor) -> dict[str, Any]:
     longest = int(lengths.max())
     starts = torch.repeat_interleave(cu_seq_lens[:-1].long(), lengths)
     positions = torch.arange(int(cu_seq_lens[-1])) - starts
-    return dict(
-        position_ids=positions[None],
-        cu_seq_lens_q=cu_seq_lens,
-        cu_seq_lens_k=cu_seq_lens,
-        max_length_q=longest,
-        max_length_k=longest,
-    )
+    flash = dict(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=longest, max_length_k=longest)
+    return dict(position_ids=positions[None], **flash)
 
 
 class DataCollatorForPackedClassification:
-    """Features with `input_ids` (`token_type_ids`) and one `label` / `labels` each (int, float, or a multi-label
-    list) -> one packed row (1, total) and `labels` (sequences, ...), in the features' order."""
+    """Features with one `label` / `labels` each -> one packed row (1, total) and `labels` (sequences, ...)."""
 
     def __init__(self, return_tensors: str = "pt") -> None:
         if return_tensors != "pt":
@@ -77,9 +68,7 @@ def _label_of(feature: dict[str, Any], index: int) -> Any:
 
 
 class FlattenPaddedBatch:
-    """A padding collator's batch (`DataCollatorWithPadding`, `...ForTokenClassification`, `...ForLanguageModeling`,
-    whose per-token masking is the same unpadded) with the padding removed: per-token keys (1, total); a
-    per-sequence label stays (sequences,)."""
+    """A padding collator's batch with the padding removed: per-token keys (1, total), a sequence label (sequences,)."""
 
     def __init__(self, collator: Callable[[list[dict]], dict], per_token_labels: bool) -> None:
         self.collator = collator

@@ -1,7 +1,4 @@
-"""What a position encoding can be set to (`knobs`, stored as `position_encoding_parameters`) and what it works with
-(`capabilities`): torch-free, so the configuration can check it."""
-
-from __future__ import annotations
+"""A position encoding's knobs (`position_encoding_parameters`) and capabilities, torch-free for the configuration."""
 
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -26,8 +23,7 @@ SCORE_TERM_CAPABILITIES = Capabilities(linear_attention=False, flash_attention=F
 
 @dataclass(frozen=True)
 class EncodingKnobs:
-    """No knobs. A subclass lists an encoding's knobs as fields with defaults, checks each in `__post_init__` (naming
-    the knob and the fix) and what needs the model's sizes in `check(config)`."""
+    """No knobs; a subclass lists them as fields, checked in `__post_init__` and (with the model's sizes) `check`."""
 
     encoding: ClassVar[str] = "this encoding"  # for messages
 
@@ -36,7 +32,7 @@ class EncodingKnobs:
         return tuple(field.name for field in fields(cls))
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], encoding: str | None = None) -> EncodingKnobs:
+    def from_dict(cls, values: dict[str, Any], encoding: str | None = None) -> "EncodingKnobs":
         """Missing knobs take their defaults; unknown ones are refused."""
         unknown = sorted(set(values) - set(cls.names()), key=str)
         if unknown:
@@ -157,14 +153,12 @@ class TupeKnobs(EncodingKnobs):
 
 
 def deberta_reach(max_relative_positions: int, config: Any) -> int:
-    """DeBERTa's distance reach: `max_relative_positions`, or `max_position_embeddings` when it is <= 0."""
     return max_relative_positions if max_relative_positions > 0 else config.max_position_embeddings
 
 
 @dataclass(frozen=True)
 class DebertaKnobs(EncodingKnobs):
-    """DeBERTa-v3's defaults: `pos_att_type` (a list, or "c2p|p2c" as DebertaV2Config takes it), `position_buckets`
-    (<= 0: none), `max_relative_positions` (<= 0: max_position_embeddings), `share_att_key`, `norm_rel_ebd`."""
+    """DeBERTa-v3's defaults; `position_buckets` <= 0: none, `max_relative_positions` <= 0: max_position_embeddings."""
 
     encoding: ClassVar[str] = "deberta"
     position_buckets: int = 256

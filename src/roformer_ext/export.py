@@ -1,8 +1,5 @@
-"""Serve roformer-ext encoders on CPU: ONNX export (fp32, ONNX Runtime's dynamic int8), ONNX Runtime inference, and
-torch's dynamic int8. The graph takes padded int64 (batch, seq) batches of any size (RoPE's angles computed in it),
-never packed ones; CLI `roformer-ext export` (docs/deployment.md)."""
-
-from __future__ import annotations
+"""Serve encoders on CPU: ONNX export (fp32, dynamic int8) of a graph taking padded int64 (batch, seq) batches of any
+size, never packed ones; ONNX Runtime inference; torch's dynamic int8 (docs/deployment.md)."""
 
 import copy
 import os
@@ -69,9 +66,7 @@ class _ExportedOutputs(nn.Module):
         self.model, self.task = model, task
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
-        out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
-        )
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True)
         if self.task == "sentence-embedding":
             return (out.pooler_output,)
         return tuple(out[name] for name in TASK_OUTPUTS[self.task])
@@ -84,8 +79,7 @@ def export_onnx(
     example_length: int = 16,
     opset_version: int | None = None,
 ) -> Path:
-    """Export `model` (fp32, CPU) to the ONNX file `path` with dynamic batch and sequence length, traced on 2 rows of
-    `example_length` tokens. `task` defaults to the model's class (`default_task`)."""
+    """Export `model` (fp32, CPU) to `path` with dynamic batch and length; `task` defaults to `default_task`."""
     inferred = default_task(model)
     task = task or inferred
     if task not in TASK_OUTPUTS:
@@ -155,8 +149,7 @@ def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
 
 
 class OnnxModel:
-    """An exported model in an ONNX Runtime session: call it with padded int arrays (numpy or torch, as the tokenizer
-    returns them) for a dict of numpy outputs; `encode` embeds sentences (sentence-embedding exports)."""
+    """An exported model in an ONNX Runtime session: padded int arrays in, a dict of numpy outputs out."""
 
     def __init__(self, path: str | os.PathLike, tokenizer: Any = None, threads: int | None = None) -> None:
         import onnxruntime as ort
@@ -171,7 +164,7 @@ class OnnxModel:
     @classmethod
     def from_pretrained(
         cls, folder: str | os.PathLike, file_name: str = ONNX_FILE, threads: int | None = None
-    ) -> OnnxModel:
+    ) -> "OnnxModel":
         """The ONNX file and the tokenizer of a folder written by `export_folder` / `roformer-ext export`."""
         from transformers import AutoTokenizer
 
@@ -230,15 +223,9 @@ class OnnxModel:
             raise ValueError("encode needs a tokenizer: load with OnnxModel.from_pretrained(folder) or pass one.")
         single = isinstance(sentences, str)
         sentences = [sentences] if single else list(sentences)
-        chunks = []
+        chunks, options = [], dict(padding=True, truncation=max_length is not None, max_length=max_length)
         for start in range(0, len(sentences), batch_size):
-            batch = self.tokenizer(
-                sentences[start : start + batch_size],
-                padding=True,
-                truncation=max_length is not None,
-                max_length=max_length,
-                return_tensors="np",
-            )
+            batch = self.tokenizer(sentences[start : start + batch_size], return_tensors="np", **options)
             chunks.append(self(**{name: batch[name] for name in INPUT_NAMES if name in batch})["sentence_embedding"])
         embeddings = np.concatenate(chunks) if chunks else np.zeros((0, 0), dtype=np.float32)
         if normalize_embeddings:
@@ -254,8 +241,7 @@ def export_folder(
     example_length: int = 16,
     force: bool = False,
 ) -> list[Path]:
-    """Write `out_dir`/model.onnx (and model_int8.onnx with `int8`) with the tokenizer and config, all or nothing;
-    `task` defaults to sentence-embedding for a sentence-transformers folder, else the config's architectures'."""
+    """Write `out_dir`/model.onnx (and model_int8.onnx) with the tokenizer and config, all or nothing."""
     import transformers
 
     from . import RoFormerExtConfig  # noqa: F401  (registers the Auto classes)

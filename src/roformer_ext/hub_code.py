@@ -1,7 +1,5 @@
-"""Where a saved folder's code lives: copies in the folder (transformers' default), or one shared code repository
-(`code_repo="owner/roformer-ext"`: every `auto_map` reads `owner/roformer-ext--module.Class`, so a fix published there
-with `roformer-ext push-code` reaches every checkpoint pointing to it, as jinaai's and nomic-ai's BERT families do).
-"""
+"""Where a saved folder's code lives: copies in the folder, or one shared code repository that every `auto_map` names
+(`owner/name--module.Class`), so a fix published there reaches every checkpoint (as jinaai's BERT family does)."""
 
 import json
 import os
@@ -110,8 +108,7 @@ def point_auto_maps(folder: str | os.PathLike, code_repo: str | None) -> None:
 
 
 def share_code(folder: str | os.PathLike, code_repo: str) -> None:
-    """Make a saved folder load its code from `code_repo`: auto_maps point there, our code copies go, the card says
-    so. A bad id or another model's folder is refused before anything changes."""
+    """Make a saved folder load its code from `code_repo` (auto_maps point there, our copies go); checked first."""
     _share(check_saved_folder(folder), check_code_repo(code_repo))
     write_compatibility_section(folder)
 
@@ -243,8 +240,7 @@ _CALL: ContextVar[tuple[Any, Any, tuple[str | None, bool]] | None] = ContextVar(
 
 
 class SharedCodeMixin:
-    """`save_pretrained(folder, code_repo=...)` and `push_to_hub(repo_id, code_repo=...)`: None keeps what the object
-    was loaded with, False writes copies; transformers pushes, `_upload_modified_files` places our code first."""
+    """`save_pretrained` / `push_to_hub` with `code_repo`: None keeps what the object was loaded with, False copies."""
 
     def save_pretrained(self, save_directory, *args, code_repo: str | bool | None = None, **kwargs):
         placement = self._placement(code_repo)  # a bad id is refused before anything is written

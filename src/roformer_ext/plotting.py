@@ -1,7 +1,4 @@
-"""`roformer-ext plot`'s README figures: each position scheme's text–image–text layout and RoPE's long-range decay.
-Needs matplotlib (the `plot` extra); drawn with the Agg backend, so no display is needed."""
-
-from __future__ import annotations
+"""`roformer-ext plot`'s figures (each scheme's text–image–text layout, RoPE's decay), drawn by Agg: no display."""
 
 import types
 from pathlib import Path

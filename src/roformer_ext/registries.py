@@ -1,7 +1,4 @@
-"""The registries of what a configuration may name: position encodings, rotary kinds (transformers' rope types
-too), position schemes and frequency allocations. One registration per plugin fills each, carrying its knob class."""
-
-from __future__ import annotations
+"""What a configuration may name: position encodings, rotary kinds, position schemes, frequency allocations."""
 
 import math
 import numbers
@@ -32,7 +29,6 @@ class Registry:
             self._knobs[name] = knobs
 
     def unregister(self, name: str) -> None:
-        """Remove a name a user registered."""
         self._entries.pop(name, None)
         self._knobs.pop(name, None)
 
@@ -59,7 +55,6 @@ class Registry:
         return self._entries[name]
 
     def entry(self, name: Any) -> Any | None:
-        """The implementation registered under `name`, or None (no check)."""
         return self._entries.get(name) if isinstance(name, str) else None
 
 
@@ -72,7 +67,6 @@ AXIS_ALLOCATIONS = Registry("rope_parameters['axis_allocation']", "register_axis
 
 
 def is_int(value: Any) -> bool:
-    """An integer that is not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

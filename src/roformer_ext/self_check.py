@@ -1,12 +1,6 @@
-"""The self-check that lets a saved folder's code run under a transformers release outside its tested range.
-
-Outside the range (compat.py warns once) the first forward of a model runs `self_check()` on a tiny random model:
-cached greedy generation equals recomputation, the cache reaches the forward under the name `generate` passes, the
-mask helpers take what we pass, the processor merges its kwargs. Only a failure stops it (`IncompatibleTransformersError`
-naming what broke): never silently wrong, as 5.24's rename of `past_key_values` made every model reading the old name.
-It leaves the caller alone: its own thread (default device, dispatch modes, grad and autocast state are per thread),
-CPU float32 tensors, its own generator; under torch.compile it runs while the first forward is traced.
-"""
+"""Outside its tested transformers range, the first forward runs `self_check()` on a tiny random model (in its own
+thread, so the caller's per-thread state is untouched) and a failure raises `IncompatibleTransformersError`: never
+silently wrong, as 5.24's rename of `past_key_values` made every model reading the old name."""
 
 import threading
 from collections.abc import Callable
@@ -35,8 +29,7 @@ _lock, _policy = process_state().lock, process_state().policy
 
 
 def ensure_compatible(decoder_class: type[nn.Module]) -> None:
-    """Outside the tested range, run `self_check` once per process and raise at every forward if it failed (at forward,
-    not at build: a model is built under transformers' meta-device and no-init contexts)."""
+    """Outside the tested range, run `self_check` once per process and raise at every forward if it failed."""
     failure = _self_check_failure(decoder_class)
     if failure:
         raise IncompatibleTransformersError(failure)
@@ -92,16 +85,8 @@ def _run_checks(decoder_class: type[nn.Module]) -> list[str]:
 
 
 def _tiny_decoder(decoder_class: type[nn.Module]) -> nn.Module:
-    config = RoFormerExtConfig(
-        vocab_size=40,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        is_decoder=True,
-        attention_probs_dropout_prob=0.0,
-        hidden_dropout_prob=0.0,
-    )
+    sizes = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    config = RoFormerExtConfig(**sizes, is_decoder=True, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)
     with torch.random.fork_rng(devices=[]):  # construction draws from the CPU stream: the caller's is restored
         model = decoder_class(config).float().eval()
     generator = torch.Generator().manual_seed(0)

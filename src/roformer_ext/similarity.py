@@ -1,6 +1,4 @@
-"""RoFormer-Sim as its users use it: similar sentences in one call (bert4keras' `gen_synonyms`), and folders that
-`SentenceTransformer(folder)` loads with the Sim embedding (`pooler_output`), both libraries reading the same weights.
-"""
+"""RoFormer-Sim: similar sentences in one call (bert4keras' `gen_synonyms`), folders sentence-transformers loads."""
 
 import json
 import os
@@ -47,8 +45,7 @@ def has_pooler(model: PreTrainedModel) -> bool:
 
 
 def write_sentence_transformers_config(folder: str | os.PathLike) -> None:
-    """Write the sentence-transformers files into a saved folder of a roformer-ext model with a pooler (no weights
-    copied: sentence-transformers then trains the pooler `AutoModel` reads)."""
+    """Write the sentence-transformers files into a saved folder (no weights copied: both read the same pooler)."""
     folder = Path(folder)
     for name, content in SENTENCE_TRANSFORMERS_FILES.items():
         (folder / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
@@ -57,8 +54,8 @@ def write_sentence_transformers_config(folder: str | os.PathLike) -> None:
 def save_for_sentence_transformers(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | os.PathLike
 ) -> Path:
-    """Save `model` (any roformer-ext model whose encoder has a pooler; its head is kept) and `tokenizer` into `folder`
-    so that `SentenceTransformer(folder)` gives `pooler_output`."""
+    """Save a roformer-ext model with a pooler and `tokenizer` so that `SentenceTransformer(folder)` gives its
+    `pooler_output`."""
     if not isinstance(model, PreTrainedModel) or model.config.model_type not in ("roformer_ext", "roformer_ext_vision"):
         raise TypeError(f"model must be a roformer-ext model, got {type(model).__name__}.")
     if not has_pooler(model):
@@ -85,8 +82,7 @@ def sim_generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfi
 
 
 def join_cjk(text: str) -> str:
-    """Drop the spaces `tokenizer.decode` puts next to Chinese characters and full-width punctuation ("今 天" ->
-    "今天"), as bert4keras' decode returns it; spaces between two Latin words stay."""
+    """Drop the spaces `decode` puts next to CJK characters and punctuation ("今 天" -> "今天"), as bert4keras."""
 
     def cjk(char: str) -> bool:
         return bool(char) and (_is_cjk(char) or 0x3000 <= ord(char) <= 0x303F or 0xFF00 <= ord(char) <= 0xFFEF)
@@ -95,14 +91,8 @@ def join_cjk(text: str) -> str:
 
 
 class SimilarSentenceGenerator:
-    """bert4keras' `gen_synonyms` on transformers: generate n similar sentences, return the k closest with scores;
-    `generator`: the UniLM seq2seq model, `encoder`: any model whose `pooler_output` is the Sim embedding.
-
-    ```python
-    >>> sim = SimilarSentenceGenerator.from_pretrained("roformer-sim-base")
-    >>> sim("广州和深圳哪个好？", n=100, k=20)  # [SimilarSentence(text=..., score=...), ...]
-    ```
-    """
+    """bert4keras' `gen_synonyms`: `generator` (UniLM) samples n sentences, `encoder`'s `pooler_output` keeps the k
+    closest: `SimilarSentenceGenerator.from_pretrained("roformer-sim-base")("广州和深圳哪个好？", n=100, k=20)`."""
 
     def __init__(
         self, generator: PreTrainedModel, encoder: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
@@ -128,8 +118,7 @@ class SimilarSentenceGenerator:
     def from_pretrained(
         cls, generator_path: str | os.PathLike, encoder_path: str | os.PathLike | None = None, **kwargs: Any
     ) -> "SimilarSentenceGenerator":
-        """Load generator and encoder (`encoder_path` defaults to `generator_path`; two copies of the encoder's weights
-        in memory); `kwargs` go to both `from_pretrained` calls."""
+        """Load generator and encoder (`encoder_path` defaults to `generator_path`); `kwargs` go to both."""
         from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
         generator = AutoModelForCausalLM.from_pretrained(generator_path, decoder_attention="unilm", **kwargs)
@@ -145,8 +134,7 @@ class SimilarSentenceGenerator:
         batch_size: int = 64,
         **generate_kwargs: Any,
     ) -> list[SimilarSentence] | list[list[SimilarSentence]]:
-        """For each text the `k` of `n` sampled candidates most similar to it (cosine of pooler outputs), best first; one
-        list for a string, a list of lists for a list. `generate_kwargs` override `gen_synonyms`' sampler."""
+        """For each text the `k` of `n` sampled candidates most similar to it (cosine), best first; a list per text."""
         single = isinstance(texts, str)
         texts = [texts] if single else texts
         if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
@@ -166,9 +154,8 @@ class SimilarSentenceGenerator:
 
     def candidates(self, text: str, n: int, max_length: int = SIM_MAX_LENGTH, **generate_kwargs: Any) -> list[str]:
         """`n` sampled continuations of `text` as segment 1, decoded; without the source, duplicates or empties."""
-        source = self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt").to(
-            self.generator.device
-        )
+        source = self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+        source = source.to(self.generator.device)
         settings = {**SIM_SAMPLING, **_sim_generation_defaults(self.tokenizer), "num_return_sequences": n}
         settings.update(generate_kwargs)
         output = self.generator.generate(**source, **settings)

@@ -1,8 +1,5 @@
-"""Tokenizers for RoFormer checkpoints: BERT char vocabularies (`segmenter=None`) and jieba word vocabularies
-(`segmenter="jieba"`, WoBERT / RoFormer v1 word models, as bert4keras). The mode is saved in `tokenizer_config.json`;
+"""Tokenizers for BERT char vocabularies (`segmenter=None`) and jieba word ones (`segmenter="jieba"`, as bert4keras);
 `tokenizer.json` holds only the char pipeline (a Python pre-tokenizer cannot be serialised, transformers #28164)."""
-
-from __future__ import annotations
 
 import contextlib
 import json
@@ -83,15 +80,9 @@ class _RoFormerExtTokenizerMixin(SharedCodeMixin):
 
 
 class RoFormerExtTokenizer(_RoFormerExtTokenizerMixin, PythonBackend):
-    r"""Pure-Python RoFormer tokenizer (char or jieba-word vocabulary); same tokens as the fast one.
-
-    Args:
-        vocab (`str` or `dict[str, int]`, *optional*): a `vocab.txt` path or a token → id mapping.
-        vocab_file (`str`, *optional*): the `vocab.txt` path (what `from_pretrained` passes).
-        segmenter (`str`, *optional*): `None` for char vocabularies, `"jieba"` for word vocabularies.
-        do_lower_case (`bool`, defaults to `True`), tokenize_chinese_chars (`bool`, defaults to `True`),
-        strip_accents (`bool`, *optional*, follows `do_lower_case`): as in `BertTokenizer`.
-    """
+    r"""Pure-Python RoFormer tokenizer, same tokens as the fast one: `vocab` (a `vocab.txt` path or a token → id dict)
+    or `vocab_file`, `segmenter` (None: chars, "jieba": words), and `BertTokenizer`'s `do_lower_case`,
+    `tokenize_chinese_chars` and `strip_accents`."""
 
     vocab_files_names = {"vocab_file": "vocab.txt"}
 
@@ -177,8 +168,7 @@ class RoFormerExtTokenizer(_RoFormerExtTokenizerMixin, PythonBackend):
 
 
 class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
-    r"""RoFormer tokenizer backed by 🤗 Tokenizers, for char (`segmenter=None`) or jieba-word vocabularies (a custom
-    pre-tokenizer, `WordSplitter`; offsets are character spans of the input). Arguments as in `RoFormerExtTokenizer`."""
+    r"""RoFormer tokenizer backed by 🤗 Tokenizers (word mode: the `WordSplitter` pre-tokenizer); as the slow one."""
 
     vocab_files_names = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
     model = WordPiece
@@ -211,8 +201,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
         return self.backend_tokenizer.get_vocab(with_added_tokens=False)
 
     def _set_pipeline(self, words: bool = True) -> None:
-        """Word mode's pipeline (CJK runs left whole for jieba, cut by the Python pre-tokenizer `WordSplitter`), else
-        BERT's: char mode itself, and word mode's serialisable stand-in (`words=False`)."""
+        """Word mode's pipeline (CJK runs cut by `WordSplitter`), else BERT's (char mode, and `words=False`)."""
         words = words and self.segmenter == "jieba"
         backend = self.backend_tokenizer
         backend.normalizer = normalizers.BertNormalizer(
@@ -267,8 +256,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
         return parent_encode_plus(super(), text, text_pair=text_pair, **kwargs)
 
     def _encode_words(self, text: Any, text_pair: Any, call: dict[str, Any]) -> BatchEncoding | None:
-        """Word mode's fast route: transformers' result for `call` from texts cut here and joined by spaces (one Rust call
-        per batch); None where transformers' path must answer (overflow, pre-split words, added tokens, long rows)."""
+        """Word mode's fast route (texts cut here, one Rust call per batch); None where transformers' path answers."""
         if call.get("return_overflowing_tokens") or call.get("is_split_into_words"):
             return None
         with_offsets = call.get("return_offsets_mapping", False)
@@ -320,8 +308,7 @@ class RoFormerExtTokenizerFast(_RoFormerExtTokenizerMixin, TokenizersBackend):
         return BatchEncoding(data, exact, tensor_type=tensors, n_sequences=encodings[0].n_sequences)
 
     def _marked_words(self, batch: list, with_offsets: bool) -> list | None:
-        """Each text of `batch` normalised, cut and joined by spaces; None for a text that holds an added token (split off
-        before the pre-tokenizer in transformers' path) or whose offsets could not be moved back."""
+        """Each text normalised, cut and joined by spaces; None if one holds an added token or offsets would move."""
         backend = self.backend_tokenizer
         normalize, splitter = backend.normalizer.normalize_str, self.__dict__["_word_splitter"]
         contents = sorted({token.content for token in backend.get_added_tokens_decoder().values()})
@@ -374,7 +361,6 @@ _SPACES = {code: " " for code in range(0x3001) if chr(code).isspace()}  # what B
 
 
 def _texts(values: Any) -> bool:
-    """A non-empty list or tuple of strings."""
     return isinstance(values, (list, tuple)) and bool(values) and all(isinstance(value, str) for value in values)
 
 

@@ -1,8 +1,5 @@
-"""How word and char mode cut text before WordPiece: vocabulary files, unknown code points, BERT's basic split and
-jieba's words (HMM off), from `rjieba` when installed (the same words, faster) unless `ROFORMER_EXT_WORD_SEGMENTER=jieba`
-(e.g. after `jieba.add_word`)."""
-
-from __future__ import annotations
+"""How word and char mode cut text before WordPiece: BERT's basic split, and jieba's words (HMM off) from `rjieba`
+when installed unless `ROFORMER_EXT_WORD_SEGMENTER=jieba` (e.g. after `jieba.add_word`)."""
 
 import functools
 import os
@@ -40,8 +37,7 @@ def _suspect_chars() -> re.Pattern[str]:
 
 
 def mark_unknown_chars(text: str, marker: str) -> str:
-    """`text` with each unassigned code point or lone surrogate replaced by `marker` (one char for one, so offsets
-    stay valid); `text` itself when there is none (one C-level check for ordinary text)."""
+    """`text` with each unassigned code point or lone surrogate replaced by `marker` (offsets stay valid)."""
     if text.isascii() or text.isprintable():
         return text
     suspects = _suspect_chars().finditer(text)  # BMP unknowns, and astral chars such as emoji to look up
@@ -144,8 +140,7 @@ def _word_cut(library: str):
 
 
 def basic_spans(text: str, split_cjk: bool = True) -> Iterator[tuple[int, int]]:
-    """Character spans of BERT's basic split of normalised text: whitespace separates, each punctuation mark (and CJK
-    character when `split_cjk`) is a span of its own."""
+    """Character spans of BERT's basic split: whitespace separates, punctuation (and CJK) chars stand alone."""
     start = None
     for index, char in enumerate(text):
         alone = _is_punctuation(char) or (split_cjk and _is_cjk(char))
@@ -162,8 +157,8 @@ def basic_spans(text: str, split_cjk: bool = True) -> Iterator[tuple[int, int]]:
 
 
 class WordSplitter:
-    """Word mode's cut (as bert4keras's for WoBERT / RoFormer): jieba's words in `vocab` stay whole, others take BERT's
-    basic split. Also the fast class's pre-tokenizer: pieces are slices of the `NormalizedString` (offsets kept)."""
+    """Word mode's cut (bert4keras'): jieba's words in `vocab` stay whole, others take BERT's basic split; also the
+    fast class's pre-tokenizer."""
 
     def __init__(self, vocab: Container[str], split_cjk: bool = True, library: str | None = None) -> None:
         self.vocab, self.split_cjk = vocab, split_cjk
@@ -200,8 +195,7 @@ class WordSplitter:
         return spans
 
     def _split(self, index: int, normalized: NormalizedString) -> list[NormalizedString]:
-        """The pieces as slices of `normalized`, in O(n log n): tokenizers scans a string from its start to slice it, so
-        the text is halved at span boundaries first."""
+        """The pieces as slices of `normalized`, halving the text first: tokenizers slices from the string's start."""
         text = str(normalized)
         spans, pieces = self.spans(text), []
 

@@ -21,10 +21,8 @@ def _per_sequence(value: Any, cu_seq_lens: torch.Tensor) -> Any:
 
 
 class PaddingFreeTrainer(Trainer):
-    """`Trainer` whose evaluation and prediction see one row per sequence, as with padded batches: a packed batch's
-    token-level logits, labels (and inputs, with `include_for_metrics=["inputs"]`) are split per sequence, padded
-    with -100. Evaluation reads the data in its own order (transformers groups by length under
-    `train_sampling_strategy="group_by_length"`, so a predictions file would name the wrong rows)."""
+    """`Trainer` whose evaluation sees one row per sequence of a packed batch (padded with -100), in the data's order
+    (grouping by length would make a predictions file name the wrong rows)."""
 
     def _get_eval_sampler(self, eval_dataset: Dataset) -> Sampler | None:
         """Trainer's own choice without grouping: in order (several processes: accelerate shards it in order)."""

@@ -1,7 +1,5 @@
 """`roformer-ext-convert`: original RoFormer releases or transformers RoFormer folders -> roformer-ext folders."""
 
-from __future__ import annotations
-
 import argparse
 import errno
 import logging
@@ -39,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     original.add_argument(
         "src", metavar="SRC_DIR", help="folder with bert_config.json, bert_model.ckpt.* and vocab.txt"
     )
+    original.add_argument("--variant", choices=VARIANTS, help="force the variant instead of detecting it")
     transformers = commands.add_parser(
         "transformers",
         help="a transformers `model_type: roformer` folder or a junnyu `roformer` folder",
@@ -47,8 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     transformers.add_argument("src", metavar="SRC", help="folder with config.json and weights")
     for command in (original, transformers):
         command.add_argument("out", metavar="OUT_DIR", help="folder to create")
-        if command is original:
-            command.add_argument("--variant", choices=VARIANTS, help="force the variant instead of detecting it")
         pooler_help = (
             "activation of the pooler, which the checkpoint does not record (default: linear for sim, tanh otherwise)"
             if command is original

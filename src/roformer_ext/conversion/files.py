@@ -1,7 +1,4 @@
-"""What both converters share: one-line errors naming the source file and the problem (never a traceback), the model
-built with every key and shape checked, and the folder written from it."""
-
-from __future__ import annotations
+"""What both converters share: one-line errors naming the file, the model built with every key and shape checked."""
 
 import json
 import re
@@ -93,7 +90,6 @@ def resolve_pooler_activation(has_pooler: bool, given: str | None, default: str 
 
 def conversion_folder(src: Path, out: str | Path, force: bool, code_repo: str | None):
     """Check the arguments, then the all-or-nothing `output_folder(out)`, which may not overlap `src`."""
-
     if code_repo is not None:
         try:
             check_code_repo(code_repo)
@@ -107,8 +103,7 @@ def conversion_folder(src: Path, out: str | Path, force: bool, code_repo: str | 
 def build_model(
     architecture: str, config_kwargs: Mapping[str, Any], state: Mapping[str, torch.Tensor], config_path: Path
 ) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """Our model with `state` loaded: every expected key present with its shape and nothing left over, else one
-    error listing them all. Also returns the pooler tensors an MLM architecture does not hold."""
+    """Our model with `state` loaded (one error lists every bad key), and the pooler tensors it does not hold."""
     from .. import RoFormerExtConfig, modeling_roformer_ext
 
     try:
@@ -149,8 +144,7 @@ def save_folder(
     vocab_file: Path | None,
     do_lower_case: bool = True,
 ) -> None:
-    """Write the model (`extra` tensors added to its file), our tokenizer built from `vocab_file` (jieba word mode
-    when the vocabulary holds words), RoFormer-Sim's extras, and the model card."""
+    """Write the model (with the `extra` tensors), our tokenizer from `vocab_file`, RoFormer-Sim's extras, the card."""
     from safetensors.torch import load_file, save_file
 
     from ..similarity import sim_generation_config, write_sentence_transformers_config

@@ -1,12 +1,6 @@
-"""Convert a `model_type: roformer` folder (transformers' RoFormer, or junnyu's `roformer` package) into roformer-ext:
-an explicit key map with every shape checked; the sinusoidal table is dropped (our rotary computes it, at any length).
-
-junnyu's switches: `use_bias: false` drops every encoder bias; a `norm_type` other than "layer_norm" makes every norm
-his parameter-free `x / sqrt(mean(x^2) + eps)` and the MLM head the tied decoder alone (RoFormer-V2); a pooler
-(`roformer.pooler.dense.*`) comes with `pooler_activation` ("linear" for RoFormer-Sim).
-"""
-
-from __future__ import annotations
+"""Convert a `model_type: roformer` folder (transformers' RoFormer, or junnyu's `roformer` package) into roformer-ext
+by an explicit key map; the sinusoidal table is dropped (our rotary computes it). junnyu's `use_bias: false` drops every
+bias, a `norm_type` other than "layer_norm" means his scale-free RMS norm and a bare tied MLM decoder (RoFormer-V2)."""
 
 import logging
 import re
@@ -73,32 +67,6 @@ _HEAD_RULES = [
 #: Keys with no counterpart: the position table, and the decoder tied to the word embeddings.
 _DROPPED = re.compile(r"(encoder\.embed_positions\.weight|cls\.predictions\.decoder\.(weight|bias))$")
 
-_CONFIG_FIELDS = (
-    "vocab_size",
-    "embedding_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "rotary_value",
-    "is_decoder",
-    "add_cross_attention",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "tie_word_embeddings",
-    "use_bias",
-)
 _INTEGER_FIELDS = (
     "vocab_size",
     "embedding_size",
@@ -113,6 +81,8 @@ _INTEGER_FIELDS = (
 )
 _NUMBER_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps")
 _FLAG_FIELDS = ("rotary_value", "is_decoder", "add_cross_attention", "tie_word_embeddings", "use_bias")
+_OTHER_FIELDS = ("hidden_act", "eos_token_id", "id2label", "label2id", "problem_type")
+_CONFIG_FIELDS = _INTEGER_FIELDS + _NUMBER_FIELDS + _FLAG_FIELDS + _OTHER_FIELDS
 #: Keys only junnyu's `roformer` package writes: they tell his folders from transformers' own.
 _JUNNYU_KEYS = ("norm_type", "use_bias", "pooler_activation")
 
@@ -144,8 +114,7 @@ def _check_model_type(their: Mapping[str, Any]) -> None:
 def _architecture(their: Mapping[str, Any], keys: list[str]) -> str:
     """Ours for theirs; a pooler (RoFormer-Sim) keeps the encoder bidirectional: MLM head or bare model."""
     if _has_pooler(keys):
-        # junnyu runs Sim as RoFormerForCausalLM whose first pass (the source) is bidirectional: UniLM, which
-        # our MLM model with `unilm_attention_mask` reproduces; a causal model would not.
+        # junnyu's Sim runs a bidirectional first pass (UniLM), which our MLM model reproduces and a causal one not
         return "RoFormerExtForMaskedLM" if any(k.startswith("cls.predictions.") for k in keys) else "RoFormerExtModel"
     architectures = their.get("architectures") or ["RoFormerModel"]
     unknown = [a for a in architectures if a not in ARCHITECTURES]
@@ -201,12 +170,12 @@ def convert_transformers_state_dict(their: Mapping[str, torch.Tensor]) -> dict[s
     """Rename every tensor; the decoder bias stands in for `cls.predictions.bias` when only it was saved."""
     embeddings = their.get("roformer.embeddings.word_embeddings.weight", their.get("embeddings.word_embeddings.weight"))
     decoder = their.get("cls.predictions.decoder.weight")
-    if decoder is not None and embeddings is not None and decoder.shape == embeddings.shape:
-        if not torch.equal(decoder, embeddings):  # we drop the decoder: it must be the embeddings, tied
-            raise CheckpointConversionError(
-                "cls.predictions.decoder.weight differs from the word embeddings, but roformer-ext ties the MLM "
-                "decoder to them; an untied decoder cannot be converted."
-            )
+    same_shape = decoder is not None and embeddings is not None and decoder.shape == embeddings.shape
+    if same_shape and not torch.equal(decoder, embeddings):  # we drop the decoder: it must be the embeddings, tied
+        raise CheckpointConversionError(
+            "cls.predictions.decoder.weight differs from the word embeddings, but roformer-ext ties the MLM "
+            "decoder to them; an untied decoder cannot be converted."
+        )
     ours = {_rename(key): tensor for key, tensor in their.items()}
     ours.pop(None, None)  # keys with no counterpart
     if "cls.predictions.decoder.bias" in their and "lm_head.bias" not in ours:
@@ -276,8 +245,7 @@ def convert_transformers_checkpoint(
     command: str | None = None,
     code_repo: str | None = None,
 ) -> Path:
-    """Write our folder (config, safetensors, code, our tokenizer from vocab.txt, card) to `out`, all or nothing;
-    `pooler_activation` names a pooler's activation that config.json does not."""
+    """Write our folder (config, weights, code, tokenizer from vocab.txt, card) to `out`, all or nothing."""
     options = dict(pooler_activation=pooler_activation, code_repo=code_repo, force=force)
     command = command or command_line("transformers", src, out, **options)  # relative paths as typed
     src, out = Path(src), Path(out)
@@ -288,12 +256,8 @@ def convert_transformers_checkpoint(
         if not vocab.exists():
             vocab = None
             logger.warning(
-                "%s has no vocab.txt, so %s gets no tokenizer: put the model's vocab.txt into %s and convert "
-                "again (or save a tokenizer into %s yourself).",
-                src,
-                out,
-                src,
-                out,
+                f"{src} has no vocab.txt, so {out} gets no tokenizer: put the model's vocab.txt into {src} and "
+                f"convert again (or save a tokenizer into {out} yourself)."
             )
         settings = read_json_file(src / "tokenizer_config.json") if (src / "tokenizer_config.json").exists() else {}
         card = _model_card(src, model, kind, command)

@@ -1,7 +1,4 @@
-"""Convert the original RoFormer releases (ZhuiyiTechnology's bert4keras TF checkpoints) into roformer-ext folders:
-an explicit name map with every shape checked, and a config that keeps what bert4keras computes."""
-
-from __future__ import annotations
+"""Convert the original RoFormer releases (bert4keras TF checkpoints) by an explicit name map, every shape checked."""
 
 import logging
 import re
@@ -154,12 +151,16 @@ def _check_variables(variables: Mapping[str, tuple[int, ...]], specs: list[Varia
     raise CheckpointConversionError("\n".join(lines))
 
 
+_REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+_INTEGER_KEYS = (*_REQUIRED_KEYS, "embedding_size", "type_vocab_size", "max_position_embeddings")
+_NUMBER_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+
+
 def _sizes(bert_config: Mapping[str, Any]) -> dict[str, int]:
-    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    missing = [k for k in required if k not in bert_config]
+    missing = [k for k in _REQUIRED_KEYS if k not in bert_config]
     if missing:
         raise CheckpointConversionError(f"bert_config.json lacks {', '.join(missing)}.")
-    sizes = {k: int(bert_config[k]) for k in required}
+    sizes = {k: int(bert_config[k]) for k in _REQUIRED_KEYS}
     sizes["embedding_size"] = int(bert_config.get("embedding_size") or sizes["hidden_size"])
     sizes["type_vocab_size"] = int(bert_config.get("type_vocab_size", 2))
     return sizes
@@ -217,27 +218,13 @@ def plan_conversion(
     pooler = resolve_pooler_activation(has_pooler, pooler_activation, default, "bert/pooler/dense")
     specs = map_original_variables(bert_config, variant, has_pooler, has_head)
     _check_variables(variables, specs, variant)
-    architecture = (
-        "RoFormerExtForCausalLM" if variant == "gpt" else "RoFormerExtForMaskedLM" if has_head else "RoFormerExtModel"
-    )
+    architecture = "RoFormerExtForMaskedLM" if has_head else "RoFormerExtModel"
+    architecture = "RoFormerExtForCausalLM" if variant == "gpt" else architecture
     config_kwargs = original_config_kwargs(bert_config, variant, pooler, pad_token_id)
     if variant == "sim" and has_head:  # the generator: AutoModelForCausalLM loads it as bert4keras' application='unilm'
         config_kwargs["decoder_attention"] = "unilm"
     ignored = sorted(n for n in variables if _is_ignored(n))
     return ConversionPlan(variant, architecture, config_kwargs, specs, ignored)
-
-
-_INTEGER_KEYS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "embedding_size",
-    "type_vocab_size",
-    "max_position_embeddings",
-)
-_NUMBER_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
 
 def convert_original_checkpoint(
@@ -249,8 +236,7 @@ def convert_original_checkpoint(
     command: str | None = None,
     code_repo: str | None = None,
 ) -> Path:
-    """Convert the release folder `src` into `out` (all or nothing); `variant` is detected when None (gpt only when
-    asked for); `command` is what the model card records; with `code_repo` the folder loads its code from there."""
+    """Convert the release folder `src` into `out`, all or nothing; `variant` None: detected (never gpt)."""
     options = dict(variant=variant, pooler_activation=pooler_activation, code_repo=code_repo, force=force)
     command = command or command_line("original", src, out, **options)  # relative paths as typed
     src, out = Path(src), Path(out)

@@ -1,9 +1,5 @@
-"""All-or-nothing output folders, which never delete what they did not write: everything goes into a hidden sibling
-`.OUT.partial-PID-HEX8`, renamed to OUT once complete and removed on any error. Deleted are only OUT with `force`
-(when empty or an earlier roformer-ext output, never a source) and our own siblings whose process is gone.
-"""
-
-from __future__ import annotations
+"""All-or-nothing output folders written into a hidden sibling `.OUT.partial-PID-HEX8`, renamed to OUT once complete;
+deleted are only that sibling, OUT with `force` (empty or our earlier output) and our siblings whose process is gone."""
 
 import hashlib
 import json
@@ -106,8 +102,7 @@ def _process_alive(pid: int) -> bool:
 
 
 def clear_leftovers(out: Path) -> None:
-    """Remove our siblings of `out` whose process is gone (`.partial` being written, `.old` moved aside); an `.old`
-    one that is the only copy of OUT is an error."""
+    """Remove our siblings of `out` whose process is gone; an `.old` one that is the only copy of OUT is an error."""
     if not out.parent.is_dir():
         return
     pattern = re.compile(rf"\.{re.escape(sibling_stem(out))}\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{{8}}")
@@ -172,8 +167,7 @@ def _swap_in(tmp: Path, out: Path, tag: str) -> None:
 def output_folder(
     out: str | os.PathLike, force: bool = False, sources: Iterable[str | os.PathLike] = ()
 ) -> Iterator[Path]:
-    """Yield an empty temporary folder next to `out`; on success it becomes `out` (replacing an old one only
-    then), on error it is deleted. `out` may not overlap any of `sources`; an existing one needs `force`."""
+    """Yield an empty folder next to `out` that becomes `out` on success and is deleted on error."""
     out = Path(out).absolute()
     refuse_long_names(out)
     refuse_overlap(out, sources)

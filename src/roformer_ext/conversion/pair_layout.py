@@ -1,8 +1,5 @@
-"""Switch a model between the interleaved and half RoPE pair layouts without changing what it computes: rotating
-pairs (2i, 2i+1) equals rotating pairs (i, i+d/2) of the dims reordered, so each head's q/k projection rows (and v rows
-and output columns with `rotary_value`) are permuted."""
-
-from __future__ import annotations
+"""Switch a model between the interleaved and half RoPE pair layouts without changing what it computes, by permuting
+each head's q/k rows (v rows and output columns too with `rotary_value`)."""
 
 import torch
 from torch import nn

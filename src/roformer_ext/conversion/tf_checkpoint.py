@@ -5,8 +5,6 @@ a `BundleHeaderProto`, every other key a variable's `BundleEntryProto` (dtype, s
 locating its bytes in `PREFIX.data-0000i-of-0000n`. Supported: uncompressed blocks, whole numeric tensors.
 """
 
-from __future__ import annotations
-
 import functools
 import os
 from collections.abc import Iterator
@@ -26,15 +24,12 @@ class _FormatError(Exception):
     """Malformed bytes; the reader re-raises it as TFCheckpointError with the file name."""
 
 
-# --------------------------------------------------------------------------------------------- crc32c
-# Castagnoli CRC, vectorised with numpy: the buffer is cut into N equal chunks whose CRCs advance together
+# crc32c: Castagnoli CRC, vectorised with numpy: the buffer is cut into N equal chunks whose CRCs advance together
 # one byte per step, then merged pairwise. Merging works because the CRC register is linear over GF(2): the
 # register after `A || B` equals Z_|B|(register after A) xor crc_from_zero(B), Z_n being "feed n zero bytes".
 
 _CRC_POLY = 0x82F63B78
 _CRC_MASK_DELTA = 0xA282EAD8
-
-
 _CRC_TABLE = np.arange(256, dtype=np.uint32)
 for _ in range(8):
     _CRC_TABLE = np.where(_CRC_TABLE & 1, (_CRC_TABLE >> 1) ^ np.uint32(_CRC_POLY), _CRC_TABLE >> 1).astype(np.uint32)
@@ -94,7 +89,6 @@ def mask_crc(crc: int) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
-# ------------------------------------------------------------------------------------- protobuf wire
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
@@ -137,7 +131,7 @@ def _proto_fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
         yield number, value
 
 
-# ------------------------------------------------------------------------------------------ SSTable
+#: The index file is a LevelDB table.
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_SIZE = 48  # two block handles padded to 40 bytes + 8-byte magic
 _BLOCK_TRAILER = 5  # compression type byte + masked crc32c
@@ -196,7 +190,6 @@ def _read_table(raw: bytes) -> list[tuple[bytes, bytes]]:
     return entries
 
 
-# ------------------------------------------------------------------------------------------- bundle
 #: TF DataType enum -> numpy dtype; bfloat16 is read as its 16 bits, then widened to float32 (numpy has no bfloat16).
 _DTYPES = {code: np.dtype(name) for code, name in {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8",
            10: "?", 14: "<u2", 17: "<u2", 19: "<f2", 22: "<u4", 23: "<u8"}.items()}  # fmt: skip
@@ -247,7 +240,6 @@ def _parse_entry(name: str, buf: bytes) -> TensorEntry:
     return TensorEntry(name, **fields)
 
 
-# ------------------------------------------------------------------------------------------- reader
 def _state_file_prefix(folder: Path) -> Path | None:
     """The prefix a `checkpoint` state file names; an absolute path of the training machine falls back to the folder."""
     state = folder / "checkpoint"
@@ -287,8 +279,7 @@ def resolve_checkpoint_prefix(path: str | os.PathLike) -> Path:
 
 
 class TFCheckpointReader:
-    """The variables of one TF V2 checkpoint: `variables` maps names to shapes (`tf.train.list_variables`),
-    `get_tensor(name)` reads one as a numpy array (`tf.train.load_variable`), checking bounds, size and crc32c."""
+    """One TF V2 checkpoint: `variables` (names -> shapes) and `get_tensor(name)`, as `tf.train` gives them."""
 
     def __init__(self, path: str | os.PathLike):
         self.prefix = resolve_checkpoint_prefix(path)
@@ -303,9 +294,8 @@ class TFCheckpointReader:
             self._entries = {k.decode("utf-8"): _parse_entry(k.decode("utf-8"), v) for k, v in table[1:]}
         except (_FormatError, UnicodeDecodeError) as err:
             raise TFCheckpointError(f"Corrupted checkpoint index {self.index_path}: {err}.") from None
-        self.shard_paths = [
-            Path(f"{self.prefix}.data-{i:05d}-of-{self.num_shards:05d}") for i in range(self.num_shards)
-        ]
+        shards = range(self.num_shards)
+        self.shard_paths = [Path(f"{self.prefix}.data-{i:05d}-of-{self.num_shards:05d}") for i in shards]
         missing = [str(p) for p in self.shard_paths if not p.is_file()]
         if missing:
             raise TFCheckpointError(f"Missing checkpoint data shard(s): {', '.join(missing)}.")
@@ -352,9 +342,8 @@ class TFCheckpointReader:
             raw = handle.read(entry.size)
         if len(raw) != entry.size:
             raise TFCheckpointError(
-                f"Truncated checkpoint data {shard}: {name!r} needs bytes "
-                f"[{entry.offset}, {entry.offset + entry.size}) "
-                f"but the file has {shard.stat().st_size} bytes. Download it again."
+                f"Truncated checkpoint data {shard}: {name!r} needs bytes [{entry.offset}, {entry.offset + entry.size})"
+                f" but the file has {shard.stat().st_size} bytes. Download it again."
             )
         if verify_checksum and entry.masked_crc32c is not None and mask_crc(crc32c(raw)) != entry.masked_crc32c:
             raise TFCheckpointError(
