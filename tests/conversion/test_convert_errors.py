@@ -5,6 +5,7 @@ import importlib
 import json
 import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -139,12 +140,8 @@ def test_unwritable_output_is_one_line(tmp_path, capsys, command, monkeypatch):
     """An OSError from the file system (here a full disk while saving) is one line naming the path and the fix."""
     output_folder = importlib.import_module("roformer_ext.conversion.output_folder")  # the module, not the function
     src = SOURCES[command](tmp_path)
-    before = snapshot(src)
-
-    def full_disk(tmp, out, tag):
-        raise OSError(errno.ENOSPC, "No space left on device", str(out))
-
-    monkeypatch.setattr(output_folder, "_swap_in", full_disk)
+    before, full_disk = snapshot(src), OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out"))
+    monkeypatch.setattr(output_folder, "_swap_in", mock.Mock(side_effect=full_disk))
     assert main([command, str(src), str(tmp_path / "out")]) == 1
     line = error_line(capsys)
     assert "No space left on device" in line and str(tmp_path / "out") in line and "free some space" in line

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_convert_original import FIXTURES, INPUTS, assert_generator, assert_reproduces
+from test_convert_original import FIXTURES, INPUTS, assert_generator, assert_reproduces, fixture_config
 from test_from_transformers import their_model
 from transformers import AutoModel
 
@@ -45,10 +45,8 @@ def junnyu_name(tf_name: str) -> str:
     """junnyu's state-dict key for a bert4keras variable (his TF loader's naming rule)."""
     parts = []
     for part in tf_name.replace("bert", "roformer").split("/"):
-        layer = re.fullmatch(r"layer_(\d+)", part)
-        parts += (
-            ["layer", layer[1]] if layer else [{"kernel": "weight", "gamma": "weight", "beta": "bias"}.get(part, part)]
-        )
+        layer, renamed = re.fullmatch(r"layer_(\d+)", part), {"kernel": "weight", "gamma": "weight", "beta": "bias"}
+        parts += ["layer", layer[1]] if layer else [renamed.get(part, part)]
     if parts[-1] == "output_bias":  # cls/predictions/output_bias -> the predictions' bias
         parts[-1] = "bias"
     if parts[-1].endswith("_embeddings"):
@@ -66,14 +64,11 @@ def junnyu_state(name: str) -> dict[str, torch.Tensor]:
     """What junnyu's model holds after loading the release: renamed variables, table, tied decoder (and bias)."""
     state = {}
     for tf_name, array in read_tf_checkpoint(FIXTURES / name).items():
-        state[junnyu_name(tf_name)] = torch.from_numpy(
-            np.ascontiguousarray(array.T if tf_name.endswith("kernel") else array)
-        )
-    bert_config = json.loads((FIXTURES / name / "bert_config.json").read_text())
-    head_dim = bert_config["hidden_size"] // bert_config["num_attention_heads"]
-    state["roformer.encoder.embed_positions.weight"] = sinusoidal_table(
-        bert_config["max_position_embeddings"], head_dim
-    )
+        array = array.T if tf_name.endswith("kernel") else array
+        state[junnyu_name(tf_name)] = torch.from_numpy(np.ascontiguousarray(array))
+    config = fixture_config(name)
+    table = sinusoidal_table(config["max_position_embeddings"], config["hidden_size"] // config["num_attention_heads"])
+    state["roformer.encoder.embed_positions.weight"] = table
     if name != "roformer_sim_ft":  # his MLM head: the decoder tied to the embeddings (v1: the bias tied too)
         state["cls.predictions.decoder.weight"] = state["roformer.embeddings.word_embeddings.weight"]
         if "cls.predictions.bias" in state:
@@ -85,17 +80,9 @@ def junnyu_state(name: str) -> dict[str, torch.Tensor]:
 
 def junnyu_config(name: str) -> dict:
     layout = LAYOUTS[name]
-    bert_config = json.loads((FIXTURES / name / "bert_config.json").read_text())
-    return {
-        **bert_config,
-        "model_type": "roformer",
-        "architectures": [layout["architecture"]],
-        "embedding_size": bert_config["hidden_size"],
-        "layer_norm_eps": 1e-12,
-        "pad_token_id": 0,
-        "rotary_value": False,
-        **layout["config"],
-    }
+    bert_config = fixture_config(name)
+    his = dict(model_type="roformer", architectures=[layout["architecture"]], embedding_size=bert_config["hidden_size"])
+    return {**bert_config, **his, "layer_norm_eps": 1e-12, "pad_token_id": 0, "rotary_value": False, **layout["config"]}
 
 
 def write_junnyu_folder(name: str, folder: Path, config: dict | None = None, state: dict | None = None) -> Path:
@@ -184,9 +171,8 @@ def test_detection_of_transformers_folders():
 
 def test_junnyu_key_names():
     """The helper's names are his: spot checks against the names his modeling_roformer.py defines."""
-    assert junnyu_name("bert/encoder/layer_1/attention/self/query/kernel") == (
-        "roformer.encoder.layer.1.attention.self.query.weight"
-    )
+    query = "roformer.encoder.layer.1.attention.self.query.weight"
+    assert junnyu_name("bert/encoder/layer_1/attention/self/query/kernel") == query
     assert junnyu_name("bert/embeddings/word_embeddings") == "roformer.embeddings.word_embeddings.weight"
     assert junnyu_name("bert/encoder/layer_0/output/LayerNorm/beta") == "roformer.encoder.layer.0.output.LayerNorm.bias"
     assert junnyu_name("cls/predictions/output_bias") == "cls.predictions.bias"

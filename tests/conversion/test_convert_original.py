@@ -192,14 +192,12 @@ def test_written_folder(converted, name):
     # spot checks of the map itself: a transposed kernel, a norm, a bias, the pooler and the tied decoder
     tf, saved = read_tf_checkpoint(FIXTURES / name), load_file(folder / "model.safetensors")
     prefix = "" if architecture == "RoFormerExtModel" else "roformer."
-    pairs = [("layers.1.attention.query.weight", "layer_1/attention/self/query/kernel")]
-    pairs += [("layers.1.output_norm.weight", "layer_1/output/LayerNorm/gamma")] * (variant != "v2")
-    pairs += [("layers.0.feed_forward.output.bias", "layer_0/output/dense/bias")] * (variant != "v2")
-    for ours, theirs in pairs:
-        array = tf[f"bert/encoder/{theirs}"]
+    pairs = [("layers.1.attention.query.weight", "encoder/layer_1/attention/self/query/kernel")]
+    pairs += [("layers.1.output_norm.weight", "encoder/layer_1/output/LayerNorm/gamma")] * (variant != "v2")
+    pairs += [("layers.0.feed_forward.output.bias", "encoder/layer_0/output/dense/bias")] * (variant != "v2")
+    for ours, theirs in pairs + [("pooler.dense.weight", "pooler/dense/kernel")] * bool(pooler):
+        array = tf[f"bert/{theirs}"]
         np.testing.assert_array_equal(saved[prefix + ours].numpy(), array.T if theirs.endswith("kernel") else array)
-    if pooler:
-        np.testing.assert_array_equal(saved[f"{prefix}pooler.dense.weight"].numpy(), tf["bert/pooler/dense/kernel"].T)
     if architecture == "RoFormerExtForMaskedLM":
         model = AutoModelForMaskedLM.from_pretrained(folder)
         assert model.lm_head.decoder.weight.data_ptr() == model.roformer.embeddings.word_embeddings.weight.data_ptr()
@@ -428,21 +426,18 @@ def test_cli_help_and_bad_variant(capsys):
 
 def test_output_folder_is_all_or_nothing(tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(RuntimeError):
-        with output_folder(out) as tmp:
-            (tmp / "half.json").write_text("{}")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), output_folder(out) as tmp:
+        (tmp / "half.json").write_text("{}")
+        raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
     with output_folder(out) as tmp:
         assert tmp.parent == tmp_path and tmp != out and not out.exists()
         (tmp / "config.json").write_text('{"model_type": "roformer_ext"}')  # what a converter writes
     assert [p.name for p in out.iterdir()] == ["config.json"]
-    with pytest.raises(OutputExistsError):
-        with output_folder(out):
-            pass
-    with pytest.raises(KeyboardInterrupt):  # force keeps the old folder until the new one is complete
-        with output_folder(out, force=True) as tmp:
-            raise KeyboardInterrupt
+    with pytest.raises(OutputExistsError), output_folder(out):
+        pass
+    with pytest.raises(KeyboardInterrupt), output_folder(out, force=True):
+        raise KeyboardInterrupt  # with force, the old folder stays until the new one is complete
     assert [p.name for p in out.iterdir()] == ["config.json"]
     with output_folder(out, force=True) as tmp:
         (tmp / "new.json").write_text("{}")
@@ -452,7 +447,6 @@ def test_output_folder_is_all_or_nothing(tmp_path):
     with output_folder(tmp_path / "empty", force=True) as tmp:
         (tmp / "new.json").write_text("{}")
     assert [p.name for p in (tmp_path / "empty").iterdir()] == ["new.json"]
-    with pytest.raises(OutputExistsError, match="is not a roformer-ext folder"):  # new.json is no converter output
-        with output_folder(out, force=True):
-            pass
+    with pytest.raises(OutputExistsError, match="is not a roformer-ext folder"), output_folder(out, force=True):
+        pass  # new.json is no converter output
     assert [p.name for p in out.iterdir()] == ["new.json"]

@@ -44,36 +44,26 @@ def error_line(capsys) -> str:
 
 @pytest.mark.parametrize("command", SOURCES)
 @pytest.mark.parametrize(
-    ("out", "phrase"),
+    ("source", "out", "phrase"),
     [
-        ("{src}", "is the source folder"),
-        ("{src}/converted", "is inside the source folder"),
-        ("{tmp}", "contains the source folder {src}"),  # replaced whole, SRC and its siblings would go with it
+        ("{src}", "{src}", "is the source folder"),
+        ("{src}", "{src}/converted", "is inside the source folder"),
+        ("{src}", "{tmp}", "contains the source folder {src}"),  # replaced whole, SRC and its siblings would go with it
+        ("{src}", "{tmp}/alias", "is the source folder"),  # symlinks and relative paths are resolved
+        ("{tmp}/alias", "{tmp}/parent_alias", "contains the source folder"),
+        (".", "../{name}", "is the source folder"),  # run from inside SRC
     ],
 )
-def test_out_overlapping_src_is_refused_even_with_force(tmp_path, capsys, command, out, phrase):
+def test_out_overlapping_src_is_refused_even_with_force(tmp_path, capsys, monkeypatch, command, source, out, phrase):
     src = SOURCES[command](tmp_path)
     (tmp_path / "sibling.txt").write_text("unrelated work")
-    before = snapshot(tmp_path)
-    assert main([command, str(src), out.format(src=src, tmp=tmp_path), "--force"]) == 1
-    assert phrase.format(src=src) in error_line(capsys)
-    assert snapshot(tmp_path) == before
-
-
-@pytest.mark.parametrize("command", SOURCES)
-def test_symlinks_and_relative_paths_are_resolved(tmp_path, capsys, command, monkeypatch):
-    src = SOURCES[command](tmp_path)
     (tmp_path / "alias").symlink_to(src, target_is_directory=True)
     (tmp_path / "parent_alias").symlink_to(tmp_path, target_is_directory=True)
-    before = snapshot(src)
-    assert main([command, str(src), str(tmp_path / "alias"), "--force"]) == 1
-    assert "is the source folder" in error_line(capsys)
-    assert main([command, str(tmp_path / "alias"), str(tmp_path / "parent_alias"), "--force"]) == 1
-    assert "contains the source folder" in error_line(capsys)
+    before, paths = snapshot(tmp_path), dict(src=src, tmp=tmp_path, name=src.name)
     monkeypatch.chdir(src)
-    assert main([command, ".", f"../{src.name}", "--force"]) == 1
-    assert "is the source folder" in error_line(capsys)
-    assert snapshot(src) == before and (tmp_path / "alias").is_symlink()
+    assert main([command, source.format(**paths), out.format(**paths), "--force"]) == 1
+    assert phrase.format(src=src) in error_line(capsys)
+    assert snapshot(tmp_path) == before and (tmp_path / "alias").is_symlink()
 
 
 @pytest.mark.parametrize("command", SOURCES)

@@ -47,14 +47,11 @@ def outputs_of(model, class_name, implementation):
     with torch.no_grad():
         out = model(input_ids, **kwargs)
     mask = kwargs["attention_mask"]
-    result = {}
-    for name in ("last_hidden_state", "logits", "start_logits", "end_logits"):
-        value = getattr(out, name, None)
-        if value is None:
-            continue
+    names = ("last_hidden_state", "logits", "start_logits", "end_logits")
+    result = {name: getattr(out, name) for name in names if getattr(out, name, None) is not None}
+    for name, value in result.items():
         if value.dim() >= 2 and value.shape[:2] == mask.shape:  # per-token: compare real tokens only
-            value = value * mask.reshape(*mask.shape, *([1] * (value.dim() - 2)))
-        result[name] = value
+            result[name] = value * mask.reshape(*mask.shape, *([1] * (value.dim() - 2)))
     return result
 
 
@@ -116,9 +113,8 @@ def test_python_dash_m_writes_a_loadable_folder(tmp_path):
     command = [sys.executable, "-m", "roformer_ext.conversion", "transformers", str(src), str(out)]
     result = subprocess.run(command, check=True, capture_output=True, text=True)
     line = "roformer-ext-convert: Detected transformers RoFormer -> RoFormerExtForSequenceClassification.\n"
-    assert (
-        line in result.stderr and "roformer-ext-convert transformers theirs ours\n" in (out / "README.md").read_text()
-    )
+    assert line in result.stderr
+    assert "roformer-ext-convert transformers theirs ours\n" in (out / "README.md").read_text()
     assert_no_local_paths(out, tmp_path)  # the card records folder names only: it can be published as it is
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "roformer_ext" and "AutoModelForSequenceClassification" in config["auto_map"]

@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 from test_convert_original import DATA, FIXTURES, INDEX, copy_fixture
 from tf_checkpoint_writer import write_tf_checkpoint
 
-from roformer_ext.conversion import CheckpointConversionError
-from roformer_ext.conversion.tf_checkpoint import (
-    TFCheckpointError,
-    TFCheckpointReader,
-    crc32c,
-    read_tf_checkpoint,
-    resolve_checkpoint_prefix,
-)
+from roformer_ext.conversion import CheckpointConversionError, tf_checkpoint
+from roformer_ext.conversion.tf_checkpoint import TFCheckpointError, TFCheckpointReader, crc32c, read_tf_checkpoint
 
 VARIABLE_COUNTS = {"roformer_v1": 41, "roformer_v2": 14, "roformer_sim": 43, "roformer_sim_ft": 38}
 
@@ -67,15 +61,15 @@ def test_reads_tensorflow_written_fixture(name):
 def test_prefix_forms_resolve_to_the_same_checkpoint(tmp_path):
     folder = FIXTURES / "roformer_v2"
     prefix = folder / "bert_model.ckpt"
-    assert resolve_checkpoint_prefix(folder) == prefix
-    assert resolve_checkpoint_prefix(prefix) == prefix
-    assert resolve_checkpoint_prefix(folder / INDEX) == prefix
+    assert tf_checkpoint.resolve_checkpoint_prefix(folder) == prefix
+    assert tf_checkpoint.resolve_checkpoint_prefix(prefix) == prefix
+    assert tf_checkpoint.resolve_checkpoint_prefix(folder / INDEX) == prefix
     # a `checkpoint` state file with the absolute path of the training machine, or none at all
     moved = copy_fixture("roformer_v2", tmp_path / "moved")
     (moved / "checkpoint").write_text('model_checkpoint_path: "/data/train/bert_model.ckpt"\n')
-    assert resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
+    assert tf_checkpoint.resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
     (moved / "checkpoint").unlink()
-    assert resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
+    assert tf_checkpoint.resolve_checkpoint_prefix(moved) == moved / "bert_model.ckpt"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")

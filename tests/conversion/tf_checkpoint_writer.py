@@ -6,18 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from roformer_ext.conversion.tf_checkpoint import (
-    _BFLOAT16,
-    _DTYPES,
-    _FOOTER_SIZE,
-    _TABLE_MAGIC,
-    TensorEntry,
-    TFCheckpointError,
-    crc32c,
-    mask_crc,
-)
+from roformer_ext.conversion import tf_checkpoint as tf
 
-_WRITE_CODES = {dtype.str: code for code, dtype in _DTYPES.items() if code != _BFLOAT16}
+_WRITE_CODES = {dtype.str: code for code, dtype in tf._DTYPES.items() if code != tf._BFLOAT16}
 
 
 def _varint(value: int) -> bytes:
@@ -31,7 +22,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _entry_bytes(entry: TensorEntry) -> bytes:
+def _entry_bytes(entry: tf.TensorEntry) -> bytes:
     shape = b"".join(b"\x12" + _varint(len(d)) + d for d in (b"\x08" + _varint(n) for n in entry.shape))
     out = b"\x08" + _varint(entry.dtype_code) + b"\x12" + _varint(len(shape)) + shape
     if entry.offset:
@@ -53,7 +44,7 @@ def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
 
 def _append_block(out: bytearray, block: bytes) -> bytes:
     handle = _varint(len(out)) + _varint(len(block))
-    out += block + b"\x00" + mask_crc(crc32c(block + b"\x00")).to_bytes(4, "little")
+    out += block + b"\x00" + tf.mask_crc(tf.crc32c(block + b"\x00")).to_bytes(4, "little")
     return handle
 
 
@@ -62,8 +53,8 @@ def _build_table(entries: list[tuple[bytes, bytes]]) -> bytes:
     data_handle = _append_block(out, _block(entries))
     meta_handle = _append_block(out, _block([]))
     index_handle = _append_block(out, _block([(entries[-1][0], data_handle)] if entries else []))
-    footer = (meta_handle + index_handle).ljust(_FOOTER_SIZE - 8, b"\x00")
-    return bytes(out + footer + _TABLE_MAGIC.to_bytes(8, "little"))
+    footer = (meta_handle + index_handle).ljust(tf._FOOTER_SIZE - 8, b"\x00")
+    return bytes(out + footer + tf._TABLE_MAGIC.to_bytes(8, "little"))
 
 
 def write_tf_checkpoint(prefix: str | os.PathLike, tensors: Mapping[str, np.ndarray]) -> Path:
@@ -75,16 +66,15 @@ def write_tf_checkpoint(prefix: str | os.PathLike, tensors: Mapping[str, np.ndar
         little = array.astype(array.dtype.newbyteorder("<"), copy=False)
         code = _WRITE_CODES.get(little.dtype.str)
         if code is None:
-            raise TFCheckpointError(f"Cannot write {name!r}: dtype {array.dtype} has no TF checkpoint code here.")
+            raise tf.TFCheckpointError(f"Cannot write {name!r}: dtype {array.dtype} has no TF checkpoint code here.")
         raw = little.tobytes()
-        entry = TensorEntry(name, code, tuple(array.shape), 0, len(data), len(raw), mask_crc(crc32c(raw)))
+        entry = tf.TensorEntry(name, code, tuple(array.shape), 0, len(data), len(raw), tf.mask_crc(tf.crc32c(raw)))
         entries.append((name.encode("utf-8"), _entry_bytes(entry)))
         data += raw
     header = b"\x08\x01" + b"\x1a\x02\x08\x01"  # num_shards 1, little endian (default), version {producer: 1}
     prefix.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{prefix}.index").write_bytes(_build_table([(b"", header), *entries]))
     Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
-    (prefix.parent / "checkpoint").write_text(
-        f'model_checkpoint_path: "{prefix.name}"\nall_model_checkpoint_paths: "{prefix.name}"\n', encoding="utf-8"
-    )
+    state = f'model_checkpoint_path: "{prefix.name}"\nall_model_checkpoint_paths: "{prefix.name}"\n'
+    (prefix.parent / "checkpoint").write_text(state, encoding="utf-8")
     return prefix
