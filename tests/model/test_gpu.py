@@ -3,6 +3,8 @@
 import pytest
 import torch
 from conftest import random_inputs, tiny_config
+from transformers import DataCollatorWithFlattening
+from transformers.utils import is_flash_attn_2_available
 
 from roformer_ext import RoFormerExtModel
 from roformer_ext.conversion.pair_layout import convert_pair_layout
@@ -24,8 +26,6 @@ def test_interleaved_checkpoint_through_half_layout_on_cuda():
 
 @cuda
 def test_flash_attention_2_matches_sdpa():
-    from transformers.utils import is_flash_attn_2_available
-
     torch.manual_seed(0)
     config = tiny_config(rope_parameters={"pair_layout": "half"})
     sdpa = RoFormerExtModel(config).cuda().to(torch.bfloat16).eval()
@@ -48,9 +48,6 @@ def test_flash_attention_2_matches_sdpa():
 @pytest.mark.parametrize("decoder", [False, True])
 def test_flash_attention_2_varlen_packed_equals_padded(decoder):
     """DataCollatorWithFlattening's row on flash_attention_2 (varlen kernel) equals the padded batch per sequence."""
-    from transformers import DataCollatorWithFlattening
-    from transformers.utils import is_flash_attn_2_available
-
     if not is_flash_attn_2_available():
         pytest.skip("flash-attn is not installed on this CUDA machine")
     torch.manual_seed(0)
