@@ -118,4 +118,6 @@ def test_slow_ids_equal_fast_ids(segmenter, texts, pair):
         if start < end and text[start:end] in _ODD:
             assert token == "[UNK]"  # an odd code point is never part of a longer token
     assert fast(texts)["input_ids"] == slow(texts)["input_ids"]
-    assert fast(text, pair)["input_ids"] == slow(text, pair)["input_ids"]
+    pair_encoding = fast(text, pair)
+    assert pair_encoding.data == slow(text, pair).data  # ids, token types, mask
+    assert pair_encoding["input_ids"][0] == fast.cls_token_id and pair_encoding["input_ids"][-1] == fast.sep_token_id
