@@ -140,7 +140,8 @@ def test_unwritable_output_is_one_line(tmp_path, capsys, command, monkeypatch):
     """An OSError from the file system (here a full disk while saving) is one line naming the path and the fix."""
     output_folder = importlib.import_module("roformer_ext.conversion.output_folder")  # the module, not the function
     src = SOURCES[command](tmp_path)
-    before, full_disk = snapshot(src), OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out"))
+    before = snapshot(src)
+    full_disk = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out"))
     monkeypatch.setattr(output_folder, "_swap_in", mock.Mock(side_effect=full_disk))
     assert main([command, str(src), str(tmp_path / "out")]) == 1
     line = error_line(capsys)

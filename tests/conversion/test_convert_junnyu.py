@@ -41,12 +41,15 @@ LAYOUTS = {
 }  # fmt: skip
 
 
+HIS_NAMES = {"kernel": "weight", "gamma": "weight", "beta": "bias"}
+
+
 def junnyu_name(tf_name: str) -> str:
     """junnyu's state-dict key for a bert4keras variable (his TF loader's naming rule)."""
     parts = []
     for part in tf_name.replace("bert", "roformer").split("/"):
-        layer, renamed = re.fullmatch(r"layer_(\d+)", part), {"kernel": "weight", "gamma": "weight", "beta": "bias"}
-        parts += ["layer", layer[1]] if layer else [renamed.get(part, part)]
+        layer = re.fullmatch(r"layer_(\d+)", part)
+        parts += ["layer", layer[1]] if layer else [HIS_NAMES.get(part, part)]
     if parts[-1] == "output_bias":  # cls/predictions/output_bias -> the predictions' bias
         parts[-1] = "bias"
     if parts[-1].endswith("_embeddings"):

@@ -108,7 +108,7 @@ def run_outputs(folder: Path, reference, name: str) -> dict[str, torch.Tensor]:
     base = AutoModel.from_pretrained(folder).eval()
     mlm = "RoFormerExtForMaskedLM" in base.config.architectures and AutoModelForMaskedLM.from_pretrained(folder).eval()
     outputs = {}
-    for prefix in ("", "unilm_")[: 1 + any(k.startswith(f"{name}/unilm_") for k in reference.files)]:
+    for prefix in ["", "unilm_"] if any(k.startswith(f"{name}/unilm_") for k in reference.files) else [""]:
         batch = inputs_of(reference, name)
         if prefix:
             batch["attention_mask"] = unilm_attention_mask(batch["token_type_ids"], batch["attention_mask"])

@@ -59,7 +59,8 @@ def test_out_overlapping_src_is_refused_even_with_force(tmp_path, capsys, monkey
     (tmp_path / "sibling.txt").write_text("unrelated work")
     (tmp_path / "alias").symlink_to(src, target_is_directory=True)
     (tmp_path / "parent_alias").symlink_to(tmp_path, target_is_directory=True)
-    before, paths = snapshot(tmp_path), dict(src=src, tmp=tmp_path, name=src.name)
+    before = snapshot(tmp_path)
+    paths = dict(src=src, tmp=tmp_path, name=src.name)
     monkeypatch.chdir(src)
     assert main([command, source.format(**paths), out.format(**paths), "--force"]) == 1
     assert phrase.format(src=src) in error_line(capsys)
