@@ -1,5 +1,4 @@
-"""PEFT LoRA on roformer-ext models: the documented target names, adapters that reload equal on a fresh base, merged
-weights equal to the unmerged adapter (both pair layouts, padded and packed batches, generation)."""
+"""PEFT LoRA: the documented target names, adapters reloaded on a fresh base, merged weights equal the adapter."""
 
 import pytest
 import torch
@@ -13,9 +12,7 @@ LAYOUTS = ["interleaved", "half"]
 
 
 def layout_config(layout: str, **overrides):
-    return tiny_config(
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "pair_layout": layout}, **overrides
-    )
+    return tiny_config(rope_parameters={"rope_type": "default", "pair_layout": layout}, **overrides)
 
 
 def lora_model(model, task_type, seed: int = 1, **kwargs):
@@ -40,8 +37,8 @@ def test_documented_names_pick_each_family_and_no_other():
         RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS", families="all")
     )
     per_layer = {name.split("layers.0.")[-1] for name in lora_layers(everything) if "layers.0." in name}
-    assert per_layer == {*(f"attention.{p}" for p in ("query", "key", "value", "output")), "feed_forward.intermediate",
-                         "feed_forward.output"}  # fmt: skip
+    attention = {f"attention.{p}" for p in ("query", "key", "value", "output")}
+    assert per_layer == attention | {"feed_forward.intermediate", "feed_forward.output"}
     assert sum(len(names) for names in LORA_TARGET_MODULES.values()) == len(per_layer) + 3  # + cross-attention q/k/v
     # PEFT's own "all-linear" works too and leaves the tied LM decoder out: 6 per layer + the LM transform
     names = lora_layers(get_peft_model(RoFormerExtForMaskedLM(tiny_config()), LoraConfig(target_modules="all-linear")))
@@ -49,22 +46,18 @@ def test_documented_names_pick_each_family_and_no_other():
 
 
 def test_attention_family_leaves_tupe_position_projections_out_and_takes_cross_attention():
-    """Defect (issue #31, 4): a bare `query` / `key` also caught TUPE's position projections. The family takes exactly
-    the self- and cross-attention q, k, v of every layer."""
+    """Issue #31, 4: exactly the self- and cross-attention q, k, v; a bare `query` also caught TUPE's projections."""
     config = tiny_config(position_encoding="tupe", is_decoder=True, add_cross_attention=True)
     peft_model = get_peft_model(RoFormerExtForCausalLM(config), lora_config("CAUSAL_LM", families="attention"))
     names = [name.split("roformer.")[-1] for name in lora_layers(peft_model)]
     assert not any("position_encoding" in name for name in names)
-    kinds = ("attention", "crossattention")
-    expected = [
-        f"layers.{i}.{k}.{p}" for i in range(config.num_hidden_layers) for k in kinds for p in ("query", "key", "value")
-    ]
+    layers, kinds = range(config.num_hidden_layers), ("attention", "crossattention")
+    expected = [f"layers.{i}.{k}.{p}" for i in layers for k in kinds for p in ("query", "key", "value")]
     assert sorted(names) == sorted(expected)
 
 
 def test_default_config_names_the_targets_and_peft_alone_asks_for_them():
-    """A bare LoraConfig stops in PEFT (no defaults for a custom model type); `lora_config(task_type)` fills the targets,
-    and the head is trained in full (modules_to_save)."""
+    """PEFT alone needs the targets of a custom model; `lora_config` names them and trains the head in full."""
     with pytest.raises(ValueError, match="target_modules"):
         get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), LoraConfig(task_type="SEQ_CLS"))
     peft_model = get_peft_model(RoFormerExtForSequenceClassification(tiny_config()), lora_config("SEQ_CLS"))
@@ -111,9 +104,8 @@ def test_merged_equals_unmerged_padded_and_packed(layout):
     with torch.no_grad():
         padded = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
         packed = peft_model(input_ids=packed_ids, position_ids=positions).logits
-        # packed == padded, sequence by sequence (attention stays within each sequence with the adapter on)
         torch.testing.assert_close(packed[0], padded[attention_mask.bool()], atol=1e-5, rtol=1e-5)
-    # a position error moves the adapted model's packed logits >= 100x 1e-5 (the perturbation is on the wrapped model)
+    # the positions perturbed on the wrapped model
     run = lambda _: peft_model(input_ids=packed_ids, position_ids=positions).logits  # noqa: E731
     assert_position_sensitive(peft_model.get_base_model(), run, 1e-5)
     with torch.no_grad():

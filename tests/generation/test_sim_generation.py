@@ -29,24 +29,23 @@ def load(folder: Path, **kwargs):
     return AutoTokenizer.from_pretrained(folder, **kwargs), AutoModelForCausalLM.from_pretrained(folder).eval()
 
 
-def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int, logits: list | None = None):
-    """The README's old greedy loop under the UniLM mask; each step's last logits go to `logits` if given."""
+def hand_loop(folder: Path, source: dict[str, torch.Tensor], steps: int, sep_id: int):
+    """The README's old greedy loop under the UniLM mask: (token ids, each step's last logits)."""
     mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()
     input_ids, token_type_ids = source["input_ids"], source["token_type_ids"]
-    generated = []
+    generated, logits = [], []
     for _ in range(steps):
         mask = unilm_attention_mask(token_type_ids, torch.ones_like(input_ids))
         with torch.no_grad():
             last = mlm(input_ids, attention_mask=mask, token_type_ids=token_type_ids).logits[0, -1]
         next_id = int(last.argmax())
-        if logits is not None:
-            logits.append(last)
         generated.append(next_id)
+        logits.append(last)
         if next_id == sep_id:
             break
         input_ids = torch.cat([input_ids, torch.tensor([[next_id]])], dim=1)
         token_type_ids = torch.cat([token_type_ids, torch.ones(1, 1, dtype=torch.long)], dim=1)
-    return generated
+    return generated, logits
 
 
 @pytest.mark.parametrize("layout", ["original", "junnyu"])
@@ -76,8 +75,7 @@ def test_folder_declares_the_unilm_generator_and_greedy_generate_equals_the_hand
     settings = dict(do_sample=False, max_new_tokens=12, return_dict_in_generate=True, output_logits=True)
     out = model.generate(**source, **settings)
     generated = out.sequences[0, source["input_ids"].shape[1] :]
-    expected_logits = []
-    expected = hand_loop(folder, source, 12, tokenizer.sep_token_id, expected_logits)
+    expected, expected_logits = hand_loop(folder, source, 12, tokenizer.sep_token_id)
     assert generated.tolist()[: len(expected)] == expected
     for step, step_expected in zip(out.logits, expected_logits):  # cached steps against the recomputed ones
         torch.testing.assert_close(step[0], step_expected, rtol=1e-5, atol=1e-5)
@@ -129,7 +127,7 @@ def test_v1_release_gets_the_same_option(sim_folders):
     generated = model.generate(
         **source, do_sample=False, max_new_tokens=6, eos_token_id=tokenizer.sep_token_id, pad_token_id=0
     )[0, source["input_ids"].shape[1] :]
-    assert generated.tolist() == hand_loop(folder, source, 6, tokenizer.sep_token_id)
+    assert generated.tolist() == hand_loop(folder, source, 6, tokenizer.sep_token_id)[0]
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -147,7 +145,7 @@ def test_prompt_without_segment_ids_is_the_source(sim_folders, use_cache):
     implicit = model.generate(source["input_ids"], attention_mask=source["attention_mask"], **settings)
     assert implicit.tolist() == explicit.tolist()
     prompt = source["input_ids"].shape[1]
-    expected = hand_loop(folder, source, 8, tokenizer.sep_token_id)
+    expected = hand_loop(folder, source, 8, tokenizer.sep_token_id)[0]
     assert explicit[0, prompt:].tolist()[: len(expected)] == expected
     generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
     text = generator("今天天气很好", return_full_text=False, **settings)[0]["generated_text"]
