@@ -1,20 +1,15 @@
-"""The distributed user path, 2 CPU processes (gloo) under torchrun: DDP, FSDP2 and tensor-parallel inference of a
-converted checkpoint (examples/distributed/run_distributed.py) against one process, and tensor parallelism per
-position encoding (tp_encodings_worker.py). docs/distributed.md lists what is verified where."""
+"""2 CPU processes under torchrun: run_distributed.py's DDP / FSDP2 / TP against one process; TP per encoding."""
 
-import importlib.util
 import json
-import socket
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from test_vision_models import (  # tests/vision (tests/conftest.py puts each test folder on the path)
-    mixed_batch,
-    vision_config,
-)
+from conftest import tiny_config
+from test_vision_models import mixed_batch, vision_config  # tests/vision, on the path through conftest
 
 from roformer_ext import (
     RoFormerExtConfig,
@@ -39,14 +34,8 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def torchrun(*args: str | Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     result = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
@@ -61,8 +50,8 @@ def converted(tmp_path_factory) -> Path:
 
 
 def run_example(converted_folder: Path, out: Path, task: str, modes: str) -> dict:
-    result = torchrun(SCRIPT, "--model_name_or_path", converted_folder, "--task", task, "--modes", modes,
-                      "--output_dir", out, "--no_dropout")  # fmt: skip
+    flags = f"--task {task} --modes {modes} --no_dropout".split()
+    result = torchrun(SCRIPT, "--model_name_or_path", converted_folder, "--output_dir", out, *flags)
     report = json.loads((out / "results.json").read_text())
     assert report["world_size"] == 2 and list(report["modes"]) == modes.split(",")
     for mode in report["modes"]:
@@ -78,8 +67,7 @@ def check_training(result: dict, share: float) -> None:
 
 @pytest.mark.parametrize("task, modes", [("mlm", "ddp,fsdp2,tp"), ("classification", "fsdp2,tp")])
 def test_example_matches_one_process(converted, tmp_path, task, modes):
-    """The converted masked LM in the half pair layout (its q/k rows reordered per head: a shard must not be), and a
-    classifier from the same checkpoint."""
+    """The masked LM in the half pair layout (q/k rows reordered per head, not per shard) and a classifier."""
     torch.manual_seed(0)
     folder = tmp_path / task
     if task == "mlm":
@@ -108,14 +96,11 @@ ENCODINGS = {
 
 
 def test_tensor_parallel_per_position_encoding(tmp_path):
-    """RoPE (half layout), linear attention, Shaw's table and the vision-text model (M-RoPE, RoPE-Tie on text, an
-    image and a video) work on each process's heads; ALiBi and T5 biases (one term per head) are refused."""
+    """Each encoding and the vision-text model work on each process's heads; ALiBi and T5 biases are refused."""
     folders = {}
     for name, overrides in ENCODINGS.items():
         torch.manual_seed(0)
-        config = RoFormerExtConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                   attn_implementation="sdpa", **overrides)  # fmt: skip
+        config = tiny_config(attn_implementation="sdpa", **overrides)
         folders[name] = tmp_path / name
         RoFormerExtForMaskedLM(config).save_pretrained(folders[name])
     for scheme in ("mrope", "rope_tie"):  # the vision-text family: its configuration inherits the plans
@@ -135,10 +120,8 @@ def test_tensor_parallel_per_position_encoding(tmp_path):
 def test_fsdp2_refuses_tied_embeddings_that_do_not_divide(monkeypatch):
     """torch 2.13's FSDP2 trains tied embeddings wrongly when the processes do not divide the vocabulary."""
     monkeypatch.syspath_prepend(str(SCRIPT.parents[1]))  # examples/: run_distributed.py imports common.distributed
-    spec = importlib.util.spec_from_file_location("run_distributed", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    check = runpy.run_path(str(SCRIPT))["check_fsdp_vocabulary"]  # not run as __main__
     with pytest.raises(ValueError, match=r"resize_token_embeddings\(pad_to_multiple_of=2\)"):
-        script.check_fsdp_vocabulary(RoFormerExtConfig(vocab_size=99, tie_word_embeddings=True), 2)
-    script.check_fsdp_vocabulary(RoFormerExtConfig(vocab_size=100, tie_word_embeddings=True), 2)
-    script.check_fsdp_vocabulary(RoFormerExtConfig(vocab_size=99, tie_word_embeddings=False), 2)
+        check(RoFormerExtConfig(vocab_size=99, tie_word_embeddings=True), 2)
+    check(RoFormerExtConfig(vocab_size=100, tie_word_embeddings=True), 2)
+    check(RoFormerExtConfig(vocab_size=99, tie_word_embeddings=False), 2)

@@ -1,5 +1,4 @@
-"""transformers' `Trainer` with a model sharded at load by `DistributedConfig(fsdp_size=2)` (FSDP2, the model's plan)
-on 2 CPU processes under torchrun: the losses of one process on the whole batch, half the parameters per process."""
+"""`Trainer` on a model sharded at load (`DistributedConfig(fsdp_size=2)`) trains as one process on the batch."""
 
 import json
 import os
@@ -9,21 +8,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from test_distributed_runs import pytestmark, torchrun  # noqa: F401  (its marks: one two-process run at a time, CPU)
 from test_remote_code import LOADER
 from trainer_fsdp2_worker import train
 
-from roformer_ext import RoFormerExtConfig, RoFormerExtForMaskedLM
+from roformer_ext import RoFormerExtForMaskedLM
 
 WORKER = Path(__file__).resolve().parent / "trainer_fsdp2_worker.py"
 
 
 def test_trainer_trains_a_model_sharded_at_load_as_one_process(tmp_path):
     torch.manual_seed(0)
-    config = RoFormerExtConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=36
-    )  # fmt: skip  (a vocabulary the 2 processes divide)
-    model = RoFormerExtForMaskedLM(config)
+    model = RoFormerExtForMaskedLM(tiny_config(vocab_size=100, intermediate_size=36))  # 100: the 2 processes divide it
     model.save_pretrained(tmp_path / "model")
     torchrun(WORKER, tmp_path / "model", tmp_path / "results.json", tmp_path / "saved")
     results = json.loads((tmp_path / "results.json").read_text())
@@ -33,8 +30,7 @@ def test_trainer_trains_a_model_sharded_at_load_as_one_process(tmp_path):
     total = sum(p.numel() for p in model.parameters())
     assert all(abs(n / total - 0.5) <= 0.01 for n in results["local_parameters"]), results["local_parameters"]
 
-    # The sharded save wrote our remote code (not torch's FSDP<name> class): one process's files and auto_map, and
-    # it loads with trust_remote_code without roformer_ext, giving the one-process model's logits.
+    # The sharded save writes one process's files and remote code (not torch's FSDP<name> class), loadable without us
     saved, whole = tmp_path / "saved", tmp_path / "whole"
     trained.save_pretrained(whole)
     assert sorted(p.name for p in saved.iterdir()) == sorted(p.name for p in whole.iterdir())

@@ -1,5 +1,4 @@
-"""`torchrun --nproc_per_node 2 tp_encodings_worker.py RESULTS_JSON FOLDER...`: each folder loaded tensor parallel
-(`tp_size=2`) and whole; rank 0 writes per folder the largest logit difference or the error the forward raised."""
+"""`torchrun --nproc_per_node 2 tp_encodings_worker.py RESULTS FOLDER...`: tensor parallel against whole, per folder."""
 
 import json
 import sys

@@ -1,7 +1,4 @@
-"""`torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL_FOLDER RESULTS_JSON SAVED_FOLDER`: `Trainer` on a masked
-LM sharded at load (`DistributedConfig(fsdp_size=2)`); rank 0 writes the losses and each process's parameter count,
-and the still sharded model is saved to SAVED_FOLDER. `train` is also test_trainer_fsdp2.py's one-process run (8 rows
-per step; each of the 2 FSDP2 processes takes 4)."""
+"""`torchrun --nproc_per_node 2 trainer_fsdp2_worker.py MODEL RESULTS SAVED`; `train` is also the one-process run."""
 
 import gc
 import json
@@ -21,11 +18,10 @@ def train(folder: str, per_device_batch: int, **load_kwargs) -> tuple[list[float
     model = RoFormerExtForMaskedLM.from_pretrained(
         folder, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **load_kwargs
     )
+    training = dict(max_steps=2, learning_rate=1e-3, logging_steps=1, seed=0, use_cpu=True)
+    quiet = dict(save_strategy="no", report_to="none", disable_tqdm=True)
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(
-            output_dir=out, per_device_train_batch_size=per_device_batch, max_steps=2, learning_rate=1e-3,
-            logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
-        )  # fmt: skip
+        args = TrainingArguments(output_dir=out, per_device_train_batch_size=per_device_batch, **training, **quiet)
         trainer = Trainer(model=model, args=args, train_dataset=rows)
         trainer.train()
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry], model
