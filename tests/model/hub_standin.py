@@ -115,9 +115,6 @@ class StandInHub:
                 reply.update(commitUrl=f"{hub.url}/{repo_id}/commit/{target['commit']}", commitOid=target["commit"])
                 return self._json(reply)
 
-            def do_HEAD(self) -> None:
-                self.do_GET()
-
             def do_GET(self) -> None:
                 self._log()
                 match = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", urlsplit(self.path).path)
@@ -131,5 +128,7 @@ class StandInHub:
                     return self._reply(404, b"", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": ref["commit"]})
                 etag = hashlib.sha1(content).hexdigest()
                 self._reply(200, content, {"X-Repo-Commit": ref["commit"], "ETag": f'"{etag}"'})
+
+            do_HEAD = do_GET
 
         return Handler
