@@ -57,8 +57,8 @@ def test_no_trainer_padding_free_by_default_trains_as_padded_and_groups_by_lengt
     grouped = [*TINY, "--group_by_length"]
     packed_calls = run_recording([*grouped, "--output_dir", str(tmp_path / "packed")], monkeypatch)
     # the packed run's vocabulary: WordPiece training may order tied pieces differently each time it runs
-    padded_calls = run_recording([*grouped, "--output_dir", str(tmp_path / "padded"), "--no_padding_free",
-                                  "--tokenizer_name", str(tmp_path / "packed")], monkeypatch)  # fmt: skip
+    padded = ["--output_dir", tmp_path / "padded", "--no_padding_free", "--tokenizer_name", tmp_path / "packed"]
+    padded_calls = run_recording([*grouped, *padded], monkeypatch)
     assert len(packed_calls) == len(padded_calls) == 4
     batches = [check_packed(batch) for batch in packed_calls]
     for packed, padded, lengths in zip(packed_calls, padded_calls, batches):

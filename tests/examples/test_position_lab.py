@@ -126,12 +126,12 @@ def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
 
 def test_benchmark_tabulates_the_study(bench, study, tmp_path, capsys):
     args, results, out = study
-    bench.main(["--report-only", "--out", str(tmp_path / "res"), "--images", str(tmp_path / "img"), "--output_dir",
-                str(out), *TINY])  # fmt: skip
+    res, img = tmp_path / "res", tmp_path / "img"
+    bench.main(["--report-only", "--out", str(res), "--images", str(img), "--output_dir", str(out), *TINY])
     printed = capsys.readouterr().out
     assert "| rope+yarn | 2 |" in printed and "± " in printed and "4× (64)" in printed
-    assert (tmp_path / "img" / "extrapolation_mlm.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert json.loads((tmp_path / "res" / "extrapolation_mlm.json").read_text())["runs"] == results["runs"]
+    assert (img / "extrapolation_mlm.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert json.loads((res / "extrapolation_mlm.json").read_text())["runs"] == results["runs"]
     # mean ± standard deviation over the two seeds, as printed
     losses = [r["eval"]["64"]["loss"] for r in results["runs"] if r["encoding"] == "t5_bias"]
     mean, spread = sum(losses) / 2, abs(losses[0] - losses[1]) / 2**0.5

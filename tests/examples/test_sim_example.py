@@ -2,7 +2,6 @@
 
 import csv
 import json
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,8 @@ def sim_folder(tmp_path_factory) -> Path:
     return convert_original_checkpoint(FIXTURES / "roformer_sim", tmp_path_factory.mktemp("start") / "sim")
 
 
-run_script = partial(run_in_process, SCRIPT)
+def run_script(model: Path, args: list, monkeypatch) -> None:
+    run_in_process(SCRIPT, ["--model_name_or_path", model, *args, *TRAINER], monkeypatch)
 
 
 def rows() -> list[dict]:
@@ -35,9 +35,9 @@ def rows() -> list[dict]:
 
 def test_cosent_on_the_sample_file(sim_folder, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    run_script(["--model_name_or_path", str(sim_folder), "--train_file", str(SAMPLE), "--test_file", str(SAMPLE),
-                "--validation_split_percentage", "20", "--max_steps", "3", "--output_dir", str(out), *TRAINER],
-               monkeypatch)  # fmt: skip
+    args = ["--train_file", SAMPLE, "--test_file", SAMPLE, "--validation_split_percentage", "20", "--max_steps", "3",
+            "--output_dir", out]  # fmt: skip
+    run_script(sim_folder, args, monkeypatch)
     results = json.loads((out / "all_results.json").read_text())
     for key in ("eval_spearman_cosine_before", "eval_spearman_cosine", "test_spearman_cosine"):
         assert -1 <= results[key] <= 1, key
@@ -54,38 +54,33 @@ def test_cosent_on_the_sample_file(sim_folder, tmp_path, monkeypatch):
     assert str(tmp_path) not in (out / "README.md").read_text()
 
 
-def test_scores_in_csv_with_other_column_names(sim_folder, tmp_path, monkeypatch):
-    """STS-style graded scores under other names; contrastive loss refuses them, CoSENT takes them."""
+def test_graded_scores_in_csv_train_with_cosent_and_binary_labels_with_contrastive(sim_folder, tmp_path, monkeypatch):
+    """STS-style graded scores under other names: contrastive loss refuses them, CoSENT takes them; 0/1 labels train."""
     for split in ("train", "dev"):
         with open(tmp_path / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(["text_a", "text_b", "similarity"])
             for index, row in enumerate(rows()):
                 writer.writerow([row["sentence1"], row["sentence2"], row["label"] * 4 + index % 2])  # 0-5 scale
-    flags = ["--model_name_or_path", str(sim_folder), "--train_file", str(tmp_path / "train.csv"), "--validation_file",
-             str(tmp_path / "dev.csv"), "--sentence1_column", "text_a", "--sentence2_column", "text_b",
-             "--label_column", "similarity", "--max_steps", "2", *TRAINER]  # fmt: skip
+    flags = ["--train_file", tmp_path / "train.csv", "--validation_file", tmp_path / "dev.csv", "--sentence1_column",
+             "text_a", "--sentence2_column", "text_b", "--label_column", "similarity", "--max_steps", "2"]  # fmt: skip
     with pytest.raises(ValueError, match="contrastive needs 0/1 labels"):
-        run_script([*flags, "--loss", "contrastive", "--output_dir", str(tmp_path / "c")], monkeypatch)
-    run_script([*flags, "--output_dir", str(tmp_path / "out")], monkeypatch)
+        run_script(sim_folder, [*flags, "--loss", "contrastive", "--output_dir", tmp_path / "c"], monkeypatch)
+    run_script(sim_folder, [*flags, "--output_dir", tmp_path / "out"], monkeypatch)
     assert "eval_spearman_cosine" in json.loads((tmp_path / "out" / "all_results.json").read_text())
-
-
-def test_contrastive_on_binary_labels(sim_folder, tmp_path, monkeypatch):
-    run_script(["--model_name_or_path", str(sim_folder), "--train_file", str(SAMPLE), "--loss", "contrastive",
-                "--do_train", "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *TRAINER],
-               monkeypatch)  # fmt: skip
-    results = json.loads((tmp_path / "out" / "all_results.json").read_text())
+    binary = tmp_path / "binary"
+    args = ["--train_file", SAMPLE, "--loss", "contrastive", "--do_train", "--max_steps", "2", "--output_dir", binary]
+    run_script(sim_folder, args, monkeypatch)
+    results = json.loads((binary / "all_results.json").read_text())
     assert results["train_loss"] >= 0 and "eval_spearman_cosine" not in results  # --do_train only
 
 
 def test_missing_data_columns_and_pooler_are_named(sim_folder, tmp_path, monkeypatch):
-    base = ["--model_name_or_path", str(sim_folder), "--output_dir", str(tmp_path / "out"), *TRAINER]
+    out = ["--output_dir", tmp_path / "out"]
     with pytest.raises(ValueError, match="sample_pairs.jsonl"):
-        run_script(base, monkeypatch)
+        run_script(sim_folder, out, monkeypatch)
     with pytest.raises(ValueError, match="--sentence1_column"):
-        run_script([*base, "--train_file", str(SAMPLE), "--sentence1_column", "query"], monkeypatch)
+        run_script(sim_folder, [*out, "--train_file", SAMPLE, "--sentence1_column", "query"], monkeypatch)
     no_pooler = convert_original_checkpoint(FIXTURES / "roformer_v1", tmp_path / "v1")
     with pytest.raises(ValueError, match="has no pooler"):
-        run_script(["--model_name_or_path", str(no_pooler), "--train_file", str(SAMPLE), "--output_dir",
-                    str(tmp_path / "out2"), *TRAINER], monkeypatch)  # fmt: skip
+        run_script(no_pooler, ["--train_file", SAMPLE, "--output_dir", tmp_path / "out2"], monkeypatch)
