@@ -1,9 +1,6 @@
-"""Every difference between the transformers releases roformer-ext runs on, and every private name of transformers,
-torch and tokenizers it reaches, decided here once (feature detection, not version strings). A saved folder's copy of this file runs under whatever transformers its user has: a release outside the tested range
-gets one warning and a self-check at the first forward (self_check.py), never a refusal. Imports nothing of the package.
-Moved: 5.23 `gradient_checkpointing_enable` -> `activation_checkpointing_enable`; 5.24 `past_key_values` -> `cache`
-(forwards, outputs, mask helpers, generate) and `ProcessorMixin._merge_kwargs`' kwargs class made optional.
-"""
+"""Every difference between supported transformers releases and every private name reached, decided once here (by
+feature detection). An untested release gets one warning and a self-check (self_check.py), never a refusal. Imports
+nothing of the package."""
 
 import functools
 import inspect
@@ -51,8 +48,7 @@ def is_tested_release(version: str) -> bool:
 
 
 def process_state() -> types.ModuleType:
-    """One state per process, however many copies of this file run (transformers imports a saved folder's code once
-    per class module, and roformer_ext may be installed too)."""
+    """One state per process, however many copies of this file run (one per saved folder's class module)."""
     state = sys.modules.get("_roformer_ext_compat_state")
     if state is None:
         state = types.ModuleType("_roformer_ext_compat_state", "roformer-ext's per-process compatibility state")
@@ -93,8 +89,7 @@ _MASK_CACHE = "cache" if "cache" in inspect.signature(create_causal_mask).parame
 
 
 def accepts_old_cache_name(forward: Callable) -> Callable:
-    """Let a forward that takes `cache` also take `past_key_values` (before 5.24 what `generate` passes: silent;
-    after, deprecated: transformers' own `deprecate_kwarg`). The outermost decorator."""
+    """Let a forward that takes `cache` also take `past_key_values` (deprecated from 5.24). The outermost decorator."""
     if CACHE == "cache":
         return deprecate_kwarg("past_key_values", version="5.40.0", new_name="cache")(forward)
 
@@ -244,8 +239,7 @@ def parent_validate_preprocess_kwargs(parent, **kwargs) -> None:
 
 
 class HeadDimView:
-    """A config read through with another `head_dim` (transformers' rope functions read it from the config; a split
-    allocation's frequency ladder spans fewer dims than the head)."""
+    """A config read through with another `head_dim` (a split allocation's ladder spans fewer dims than the head)."""
 
     def __init__(self, config: Any, head_dim: int) -> None:
         self._config, self.head_dim = config, head_dim
@@ -266,24 +260,3 @@ def parent_validate_longrope_rope_parameters(config, rope_parameters: dict, igno
 def set_backend_tokenizer(tokenizer, backend) -> None:
     """Give a fast tokenizer its `tokenizers.Tokenizer` before `super().__init__` (as transformers' own do)."""
     tokenizer._tokenizer = backend
-
-
-__all__ = [
-    "CACHE",
-    "LOWEST_TORCH",
-    "LOWEST_TRANSFORMERS",
-    "PRIVATE_NAMES",
-    "SUPPORTED_RANGE",
-    "TRANSFORMERS_BELOW",
-    "IncompatibleTransformersError",
-    "UntestedTransformersWarning",
-    "accepts_old_cache_name",
-    "cache_field",
-    "check_transformers_version",
-    "enable_activation_checkpointing",
-    "is_tested_release",
-    "mask_cache",
-    "merge_processor_kwargs",
-    "output_cache",
-    "process_state",
-]

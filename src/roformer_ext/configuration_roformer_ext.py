@@ -25,13 +25,7 @@ from .registries import (
     is_int,
 )
 from .relative_position_encodings import RELATIVE_ENCODINGS  # noqa: F401  (registers the built-in encodings)
-from .scheme_knobs import (
-    GRAPE_KNOBS,
-    Knob,
-    allocation_knobs_class,
-    rotates_per_head,
-    scheme_knobs_class,
-)
+from .scheme_knobs import GRAPE_KNOBS, Knob, allocation_knobs_class, rotates_per_head, scheme_knobs_class
 
 logger = logging.get_logger(__name__)
 
@@ -46,9 +40,14 @@ ENCODING_KNOB_NAMES = frozenset(knob for name in BUILTIN_ENCODINGS for knob in k
 
 #: The keys we add to transformers' rope_parameters (its validators must not warn about them).
 ROPE_LAYOUT_KEYS = {
-    "pair_layout", "axes", "axis_allocation", "mrope_section", "position_scheme", *BUILTIN_SCHEME_KNOB_CHECKS,
+    "pair_layout",
+    "axes",
+    "axis_allocation",
+    "mrope_section",
+    "position_scheme",
+    *BUILTIN_SCHEME_KNOB_CHECKS,
     *GRAPE_KNOBS,
-}  # fmt: skip
+}
 
 #: The keys transformers reads from rope_parameters (rope_type, rope_theta, its scaling keys: factor, ...).
 TRANSFORMERS_ROPE_KEYS = frozenset(RopeParameters.__annotations__)
@@ -62,7 +61,6 @@ DEFAULT_ROPE_PARAMETERS: dict[str, Any] = {
     "position_scheme": "rope_1d",
 }
 
-#: The fields that take one of a few values.
 CHOICES = {
     "norm_type": ("layer_norm", "rms_scale_free"),
     "attention_type": ("softmax", "linear"),
@@ -73,9 +71,15 @@ CHOICES = {
 }
 #: Sizes that become tensor shapes: positive ints (JSON's 128.0 or True would fail inside torch).
 SIZE_FIELDS = (
-    "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "type_vocab_size", "max_position_embeddings",
-)  # fmt: skip
+    "vocab_size",
+    "hidden_size",
+    "embedding_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "type_vocab_size",
+    "max_position_embeddings",
+)
 
 
 class RoFormerExtConfig(PreTrainedConfig):
@@ -117,11 +121,14 @@ class RoFormerExtConfig(PreTrainedConfig):
     keys_to_ignore_at_inference = [CACHE]
     # transformers' distributed engine (docs/distributed.md): each tensor-parallel rank holds whole heads.
     base_model_tp_plan = {
-        "embeddings.word_embeddings": "embedding_rowwise", "layers.*.attention.query": "colwise",
-        "layers.*.attention.key": "colwise", "layers.*.attention.value": "colwise",
-        "layers.*.attention.output": "rowwise", "layers.*.feed_forward.intermediate": "colwise",
+        "embeddings.word_embeddings": "embedding_rowwise",
+        "layers.*.attention.query": "colwise",
+        "layers.*.attention.key": "colwise",
+        "layers.*.attention.value": "colwise",
+        "layers.*.attention.output": "rowwise",
+        "layers.*.feed_forward.intermediate": "colwise",
         "layers.*.feed_forward.output": "rowwise",
-    }  # fmt: skip
+    }
     # FSDP2: one fully_shard per layer and one for the word embeddings.
     base_model_fsdp_plan = {"embeddings.word_embeddings": "free_full_weight", "layers.*": "free_full_weight"}
     # No pipeline plan: its stages feed hidden states back as `inputs_embeds`, which our embeddings would re-embed.
@@ -187,8 +194,7 @@ class RoFormerExtConfig(PreTrainedConfig):
         self.validate_fields()
 
     def complete_rope_parameters(self) -> dict[str, Any]:
-        """`rope_parameters` with every default written out (a saved config says what the model ran with); also run
-        when a model is built, for a dict assigned afterwards."""
+        """`rope_parameters` with every default written out (a saved config says what the model ran with)."""
         rope = dict(_check_dict("rope_parameters", self.rope_parameters) or {})
         if "type" in rope:  # a legacy `rope_scaling` dict, whose `type` transformers 5 reads as `rope_type`
             rope.setdefault("rope_type", rope.pop("type"))
@@ -236,8 +242,7 @@ class RoFormerExtConfig(PreTrainedConfig):
             ) from None
 
     def _validate_longrope_rope_parameters(self, rope_parameters: dict, ignore_keys: Any = None) -> None:
-        """transformers' longrope checks, the factors counted per frequency ladder ('split' repeats one ladder of
-        head_dim / axes dims on each axis): a wrong count is refused here rather than as a shape error."""
+        """transformers' longrope checks, factors counted per frequency ladder (a wrong count is no shape error)."""
         groups = rope_parameters.get("axes", 1) if rope_parameters.get("axis_allocation") == "split" else 1
         ladder = int(self.head_dim // groups * rope_parameters.get("partial_rotary_factor", 1.0))
         for key in ("short_factor", "long_factor"):
@@ -365,8 +370,7 @@ VISION_DEFAULT_ROPE_PARAMETERS = {**DEFAULT_ROPE_PARAMETERS, "axes": 3, "positio
 
 
 class RoFormerExtVisionTextConfig(RoFormerExtConfig):
-    r"""Configuration of the vision-text models: the text fields plus patch sizes and placeholder ids. Defaults to 3
-    axes and RoPE-Tie-v2, where text-only input equals 1D RoPE exactly, so a text checkpoint carries over."""
+    r"""Vision-text config; RoPE-Tie-v2 on 3 axes by default: text-only input equals 1D RoPE, so text checkpoints load."""
 
     model_type = "roformer_ext_vision"
     default_rope_parameters = VISION_DEFAULT_ROPE_PARAMETERS
@@ -418,5 +422,3 @@ for _key, _text in {
     "ENCODING_KNOBS": _knobs({name: knobs_class(name) for name in BUILTIN_ENCODINGS}),
 }.items():
     RoFormerExtConfig.__doc__ = RoFormerExtConfig.__doc__.replace(f"<<{_key}>>", _text)
-
-__all__ = ["RoFormerExtConfig", "RoFormerExtVisionTextConfig"]

@@ -79,8 +79,7 @@ def flatten_videos(videos: Any) -> list[list[Any]]:
 
 
 def pixel_peak(image: np.ndarray) -> int:
-    """Full intensity in `image`: 255 (8-bit; other integers when they fit), 65535 (uint16) or 1 (floats, bools), so a
-    16-bit or [0, 1] picture gets its uint8 twin's values (transformers assumes 8 bits); raises for anything else."""
+    """Full intensity of `image` (255, 65535, or 1 for floats and bools), so 16-bit and [0, 1] pictures match uint8."""
     dtype = image.dtype
     if dtype == np.bool_:
         return 1
@@ -114,8 +113,7 @@ def pixel_peak(image: np.ndarray) -> int:
 
 
 def fit_to_patches(height: int, width: int, patch_size: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Target (height, width): multiples of ``patch_size``, area in [min_pixels, max_pixels] (max a hard bound, min
-    best effort), aspect kept; ValueError when no side of one patch fits ``max_pixels``."""
+    """Target (height, width): whole patches, aspect kept, area <= max_pixels and >= min_pixels where possible."""
     if height < 1 or width < 1:
         raise ValueError(f"Image of size {height}x{width} has no pixels.")
     p, area = patch_size, height * width
@@ -153,9 +151,8 @@ class RoFormerExtImageProcessorKwargs(ImagesKwargs, total=False):
 
 
 class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
-    r"""Resize to whole patches, normalise, and flatten images and videos into patches (see the module docstring).
-    Defaults: 4 to 576 patches of 16x16 (384x384 is ViLT's), BICUBIC, mean / std 0.5, RGBA composited on white;
-    `patch_size` / `temporal_patch_size` must match the model config's."""
+    r"""Images and videos to patches (module docstring); 4 to 576 16x16 patches by default (384x384 is ViLT's); patch
+    sizes must match the model config's."""
 
     do_resize = True
     size = {"min_pixels": 32 * 32, "max_pixels": 384 * 384}
@@ -242,8 +239,7 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     def process_image(
         self, image: Any, do_convert_rgb=None, input_data_format=None, do_rescale=None, **kwargs
     ) -> np.ndarray:
-        """Channels-first NumPy array, also from H x W greyscale. With `do_rescale`, pixels that are not 8-bit become
-        float32 in [0, 1] first (`pixel_peak`): the RGB conversion's alpha compositing assumes 255 for white."""
+        """Channels-first array; with `do_rescale` non-8-bit pixels become [0, 1] floats first (RGBA compositing)."""
         if hasattr(image, "detach"):  # torch tensor
             image = image.detach().cpu().numpy()
         if is_pil_image(image) and image.mode in WIDE_PIL_MODES:
@@ -259,8 +255,7 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
     def resize(
         self, image: np.ndarray, size: SizeDict, resample: PILImageResampling | int | None = None, **kwargs
     ) -> np.ndarray:
-        """(C, H, W) resized channel by channel in float32 PIL ("F" mode: never quantised to uint8), unless already
-        of the target size."""
+        """(C, H, W) resized channel by channel in float32 PIL ("F" mode: never quantised to uint8)."""
         if image.shape[-2:] == (size.height, size.width):
             return image
         resample = PILImageResampling.BICUBIC if resample is None else resample
@@ -270,10 +265,21 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
         ]
         return np.stack(channels)
 
-    def _patchify_clips(self, clips: list[list[np.ndarray]], do_resize: bool, size: SizeDict,
-                        resample: PILImageResampling | int | None, do_rescale: bool, rescale_factor: float,
-                        do_normalize: bool, image_mean: float | Sequence[float], image_std: float | Sequence[float],
-                        patch_size: int, temporal_patch_size: int, **kwargs) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def _patchify_clips(
+        self,
+        clips: list[list[np.ndarray]],
+        do_resize: bool,
+        size: SizeDict,
+        resample: PILImageResampling | int | None,
+        do_rescale: bool,
+        rescale_factor: float,
+        do_normalize: bool,
+        image_mean: float | Sequence[float],
+        image_std: float | Sequence[float],
+        patch_size: int,
+        temporal_patch_size: int,
+        **kwargs,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(total_patches, C * tp * p * p) patches and the (n, 3) grid of a list of frame lists."""
         p, tp = patch_size, temporal_patch_size
         all_patches, grids = [], []
@@ -319,6 +325,3 @@ class RoFormerExtImageProcessor(SharedCodeMixin, PilBackend):
         p = options["patch_size"]
         rows, cols = fit_to_patches(height, width, p, options["min_pixels"], options["max_pixels"])
         return (rows // p) * (cols // p)
-
-
-__all__ = ["RoFormerExtImageProcessor", "fit_to_patches", "flatten_images", "flatten_videos", "is_video", "pixel_peak"]

@@ -1,8 +1,5 @@
-"""RoFormerExt: RoFormer (BERT / WoBERT with rotary position embedding in every self-attention) on transformers 5.
-
-Pre-trained base, base model, heads; their layers are in `modeling_roformer_ext_layers.py`. RoFormer-V2 is the same
-code with `use_bias=False` and `norm_type="rms_scale_free"`.
-"""
+"""RoFormerExt (BERT / WoBERT with rotary position embedding) on transformers 5: base model and heads; layers are in
+`modeling_roformer_ext_layers.py`. RoFormer-V2 is the same code with `use_bias=False`, `norm_type="rms_scale_free"`."""
 
 import copy
 import os
@@ -46,7 +43,7 @@ from .modeling_roformer_ext_layers import (
     RoFormerExtLayer,
     RoFormerExtLMHead,
     RoFormerExtPooler,
-    ScaleFreeRMSNorm,
+    ScaleFreeRMSNorm,  # noqa: F401  (importable from here, as before)
 )
 from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import position_encoding_class
@@ -79,14 +76,9 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
         "cross_attentions": RoFormerExtCrossAttention,
     }
     #: Written to `auto_map` on save: one saved folder serves every Auto class (transformers writes only its own).
-    auto_map_family = {
-        "AutoModel": "modeling_roformer_ext.RoFormerExtModel",
-        "AutoModelForMaskedLM": "modeling_roformer_ext.RoFormerExtForMaskedLM",
-        "AutoModelForCausalLM": "modeling_roformer_ext.RoFormerExtForCausalLM",
-        "AutoModelForSequenceClassification": "modeling_roformer_ext.RoFormerExtForSequenceClassification",
-        "AutoModelForTokenClassification": "modeling_roformer_ext.RoFormerExtForTokenClassification",
-        "AutoModelForQuestionAnswering": "modeling_roformer_ext.RoFormerExtForQuestionAnswering",
-        "AutoModelForMultipleChoice": "modeling_roformer_ext.RoFormerExtForMultipleChoice",
+    auto_map_family = {"AutoModel": "modeling_roformer_ext.RoFormerExtModel"} | {
+        f"AutoModelFor{head}": f"modeling_roformer_ext.RoFormerExtFor{head}"
+        for head in "MaskedLM CausalLM SequenceClassification TokenClassification QuestionAnswering MultipleChoice".split()
     }
 
     def build_base_model(self, config: RoFormerExtConfig, add_pooling_layer: bool = True) -> "RoFormerExtModel":
@@ -108,8 +100,7 @@ class RoFormerExtPreTrainedModel(SharedCodeMixin, PreTrainedModel):
         kwargs: dict,
         past_length: int | torch.Tensor = 0,
     ) -> PackedBatch | None:
-        """The forward's packed-batch description, made once (by a pooling head, handed down as `packed_batch`, or by
-        the base model); the caller's packing inputs are taken out of `kwargs`."""
+        """The packed-batch description, made once (by a pooling head, handed down as `packed_batch`, or here)."""
         if "packed_batch" in kwargs:
             return kwargs.pop("packed_batch")
         given = {name: kwargs.pop(name, None) for name in _PACKING_INPUTS}
@@ -204,8 +195,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
     def prepare_cache(
         self, cache: Cache | None, use_cache: bool | None, encoder_hidden_states: torch.Tensor | None
     ) -> Cache | None:
-        """The cache this call writes to: the caller's, or a new one when a decoder is asked to cache; none under
-        gradient checkpointing (its replay would write twice). Linear attention's layers keep a running state."""
+        """The cache this call writes to; none under gradient checkpointing (its replay would write twice)."""
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             return None
         if self.config.is_decoder and cache is None:
@@ -228,8 +218,7 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         encoder_hidden_states: torch.Tensor | None,
         kwargs: dict,
     ) -> BatchLayout:
-        """What this batch is, decided once per forward: cache, cached length, packed rows (the vision-text base model
-        makes it first and hands it down as `batch_layout`)."""
+        """Cache, cached length, packed rows: decided once per forward (or handed down by the vision-text model)."""
         if "batch_layout" in kwargs:
             return kwargs.pop("batch_layout")
         cache = self.prepare_cache(cache, use_cache, encoder_hidden_states)
@@ -252,10 +241,8 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
         device: torch.device,
         prompt_length: int | None = None,
     ) -> torch.Tensor | None:
-        """A UniLM decoder's segments: when the caller gives none, a prompt (nothing cached) is the source (segment 0,
-        bidirectional, as the embeddings already read it), tokens after a cache are the target (segment 1); tokens from
-        `prompt_length` on are the target whatever their types (transformers gives assisted and prompt-lookup drafts
-        the prompt's last type). A source token after a cache is refused: the cached source never saw it."""
+        """A UniLM decoder's segments: a prompt is the source (0), tokens after a cache or from `prompt_length` on the
+        target (1; assisted drafts get the prompt's last type); a source token after a cache is refused."""
         if self.config.decoder_attention != "unilm":
             return token_type_ids
         first_call = is_first_call(past_length)
@@ -337,7 +324,6 @@ class RoFormerExtModel(RoFormerExtPreTrainedModel):
             encoder_hidden_states,
             encoder_attention_mask,
         )
-
         hidden_states = embeddings
         for layer in self.layers:
             hidden_states = layer(hidden_states, plan.mask, plan, encoder_hidden_states, **kwargs)
@@ -370,8 +356,7 @@ def check_token_inputs(input_ids: torch.Tensor | None, inputs_embeds: torch.Tens
 
 
 class LMHeadMixin:
-    """The LM heads' decoder, tied to the word embeddings; sharded on the vocabulary like them under tensor parallel
-    (logits gathered), kept whole under FSDP2."""
+    """The LM heads' decoder, tied to the word embeddings (vocabulary-sharded under tensor parallel, whole under FSDP2)."""
 
     _tied_weights_keys = {"lm_head.decoder.weight": "roformer.embeddings.word_embeddings.weight"}
     _tp_plan = {"lm_head.decoder": "colwise_gather_output"}
@@ -443,9 +428,8 @@ class RoFormerExtForCausalLM(LMHeadMixin, RoFormerExtPreTrainedModel, Generation
         )
 
     def generate(self, inputs: torch.Tensor | None = None, *args, **kwargs):
-        """transformers' `generate`; a UniLM decoder's segments made explicit, so every step sees the same ones: a
-        prompt without `token_type_ids` is the source but for the tokens after a given cache (the target, as the
-        cached answer); source tokens after a given cache were never seen by it: the cache is left unused."""
+        """A UniLM decoder's segments made explicit, so every step sees the same ones; source tokens after a given cache
+        were never seen by it: the cache is left unused."""
         prompt = kwargs.get("inputs_embeds")
         prompt = prompt if prompt is not None else inputs if inputs is not None else kwargs.get("input_ids")
         if self.config.decoder_attention == "unilm" and prompt is not None:
@@ -494,10 +478,10 @@ class RoFormerExtForCausalLM(LMHeadMixin, RoFormerExtPreTrainedModel, Generation
             token_type_ids,
             position_ids,
             inputs_embeds,
-            encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=use_cache,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
             prompt_length=prompt_length,
             **kwargs,
         )
@@ -711,16 +695,3 @@ class RoFormerExtForQuestionAnswering(RoFormerExtPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-
-
-__all__ = [
-    "RoFormerExtForCausalLM",
-    "RoFormerExtForMaskedLM",
-    "RoFormerExtForMultipleChoice",
-    "RoFormerExtForQuestionAnswering",
-    "RoFormerExtForSequenceClassification",
-    "RoFormerExtForTokenClassification",
-    "RoFormerExtModel",
-    "RoFormerExtPreTrainedModel",
-    "ScaleFreeRMSNorm",
-]

@@ -1,6 +1,4 @@
-"""RoFormerExt's layers: norms, embeddings, attention, feed-forward, layer, pooler and the heads' modules. They read
-the forward's `AttentionPlan` and never re-derive it (docs/architecture.md).
-"""
+"""RoFormerExt's layers and the heads' modules; they read the forward's `AttentionPlan`, never re-derive it."""
 
 from collections.abc import Callable
 
@@ -28,10 +26,8 @@ class ScaleFreeRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        dtype = hidden_states.dtype
-        hidden_states = hidden_states.float()
-        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
-        return hidden_states.to(dtype)
+        x = hidden_states.float()
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(hidden_states.dtype)
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}"
@@ -54,9 +50,8 @@ class RoFormerExtEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         # RoFormer-V2 (bert4keras) drops out before its norm, v1 after it
         self.dropout_before_norm = config.norm_type == "rms_scale_free"
-        self.projection = None
-        if config.embedding_size != config.hidden_size:
-            self.projection = nn.Linear(config.embedding_size, config.hidden_size, bias=config.use_bias)
+        project = config.embedding_size != config.hidden_size
+        self.projection = nn.Linear(config.embedding_size, config.hidden_size, config.use_bias) if project else None
 
     def forward(
         self,
@@ -175,8 +170,7 @@ def check_terms_fit_local_heads(
     attention_mask: torch.Tensor | None,
     relative_scores: RelativeScores | None,
 ) -> None:
-    """Under tensor parallel a rank holds `local_heads` heads: a term with one value per head (T5's buckets, ALiBi's
-    slopes) or parameters of every head (Transformer-XL) would be read by local head index: refused."""
+    """Under tensor parallel, a per-head term (T5's buckets, ALiBi's slopes, Transformer-XL) would be misread: refused."""
     per_head_bias = attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] != 1
     per_head_scores = relative_scores is not None and not relative_scores.fits_local_heads
     if per_head_bias or per_head_scores:
@@ -210,8 +204,7 @@ def packed_linear_attention(
 
 
 class RoFormerExtCrossAttention(AttentionProjections):
-    """A decoder's attention over encoder states, unrotated (as transformers' RoFormer); the encoder's keys and values
-    are cached once in an `EncoderDecoderCache`."""
+    """A decoder's unrotated attention over encoder states (as transformers' RoFormer), cached once."""
 
     def __init__(self, config: RoFormerExtConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx, is_causal=False)
@@ -230,7 +223,6 @@ class RoFormerExtCrossAttention(AttentionProjections):
             key = cache.cross_attention_cache.layers[self.layer_idx].keys
             value = cache.cross_attention_cache.layers[self.layer_idx].values
         else:
-            # (batch, heads, encoder_seq, head_dim)
             key, value = self.heads(self.key, encoder_hidden_states), self.heads(self.value, encoder_hidden_states)
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
@@ -334,9 +326,8 @@ class RoFormerExtLMHead(nn.Module):
         """Follow a resized vocabulary: old tokens keep their biases, new ones get zeros."""
         if self.bias is None or self.bias.shape[0] == vocab_size:
             return
-        bias = self.bias.new_zeros(vocab_size)
         keep = min(vocab_size, self.bias.shape[0])
-        bias[:keep] = self.bias[:keep]
+        bias = torch.cat([self.bias[:keep], self.bias.new_zeros(vocab_size - keep)])
         self.bias = nn.Parameter(bias, requires_grad=self.bias.requires_grad)
 
 
@@ -352,24 +343,4 @@ class RoFormerExtClassificationHead(nn.Module):
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(pooled)
-        x = self.dropout(self.act_fn(self.dense(x)))
-        return self.out_proj(x)
-
-
-__all__ = [
-    "AttentionProjections",
-    "RoFormerExtAttention",
-    "RoFormerExtClassificationHead",
-    "RoFormerExtCrossAttention",
-    "RoFormerExtEmbeddings",
-    "RoFormerExtFeedForward",
-    "RoFormerExtLMHead",
-    "RoFormerExtLayer",
-    "RoFormerExtPooler",
-    "RoFormerExtPredictionTransform",
-    "ScaleFreeRMSNorm",
-    "check_terms_fit_local_heads",
-    "make_norm",
-    "packed_linear_attention",
-]
+        return self.out_proj(self.dropout(self.act_fn(self.dense(self.dropout(pooled)))))

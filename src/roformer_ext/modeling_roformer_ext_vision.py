@@ -1,9 +1,5 @@
-"""Vision-text RoFormerExt: one token stream (ViLT / Fuyu style) with multi-axis RoPE.
-
-A linear patch embedding writes each patch into its placeholder token; the encoder is the text model's. Where every
-token sits is decided in one place, `RoFormerExtVisionTextModel.compute_position_ids` (formulas in `positions.py`);
-the heads are the text heads around this base model and never see positions.
-"""
+"""Vision-text RoFormerExt: one token stream (ViLT / Fuyu style), patches written into placeholder tokens, multi-axis
+RoPE; positions are decided once, in `RoFormerExtVisionTextModel.compute_position_ids` (the heads never see them)."""
 
 import torch
 from torch import nn
@@ -113,7 +109,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
                 f"(pixel_values{suffix} rows); build inputs with RoFormerExtProcessor so each {kind} gets t*h*w "
                 "placeholders."
             )
-        if count == 0:  # no placeholders and no patch rows
+        if count == 0:
             return embeds
         patches = self.patch_embed(pixels).to(embeds.dtype)
         return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), patches)
@@ -130,8 +126,7 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         second_per_grid_ts: torch.Tensor | None = None,
         rope_deltas: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Where every token sits, (axes, batch, seq): the caller's 3D positions; a prompt laid out from its
-        placeholders (packed rows: each sequence alone); after a cache, index among real tokens + `rope_deltas`."""
+        """(axes, batch, seq): given 3D positions, a prompt's from its placeholders, or after a cache + `rope_deltas`."""
         if position_ids is not None and position_ids.dim() == 3:
             return position_ids
         scheme = self.config.rope_parameters["position_scheme"]
@@ -202,7 +197,6 @@ class RoFormerExtVisionTextModel(RoFormerExtModel):
         """
         check_token_inputs(input_ids, inputs_embeds)
         tokens = input_ids if input_ids is not None else inputs_embeds
-        # the forward's one layout (cache, cached length, packed rows): positions and attention read the same
         layout = self.batch_layout(
             tokens, attention_mask, position_ids, cache, use_cache, kwargs.get("encoder_hidden_states"), kwargs
         )
@@ -261,8 +255,7 @@ _PER_ITEM_VISION_INPUTS = (
 def expand_vision_inputs(
     input_ids: torch.Tensor, config: RoFormerExtVisionTextConfig, expand_size: int, inputs: dict
 ) -> dict:
-    """The vision inputs for `input_ids` repeated `expand_size` times per row (beams, return sequences): inputs given
-    per image / video are repeated per prompt, each prompt's images (by its placeholders, in order) as a group."""
+    """Vision inputs repeated `expand_size` times per prompt (beams), each prompt's images (by placeholders) as a group."""
     expanded = dict(inputs)
     kinds = (
         ("image", config.image_token_id, "pixel_values", "image_grid_thw", ()),
@@ -307,8 +300,7 @@ def expand_vision_inputs(
 
 
 class VisionTextHeadMixin:
-    """A text head around the vision-text base model (plus `roformer.patch_embed`): it hands the pixel inputs down
-    and never touches positions. `return_dict` is the text head's `can_return_tuple`."""
+    """A text head around the vision-text base model: it hands the pixel inputs down and never touches positions."""
 
     config: RoFormerExtVisionTextConfig
     config_class = RoFormerExtVisionTextConfig
@@ -363,8 +355,7 @@ class RoFormerExtVisionTextForSequenceClassification(VisionTextHeadMixin, RoForm
 
 @auto_docstring
 class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausalLM, GenerationMixin):
-    """Generation with images in the prompt: each new token sits at its index among real tokens + the prompt's
-    `rope_deltas` on every axis (Qwen2-VL's), which generate carries in its model kwargs."""
+    """Generation with images in the prompt: new tokens sit at their text index + the prompt's `rope_deltas` (Qwen2-VL)."""
 
     # generate's row-by-row repeat (beams, return sequences) is wrong for inputs given per image (Qwen2-VL overrides
     # this private hook too; listed in compat.PRIVATE_NAMES)
@@ -382,9 +373,7 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
         return expanded_ids, kwargs
 
     def _prepare_position_ids_for_generation(self, inputs_tensor: torch.Tensor, model_kwargs: dict) -> torch.Tensor:
-        """generate asks once for the prompt's positions (as Qwen2-VL): each token's index among the real tokens, and
-        the prompt's `rope_deltas` join the model kwargs, so every step and every copy of the prompt gets them. A later
-        chat turn's prompt is the whole conversation: its grids are needed again."""
+        """Once per generate (as Qwen2-VL): the prompt's `rope_deltas` join the model kwargs for every step and copy."""
         positions = parent_prepare_position_ids_for_generation(super(), inputs_tensor, model_kwargs)
         mask = model_kwargs["attention_mask"]  # generate makes one first: the forward takes it
         input_ids = model_kwargs.get("input_ids")
@@ -454,12 +443,3 @@ class RoFormerExtVisionTextForCausalLM(VisionTextHeadMixin, RoFormerExtForCausal
             logits_to_keep=logits_to_keep,
             **kwargs,
         )
-
-
-__all__ = [
-    "RoFormerExtPatchEmbedding",
-    "RoFormerExtVisionTextForCausalLM",
-    "RoFormerExtVisionTextForMaskedLM",
-    "RoFormerExtVisionTextForSequenceClassification",
-    "RoFormerExtVisionTextModel",
-]

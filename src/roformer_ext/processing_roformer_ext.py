@@ -24,8 +24,7 @@ def _single_token_id(tokenizer: Any, token: str) -> int | None:
 
 
 def vision_token_ids(tokenizer: Any) -> dict[str, int]:
-    """`{"image_start_token_id", "image_end_token_id", "image_token_id", "video_token_id"}` -> ids; a ValueError names
-    the tokens the tokenizer splits (a split placeholder would misalign patches and tokens)."""
+    """The four vision token ids by config name; a split token is refused (it would misalign patches and tokens)."""
     ids = {token: _single_token_id(tokenizer, token) for token in VISION_TOKENS}
     missing = [token for token, token_id in ids.items() if token_id is None]
     if missing:
@@ -38,8 +37,7 @@ def vision_token_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def add_vision_tokens(tokenizer: Any) -> dict[str, int]:
-    """Add "[IMG]", "[/IMG]", "[IMAGE]", "[VIDEO]" as special tokens (idempotent: kept whole by a lower-casing
-    tokenizer) and return their ids; then set `config.image_token_id` / `video_token_id` and resize the embeddings."""
+    """Add the four vision tokens as special tokens (idempotent) and return their ids (then resize the embeddings)."""
     missing = [token for token in VISION_TOKENS if _single_token_id(tokenizer, token) is None]
     if missing:
         tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
@@ -47,15 +45,8 @@ def add_vision_tokens(tokenizer: Any) -> dict[str, int]:
 
 
 class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
-    r"""Tokenizer + image processor: expands "[IMAGE]" / "[VIDEO]" marks into patch placeholders.
-
-    Args:
-        image_processor (`RoFormerExtImageProcessor`): cuts images / videos into patches.
-        tokenizer (`PreTrainedTokenizerBase`): any tokenizer that keeps the four vision tokens whole
-            (see `add_vision_tokens`).
-        chat_template (`str`, *optional*).
-
-    `images` / `videos`: a flat list in text order or a list per sample (a video: frames or a 4-D array)."""
+    r"""Tokenizer (keeping the vision tokens whole: `add_vision_tokens`) + image processor; `images` / `videos` are a
+    flat list in text order or a list per sample (a video: frames or a 4-D array)."""
 
     image_token = IMAGE_TOKEN
     video_token = VIDEO_TOKEN
@@ -70,8 +61,7 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
     def __call__(
         self, text: str | list[str] | None = None, images: Any = None, videos: Any = None, **kwargs: Any
     ) -> BatchFeature:
-        """input_ids, attention_mask (+ token_type_ids), and pixel_values + image_grid_thw / pixel_values_videos +
-        video_grid_thw for the pictures given."""
+        """Token inputs, and pixel_values + image_grid_thw / pixel_values_videos + video_grid_thw for the pictures."""
         if text is None and images is None and videos is None:
             raise ValueError("Pass at least one of `text`, `images` or `videos`.")
         texts = self._as_text_list(text)
@@ -80,12 +70,12 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
 
         flat_images = self._match_marks(texts, images, IMAGE_TOKEN, "image")
         flat_videos = self._match_marks(texts, videos, VIDEO_TOKEN, "video")
-        vision: dict[str, Any] = {}
+        vision = {}
         if flat_images or flat_videos:
             vision = self.image_processor(
                 images=flat_images or None, videos=flat_videos or None, **merged["images_kwargs"]
             )
-        data: dict[str, Any] = dict(vision)
+        data = dict(vision)
         if texts is not None:
             expanded = self._expand_marks(texts, vision.get("image_grid_thw"), vision.get("video_grid_thw"))
             text_inputs = self.tokenizer(expanded, **merged["text_kwargs"])
@@ -112,8 +102,7 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
 
     @staticmethod
     def _match_marks(texts: list[str] | None, pictures: Any, mark: str, kind: str) -> list[Any]:
-        """`pictures` flattened in text order, one `mark` per picture; a list per sample is checked sample by sample (for
-        videos a per-sample entry is a list of videos, themselves lists of frames)."""
+        """`pictures` flattened in text order, one `mark` per picture, a list per sample checked sample by sample."""
         flatten = flatten_images if kind == "image" else flatten_videos
         if pictures is None:
             if marks := sum(sample.count(mark) for sample in texts or []):
@@ -181,6 +170,3 @@ class RoFormerExtProcessor(SharedCodeMixin, ProcessorMixin):
     def model_input_names(self) -> list[str]:
         names = list(self.tokenizer.model_input_names) + list(self.image_processor.model_input_names)
         return list(dict.fromkeys(names))
-
-
-__all__ = ["RoFormerExtProcessor", "add_vision_tokens", "vision_token_ids", "VISION_TOKENS"]
