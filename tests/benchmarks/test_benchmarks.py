@@ -33,8 +33,8 @@ def test_bench_rope_writes_results(tmp_path):
     run_script("bench_rope", flags, tmp_path)
     result, markdown = results(tmp_path, "bench_rope")
     names = {row["implementation"] for row in result["results"]}
-    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved", "ours, half",
-            "plain formula, half"} <= names  # fmt: skip
+    assert {"copy (lower bound)", "transformers RoFormer", "ours, interleaved"} <= names
+    assert {"ours, half", "plain formula, half"} <= names
     for row in result["results"]:
         assert row["ms"] > 0 and row["speedup_vs_transformers"] > 0 and row["time_vs_copy"] > 0
     assert result["max_abs_diff_ours_vs_transformers"] < 1e-4
@@ -115,15 +115,13 @@ def test_bench_packed_compile_writes_results(tmp_path):
 
 def test_bench_before_after_equal_code_gives_equal_outputs(tmp_path):
     """This checkout against a copy of itself: the same weights give bit-equal outputs in every case."""
-    # In its own process: importing the older copy registers its classes with the Auto classes (exist_ok), which
-    # would leave this worker's AutoModel / AutoTokenizer returning that copy's classes.
-    src = Path(__file__).resolve().parents[2] / "src"
+    src = BENCHMARKS.parent / "src"
     args = f"--old-src {src} --size tiny --seqs 16 --tokens 32 --reviews 3 --repeats 1 --layouts half --out {tmp_path}"
-    subprocess.run([sys.executable, str(BENCHMARKS / "bench_before_after.py"), *args.split()], check=True,
-                   cwd=BENCHMARKS)  # fmt: skip
+    # in its own process: here the older copy's classes would stay registered with the Auto classes
+    subprocess.run([sys.executable, "bench_before_after.py", *args.split()], check=True, cwd=BENCHMARKS)
     result, markdown = results(tmp_path, "bench_before_after")
-    assert [(row["case"].split()[0], row["mode"]) for row in result["rows"]] == [
-        ("16", "inference"), ("16", "training"), ("packed", "inference"), ("packed", "training")]  # fmt: skip
+    cases = [(case, mode) for case in ("16", "packed") for mode in ("inference", "training")]
+    assert [(row["case"].split()[0], row["mode"]) for row in result["rows"]] == cases
     assert all(row["max_diff"] == 0 and row["old_ms"] > 0 and row["new_ms"] > 0 for row in result["rows"])
     assert "| half | 16 x 2 | inference |" in markdown
 
@@ -153,10 +151,11 @@ def test_bench_modernbert_quick_writes_results(tmp_path):
 
 def test_bench_padding_free_writes_results(tmp_path):
     """Padding-free against transformers' padded RoFormer with the same weights, on real corpora."""
-    # max length 256: the Rotten Tomatoes batch stays below it (its padded-to-max cases are timed), the Chinese
-    # reviews reuse them, and the statute batch reaches it (padded to max = padded to the longest).
-    flags = ("--size tiny --corpora rotten_tomatoes chinese_sentiment statutes --max-length 256 --batch 4 "
-             "--train-batch 2 --repeats 1 --finetune-corpus rotten_tomatoes --finetune-steps 2 --finetune-samples 40")  # fmt: skip
+    # max length 256: Rotten Tomatoes stays below it (padded-to-max timed), the reviews reuse it, the statutes reach it
+    flags = (
+        "--size tiny --corpora rotten_tomatoes chinese_sentiment statutes --max-length 256 --batch 4 "
+        "--train-batch 2 --repeats 1 --finetune-corpus rotten_tomatoes --finetune-steps 2 --finetune-samples 40"
+    )
     module = run_script("bench_padding_free", flags, tmp_path)
     result, markdown = results(tmp_path, "bench_padding_free")
     corpora = {c["corpus"]: c for c in result["corpora"]}

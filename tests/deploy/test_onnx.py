@@ -1,8 +1,7 @@
-"""ONNX export and ONNX Runtime inference: outputs equal PyTorch within 1e-4 beyond the traced length (position-
-sensitive classifiers), the Sim embedding through `roformer-ext export` equals `SentenceTransformer.encode`, int8 files
-run, and what the graph cannot take is refused naming the fix."""
+"""ONNX export / Runtime equal PyTorch past the traced length; Sim embeddings, int8, refusals that name the fix."""
 
 from pathlib import Path
+from unittest.mock import Mock
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from roformer_ext import (
 )
 from roformer_ext.cli import main as cli
 from roformer_ext.conversion.cli import main as convert
-from roformer_ext.export import OnnxModel, export_onnx, quantize_dynamic_int8, quantize_onnx
+from roformer_ext.export import OnnxModel, export_onnx
 
 EXPORT_LENGTH = 8
 TEXTS = ["今天天气很好", "我想去公园玩", "今天天气不错，我想去公园玩。" * 12, "a"]  # the third: 170 tokens
@@ -33,8 +32,8 @@ def exported_classifier(folder: Path, config) -> tuple[RoFormerExtForSequenceCla
 
 @pytest.fixture(scope="module")
 def classifier_onnx(tmp_path_factory):
-    """The tiny config: for int8 and what the graph refuses (not a comparison of positions)."""
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "pair_layout": "half"}
+    """The tiny config: for what the graph refuses (not a comparison of positions)."""
+    rope = {"rope_type": "default", "pair_layout": "half"}
     return exported_classifier(tmp_path_factory.mktemp("onnx"), tiny_config(num_labels=3, rope_parameters=rope))
 
 
@@ -69,8 +68,7 @@ def test_classifier_equals_pytorch_beyond_the_export_length(sensitive_classifier
 
 @pytest.mark.parametrize("encoding", ["learned", "tupe"])
 def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
-    """Defect (issue #31, 2): `learned` and `tupe` did not export (`int(position_ids.max())` in the traced forward; now
-    eager only). The graph equals PyTorch beyond the export length; a row past the table stops (never wraps)."""
+    """Issue #31, 2: `learned` / `tupe` export and equal PyTorch; a row past the table stops (never wraps)."""
     table = 96  # the scaled positions of the 40-token rows (up to 78) stay inside it
     config = position_sensitive_config(num_labels=3, position_encoding=encoding, max_position_embeddings=table)
     model, path = exported_classifier(tmp_path, config)
@@ -82,23 +80,6 @@ def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
         onnx_model(*too_long)
     with pytest.raises(ValueError, match="max_position_embeddings"):  # eager PyTorch still says it clearly
         model(too_long[0])
-
-
-def test_int8_files_run_and_stay_near(classifier_onnx, tmp_path):
-    model, path = classifier_onnx
-    int8 = quantize_onnx(path, tmp_path / "classifier_int8.onnx")
-    assert int8.stat().st_size < path.stat().st_size
-    input_ids, attention_mask, token_type_ids = random_inputs(batch=4, seq=40)
-    with torch.no_grad():
-        expected = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
-        torch_int8 = quantize_dynamic_int8(model)(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).logits
-    onnx_int8 = torch.from_numpy(OnnxModel(int8)(input_ids, attention_mask, token_type_ids)["logits"])
-    assert type(quantize_dynamic_int8(model).roformer.layers[0].attention.query).__name__ == "Linear"  # a copy
-    scale = expected.abs().max()
-    for logits in (torch_int8, onnx_int8):  # random weights: near, not equal (fidelity on trained ones: below)
-        assert logits.shape == expected.shape and 0 < (logits - expected).abs().max() < 0.2 * scale
 
 
 def test_what_the_graph_cannot_take_or_export_is_refused(classifier_onnx, tmp_path):
@@ -128,8 +109,8 @@ def test_export_of_a_missing_folder_says_the_folder_does_not_exist(tmp_path, mon
     """Defect (issue #31, 3): transformers read a missing folder as a Hub id. One line naming the folder, exit 1."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("x")
-    for model_dir, state in [(str(tmp_path / "missing"), "does not exist"), ("missing", "does not exist"),
-                             ("a-file", "is a file")]:  # fmt: skip
+    cases = {str(tmp_path / "missing"): "does not exist", "missing": "does not exist", "a-file": "is a file"}
+    for model_dir, state in cases.items():
         with pytest.raises(SystemExit) as error:
             cli(["export", model_dir, str(tmp_path / "out")])
         err = capsys.readouterr().err
@@ -165,8 +146,7 @@ def test_sim_embedding_cli_export_equals_sentence_transformers(sim_export):
 
 
 def test_cli_export_writes_all_or_nothing_and_never_replaces_what_it_did_not_write(sim_export, tmp_path, monkeypatch):
-    """An existing OUT_DIR needs --force, which replaces only an earlier export; not inside the model folder; a failure
-    half-way leaves neither OUT_DIR nor a hidden sibling."""
+    """--force replaces only an earlier export, never inside the model folder; a failure half-way leaves nothing."""
     import roformer_ext.export as export_module
 
     folder, out = sim_export
@@ -182,11 +162,7 @@ def test_cli_export_writes_all_or_nothing_and_never_replaces_what_it_did_not_wri
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     with pytest.raises(ValueError, match="inside the source folder"):
         export_module.export_folder(folder, folder / "onnx")
-
-    def broken_quantize(source, target, per_channel=False):
-        raise RuntimeError("quantizer crashed")
-
-    monkeypatch.setattr(export_module, "quantize_onnx", broken_quantize)
+    monkeypatch.setattr(export_module, "quantize_onnx", Mock(side_effect=RuntimeError("quantizer crashed")))
     target = tmp_path / "half-way"
     with pytest.raises(RuntimeError, match="quantizer crashed"):
         export_module.export_folder(folder, target, int8=True, example_length=4)

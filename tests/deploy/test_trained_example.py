@@ -1,5 +1,4 @@
-"""On a classifier the classification example trained: LoRA through its `--lora_r` flags, and the fidelity of the CPU
-serving paths (ONNX Runtime fp32 / int8, torch dynamic int8) to fp32."""
+"""On the classifier the example trained: LoRA through `--lora_r`, and the CPU serving paths' fidelity to fp32."""
 
 import json
 import runpy
@@ -15,18 +14,17 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from roformer_ext.export import OnnxModel, export_folder, quantize_dynamic_int8
 
 CLASSIFY = Path(__file__).resolve().parents[2] / "examples" / "text-classification" / "run_classification.py"
-TINY = [
-    "--dataset", "chinese_sentiment", "--max_seq_length", "64", "--hidden_size", "32", "--num_hidden_layers", "2",
-    "--num_attention_heads", "4", "--intermediate_size", "64", "--vocab_size", "1500", "--report_to", "none",
-    "--save_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size", "16", "--seed", "0",
-    "--max_eval_samples", "256", "--max_predict_samples", "16",
-]  # fmt: skip
+TINY = (
+    "--dataset chinese_sentiment --max_seq_length 64 --hidden_size 32 --num_hidden_layers 2 --num_attention_heads 4 "
+    "--intermediate_size 64 --vocab_size 1500 --report_to none --save_strategy no --disable_tqdm true "
+    "--per_device_train_batch_size 16 --seed 0 --max_eval_samples 256 --max_predict_samples 16"
+)
 
 
-def run_example(args: list[str]) -> None:
+def run_example(flags: str, out: Path) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(CLASSIFY.parent))
-        patch.setattr(sys, "argv", [str(CLASSIFY), *args])
+        patch.setattr(sys, "argv", [str(CLASSIFY), *TINY.split(), *flags.split(), "--output_dir", str(out)])
         runpy.run_path(str(CLASSIFY), run_name="__main__")
 
 
@@ -34,8 +32,7 @@ def run_example(args: list[str]) -> None:
 def trained(tmp_path_factory) -> Path:
     """The example trained from scratch on 1,200 reviews for 2 epochs (~150 steps of a hidden-32 model)."""
     out = tmp_path_factory.mktemp("trained") / "sentiment"
-    run_example([*TINY, "--output_dir", str(out), "--max_train_samples", "1200", "--num_train_epochs", "2",
-                 "--learning_rate", "2e-3"])  # fmt: skip
+    run_example("--max_train_samples 1200 --num_train_epochs 2 --learning_rate 2e-3", out)
     return out
 
 
@@ -53,9 +50,8 @@ def validation_batch(folder: Path, n: int = 256):
 
 def test_lora_flags_train_an_adapter_that_reloads_equal_to_the_merged_model(trained, tmp_path):
     out = tmp_path / "lora"
-    run_example([*TINY, "--model_name_or_path", str(trained), "--output_dir", str(out), "--max_train_samples", "64",
-                 "--max_steps", "6", "--lora_r", "4", "--lora_targets", "attention,feed_forward",
-                 "--learning_rate", "1e-2"])  # fmt: skip
+    flags = "--max_train_samples 64 --max_steps 6 --lora_r 4 --lora_targets attention,feed_forward --learning_rate 1e-2"
+    run_example(f"--model_name_or_path {trained} {flags}", out)
     adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
     attention = [f"{kind}.{name}" for kind in ("attention", "crossattention") for name in ("query", "key", "value")]
@@ -63,11 +59,9 @@ def test_lora_flags_train_an_adapter_that_reloads_equal_to_the_merged_model(trai
     assert "classifier" in adapter["modules_to_save"]
     assert "LoRA (rank 4" in (out / "README.md").read_text()
     inputs, _ = validation_batch(out, 16)
-    merged = AutoModelForSequenceClassification.from_pretrained(out).eval()
-    base = AutoModelForSequenceClassification.from_pretrained(trained).eval()
-    reloaded = PeftModel.from_pretrained(
-        AutoModelForSequenceClassification.from_pretrained(trained), out / "adapter"
-    ).eval()
+    load = AutoModelForSequenceClassification.from_pretrained
+    merged, base = load(out).eval(), load(trained).eval()
+    reloaded = PeftModel.from_pretrained(load(trained), out / "adapter").eval()
     with torch.no_grad():
         merged_logits, adapter_logits = merged(**inputs).logits, reloaded(**inputs).logits
         base_logits = base(**inputs).logits
@@ -85,14 +79,16 @@ def test_int8_fidelity_on_the_trained_classifier(trained, tmp_path):
         torch_int8 = quantize_dynamic_int8(model)(**inputs).logits.numpy()
         cls_fp32 = model.roformer(**inputs).last_hidden_state[:, 0]
         cls_int8 = quantize_dynamic_int8(model).roformer(**inputs).last_hidden_state[:, 0]
+    assert type(model.roformer.layers[0].attention.query) is torch.nn.Linear  # the int8 models were copies
     feeds = {name: inputs[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
-    onnx_fp32 = OnnxModel(tmp_path / "onnx" / "model.onnx")(**feeds)["logits"]
-    onnx_int8 = OnnxModel(tmp_path / "onnx" / "model_int8.onnx")(**feeds)["logits"]
+    fp32_file, int8_file = tmp_path / "onnx" / "model.onnx", tmp_path / "onnx" / "model_int8.onnx"
+    assert int8_file.stat().st_size < fp32_file.stat().st_size
+    onnx_fp32, onnx_int8 = OnnxModel(fp32_file)(**feeds)["logits"], OnnxModel(int8_file)(**feeds)["logits"]
     np.testing.assert_allclose(onnx_fp32, fp32, rtol=0, atol=1e-4)
-
     accuracy = (fp32.argmax(-1) == labels).mean()
     assert accuracy > 0.6  # trained: well above chance (0.5)
     for logits in (torch_int8, onnx_int8):
+        assert (logits != fp32).any()  # quantized: near, not equal
         assert abs((logits.argmax(-1) == labels).mean() - accuracy) <= 0.03
         assert (logits.argmax(-1) == fp32.argmax(-1)).mean() >= 0.95
     assert torch.nn.functional.cosine_similarity(cls_int8, cls_fp32).min() > 0.99
