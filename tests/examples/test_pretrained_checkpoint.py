@@ -2,12 +2,11 @@
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from test_examples import run
+from test_examples import load_as_remote_code
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 import roformer_ext
@@ -79,27 +78,6 @@ def test_checkpoint_folder_is_complete_small_code_free_and_its_mlm_head_predicts
     assert sum(recovered(untrained, tokenizer, sentence, word) for sentence, word in phrases) <= 1
 
 
-REMOTE = textwrap.dedent(
-    """
-    import sys
-    sys.modules["roformer_ext"] = None  # the package must not be importable here
-    import torch
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
-    folder = sys.argv[1]
-    base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-    model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    assert type(base).__module__.startswith("transformers_modules"), type(base).__module__
-    encoded = tokenizer("我们[MASK]北京工作。", return_tensors="pt")
-    with torch.no_grad():
-        logits = model(**encoded).logits[0]
-    position = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().item()
-    print("top5", " ".join(tokenizer.convert_ids_to_tokens(logits[position].topk(5).indices.tolist())))
-    print("sum", float(logits.sum()))
-    """
-)
-
-
 @ALL
 def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tmp_path, folder):
     """Saved with the package: code and auto_map, loading without roformer_ext to the same outputs."""
@@ -109,17 +87,22 @@ def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tm
     model.save_pretrained(shared)
     tokenizer.save_pretrained(shared)
     assert "auto_map" in json.loads((shared / "config.json").read_text(encoding="utf-8"))
-    result = run([sys.executable, "-c", REMOTE, shared], tmp_path, HF_MODULES_CACHE=str(tmp_path / "modules"))
-    lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
-    assert lines["top5"].split() == top5(model, tokenizer, "我们在北京工作。", "在")[0]  # as in the package
-    assert "在" in lines["top5"].split()  # measured on every shipped checkpoint
+    logits = torch.tensor(
+        load_as_remote_code(shared, "AutoModelForMaskedLM", "我们[MASK]北京工作。", tmp_path)["logits"]
+    )
+    encoded = tokenizer("我们[MASK]北京工作。", return_tensors="pt")
+    position = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().item()
+    best = tokenizer.convert_ids_to_tokens(logits[position].topk(5).indices.tolist())
+    assert best == top5(model, tokenizer, "我们在北京工作。", "在")[0]  # as in the package
+    assert "在" in best  # measured on every shipped checkpoint
     with torch.no_grad():
-        expected = float(model(**tokenizer("我们[MASK]北京工作。", return_tensors="pt")).logits[0].sum())
-    assert float(lines["sum"]) == pytest.approx(expected, rel=1e-5)
+        expected = float(model(**encoded).logits[0].sum())
+    assert float(logits.sum()) == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize(("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)],
-                         ids=["main", "mini"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)], ids=["main", "mini"]
+)
 def test_pretrained_jobs_name_the_shipped_checkpoints(tmp_path, monkeypatch, name, folder):
     """Each job names its checkpoint relative to the repository, resolved from any working directory."""
     job = EXAMPLES / "text-classification" / name
@@ -200,9 +183,8 @@ def test_ner_baseline_window_features_and_a_small_run():
     sys.path.insert(0, str(EXAMPLES / "token-classification"))
     from ner_ngram_baseline import char_features, run_baseline
 
-    assert list(char_features("江泽民", 0)) == [
-        "u-2=␀", "u-1=␀", "u0=江", "u1=泽", "u2=民", "b-2=␀␀", "b-1=␀江", "b0=江泽", "b1=泽民", "t=␀江泽",
-    ]  # fmt: skip
+    features = ["u-2=␀", "u-1=␀", "u0=江", "u1=泽", "u2=民", "b-2=␀␀", "b-1=␀江", "b0=江泽", "b1=泽民", "t=␀江泽"]
+    assert list(char_features("江泽民", 0)) == features
     assert list(char_features("江泽民", 2))[:5] == ["u-2=江", "u-1=泽", "u0=民", "u1=␀", "u2=␀"]
     result = run_baseline(alpha_grid=(1e-5,), epochs=2, limit=500)
     assert result["rows"] == {"train": 500, "validation": 500, "test": 500} and result["characters_train"] == 18745
@@ -235,7 +217,8 @@ def test_msra_held_out_sentences_are_not_in_the_pretraining_text():
     for split in ("validation", "test"):
         sentences = ["".join(tokens) for tokens in msra[split]["tokens"]]
         found[split] = [s for s in sentences if len(s) >= 20 and s in text]
-    assert found == {"validation": [], "test": ["在此基础上，共同承担义务，维护中国的主权和领土完整，并对今后两岸关系的发展进行规划。"]}  # fmt: skip
+    sentence = "在此基础上，共同承担义务，维护中国的主权和领土完整，并对今后两岸关系的发展进行规划。"
+    assert found == {"validation": [], "test": [sentence]}
 
 
 def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
@@ -246,7 +229,8 @@ def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     def state(folder, losses, step_every):
         folder.mkdir()
         history = [{"step": step_every * (i + 1), "loss": loss} for i, loss in enumerate(losses)]
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": history[-1]["step"], "log_history": history}))  # fmt: skip
+        state = {"global_step": history[-1]["step"], "log_history": history}
+        (folder / "trainer_state.json").write_text(json.dumps(state))
         return folder / "trainer_state.json"
 
     first = state(tmp_path / "first", [8.0, 6.0, 5.0], 500)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_examples import load_script, run
+from test_examples import card_metadata, load_script, run
 from transformers import AutoModelForSequenceClassification, AutoProcessor
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "vision-text" / "run_spatial_digits.py"
@@ -77,20 +77,42 @@ def test_question_position_puts_the_question_before_or_after_the_mark(script):
         script.DataArguments(dataset="sklearn_digits", question_position="middle")
 
 
+def own_digit_images(folder: Path) -> Path:
+    """Your own digit images, saved with `save_to_disk` under other column names."""
+    from datasets import ClassLabel, Dataset, Features, Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    features = Features({"picture": Image(), "digit": ClassLabel(names=[str(d) for d in range(10)])})
+    pictures = zip(digits.images[:120], digits.target[:120])
+    rows = [{"picture": (image * 255 / 16).astype("uint8"), "digit": int(label)} for image, label in pictures]
+    Dataset.from_list(rows, features=features).save_to_disk(folder)
+    return folder
+
+
 @pytest.mark.parametrize("scheme", ["rope_tie_v2", "mrope"])
 def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
+    """The bundled sklearn digits (rope_tie_v2) and your own images (mrope) train to a complete folder."""
     out = tmp_path / scheme
-    run([sys.executable, SCRIPT, "--dataset", "sklearn_digits", "--position_scheme", scheme, "--num_train", "96",
-         "--num_eval", "32", "--max_steps", "3", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size",
-         "32", "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size",
-         "64", "--output_dir", out, "--save_strategy", "no", "--report_to", "none", "--torch_threads", "1",
-         "--disable_tqdm", "true"], tmp_path)  # fmt: skip
+    data = ["--dataset", "sklearn_digits"]
+    if scheme == "mrope":
+        own = own_digit_images(tmp_path / "digits")
+        data = ["--dataset_name", own, "--image_column_name", "picture", "--label_column_name", "digit"]
+    argv = [sys.executable, SCRIPT, *data, "--position_scheme", scheme, "--num_train", "96",
+            "--num_eval", "32", "--max_steps", "3", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size",
+            "32", "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size",
+            "64", "--output_dir", out, "--save_strategy", "no", "--report_to", "none", "--torch_threads", "1",
+            "--disable_tqdm", "true"]  # fmt: skip
+    run(argv, tmp_path)
     metrics = json.loads((out / "all_results.json").read_text())
     for key in ("eval_accuracy", "test_accuracy", "eval_accuracy_position", "train_runtime", "wall_time_s"):
         assert key in metrics, key
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0
     card = (out / "README.md").read_text()
     assert "2104.09864" in card and "--position_scheme " + scheme in card and "eval_accuracy" in card
+    assert card_metadata(out)["pipeline_tag"] == "visual-question-answering"
+    if scheme == "mrope":
+        assert "your digit images (the local dataset `digits`)" in card and "8x8 pixels" in card
     config = json.loads((out / "config.json").read_text())
     auto_map = config["auto_map"]["AutoModelForSequenceClassification"]
     assert auto_map.endswith("RoFormerExtVisionTextForSequenceClassification")
