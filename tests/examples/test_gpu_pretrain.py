@@ -21,12 +21,7 @@ def load_module(name: str):
 
 
 def jieba_spaced(rows: dict) -> dict:
-    sys.path.insert(0, str(LM))
-    try:
-        from run_mlm import jieba_spaced
-    finally:
-        sys.path.remove(str(LM))
-    return jieba_spaced(rows)
+    return load_module("run_mlm").jieba_spaced(rows)
 
 
 def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypatch):
@@ -34,8 +29,8 @@ def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypa
     pytest.importorskip("jieba")
     pytest.importorskip("snownlp")
     export = load_module("export_corpus")
-    corpus = DatasetDict({"train": Dataset.from_dict({"text": LINES + ["两行\n文本"]}),
-                          "validation": Dataset.from_dict({"text": LINES[:2]})})  # fmt: skip
+    splits = {"train": LINES + ["两行\n文本"], "validation": LINES[:2]}
+    corpus = DatasetDict({split: Dataset.from_dict({"text": texts}) for split, texts in splits.items()})
     monkeypatch.setattr(export, "load_mlm_corpus", lambda **_: corpus)
     export.main(["--out", str(tmp_path / "data"), "--segment", "--classification", "chinese_sentiment"])
     with lzma.open(tmp_path / "data" / "mlm" / "train.txt.xz", "rt", encoding="utf-8") as handle:
@@ -103,16 +98,20 @@ def tiny_exported_corpus(data: Path) -> Path:
     return data
 
 
+def dry_run(data: Path, out: Path, *flags: str) -> dict:
+    """gpu_pretrain.py --dry-run: every job of the GPU script on the CPU at tiny sizes; its summary."""
+    argv = [sys.executable, LM / "gpu_pretrain.py", "--data", data, "--out", out, "--dry-run", "--budget", "1500"]
+    run([*argv, *flags], ROOT)
+    return json.loads((out / "summary.json").read_text())
+
+
 def test_gpu_pretrain_dry_run_chain(tmp_path):
     """One GPU-script job on the CPU at tiny sizes: pretraining, three fine-tunes, summary and comparison table."""
     data = tiny_exported_corpus(tmp_path / "data")
     out = tmp_path / "out"
-    run([sys.executable, str(LM / "gpu_pretrain.py"), "--data", str(data), "--out", str(out), "--dry-run",
-         "--budget", "1500", "--jobs", "rope-s1"], ROOT)  # fmt: skip
-    summary = json.loads((out / "summary.json").read_text())
-    steps = summary["jobs"]["rope-s1"]
-    assert list(steps) == ["pretrain rope-s1", "finetune rope-s1-sentiment", "finetune rope-s1-statutes512",
-                           "finetune rope-s1-statutes1024"]  # fmt: skip
+    steps = dry_run(data, out, "--jobs", "rope-s1")["jobs"]["rope-s1"]
+    tunes = [f"finetune rope-s1-{task}" for task in ("sentiment", "statutes512", "statutes1024")]
+    assert list(steps) == ["pretrain rope-s1", *tunes]
     assert all(step["status"] == "passed" for step in steps.values()), steps
     assert 0 <= steps["finetune rope-s1-statutes1024"]["test_accuracy"] <= 1
     config = json.loads((out / "models" / "rope-s1" / "config.json").read_text())
@@ -131,14 +130,12 @@ def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
     assert pretraining.seconds == 0.7 * 500 and isinstance(group, list) and len(group) == 3
     assert [s.args[s.args.index("--max_seq_length") + 1] for s in group] == ["128", "256", "256"]
     out = tmp_path / "out"
-    run([sys.executable, str(LM / "gpu_pretrain.py"), "--data", str(data), "--out", str(out), "--dry-run",
-         "--plan", "long", "--budget", "1500", "--jobs", "mini-long"], ROOT)  # fmt: skip
-    steps = json.loads((out / "summary.json").read_text())["jobs"]["mini-long"]
+    summary = dry_run(data, out, "--plan", "long", "--jobs", "mini-long")
+    steps = summary["jobs"]["mini-long"]
     tunes = [f"finetune mini-long-sentiment-{recipe}" for recipe in ("a128", "c256", "d256")]
     assert list(steps) == ["pretrain mini-long", *tunes]
     assert all(step["status"] == "passed" for step in steps.values()), steps
     # at once: the whole run took less than its steps one after another would (each step timed on its own)
-    summary = json.loads((out / "summary.json").read_text())
     assert summary["wall_seconds"] < sum(step["seconds"] for step in steps.values()) - 5
 
 
@@ -184,11 +181,7 @@ def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
 ])  # fmt: skip
 def test_gpu_pretrain_refuses_bad_arguments_before_any_work(tmp_path, args, message):
     module = load_module("gpu_pretrain")
-    data = tmp_path / "data"
-    (data / "mlm").mkdir(parents=True)
-    (data / "chinese_sentiment").mkdir()
-    (data / "mlm" / "train.txt.xz").write_bytes(b"")
-    (data / "chinese_sentiment" / "train.jsonl").write_text("")
+    data = tiny_exported_corpus(tmp_path / "data")
     with pytest.raises(ValueError, match=message):
         module.main(["--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", *args])
     assert not (tmp_path / "out").exists()

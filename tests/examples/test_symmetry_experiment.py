@@ -13,6 +13,14 @@ from test_examples import load_script, run
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "run_symmetry.py"
 
 
+SIZES = ["--warmup_steps", "0", "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1"]
+LAYOUTS = ("before", "after")
+
+
+def run_key(run: dict) -> tuple:
+    return run["scheme"], run["modality"], run["layout"], run["seed"]
+
+
 @pytest.fixture(scope="module")
 def script():
     return load_script(SCRIPT)
@@ -148,23 +156,20 @@ def test_bad_arguments_name_the_flag(script, flag, value):
 
 
 def test_tiny_grid_end_to_end(tmp_path):
-    output = tmp_path / "symmetry.json"
-    args = ["--schemes", "rope_tie_v2,mrope,circle_rope", "--seeds", "0", "--long_video_frames", "5", "--max_steps",
-            "2", "--batch_size", "8", "--warmup_steps", "0", "--num_test", "16", "--video_frames", "3",
-            "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1", "--output", str(output)]  # fmt: skip
+    output, other = tmp_path / "symmetry.json", tmp_path / "other.json"
+    tiny = ["--long_video_frames", "5", "--max_steps", "2", "--batch_size", "8", "--num_test", "16", "--video_frames",
+            "3", *SIZES]  # fmt: skip
+    args = ["--schemes", "rope_tie_v2,mrope,circle_rope", "--seeds", "0", *tiny, "--output", output]
     run([sys.executable, SCRIPT, *args], tmp_path)
     results = json.loads(output.read_text())
-    runs = {(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in results["runs"]}
-    expected = {(s, m, layout, 0) for s in ("rope_tie_v2", "mrope", "circle_rope") for m in ("image", "video")
-                for layout in ("before", "after") if (s, m) != ("circle_rope", "video")}  # circle_rope: images only  # fmt: skip
-    assert runs == expected
+    schemes = [(s, m) for s in ("rope_tie_v2", "mrope", "circle_rope") for m in ("image", "video")]
+    expected = {(s, m, layout, 0) for s, m in schemes if (s, m) != ("circle_rope", "video") for layout in LAYOUTS}
+    assert {run_key(r) for r in results["runs"]} == expected  # circle_rope: images only
     cells = {(c["scheme"], c["modality"], c["layout"]): c for c in results["cells"]}
     long_cells = {key: cells.pop(key) for key in list(cells) if key[1] == "long_video"}
-    assert set(cells) == {(s, m, layout) for s, m, _, _ in expected for layout in ("before", "after", "after-before")}
+    assert set(cells) == {(s, m, layout) for s, m, _, _ in expected for layout in (*LAYOUTS, "after-before")}
     # the long-video test: 5-frame videos asking about the first 3 frames, as a difference to the 3-frame accuracy
-    assert set(long_cells) == {
-        (s, "long_video", side) for s in ("rope_tie_v2", "mrope") for side in ("before", "after")
-    }
+    assert set(long_cells) == {(s, "long_video", side) for s in ("rope_tie_v2", "mrope") for side in LAYOUTS}
     frames = [f"accuracy_frame {n}" for n in (1, 2, 3)]
     for run_ in results["runs"]:
         if run_["modality"] == "video":
@@ -193,16 +198,14 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert json.loads(output.read_text())["runs"] == results["runs"] and "test accuracy" not in again.stderr
 
     # another process's seed joins with --merge, without training anything again
-    one_seed = [*args[: args.index("--output")], "--output", str(output.with_name("other.json")), "--modalities",
-                "image", "--layouts", "after"]  # fmt: skip
-    one_seed[one_seed.index("--schemes") + 1], one_seed[one_seed.index("--seeds") + 1] = "rope_tie_v2", "1"
+    one_seed = ["--schemes", "rope_tie_v2", "--seeds", "1", *tiny, "--output", other, "--modalities", "image",
+                "--layouts", "after"]  # fmt: skip
     run([sys.executable, SCRIPT, *one_seed], tmp_path)
-    merged = run([sys.executable, SCRIPT, *args, "--merge", output.with_name("other.json")], tmp_path)
+    merged = run([sys.executable, SCRIPT, *args, "--merge", other], tmp_path)
     assert "test accuracy" not in merged.stderr
     runs = json.loads(output.read_text())["runs"]
     assert runs[: len(results["runs"])] == results["runs"]
-    assert [(r["scheme"], r["modality"], r["layout"], r["seed"]) for r in runs[len(results["runs"]) :]] == [
-        ("rope_tie_v2", "image", "after", 1)]  # fmt: skip
+    assert [run_key(r) for r in runs[len(results["runs"]) :]] == [("rope_tie_v2", "image", "after", 1)]
 
     # a figure per question: before vs after, and the long videos
     run([sys.executable, SCRIPT.with_name("plot_symmetry.py"), output, "--out", tmp_path / "figures"], tmp_path)
@@ -215,14 +218,13 @@ def test_variants_and_mixed_length_training_end_to_end(tmp_path):
     """hope_dynamic and mmrope_lumos_scale (not in 'all'), mixed-length training, --merge of this call's schemes."""
     output = tmp_path / "mixed.json"
     args = ["--schemes", "hope_dynamic,mmrope_lumos_scale", "--modalities", "video", "--seeds", "0", "--max_steps",
-            "4", "--batch_size", "4", "--warmup_steps", "0", "--num_test", "8", "--video_frames", "2",
-            "--long_video_frames", "4", "--train_video_frames", "1,2", "--hidden_size", "32", "--intermediate_size",
-            "64", "--num_hidden_layers", "1", "--output", str(output)]  # fmt: skip
+            "4", "--batch_size", "4", "--num_test", "8", "--video_frames", "2", "--long_video_frames", "4",
+            "--train_video_frames", "1,2", *SIZES, "--output", str(output)]  # fmt: skip
     run([sys.executable, SCRIPT, *args], tmp_path)
     results = json.loads(output.read_text())
     assert results["setup"]["train_video_frames"] == "1,2" and results["sizes"]["video"]["train"] == 16
     by_scheme = {(r["scheme"], r["layout"]): r for r in results["runs"]}
-    assert set(by_scheme) == {(s, side) for s in ("hope_dynamic", "mmrope_lumos_scale") for side in ("before", "after")}
+    assert set(by_scheme) == {(s, side) for s in ("hope_dynamic", "mmrope_lumos_scale") for side in LAYOUTS}
     assert by_scheme["hope_dynamic", "after"]["rope_parameters"]["temporal_scales"] == [0.5, 0.75, 1.0, 1.25, 1.5]
     assert by_scheme["mmrope_lumos_scale", "after"]["rope_parameters"]["position_scale"] == [4.0, 8.0, 8.0]
     assert all(r["long_video_frames"] == 4 for r in results["runs"])
@@ -245,8 +247,8 @@ def test_temporal_scales_are_drawn_in_training_only(script, monkeypatch):
     original = positions._draw_temporal_scales
     draw = lambda samples, scales: drawn.append(len(samples)) or original(samples, scales)  # noqa: E731
     monkeypatch.setattr(positions, "_draw_temporal_scales", draw)
-    args = script.SymmetryArguments(schemes="hope_dynamic", max_steps=2, batch_size=4, num_test=8, video_frames=2,
-                                    warmup_steps=0)  # fmt: skip
+    sizes = {"max_steps": 2, "batch_size": 4, "num_test": 8, "video_frames": 2, "warmup_steps": 0}
+    args = script.SymmetryArguments(schemes="hope_dynamic", **sizes)
     model_args = script.SymmetryModelArguments(hidden_size=32, intermediate_size=64, num_hidden_layers=1)
     data = script.prepare(args, model_args, "video")
     run = script.train_and_test(args, model_args, data, "hope_dynamic", "after", 0)
