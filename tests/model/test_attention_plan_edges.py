@@ -224,9 +224,14 @@ def test_the_plan_refuses_a_4d_mask_of_either_attention_on_flash(which):
     masks = {"attention_mask": None, "encoder_attention_mask": None, which: torch.ones(1, 1, 2, 2, dtype=torch.bool)}
     with pytest.raises(ValueError, match="custom 4D attention_mask cannot be used with .*'flash_attention_2'"):
         plan_for(
-            config, RecordingEncoding(AttentionTerms()), 2, masks["attention_mask"], backend="flash_attention_2",
-            encoder_hidden_states=torch.zeros(1, 2, 32), encoder_attention_mask=masks["encoder_attention_mask"],
-        )  # fmt: skip
+            config,
+            RecordingEncoding(AttentionTerms()),
+            2,
+            masks["attention_mask"],
+            backend="flash_attention_2",
+            encoder_hidden_states=torch.zeros(1, 2, 32),
+            encoder_attention_mask=masks["encoder_attention_mask"],
+        )
 
 
 def test_on_flex_attention_the_plan_asks_for_terms_per_score():

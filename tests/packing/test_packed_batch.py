@@ -142,8 +142,9 @@ def test_padded_rows_of_packed_sequences(model_class):
     mask = torch.ones_like(input_ids)
     mask[:, -2:] = 0
     with torch.no_grad():
-        states = model(input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions,
-                       output_hidden_states=True).hidden_states[-1]  # fmt: skip
+        states = model(
+            input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions, output_hidden_states=True
+        ).hidden_states[-1]
     assert_rows_equal_alone(model, states[:, :-2], seqs)
     run = lambda m: m(input_ids, attention_mask=mask, seq_idx=seq_idx, position_ids=positions)[0][:, :-2]  # noqa: E731
     assert_position_sensitive(model, run, ATOL)

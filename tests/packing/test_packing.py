@@ -152,8 +152,9 @@ def test_packed_gradients_equal_padded(model_class):
     model = model_for(model_class, "sdpa")
     seqs = sequences(7, REPEATED_LENGTHS)
     input_ids, attention_mask = padded(seqs)
-    weights = torch.randn(len(seqs), input_ids.shape[1], model.config.hidden_size,
-                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    weights = torch.randn(
+        len(seqs), input_ids.shape[1], model.config.hidden_size, generator=torch.Generator().manual_seed(0)
+    )
     real = attention_mask.bool()
 
     def gradients(loss: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -241,7 +242,9 @@ def test_multiple_choice_rows_equal_each_choice_alone():
     input_ids, attention_mask = input_ids[None], attention_mask[None]  # one question, three choices
     with torch.no_grad():
         together = model(input_ids, attention_mask=attention_mask).logits[0]
-        alone = [model(input_ids[:, i : i + 1, :n], attention_mask=attention_mask[:, i : i + 1, :n]).logits[0, 0]
-                 for i, n in enumerate(LENGTHS[:3])]  # fmt: skip
+        alone = [
+            model(input_ids[:, i : i + 1, :n], attention_mask=attention_mask[:, i : i + 1, :n]).logits[0, 0]
+            for i, n in enumerate(LENGTHS[:3])
+        ]
     torch.testing.assert_close(together, torch.stack(alone), rtol=ATOL, atol=ATOL)
     assert_position_sensitive(model, lambda m: m(input_ids, attention_mask=attention_mask).logits, ATOL)

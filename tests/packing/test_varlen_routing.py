@@ -27,8 +27,17 @@ class RecordingVarlen:
         self.calls = []
 
     def __call__(self, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
-        self.calls.append(dict(query=query, cu_seq_q=cu_seq_q, cu_seq_k=cu_seq_k, max_q=max_q, max_k=max_k,
-                               scale=scale, window_size=window_size))  # fmt: skip
+        self.calls.append(
+            dict(
+                query=query,
+                cu_seq_q=cu_seq_q,
+                cu_seq_k=cu_seq_k,
+                max_q=max_q,
+                max_k=max_k,
+                scale=scale,
+                window_size=window_size,
+            )
+        )
         bounds = cu_seq_q.tolist()
         pieces = []
         for start, end in zip(bounds[:-1], bounds[1:]):
@@ -87,8 +96,11 @@ def test_a_cuda_packed_batch_takes_one_varlen_call_per_layer(kernel, decoder):
 def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
     """Inputs the varlen kernel cannot take make no varlen call and give the CPU path's output."""
     dtype = torch.float32 if case == "fp32" else torch.bfloat16
-    overrides = {"head_dim": dict(hidden_size=48), "dropout": dict(attention_probs_dropout_prob=0.5),  # 4 heads of 12
-                 "score_term": dict(position_encoding="t5_bias")}.get(case, {})  # fmt: skip
+    overrides = {
+        "head_dim": dict(hidden_size=48),
+        "dropout": dict(attention_probs_dropout_prob=0.5),  # 4 heads of 12
+        "score_term": dict(position_encoding="t5_bias"),
+    }.get(case, {})
     model = model_of(dtype, **overrides)
     if case == "capability":
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
@@ -116,9 +128,15 @@ def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, trai
     embeddings = packed_inputs(model, cuda=True)["inputs_embeds"]
     packed = describe_packed_batch(1, 25, None, None, 0, cu_seq_lens_q=torch.tensor([0, 5, 14, 17, 25]))
     plan = make_attention_plan(
-        model.config, model.position_encoding, BatchLayout(None, None, 0, packed), embeddings,
-        packed.positions()[None], None, None, training=training,
-    )  # fmt: skip
+        model.config,
+        model.position_encoding,
+        BatchLayout(None, None, 0, packed),
+        embeddings,
+        packed.positions()[None],
+        None,
+        None,
+        training=training,
+    )
     assert plan.attention is (packing.per_sequence_sdpa if training else packing.varlen_attention)
     query = torch.zeros(1, 4, 25, 8)
     with pytest.raises(ValueError, match="varlen_attention has no dropout"):

@@ -46,10 +46,23 @@ CASES = [(v, b) for v in VARIANTS for b in ("eager", "sdpa")] + [(e, "flex_atten
 
 
 def config(variant: str, **overrides) -> RoFormerExtConfig:
-    fields = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
-    knobs = dict(max_relative_position=5, relative_attention_num_buckets=8, relative_attention_max_distance=20,
-                 position_buckets=8, max_relative_positions=20)  # fmt: skip
+    fields = dict(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    knobs = dict(
+        max_relative_position=5,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+        position_buckets=8,
+        max_relative_positions=20,
+    )
     return RoFormerExtConfig(**{**fields, **knob_kwargs(variant, knobs, {**VARIANTS.get(variant, {}), **overrides})})
 
 
@@ -482,10 +495,12 @@ def test_every_head_takes_every_encoding(encoding, head):
     model = getattr(roformer_ext, f"RoFormerExtFor{head}")(config(encoding, num_labels=2 + (head != HEADS[2])))
     ids, labels = torch.randint(1, 97, (2, 8)), torch.tensor([0, 2])
     span = dict(start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
-    inputs = {"MultipleChoice": dict(input_ids=torch.randint(1, 97, (2, 2, 8)), labels=torch.tensor([0, 1])),
-              "QuestionAnswering": dict(input_ids=ids, **span),
-              "TokenClassification": dict(input_ids=ids, labels=torch.randint(0, 3, (2, 8))),
-              "SequenceClassification": dict(input_ids=ids, labels=labels)}[head]  # fmt: skip
+    inputs = {
+        "MultipleChoice": dict(input_ids=torch.randint(1, 97, (2, 2, 8)), labels=torch.tensor([0, 1])),
+        "QuestionAnswering": dict(input_ids=ids, **span),
+        "TokenClassification": dict(input_ids=ids, labels=torch.randint(0, 3, (2, 8))),
+        "SequenceClassification": dict(input_ids=ids, labels=labels),
+    }[head]
     output = model(**inputs)
     assert torch.isfinite(output.loss)
     output.loss.backward()

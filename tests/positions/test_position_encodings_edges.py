@@ -56,11 +56,23 @@ PAIRS = pytest.mark.parametrize(("queries", "keys"), list(POSITION_PAIRS.values(
 
 
 def config(position_encoding: str, **overrides) -> RoFormerExtConfig:
-    fields = dict(vocab_size=97, hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=HEADS,
-                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0)  # fmt: skip
-    knobs = dict(max_relative_position=3, relative_attention_num_buckets=8, relative_attention_max_distance=20,
-                 position_buckets=8, max_relative_positions=20)  # fmt: skip
+    fields = dict(
+        vocab_size=97,
+        hidden_size=HIDDEN,
+        num_hidden_layers=1,
+        num_attention_heads=HEADS,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    knobs = dict(
+        max_relative_position=3,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+        position_buckets=8,
+        max_relative_positions=20,
+    )
     return RoFormerExtConfig(**{**fields, **knob_kwargs(position_encoding, knobs, overrides)})
 
 
@@ -398,8 +410,11 @@ def test_tupe_table_ends_at_max_position_embeddings():
     encoding = TupePositionEncoding(config("tupe"))
     keys = torch.arange(70.0)[None]
     encoding.relative_scores(torch.tensor([[63.0]]), keys)  # the last row
-    with pytest.raises(ValueError, match="'tupe' has a table of max_position_embeddings = 64 positions, but got "
-                       "positions up to 64. Shorten the input or build the model with a larger"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match="'tupe' has a table of max_position_embeddings = 64 positions, but got "
+        "positions up to 64. Shorten the input or build the model with a larger",
+    ):
         encoding.relative_scores(torch.tensor([[3.0, 64.0]]), keys)
     encoding.relative_scores(torch.zeros(1, 0), keys)  # no queries: nothing to check
 
@@ -441,8 +456,11 @@ def test_learned_embed_reads_the_row_of_each_position_and_refuses_the_rest():
         out = encoding.embed(embeddings, torch.tensor([[0.0, 5.0, 63.0]]))
         torch.testing.assert_close(out, rows[[0, 5, 63]][None])
         assert encoding.embed(torch.zeros(1, 0, HIDDEN), torch.zeros(1, 0)).shape == (1, 0, HIDDEN)
-    with pytest.raises(ValueError, match="'learned' has a table of max_position_embeddings = 64 positions, but got "
-                       "positions up to 64. Shorten the input or build the model with a larger"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match="'learned' has a table of max_position_embeddings = 64 positions, but got "
+        "positions up to 64. Shorten the input or build the model with a larger",
+    ):
         encoding.embed(embeddings, torch.tensor([[0, 64, 1]]))
     with pytest.raises(ValueError, match="max_position_embeddings = 64 positions"):
         encoding.embed(embeddings, torch.tensor([[0, -1, 1]]))

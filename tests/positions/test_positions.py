@@ -229,8 +229,13 @@ def test_shift_leaves_attention_scores_unchanged(scheme, pair_layout):
     axes = SCHEME_AXES[scheme]
     allocation = dict(axis_allocation="sections", mrope_section=[4, 6, 6]) if scheme == "mrope" else {}
     rope = dict(rope_type="default", rope_theta=10000.0, pair_layout=pair_layout, axes=axes, **allocation)
-    config = types.SimpleNamespace(rope_parameters={"axis_allocation": "interleaved", **rope}, hidden_size=64,
-                                   num_attention_heads=2, head_dim=32, max_position_embeddings=512)  # fmt: skip
+    config = types.SimpleNamespace(
+        rope_parameters={"axis_allocation": "interleaved", **rope},
+        hidden_size=64,
+        num_attention_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+    )
     rotary = RotaryEmbedding(config)
     layout = [("text", 4), ("image", (1, 3, 4)), ("text", 3), ("image", (1, 2, 2)), ("text", 2)]
     position_ids = positions_of(layout, scheme, axes)[0][:, None]  # (axes, batch 1, seq)

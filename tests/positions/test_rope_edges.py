@@ -143,9 +143,11 @@ def test_reset_frequencies_of_a_config_with_no_axes():
 def test_dynamic_frequencies_grow_past_the_trained_length_and_come_back():
     """Past max_position_embeddings (16) the base grows to θ·(factor·len/16 − (factor − 1))^(d/(d−2))."""
     config = tiny_config(
-        hidden_size=16, num_attention_heads=2, max_position_embeddings=16,
+        hidden_size=16,
+        num_attention_heads=2,
+        max_position_embeddings=16,
         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 100.0},
-    )  # fmt: skip
+    )
     rotary = RotaryEmbedding(config)
     original = torch.tensor([1.0, 100**-0.25, 0.1, 100**-0.75])
     torch.testing.assert_close(rotary.inv_freq, original)
@@ -185,12 +187,18 @@ def test_angles_follow_the_positions_dtype_not_the_buffers():
 
 def test_grape_log_frequencies_scale_and_unrotated_pairs():
     """log_freq = s·log θ_i; pairs HoPE's allocation leaves unrotated keep frequency 0."""
-    config = tiny_config(hidden_size=16, num_attention_heads=2, rope_parameters={
-        "rope_type": "grape_m", "rope_theta": 100.0, "grape_log_freq_scale": 4.0})  # fmt: skip
+    config = tiny_config(
+        hidden_size=16,
+        num_attention_heads=2,
+        rope_parameters={"rope_type": "grape_m", "rope_theta": 100.0, "grape_log_freq_scale": 4.0},
+    )
     grape = GrapeRotaryEmbedding(config)
     torch.testing.assert_close(grape.log_freq.detach(), 4.0 * torch.tensor([0.0, -0.25, -0.5, -0.75]) * math.log(100))
-    config = tiny_config(hidden_size=16, num_attention_heads=2, rope_parameters={
-        "rope_type": "grape_m", "axes": 3, "axis_allocation": "hope", "mrope_section": [2, 1, 1]})  # fmt: skip
+    config = tiny_config(
+        hidden_size=16,
+        num_attention_heads=2,
+        rope_parameters={"rope_type": "grape_m", "axes": 3, "axis_allocation": "hope", "mrope_section": [2, 1, 1]},
+    )
     grape = GrapeRotaryEmbedding(config)
     assert grape.axis_of_pair.tolist() == [1, 2, -1, -1]
     frequencies = grape.pair_frequencies().detach()

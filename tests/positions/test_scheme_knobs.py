@@ -194,15 +194,26 @@ def test_known_rope_keys_and_a_plugins_knobs_warn_nothing(registered, warnings_s
         return rope_1d(segments, axes)
 
     register_position_scheme(registered(POSITION_SCHEMES, "test_stepped"))(stepped)
-    every_knob = {name: field.default for knobs in BUILTIN_SCHEME_KNOBS.values() for name, field in
-                  ((f.name, f) for f in fields(knobs))}  # fmt: skip
+    every_knob = {
+        name: field.default
+        for knobs in BUILTIN_SCHEME_KNOBS.values()
+        for name, field in ((f.name, f) for f in fields(knobs))
+    }
     RoFormerExtVisionTextConfig(
-        hidden_size=64, num_attention_heads=2,
-        rope_parameters={"position_scheme": "test_stepped", "step_size": 2.0, "rope_theta": 500.0,
-                         "pair_layout": "half", "grape_share_across_heads": True, **every_knob},
-    )  # fmt: skip
-    RoFormerExtConfig(rope_parameters={"rope_type": "yarn", "factor": 2.0, "beta_fast": 16,
-                                       "original_max_position_embeddings": 768})  # fmt: skip
+        hidden_size=64,
+        num_attention_heads=2,
+        rope_parameters={
+            "position_scheme": "test_stepped",
+            "step_size": 2.0,
+            "rope_theta": 500.0,
+            "pair_layout": "half",
+            "grape_share_across_heads": True,
+            **every_knob,
+        },
+    )
+    RoFormerExtConfig(
+        rope_parameters={"rope_type": "yarn", "factor": 2.0, "beta_fast": 16, "original_max_position_embeddings": 768}
+    )
     assert not [r.getMessage() for r in warnings_seen.records if "rope_parameters" in r.getMessage()]
 
 
@@ -374,12 +385,23 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
                 ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False, use_cache=False
             )
             assert out.shape == (1, 5)
-            model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
-                  cu_seq_lens_q=cu, cu_seq_lens_k=cu, use_cache=False)  # fmt: skip
+            model(
+                both,
+                pixel_values=torch.cat([pixels, pixels]),
+                image_grid_thw=torch.cat([grid, grid]),
+                cu_seq_lens_q=cu,
+                cu_seq_lens_k=cu,
+                use_cache=False,
+            )
         else:
             with pytest.raises(ValueError, match=f"'{name}' does not lay out packed .*: pad the batch instead"):
-                model(both, pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]),
-                      cu_seq_lens_q=cu, cu_seq_lens_k=cu)  # fmt: skip
+                model(
+                    both,
+                    pixel_values=torch.cat([pixels, pixels]),
+                    image_grid_thw=torch.cat([grid, grid]),
+                    cu_seq_lens_q=cu,
+                    cu_seq_lens_k=cu,
+                )
             model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
 
 
@@ -431,8 +453,14 @@ def test_a_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
     def scheme(segments, axes, *, stride=2.0, reset=True):
         raise AssertionError("not called")
 
-    knobs = knobs_from_signature("my_new_scheme", scheme, checks={"stride": POSITIVE, "reset": BOOL}, default_axes=3,
-                                 default_allocation="sections", mrope_section_ratio=(1, 2, 3))  # fmt: skip
+    knobs = knobs_from_signature(
+        "my_new_scheme",
+        scheme,
+        checks={"stride": POSITIVE, "reset": BOOL},
+        default_axes=3,
+        default_allocation="sections",
+        mrope_section_ratio=(1, 2, 3),
+    )
     assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_new_scheme"
     assert (knobs.default_axes, knobs.allowed_axes, knobs.default_allocation) == (3, (3,), "sections")
     assert knobs.mrope_section_ratio == (1, 2, 3) and knobs.checks == {"stride": POSITIVE, "reset": BOOL}
@@ -538,11 +566,17 @@ def test_an_allocation_check_at_its_edges():
 
     HeadsSplit(mrope_section=[2, 2]).check(2, 8, 4)  # the heads may be all used
     for section in ([4], [2, 3], None):  # one entry for two axes; 5 heads of 4; none
-        with pytest.raises(ValueError, match=r"'split' needs .*with 2 entries, the attention heads per axis, summing to "
-                           rf"at most num_attention_heads = 4 .*got {re.escape(str(section))}"):  # fmt: skip
+        with pytest.raises(
+            ValueError,
+            match=r"'split' needs .*with 2 entries, the attention heads per axis, summing to "
+            rf"at most num_attention_heads = 4 .*got {re.escape(str(section))}",
+        ):
             HeadsSplit(mrope_section=section).check(2, 8, 4)
-    with pytest.raises(ValueError, match=r"with 3 entries summing to head_dim // 2 = 8.*a scheme with a published "
-                       r"split \(circle_rope, hope, ilrope, mrope, mrope_interleave, "):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"with 3 entries summing to head_dim // 2 = 8.*a scheme with a published "
+        r"split \(circle_rope, hope, ilrope, mrope, mrope_interleave, ",
+    ):
         allocation_knobs("test_pairs", section="pairs")().check(3, 8, 4)
     AxisAllocationKnobs().check(3, 3, 4)  # one pair per axis is enough
     with pytest.raises(ValueError, match="head_dim // 2 = 2 frequency pairs cannot cover 3 axes"):
@@ -564,8 +598,11 @@ def test_what_rotates_per_head_and_unknown_names_without_knobs():
 
 @pytest.mark.parametrize(("allowed", "named"), [((2, 3), "2 or 3"), ((1, 2, 4), "1, 2 or 4"), ((3,), "3")])
 def test_a_scheme_refuses_other_axes_naming_the_ones_it_takes(allowed, named):
-    with pytest.raises(ValueError, match=rf"'x' places tokens on {named} axes; .* Set rope_parameters\['axes'\] = "
-                       rf"{allowed[-1]}, or leave it out"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=rf"'x' places tokens on {named} axes; .* Set rope_parameters\['axes'\] = "
+        rf"{allowed[-1]}, or leave it out",
+    ):
         knob_class("x", allowed_axes=allowed).check_axes(5)
     with pytest.raises(ValueError, match=r"rope_parameters\['axes'\] must be 1, 2 or 3 \(text, image, video\); got 4"):
         knob_class("x").check_axes(4)

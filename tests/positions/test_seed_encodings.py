@@ -55,11 +55,18 @@ def test_deberta_equals_transformers_disentangled_self_attention(overrides):
     )
     names = ("position_buckets", "max_relative_positions", "pos_att_type", "share_att_key", "norm_rel_ebd")
     theirs_config = DebertaV2Config(
-        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relative_attention=True,
-        max_position_embeddings=model.config.max_position_embeddings, layer_norm_eps=model.config.layer_norm_eps,
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        relative_attention=True,
+        max_position_embeddings=model.config.max_position_embeddings,
+        layer_norm_eps=model.config.layer_norm_eps,
         **{name: knobs[name] for name in names},
-    )  # fmt: skip
+    )
     theirs = DisentangledSelfAttention(theirs_config).eval()
     encoder = DebertaV2Encoder(theirs_config).eval()  # holds the shared relative embeddings and builds the positions
     with torch.no_grad():
@@ -150,8 +157,12 @@ def test_transformer_xl_equals_xlnet_rel_attn_core(clamp_len):
         output = theirs.post_attention(hidden, vector)
     keep = mask.bool()
     probabilities = probabilities.permute(2, 3, 0, 1)  # (i, j, b, n) -> (b, n, i, j)
-    torch.testing.assert_close(out.attentions[0][keep[:, None, :, None].expand(-1, 4, -1, 13)],
-                               probabilities[keep[:, None, :, None].expand(-1, 4, -1, 13)], rtol=0, atol=1e-5)  # fmt: skip
+    torch.testing.assert_close(
+        out.attentions[0][keep[:, None, :, None].expand(-1, 4, -1, 13)],
+        probabilities[keep[:, None, :, None].expand(-1, 4, -1, 13)],
+        rtol=0,
+        atol=1e-5,
+    )
     torch.testing.assert_close(captured["context"][keep], vector.transpose(0, 1).flatten(2)[keep], rtol=0, atol=1e-5)
     torch.testing.assert_close(captured["normed"][keep], output.transpose(0, 1)[keep], rtol=0, atol=1e-5)
 
@@ -205,8 +216,12 @@ def tupe_from_fixture(name: str, cls_reset: bool = True):
         ours = ("attention.output", "attention_norm", "feed_forward.intermediate", "feed_forward.output", "output_norm")
         theirs = ("self_attn.out_proj", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm")
         rename |= {f"layers.{i}.{a}": f"layers.{i}.{b}" for a, b in zip(ours, theirs)}
-    state = {f"{a}.{kind}": weights[f"{b}.{kind}"] for a, b in rename.items() for kind in ("weight", "bias")
-             if f"{b}.{kind}" in weights}  # fmt: skip
+    state = {
+        f"{a}.{kind}": weights[f"{b}.{kind}"]
+        for a, b in rename.items()
+        for kind in ("weight", "bias")
+        if f"{b}.{kind}" in weights
+    }
     state["embeddings.token_type_embeddings.weight"] = torch.zeros(2, 32)
     for i in range(2):
         for kind in ("weight", "bias"):

@@ -42,9 +42,16 @@ OURS = {
                          "circle_move_to_positive": 1.5},
 }  # fmt: skip
 #: official VideoRoPE and hrlics/HoPE (one scale in `scale_factors`: its `random.choice` is fixed), Qwen2-VL's layout
-OFFICIAL = {f"{scheme}_official{suffix}": (scheme, scale) for scheme, suffix, scale in [
-    ("videorope", "", 2.0), ("videorope", "_scale05", 0.5), ("hope", "", 2.0), ("hope", "_scale05", 0.5),
-    ("hope", "_scale125", 1.25)]}  # fmt: skip
+OFFICIAL = {
+    f"{scheme}_official{suffix}": (scheme, scale)
+    for scheme, suffix, scale in [
+        ("videorope", "", 2.0),
+        ("videorope", "_scale05", 0.5),
+        ("hope", "", 2.0),
+        ("hope", "_scale05", 0.5),
+        ("hope", "_scale125", 1.25),
+    ]
+}
 for name, (scheme, scale) in OFFICIAL.items():
     OURS[name] = {"position_scheme": scheme, "mrope_section": [4, 6, 6], "temporal_stride": scale}
 
@@ -191,8 +198,10 @@ def test_v2pe_matches_the_official_code():
             rows = [v2pe_row(cases[c]) for c in members]
             ids, mask = left_padded([row[0] for row in rows])
             grids = torch.tensor([grid for row in rows for grid in row[1]])
-            configs = {n: vision_config(position_scheme="v2pe", visual_stride=float(stride), visual_stride_tokens=n)
-                       for n in (256, None)}  # fmt: skip
+            configs = {
+                n: vision_config(position_scheme="v2pe", visual_stride=float(stride), visual_stride_tokens=n)
+                for n in (256, None)
+            }
             ours = {n: build_position_ids(ids, config, grids, attention_mask=mask)[0] for n, config in configs.items()}
             for b, c in enumerate(members):
                 real, message = mask[b].bool(), f"case {c}: stride {stride}, {cases[c]['layout']}"
@@ -358,9 +367,10 @@ def test_circle_rope_refuses_several_frames_and_bad_knobs():
 
 def grape_rotary(fixture: dict, **rope) -> torch.nn.Module:
     config = RoFormerExtConfig(
-        hidden_size=fixture["heads"] * fixture["head_dim"], num_attention_heads=fixture["heads"],
+        hidden_size=fixture["heads"] * fixture["head_dim"],
+        num_attention_heads=fixture["heads"],
         rope_parameters={"rope_type": "grape_m", "rope_theta": fixture["base"], "pair_layout": "half", **rope},
-    )  # fmt: skip
+    )
     return rotary_embedding_class("grape_m")(config)
 
 

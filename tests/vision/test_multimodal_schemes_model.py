@@ -83,9 +83,17 @@ def batch_of(parts: list[dict], left_pad: list[int]) -> dict:
 def test_config_names_the_variant_and_its_allocation(scheme):
     rope = config(scheme).rope_parameters
     assert rope["axes"] == (4 if scheme == "vrope" else 3) and rope["position_scheme"] == scheme
-    expected = {"qwen2_5_vl": "sections", "omnirope": "omnirope", "videorope": "videorope", "hope": "hope",
-                "mmrope": "mmrope", "v2pe": "interleaved", "mhrope": "headwise", "vrope": "interleaved",
-                "circle_rope": "sections"}.get(scheme, "mrope_interleaved")  # fmt: skip
+    expected = {
+        "qwen2_5_vl": "sections",
+        "omnirope": "omnirope",
+        "videorope": "videorope",
+        "hope": "hope",
+        "mmrope": "mmrope",
+        "v2pe": "interleaved",
+        "mhrope": "headwise",
+        "vrope": "interleaved",
+        "circle_rope": "sections",
+    }.get(scheme, "mrope_interleaved")
     assert rope["axis_allocation"] == expected
 
 
@@ -102,8 +110,14 @@ def test_cached_decoding_equals_recomputation(scheme):
 def assert_cached_equals_recomputed(model, batch: dict, max_new_tokens: int) -> None:
     """Greedy tokens and logits equal recomputation (float64: float32's summation orders differ by ~5e-5)."""
     batch.update({name: batch[name].double() for name in ("pixel_values", "pixel_values_videos")})
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, suppress_tokens=[IMAGE, VIDEO],
-                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+        suppress_tokens=[IMAGE, VIDEO],
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
     cached = model.generate(**batch, use_cache=True, **kwargs)
     recomputed = model.generate(**batch, use_cache=False, **kwargs)
     assert torch.equal(cached.sequences, recomputed.sequences)
@@ -210,8 +224,9 @@ def test_packed_positions_restart_per_sequence():
     packed = packed_row(parts)
     grids = (packed["image_grid_thw"], packed["video_grid_thw"])
     positions, deltas = build_position_ids(packed["input_ids"], cfg, *grids, cu_seq_lens=packed["cu_seq_lens_q"])
-    (first, _), (second, second_delta) = (build_position_ids(p["ids"][None], cfg, *(g[i : i + 1] for g in grids))
-                                          for i, p in enumerate(parts))  # fmt: skip
+    (first, _), (second, second_delta) = (
+        build_position_ids(p["ids"][None], cfg, *(g[i : i + 1] for g in grids)) for i, p in enumerate(parts)
+    )
     assert torch.equal(positions, torch.cat([first, second], dim=2)) and torch.equal(deltas, second_delta)
     with pytest.raises(ValueError, match="cu_seq_lens must rise from 0 to batch \\* seq"):
         build_position_ids(packed["input_ids"], cfg, *grids, cu_seq_lens=torch.tensor([0, 5]))

@@ -124,13 +124,22 @@ def test_qwen2_5_vl_matches_transformers_get_rope_index():
         seconds = [rng.choice([0.25, 0.5, 0.5, 1.0, 1.5]) for _ in range(0 if videos is None else len(videos))]
         second_per_grid_ts = torch.tensor(seconds) if seconds else None
         ours, our_deltas = build_position_ids(
-            input_ids, config("qwen2_5_vl", tokens_per_second=tokens_per_second), images, videos, mask,
+            input_ids,
+            config("qwen2_5_vl", tokens_per_second=tokens_per_second),
+            images,
+            videos,
+            mask,
             second_per_grid_ts,
-        )  # fmt: skip
+        )
         theirs, their_deltas = transformers_rope_index(
-            Qwen2_5_VLModel, input_ids, mask, images, videos,
-            second_per_grid_ts=second_per_grid_ts, tokens_per_second=tokens_per_second,
-        )  # fmt: skip
+            Qwen2_5_VLModel,
+            input_ids,
+            mask,
+            images,
+            videos,
+            second_per_grid_ts=second_per_grid_ts,
+            tokens_per_second=tokens_per_second,
+        )
         grids = [] if videos is None else videos.tolist()
         fits = not any(reaches_past(grid, s, tokens_per_second) for grid, s in zip(grids, seconds))
         message = f"case {case}: {samples}, seconds {seconds}, tokens_per_second {tokens_per_second}"
