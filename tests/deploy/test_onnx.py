@@ -10,6 +10,7 @@ from conftest import assert_position_sensitive, position_sensitive_config, rando
 from sentence_transformers import SentenceTransformer
 from test_convert_original import FIXTURES
 
+import roformer_ext.export as export_module
 from roformer_ext import (
     RoFormerExtForCausalLM,
     RoFormerExtForMaskedLM,
@@ -28,13 +29,6 @@ def exported_classifier(folder: Path, config) -> tuple[RoFormerExtForSequenceCla
     torch.manual_seed(0)
     model = RoFormerExtForSequenceClassification(config).eval()
     return model, export_onnx(model, folder / "classifier.onnx", example_length=EXPORT_LENGTH)
-
-
-@pytest.fixture(scope="module")
-def classifier_onnx(tmp_path_factory):
-    """The tiny config: for what the graph refuses (not a comparison of positions)."""
-    rope = {"rope_type": "default", "pair_layout": "half"}
-    return exported_classifier(tmp_path_factory.mktemp("onnx"), tiny_config(num_labels=3, rope_parameters=rope))
 
 
 def assert_equals_pytorch(model, onnx_model: OnnxModel, batch: int, length: int) -> None:
@@ -82,8 +76,8 @@ def test_table_encodings_export_and_equal_pytorch(encoding, tmp_path):
         model(too_long[0])
 
 
-def test_what_the_graph_cannot_take_or_export_is_refused(classifier_onnx, tmp_path):
-    onnx_model = OnnxModel(classifier_onnx[1])
+def test_what_the_graph_cannot_take_or_export_is_refused(sensitive_classifier_onnx, tmp_path):
+    onnx_model = OnnxModel(sensitive_classifier_onnx[1])
     ids = np.array([[2, 7, 9, 3, 2, 8, 3]])
     with pytest.raises(ValueError, match="padded batches.*position_ids.*pad the sequences"):
         onnx_model(ids, position_ids=np.array([[0, 1, 2, 3, 0, 1, 2]]))
@@ -147,8 +141,6 @@ def test_sim_embedding_cli_export_equals_sentence_transformers(sim_export):
 
 def test_cli_export_writes_all_or_nothing_and_never_replaces_what_it_did_not_write(sim_export, tmp_path, monkeypatch):
     """--force replaces only an earlier export, never inside the model folder; a failure half-way leaves nothing."""
-    import roformer_ext.export as export_module
-
     folder, out = sim_export
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     with pytest.raises(SystemExit, match="1"):
