@@ -49,8 +49,8 @@ def recovered(model, tokenizer, sentence: str, word: str) -> bool:
 
 
 @ALL
-def test_checkpoint_folder_is_complete_small_code_free_and_its_mlm_head_predicts_masked_characters(folder):
-    """Loads with the Auto classes; every masked word of its phrases is in the top 5 (a random head's is not)."""
+def test_checkpoint_folder_is_complete_predicts_masked_characters_and_shares_as_remote_code(tmp_path, folder):
+    """Auto classes load it; masked words in the top 5 (a random head misses); shared with code, loads without us."""
     files = {path.name for path in folder.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "README.md"}
     assert expected <= files, expected - files
@@ -72,24 +72,15 @@ def test_checkpoint_folder_is_complete_small_code_free_and_its_mlm_head_predicts
     phrases = PHRASES if folder == CHECKPOINT else GPU_PHRASES
     misses = {s: top5(model, tokenizer, s, w) for s, w in phrases if not recovered(model, tokenizer, s, w)}
     assert not misses, misses
-    # A random MLM head (same architecture, same tokenizer) does not: the test can tell trained from untrained.
     torch.manual_seed(0)
     untrained = AutoModelForMaskedLM.from_config(model.config).eval()
     assert sum(recovered(untrained, tokenizer, sentence, word) for sentence, word in phrases) <= 1
-
-
-@ALL
-def test_checkpoint_saved_for_sharing_loads_as_remote_code_in_a_fresh_process(tmp_path, folder):
-    """Saved with the package: code and auto_map, loading without roformer_ext to the same outputs."""
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForMaskedLM.from_pretrained(folder).eval()
     shared = tmp_path / "shared"
     model.save_pretrained(shared)
     tokenizer.save_pretrained(shared)
     assert "auto_map" in json.loads((shared / "config.json").read_text(encoding="utf-8"))
-    logits = torch.tensor(
-        load_as_remote_code(shared, "AutoModelForMaskedLM", "我们[MASK]北京工作。", tmp_path)["logits"]
-    )
+    remote = load_as_remote_code(shared, "AutoModelForMaskedLM", "我们[MASK]北京工作。", tmp_path)
+    logits = torch.tensor(remote["logits"])
     encoded = tokenizer("我们[MASK]北京工作。", return_tensors="pt")
     position = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().item()
     best = tokenizer.convert_ids_to_tokens(logits[position].topk(5).indices.tolist())
@@ -240,6 +231,5 @@ def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     assert shifted(train, last_step(first)) == [(1525, 4.9), (1550, 4.7)]
     output = plot(second.parent, tmp_path / "loss.png", previous=first)
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The shipped checkpoint is one run: its log starts at the first logged step and ends at its last step.
     shipped, _ = loss_points(CHECKPOINT / "trainer_state.json")
     assert shipped[0][0] == 25 and shipped[-1][0] == last_step(CHECKPOINT / "trainer_state.json") == 3000
