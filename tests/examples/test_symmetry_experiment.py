@@ -43,8 +43,7 @@ def _batch(script, data, layout, readout="question"):
 @pytest.mark.parametrize("modality", ["image", "video"])
 @pytest.mark.parametrize("layout", ["before", "after"])
 def test_prompts_place_the_question_before_or_after_the_picture_on_its_grid(script, prepared, modality, layout):
-    _, _, data = prepared
-    data = data[modality]
+    data = prepared[2][modality]
     rows, batch = _batch(script, data, layout)
     processor = data.processor
     placeholder = processor.image_token_id if modality == "image" else processor.video_token_id
@@ -101,8 +100,7 @@ def test_question_readout_pools_the_question_and_cls_readout_is_the_library_head
     torch.manual_seed(0)
     model = script.QuestionReadoutForSequenceClassification(config).eval()
     _, batch = _batch(script, data, "after")
-    mask = batch.pop("readout_mask")
-    labels = batch.pop("labels")
+    mask, labels = batch.pop("readout_mask"), batch.pop("labels")
     with torch.no_grad():
         hidden = model.roformer(**batch).last_hidden_state
         expected = model.classifier((hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
@@ -207,7 +205,6 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert runs[: len(results["runs"])] == results["runs"]
     assert [run_key(r) for r in runs[len(results["runs"]) :]] == [("rope_tie_v2", "image", "after", 1)]
 
-    # a figure per question: before vs after, and the long videos
     run([sys.executable, SCRIPT.with_name("plot_symmetry.py"), output, "--out", tmp_path / "figures"], tmp_path)
     figures = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert figures == ["symmetry_before_after.png", "symmetry_long_video.png"], figures
@@ -239,7 +236,7 @@ def test_variants_and_mixed_length_training_end_to_end(tmp_path):
     assert {r["scheme"] for r in json.loads(other.read_text())["runs"]} == {"hope_dynamic"}
 
 
-def test_temporal_scales_are_drawn_in_training_only(script, monkeypatch):
+def test_temporal_scales_are_drawn_in_training_only(script, prepared, monkeypatch):
     """hope_dynamic draws a temporal scale per training video; test batches use the fixed scale."""
     import roformer_ext.positions as positions
 
@@ -247,11 +244,9 @@ def test_temporal_scales_are_drawn_in_training_only(script, monkeypatch):
     original = positions._draw_temporal_scales
     draw = lambda samples, scales: drawn.append(len(samples)) or original(samples, scales)  # noqa: E731
     monkeypatch.setattr(positions, "_draw_temporal_scales", draw)
-    sizes = {"max_steps": 2, "batch_size": 4, "num_test": 8, "video_frames": 2, "warmup_steps": 0}
-    args = script.SymmetryArguments(schemes="hope_dynamic", **sizes)
-    model_args = script.SymmetryModelArguments(hidden_size=32, intermediate_size=64, num_hidden_layers=1)
-    data = script.prepare(args, model_args, "video")
-    run = script.train_and_test(args, model_args, data, "hope_dynamic", "after", 0)
+    args, model_args, data = prepared
+    args = replace(args, schemes="hope_dynamic", batch_size=4, warmup_steps=0)
+    run = script.train_and_test(args, model_args, data["video"], "hope_dynamic", "after", 0)
     assert drawn == [4, 4]  # two training steps of 4 videos; nothing drawn at test time
     assert run["rope_parameters"]["temporal_scales"] == [0.5, 0.75, 1.0, 1.25, 1.5]
     assert "hope_dynamic" not in script.SymmetryArguments(schemes="all").scheme_list
