@@ -87,25 +87,18 @@ def test_adapter_reloads_equal_on_a_fresh_base(tmp_path, layout):
     torch.testing.assert_close(again, expected, atol=0, rtol=0)
 
 
-def packed_row(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The padded rows as one packed row: the real tokens end to end, positions restarting at 0 per sequence."""
-    pieces = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
-    positions = torch.cat([torch.arange(len(piece)) for piece in pieces])
-    return torch.cat(pieces)[None], positions[None]
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_merged_equals_unmerged_padded_and_packed(layout):
     torch.manual_seed(0)
     config = position_sensitive_config(rope_parameters={"rope_type": "default", "pair_layout": layout})
     peft_model = lora_model(RoFormerExtForMaskedLM(config), None, families="all").eval()
     input_ids, attention_mask, _ = random_inputs()
-    packed_ids, positions = packed_row(input_ids, attention_mask)
+    pieces = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]  # one packed row of the real tokens
+    packed_ids, positions = torch.cat(pieces)[None], torch.cat([torch.arange(len(p)) for p in pieces])[None]
     with torch.no_grad():
         padded = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
         packed = peft_model(input_ids=packed_ids, position_ids=positions).logits
         torch.testing.assert_close(packed[0], padded[attention_mask.bool()], atol=1e-5, rtol=1e-5)
-    # the positions perturbed on the wrapped model
     run = lambda _: peft_model(input_ids=packed_ids, position_ids=positions).logits  # noqa: E731
     assert_position_sensitive(peft_model.get_base_model(), run, 1e-5)
     with torch.no_grad():
@@ -125,16 +118,16 @@ def test_generation_merged_equals_unmerged(layout, decoder_attention):
     decoder = RoFormerExtForCausalLM(layout_config(layout, is_decoder=True, decoder_attention=decoder_attention))
     peft_model = lora_model(decoder, "CAUSAL_LM").eval()
     prompt = torch.tensor([[2, 17, 33, 41, 8], [0, 0, 2, 55, 61]])  # the second row left-padded
-    attention_mask = (prompt != 0).long()
+    inputs = dict(input_ids=prompt, attention_mask=(prompt != 0).long())
     options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
     with torch.no_grad():
         with peft_model.disable_adapter():
-            without = peft_model.generate(input_ids=prompt, attention_mask=attention_mask, **options)
-        unmerged = peft_model.generate(input_ids=prompt, attention_mask=attention_mask, **options)
-        logits = peft_model(input_ids=prompt, attention_mask=attention_mask).logits
+            without = peft_model.generate(**inputs, **options)
+        unmerged = peft_model.generate(**inputs, **options)
+        logits = peft_model(**inputs).logits
         merged_model = peft_model.merge_and_unload()
-        merged = merged_model.generate(input_ids=prompt, attention_mask=attention_mask, **options)
-        merged_logits = merged_model(input_ids=prompt, attention_mask=attention_mask).logits
+        merged = merged_model.generate(**inputs, **options)
+        merged_logits = merged_model(**inputs).logits
     torch.testing.assert_close(merged_logits, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(merged, unmerged)
     assert not torch.equal(without, unmerged)  # the adapter changes what is generated
