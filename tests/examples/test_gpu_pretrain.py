@@ -20,10 +20,6 @@ def load_module(name: str):
     return load_script(LM / f"{name}.py")
 
 
-def jieba_spaced(rows: dict) -> dict:
-    return load_module("run_mlm").jieba_spaced(rows)
-
-
 def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypatch):
     """The corpus files hold run_mlm.py's own jieba preprocessing, one text a line; the task rows are the loader's."""
     pytest.importorskip("jieba")
@@ -35,7 +31,7 @@ def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypa
     export.main(["--out", str(tmp_path / "data"), "--segment", "--classification", "chinese_sentiment"])
     with lzma.open(tmp_path / "data" / "mlm" / "train.txt.xz", "rt", encoding="utf-8") as handle:
         lines = handle.read().splitlines()
-    assert lines == jieba_spaced({"text": LINES + ["两行 文本"]})["text"]
+    assert lines == load_module("run_mlm").jieba_spaced({"text": LINES + ["两行 文本"]})["text"]
     assert " " in lines[0] and len(lines) == 5  # words split, the two-line text kept as one line
     from common.corpora import load_example_dataset
 
@@ -54,7 +50,8 @@ def test_pre_segmented_text_trains_like_jieba_on_the_raw_text(tmp_path, monkeypa
     pytest.importorskip("jieba")
     raw = [LINES[i % 4] * (1 + i % 3) for i in range(80)]
     (tmp_path / "raw.txt").write_text("\n".join(raw) + "\n", encoding="utf-8")
-    (tmp_path / "spaced.txt").write_text("\n".join(jieba_spaced({"text": raw})["text"]) + "\n", encoding="utf-8")
+    spaced = load_module("run_mlm").jieba_spaced({"text": raw})["text"]
+    (tmp_path / "spaced.txt").write_text("\n".join(spaced) + "\n", encoding="utf-8")
     states = {}
     for name, extra in (("raw", []), ("spaced", ["--pre_segmented"])):
         out = tmp_path / name
