@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from datasets import ClassLabel, Dataset, Features, Image
 from test_examples import card_metadata, load_script, run
 from transformers import AutoModelForSequenceClassification, AutoProcessor
 
@@ -18,9 +19,6 @@ def script():
     return load_script(SCRIPT)
 
 
-# The grid used below (rows top to bottom):   7 2 7
-#                                             4 0 5
-#                                             1 4 9
 KNOWN = np.array([[7, 2, 7], [4, 0, 5], [1, 4, 9]])
 
 
@@ -77,27 +75,20 @@ def test_question_position_puts_the_question_before_or_after_the_mark(script):
         script.DataArguments(dataset="sklearn_digits", question_position="middle")
 
 
-def own_digit_images(folder: Path) -> Path:
-    """Your own digit images, saved with `save_to_disk` under other column names."""
-    from datasets import ClassLabel, Dataset, Features, Image
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    features = Features({"picture": Image(), "digit": ClassLabel(names=[str(d) for d in range(10)])})
-    pictures = zip(digits.images[:120], digits.target[:120])
-    rows = [{"picture": (image * 255 / 16).astype("uint8"), "digit": int(label)} for image, label in pictures]
-    Dataset.from_list(rows, features=features).save_to_disk(folder)
-    return folder
-
-
 @pytest.mark.parametrize("scheme", ["rope_tie_v2", "mrope"])
 def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
     """The bundled sklearn digits (rope_tie_v2) and your own images (mrope) train to a complete folder."""
     out = tmp_path / scheme
     data = ["--dataset", "sklearn_digits"]
-    if scheme == "mrope":
-        own = own_digit_images(tmp_path / "digits")
-        data = ["--dataset_name", own, "--image_column_name", "picture", "--label_column_name", "digit"]
+    if scheme == "mrope":  # your own digit images, saved with `save_to_disk` under other column names
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        features = Features({"picture": Image(), "digit": ClassLabel(names=[str(d) for d in range(10)])})
+        pictures = zip(digits.images[:120], digits.target[:120])
+        rows = [{"picture": (image * 255 / 16).astype("uint8"), "digit": int(label)} for image, label in pictures]
+        Dataset.from_list(rows, features=features).save_to_disk(tmp_path / "digits")
+        data = ["--dataset_name", tmp_path / "digits", "--image_column_name", "picture", "--label_column_name", "digit"]
     argv = [sys.executable, SCRIPT, *data, "--position_scheme", scheme, "--num_train", "96",
             "--num_eval", "32", "--max_steps", "3", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size",
             "32", "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size",
@@ -105,8 +96,7 @@ def test_tiny_run_writes_metrics_and_a_loadable_folder(scheme, tmp_path):
             "--disable_tqdm", "true"]  # fmt: skip
     run(argv, tmp_path)
     metrics = json.loads((out / "all_results.json").read_text())
-    for key in ("eval_accuracy", "test_accuracy", "eval_accuracy_position", "train_runtime", "wall_time_s"):
-        assert key in metrics, key
+    assert {"eval_accuracy", "test_accuracy", "eval_accuracy_position", "train_runtime", "wall_time_s"} <= set(metrics)
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0
     card = (out / "README.md").read_text()
     assert "2104.09864" in card and "--position_scheme " + scheme in card and "eval_accuracy" in card
