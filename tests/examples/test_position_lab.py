@@ -37,10 +37,8 @@ def study(script, tmp_path_factory):
 @pytest.fixture(scope="module")
 def bench():
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("bench_extrapolation")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    yield importlib.import_module("bench_extrapolation")
+    sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.fixture(scope="module")
