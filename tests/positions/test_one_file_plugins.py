@@ -144,11 +144,9 @@ def test_new_encoding_on_every_backend_and_packed_rows(is_decoder):
             outputs[implementation] = model(packed, cu_seq_lens_q=cu, cu_seq_lens_k=cu).last_hidden_state
             alone = torch.cat([model(row).last_hidden_state for row in rows], dim=1)
         torch.testing.assert_close(outputs[implementation], alone, atol=ATOL, rtol=0)  # packed = each alone
-    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], atol=ATOL, rtol=0)
-    torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], atol=ATOL, rtol=0)
+        torch.testing.assert_close(outputs[implementation], outputs["eager"], atol=ATOL, rtol=0)
     run = lambda m: m(packed, cu_seq_lens_q=cu, cu_seq_lens_k=cu).last_hidden_state  # noqa: E731
     assert_position_sensitive(model, run, ATOL)
-    # the window is a knob that matters: a wider one changes the outputs
     wide = RoFormerExtModel(encoding_config(50, is_decoder=is_decoder, attn_implementation="eager"))
     wide.load_state_dict(model.state_dict())
     with torch.no_grad():
@@ -169,7 +167,6 @@ def test_new_encoding_caches_and_saves(tmp_path):
     torch.testing.assert_close(torch.stack(cached.scores)[:, 0], torch.stack(alone.scores)[:, 0], atol=1e-4, rtol=0)
     run = lambda m: torch.stack(m.generate(prompt, attention_mask=mask, **settings).scores)  # noqa: E731
     assert_position_sensitive(model, run, 1e-4)
-
     model.save_pretrained(tmp_path)
     reloaded = RoFormerExtForCausalLM.from_pretrained(tmp_path).eval()
     assert reloaded.config.position_encoding == "test_capped_penalty"
@@ -225,8 +222,7 @@ def test_new_scheme_caches_packs_and_saves(implementation, tmp_path):
         single = model(ids, pixel_values=pixels, image_grid_thw=grid).logits
         twice = dict(pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]))
         packed = model(both, **twice, cu_seq_lens_q=cu, cu_seq_lens_k=cu).logits
-    torch.testing.assert_close(packed[:, :8], single, atol=ATOL, rtol=0)
-    torch.testing.assert_close(packed[:, 8:], single, atol=ATOL, rtol=0)
+    torch.testing.assert_close(packed, torch.cat([single, single], dim=1), atol=ATOL, rtol=0)
     run = lambda m: m(ids, pixel_values=pixels, image_grid_thw=grid).logits  # noqa: E731
     assert_position_sensitive(model, run, ATOL)
     model.save_pretrained(tmp_path)
