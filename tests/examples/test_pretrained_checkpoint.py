@@ -91,9 +91,7 @@ def test_checkpoint_folder_is_complete_predicts_masked_characters_and_shares_as_
     assert float(logits.sum()) == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize(
-    ("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)], ids=["main", "mini"]
-)
+@pytest.mark.parametrize(("name", "folder"), [("main_job.json", LONG), ("main_job_pretrained.json", CHECKPOINT)])
 def test_pretrained_jobs_name_the_shipped_checkpoints(tmp_path, monkeypatch, name, folder):
     """Each job names its checkpoint relative to the repository, resolved from any working directory."""
     job = EXAMPLES / "text-classification" / name
