@@ -1,6 +1,7 @@
 """`SimilarSentenceGenerator` (bert4keras' `gen_synonyms`): ranking, scores, what is dropped, batched calls."""
 
 from pathlib import Path
+from unittest.mock import Mock
 
 import pytest
 import torch
@@ -60,16 +61,12 @@ def test_source_duplicates_and_empty_sentences_are_dropped(sim, monkeypatch):
     width = max(map(len, targets))
     padded = torch.tensor([t + [tokenizer.pad_token_id] * (width - len(t)) for t in targets])
     scripted = torch.cat([source.expand(len(rows), -1), padded], dim=1)
-    calls = []
-
-    def generate(**kwargs):
-        calls.append(kwargs)
-        return scripted
-
+    generate = Mock(return_value=scripted)
     monkeypatch.setattr(sim.generator, "generate", generate)
     result = sim("今天天气很好", n=5, k=10)
     assert sorted(r.text for r in result) == ["今天很好", "我想去公园玩"]  # k larger than what is left
-    (call,) = calls
+    generate.assert_called_once_with(**generate.call_args.kwargs)  # keywords only
+    call = generate.call_args.kwargs
     assert call["num_return_sequences"] == 5 and call["do_sample"] is True and call["top_p"] == 0.95
     assert call["top_k"] == 0 and call["eos_token_id"] == tokenizer.sep_token_id and call["max_new_tokens"] == 64
     assert torch.equal(call["token_type_ids"], torch.zeros_like(source))  # the source is segment 0

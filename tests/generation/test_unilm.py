@@ -10,7 +10,7 @@ import torch
 from conftest import assert_position_sensitive, position_sensitive_config, tiny_config
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_generation import assert_same
+from test_generation import WITH_LOGITS, assert_same
 from transformers import DynamicCache
 
 import roformer_ext
@@ -71,8 +71,7 @@ def test_in_the_model_targets_do_not_see_later_targets_and_sources_see_no_target
 
 
 def left_padded_prompt(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    attention_mask = torch.ones(2, 6, dtype=torch.long)
-    attention_mask[1, :2] = 0
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
     input_ids = torch.randint(5, 99, (2, 6), generator=torch.Generator().manual_seed(seed))
     return input_ids.masked_fill(attention_mask == 0, 0), attention_mask
 
@@ -100,7 +99,6 @@ def unilm_recomputation(model, input_ids: torch.Tensor, attention_mask: torch.Te
 def test_unilm_generate_with_cache_equals_recomputation(cache_implementation):
     model = unilm_decoder()
     input_ids, attention_mask = left_padded_prompt(seed=1)
-
     options = dict(attention_mask=attention_mask, max_new_tokens=5, cache_implementation=cache_implementation)
     generate = lambda m: greedy(m, input_ids, token_type_ids=torch.zeros_like(input_ids), **options)  # noqa: E731
     assert_same(generate(model), *unilm_recomputation(model, input_ids, attention_mask, 5))
@@ -133,16 +131,12 @@ def test_unilm_prompt_is_bidirectional_unlike_causal():
 
 
 def greedy(model, input_ids, **kwargs):
-    return model.generate(
-        input_ids, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True, **kwargs
-    )
+    return model.generate(input_ids, **{**WITH_LOGITS, **kwargs})
 
 
 def target_after(input_ids: torch.Tensor, source_length: int) -> torch.Tensor:
     """Token types of a UniLM sequence: the first `source_length` tokens are the source, the rest the target."""
-    token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, source_length:] = 1
-    return token_type_ids
+    return (torch.arange(input_ids.shape[1]) >= source_length).long().repeat(input_ids.shape[0], 1)
 
 
 def keep(record: logging.LogRecord) -> bool:
@@ -197,8 +191,7 @@ def test_unilm_source_tokens_after_a_cache_are_recomputed_by_generate_and_refuse
     first = greedy(model, input_ids, max_new_tokens=3)
     all_source = torch.zeros_like(first.sequences)  # turn 1's answer made the source of turn 2
     cached = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3, **{CACHE: output_cache(first)})
-    recomputed = greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3)
-    assert_same(cached, recomputed)
+    assert_same(cached, greedy(model, first.sequences, token_type_ids=all_source, max_new_tokens=3))
     with torch.no_grad():
         cache = output_cache(model(input_ids, token_type_ids=torch.zeros_like(input_ids), use_cache=True))
         with pytest.raises(ValueError, match="after a cache"):
