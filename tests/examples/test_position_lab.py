@@ -94,9 +94,7 @@ def test_eval_masks_depend_only_on_the_seed(script):
     assert ((to_mask | to_random) <= selected).all() and random_tokens.min() >= 5
 
 
-def test_causal_eval_scores_next_tokens_and_a_model_that_sees_the_future_is_refused(
-    script, study, streams, monkeypatch
-):
+def test_causal_eval_scores_next_tokens_and_refuses_a_future_seeing_model(script, study, streams, monkeypatch):
     args, _, _ = study
     tokenizer, _, test_stream = streams
     monkeypatch.setattr(args, "objective", "causal")
@@ -119,8 +117,7 @@ def test_a_second_run_trains_nothing(script, study, monkeypatch):
 def test_decay_figure_reads_the_trained_models(script, study, tmp_path):
     args, _, _ = study
     panels = script.decay_panels(args, max_distance=40)
-    assert any(name.startswith("t5_bias (trained") for name in panels)
-    t5 = next(panel for name, panel in panels.items() if name.startswith("t5_bias"))
+    t5 = next(panel for name, panel in panels.items() if name.startswith("t5_bias (trained"))
     assert len(t5["curves"]) == args.num_attention_heads
     assert all(len(curve) == 41 for panel in panels.values() for curve in panel["curves"].values())
     path = script.plot_trained_decay(args, tmp_path / "decay.png")
@@ -135,7 +132,6 @@ def test_benchmark_tabulates_the_study(bench, study, tmp_path, capsys):
     assert "| rope+yarn | 2 |" in printed and "± " in printed and "4× (64)" in printed
     assert (img / "extrapolation_mlm.png").read_bytes()[:8] == PNG_SIGNATURE
     assert json.loads((res / "extrapolation_mlm.json").read_text())["runs"] == results["runs"]
-    # mean ± standard deviation over the two seeds, as printed
     losses = [r["eval"]["64"]["loss"] for r in results["runs"] if r["encoding"] == "t5_bias"]
     mean, spread = sum(losses) / 2, abs(losses[0] - losses[1]) / 2**0.5
     assert f"{mean:.3f} ± {spread:.3f}" in printed.split("| t5_bias |")[1].splitlines()[0]
