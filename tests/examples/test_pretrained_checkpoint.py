@@ -21,7 +21,7 @@ ALL = pytest.mark.parametrize("folder", [CHECKPOINT, LONG, SMALL], ids=["mini", 
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from common.utils import ModelArguments, load_config, resolve_checkpoint_paths  # noqa: E402
+from common.utils import ModelArguments, load_config, parse_arguments, resolve_checkpoint_paths  # noqa: E402
 
 #: (sentence, masked word), the whole word masked as in whole-word pretraining. Measured on the shipped mini weights
 #: (3,000 steps, validation loss 4.52): each word's characters are in the top 5 at their positions. A weak model: it
@@ -112,7 +112,6 @@ def test_msra_ner_pretrained_job_parses_as_the_measured_command(tmp_path, monkey
     """msra_ner_pretrained.json parses into the README's measured NER settings and checkpoint."""
     sys.path.insert(0, str(EXAMPLES / "token-classification"))
     import run_ner
-    from common.utils import parse_arguments
 
     job = EXAMPLES / "token-classification" / "msra_ner_pretrained.json"
     monkeypatch.chdir(tmp_path)
