@@ -21,7 +21,6 @@ def test_ours_and_theirs_share_the_weights(tmp_path):
     models = module.build_models("tiny", 0, tmp_path)
     inputs = module.random_batch(2, 12, 99, seed=1)
     with torch.no_grad():
-        theirs = models["theirs_encoder"](**inputs).last_hidden_state
-        torch.testing.assert_close(models["ours_encoder"](**inputs).last_hidden_state, theirs, rtol=0, atol=1e-5)
-        theirs = models["theirs_classifier"](**inputs).logits
-        torch.testing.assert_close(models["ours_classifier"](**inputs).logits, theirs, rtol=0, atol=1e-5)
+        for kind, output in (("encoder", "last_hidden_state"), ("classifier", "logits")):
+            theirs = getattr(models[f"theirs_{kind}"](**inputs), output)
+            torch.testing.assert_close(getattr(models[f"ours_{kind}"](**inputs), output), theirs, rtol=0, atol=1e-5)

@@ -50,11 +50,7 @@ def mixed_batch(seed: int = 0):
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope"])
 @pytest.mark.parametrize(
     "text_class, vision_class",
-    [
-        (RoFormerExtModel, RoFormerExtVisionTextModel),
-        (RoFormerExtForMaskedLM, RoFormerExtVisionTextForMaskedLM),
-        (RoFormerExtForSequenceClassification, RoFormerExtVisionTextForSequenceClassification),
-    ],
+    list(zip((RoFormerExtModel, RoFormerExtForMaskedLM, RoFormerExtForSequenceClassification), HEADS[:3])),
 )
 def test_text_checkpoint_carries_over_exactly(scheme, text_class, vision_class, tmp_path):
     torch.manual_seed(0)
@@ -98,19 +94,10 @@ def test_patches_and_positions_change_the_output():
     assert not torch.allclose(base, other_pixels) and not torch.allclose(base, other_grid)
 
 
-def per_token_output(output) -> torch.Tensor:
-    return output.logits if getattr(output, "logits", None) is not None else output.last_hidden_state
-
-
 @pytest.mark.parametrize(
     "model_class, pooling",
-    [
-        (RoFormerExtVisionTextModel, None),
-        (RoFormerExtVisionTextForMaskedLM, None),
-        (RoFormerExtVisionTextForCausalLM, None),
-        (RoFormerExtVisionTextForSequenceClassification, "mean"),
-        (RoFormerExtVisionTextForSequenceClassification, "cls"),
-    ],
+    [(head, None) for head in HEADS if head is not RoFormerExtVisionTextForSequenceClassification]
+    + [(RoFormerExtVisionTextForSequenceClassification, pooling) for pooling in ("mean", "cls")],
 )
 def test_left_padding_does_not_change_real_tokens(model_class, pooling):
     """Sample 1 alone equals its left-padded row: per token, or pooled (mean: real tokens; cls: first real token)."""
@@ -121,9 +108,9 @@ def test_left_padding_does_not_change_real_tokens(model_class, pooling):
     alone["image_grid_thw"], alone["video_grid_thw"] = batch["image_grid_thw"][1:], batch["video_grid_thw"][1:]
     alone["pixel_values"], alone["pixel_values_videos"] = batch["pixel_values"][6:], batch["pixel_values_videos"][8:]
     with torch.no_grad():
-        padded, single = per_token_output(model(**batch))[1], per_token_output(model(**alone))[0]
+        padded, single = model(**batch)[0][1], model(**alone)[0][0]  # [0]: logits, or the base's last_hidden_state
     torch.testing.assert_close(padded if pooling else padded[2:], single, atol=1e-5, rtol=0)
-    assert_position_sensitive(model, lambda m: per_token_output(m(**batch)), 1e-5)
+    assert_position_sensitive(model, lambda m: m(**batch)[0], 1e-5)
 
 
 @pytest.mark.parametrize("scheme", ["rope_tie", "rope_tie_v2", "mrope", "rope_1d"])
@@ -146,16 +133,15 @@ def test_generation_with_image_prompt_cached_equals_uncached(scheme):
 def test_placeholder_count_mismatch_raises():
     model = RoFormerExtVisionTextModel(vision_config("rope_tie"))
     batch = mixed_batch()
-    with pytest.raises(ValueError, match="12 image placeholder tokens but 11 image patches"):
-        model(**{**batch, "pixel_values": batch["pixel_values"][:11]})
-    with pytest.raises(ValueError, match="pixel_values and image_grid_thw go together"):
-        model(**{**batch, "pixel_values": None})
-    with pytest.raises(ValueError, match="pixel_values_videos and video_grid_thw go together"):
-        model(**{**batch, "video_grid_thw": None})
-    with pytest.raises(ValueError):
-        model(**{**batch, "image_grid_thw": torch.tensor([[1, 2, 3]])})
-    with pytest.raises(ValueError, match="pixel_values must be"):
-        model(**{**batch, "pixel_values": batch["pixel_values"][:, :5]})
+    for change, message in [
+        ({"pixel_values": batch["pixel_values"][:11]}, "12 image placeholder tokens but 11 image patches"),
+        ({"pixel_values": None}, "pixel_values and image_grid_thw go together"),
+        ({"video_grid_thw": None}, "pixel_values_videos and video_grid_thw go together"),
+        ({"image_grid_thw": torch.tensor([[1, 2, 3]])}, ""),  # any ValueError
+        ({"pixel_values": batch["pixel_values"][:, :5]}, "pixel_values must be"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            model(**{**batch, **change})
 
 
 def test_placeholders_without_pixel_inputs_are_text_tokens():
