@@ -32,8 +32,7 @@ def test_resize_token_embeddings_resizes_lm_head_bias(model_class):
     model.resize_token_embeddings(120)
     assert model.lm_head.bias.shape == (120,)
     torch.testing.assert_close(model.lm_head.bias[:99], old_bias)
-    logits = model(torch.randint(0, 120, (2, 6))).logits
-    assert logits.shape == (2, 6, 120)
+    assert model(torch.randint(0, 120, (2, 6))).logits.shape == (2, 6, 120)
     model.resize_token_embeddings(50)  # shrinking too
     assert model(torch.randint(0, 50, (1, 4))).logits.shape == (1, 4, 50)
 
@@ -157,36 +156,26 @@ def test_interleaved_requests_do_not_share_position_offsets():
 def test_two_threads_generate_as_sequential_runs():
     model = vision_lm("rope_tie")  # RoPE-Tie's delta is h + w: the two prompts' offsets differ (5 and 9)
     prompts = [image_inputs(seed=1, text_after=1, grid=(1, 2, 3)), image_inputs(seed=2, text_after=6, grid=(1, 1, 8))]
-    kwargs = dict(
-        max_new_tokens=6,
-        do_sample=False,
-        pad_token_id=0,
-        suppress_tokens=[97, 98],
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, suppress_tokens=[97, 98], output_logits=True)
 
     def logits(prompt: dict) -> torch.Tensor:  # logits, not tokens: a wrong offset need not change a random argmax
-        return torch.stack(model.generate(**prompt, **kwargs).logits)
+        return torch.stack(model.generate(**prompt, **kwargs, return_dict_in_generate=True).logits)
 
     sequential = [logits(p) for p in prompts]
-    results: list = [[], []]
     start = threading.Barrier(2)
 
-    def run(index: int) -> None:
+    def run(index: int) -> list[torch.Tensor]:
         start.wait()
-        for _ in range(4):
-            results[index].append(logits(prompts[index]))
+        return [logits(prompts[index]) for _ in range(4)]
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads often, so the two requests really interleave
     try:
         with ThreadPoolExecutor(2) as pool:  # a thread's exception re-raised here
-            list(pool.map(run, range(2)))
+            results = list(pool.map(run, range(2)))
     finally:
         sys.setswitchinterval(interval)
-    for got, expected in zip(results, sequential):
-        assert len(got) == 4
+    for got, expected in zip(results, sequential, strict=True):
         for g in got:
             torch.testing.assert_close(g, expected)  # float32 defaults: atol 1e-5, rtol 1.3e-6
     for prompt in prompts:  # each prompt's offset matters: a position error moves its logits >= 100x 1e-5
@@ -222,8 +211,7 @@ def test_legacy_rope_scaling_in_config_json_is_read(tmp_path):
     config = transformers.AutoConfig.from_pretrained(tmp_path)
     assert config.rope_parameters["rope_type"] == "linear" and config.rope_parameters["factor"] == 4.0
     model = RoFormerExtModel.from_pretrained(tmp_path)
-    base = RoFormerExtModel(tiny_config())
-    torch.testing.assert_close(model.rotary_emb.inv_freq, base.rotary_emb.inv_freq / 4.0)
+    torch.testing.assert_close(model.rotary_emb.inv_freq, RoFormerExtModel(tiny_config()).rotary_emb.inv_freq / 4.0)
 
 
 @pytest.mark.parametrize(
