@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from tf_checkpoint_writer import write_tf_checkpoint
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from roformer_ext.conversion import CheckpointConversionError, original
 from roformer_ext.conversion.cli import main
@@ -102,32 +102,26 @@ def compare(reference, key: str, ours: torch.Tensor) -> None:
     np.testing.assert_allclose(actual, expected, rtol=0, atol=2e-4 if "logits" in array else 1e-4, err_msg=key)
 
 
-def run_outputs(folder: Path, reference, name: str) -> dict[str, torch.Tensor]:
-    """Our counterpart of every array bert4keras stored; its `unilm_` arrays (application='unilm') under the UniLM
-    mask, which is how junnyu's RoFormerForCausalLM reads the Sim source: bidirectionally."""
+def assert_reproduces(folder: Path, name: str, input_name: str, only: str | None = None) -> None:
+    """Every array bert4keras stored for this input (or only `only`) matches ours; `unilm_` ones under the UniLM mask
+    (how junnyu's Sim decoder reads the source)."""
+    reference = np.load(FIXTURES / name / "reference_outputs.npz")
     base = AutoModel.from_pretrained(folder).eval()
     mlm = "RoFormerExtForMaskedLM" in base.config.architectures and AutoModelForMaskedLM.from_pretrained(folder).eval()
-    outputs = {}
-    for prefix in ["", "unilm_"] if any(k.startswith(f"{name}/unilm_") for k in reference.files) else [""]:
-        batch = inputs_of(reference, name)
+    ours = {}
+    for prefix in ["", "unilm_"] if any(k.startswith(f"{input_name}/unilm_") for k in reference.files) else [""]:
+        batch = inputs_of(reference, input_name)
         if prefix:
             batch["attention_mask"] = unilm_attention_mask(batch["token_type_ids"], batch["attention_mask"])
         with torch.no_grad():
             result = base(**batch, output_hidden_states=True)
-            outputs[f"{prefix}sequence_output"] = result.last_hidden_state
-            outputs[f"{prefix}hidden_states"] = torch.stack(result.hidden_states)
+            ours[f"{prefix}sequence_output"] = result.last_hidden_state
+            ours[f"{prefix}hidden_states"] = torch.stack(result.hidden_states)
             if result.pooler_output is not None:
-                outputs[f"{prefix}pooler_output_{base.config.pooler_activation}"] = result.pooler_output
+                ours[f"{prefix}pooler_output_{base.config.pooler_activation}"] = result.pooler_output
             if mlm:
-                outputs[f"{prefix}mlm_logits"] = logits = mlm(**batch).logits
-                outputs[f"{prefix}mlm_probs"] = logits.softmax(-1)
-    return outputs
-
-
-def assert_reproduces(folder: Path, name: str, input_name: str, only: str | None = None) -> None:
-    """Every array bert4keras stored for this input (UniLM ones included; or only `only`) matches ours."""
-    reference = np.load(FIXTURES / name / "reference_outputs.npz")
-    ours = run_outputs(folder, reference, input_name)
+                ours[f"{prefix}mlm_logits"] = logits = mlm(**batch).logits
+                ours[f"{prefix}mlm_probs"] = logits.softmax(-1)
     stored = {key.split("/")[1] for key in reference.files if key.startswith(f"{input_name}/")}
     wanted = {only} if only else stored - {"token_ids", "segment_ids", "attention_mask", "pooler_output_tanh"}
     assert "sequence_output" in wanted or only
@@ -183,8 +177,6 @@ def test_written_folder(converted, name):
     assert f"Variant: **{variant}**" in card and "arXiv:2104.09864" in card
     assert f"roformer-ext-convert original {name} {name}\n" in card  # absolute arguments: folder names only
     assert_no_local_paths(folder, FIXTURES, folder.parent)
-    assert AutoConfig.from_pretrained(folder).model_type == "roformer_ext"
-    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
     if assert_generator(folder, config, name == "roformer_sim"):  # Sim with its MLM head: UniLM seq2seq
         assert "SimilarSentenceGenerator" in card and "SentenceTransformer(folder)" in card
     for st_file in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
@@ -216,8 +208,7 @@ def test_tokenizer_reproduces_fixture_ids(converted, name):
 
 
 def test_word_vocabulary_folder_works_as_remote_code_in_a_fresh_process(tmp_path):
-    """A word vocabulary (the v1 release chinese_roformer_L-12_H-768_A-12) gets a jieba tokenizer; where roformer_ext
-    cannot be imported, trust_remote_code=True runs the copied code and gives the same logits and ids."""
+    """A word vocabulary (as in chinese_roformer_L-12_H-768_A-12) gets jieba; remote code gives the same logits, ids."""
     src = copy_fixture("roformer_v1", tmp_path / "src")
     chars = (src / "vocab.txt").read_text(encoding="utf-8").splitlines()
     words = ["今天", "天气", "公园", "我们", "一起"]
@@ -284,22 +275,19 @@ def test_embedding_size_differs_from_hidden(tmp_path):
     rng = np.random.default_rng(7)
     specs = original.map_original_variables(bert_config, "v1", with_pooler=False, with_mlm_head=True)
     tensors = {s.tf_name: rng.normal(size=s.tf_shape).astype(np.float32) * 0.3 for s in specs}
-    assert tensors["bert/encoder/embedding_hidden_mapping_in/kernel"].shape == (32, 64)
     out = convert_original_checkpoint(release_folder(tmp_path, tensors, bert_config), tmp_path / "out")
     model = AutoModelForMaskedLM.from_pretrained(out).eval()
     assert model.config.embedding_size == 32
     ids, segments = [2, 45, 46, 47, 3], [0, 0, 0, 1, 1]
     with torch.no_grad():
-        inputs = dict(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([segments]))
-        result = model(**inputs, output_hidden_states=True)
-        last = model.roformer(**inputs).last_hidden_state.numpy()
+        result = model(torch.tensor([ids]), token_type_ids=torch.tensor([segments]), output_hidden_states=True)
     t = {re.sub(r"^(bert/(encoder/)?|cls/predictions/)", "", k): v for k, v in tensors.items()}
     embedded = t["embeddings/word_embeddings"][ids] + t["embeddings/token_type_embeddings"][segments]
     embedded = layer_norm(embedded, t["embeddings/LayerNorm/gamma"], t["embeddings/LayerNorm/beta"])
     projected = embedded @ t["embedding_hidden_mapping_in/kernel"] + t["embedding_hidden_mapping_in/bias"]
     np.testing.assert_allclose(result.hidden_states[0][0].numpy(), projected, rtol=0, atol=1e-4)
     # MLM head: dense H -> E, exact gelu, LayerNorm, tied embeddings, output bias
-    dense = last[0] @ t["transform/dense/kernel"] + t["transform/dense/bias"]
+    dense = result.hidden_states[-1][0].numpy() @ t["transform/dense/kernel"] + t["transform/dense/bias"]
     dense = torch.nn.functional.gelu(torch.from_numpy(dense)).numpy()
     normed = layer_norm(dense, t["transform/LayerNorm/gamma"], t["transform/LayerNorm/beta"])
     logits = normed @ t["embeddings/word_embeddings"].T + t["output_bias"]
@@ -315,16 +303,6 @@ def test_v2_with_factorised_embeddings_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def cli_error(capsys, tmp_path, src: Path, *extra: str) -> str:
-    """Run the CLI expecting an error; nothing (not even a temporary folder) may be left. Returns stderr."""
-    out = tmp_path / "out"
-    assert main(["original", str(src), str(out), *extra]) != 0
-    message = capsys.readouterr().err
-    assert "roformer-ext-convert: error:" in message
-    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
-    return message
-
-
 def _retensor(src: Path, edit) -> None:
     """Rewrite the checkpoint in `src` with its variables changed by `edit` (a dict -> dict)."""
     write_tf_checkpoint(src / "bert_model.ckpt", edit(read_tf_checkpoint(src)))
@@ -335,12 +313,6 @@ def _misfit(tensors: dict) -> dict:
     tensors["bert/encoder/layer_1/attention/self/extra/kernel"] = np.zeros((64, 64), np.float32)
     tensors["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros((64, 96), np.float32)
     return tensors
-
-
-def _flip(path: Path, position: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[position] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 DATA, INDEX = "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"
@@ -369,7 +341,7 @@ FAILURES = {  # fixture, damage to its copy, extra arguments, key phrases of the
     "v2 forced to sim": ("roformer_v2", None, ["--variant", "sim"], ["does not match a RoFormer sim", "missing variable bert/pooler/dense/kernel"]),
     "pooler activation without a pooler": ("roformer_v1", None, ["--pooler-activation", "tanh"], ["no pooler"]),
     "truncated data": ("roformer_sim", lambda s: (s / DATA).write_bytes((s / DATA).read_bytes()[:-1000]), [], ["Truncated checkpoint data"]),
-    "corrupted index": ("roformer_sim", lambda s: _flip(s / INDEX, 100), [], ["Corrupted checkpoint index"]),
+    "corrupted index": ("roformer_sim", lambda s: (s / INDEX).write_bytes((s / INDEX).read_bytes()[:20]), [], ["Corrupted checkpoint index"]),
     "no source folder": ("roformer_v1", lambda s: shutil.rmtree(s), [], ["Source folder .* does not exist"]),
 }
 # fmt: on
@@ -381,7 +353,10 @@ def test_clear_failures_leave_nothing(tmp_path, capsys, case):
     src = copy_fixture(name, tmp_path / "src") if damage else FIXTURES / name
     if damage:
         damage(src)
-    message = cli_error(capsys, tmp_path, src, *extra)
+    assert main(["original", str(src), str(tmp_path / "out"), *extra]) != 0
+    message = capsys.readouterr().err
+    assert "roformer-ext-convert: error:" in message
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out") or p.name == "out"]  # no temporary either
     for phrase in phrases:
         assert re.search(phrase, message), (phrase, message)
     if case == "unknown variant":  # the Python API raises it, a ValueError
@@ -434,8 +409,6 @@ def test_output_folder_is_all_or_nothing(tmp_path):
         assert tmp.parent == tmp_path and tmp != out and not out.exists()
         (tmp / "config.json").write_text('{"model_type": "roformer_ext"}')  # what a converter writes
     assert [p.name for p in out.iterdir()] == ["config.json"]
-    with pytest.raises(OutputExistsError), output_folder(out):
-        pass
     with pytest.raises(KeyboardInterrupt), output_folder(out, force=True):
         raise KeyboardInterrupt  # with force, the old folder stays until the new one is complete
     assert [p.name for p in out.iterdir()] == ["config.json"]

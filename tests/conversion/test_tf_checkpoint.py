@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from test_convert_original import DATA, FIXTURES, INDEX, copy_fixture
 from tf_checkpoint_writer import write_tf_checkpoint
 
@@ -90,29 +91,23 @@ def test_matches_tensorflow_reader(name, tmp_path):
 DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_]
 
 
-@st.composite
-def tensor_dicts(draw):
-    names = draw(st.lists(st.text("abcxyz_/0123456789", min_size=1, max_size=12), min_size=1, max_size=6, unique=True))
-    tensors = {}
-    for name in names:
-        dtype = draw(st.sampled_from(DTYPES))
-        shape = tuple(draw(st.lists(st.integers(0, 5), max_size=3)))
-        seed = draw(st.integers(0, 2**31))
-        values = np.random.default_rng(seed).normal(size=shape) * 50
-        tensors[name] = values.astype(dtype)
-    return tensors
+TENSOR_DICTS = st.dictionaries(
+    st.text("abcxyz_/0123456789", min_size=1, max_size=12),
+    hnp.arrays(st.sampled_from(DTYPES), hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)),
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(tensor_dicts())
+@given(TENSOR_DICTS)
 def test_write_read_round_trip(tensors):
     with tempfile.TemporaryDirectory() as folder:
         write_tf_checkpoint(Path(folder) / "model.ckpt", tensors)
         back = read_tf_checkpoint(folder)
     assert sorted(back) == sorted(tensors)
     for name, array in tensors.items():
-        assert back[name].dtype == array.dtype and back[name].shape == array.shape
-        np.testing.assert_array_equal(back[name], array)
+        np.testing.assert_array_equal(back[name], array, strict=True)  # values, shape and dtype
 
 
 def test_missing_folder_or_index(tmp_path):
@@ -131,8 +126,6 @@ def test_truncated_data_shard_names_the_variable(tmp_path):
     last = max(reader, key=lambda name: reader.entry(name).offset)
     with pytest.raises(TFCheckpointError, match=rf"Truncated checkpoint data .*{last}.* has {len(data) // 2} bytes"):
         reader.get_tensor(last)
-    with pytest.raises(TFCheckpointError, match="Truncated"):
-        read_tf_checkpoint(folder)
 
 
 def test_corrupted_data_fails_its_checksum(tmp_path):
