@@ -97,8 +97,7 @@ def write_junnyu_folder(name: str, folder: Path, config: dict | None = None, sta
         tied = {k: v.clone() for k, v in state.items()}  # safetensors refuses shared storage
         save_file(tied, folder / weights, metadata={"format": "pt"})
     else:
-        legacy = weights == "legacy.bin"
-        torch.save(state, folder / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy)
+        torch.save(state, folder / "pytorch_model.bin", _use_new_zipfile_serialization=weights != "legacy.bin")
     (folder / "config.json").write_text(json.dumps(config or junnyu_config(name), indent=2))
     (folder / "vocab.txt").write_bytes((FIXTURES / name / "vocab.txt").read_bytes())
     return folder
