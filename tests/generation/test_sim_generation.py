@@ -74,34 +74,31 @@ def test_folder_declares_the_unilm_generator_and_greedy_generate_equals_the_hand
     source = tokenizer("今天天气很好", return_tensors="pt")
     settings = dict(do_sample=False, max_new_tokens=12, return_dict_in_generate=True, output_logits=True)
     out = model.generate(**source, **settings)
-    generated = out.sequences[0, source["input_ids"].shape[1] :]
     expected, expected_logits = hand_loop(folder, source, 12, tokenizer.sep_token_id)
-    assert generated.tolist()[: len(expected)] == expected
+    assert out.sequences[0, source["input_ids"].shape[1] :].tolist()[: len(expected)] == expected
     for step, step_expected in zip(out.logits, expected_logits):  # cached steps against the recomputed ones
         torch.testing.assert_close(step[0], step_expected, rtol=1e-5, atol=1e-5)
     assert_position_sensitive(model, lambda m: torch.stack(m.generate(**source, **settings).logits), 1e-5)
 
 
 def test_sampling_fifty_candidates_as_the_issue_asks(sim_folders):
-    folder = sim_folders["original"]
-    tokenizer, model = load(folder)
+    tokenizer, model = load(sim_folders["original"])
     source = tokenizer("今天天气很好", return_tensors="pt")
     torch.manual_seed(0)
     output = model.generate(**source, do_sample=True, top_p=0.95, num_return_sequences=50, max_new_tokens=64)
     prompt = source["input_ids"].shape[1]
     assert output.shape[0] == 50 and prompt < output.shape[1] <= prompt + 64
     assert torch.equal(output[:, :prompt], source["input_ids"].expand(50, -1))
-    targets = output[:, prompt:]
-    assert len({tuple(row) for row in targets.tolist()}) > 1  # sampled, not 50 copies
-    for row in targets.tolist():  # after [SEP], only padding
+    targets = output[:, prompt:].tolist()
+    assert len({tuple(row) for row in targets}) > 1  # sampled, not 50 copies
+    for row in targets:  # after [SEP], only padding
         if tokenizer.sep_token_id in row:
             assert set(row[row.index(tokenizer.sep_token_id) + 1 :]) <= {tokenizer.pad_token_id}
 
 
 def test_batched_sources_left_padded_equal_one_by_one(sim_folders):
     """Two sources of different lengths in one generate() call (left padding) decode as each alone (greedy)."""
-    folder = sim_folders["original"]
-    tokenizer, model = load(folder, padding_side="left")
+    tokenizer, model = load(sim_folders["original"], padding_side="left")
     texts = ["今天天气很好", "我想去公园玩了吗"]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     settings = dict(do_sample=False, max_new_tokens=8, return_dict_in_generate=True, output_logits=True)
