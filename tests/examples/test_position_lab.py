@@ -30,8 +30,7 @@ def script():
 def study(script, tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
     argv = ["--output_dir", str(out), *STUDY, *TINY]
-    results = script.main(argv)
-    return script.parse_args(argv), results, out
+    return script.parse_args(argv), script.main(argv), out
 
 
 @pytest.fixture(scope="module")
