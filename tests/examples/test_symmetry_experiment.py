@@ -3,6 +3,7 @@
 import json
 import sys
 from dataclasses import replace
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "ru
 
 SIZES = ["--warmup_steps", "0", "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1"]
 LAYOUTS = ("before", "after")
-
-
-def run_key(run: dict) -> tuple:
-    return run["scheme"], run["modality"], run["layout"], run["seed"]
+run_key = itemgetter("scheme", "modality", "layout", "seed")
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +50,7 @@ def test_prompts_place_the_question_before_or_after_the_picture_on_its_grid(scri
         patches = torch.nonzero(ids == placeholder).flatten()
         question = torch.nonzero(batch["readout_mask"][b]).flatten()
         assert len(patches) == data.frames * data.grid**2
-        if layout == "before":
-            assert question.max() < patches.min()
-        else:
-            assert question.min() > patches.max()
+        assert question.max() < patches.min() if layout == "before" else question.min() > patches.max()
         # the read-out tokens are exactly the question, nothing else ([CLS], [SEP], [IMG], pads are out)
         words = processor.tokenizer.decode(ids[question])
         assert words.replace(" ", "") == row["question"].replace(" ", "")
@@ -228,7 +223,6 @@ def test_variants_and_mixed_length_training_end_to_end(tmp_path):
     table = output.with_suffix(".md").read_text()
     assert "Long videos, trained on 1,2-frame videos: accuracy on 4-frame videos" in table
 
-    # merging a file keeps only this call's schemes
     other = tmp_path / "other.json"
     merged = [*args[: args.index("--output")], "--output", str(other), "--merge", str(output)]
     merged[merged.index("--schemes") + 1] = "hope_dynamic"
