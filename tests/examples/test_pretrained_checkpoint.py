@@ -224,9 +224,7 @@ def test_loss_figure_joins_a_continued_run_after_the_run_it_continued(tmp_path):
     first = state(tmp_path / "first", [8.0, 6.0, 5.0], 500)
     second = state(tmp_path / "second", [4.9, 4.7], 25)
     assert last_step(first) == 1500
-    train, _ = loss_points(second)
-    assert shifted(train, last_step(first)) == [(1525, 4.9), (1550, 4.7)]
-    output = plot(second.parent, tmp_path / "loss.png", previous=first)
-    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shifted(loss_points(second)[0], last_step(first)) == [(1525, 4.9), (1550, 4.7)]
+    assert plot(second.parent, tmp_path / "loss.png", previous=first).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     shipped, _ = loss_points(CHECKPOINT / "trainer_state.json")
     assert shipped[0][0] == 25 and shipped[-1][0] == last_step(CHECKPOINT / "trainer_state.json") == 3000
