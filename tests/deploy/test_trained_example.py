@@ -41,11 +41,9 @@ def validation_batch(folder: Path, n: int = 256):
     from common import corpora
 
     validation = corpora.load_example_dataset("chinese_sentiment")["validation"].select(range(n))
-    labels = np.array(validation["label"])
-    inputs = AutoTokenizer.from_pretrained(folder)(
-        list(validation["text"]), padding=True, truncation=True, max_length=64, return_tensors="pt"
-    )
-    return inputs, labels
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    inputs = tokenizer(list(validation["text"]), padding=True, truncation=True, max_length=64, return_tensors="pt")
+    return inputs, np.array(validation["label"])
 
 
 def test_lora_flags_train_an_adapter_that_reloads_equal_to_the_merged_model(trained, tmp_path):
