@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from conftest import SENSITIVITY_FACTOR, shifted_positions
 from datasets import ClassLabel, Dataset, Features, Sequence, Value
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, HfArgumentParser
+
+from roformer_ext import RoFormerExtModel
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = ["--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "4", "--intermediate_size", "64",
@@ -86,8 +90,6 @@ def load_as_remote_code(folder: Path, auto_class: str, text: str, tmp_path: Path
 
 
 def card_metadata(folder: Path) -> dict:
-    import yaml
-
     return yaml.safe_load((folder / "README.md").read_text(encoding="utf-8").split("---")[1])
 
 
@@ -112,8 +114,6 @@ def check_saved_folder(folder: Path, auto_class: str) -> dict:
 
 
 def logits_of(folder: Path, texts: list[str]) -> torch.Tensor:
-    import roformer_ext  # noqa: F401
-
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     with torch.no_grad():
@@ -159,12 +159,10 @@ def test_no_trainer_ddp_two_cpu_processes_and_remote_code_reload(tmp_path):
         first, last = sum(log["losses"][:6]) / 6, sum(log["losses"][-6:]) / 6
         assert last < first - 0.03, f"rank {rank}: loss did not fall ({first:.3f} -> {last:.3f})"
     assert not (out / "trained_tokenizer").exists()
-    # The saved folder must work without this package: copy it away and hide roformer_ext.
     shutil.copytree(out, tmp_path / "copied")
     remote = load_as_remote_code(tmp_path / "copied", "AutoModelForSequenceClassification", REVIEW, tmp_path)
     assert remote["tokenizer"] == "RoFormerExtTokenizerFast"
-    expected = logits_of(out, [REVIEW])[0]
-    torch.testing.assert_close(torch.tensor(remote["logits"]), expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(remote["logits"]), logits_of(out, [REVIEW])[0], atol=1e-5, rtol=0)
 
 
 def test_run_mlm_whole_word_masking(tmp_path):
@@ -191,11 +189,8 @@ def test_run_ner_entity_f1(tmp_path):
 
 
 def test_accelerate_configs_parse():
-    yaml = pytest.importorskip("yaml")
-    kinds = {}
-    for path in sorted((EXAMPLES / "accelerate").glob("*.yaml")):
-        config = yaml.safe_load(path.read_text())
-        kinds[path.stem] = (config["distributed_type"], config.get("mixed_precision"), config["num_processes"])
+    configs = [(path.stem, yaml.safe_load(path.read_text())) for path in (EXAMPLES / "accelerate").glob("*.yaml")]
+    kinds = {stem: (c["distributed_type"], c.get("mixed_precision"), c["num_processes"]) for stem, c in configs}
     assert kinds["single_process"][0] == "NO" and kinds["bf16"][1] == "bf16"
     assert kinds["multi_gpu"][0] == "MULTI_GPU" and kinds["fsdp"][0] == "FSDP"
     assert kinds["deepspeed_zero2"][0] == "DEEPSPEED" and kinds["cpu_ddp"][2] == 2
@@ -206,12 +201,11 @@ WORDS = {"pos": ["good", "great", "lovely", "fine"], "neg": ["bad", "awful", "du
 
 
 def write_reviews_csv(path: Path, n: int, with_labels: bool = True) -> Path:
-    rows = []
-    for i in range(n):
-        label = "pos" if i % 2 else "neg"
-        row = {"review": f"the film was {WORDS[label][i % 4]} and the cast {WORDS[label][(i + 1) % 4]}"}
-        rows.append({**row, "sentiment": label} if with_labels else row)
-    Dataset.from_list(rows).to_csv(path, index=False)
+    labels = ["pos" if i % 2 else "neg" for i in range(n)]
+    reviews = [
+        f"the film was {WORDS[label][i % 4]} and the cast {WORDS[label][(i + 1) % 4]}" for i, label in enumerate(labels)
+    ]
+    Dataset.from_dict({"review": reviews, **({"sentiment": labels} if with_labels else {})}).to_csv(path, index=False)
     return path
 
 
@@ -365,9 +359,7 @@ def test_card_usage_names_the_hub_repo_when_pushed_and_the_folder_otherwise(tmp_
     from common.card import ModelCardInfo, save_card_and_push
 
     monkeypatch.chdir(tmp_path)
-    card = ModelCardInfo(
-        title="t", task="text-classification", summary="s", data="d", metrics={}, architecture="a", datasets=["x"]
-    )
+    card = ModelCardInfo("t", "text-classification", "s", "d", {}, "a", ["x"])
 
     def usage(folder: str, **push) -> str:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -388,7 +380,6 @@ def test_bare_boolean_flags_parse_as_documented(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     from run_classification import ClassificationDataArguments
     from run_classification_no_trainer import LoopArguments
-    from transformers import HfArgumentParser
 
     def parse(dataclass_type, *argv):
         return HfArgumentParser(dataclass_type).parse_args_into_dataclasses(list(argv))[0]
@@ -440,10 +431,6 @@ PAIR_COLUMNS = ["--text_column_names", "premise,hypothesis", "--label_column_nam
 
 def check_padding_free_evaluation(script: Path, model: Path, args: list, tmp_path: Path, monkeypatch) -> tuple:
     """Padded and padding-free runs agree; shifted positions move the loss far past that. Returns both folders."""
-    from conftest import SENSITIVITY_FACTOR, shifted_positions
-
-    from roformer_ext import RoFormerExtModel
-
     plan = RoFormerExtModel.attention_plan
 
     def shifted_plan(self, layout, embeddings, position_ids, *rest, **kwargs):
@@ -492,10 +479,9 @@ def test_padding_free_ner_predicts_each_sentence_as_padded(tmp_path, monkeypatch
     rows = []
     for i in range(30):
         person, place = people[i % 3].split(), places[i % 3].split()
+        per, loc = ["B-PER"] + ["I-PER"] * (len(person) - 1), ["B-LOC"] + ["I-LOC"] * (len(place) - 1)
         words = ["Dr", *person, "flew", "from", *place, "again"] if i % 2 else [*person, "lives", "in", *place]
-        tags_person = ["B-PER"] + ["I-PER"] * (len(person) - 1)
-        tags_place = ["B-LOC"] + ["I-LOC"] * (len(place) - 1)
-        tags = ["O", *tags_person, "O", "O", *tags_place, "O"] if i % 2 else [*tags_person, "O", "O", *tags_place]
+        tags = ["O", *per, "O", "O", *loc, "O"] if i % 2 else [*per, "O", "O", *loc]
         rows.append({"words": words, "tags": tags})
     (tmp_path / "ner.json").write_text(json.dumps(rows))
     (tmp_path / "dev.json").write_text(json.dumps(rows[:11]))
