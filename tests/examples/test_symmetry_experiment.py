@@ -12,8 +12,6 @@ import torch
 from test_examples import load_script, run
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "position-lab" / "run_symmetry.py"
-
-
 SIZES = ["--warmup_steps", "0", "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1"]
 LAYOUTS = ("before", "after")
 run_key = itemgetter("scheme", "modality", "layout", "seed")
