@@ -148,3 +148,21 @@ def test_an_evaluating_model_with_attention_dropout_configured_takes_the_kernel(
     model = model_of(attention_probs_dropout_prob=0.5)
     model(**packed_inputs(model, cuda=True))
     assert len(kernel.calls) == model.config.num_hidden_layers
+
+
+def test_a_direct_call_takes_the_interface_defaults_and_casts_as_sdpa(kernel):
+    """Called as transformers' attention interface calls it: int64 lengths, no dropout or causal flag, fp32 in."""
+    torch.manual_seed(0)
+    query, key, value = torch.randn(3, 2, 2, 4, 8).unbind(0)  # (rows, heads, seq, head_dim)
+    cu = torch.tensor([0, 3, 4, 8])  # a row boundary at 4
+    output, _ = packing.varlen_attention(None, query, key, value, None, cu_seq_lens_q=cu, max_length_q=4)
+    call = kernel.calls[-1]
+    assert call["cu_seq_q"].dtype == torch.int32 and call["window_size"] == (-1, -1)
+    assert call["query"].dtype == output.dtype == torch.float32 and output.shape == (2, 4, 2, 8)
+    expected, _ = packing.per_sequence_sdpa(None, query, key, value, None, cu_seq_lens_q=cu, max_length_q=4)
+    torch.testing.assert_close(output, expected)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        packing.varlen_attention(None, query, key, value, None, cu_seq_lens_q=cu, max_length_q=4)
+    assert kernel.calls[-1]["query"].dtype == torch.bfloat16  # the autocast dtype, as SDPA casts
+    with pytest.raises(ValueError, match="^varlen_attention has no dropout"):
+        packing.varlen_attention(None, query, key, value, None, dropout=0.1, cu_seq_lens_q=cu, max_length_q=4)
