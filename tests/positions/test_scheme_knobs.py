@@ -336,7 +336,7 @@ def test_a_knob_class_must_match_the_functions_arguments(registered):
 
     with pytest.raises(TypeError, match=r"fields \['other'\] but the function's keyword-only arguments are \['step'\]"):
         register_position_scheme("test_mismatch", knobs=OtherKnobs)(scheme)
-    with pytest.raises(TypeError, match="must be a SchemeKnobs subclass"):
+    with pytest.raises(TypeError, match="'test_mismatch''s knobs must be a SchemeKnobs subclass"):
         register_position_scheme("test_mismatch", knobs=dict)(scheme)
     assert "test_mismatch" not in POSITION_SCHEMES.names()
 
@@ -462,6 +462,7 @@ def test_a_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
         mrope_section_ratio=(1, 2, 3),
     )
     assert issubclass(knobs, SchemeKnobs) and knobs.scheme == "my_new_scheme"
+    assert knobs.__name__ == "MyNewSchemeKnobs" and knobs.__doc__ == "The knobs of position scheme 'my_new_scheme'."
     assert (knobs.default_axes, knobs.allowed_axes, knobs.default_allocation) == (3, (3,), "sections")
     assert knobs.mrope_section_ratio == (1, 2, 3) and knobs.checks == {"stride": POSITIVE, "reset": BOOL}
     assert knobs.names() == ("stride", "reset") and knobs().to_dict() == {"stride": 2.0, "reset": True}
@@ -487,6 +488,10 @@ def test_a_scheme_knob_class_carries_its_knobs_checks_and_class_variables():
 def test_an_allocation_knob_class_carries_its_flags():
     knobs = allocation_knobs("my_banded_split", section="heads", headwise=1, axis_ladders="yes")
     assert issubclass(knobs, AxisAllocationKnobs) and knobs.__name__ == "MyBandedSplitAllocationKnobs"
+    assert (knobs.__module__, knobs.__doc__) == (
+        "roformer_ext.scheme_knobs",
+        "The knobs of axis allocation 'my_banded_split'.",
+    )
     flags = lambda k: (k.section, k.headwise, k.axis_ladders)  # noqa: E731
     assert knobs.allocation == "my_banded_split" and flags(knobs) == ("heads", True, True)
     assert knobs().mrope_section is None and knobs(mrope_section=[1, 2]).mrope_section == [1, 2]
