@@ -376,7 +376,8 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
     model = RoFormerExtVisionTextForCausalLM(config).eval()
     ids = torch.tensor([[5, 6, IMAGE, 7]])
     pixels, grid = torch.randn(1, PATCH_DIM), torch.tensor([[1, 1, 1]])
-    both, cu = torch.cat([ids, ids], dim=1), torch.tensor([0, 4, 8], dtype=torch.int32)
+    cu = torch.tensor([0, 4, 8], dtype=torch.int32)
+    packed = dict(pixel_values=torch.cat([pixels, pixels]), image_grid_thw=torch.cat([grid, grid]), cu_seq_lens_q=cu)
     with torch.no_grad():
         if capability == "cache":
             with pytest.raises(ValueError, match=f"Cached generation is not defined for position_scheme '{name}'"):
@@ -385,23 +386,10 @@ def test_a_scheme_without_cache_or_packing_is_refused_where_positions_are_built(
                 ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False, use_cache=False
             )
             assert out.shape == (1, 5)
-            model(
-                both,
-                pixel_values=torch.cat([pixels, pixels]),
-                image_grid_thw=torch.cat([grid, grid]),
-                cu_seq_lens_q=cu,
-                cu_seq_lens_k=cu,
-                use_cache=False,
-            )
+            model(torch.cat([ids, ids], dim=1), **packed, cu_seq_lens_k=cu, use_cache=False)
         else:
             with pytest.raises(ValueError, match=f"'{name}' does not lay out packed .*: pad the batch instead"):
-                model(
-                    both,
-                    pixel_values=torch.cat([pixels, pixels]),
-                    image_grid_thw=torch.cat([grid, grid]),
-                    cu_seq_lens_q=cu,
-                    cu_seq_lens_k=cu,
-                )
+                model(torch.cat([ids, ids], dim=1), **packed, cu_seq_lens_k=cu)
             model.generate(ids, pixel_values=pixels, image_grid_thw=grid, max_new_tokens=1, do_sample=False)
 
 
