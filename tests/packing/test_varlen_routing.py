@@ -27,17 +27,8 @@ class RecordingVarlen:
         self.calls = []
 
     def __call__(self, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
-        self.calls.append(
-            dict(
-                query=query,
-                cu_seq_q=cu_seq_q,
-                cu_seq_k=cu_seq_k,
-                max_q=max_q,
-                max_k=max_k,
-                scale=scale,
-                window_size=window_size,
-            )
-        )
+        self.calls.append(dict(query=query, cu_seq_q=cu_seq_q, cu_seq_k=cu_seq_k, max_q=max_q, max_k=max_k))
+        self.calls[-1].update(scale=scale, window_size=window_size)
         bounds = cu_seq_q.tolist()
         pieces = []
         for start, end in zip(bounds[:-1], bounds[1:]):

@@ -410,11 +410,7 @@ def test_tupe_table_ends_at_max_position_embeddings():
     encoding = TupePositionEncoding(config("tupe"))
     keys = torch.arange(70.0)[None]
     encoding.relative_scores(torch.tensor([[63.0]]), keys)  # the last row
-    with pytest.raises(
-        ValueError,
-        match="'tupe' has a table of max_position_embeddings = 64 positions, but got "
-        "positions up to 64. Shorten the input or build the model with a larger",
-    ):
+    with pytest.raises(ValueError, match=r"'tupe' has a table of max_position_embeddings = 64 .* up to 64\. Shorten"):
         encoding.relative_scores(torch.tensor([[3.0, 64.0]]), keys)
     encoding.relative_scores(torch.zeros(1, 0), keys)  # no queries: nothing to check
 
@@ -457,9 +453,7 @@ def test_learned_embed_reads_the_row_of_each_position_and_refuses_the_rest():
         torch.testing.assert_close(out, rows[[0, 5, 63]][None])
         assert encoding.embed(torch.zeros(1, 0, HIDDEN), torch.zeros(1, 0)).shape == (1, 0, HIDDEN)
     with pytest.raises(
-        ValueError,
-        match="'learned' has a table of max_position_embeddings = 64 positions, but got "
-        "positions up to 64. Shorten the input or build the model with a larger",
+        ValueError, match=r"'learned' has a table of max_position_embeddings = 64 .* up to 64\. Shorten"
     ):
         encoding.embed(embeddings, torch.tensor([[0, 64, 1]]))
     with pytest.raises(ValueError, match="max_position_embeddings = 64 positions"):

@@ -157,12 +157,8 @@ def test_transformer_xl_equals_xlnet_rel_attn_core(clamp_len):
         output = theirs.post_attention(hidden, vector)
     keep = mask.bool()
     probabilities = probabilities.permute(2, 3, 0, 1)  # (i, j, b, n) -> (b, n, i, j)
-    torch.testing.assert_close(
-        out.attentions[0][keep[:, None, :, None].expand(-1, 4, -1, 13)],
-        probabilities[keep[:, None, :, None].expand(-1, 4, -1, 13)],
-        rtol=0,
-        atol=1e-5,
-    )
+    rows = keep[:, None, :, None].expand(-1, 4, -1, 13)
+    torch.testing.assert_close(out.attentions[0][rows], probabilities[rows], rtol=0, atol=1e-5)
     torch.testing.assert_close(captured["context"][keep], vector.transpose(0, 1).flatten(2)[keep], rtol=0, atol=1e-5)
     torch.testing.assert_close(captured["normed"][keep], output.transpose(0, 1)[keep], rtol=0, atol=1e-5)
 
