@@ -42,15 +42,9 @@ OURS = {
                          "circle_move_to_positive": 1.5},
 }  # fmt: skip
 #: official VideoRoPE and hrlics/HoPE (one scale in `scale_factors`: its `random.choice` is fixed), Qwen2-VL's layout
+VARIANTS = [("videorope", "", 2.0), ("videorope", "_scale05", 0.5), ("hope", "", 2.0), ("hope", "_scale05", 0.5)]
 OFFICIAL = {
-    f"{scheme}_official{suffix}": (scheme, scale)
-    for scheme, suffix, scale in [
-        ("videorope", "", 2.0),
-        ("videorope", "_scale05", 0.5),
-        ("hope", "", 2.0),
-        ("hope", "_scale05", 0.5),
-        ("hope", "_scale125", 1.25),
-    ]
+    f"{scheme}_official{suffix}": (scheme, scale) for scheme, suffix, scale in [*VARIANTS, ("hope", "_scale125", 1.25)]
 }
 for name, (scheme, scale) in OFFICIAL.items():
     OURS[name] = {"position_scheme": scheme, "mrope_section": [4, 6, 6], "temporal_stride": scale}
