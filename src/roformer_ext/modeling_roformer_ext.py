@@ -43,7 +43,6 @@ from .modeling_roformer_ext_layers import (
     RoFormerExtLayer,
     RoFormerExtLMHead,
     RoFormerExtPooler,
-    ScaleFreeRMSNorm,  # noqa: F401  (importable from here, as before)
 )
 from .packing import PackedBatch, describe_packed_batch, end_to_end, unpack
 from .position_encodings import position_encoding_class

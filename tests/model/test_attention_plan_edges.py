@@ -7,6 +7,7 @@ import torch
 from conftest import tiny_config
 from torch import nn
 from transformers.cache_utils import DynamicCache, StaticCache
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from roformer_ext.attention_plan import (
     AttentionPlan,
@@ -216,6 +217,8 @@ def test_a_decoder_over_an_encoder_gets_the_cross_attention_mask_and_function():
     assert (plan.cross_mask[0, 0] == 0).tolist() == [[True, True, False], [True, True, False]]
     plain = plan_for(config, RecordingEncoding(AttentionTerms()), 2)
     assert plain.cross_mask is None and plain.cross_attention is None
+    sdpa = plan_for(config, RecordingEncoding(AttentionTerms()), 2, backend="sdpa", **encoder)
+    assert sdpa.cross_attention is ALL_ATTENTION_FUNCTIONS["sdpa"]  # the backend's own function
 
 
 @pytest.mark.parametrize("which", ["attention_mask", "encoder_attention_mask"])

@@ -112,10 +112,10 @@ def test_what_the_kernel_cannot_take_runs_as_before(kernel, monkeypatch, case):
     torch.testing.assert_close(output, model(**plain).last_hidden_state, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("training", [False, True])
-def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, training):
-    """With attention dropout configured, evaluation takes the kernel; training runs per sequence."""
-    model = model_of(attention_probs_dropout_prob=0.5)
+@pytest.mark.parametrize(("training", "dropout"), [(False, 0.5), (True, 0.5), (True, 0.0)])
+def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, training, dropout):
+    """Evaluation, or training without attention dropout, takes the kernel; training with dropout runs per sequence."""
+    model = model_of(attention_probs_dropout_prob=dropout)
     embeddings = packed_inputs(model, cuda=True)["inputs_embeds"]
     packed = describe_packed_batch(1, 25, None, None, 0, cu_seq_lens_q=torch.tensor([0, 5, 14, 17, 25]))
     plan = make_attention_plan(
@@ -128,7 +128,7 @@ def test_the_plan_takes_the_kernel_unless_attention_dropout_applies(kernel, trai
         None,
         training=training,
     )
-    assert plan.attention is (packing.per_sequence_sdpa if training else packing.varlen_attention)
+    assert plan.attention is (packing.per_sequence_sdpa if training and dropout else packing.varlen_attention)
     query = torch.zeros(1, 4, 25, 8)
     with pytest.raises(ValueError, match="varlen_attention has no dropout"):
         packing.varlen_attention(None, query, query, query, None, dropout=0.5, **packed.attention_kwargs())

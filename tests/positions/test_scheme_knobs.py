@@ -321,7 +321,7 @@ def test_a_scheme_without_a_knob_class_gets_one_from_its_signature(registered):
     with pytest.raises(ValueError, match=r"'test_sig' needs rope_parameters\['b'\] \(a knob without a default\); add"):
         RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_sig", "c": 1})
     config = RoFormerExtVisionTextConfig(rope_parameters={"position_scheme": "test_sig", "b": 1, "c": 3})
-    assert (config.rope_parameters["b"], config.rope_parameters["c"]) == (1, 3)
+    assert scheme_knobs("test_sig", config.rope_parameters) == {"b": 1, "c": 3, "a": 2}  # required ones passed too
     unsigned = knobs_from_signature("unsigned", dict)  # inspect finds no signature for a builtin type
     assert unsigned.names() == () and unsigned.scheme == "unsigned"
 
