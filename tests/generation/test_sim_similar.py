@@ -65,7 +65,7 @@ def test_source_duplicates_and_empty_sentences_are_dropped(sim, monkeypatch):
     monkeypatch.setattr(sim.generator, "generate", generate)
     result = sim("今天天气很好", n=5, k=10)
     assert sorted(r.text for r in result) == ["今天很好", "我想去公园玩"]  # k larger than what is left
-    generate.assert_called_once_with(**generate.call_args.kwargs)  # keywords only
+    assert generate.call_count == 1 and not generate.call_args.args  # one call, keywords only
     call = generate.call_args.kwargs
     assert call["num_return_sequences"] == 5 and call["do_sample"] is True and call["top_p"] == 0.95
     assert call["top_k"] == 0 and call["eos_token_id"] == tokenizer.sep_token_id and call["max_new_tokens"] == 64
